@@ -1,0 +1,100 @@
+"""The Python API: scan → plan → emit, with every problem collected."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import zarr
+
+from .emit import write_cube, write_kerchunk
+from .emit._staging import refuse_existing
+from .plan import ConcatOptions, plan_concat
+from .read import open_cube
+from .scan import scan as _scan
+from .types import FileInventory, Location, Problem, Report, VirtualizeError
+
+PathLike = str | os.PathLike
+
+
+def scan(path: PathLike) -> FileInventory:
+    """One file's inventory: variables, dimensions, block tables. Reads no data but
+    small coordinate variables. Raises `VirtualizeError` for unreadable files."""
+    return _scan(path)
+
+
+def check(paths: Iterable[PathLike] | PathLike, concat_dim: str | None = None, *,
+          inline: Iterable[str] = (), drop: Iterable[str] = (), sort: bool = True,
+          progress=None) -> Report:
+    """Can this stack be virtualized? Scans every file and plans the cube, collecting
+    every problem of every file. Writes nothing."""
+    files = _paths(paths)
+    problems: list[Problem] = []
+    invs: list[FileInventory] = []
+    bytes_read: dict[str, int] = {}
+    if not files:
+        problems.append(Problem(Location(), "no-files", "no input files were given"))
+    for i, f in enumerate(files):
+        try:
+            inv = _scan(f)
+        except VirtualizeError as e:
+            problems.extend(e.problems)
+            continue
+        invs.append(inv)
+        bytes_read[inv.path] = inv.bytes_read
+        if progress is not None:
+            progress(i + 1, len(files), inv)
+    plan = None
+    notes: list[str] = []
+    if invs:
+        opts = ConcatOptions(concat_dim=concat_dim, inline=frozenset(_names(inline)),
+                             drop=frozenset(_names(drop)), sort=sort)
+        plan, plan_problems = plan_concat(invs, opts)
+        problems.extend(plan_problems)
+        notes = list(plan.notes)
+    if len(invs) < len(files) and plan is not None:
+        notes.append(f"{len(files) - len(invs)} file(s) could not be scanned")
+    return Report(files=[os.path.abspath(f) for f in files], problems=problems, plan=plan,
+                  notes=notes, bytes_read=bytes_read)
+
+
+def virtualize(paths: Iterable[PathLike] | PathLike, out: PathLike, concat_dim: str | None = None,
+               *, overwrite: bool = False, inline: Iterable[str] = (), drop: Iterable[str] = (),
+               sort: bool = True, format: str | None = None, progress=None) -> Report:
+    """Virtualize a stack into `out`: a cube directory, or a kerchunk reference JSON when
+    `format="kerchunk"` or `out` ends in `.json`. Nothing is written unless every file
+    can be referenced exactly; then `VirtualizeError` carries every problem."""
+    out = Path(out)
+    kind = format or ("kerchunk" if out.suffix == ".json" else "cube")
+    if kind not in ("cube", "kerchunk"):
+        raise ValueError(f"unknown output format {kind!r} (cube or kerchunk)")
+    refuse_existing(out, overwrite)  # before any scanning: fail fast, lose nothing
+    report = check(paths, concat_dim, inline=inline, drop=drop, sort=sort, progress=progress)
+    if not report.ok:
+        raise VirtualizeError([p for p in report.problems if p.fatal],
+                              f"cannot virtualize: {sum(p.fatal for p in report.problems)} "
+                              "problem(s); nothing was written")
+    if kind == "kerchunk":
+        write_kerchunk(report.plan, out, overwrite)
+    else:
+        write_cube(report.plan, out, overwrite)
+    return report
+
+
+def open(path: PathLike, *, check_sources: bool = True) -> zarr.Group:  # noqa: A001
+    """A cube (directory or kerchunk JSON) as a read-only zarr group. Rectilinear grids
+    are enabled for the open only; the caller's zarr config is left as it was."""
+    return open_cube(path, check_sources=check_sources)
+
+
+def _paths(paths) -> list[str]:
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    return [os.fspath(p) for p in paths]
+
+
+def _names(names: Iterable[str] | str) -> Sequence[str]:
+    if isinstance(names, str):
+        names = [names]
+    return [n.strip("/") for n in names]

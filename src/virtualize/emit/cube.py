@@ -1,0 +1,74 @@
+"""The cube directory: zarr.json documents plus one byte-range manifest per array.
+
+Layout (docs/cube-format.md):
+    cube.zarr/zarr.json             root group
+    cube.zarr/virtualize.json       sources (path, size, mtime) and provenance
+    cube.zarr/<array>/zarr.json     array metadata + "virtualize_manifest" extension field
+    cube.zarr/<array>/manifest.npy  one (path, offset, length) record per chunk, C order
+    cube.zarr/<array>/c/...         native chunks of arrays stored inline (coordinates)
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+from .. import __version__
+from ..types import REF_DTYPE, ArrayPlan, Plan
+from ._staging import staged_dir
+from .metadata import MANIFEST_FIELD, array_doc, group_doc
+
+CUBE_FORMAT_VERSION = 1
+MANIFEST_NAME = "manifest.npy"
+SOURCES_NAME = "virtualize.json"
+
+
+def write_cube(plan: Plan, dest: str | Path, overwrite: bool = False) -> Path:
+    dest = Path(dest)
+    with staged_dir(dest, overwrite) as stage:
+        for group, attrs in plan.groups.items():
+            _write_json(stage / group / "zarr.json", group_doc(attrs))
+        for name, a in plan.arrays.items():
+            d = stage / name
+            if a.inline is not None:
+                _write_json(d / "zarr.json", array_doc(a))
+                for key, data in inline_chunks(a):
+                    p = d / key
+                    p.parent.mkdir(parents=True, exist_ok=True)
+                    p.write_bytes(data)
+            else:
+                manifest = {"version": CUBE_FORMAT_VERSION, "manifest": MANIFEST_NAME,
+                            "sources": "/" + SOURCES_NAME}
+                _write_json(d / "zarr.json", array_doc(a, manifest))
+                np.save(d / MANIFEST_NAME, np.ascontiguousarray(a.refs, dtype=REF_DTYPE),
+                        allow_pickle=False)
+        _write_json(stage / SOURCES_NAME, {
+            "format": "virtualize-cube",
+            "version": CUBE_FORMAT_VERSION,
+            "created_by": f"virtualize {__version__}",
+            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "concat_dim": plan.concat_dim,
+            "sources": [s.to_dict() for s in plan.sources],
+            "arrays": {name: ("inline" if a.inline is not None else "virtual")
+                       for name, a in plan.arrays.items()},
+            "notes": plan.notes,
+        })
+    return dest
+
+
+def inline_chunks(a: ArrayPlan):
+    """(chunk key, encoded bytes) of an inline array: one chunk holding all values,
+    encoded with its `bytes` codec (little-endian, C order)."""
+    data = a.inline
+    if data is None or data.size == 0:
+        return
+    key = "c" if data.ndim == 0 else "c/" + "/".join("0" for _ in range(data.ndim))
+    yield key, np.ascontiguousarray(data).tobytes()
+
+
+def _write_json(path: Path, doc: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc, indent=2, allow_nan=False))

@@ -1,0 +1,388 @@
+"""Concatenation: many files' variables become one array per variable along one dimension.
+
+Along the concatenation dimension, the chunk lengths are every file's block lengths in file
+order (a rectilinear grid when they differ). Every other axis must agree across files.
+Everything that keeps a variable from being referenced exactly is a located `Problem`;
+all of them are collected before anything is returned.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..scan import read_values
+from ..scan._io import digest_blocks
+from ..types import (
+    REF_DTYPE,
+    ArrayPlan,
+    FileInventory,
+    Location,
+    Plan,
+    Problem,
+    Source,
+    Variable,
+)
+from .grid import block_lengths
+
+# Attributes whose drift between files changes what the numbers mean.
+MEANING_ATTRS = ("scale_factor", "add_offset", "units", "calendar", "_FillValue", "missing_value")
+# Problems a scanner raises when a variable's blocks cannot be referenced; inlining
+# (reading the values with the format's own library) resolves them.
+REFERENCE_KINDS = frozenset({"compact-layout", "external-storage", "virtual-dataset",
+                             "unsupported-filter", "filter-mask"})
+COMPARE_LIMIT = 64 * 2**20  # bytes of a non-concatenated variable compared across files
+
+
+@dataclass
+class ConcatOptions:
+    concat_dim: str | None = None
+    inline: frozenset[str] = frozenset()
+    drop: frozenset[str] = frozenset()
+    sort: bool = True
+
+
+@dataclass
+class _Context:
+    invs: list[FileInventory]
+    dim: str | None
+    opts: ConcatOptions
+    problems: list[Problem] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    # (file, variable) pairs whose scanner already reported why they cannot be used
+    reported: set[tuple[str, str]] = field(default_factory=set)
+
+    def problem(self, file: str | None, var: str | None, kind: str, msg: str,
+                axis: str | None = None, block: tuple[int, ...] | None = None) -> None:
+        self.problems.append(Problem(Location(file, var, axis, block), kind, msg))
+
+
+def plan_concat(inventories: Sequence[FileInventory], options: ConcatOptions | None = None
+                ) -> tuple[Plan, list[Problem]]:
+    """Plan one cube from `inventories` concatenated along `options.concat_dim`.
+
+    Returns the plan (possibly partial) and every problem found; the plan may be written
+    only when no problem is fatal.
+    """
+    opts = options or ConcatOptions()
+    invs = list(inventories)
+    ctx = _Context(invs, None, opts)
+    _carry_scan_problems(ctx)
+    ctx.dim = _choose_concat_dim(ctx)
+    if ctx.dim is not None and len(invs) > 1:
+        _order_by_coordinate(ctx)
+    invs = ctx.invs
+    sources = [Source(inv.path, inv.size, inv.mtime_ns) for inv in invs]
+    arrays: dict[str, ArrayPlan] = {}
+    for name in _variable_names(invs):
+        if name in opts.drop:
+            continue
+        array = _plan_variable(ctx, name)
+        if array is not None:
+            arrays[name] = array
+    groups = _groups(invs[0], arrays)
+    plan = Plan(sources=sources, groups=groups, arrays=arrays, concat_dim=ctx.dim, notes=ctx.notes)
+    return plan, ctx.problems
+
+
+# -- stack-level steps ---------------------------------------------------------------
+
+def _carry_scan_problems(ctx: _Context) -> None:
+    for inv in ctx.invs:
+        for p in inv.problems:
+            var = p.loc.variable
+            if var is not None and var in ctx.opts.drop:
+                continue
+            if var is not None and var in ctx.opts.inline and p.kind in REFERENCE_KINDS:
+                continue
+            ctx.problems.append(p)
+            if var is not None and p.fatal:
+                ctx.reported.add((inv.path, var))
+
+
+def _choose_concat_dim(ctx: _Context) -> str | None:
+    invs = ctx.invs
+    dim = ctx.opts.concat_dim
+    if dim is None:
+        first = invs[0]
+        unlimited = [d.name for d in first.dimensions.values() if d.unlimited and "/" not in d.name]
+        if unlimited:
+            dim = unlimited[0]
+        elif any("time" in v.dims for v in first.variables.values()):
+            dim = "time"
+        elif len(invs) > 1:
+            ctx.problem(None, None, "no-concat-dim",
+                        "the files have no unlimited dimension and no 'time' dimension: "
+                        "name the dimension to concatenate along with --concat-dim")
+            return None
+        else:
+            return None
+    for inv in invs:
+        if not any(dim in v.dims for v in inv.variables.values()):
+            have = sorted({d for v in inv.variables.values() for d in v.dims})
+            ctx.problem(inv.path, None, "concat-dim-missing",
+                        f"no variable has the dimension {dim!r} (dimensions: {', '.join(have)})",
+                        axis=dim)
+    return dim
+
+
+def _order_by_coordinate(ctx: _Context) -> None:
+    """Sort files by their first coordinate value along the concat dim, then check the
+    coordinate increases strictly across the whole stack."""
+    dim = ctx.dim
+    coords = [inv.variables.get(dim) for inv in ctx.invs]
+    if any(c is None or c.values is None for c in coords):
+        return
+    firsts = [c.values[0] if c.values.size else None for c in coords]
+    if any(f is None for f in firsts):
+        return  # a file without steps: nothing to order it by; the checks below still run
+    if ctx.opts.sort:
+        order = sorted(range(len(ctx.invs)), key=lambda i: firsts[i])  # stable
+        if order != list(range(len(ctx.invs))):
+            ctx.notes.append(
+                f"files were given out of {dim} order and were sorted by their {dim!r} "
+                "coordinate: " + ", ".join(ctx.invs[i].path for i in order))
+            ctx.invs = [ctx.invs[i] for i in order]
+            coords = [coords[i] for i in order]
+    prev_last = None
+    prev_path = None
+    seen: dict[bytes, str] = {}
+    for inv, c in zip(ctx.invs, coords):
+        vals = c.values
+        if vals.size > 1:
+            bad = np.flatnonzero(~(np.diff(vals) > 0))
+            if bad.size:
+                i = int(bad[0])
+                ctx.problem(inv.path, dim, "coordinate-not-increasing",
+                            f"{dim} values must increase strictly: index {i} is {vals[i]!r}, "
+                            f"index {i + 1} is {vals[i + 1]!r}", axis=dim)
+        key = vals.tobytes()
+        if key in seen:
+            ctx.problem(inv.path, dim, "duplicate-coordinate",
+                        f"the same {dim} values as {seen[key]} (the same steps twice: "
+                        "the same file given twice?)", axis=dim)
+        elif prev_last is not None and not vals[0] > prev_last:
+            ctx.problem(inv.path, dim, "coordinate-not-increasing",
+                        f"{dim} starts at {vals[0]!r}, not after the previous file's last "
+                        f"value {prev_last!r} ({prev_path}): the files overlap in {dim}",
+                        axis=dim)
+        seen.setdefault(key, inv.path)
+        prev_last = vals[-1]
+        prev_path = inv.path
+
+
+def _variable_names(invs: Iterable[FileInventory]) -> list[str]:
+    seen: dict[str, None] = {}
+    for inv in invs:
+        for name in inv.variables:
+            seen.setdefault(name, None)
+    return list(seen)
+
+
+def _groups(first: FileInventory, arrays: dict[str, ArrayPlan]) -> dict[str, dict]:
+    groups = {g: dict(a) for g, a in first.groups.items()}
+    for name in arrays:
+        parts = name.split("/")[:-1]
+        for i in range(len(parts) + 1):
+            groups.setdefault("/".join(parts[:i]), {})
+    return groups
+
+
+# -- one variable --------------------------------------------------------------------
+
+def _plan_variable(ctx: _Context, name: str) -> ArrayPlan | None:
+    invs = ctx.invs
+    vs: list[Variable | None] = [inv.variables.get(name) for inv in invs]
+    ok = True
+    for inv, v in zip(invs, vs):
+        if v is None and (inv.path, name) not in ctx.reported:
+            ctx.problem(inv.path, name, "missing-variable",
+                        f"{name!r} is in other files of the stack but not in this one")
+            ok = False
+        elif v is None:
+            ok = False
+    if not ok:
+        return None
+    vars_: list[Variable] = vs  # type: ignore[assignment]
+    inline = name in ctx.opts.inline
+    if any(v.blocks is None for v in vars_) and not inline:
+        return None  # the scanner reported why
+    first = vars_[0]
+    dim = ctx.dim
+    along = dim is not None and dim in first.dims
+    if not _consistent(ctx, name, vars_, along):
+        return None
+    k = first.dims.index(dim) if along else None
+    default_inline = first.is_coordinate and all(v.values is not None for v in vars_)
+    if inline or default_inline:
+        return _inline_array(ctx, name, vars_, k)
+    if along:
+        return _concat_array(ctx, name, vars_, k)
+    return _shared_array(ctx, name, vars_)
+
+
+def _consistent(ctx: _Context, name: str, vs: list[Variable], along: bool) -> bool:
+    first, path0 = vs[0], ctx.invs[0].path
+    dim = ctx.dim
+    before = len(ctx.problems)
+    for inv, v in zip(ctx.invs[1:], vs[1:]):
+        f = inv.path
+        if v.dims != first.dims:
+            ctx.problem(f, name, "dims-differ",
+                        f"dimensions {v.dims} differ from {first.dims} in {path0}")
+            continue
+        if v.dtype.newbyteorder("=") != first.dtype.newbyteorder("="):
+            ctx.problem(f, name, "dtype-differs", f"data type {v.dtype} differs from "
+                        f"{first.dtype} in {path0}")
+        for axis, (d, a, b) in enumerate(zip(v.dims, v.shape, first.shape)):
+            if d == dim and along:
+                continue
+            if a != b:
+                ctx.problem(f, name, "shape-differs", f"length {a} along {d!r} differs from "
+                            f"{b} in {path0}", axis=d)
+            elif v.blocks is not None and first.blocks is not None and \
+                    v.blocks.block_shape[axis] != first.blocks.block_shape[axis] and \
+                    name not in ctx.opts.inline and not first.is_coordinate:
+                ctx.problem(f, name, "blocks-differ",
+                            f"block length {v.blocks.block_shape[axis]} along {d!r} differs "
+                            f"from {first.blocks.block_shape[axis]} in {path0}; chunks across "
+                            "files must line up on every axis but the concatenated one", axis=d)
+        if name not in ctx.opts.inline and not first.is_coordinate and \
+                _codec_key(v.codecs) != _codec_key(first.codecs):
+            ctx.problem(f, name, "codecs-differ",
+                        f"codecs {_codec_names(v.codecs)} differ from {_codec_names(first.codecs)} "
+                        f"in {path0}; one array has one codec pipeline")
+        if not _same_value(v.fill_value, first.fill_value):
+            ctx.problem(f, name, "fill-value-differs",
+                        f"fill value {v.fill_value!r} differs from {first.fill_value!r} in {path0}")
+        for key in MEANING_ATTRS:
+            a, b = v.attrs.get(key), first.attrs.get(key)
+            if not _same_value(a, b):
+                ctx.problem(f, name, "attribute-drift",
+                            f"attribute {key!r} is {a!r} here but {b!r} in {path0}: the values "
+                            "would mean different things in one array")
+    return len(ctx.problems) == before
+
+
+def _concat_array(ctx: _Context, name: str, vs: list[Variable], k: int) -> ArrayPlan | None:
+    first = vs[0]
+    dim = ctx.dim
+    lengths_k: list[int] = []
+    parts: list[np.ndarray] = []
+    last = len(vs) - 1
+    ok = True
+    for i, (inv, v) in enumerate(zip(ctx.invs, vs)):
+        n, b = v.shape[k], v.blocks.block_shape[k]
+        lens = block_lengths(n, b, v.blocks.padded)
+        if v.blocks.padded and n % b and i != last:
+            j = len(lens) - 1
+            ctx.problem(inv.path, name, "padded-block",
+                        f"block {j} along {dim!r} is stored padded to {b} steps but holds "
+                        f"{n % b} (steps {j * b}..{n - 1} of {n}); a padded block can only be "
+                        "the last chunk of the cube, and more files follow this one",
+                        axis=dim, block=(j,))
+            ok = False
+        lengths_k.extend(lens)
+        refs = v.blocks.refs.copy()
+        refs["path"] = i
+        parts.append(refs)
+    if not ok:
+        return None
+    chunk_lengths = []
+    for axis, (n, b) in enumerate(zip(first.shape, first.blocks.block_shape)):
+        if axis == k:
+            chunk_lengths.append(tuple(lengths_k))
+        else:
+            chunk_lengths.append(tuple(block_lengths(n, b, first.blocks.padded)))
+    shape = list(first.shape)
+    shape[k] = sum(v.shape[k] for v in vs)
+    refs = np.concatenate(parts, axis=k) if parts else np.zeros((0,), REF_DTYPE)
+    return ArrayPlan(name=name, dtype=first.dtype, shape=tuple(shape), dims=first.dims,
+                     chunk_lengths=tuple(chunk_lengths), codecs=first.codecs,
+                     fill_value=first.fill_value, attrs=dict(first.attrs), refs=refs)
+
+
+def _shared_array(ctx: _Context, name: str, vs: list[Variable]) -> ArrayPlan | None:
+    """A variable without the concat dimension: the same in every file, referenced once."""
+    first = vs[0]
+    total = int(first.blocks.refs["length"].sum())
+    if len(vs) > 1:
+        if total <= COMPARE_LIMIT:
+            d0 = digest_blocks(ctx.invs[0].path, first.blocks.refs)
+            for inv, v in zip(ctx.invs[1:], vs[1:]):
+                if digest_blocks(inv.path, v.blocks.refs) != d0:
+                    ctx.problem(inv.path, name, "differs-between-files",
+                                f"{name!r} has no {ctx.dim!r} axis, so it must be the same in "
+                                f"every file, but its stored bytes differ from {ctx.invs[0].path}")
+                    return None
+        else:
+            ctx.notes.append(f"{name}: {total} stored bytes per file, not compared across files "
+                             "(taken from the first file)")
+    refs = first.blocks.refs.copy()
+    refs["path"] = 0
+    chunk_lengths = tuple(tuple(block_lengths(n, b, first.blocks.padded))
+                          for n, b in zip(first.shape, first.blocks.block_shape))
+    return ArrayPlan(name=name, dtype=first.dtype, shape=first.shape, dims=first.dims,
+                     chunk_lengths=chunk_lengths, codecs=first.codecs,
+                     fill_value=first.fill_value, attrs=dict(first.attrs), refs=refs)
+
+
+def _inline_array(ctx: _Context, name: str, vs: list[Variable], k: int | None) -> ArrayPlan | None:
+    """Values stored in the cube itself: coordinates by default, others on request."""
+    first = vs[0]
+    values = []
+    for inv, v in zip(ctx.invs, vs):
+        values.append(v.values if v.values is not None else read_values(inv.path, name))
+    if k is not None:
+        data = np.concatenate(values, axis=k)
+    else:
+        data = values[0]
+        for inv, other in zip(ctx.invs[1:], values[1:]):
+            if not np.array_equal(other, data, equal_nan=data.dtype.kind in "fc"):
+                ctx.problem(inv.path, name, "differs-between-files",
+                            f"{name!r} has no {ctx.dim!r} axis, so it must be the same in every "
+                            f"file, but its values differ from {ctx.invs[0].path}")
+                return None
+    dtype = first.dtype.newbyteorder("<") if first.dtype.itemsize > 1 else first.dtype
+    data = np.ascontiguousarray(data, dtype=dtype)
+    chunk_lengths = tuple((max(n, 1),) for n in data.shape)
+    return ArrayPlan(name=name, dtype=dtype, shape=tuple(data.shape), dims=first.dims,
+                     chunk_lengths=chunk_lengths, codecs=[_le_bytes(dtype)],
+                     fill_value=first.fill_value, attrs=dict(first.attrs), refs=None, inline=data)
+
+
+# -- comparisons ---------------------------------------------------------------------
+
+def _le_bytes(dtype: np.dtype) -> dict:
+    if dtype.itemsize == 1:
+        return {"name": "bytes", "configuration": {}}
+    return {"name": "bytes", "configuration": {"endian": "little"}}
+
+
+def _codec_key(codecs: list[dict]) -> list:
+    """Codecs compared by what decodes them: a zlib/zstd level does not change decoding."""
+    out = []
+    for c in codecs:
+        conf = {k: v for k, v in (c.get("configuration") or {}).items() if k != "level"}
+        out.append((c["name"], sorted(conf.items())))
+    return out
+
+
+def _codec_names(codecs: list[dict]) -> str:
+    return "[" + ", ".join(c["name"] for c in codecs) + "]"
+
+
+def _same_value(a, b) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    try:
+        x, y = np.asarray(a), np.asarray(b)
+        if x.shape != y.shape:
+            return False
+        if x.dtype.kind in "fc" and y.dtype.kind in "fc":
+            return bool(np.array_equal(x, y, equal_nan=True))
+        return bool(np.array_equal(x, y))
+    except Exception:
+        return a == b

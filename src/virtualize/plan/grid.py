@@ -1,0 +1,80 @@
+"""Grid arithmetic: block lengths along an axis, run-length encoding, chunk lookup. Pure."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+
+def block_lengths(n: int, block: int, padded: bool) -> list[int]:
+    """The chunk lengths one file's blocks give along an axis of length `n`.
+
+    Blocks are `block` long; the last is short when `block` does not divide `n`. A padded
+    last block (HDF5 chunks, TIFF tiles) is stored at the full `block` size, so it can only
+    be described as a chunk of `block` that overhangs the end; an unpadded one (TIFF
+    strips, netCDF classic) is stored at its true length.
+    """
+    if n == 0:
+        return []
+    full, rest = divmod(n, block)
+    out = [block] * full
+    if rest:
+        out.append(block if padded else rest)
+    return out
+
+
+def rle(lengths: Sequence[int]) -> list[int | list[int]]:
+    """Run-length encode chunk lengths the way the rectilinear grid spells them:
+    [31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31] → [31, 29, 31, 30, 31, 30, [31, 2], 30,
+    31, 30, 31]. Runs of one stay bare integers."""
+    out: list[int | list[int]] = []
+    i = 0
+    n = len(lengths)
+    while i < n:
+        j = i
+        while j + 1 < n and lengths[j + 1] == lengths[i]:
+            j += 1
+        count = j - i + 1
+        out.append(int(lengths[i]) if count == 1 else [int(lengths[i]), count])
+        i = j + 1
+    return out
+
+
+def unrle(spec: int | Sequence[int | Sequence[int]], extent: int) -> list[int]:
+    """Decode one axis of `chunk_shapes` (an integer, or a list of lengths and runs)."""
+    if isinstance(spec, int):
+        if extent == 0:
+            return []
+        return [spec] * (-(-extent // spec))
+    out: list[int] = []
+    for item in spec:
+        if isinstance(item, int):
+            out.append(item)
+        else:
+            length, count = item
+            out.extend([int(length)] * int(count))
+    return out
+
+
+def is_regular(lengths: Sequence[int]) -> bool:
+    """True when every chunk along the axis has the same length (only the last may
+    overhang, which a regular grid allows)."""
+    return len(set(lengths)) <= 1
+
+
+def axis_spec(lengths: Sequence[int], extent: int) -> int | list[int | list[int]]:
+    """One axis of a rectilinear `chunk_shapes`: an integer when regular, else runs."""
+    if not lengths:
+        return max(extent, 1)
+    if is_regular(lengths):
+        return int(lengths[0])
+    return rle(lengths)
+
+
+def chunk_of(lengths: Sequence[int], index: int) -> tuple[int, int]:
+    """The chunk holding `index` along an axis and the position inside it."""
+    edges = np.cumsum(lengths)
+    k = int(np.searchsorted(edges, index, side="right"))
+    start = int(edges[k - 1]) if k else 0
+    return k, index - start

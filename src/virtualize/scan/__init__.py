@@ -1,0 +1,58 @@
+"""Scanners: one module per format, each turning a file into a `FileInventory` without
+reading its data (only headers, block indexes, and small coordinate variables)."""
+
+from __future__ import annotations
+
+import os
+
+from ..types import FileInventory, Location, Problem, VirtualizeError
+from ._io import find_hdf5_signature, sniff
+
+
+def detect_format(path: str) -> str | None:
+    with open(path, "rb") as f:
+        fmt = sniff(f.read(8))
+        if fmt is None and find_hdf5_signature(f):
+            fmt = "hdf5"
+    return fmt
+
+
+def scan(path: str | os.PathLike) -> FileInventory:
+    """Scan one file (HDF5, netCDF-4 or netCDF classic) into its inventory.
+
+    Raises `VirtualizeError` (carrying one located problem) when the file cannot be read
+    at all: missing, unknown format, truncated or corrupt.
+    """
+    path = os.path.abspath(os.fspath(path))
+    try:
+        fmt = detect_format(path)
+    except OSError as e:
+        raise VirtualizeError([Problem(Location(path), "unreadable", str(e.strerror or e))],
+                              f"{path}: cannot be read") from None
+    try:
+        if fmt == "hdf5":
+            from .hdf5 import scan_hdf5
+            return scan_hdf5(path)
+        if fmt == "netcdf3":
+            from .netcdf3 import scan_netcdf3
+            return scan_netcdf3(path)
+    except VirtualizeError:
+        raise
+    except Exception as e:  # a library's own error: name the file and what it said
+        raise VirtualizeError([Problem(Location(path), "corrupt", f"{type(e).__name__}: {e}")],
+                              f"{path}: cannot be scanned") from None
+    what = {"tiff": "TIFF files are not supported yet"}.get(fmt or "", "not an HDF5, netCDF-4 or netCDF classic file")
+    raise VirtualizeError([Problem(Location(path), "unknown-format", what)], f"{path}: {what}")
+
+
+def read_values(path: str, variable: str):
+    """Decode one variable's full data with the format's own library (for inlining)."""
+    fmt = detect_format(path)
+    if fmt == "hdf5":
+        import h5py
+        with h5py.File(path, "r") as f:
+            return f[variable][()]
+    if fmt == "netcdf3":
+        from .netcdf3 import read_netcdf3_values
+        return read_netcdf3_values(path, variable)
+    raise ValueError(f"{path}: cannot read {variable}")

@@ -1,0 +1,332 @@
+"""HDF5 and netCDF-4 files: block tables from each dataset's chunk index, via h5py.
+
+One `chunk_iter` pass per chunked dataset (never `get_chunk_info(i)` in a loop, which is
+O(N) per call); groups are walked with `keys()`; data is read only for small 1-D coordinate
+variables, whose values the planner checks and inlines.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import h5py
+import numpy as np
+
+from ..types import (
+    BlockTable,
+    Dimension,
+    FileInventory,
+    Location,
+    Problem,
+    Variable,
+    empty_refs,
+)
+from ._io import CountingFile
+
+# Attributes that HDF5 dimension scales and the netCDF-4 library keep for themselves.
+HIDDEN_ATTRS = frozenset({
+    "DIMENSION_LIST", "REFERENCE_LIST", "CLASS", "NAME", "_Netcdf4Dimid",
+    "_Netcdf4Coordinates", "_NCProperties", "_nc3_strict", "_SuperblockVersion",
+    "_IsNetcdf4",
+})
+NC_DIM_ONLY = "This is a netCDF dimension but not a netCDF variable"
+COORD_VALUES_LIMIT = 10_000_000  # elements: coordinate variables larger than this are not read
+
+
+def scan_hdf5(path: str) -> FileInventory:
+    """Scan one HDF5 / netCDF-4 file. Never raises for content problems: they are returned."""
+    st = os.stat(path)
+    with CountingFile(path) as fobj:
+        try:
+            f = h5py.File(fobj, "r")
+        except Exception as e:  # h5py raises OSError / RuntimeError with HDF5's text
+            raise OSError(f"{path}: not a readable HDF5 file ({e})") from e
+        with f:
+            inv = _Scanner(path, f).run(st.st_size, st.st_mtime_ns)
+        inv.bytes_read = fobj.bytes_read
+    return inv
+
+
+class _Scanner:
+    def __init__(self, path: str, f: h5py.File):
+        self.path = path
+        self.f = f
+        self.groups: dict[str, dict[str, Any]] = {}
+        self.dims: dict[str, Dimension] = {}
+        self.variables: dict[str, Variable] = {}
+        self.problems: list[Problem] = []
+        self.netcdf4 = "_NCProperties" in f.attrs
+        self._phony: dict[tuple[str, int], str] = {}
+        self._datasets: list[tuple[str, h5py.Dataset]] = []
+
+    def problem(self, var: str | None, kind: str, msg: str, fatal: bool = True,
+                block: tuple[int, ...] | None = None) -> None:
+        self.problems.append(Problem(Location(self.path, var, None, block), kind, msg, fatal))
+
+    def run(self, size: int, mtime_ns: int) -> FileInventory:
+        self._walk(self.f, "")
+        # Dimension scales first, so variables can name their dimensions.
+        for name, ds in self._datasets:
+            if _is_dimension_scale(ds):
+                self.netcdf4 = self.netcdf4 or "_Netcdf4Dimid" in ds.attrs
+                self.dims[name] = Dimension(name, int(ds.shape[0]) if ds.ndim else 1,
+                                            ds.maxshape[0] is None if ds.ndim else False)
+        for name, ds in self._datasets:
+            if _is_dimension_scale(ds) and _attr_text(ds.attrs.get("NAME")).startswith(NC_DIM_ONLY):
+                continue  # a netCDF dimension without a variable
+            var = self._variable(name, ds)
+            if var is not None:
+                self.variables[name] = var
+        return FileInventory(self.path, "netcdf4" if self.netcdf4 else "hdf5", size, mtime_ns,
+                             self.groups, self.dims, self.variables, self.problems)
+
+    def _walk(self, g: h5py.Group, prefix: str) -> None:
+        self.groups[prefix] = read_attrs(g.attrs)
+        for key in g.keys():
+            name = f"{prefix}/{key}" if prefix else key
+            link = g.get(key, getlink=True)
+            if isinstance(link, h5py.ExternalLink):
+                self.problem(name, "external-link",
+                             f"external link to {link.filename}:{link.path} cannot be referenced")
+                continue
+            if isinstance(link, h5py.SoftLink):
+                self.problem(name, "soft-link", f"soft link to {link.path}: skipped "
+                             "(the target is virtualized under its own name)", fatal=False)
+                continue
+            obj = g.get(key)
+            if isinstance(obj, h5py.Group):
+                self._walk(obj, name)
+            elif isinstance(obj, h5py.Dataset):
+                self._datasets.append((name, obj))
+            else:
+                self.problem(name, "unsupported-object", "named datatype or unknown object: skipped",
+                             fatal=False)
+
+    # -- one dataset -------------------------------------------------------------------
+
+    def _variable(self, name: str, ds: h5py.Dataset) -> Variable | None:
+        dtype, enum = _numeric_dtype(ds.dtype)
+        if dtype is None:
+            self.problem(name, "unsupported-type",
+                         f"data type {ds.dtype} (string, compound, vlen or reference) is not "
+                         "supported: variable skipped", fatal=False)
+            return None
+        shape = tuple(int(n) for n in ds.shape) if ds.shape is not None else None
+        if shape is None:
+            self.problem(name, "unsupported-type", "null dataspace: skipped", fatal=False)
+            return None
+        attrs = read_attrs(ds.attrs)
+        if enum is not None:
+            attrs["_enum"] = {k: int(v) for k, v in enum.items()}
+        dims = self._dims(name, ds)
+        blocks, codecs = self._blocks(name, ds, dtype)
+        fill = _fill_value(ds, dtype)
+        is_coord = len(shape) == 1 and dims[0] == name.rpartition("/")[2]
+        values = None
+        if is_coord and shape[0] <= COORD_VALUES_LIMIT:
+            values = ds[()]
+        return Variable(name=name, dtype=dtype, shape=shape, dims=dims, attrs=attrs,
+                        fill_value=fill, codecs=codecs, blocks=blocks, values=values,
+                        is_coordinate=is_coord)
+
+    def _dims(self, name: str, ds: h5py.Dataset) -> tuple[str, ...]:
+        if ds.ndim == 0:
+            return ()
+        base = name.rpartition("/")[2]
+        if _is_dimension_scale(ds) and ds.ndim == 1:
+            return (base,)
+        dims: list[str] = []
+        dl = ds.attrs.get("DIMENSION_LIST") if "DIMENSION_LIST" in ds.attrs else None
+        for axis in range(ds.ndim):
+            dim = None
+            if dl is not None and axis < len(dl) and len(dl[axis]):
+                try:
+                    dim = self.f[dl[axis][0]].name.rpartition("/")[2]
+                except Exception:
+                    dim = None
+            dims.append(dim or self._phony_dim(name, int(ds.shape[axis])))
+        return tuple(dims)
+
+    def _phony_dim(self, name: str, size: int) -> str:
+        # netCDF-C's convention: one phony dimension per distinct length, per group.
+        group = name.rpartition("/")[0]
+        key = (group, size)
+        if key not in self._phony:
+            self._phony[key] = f"phony_dim_{sum(1 for g, _ in self._phony if g == group)}"
+        return self._phony[key]
+
+    def _blocks(self, name: str, ds: h5py.Dataset, dtype: np.dtype):
+        dcpl = ds.id.get_create_plist()
+        layout = dcpl.get_layout()
+        shape = tuple(int(n) for n in ds.shape)
+        codecs = [bytes_codec(dtype)]
+        if dcpl.get_external_count() > 0:
+            self.problem(name, "external-storage",
+                         "cannot be referenced: data is stored in external raw files")
+            return None, codecs
+        if layout == h5py.h5d.COMPACT:
+            self.problem(name, "compact-layout",
+                         "cannot be referenced: compact layout (data lives in the object "
+                         "header); inline it with --inline or drop it with --drop")
+            return None, codecs
+        if layout == h5py.h5d.VIRTUAL:
+            self.problem(name, "virtual-dataset",
+                         "cannot be referenced: HDF5 virtual dataset (VDS); virtualize its "
+                         "source files instead")
+            return None, codecs
+        if layout == h5py.h5d.CONTIGUOUS:
+            block_shape = tuple(max(n, 1) for n in shape)
+            refs = empty_refs(tuple(1 for _ in shape))
+            offset = ds.id.get_offset()
+            nbytes = ds.id.get_storage_size()
+            if offset is not None and nbytes:
+                refs[(0,) * len(shape)] = (0, offset, nbytes)
+            return BlockTable(block_shape, padded=False, refs=refs), codecs
+        # chunked
+        chunks = tuple(int(c) for c in ds.chunks)
+        filters, ok = self._filters(name, dcpl, dtype)
+        if not ok:
+            return None, codecs
+        codecs += filters
+        grid = tuple(-(-n // c) for n, c in zip(shape, chunks))
+        refs = empty_refs(grid)
+        coords: list[tuple[int, ...]] = []
+        offsets: list[int] = []
+        sizes: list[int] = []
+        masks: list[int] = []
+
+        def visit(info) -> None:
+            coords.append(info.chunk_offset)
+            offsets.append(info.byte_offset)
+            sizes.append(info.size)
+            masks.append(info.filter_mask)
+
+        if all(grid):
+            ds.id.chunk_iter(visit)
+        odd = None
+        if offsets:
+            idx = np.asarray(coords, dtype=np.int64) // np.asarray(chunks, dtype=np.int64)
+            where = tuple(idx.T)
+            refs["offset"][where] = offsets
+            refs["length"][where] = sizes
+            mask = np.asarray(masks)
+            if mask.any():
+                odd = idx[mask != 0]
+                for b in odd[:20]:
+                    self.problem(name, "filter-mask",
+                                 "this chunk was stored with part of the filter pipeline "
+                                 "skipped (HDF5 filter mask), so it decodes differently from "
+                                 "the others", block=tuple(int(i) for i in b))
+                if len(odd) > 20:
+                    self.problem(name, "filter-mask",
+                                 f"... and {len(odd) - 20} more chunks with a filter mask")
+                return None, codecs
+        return BlockTable(chunks, padded=True, refs=refs, odd_filter_mask=odd), codecs
+
+    def _filters(self, name: str, dcpl, dtype: np.dtype) -> tuple[list[dict], bool]:
+        out: list[dict] = []
+        ok = True
+        for i in range(dcpl.get_nfilters()):
+            code, _flags, values, fname = dcpl.get_filter(i)
+            codec = hdf5_filter_codec(code, tuple(values), dtype)
+            if codec is None:
+                label = fname.decode(errors="replace") if isinstance(fname, bytes) else fname
+                self.problem(name, "unsupported-filter",
+                             f"HDF5 filter {code} ({label}) has no zarr codec that decodes it "
+                             "exactly")
+                ok = False
+            else:
+                out.append(codec)
+        return out, ok
+
+
+# -- helpers, pure ---------------------------------------------------------------------
+
+def bytes_codec(dtype: np.dtype) -> dict[str, Any]:
+    if dtype.itemsize == 1:
+        return {"name": "bytes", "configuration": {}}
+    endian = "big" if dtype.byteorder == ">" or (dtype.byteorder == "=" and
+                                                 np.little_endian is False) else "little"
+    return {"name": "bytes", "configuration": {"endian": endian}}
+
+
+def hdf5_filter_codec(code: int, values: tuple[int, ...], dtype: np.dtype) -> dict | None:
+    """The zarr v3 codec that decodes HDF5 filter `code` exactly, or None."""
+    if code == h5py.h5z.FILTER_DEFLATE:  # HDF5 stores zlib streams (not gzip)
+        return {"name": "numcodecs.zlib", "configuration": {"level": int(values[0]) if values else 1}}
+    if code == h5py.h5z.FILTER_SHUFFLE:
+        return {"name": "numcodecs.shuffle", "configuration": {"elementsize": int(dtype.itemsize)}}
+    if code == h5py.h5z.FILTER_FLETCHER32:
+        return {"name": "numcodecs.fletcher32", "configuration": {}}
+    if code == 32015:  # zstd: plain zstd frames
+        return {"name": "numcodecs.zstd", "configuration": {"level": int(values[0]) if values else 0}}
+    if code == 32001:  # blosc: standard blosc1 frames; parameters live in each frame
+        return {"name": "numcodecs.blosc", "configuration": {}}
+    # szip (4), nbit (5), scaleoffset (6), lz4 (32004, own framing), bitshuffle (32008, own
+    # header) and unknown filters have no exact zarr codec.
+    return None
+
+
+def _numeric_dtype(dt: np.dtype) -> tuple[np.dtype | None, dict | None]:
+    enum = h5py.check_enum_dtype(dt)
+    if enum is not None:
+        base = dt.base if dt.kind in "iub" else np.dtype(dt.str)
+        if dt.kind == "b":
+            return np.dtype(bool), None
+        return np.dtype(base.str), dict(enum)
+    if dt.kind in "biufc" and dt.fields is None and h5py.check_vlen_dtype(dt) is None:
+        return np.dtype(dt.str if dt.kind != "b" else bool), None
+    return None, None
+
+
+def _fill_value(ds: h5py.Dataset, dtype: np.dtype):
+    try:
+        fv = ds.fillvalue
+    except Exception:
+        fv = None
+    if fv is None:
+        return np.zeros((), dtype=dtype)[()]
+    return np.asarray(fv).astype(dtype)[()]
+
+
+def _is_dimension_scale(ds: h5py.Dataset) -> bool:
+    return _attr_text(ds.attrs.get("CLASS")) == "DIMENSION_SCALE" if "CLASS" in ds.attrs else False
+
+
+def _attr_text(v: Any) -> str:
+    if isinstance(v, bytes):
+        return v.decode("utf-8", errors="replace")
+    if isinstance(v, np.ndarray) and v.size == 1:
+        return _attr_text(v.reshape(-1)[0])
+    return v if isinstance(v, str) else ""
+
+
+def read_attrs(attrs: h5py.AttributeManager) -> dict[str, Any]:
+    """Attributes as plain Python (lists, scalars, str), length-1 arrays as scalars, as
+    netCDF4-python and xarray present them."""
+    out: dict[str, Any] = {}
+    for key in attrs.keys():
+        if key in HIDDEN_ATTRS:
+            continue
+        try:
+            v = attrs[key]
+        except Exception:  # attribute of a type h5py cannot read
+            continue
+        out[key] = plain(v)
+    return out
+
+
+def plain(v: Any) -> Any:
+    if isinstance(v, bytes):
+        return v.decode("utf-8", errors="replace")
+    if isinstance(v, np.ndarray):
+        if v.dtype.kind in "SUO":
+            items = [plain(x) for x in v.reshape(-1).tolist()]
+            return items[0] if len(items) == 1 else items
+        if v.size == 1:
+            return v.reshape(-1)[0].item()
+        return v.tolist()
+    if isinstance(v, np.generic):
+        return v.item()
+    return v

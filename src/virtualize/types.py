@@ -1,0 +1,232 @@
+"""The values that flow scan → plan → emit.
+
+Everything here is plain data: no I/O, no imports of the rest of the package. A scanner
+returns a `FileInventory` (one file's variables with their `BlockTable`s), the planner turns
+many inventories into a `Plan` (one `ArrayPlan` per output array) plus `Problem`s, and the
+emitters write a plan. Problems are values, collected and reported together.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+# One reference in a manifest: which source (index into a path table), where, how long.
+# length == 0 means "no stored block": the chunk reads as the fill value.
+REF_DTYPE = np.dtype([("path", "<u4"), ("offset", "<u8"), ("length", "<u8")], align=False)
+
+
+def empty_refs(grid_shape: tuple[int, ...]) -> np.ndarray:
+    """A dense manifest with every chunk missing (reads as fill)."""
+    return np.zeros(grid_shape, dtype=REF_DTYPE)
+
+
+@dataclass(frozen=True)
+class Location:
+    """Where a problem is: as much of file / variable / axis / block as is known."""
+
+    file: str | None = None
+    variable: str | None = None
+    axis: str | None = None
+    block: tuple[int, ...] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {"file": self.file, "variable": self.variable, "axis": self.axis}
+        d["block"] = list(self.block) if self.block is not None else None
+        return d
+
+    def __str__(self) -> str:
+        parts = []
+        if self.file:
+            parts.append(self.file)
+        if self.variable:
+            parts.append(self.variable)
+        if self.axis:
+            parts.append(f"axis {self.axis}")
+        if self.block is not None:
+            parts.append(f"block {tuple(self.block)}")
+        return " / ".join(parts) or "(stack)"
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Something that keeps (part of) a stack from being referenced exactly.
+
+    `kind` is a stable machine-readable word (documented in docs/problems.md);
+    `message` says what is wrong in words; `fatal` problems stop the cube from being
+    written, non-fatal ones (e.g. an unsupported variable that is skipped) are reported
+    and the rest is virtualized.
+    """
+
+    loc: Location
+    kind: str
+    message: str
+    fatal: bool = True
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"loc": self.loc.to_dict(), "kind": self.kind, "message": self.message,
+                "fatal": self.fatal}
+
+    def __str__(self) -> str:
+        return f"{self.loc}: {self.kind}: {self.message}"
+
+
+class VirtualizeError(Exception):
+    """Raised by API calls that cannot return problems; carries all of them."""
+
+    def __init__(self, problems: list[Problem] | tuple[Problem, ...], headline: str | None = None):
+        self.problems = tuple(problems)
+        lines = [headline or f"{len(self.problems)} problem(s) prevent this"]
+        lines += [f"  - {p}" for p in self.problems[:50]]
+        if len(self.problems) > 50:
+            lines.append(f"  ... and {len(self.problems) - 50} more")
+        super().__init__("\n".join(lines))
+
+
+@dataclass
+class BlockTable:
+    """A variable's stored blocks in one file, as a dense numpy manifest.
+
+    `block_shape` is the file's (regular) block shape. Along each axis the file holds
+    ceil(n / b) blocks; the last one is short when b does not divide n. `padded` says how
+    a short last block is stored: True (HDF5 chunks, TIFF tiles) when it is stored at the
+    full block size with padding, False (TIFF strips, netCDF classic) when it is stored at
+    its true length. `refs` has one entry per block (C order over the block grid) with
+    `path` always 0 (the file itself); `length == 0` marks a block never written.
+    """
+
+    block_shape: tuple[int, ...]
+    padded: bool
+    refs: np.ndarray  # REF_DTYPE, shape == grid shape
+    # Blocks whose stored filter pipeline differs from the variable's (HDF5 filter mask).
+    odd_filter_mask: np.ndarray | None = None  # int64 (k, ndim) block indices
+
+    @property
+    def grid_shape(self) -> tuple[int, ...]:
+        return tuple(self.refs.shape)
+
+
+@dataclass
+class Variable:
+    """One array of one file, as a scanner found it."""
+
+    name: str  # full path inside the file, groups separated by '/', no leading '/'
+    dtype: np.dtype  # with its stored byte order
+    shape: tuple[int, ...]
+    dims: tuple[str, ...]
+    attrs: dict[str, Any]
+    fill_value: Any  # what a never-written block reads as (numpy scalar or None)
+    codecs: list[dict[str, Any]]  # zarr v3 codecs after decoding order: bytes codec first
+    blocks: BlockTable
+    values: np.ndarray | None = None  # small coordinate variables: their data, for checks/inlining
+    is_coordinate: bool = False  # 1-D and named after its dimension
+
+    @property
+    def group(self) -> str:
+        return self.name.rpartition("/")[0]
+
+    @property
+    def basename(self) -> str:
+        return self.name.rpartition("/")[2]
+
+
+@dataclass
+class Dimension:
+    name: str  # full path like variables ('grp/time' for a dimension defined in grp)
+    size: int
+    unlimited: bool = False
+
+
+@dataclass
+class FileInventory:
+    """What a scanner found in one file, without reading its data."""
+
+    path: str
+    format: str  # 'hdf5', 'netcdf4', 'netcdf3-cdf1', ...
+    size: int
+    mtime_ns: int
+    groups: dict[str, dict[str, Any]]  # group path ('' = root) -> attributes
+    dimensions: dict[str, Dimension]
+    variables: dict[str, Variable]
+    problems: list[Problem] = field(default_factory=list)
+    bytes_read: int = 0
+
+
+@dataclass
+class Source:
+    """A file the cube references, with what it looked like when referenced."""
+
+    path: str
+    size: int
+    mtime_ns: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "size": self.size, "mtime_ns": self.mtime_ns}
+
+
+@dataclass
+class ArrayPlan:
+    """One output array: its metadata and where each chunk's bytes are."""
+
+    name: str
+    dtype: np.dtype
+    shape: tuple[int, ...]
+    dims: tuple[str, ...]
+    chunk_lengths: tuple[tuple[int, ...], ...]  # per axis, every chunk's length (last may overhang)
+    codecs: list[dict[str, Any]]
+    fill_value: Any
+    attrs: dict[str, Any]
+    refs: np.ndarray | None  # REF_DTYPE over the chunk grid, paths index Plan.sources
+    inline: np.ndarray | None = None  # values stored in the cube itself instead of refs
+
+    @property
+    def grid_shape(self) -> tuple[int, ...]:
+        return tuple(len(c) for c in self.chunk_lengths)
+
+
+@dataclass
+class Plan:
+    """A whole cube: groups with attributes, arrays, and the sources they reference."""
+
+    sources: list[Source]
+    groups: dict[str, dict[str, Any]]
+    arrays: dict[str, ArrayPlan]
+    concat_dim: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Report:
+    """The answer to "can this stack be virtualized?"."""
+
+    files: list[str]
+    problems: list[Problem]
+    plan: Plan | None
+    notes: list[str] = field(default_factory=list)
+    bytes_read: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.plan is not None and not any(p.fatal for p in self.problems)
+
+    def to_dict(self) -> dict[str, Any]:
+        plan = self.plan
+        return {
+            "ok": self.ok,
+            "files": self.files,
+            "problems": [p.to_dict() for p in self.problems],
+            "notes": list(self.notes),
+            "bytes_read": dict(self.bytes_read),
+            "arrays": {
+                name: {
+                    "shape": list(a.shape),
+                    "dims": list(a.dims),
+                    "dtype": str(a.dtype),
+                    "chunks": int(np.prod(a.grid_shape)) if a.grid_shape else 1,
+                    "inline": a.inline is not None,
+                }
+                for name, a in (plan.arrays.items() if plan else ())
+            },
+        }

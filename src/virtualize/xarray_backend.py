@@ -1,0 +1,38 @@
+"""xarray backend: `xr.open_dataset("cube.zarr", engine="virtualize")`."""
+
+from __future__ import annotations
+
+import os
+
+from xarray.backends import BackendEntrypoint
+from xarray.backends.zarr import ZarrBackendEntrypoint
+
+from .read import CubeStore, kerchunk_store, rectilinear_enabled
+
+
+class VirtualizeBackendEntrypoint(BackendEntrypoint):
+    description = "Open a virtualize cube (or its kerchunk reference JSON) with xarray"
+    url = "https://example.invalid/virtualize/docs"
+    open_dataset_parameters = ("filename_or_obj", "drop_variables", "group", "mask_and_scale",
+                               "decode_times", "decode_timedelta", "use_cftime", "concat_characters",
+                               "decode_coords")
+
+    def open_dataset(self, filename_or_obj, *, drop_variables=None, group=None,
+                     mask_and_scale=True, decode_times=True, decode_timedelta=None,
+                     use_cftime=None, concat_characters=True, decode_coords=True,
+                     check_sources=True):
+        path = os.fspath(filename_or_obj)
+        store = kerchunk_store(path) if path.endswith(".json") else CubeStore(
+            path, check_sources=check_sources)
+        with rectilinear_enabled():
+            return ZarrBackendEntrypoint().open_dataset(
+                store, group=group, drop_variables=drop_variables, mask_and_scale=mask_and_scale,
+                decode_times=decode_times, decode_timedelta=decode_timedelta,
+                use_cftime=use_cftime, concat_characters=concat_characters,
+                decode_coords=decode_coords, zarr_format=3, consolidated=False)
+
+    def guess_can_open(self, filename_or_obj) -> bool:
+        try:
+            return os.path.isfile(os.path.join(os.fspath(filename_or_obj), "virtualize.json"))
+        except TypeError:
+            return False
