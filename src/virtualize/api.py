@@ -74,7 +74,7 @@ def virtualize(paths: Iterable[PathLike] | PathLike, out: PathLike, concat_dim: 
     if not report.ok:
         raise VirtualizeError([p for p in report.problems if p.fatal],
                               f"cannot virtualize: {sum(p.fatal for p in report.problems)} "
-                              "problem(s); nothing was written")
+                              "problem(s); nothing was written", report=report)
     if kind == "kerchunk":
         write_kerchunk(report.plan, out, overwrite)
     else:

@@ -76,8 +76,10 @@ class Problem:
 class VirtualizeError(Exception):
     """Raised by API calls that cannot return problems; carries all of them."""
 
-    def __init__(self, problems: list[Problem] | tuple[Problem, ...], headline: str | None = None):
+    def __init__(self, problems: list[Problem] | tuple[Problem, ...], headline: str | None = None,
+                 report: Report | None = None):
         self.problems = tuple(problems)
+        self.report = report  # the whole report, when the error comes from a stack check
         lines = [headline or f"{len(self.problems)} problem(s) prevent this"]
         lines += [f"  - {p}" for p in self.problems[:50]]
         if len(self.problems) > 50:

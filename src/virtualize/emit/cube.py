@@ -43,7 +43,7 @@ def write_cube(plan: Plan, dest: str | Path, overwrite: bool = False) -> Path:
                 manifest = {"version": CUBE_FORMAT_VERSION, "manifest": MANIFEST_NAME,
                             "sources": "/" + SOURCES_NAME}
                 _write_json(d / "zarr.json", array_doc(a, manifest))
-                np.save(d / MANIFEST_NAME, np.ascontiguousarray(a.refs, dtype=REF_DTYPE),
+                np.save(d / MANIFEST_NAME, np.asarray(a.refs, dtype=REF_DTYPE).copy(order="C"),
                         allow_pickle=False)
         _write_json(stage / SOURCES_NAME, {
             "format": "virtualize-cube",

@@ -19,11 +19,17 @@ from .metadata import array_doc, group_doc
 def kerchunk_refs(plan: Plan) -> dict:
     """The reference set as a dict: {"version": 1, "refs": {key: json | [url, off, len]}}."""
     refs: dict[str, object] = {}
-    for group, attrs in plan.groups.items():
-        refs[_key(group, "zarr.json")] = json.dumps(group_doc(attrs), allow_nan=False)
+    docs = {group: group_doc(attrs) for group, attrs in plan.groups.items()}
+    docs.update({name: array_doc(a) for name, a in plan.arrays.items()})
+    for path, doc in docs.items():
+        if path == "":
+            # the whole hierarchy in the root document: one read opens every array
+            doc = dict(doc, consolidated_metadata={
+                "kind": "inline", "must_understand": False,
+                "metadata": {p: d for p, d in docs.items() if p}})
+        refs[_key(path, "zarr.json")] = json.dumps(doc, allow_nan=False)
     paths = [s.path for s in plan.sources]
     for name, a in plan.arrays.items():
-        refs[_key(name, "zarr.json")] = json.dumps(array_doc(a), allow_nan=False)
         if a.inline is not None:
             for key, data in inline_chunks(a):
                 refs[_key(name, key)] = "base64:" + base64.b64encode(data).decode()

@@ -76,6 +76,9 @@ def plan_concat(inventories: Sequence[FileInventory], options: ConcatOptions | N
     invs = ctx.invs
     sources = [Source(inv.path, inv.size, inv.mtime_ns) for inv in invs]
     arrays: dict[str, ArrayPlan] = {}
+    if ctx.dim is None and len(invs) > 1:
+        # without an axis to concatenate along, every variable would only repeat that
+        return Plan(sources, _groups(invs[0], arrays), arrays, None, ctx.notes), ctx.problems
     for name in _variable_names(invs):
         if name in opts.drop:
             continue
@@ -212,15 +215,15 @@ def _plan_variable(ctx: _Context, name: str) -> ArrayPlan | None:
     first = vars_[0]
     dim = ctx.dim
     along = dim is not None and dim in first.dims
-    if not _consistent(ctx, name, vars_, along):
-        return None
+    consistent = _consistent(ctx, name, vars_, along)
     k = first.dims.index(dim) if along else None
     default_inline = first.is_coordinate and all(v.values is not None for v in vars_)
     if inline or default_inline:
-        return _inline_array(ctx, name, vars_, k)
+        return _inline_array(ctx, name, vars_, k) if consistent else None
     if along:
-        return _concat_array(ctx, name, vars_, k)
-    return _shared_array(ctx, name, vars_)
+        array = _concat_array(ctx, name, vars_, k)  # reports padded blocks either way
+        return array if consistent else None
+    return _shared_array(ctx, name, vars_) if consistent else None
 
 
 def _consistent(ctx: _Context, name: str, vs: list[Variable], along: bool) -> bool:

@@ -57,7 +57,6 @@ class _Scanner:
         self.variables: dict[str, Variable] = {}
         self.problems: list[Problem] = []
         self.netcdf4 = "_NCProperties" in f.attrs
-        self._phony: dict[tuple[str, int], str] = {}
         self._datasets: list[tuple[str, h5py.Dataset]] = []
 
     def problem(self, var: str | None, kind: str, msg: str, fatal: bool = True,
@@ -145,16 +144,15 @@ class _Scanner:
                     dim = self.f[dl[axis][0]].name.rpartition("/")[2]
                 except Exception:
                     dim = None
-            dims.append(dim or self._phony_dim(name, int(ds.shape[axis])))
+            dims.append(dim or self._phony_dim(name, axis))
         return tuple(dims)
 
-    def _phony_dim(self, name: str, size: int) -> str:
-        # netCDF-C's convention: one phony dimension per distinct length, per group.
-        group = name.rpartition("/")[0]
-        key = (group, size)
-        if key not in self._phony:
-            self._phony[key] = f"phony_dim_{sum(1 for g, _ in self._phony if g == group)}"
-        return self._phony[key]
+    @staticmethod
+    def _phony_dim(name: str, axis: int) -> str:
+        # An axis without a dimension scale gets a name of its own variable and position:
+        # stable across the files of a stack (netCDF-C's per-length phony_dim_N names change
+        # when a file's length changes, and give two same-length axes one name).
+        return f"{name.rpartition('/')[2]}_dim{axis}"
 
     def _blocks(self, name: str, ds: h5py.Dataset, dtype: np.dtype):
         dcpl = ds.id.get_create_plist()

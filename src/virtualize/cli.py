@@ -1,0 +1,88 @@
+"""Command line: `virtualize FILES... -o OUT` and `virtualize check FILES...`.
+
+Exit codes: 0 done (check: the stack can be virtualized), 1 refused (check: it cannot),
+2 usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from . import __version__
+from .api import check, virtualize
+from .report import format_text, to_json
+from .types import VirtualizeError
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("files", nargs="+", metavar="FILE", help="netCDF-4 / HDF5 / netCDF classic files")
+    p.add_argument("--concat-dim", metavar="DIM",
+                   help="dimension to concatenate along (default: the unlimited dimension, else time)")
+    p.add_argument("--inline", metavar="VAR", action="append", default=[],
+                   help="store this variable's values in the cube instead of referencing them "
+                        "(coordinates are inlined by default); repeatable")
+    p.add_argument("--drop", metavar="VAR", action="append", default=[],
+                   help="leave this variable out; repeatable")
+    p.add_argument("--no-sort", action="store_true",
+                   help="keep the files in the order given instead of sorting by coordinate")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("-v", "--verbose", action="store_true", help="show arrays, grids and bytes read")
+
+
+def build_check_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="virtualize check",
+                                description="Can this stack be virtualized? Writes nothing.")
+    _common(p)
+    return p
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="virtualize",
+        description="Turn a stack of netCDF / HDF5 files into one virtual Zarr v3 cube "
+                    "(chunks are byte ranges in the files). `virtualize check FILES...` "
+                    "reports whether a stack can be virtualized without writing anything.")
+    _common(p)
+    p.add_argument("-o", "--output", required=True, metavar="OUT",
+                   help="cube directory (e.g. cube.zarr), or a kerchunk reference file (*.json)")
+    p.add_argument("--format", choices=["cube", "kerchunk"],
+                   help="output kind (default: kerchunk when OUT ends in .json, else cube)")
+    p.add_argument("--overwrite", action="store_true", help="replace OUT if it exists")
+    p.add_argument("--version", action="version", version=f"virtualize {__version__}")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "check":
+        args = build_check_parser().parse_args(argv[1:])
+        report = check(args.files, args.concat_dim, inline=args.inline, drop=args.drop,
+                       sort=not args.no_sort)
+        print(to_json(report) if args.json else format_text(report, args.verbose))
+        return 0 if report.ok else 1
+    args = build_parser().parse_args(argv)
+    try:
+        report = virtualize(args.files, args.output, args.concat_dim, overwrite=args.overwrite,
+                            inline=args.inline, drop=args.drop, sort=not args.no_sort,
+                            format=args.format)
+    except FileExistsError as e:
+        print(f"virtualize: {e}", file=sys.stderr)
+        return 1
+    except VirtualizeError as e:
+        if e.report is None:
+            print(f"virtualize: {e}", file=sys.stderr)
+            return 1
+        print(to_json(e.report) if args.json else format_text(e.report, args.verbose))
+        print(f"virtualize: nothing was written to {args.output}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(to_json(report))
+    else:
+        print(format_text(report, args.verbose))
+        print(f"wrote {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,67 @@
+"""Reading sources with their own libraries and cubes with real clients, for comparisons."""
+
+from __future__ import annotations
+
+import contextlib
+
+import fsspec
+import h5py
+import netCDF4
+import numpy as np
+import xarray as xr
+import zarr
+from zarr.storage import FsspecStore
+
+
+@contextlib.contextmanager
+def rectilinear():
+    with zarr.config.set({"array.rectilinear_chunks": True}):
+        yield
+
+
+def source_values(files, name: str, dim: str | None, dims: tuple[str, ...]) -> np.ndarray:
+    """One variable of a stack, concatenated along `dim` (at its place in `dims`), as the
+    files' own library reads it: netCDF4-python (raw: no masking or scaling) for netCDF,
+    h5py for plain HDF5."""
+    parts = []
+    for f in files:
+        with h5py.File(f, "r") as h:
+            netcdf = "_NCProperties" in h.attrs
+            if not netcdf:
+                parts.append(h[name][()])
+                continue
+        with netCDF4.Dataset(f) as nc:
+            v = nc[name]
+            v.set_auto_maskandscale(False)
+            parts.append(np.asarray(v[...]))
+    if dim is not None and dim in dims:
+        return np.concatenate(parts, axis=dims.index(dim))
+    return parts[0]
+
+
+def kerchunk_group(path) -> zarr.Group:
+    """A kerchunk export opened with fsspec + zarr only (no virtualize code)."""
+    fs = fsspec.filesystem("reference", fo=str(path), asynchronous=True)
+    with rectilinear():
+        return zarr.open_group(FsspecStore(fs, read_only=True, path=""), mode="r", zarr_format=3)
+
+
+def kerchunk_xarray(path, **kw) -> xr.Dataset:
+    with rectilinear():
+        return xr.open_dataset("reference://", engine="zarr", zarr_format=3, consolidated=False,
+                               storage_options={"fo": str(path)}, **kw)
+
+
+def assert_same(actual, expected, what: str) -> None:
+    actual = np.asarray(actual)
+    expected = np.asarray(expected)
+    assert actual.shape == expected.shape, f"{what}: shape {actual.shape} != {expected.shape}"
+    assert actual.dtype == expected.dtype.newbyteorder("="), \
+        f"{what}: dtype {actual.dtype} != {expected.dtype}"
+    if expected.dtype.kind in "fc":
+        # bit-exact, NaN payloads included
+        a = np.ascontiguousarray(actual).view(f"u{actual.dtype.itemsize}")
+        e = np.ascontiguousarray(expected.astype(actual.dtype)).view(f"u{actual.dtype.itemsize}")
+        assert np.array_equal(a, e), f"{what}: values differ"
+    else:
+        assert np.array_equal(actual, expected), f"{what}: values differ"

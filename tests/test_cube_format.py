@@ -1,0 +1,93 @@
+"""The cube directory: what it holds, who can read it, and how it protects its readers."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+import xarray as xr
+import zarr
+
+import virtualize
+from helpers import rectilinear
+from virtualize.types import VirtualizeError
+
+
+@pytest.fixture
+def cube(case, tmp_path):
+    files = case("months2024")
+    virtualize.virtualize(files, tmp_path / "cube.zarr")
+    return tmp_path / "cube.zarr"
+
+
+def test_manifest_is_twenty_bytes_per_chunk_with_random_access(cube):
+    m = np.load(cube / "tas" / "manifest.npy", mmap_mode="r")
+    assert m.dtype.itemsize == 20 and m.shape == (12, 1, 1)
+    size = os.path.getsize(cube / "tas" / "manifest.npy")
+    assert size <= 20 * 12 + 256  # .npy header + records
+    info = json.loads((cube / "virtualize.json").read_text())
+    assert len(info["sources"]) == 12
+    assert all({"path", "size", "mtime_ns"} <= set(s) for s in info["sources"])
+    # chunk 5 (June) points into the 6th source
+    assert info["sources"][int(m[5, 0, 0]["path"])]["path"].endswith("202406.nc")
+
+
+def test_plain_zarr_refuses_a_virtual_array(cube):
+    """Without virtualize, reading must fail loudly, never return fill values."""
+    with rectilinear():
+        g = zarr.open_group(cube, mode="r")
+        with pytest.raises(Exception):
+            g["tas"][...]
+        # the inline coordinate is a plain zarr array
+        assert g["time"].shape == (366,)
+
+
+def test_plain_xarray_refuses_the_cube(cube):
+    with rectilinear(), pytest.raises(Exception):
+        xr.open_zarr(cube, consolidated=False, zarr_format=3).tas.values
+
+
+def test_changed_source_is_refused(case, cube):
+    src = case("months2024")[3]
+    st = os.stat(src)
+    os.utime(src, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    try:
+        with pytest.raises(VirtualizeError) as e:
+            virtualize.open(cube)
+        assert [p.kind for p in e.value.problems] == ["source-changed"]
+        assert e.value.problems[0].loc.file == str(src)
+    finally:
+        os.utime(src, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def test_existing_destination_is_never_overwritten_unless_asked(case, cube):
+    files = case("months2024")
+    before = (cube / "tas" / "zarr.json").read_text()
+    with pytest.raises(FileExistsError):
+        virtualize.virtualize(files[:2], cube)
+    assert (cube / "tas" / "zarr.json").read_text() == before
+    virtualize.virtualize(files[:2], cube, overwrite=True)
+    assert virtualize.open(cube)["tas"].shape[0] == 31 + 29
+    assert sorted(p.name for p in cube.parent.iterdir()) == ["cube.zarr"]
+
+
+def test_open_leaves_the_callers_zarr_config_alone(cube):
+    assert not zarr.config.get("array.rectilinear_chunks")
+    g = virtualize.open(cube)
+    assert not zarr.config.get("array.rectilinear_chunks")
+    assert g["tas"][59, 0, 0] == g["tas"][...][59, 0, 0]
+
+
+def test_reads_touch_only_the_chunks_they_need(cube):
+    from virtualize.read import CubeStore
+
+    store = CubeStore(cube)
+    asked = []
+    orig = store._chunk
+    store._chunk = lambda name, rest: (asked.append((name, rest)), orig(name, rest))[1]
+    with rectilinear():
+        g = zarr.open_group(store, mode="r")
+        g["tas"][31:60]  # February only
+    assert asked == [("tas", "1/0/0")]

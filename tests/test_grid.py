@@ -1,0 +1,48 @@
+import pytest
+
+from virtualize.plan.grid import axis_spec, block_lengths, chunk_of, is_regular, rle, unrle
+
+LEAP = [31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31]
+
+
+def test_rle_leap_year_matches_the_spec_example():
+    assert rle(LEAP) == [31, 29, 31, 30, 31, 30, [31, 2], 30, 31, 30, 31]
+
+
+def test_rle_years_of_days():
+    years = [366, 365, 365, 365, 366, 365, 365, 365]
+    assert rle(years) == [366, [365, 3], 366, [365, 3]]
+
+
+@pytest.mark.parametrize("lengths", [LEAP, [5], [], [3, 3, 3], [1, 2, 2, 1, 1, 1]])
+def test_unrle_inverts_rle(lengths):
+    assert unrle(rle(lengths), sum(lengths)) == lengths
+
+
+def test_unrle_integer_axis_overhangs():
+    assert unrle(30, 100) == [30, 30, 30, 30]
+    assert unrle(30, 0) == []
+
+
+def test_block_lengths_padded_and_short():
+    assert block_lengths(31, 10, padded=True) == [10, 10, 10, 10]
+    assert block_lengths(31, 10, padded=False) == [10, 10, 10, 1]
+    assert block_lengths(30, 10, padded=True) == [10, 10, 10]
+    assert block_lengths(0, 10, padded=True) == []
+    assert block_lengths(31, 1024, padded=True) == [1024]
+
+
+def test_axis_spec():
+    assert axis_spec([4, 4, 4], 12) == 4
+    assert axis_spec([30, 30, 30, 10], 100) == [[30, 3], 10]
+    assert axis_spec([], 0) == 1
+    assert is_regular([7]) and not is_regular([7, 6])
+
+
+def test_chunk_of_searches_running_sums():
+    assert chunk_of(LEAP, 0) == (0, 0)
+    assert chunk_of(LEAP, 30) == (0, 30)
+    assert chunk_of(LEAP, 31) == (1, 0)
+    assert chunk_of(LEAP, 59) == (1, 28)
+    assert chunk_of(LEAP, 60) == (2, 0)
+    assert chunk_of(LEAP, 365) == (11, 30)
