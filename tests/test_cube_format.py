@@ -12,7 +12,7 @@ import zarr
 
 import virtualize
 from helpers import rectilinear
-from virtualize.types import VirtualizeError
+from virtualize.model import VirtualizeError
 
 
 @pytest.fixture

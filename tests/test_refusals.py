@@ -7,7 +7,7 @@ import pytest
 
 import virtualize
 from conftest import needs
-from virtualize.types import VirtualizeError
+from virtualize.model import VirtualizeError
 
 MONTHS_2024 = [31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31]
 

@@ -14,6 +14,6 @@ The Python API (the CLI is a thin layer over it):
 __version__ = "0.1.0"
 
 from .api import check, open, scan, virtualize  # noqa: E402
-from .types import Problem, Report, VirtualizeError  # noqa: E402
+from .model import Problem, Report, VirtualizeError  # noqa: E402
 
 __all__ = ["Problem", "Report", "VirtualizeError", "check", "open", "scan", "virtualize"]

@@ -13,7 +13,7 @@ from .emit._staging import refuse_existing
 from .plan import ConcatOptions, plan_concat
 from .read import open_cube
 from .scan import scan as _scan
-from .types import FileInventory, Location, Problem, Report, VirtualizeError
+from .model import FileInventory, Location, Problem, Report, VirtualizeError
 
 PathLike = str | os.PathLike
 

@@ -12,7 +12,7 @@ import sys
 from . import __version__
 from .api import check, virtualize
 from .report import format_text, to_json
-from .types import VirtualizeError
+from .model import VirtualizeError
 
 
 def _common(p: argparse.ArgumentParser) -> None:

@@ -24,7 +24,7 @@ from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
 
 from .emit.cube import SOURCES_NAME
 from .emit.metadata import MANIFEST_FIELD
-from .types import Location, Problem, VirtualizeError
+from .model import Location, Problem, VirtualizeError
 
 
 @contextlib.contextmanager

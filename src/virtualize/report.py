@@ -7,7 +7,7 @@ import os
 from collections import defaultdict
 
 from .emit.metadata import chunk_grid
-from .types import Report
+from .model import Report
 
 JSON_SCHEMA_VERSION = 1
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import __version__
-from ..types import REF_DTYPE, ArrayPlan, Plan
+from ..model import REF_DTYPE, ArrayPlan, Plan
 from ._staging import staged_dir
 from .metadata import MANIFEST_FIELD, array_doc, group_doc
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import ujson
 
-from ..types import Plan
+from ..model import Plan
 from ._staging import staged_file
 from .cube import inline_chunks
 from .metadata import array_doc, group_doc

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from ..plan.grid import axis_spec, is_regular
-from ..types import ArrayPlan
+from ..model import ArrayPlan
 
 # The extension field that marks an array whose chunks live in a virtualize manifest.
 # It has no "must_understand": false, so a zarr reader that does not know it refuses the

@@ -15,7 +15,8 @@ import numpy as np
 
 from ..scan import read_values
 from ..scan._io import digest_blocks
-from ..types import (
+from ..scan._values import bytes_codec
+from ..model import (
     REF_DTYPE,
     ArrayPlan,
     FileInventory,
@@ -352,17 +353,11 @@ def _inline_array(ctx: _Context, name: str, vs: list[Variable], k: int | None) -
     data = np.ascontiguousarray(data, dtype=dtype)
     chunk_lengths = tuple((max(n, 1),) for n in data.shape)
     return ArrayPlan(name=name, dtype=dtype, shape=tuple(data.shape), dims=first.dims,
-                     chunk_lengths=chunk_lengths, codecs=[_le_bytes(dtype)],
+                     chunk_lengths=chunk_lengths, codecs=[bytes_codec(dtype)],
                      fill_value=first.fill_value, attrs=dict(first.attrs), refs=None, inline=data)
 
 
 # -- comparisons ---------------------------------------------------------------------
-
-def _le_bytes(dtype: np.dtype) -> dict:
-    if dtype.itemsize == 1:
-        return {"name": "bytes", "configuration": {}}
-    return {"name": "bytes", "configuration": {"endian": "little"}}
-
 
 def _codec_key(codecs: list[dict]) -> list:
     """Codecs compared by what decodes them: a zlib/zstd level does not change decoding."""

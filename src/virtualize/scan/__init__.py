@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from ..types import FileInventory, Location, Problem, VirtualizeError
+from ..model import FileInventory, Location, Problem, VirtualizeError
 from ._io import find_hdf5_signature, sniff
 
 

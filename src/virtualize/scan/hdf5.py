@@ -13,7 +13,7 @@ from typing import Any
 import h5py
 import numpy as np
 
-from ..types import (
+from ..model import (
     BlockTable,
     Dimension,
     FileInventory,
@@ -23,6 +23,7 @@ from ..types import (
     empty_refs,
 )
 from ._io import CountingFile
+from ._values import COORD_VALUES_LIMIT, bytes_codec, plain
 
 # Attributes that HDF5 dimension scales and the netCDF-4 library keep for themselves.
 HIDDEN_ATTRS = frozenset({
@@ -31,7 +32,6 @@ HIDDEN_ATTRS = frozenset({
     "_IsNetcdf4",
 })
 NC_DIM_ONLY = "This is a netCDF dimension but not a netCDF variable"
-COORD_VALUES_LIMIT = 10_000_000  # elements: coordinate variables larger than this are not read
 
 
 def scan_hdf5(path: str) -> FileInventory:
@@ -241,14 +241,6 @@ class _Scanner:
 
 # -- helpers, pure ---------------------------------------------------------------------
 
-def bytes_codec(dtype: np.dtype) -> dict[str, Any]:
-    if dtype.itemsize == 1:
-        return {"name": "bytes", "configuration": {}}
-    endian = "big" if dtype.byteorder == ">" or (dtype.byteorder == "=" and
-                                                 np.little_endian is False) else "little"
-    return {"name": "bytes", "configuration": {"endian": endian}}
-
-
 def hdf5_filter_codec(code: int, values: tuple[int, ...], dtype: np.dtype) -> dict | None:
     """The zarr v3 codec that decodes HDF5 filter `code` exactly, or None."""
     if code == h5py.h5z.FILTER_DEFLATE:  # HDF5 stores zlib streams (not gzip)
@@ -313,18 +305,3 @@ def read_attrs(attrs: h5py.AttributeManager) -> dict[str, Any]:
             continue
         out[key] = plain(v)
     return out
-
-
-def plain(v: Any) -> Any:
-    if isinstance(v, bytes):
-        return v.decode("utf-8", errors="replace")
-    if isinstance(v, np.ndarray):
-        if v.dtype.kind in "SUO":
-            items = [plain(x) for x in v.reshape(-1).tolist()]
-            return items[0] if len(items) == 1 else items
-        if v.size == 1:
-            return v.reshape(-1)[0].item()
-        return v.tolist()
-    if isinstance(v, np.generic):
-        return v.item()
-    return v

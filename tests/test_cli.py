@@ -1,0 +1,82 @@
+"""The command line, run as a user runs it (a subprocess of the installed entry point)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import virtualize
+
+
+def run(*args, cwd=None):
+    exe = os.path.join(os.path.dirname(sys.executable), "virtualize")
+    return subprocess.run([exe, *map(str, args)], capture_output=True, text=True, cwd=cwd)
+
+
+def test_virtualize_writes_a_cube_and_says_so(case, tmp_path):
+    files = case("months2024")
+    r = run(*files, "-o", tmp_path / "cube.zarr")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("yes: 12 file(s)")
+    assert "[[31, 29, 31, 30, 31, 30, [31, 2], 30, 31, 30, 31], 3, 4]" in r.stdout
+    assert virtualize.open(tmp_path / "cube.zarr")["tas"].shape == (366, 3, 4)
+
+
+def test_kerchunk_export_by_suffix(case, tmp_path):
+    r = run(*case("appended_batches"), "-o", tmp_path / "refs.json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads((tmp_path / "refs.json").read_text())
+    assert doc["version"] == 1 and "tas/zarr.json" in doc["refs"]
+
+
+def test_refusal_exits_1_prints_every_problem_and_writes_nothing(case, tmp_path):
+    r = run(*case("tenday_padded"), "-o", tmp_path / "cube.zarr")
+    assert r.returncode == 1
+    assert r.stdout.startswith("no: 7 problem(s)")
+    assert r.stdout.count("padded-block") == 7
+    assert "nothing was written" in r.stderr
+    assert not (tmp_path / "cube.zarr").exists()
+
+
+def test_check_exit_codes_and_json(case):
+    ok = run("check", *case("months2024"))
+    assert ok.returncode == 0 and ok.stdout.startswith("yes")
+    bad = run("check", "--json", *case("duplicate"))
+    assert bad.returncode == 1
+    doc = json.loads(bad.stdout)
+    assert doc["ok"] is False and doc["schema"] == "virtualize-report"
+    assert [p["kind"] for p in doc["problems"]] == ["duplicate-coordinate"]
+    assert doc["problems"][0]["loc"]["variable"] == "time"
+
+
+def test_usage_errors_exit_2(case, tmp_path):
+    assert run().returncode == 2
+    assert run(*case("months2024")).returncode == 2  # no -o
+    assert run("check").returncode == 2
+
+
+def test_existing_output_is_refused_then_replaced_with_overwrite(case, tmp_path):
+    files = case("appended_batches")
+    out = tmp_path / "cube.zarr"
+    assert run(*files, "-o", out).returncode == 0
+    again = run(*files[:2], "-o", out)
+    assert again.returncode == 1 and "exists" in again.stderr
+    assert virtualize.open(out)["tas"].shape[0] == 28
+    assert run(*files[:2], "-o", out, "--overwrite").returncode == 0
+    assert virtualize.open(out)["tas"].shape[0] == 10
+
+
+def test_verbose_shows_bytes_read(case, tmp_path):
+    r = run("check", "-v", *case("months2024")[:2])
+    assert "bytes read while scanning" in r.stdout
+
+
+def test_concat_dim_drop_and_inline_options(case, tmp_path):
+    files = case("h5py_plain")
+    r = run(*files, "-o", tmp_path / "c.zarr", "--concat-dim", "data_dim0", "--drop", "small")
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = run(*files, "-o", tmp_path / "d.zarr", "--concat-dim", "data_dim0", "--inline", "small")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "small" in virtualize.open(tmp_path / "d.zarr")

@@ -1,0 +1,140 @@
+"""The HDF5 scanner: block tables, layouts, filters, dimensions, attributes."""
+
+from __future__ import annotations
+
+import h5py
+import numpy as np
+import pytest
+
+import virtualize
+from helpers import assert_same
+
+
+def test_block_table_matches_the_chunk_index(tmp_path):
+    p = tmp_path / "a.h5"
+    with h5py.File(p, "w") as f:
+        d = f.create_dataset("x", shape=(25, 7), chunks=(10, 4), dtype="<i4", compression="gzip")
+        d[...] = np.arange(25 * 7).reshape(25, 7)
+    inv = virtualize.scan(p)
+    bt = inv.variables["x"].blocks
+    assert bt.block_shape == (10, 4) and bt.padded and bt.grid_shape == (3, 2)
+    with h5py.File(p, "r") as f:
+        d = f["x"]
+        for i in range(d.id.get_num_chunks()):  # the slow way, for checking only
+            info = d.id.get_chunk_info(i)
+            idx = tuple(o // c for o, c in zip(info.chunk_offset, d.chunks))
+            assert (bt.refs[idx]["offset"], bt.refs[idx]["length"]) == (info.byte_offset, info.size)
+
+
+def test_never_written_chunks_read_as_fill(tmp_path):
+    p = tmp_path / "sparse.h5"
+    with h5py.File(p, "w") as f:
+        d = f.create_dataset("x", shape=(4, 6), chunks=(2, 3), dtype="f4", fillvalue=-5.0)
+        d[0:2, 3:6] = 1.5
+    inv = virtualize.scan(p)
+    refs = inv.variables["x"].blocks.refs
+    assert (refs["length"] > 0).sum() == 1
+    virtualize.virtualize([p], tmp_path / "c.zarr")
+    with h5py.File(p) as f:
+        assert_same(virtualize.open(tmp_path / "c.zarr")["x"][...], f["x"][()], "sparse")
+
+
+def test_never_written_contiguous_dataset_reads_as_fill(tmp_path):
+    p = tmp_path / "empty.h5"
+    with h5py.File(p, "w") as f:
+        f.create_dataset("x", shape=(3,), dtype="i2", fillvalue=7)
+    inv = virtualize.scan(p)
+    assert inv.variables["x"].blocks.refs["length"].sum() == 0
+    virtualize.virtualize([p], tmp_path / "c.zarr")
+    assert virtualize.open(tmp_path / "c.zarr")["x"][...].tolist() == [7, 7, 7]
+
+
+def test_chunk_with_a_filter_mask_is_a_located_problem(tmp_path):
+    p = tmp_path / "mask.h5"
+    with h5py.File(p, "w") as f:
+        d = f.create_dataset("x", shape=(4, 4), chunks=(2, 4), dtype="u1", compression="gzip")
+        d[...] = 3
+        # the second chunk stored raw, with the deflate filter marked as skipped
+        d.id.write_direct_chunk((2, 0), np.full((2, 4), 9, "u1").tobytes(), filter_mask=1)
+    inv = virtualize.scan(p)
+    (prob,) = [q for q in inv.problems if q.kind == "filter-mask"]
+    assert (prob.loc.file, prob.loc.variable, prob.loc.block) == (str(p), "x", (1, 0))
+    assert not virtualize.check([p]).ok
+    # inlining reads the values through HDF5 itself, which honours the mask
+    virtualize.virtualize([p], tmp_path / "c.zarr", inline=["x"])
+    with h5py.File(p) as f:
+        assert_same(virtualize.open(tmp_path / "c.zarr")["x"][...], f["x"][()], "masked")
+
+
+@pytest.mark.parametrize("kw,label", [
+    (dict(scaleoffset=2), "scaleoffset"),
+    (dict(compression="lzf"), "lzf"),
+])
+def test_filters_without_an_exact_codec_are_refused(tmp_path, kw, label):
+    p = tmp_path / "f.h5"
+    with h5py.File(p, "w") as f:
+        f.create_dataset("x", data=np.linspace(0, 1, 40, dtype="f4").reshape(8, 5), chunks=(4, 5), **kw)
+        f.create_dataset("ok", data=np.arange(5, dtype="i4"))
+    report = virtualize.check([p])
+    (prob,) = [q for q in report.problems if q.kind == "unsupported-filter"]
+    assert prob.loc.variable == "x" and prob.fatal
+    assert "ok" in report.plan.arrays and "x" not in report.plan.arrays
+
+
+def test_virtual_and_external_datasets_are_refused(tmp_path):
+    src = tmp_path / "src.h5"
+    with h5py.File(src, "w") as f:
+        f["a"] = np.arange(4.0)
+    raw = tmp_path / "raw.bin"
+    raw.write_bytes(np.arange(4, dtype="<i4").tobytes())
+    p = tmp_path / "v.h5"
+    with h5py.File(p, "w") as f:
+        layout = h5py.VirtualLayout(shape=(4,), dtype="f8")
+        layout[:] = h5py.VirtualSource(str(src), "a", shape=(4,))
+        f.create_virtual_dataset("vds", layout)
+        f.create_dataset("ext", shape=(4,), dtype="<i4", external=[(str(raw), 0, 16)])
+        f["link"] = h5py.ExternalLink(str(src), "a")
+        f["soft"] = h5py.SoftLink("/vds")
+    report = virtualize.check([p])
+    found = {(q.loc.variable, q.kind, q.fatal) for q in report.problems}
+    assert found == {("vds", "virtual-dataset", True), ("ext", "external-storage", True),
+                     ("link", "external-link", True), ("soft", "soft-link", False)}
+
+
+def test_strings_and_compounds_are_skipped_not_fatal(tmp_path):
+    p = tmp_path / "s.h5"
+    with h5py.File(p, "w") as f:
+        f["names"] = np.array([b"a", b"bc"])
+        f["rec"] = np.zeros(3, dtype=[("a", "i4"), ("b", "f8")])
+        f["vals"] = np.arange(3, dtype="i8")
+    report = virtualize.check([p])
+    assert report.ok
+    assert {(q.loc.variable, q.kind) for q in report.problems} == {
+        ("names", "unsupported-type"), ("rec", "unsupported-type")}
+    assert list(report.plan.arrays) == ["vals"]
+
+
+def test_anonymous_axes_get_stable_names(tmp_path):
+    p = tmp_path / "a.h5"
+    with h5py.File(p, "w") as f:
+        f["g/x"] = np.zeros((6, 6))
+    assert virtualize.scan(p).variables["g/x"].dims == ("x_dim0", "x_dim1")
+
+
+def test_attributes_are_plain_python(tmp_path):
+    p = tmp_path / "a.h5"
+    with h5py.File(p, "w") as f:
+        d = f.create_dataset("x", data=np.zeros(2, "f4"))
+        d.attrs["units"] = "K"
+        d.attrs["scale_factor"] = np.float32(0.5)
+        d.attrs["valid_range"] = np.array([0, 10], "i2")
+        d.attrs["bytes"] = np.bytes_(b"abc")
+    attrs = virtualize.scan(p).variables["x"].attrs
+    assert attrs == {"units": "K", "scale_factor": 0.5, "valid_range": [0, 10], "bytes": "abc"}
+
+
+def test_bytes_read_are_counted(case):
+    f = case("months2024")[0]
+    inv = virtualize.scan(f)
+    import os
+    assert 0 < inv.bytes_read < os.path.getsize(f) + 1
