@@ -38,14 +38,14 @@ def test_plain_zarr_refuses_a_virtual_array(cube):
     """Without virtualize, reading must fail loudly, never return fill values."""
     with rectilinear():
         g = zarr.open_group(cube, mode="r")
-        with pytest.raises(Exception):
+        with pytest.raises(Exception, match="virtualize_manifest"):
             g["tas"][...]
         # the inline coordinate is a plain zarr array
         assert g["time"].shape == (366,)
 
 
 def test_plain_xarray_refuses_the_cube(cube):
-    with rectilinear(), pytest.raises(Exception):
+    with rectilinear(), pytest.raises(Exception, match="virtualize_manifest"):
         xr.open_zarr(cube, consolidated=False, zarr_format=3).tas.values
 
 

@@ -138,3 +138,66 @@ def test_bytes_read_are_counted(case):
     inv = virtualize.scan(f)
     import os
     assert 0 < inv.bytes_read < os.path.getsize(f) + 1
+
+
+pytest.importorskip("hdf5plugin")
+
+WRITE_WITH_PLUGIN = """
+import sys, h5py, hdf5plugin, numpy as np
+path, n, i, flt = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+rows = n * 50 if "compressible" in sys.argv[5:] else n
+data = np.floor((np.arange(rows * 12, dtype="f8") + 1000 * i) / 7).reshape(rows, 12)
+if "compressible" not in sys.argv[5:]:
+    data = np.random.default_rng(i).random((rows, 12))
+with h5py.File(path, "w") as f:
+    f.create_dataset("x", data=data, chunks=(max(rows // 2, 1), 6), **eval(flt))
+"""
+
+
+def write_with_plugin(path, n, i, flt, *extra):
+    """Write in a fresh interpreter: netCDF4-python, imported by the fixtures, points
+    HDF5_PLUGIN_PATH at its own plugin builds, which break hdf5plugin's blosc."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "HDF5_PLUGIN_PATH"}
+    subprocess.run([sys.executable, "-c", WRITE_WITH_PLUGIN, str(path), str(n), str(i), flt, *extra],
+                   check=True, env=env)
+
+
+@pytest.mark.parametrize("flt", [
+    "hdf5plugin.Zstd(clevel=5)",
+    "hdf5plugin.Blosc(cname='lz4', clevel=5, shuffle=hdf5plugin.Blosc.SHUFFLE)",
+    "hdf5plugin.Blosc(cname='zstd', clevel=3, shuffle=hdf5plugin.Blosc.BITSHUFFLE)",
+], ids=["zstd", "blosc-lz4", "blosc-zstd-bitshuffle"])
+def test_plugin_filters_with_exact_codecs_round_trip(tmp_path, flt):
+    files = []
+    for i, n in enumerate([6, 8]):
+        p = tmp_path / f"{i}.h5"
+        write_with_plugin(p, n, i, flt, "compressible")
+        files.append(p)
+    virtualize.virtualize(files, tmp_path / "c.zarr", concat_dim="x_dim0")
+    expected = np.concatenate([h5py.File(p)["x"][()] for p in files])
+    assert_same(virtualize.open(tmp_path / "c.zarr")["x"][...], expected, "plugin filter")
+
+
+def test_optional_filter_skipped_on_incompressible_chunks_is_a_filter_mask(tmp_path):
+    """Blosc is an optional filter: on chunks it cannot shrink HDF5 stores the bytes raw
+    and sets the chunk's filter mask. Those chunks would decode wrongly with the
+    dataset's codecs, so they are refused, each named."""
+    p = tmp_path / "a.h5"
+    write_with_plugin(p, 8, 0, "hdf5plugin.Blosc(cname='lz4')")
+    report = virtualize.check([p])
+    masked = [q for q in report.problems if q.kind == "filter-mask"]
+    assert masked and not report.ok
+    assert {q.loc.block for q in masked} <= {(0, 0), (0, 1), (1, 0), (1, 1)}
+
+
+@pytest.mark.parametrize("flt", ["hdf5plugin.LZ4()", "hdf5plugin.Bitshuffle()"],
+                         ids=["lz4", "bitshuffle"])
+def test_plugin_filters_with_own_framing_are_refused(tmp_path, flt):
+    p = tmp_path / "a.h5"
+    write_with_plugin(p, 8, 0, flt)
+    report = virtualize.check([p])
+    assert [q.kind for q in report.problems] == ["unsupported-filter"]
