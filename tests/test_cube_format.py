@@ -91,3 +91,19 @@ def test_reads_touch_only_the_chunks_they_need(cube):
         g = zarr.open_group(store, mode="r")
         g["tas"][31:60]  # February only
     assert asked == [("tas", "1/0/0")]
+
+
+def test_xarray_engine_opens_the_kerchunk_export_too(case, tmp_path):
+    files = case("appended_batches")
+    virtualize.virtualize(files, tmp_path / "refs.json")
+    virtualize.virtualize(files, tmp_path / "cube.zarr")
+    a = xr.open_dataset(tmp_path / "refs.json", engine="virtualize")
+    b = xr.open_dataset(tmp_path / "cube.zarr", engine="virtualize")
+    xr.testing.assert_identical(a, b)
+    assert virtualize.open(tmp_path / "refs.json")["tas"].shape == (28, 3, 4)
+
+
+def test_open_refuses_what_is_not_a_cube(tmp_path):
+    with pytest.raises(VirtualizeError) as e:
+        virtualize.open(tmp_path)
+    assert e.value.problems[0].kind == "not-a-cube"

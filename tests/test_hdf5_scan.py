@@ -201,3 +201,19 @@ def test_plugin_filters_with_own_framing_are_refused(tmp_path, flt):
     write_with_plugin(p, 8, 0, flt)
     report = virtualize.check([p])
     assert [q.kind for q in report.problems] == ["unsupported-filter"]
+
+
+def test_bool_and_enum_types(tmp_path):
+    p = tmp_path / "e.h5"
+    cloud = h5py.enum_dtype({"clear": 0, "cloudy": 1, "unknown": 7}, basetype="u1")
+    with h5py.File(p, "w") as f:
+        f.create_dataset("flag", data=np.array([True, False, True]))
+        f.create_dataset("cloud", data=np.array([0, 1, 7, 1], "u1"), dtype=cloud)
+    inv = virtualize.scan(p)
+    assert inv.variables["flag"].dtype == np.dtype(bool)
+    assert inv.variables["cloud"].attrs["_enum"] == {"clear": 0, "cloudy": 1, "unknown": 7}
+    virtualize.virtualize([p], tmp_path / "c.zarr")
+    g = virtualize.open(tmp_path / "c.zarr")
+    with h5py.File(p) as f:
+        assert_same(g["flag"][...], f["flag"][()], "bool")
+        assert_same(g["cloud"][...], f["cloud"][()].astype("u1"), "enum")

@@ -73,6 +73,7 @@ def plan_concat(inventories: Sequence[FileInventory], options: ConcatOptions | N
     _carry_scan_problems(ctx)
     ctx.dim = _choose_concat_dim(ctx)
     if ctx.dim is not None and len(invs) > 1:
+        _harmonize_time_units(ctx)
         _order_by_coordinate(ctx)
     invs = ctx.invs
     sources = [Source(inv.path, inv.size, inv.mtime_ns) for inv in invs]
@@ -132,6 +133,47 @@ def _choose_concat_dim(ctx: _Context) -> str | None:
     return dim
 
 
+def _harmonize_time_units(ctx: _Context) -> None:
+    """Monthly files often count time from their own start ("days since 2024-02-01").
+    The concatenated coordinate is stored inline, so its values can be re-expressed in
+    the first file's units, when that is exact (checked by converting back); otherwise
+    the units stay as they are and the drift is reported as a problem."""
+    dim = ctx.dim
+    coords = [inv.variables.get(dim) for inv in ctx.invs]
+    if any(c is None or c.values is None for c in coords):
+        return
+    units0 = coords[0].attrs.get("units")
+    cal0 = coords[0].attrs.get("calendar", "standard")
+    if not isinstance(units0, str) or " since " not in units0:
+        return
+    import cftime
+
+    for inv, c in zip(ctx.invs[1:], coords[1:]):
+        units = c.attrs.get("units")
+        if units == units0 or not isinstance(units, str) or " since " not in units or \
+                c.attrs.get("calendar", "standard") != cal0:
+            continue
+        try:
+            dates = cftime.num2date(c.values, units, cal0, only_use_cftime_datetimes=True)
+            new = np.asarray(cftime.date2num(dates, units0, cal0), dtype="f8")
+            back = cftime.date2num(cftime.num2date(new, units0, cal0, only_use_cftime_datetimes=True),
+                                   units, cal0)
+        except Exception:
+            continue
+        if not np.array_equal(np.asarray(back, dtype="f8"), c.values.astype("f8")):
+            continue
+        if c.dtype.kind in "iu":
+            if not np.array_equal(new, np.round(new)):
+                continue
+        converted = new.astype(c.dtype.newbyteorder("="))
+        if not np.array_equal(converted.astype("f8"), new):
+            continue
+        c.values = converted
+        c.attrs = dict(c.attrs, units=units0)
+        ctx.notes.append(f"{inv.path}: {dim} re-expressed from {units!r} in {units0!r} "
+                         "(the cube stores the coordinate itself)")
+
+
 def _order_by_coordinate(ctx: _Context) -> None:
     """Sort files by their first coordinate value along the concat dim, then check the
     coordinate increases strictly across the whole stack."""
@@ -139,11 +181,20 @@ def _order_by_coordinate(ctx: _Context) -> None:
     coords = [inv.variables.get(dim) for inv in ctx.invs]
     if any(c is None or c.values is None for c in coords):
         return
-    firsts = [c.values[0] if c.values.size else None for c in coords]
-    if any(f is None for f in firsts):
-        return  # a file without steps: nothing to order it by; the checks below still run
+    # A file without steps (e.g. a netCDF file with 0 records) adds nothing: it keeps its
+    # place, the others are ordered and checked around it.
+    for inv, c in zip(ctx.invs, coords):
+        if not c.values.size:
+            ctx.problems.append(Problem(
+                Location(inv.path, dim, dim), "no-steps",
+                f"this file has no {dim!r} steps (length 0): it adds nothing to the cube",
+                fatal=False))
     if ctx.opts.sort:
-        order = sorted(range(len(ctx.invs)), key=lambda i: firsts[i])  # stable
+        steps = [i for i, c in enumerate(coords) if c.values.size]
+        by_first = sorted(steps, key=lambda i: coords[i].values[0])  # stable
+        order = list(range(len(ctx.invs)))
+        for slot, i in zip(steps, by_first):
+            order[slot] = i
         if order != list(range(len(ctx.invs))):
             ctx.notes.append(
                 f"files were given out of {dim} order and were sorted by their {dim!r} "
@@ -155,6 +206,8 @@ def _order_by_coordinate(ctx: _Context) -> None:
     seen: dict[bytes, str] = {}
     for inv, c in zip(ctx.invs, coords):
         vals = c.values
+        if not vals.size:
+            continue
         if vals.size > 1:
             bad = np.flatnonzero(~(np.diff(vals) > 0))
             if bad.size:
@@ -314,12 +367,16 @@ def _shared_array(ctx: _Context, name: str, vs: list[Variable]) -> ArrayPlan | N
     total = int(first.blocks.refs["length"].sum())
     if len(vs) > 1:
         if total <= COMPARE_LIMIT:
-            d0 = digest_blocks(ctx.invs[0].path, first.blocks.refs)
-            for inv, v in zip(ctx.invs[1:], vs[1:]):
-                if digest_blocks(inv.path, v.blocks.refs) != d0:
-                    ctx.problem(inv.path, name, "differs-between-files",
+            # files whose scanner already reported this variable (e.g. truncated) are not
+            # compared: their bytes differ for the reason already given
+            usable = [(inv.path, v) for inv, v in zip(ctx.invs, vs)
+                      if (inv.path, name) not in ctx.reported]
+            d0 = digest_blocks(usable[0][0], usable[0][1].blocks.refs) if usable else None
+            for path, v in usable[1:]:
+                if digest_blocks(path, v.blocks.refs) != d0:
+                    ctx.problem(path, name, "differs-between-files",
                                 f"{name!r} has no {ctx.dim!r} axis, so it must be the same in "
-                                f"every file, but its stored bytes differ from {ctx.invs[0].path}")
+                                f"every file, but its stored bytes differ from {usable[0][0]}")
                     return None
         else:
             ctx.notes.append(f"{name}: {total} stored bytes per file, not compared across files "

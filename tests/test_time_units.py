@@ -1,0 +1,55 @@
+"""Monthly files that count time from their own start."""
+
+from __future__ import annotations
+
+import netCDF4
+import numpy as np
+import xarray as xr
+
+import virtualize
+
+
+def write_month(path, start: str, ndays: int, calendar="standard", dtype="i4"):
+    with netCDF4.Dataset(path, "w") as d:
+        d.createDimension("time", None)
+        d.createDimension("x", 2)
+        t = d.createVariable("time", dtype, ("time",))
+        t.units = f"days since {start}"
+        t.calendar = calendar
+        t[:] = np.arange(ndays)
+        v = d.createVariable("v", "f4", ("time", "x"), chunksizes=(ndays, 2))
+        v[:] = np.arange(ndays * 2).reshape(ndays, 2) + 100 * int(start[5:7])
+
+
+def test_per_file_time_units_are_re_expressed_exactly(tmp_path):
+    files = [tmp_path / f"m{m}.nc" for m in (1, 2, 3)]
+    for f, start, n in zip(files, ["2024-01-01", "2024-02-01", "2024-03-01"], [31, 29, 31]):
+        write_month(f, start, n)
+    report = virtualize.virtualize(files, tmp_path / "cube.zarr")
+    assert sum("re-expressed" in n for n in report.notes) == 2
+    ds = xr.open_dataset(tmp_path / "cube.zarr", engine="virtualize")
+    src = xr.concat([xr.open_dataset(f) for f in files], dim="time")
+    xr.testing.assert_equal(ds, src)
+    raw = virtualize.open(tmp_path / "cube.zarr")["time"]
+    assert raw.attrs["units"] == "days since 2024-01-01"
+    assert raw[...].tolist() == list(range(91)) and raw.dtype == np.dtype("int32")
+
+
+def test_files_given_in_any_order_are_sorted_after_re_expression(tmp_path):
+    files = [tmp_path / f"m{m}.nc" for m in (3, 1, 2)]
+    for f, start, n in zip(files, ["2024-03-01", "2024-01-01", "2024-02-01"], [31, 31, 29]):
+        write_month(f, start, n)
+    report = virtualize.virtualize(files, tmp_path / "cube.zarr")
+    assert [s.path for s in report.plan.sources] == [str(files[1]), str(files[2]), str(files[0])]
+    ds = xr.open_dataset(tmp_path / "cube.zarr", engine="virtualize")
+    assert str(ds.time.values[0])[:10] == "2024-01-01" and ds.time.size == 91
+    assert bool((ds.time.diff("time") > np.timedelta64(0)).all())
+
+
+def test_different_calendars_are_drift(tmp_path):
+    files = [tmp_path / "a.nc", tmp_path / "b.nc"]
+    write_month(files[0], "2024-01-01", 31)
+    write_month(files[1], "2024-02-01", 29, calendar="noleap")
+    report = virtualize.check(files)
+    assert not report.ok
+    assert {p.kind for p in report.problems} >= {"attribute-drift"}
