@@ -21,15 +21,18 @@ def rectilinear():
 
 def source_values(files, name: str, dim: str | None, dims: tuple[str, ...]) -> np.ndarray:
     """One variable of a stack, concatenated along `dim` (at its place in `dims`), as the
-    files' own library reads it: netCDF4-python (raw: no masking or scaling) for netCDF,
-    h5py for plain HDF5."""
+    files' own library reads it: netCDF4-python (raw: no masking or scaling) for netCDF
+    (netCDF-4 and classic), h5py for plain HDF5."""
     parts = []
     for f in files:
-        with h5py.File(f, "r") as h:
-            netcdf = "_NCProperties" in h.attrs
-            if not netcdf:
-                parts.append(h[name][()])
-                continue
+        with open(f, "rb") as raw:
+            classic = raw.read(3) == b"CDF"  # netCDF classic: not HDF5 at all
+        if not classic:
+            with h5py.File(f, "r") as h:
+                netcdf = "_NCProperties" in h.attrs
+                if not netcdf:
+                    parts.append(h[name][()])
+                    continue
         with netCDF4.Dataset(f) as nc:
             v = nc[name]
             v.set_auto_maskandscale(False)
