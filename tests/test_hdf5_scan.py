@@ -217,3 +217,17 @@ def test_bool_and_enum_types(tmp_path):
     with h5py.File(p) as f:
         assert_same(g["flag"][...], f["flag"][()], "bool")
         assert_same(g["cloud"][...], f["cloud"][()].astype("u1"), "enum")
+
+
+def test_empty_and_unwritten_chunked_datasets(tmp_path):
+    p = tmp_path / "z.h5"
+    with h5py.File(p, "w") as f:
+        f.create_dataset("empty", shape=(0, 4), maxshape=(None, 4), chunks=(2, 4), dtype="f4")
+        f.create_dataset("unwritten", shape=(5, 4), chunks=(2, 4), dtype="f4", fillvalue=3)
+    inv = virtualize.scan(p)
+    assert inv.variables["empty"].blocks.refs.shape == (0, 1)
+    assert inv.variables["unwritten"].blocks.refs["length"].sum() == 0
+    virtualize.virtualize([p], tmp_path / "c.zarr")
+    g = virtualize.open(tmp_path / "c.zarr")
+    assert g["empty"].shape == (0, 4)
+    assert (g["unwritten"][...] == 3).all()

@@ -8,6 +8,7 @@ variables, whose values the planner checks and inlines.
 from __future__ import annotations
 
 import os
+from array import array
 from typing import Any
 
 import h5py
@@ -189,28 +190,20 @@ class _Scanner:
         codecs += filters
         grid = tuple(-(-n // c) for n, c in zip(shape, chunks))
         refs = empty_refs(grid)
-        coords: list[tuple[int, ...]] = []
-        offsets: list[int] = []
-        sizes: list[int] = []
-        masks: list[int] = []
-
-        def visit(info) -> None:
-            coords.append(info.chunk_offset)
-            offsets.append(info.byte_offset)
-            sizes.append(info.size)
-            masks.append(info.filter_mask)
-
         if all(grid):
-            ds.id.chunk_iter(visit)
+            idx, offsets, sizes, masks = _walk_chunk_index(ds.id, len(shape))
+        else:
+            idx, offsets = np.zeros((0, len(shape)), np.int64), np.zeros(0, np.uint64)
+            sizes, masks = offsets, np.zeros(0, np.uint32)
+        idx = idx // np.asarray(chunks, dtype=np.int64)
         odd = None
-        if offsets:
-            idx = np.asarray(coords, dtype=np.int64) // np.asarray(chunks, dtype=np.int64)
-            where = tuple(idx.T)
-            refs["offset"][where] = offsets
-            refs["length"][where] = sizes
-            mask = np.asarray(masks)
-            if mask.any():
-                odd = idx[mask != 0]
+        if len(offsets):
+            flat = np.ravel_multi_index(tuple(idx.T), grid)
+            view = refs.reshape(-1)
+            view["offset"][flat] = offsets
+            view["length"][flat] = sizes
+            if masks.any():
+                odd = idx[masks != 0]
                 for b in odd[:20]:
                     self.problem(name, "filter-mask",
                                  "this chunk was stored with part of the filter pipeline "
@@ -237,6 +230,26 @@ class _Scanner:
             else:
                 out.append(codec)
         return out, ok
+
+
+def _walk_chunk_index(dsid, ndim: int):
+    """One `chunk_iter` pass over a dataset's chunk index, into flat typed buffers (no
+    per-chunk Python objects kept): chunk element offsets (n, ndim), byte offsets, stored
+    sizes, filter masks."""
+    co, fm, bo, sz = array("q"), array("I"), array("Q"), array("Q")
+    co_ext, fm_app, bo_app, sz_app = co.extend, fm.append, bo.append, sz.append
+
+    def visit(info) -> None:
+        c, m, o, s = info
+        co_ext(c)
+        fm_app(m)
+        bo_app(o)
+        sz_app(s)
+
+    dsid.chunk_iter(visit)
+    n = len(bo)
+    return (np.frombuffer(co, dtype=np.int64).reshape(n, ndim), np.frombuffer(bo, dtype=np.uint64),
+            np.frombuffer(sz, dtype=np.uint64), np.frombuffer(fm, dtype=np.uint32))
 
 
 # -- helpers, pure ---------------------------------------------------------------------
