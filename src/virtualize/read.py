@@ -11,6 +11,7 @@ when the cube was written: a changed source would read as wrong data, so it is r
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 from collections.abc import AsyncIterator, Iterable
@@ -27,10 +28,22 @@ from .emit.metadata import MANIFEST_FIELD
 from .model import Location, Problem, VirtualizeError
 
 
+@functools.cache
+def register_codecs() -> None:
+    """Make imagecodecs' zarr 3 codecs (imagecodecs_lzw, _jpeg, _delta, ...) known to zarr:
+    TIFF cubes name them. They register by a call, not by entry points."""
+    try:
+        import imagecodecs.zarr
+    except ImportError:
+        return
+    imagecodecs.zarr.register_codecs(verbose=False)
+
+
 @contextlib.contextmanager
 def rectilinear_enabled():
     """zarr-python reads rectilinear grids only with `array.rectilinear_chunks` on; turn it
     on for the duration of an open, then restore the caller's setting."""
+    register_codecs()
     with zarr.config.set({"array.rectilinear_chunks": True}):
         yield
 

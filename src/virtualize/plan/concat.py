@@ -9,7 +9,7 @@ all of them are collected before anything is returned.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -54,6 +54,8 @@ class _Context:
     notes: list[str] = field(default_factory=list)
     # (file, variable) pairs whose scanner already reported why they cannot be used
     reported: set[tuple[str, str]] = field(default_factory=set)
+    # no file has the concat dim: data variables are stacked along a new leading axis
+    new_axis: bool = False
 
     def problem(self, file: str | None, var: str | None, kind: str, msg: str,
                 axis: str | None = None, block: tuple[int, ...] | None = None) -> None:
@@ -124,12 +126,17 @@ def _choose_concat_dim(ctx: _Context) -> str | None:
             return None
         else:
             return None
-    for inv in invs:
-        if not any(dim in v.dims for v in inv.variables.values()):
-            have = sorted({d for v in inv.variables.values() for d in v.dims})
-            ctx.problem(inv.path, None, "concat-dim-missing",
-                        f"no variable has the dimension {dim!r} (dimensions: {', '.join(have)})",
-                        axis=dim)
+    lacking = [inv for inv in invs if not any(dim in v.dims for v in inv.variables.values())]
+    if len(lacking) == len(invs):
+        ctx.new_axis = True
+        ctx.notes.append(f"no file has a {dim!r} dimension: data variables are stacked along a "
+                         f"new leading {dim!r} axis, one step per file")
+        return dim
+    for inv in lacking:
+        have = sorted({d for v in inv.variables.values() for d in v.dims})
+        ctx.problem(inv.path, None, "concat-dim-missing",
+                    f"no variable has the dimension {dim!r} (dimensions: {', '.join(have)})",
+                    axis=dim)
     return dim
 
 
@@ -264,20 +271,42 @@ def _plan_variable(ctx: _Context, name: str) -> ArrayPlan | None:
         return None
     vars_: list[Variable] = vs  # type: ignore[assignment]
     inline = name in ctx.opts.inline
-    if any(v.blocks is None for v in vars_) and not inline:
+    # a scanner's own variables (TIFF coordinates, grid mappings) come with values, no blocks
+    synthesized = all(v.blocks is None and v.values is not None for v in vars_)
+    if any(v.blocks is None for v in vars_) and not (inline or synthesized):
         return None  # the scanner reported why
+    if ctx.new_axis and _stacks(ctx, vars_[0]):
+        vars_ = [_with_new_axis(v, ctx.dim) for v in vars_]
     first = vars_[0]
     dim = ctx.dim
     along = dim is not None and dim in first.dims
     consistent = _consistent(ctx, name, vars_, along)
     k = first.dims.index(dim) if along else None
-    default_inline = first.is_coordinate and all(v.values is not None for v in vars_)
+    default_inline = synthesized or (first.is_coordinate and
+                                     all(v.values is not None for v in vars_))
     if inline or default_inline:
         return _inline_array(ctx, name, vars_, k) if consistent else None
     if along:
         array = _concat_array(ctx, name, vars_, k)  # reports padded blocks either way
         return array if consistent else None
     return _shared_array(ctx, name, vars_) if consistent else None
+
+
+def _stacks(ctx: _Context, v: Variable) -> bool:
+    """In new-axis mode, which variables get the axis: data, not coordinates, scalars or
+    grid mappings (those must be the same in every file)."""
+    if v.is_coordinate or not v.shape:
+        return False
+    mapped = {x.attrs.get("grid_mapping") for x in ctx.invs[0].variables.values()}
+    return v.basename not in mapped
+
+
+def _with_new_axis(v: Variable, dim: str) -> Variable:
+    blocks = v.blocks
+    if blocks is not None:
+        blocks = replace(blocks, block_shape=(1, *blocks.block_shape), refs=blocks.refs[None])
+    values = v.values[None] if v.values is not None else None
+    return replace(v, shape=(1, *v.shape), dims=(dim, *v.dims), blocks=blocks, values=values)
 
 
 def _consistent(ctx: _Context, name: str, vs: list[Variable], along: bool) -> bool:

@@ -18,7 +18,7 @@ def detect_format(path: str) -> str | None:
 
 
 def scan(path: str | os.PathLike) -> FileInventory:
-    """Scan one file (HDF5, netCDF-4 or netCDF classic) into its inventory.
+    """Scan one file (HDF5, netCDF-4, netCDF classic, TIFF) into its inventory.
 
     Raises `VirtualizeError` (carrying one located problem) when the file cannot be read
     at all: missing, unknown format, truncated or corrupt.
@@ -36,12 +36,15 @@ def scan(path: str | os.PathLike) -> FileInventory:
         if fmt == "netcdf3":
             from .netcdf3 import scan_netcdf3
             return scan_netcdf3(path)
+        if fmt == "tiff":
+            from .tiff import scan_tiff
+            return scan_tiff(path)
     except VirtualizeError:
         raise
     except Exception as e:  # a library's own error: name the file and what it said
         raise VirtualizeError([Problem(Location(path), "corrupt", f"{type(e).__name__}: {e}")],
                               f"{path}: cannot be scanned") from None
-    what = {"tiff": "TIFF files are not supported yet"}.get(fmt or "", "not an HDF5, netCDF-4 or netCDF classic file")
+    what = "not an HDF5, netCDF-4, netCDF classic or TIFF file"
     raise VirtualizeError([Problem(Location(path), "unknown-format", what)], f"{path}: {what}")
 
 
@@ -55,4 +58,7 @@ def read_values(path: str, variable: str):
     if fmt == "netcdf3":
         from .netcdf3 import read_netcdf3_values
         return read_netcdf3_values(path, variable)
+    if fmt == "tiff":
+        from .tiff import read_tiff_values
+        return read_tiff_values(path, variable)
     raise ValueError(f"{path}: cannot read {variable}")

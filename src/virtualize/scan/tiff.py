@@ -1,0 +1,422 @@
+"""TIFF, BigTIFF, GeoTIFF and COG files: block tables from strip / tile offsets (tifffile).
+
+A file becomes:
+- `image`: the main image; dims (y, x), (y, x, band) for pixel-interleaved samples,
+  (band, y, x) for planar-separate ones, with a leading `page` axis when the file holds
+  several pages that agree (shape, type, blocks, compression);
+- for GeoTIFFs, `x` / `y` coordinates (pixel centres, as GDAL and rioxarray compute them)
+  and a `spatial_ref` grid-mapping variable (`crs_wkt` when pyproj is installed, EPSG
+  code, `GeoTransform`), and `GDAL_NODATA` as the fill value when it fits the type;
+- each overview level (COG reduced pages, SubIFDs) as `overview/<k>/image` with its own
+  coordinates, and a `multiscales` attribute on the root listing the levels.
+
+Strips are stored at their true length (the last one short), tiles padded to full size.
+Only the offset/bytecount tables and tags are read, never pixel data.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any
+
+import numpy as np
+import tifffile
+
+from ..model import BlockTable, FileInventory, Location, Problem, Variable, empty_refs
+from ._io import CountingFile
+from ._values import bytes_codec
+
+C = tifffile.COMPRESSION
+# TIFF compressions whose segments a registered zarr codec decodes exactly. The numcodecs
+# names resolve to numcodecs' implementations; imagecodecs_* to imagecodecs' (registered
+# by `imagecodecs.zarr.register_codecs()`, which `virtualize.open` calls).
+BYTES_CODECS = {
+    C.NONE: None,
+    C.ADOBE_DEFLATE: lambda: {"name": "numcodecs.zlib", "configuration": {"level": 1}},
+    C.DEFLATE: lambda: {"name": "numcodecs.zlib", "configuration": {"level": 1}},
+    C.LZW: lambda: {"name": "imagecodecs_lzw"},
+    C.PACKBITS: lambda: {"name": "imagecodecs_packbits"},
+    C.ZSTD: lambda: {"name": "numcodecs.zstd", "configuration": {"level": 0}},
+    C.LZMA: lambda: {"name": "numcodecs.lzma", "configuration": {}},
+}
+IMAGE_CODECS = {C.JPEG, C.WEBP, C.LERC}
+
+
+def scan_tiff(path: str) -> FileInventory:
+    st = os.stat(path)
+    with CountingFile(path) as fh:
+        with tifffile.TiffFile(fh, is_shaped=False, is_ome=False, is_imagej=False) as tif:
+            inv = _TiffScanner(path, tif, st.st_size).run(st.st_mtime_ns)
+        inv.bytes_read = fh.bytes_read
+    return inv
+
+
+class _TiffScanner:
+    def __init__(self, path: str, tif: tifffile.TiffFile, size: int):
+        self.path = path
+        self.tif = tif
+        self.size = size
+        self.problems: list[Problem] = []
+        self.variables: dict[str, Variable] = {}
+        self.groups: dict[str, dict[str, Any]] = {"": {}}
+
+    def problem(self, var: str | None, kind: str, msg: str, fatal: bool = True,
+                block: tuple[int, ...] | None = None) -> None:
+        self.problems.append(Problem(Location(self.path, var, None, block), kind, msg, fatal))
+
+    def run(self, mtime_ns: int) -> FileInventory:
+        tif = self.tif
+        pages = [p for p in tif.pages if isinstance(p, tifffile.TiffPage)]
+        main = [p for p in pages if not (p.subfiletype & 0b101)]  # not reduced, not a mask
+        if not main:
+            raise ValueError("no full-resolution image in the file")
+        first = main[0]
+        stack = [first]
+        for i, p in enumerate(main[1:], start=1):
+            if _signature(p) == _signature(first):
+                stack.append(p)
+            else:
+                self.problem("image", "page-skipped",
+                             f"page {i} ({p.shape} {p.dtype}, {p.compression.name}) differs from "
+                             "page 0 and is not part of the image", fatal=False)
+        desc = first.description
+        if desc:
+            self.groups[""]["ImageDescription"] = desc
+        geo = _georeference(first)
+        self._image("", "image", stack, geo, level=0)
+        levels = self._levels(tif, first, len(stack))
+        if levels:
+            ms = [{"path": "image", "level": 0, "shape": list(first.shape)}]
+            for k, page in enumerate(levels, start=1):
+                self._image(f"overview/{k}", "image", [page], _scaled(geo, first, page), level=k)
+                ms.append({"path": f"overview/{k}/image", "level": k, "shape": list(page.shape)})
+                self.groups.setdefault("overview", {})
+                self.groups[f"overview/{k}"] = {}
+            self.groups[""]["multiscales"] = [{"name": "image", "datasets": ms}]
+        fmt = "bigtiff" if tif.is_bigtiff else "tiff"
+        if geo is not None:
+            fmt = "geo" + fmt
+        return FileInventory(self.path, fmt, self.size, mtime_ns, self.groups, {},
+                             self.variables, self.problems)
+
+    def _levels(self, tif, first, npages: int) -> list:
+        try:
+            levels = tif.series[0].levels[1:] if tif.series else []
+        except Exception:
+            levels = []
+        out = []
+        for level in levels:
+            page = level.keyframe
+            if page is None or not isinstance(page, tifffile.TiffPage):
+                continue
+            if npages > 1:
+                self.problem("overview", "overviews-skipped",
+                             "overviews of multi-page files are not virtualized", fatal=False)
+                return []
+            out.append(page)
+        return out
+
+    # -- one image (one level) ---------------------------------------------------------
+
+    def _image(self, group: str, base: str, pages: list, geo: dict | None, level: int) -> None:
+        name = f"{group}/{base}" if group else base
+        page = pages[0]
+        where = f"{name}" + (f" (level {level})" if level else "")
+        reason = _unsupported(page)
+        if reason:
+            self.problem(name, "unsupported-tiff", f"{where}: {reason}")
+            return
+        dtype = np.dtype(self.tif.byteorder + page.dtype.char) if page.dtype.itemsize > 1 \
+            else np.dtype(page.dtype)
+        codecs, why = tiff_codecs(page, dtype)
+        if why:
+            self.problem(name, "unsupported-compression", f"{where}: {why}")
+            return
+        dims, block_shape = _layout(page)
+        grid = tuple(int(n) for n in page.chunked)
+        shape = tuple(int(n) for n in page.shape)
+        if len(grid) != len(shape):
+            self.problem(name, "unsupported-tiff", f"{where}: block layout {page.chunked} does not "
+                         f"match shape {page.shape}")
+            return
+        offsets = np.asarray([p.dataoffsets for p in pages], dtype=np.uint64)
+        counts = np.asarray([p.databytecounts for p in pages], dtype=np.uint64)
+        if offsets.shape[1] != math.prod(grid):
+            self.problem(name, "corrupt", f"{where}: {offsets.shape[1]} strips/tiles listed, "
+                         f"{math.prod(grid)} expected for shape {shape}")
+            return
+        counts = self._check_segments(name, page, dtype, offsets, counts, block_shape, shape, grid)
+        if counts is None:
+            return
+        refs = empty_refs((len(pages), *grid))
+        present = (offsets > 0) & (counts > 0)  # offset 0 / count 0: a sparse block, reads as fill
+        refs["offset"] = np.where(present, offsets, 0).reshape(refs.shape)
+        refs["length"] = np.where(present, counts, 0).reshape(refs.shape)
+        if len(pages) == 1:
+            refs = refs[0]
+        else:
+            dims = ("page", *dims)
+            shape = (len(pages), *shape)
+            block_shape = (1, *block_shape)
+        fill, fill_attr = self._nodata(name, page, dtype)
+        attrs: dict[str, Any] = {"tiff_photometric": page.photometric.name.lower()}
+        if fill_attr is not None:
+            attrs["_FillValue"] = fill_attr
+        if geo is not None:
+            attrs["grid_mapping"] = "spatial_ref"
+        padded = bool(page.is_tiled)
+        self.variables[name] = Variable(
+            name=name, dtype=dtype, shape=shape, dims=dims, attrs=attrs, fill_value=fill,
+            codecs=codecs, blocks=BlockTable(block_shape, padded=padded, refs=refs))
+        if geo is not None:
+            self._georeferencing(group, page, geo)
+
+    def _check_segments(self, name, page, dtype, offsets, counts, block_shape, shape, grid):
+        """Segments must lie inside the file; uncompressed ones hold exactly their pixels
+        (a last strip stored at full height is trimmed: its tail is padding)."""
+        end = offsets + counts
+        bad = np.flatnonzero((end > self.size).reshape(-1) & (counts > 0).reshape(-1))
+        if bad.size:
+            i = int(bad[0])
+            self.problem(name, "truncated", f"segment {i % offsets.shape[1]} ends at byte "
+                         f"{int(end.reshape(-1)[i])}, the file at {self.size}",
+                         block=tuple(int(b) for b in np.unravel_index(i % offsets.shape[1], grid)))
+            return None
+        if page.compression != C.NONE:
+            return counts
+        # expected bytes of each block: rows along each axis, the last one short for strips
+        expected = np.ones(grid, dtype=np.uint64) * dtype.itemsize
+        for axis, (n, b, g) in enumerate(zip(shape, block_shape, grid)):
+            lens = np.full(g, b, dtype=np.uint64)
+            if not page.is_tiled and n % b:
+                lens[-1] = n % b
+            expected = expected * lens.reshape([-1 if i == axis else 1 for i in range(len(grid))])
+        expected = np.broadcast_to(expected.reshape(-1), counts.shape)
+        short = (counts > 0) & (counts < expected)
+        if short.any():
+            i = int(np.flatnonzero(short.reshape(-1))[0]) % counts.shape[1]
+            self.problem(name, "truncated", f"uncompressed segment {i} holds "
+                         f"{int(counts.reshape(-1)[i])} bytes, {int(expected.reshape(-1)[i])} "
+                         "expected", block=tuple(int(b) for b in np.unravel_index(i, grid)))
+            return None
+        return np.where(counts > 0, np.minimum(counts, expected), 0)
+
+    def _nodata(self, name, page, dtype):
+        """GDAL_NODATA → (fill value, _FillValue attribute); (0, None) without one."""
+        zero = np.zeros((), dtype=dtype)[()]
+        tag = page.tags.get("GDAL_NODATA")
+        raw = tag.value if tag is not None else None
+        if raw is None:
+            return zero, None
+        try:
+            value = float(str(raw).strip().rstrip("\x00"))
+        except ValueError:
+            self.problem(name, "nodata-unfit", f"GDAL_NODATA {raw!r} is not a number: ignored",
+                         fatal=False)
+            return zero, None
+        if dtype.kind in "iu":
+            info = np.iinfo(dtype)
+            if not value.is_integer() or not info.min <= value <= info.max:
+                self.problem(name, "nodata-unfit",
+                             f"GDAL_NODATA {raw!r} does not fit {dtype.newbyteorder('=').name}: "
+                             "no fill value is set (sparse blocks read as 0)", fatal=False)
+                return zero, None
+            v = np.asarray(int(value), dtype=dtype)[()]
+            return v, int(v)
+        v = np.asarray(value, dtype=dtype)[()]
+        return v, float(v)
+
+    def _georeferencing(self, group: str, page, geo: dict) -> None:
+        gname = f"{group}/spatial_ref" if group else "spatial_ref"
+        self.variables[gname] = _inline_variable(gname, np.asarray(0, dtype="i8"), (), geo["attrs"])
+        if geo.get("rotated"):
+            self.problem(gname, "rotated-geotransform",
+                         "the geotransform is rotated or sheared: no 1-D x/y coordinates "
+                         "(GeoTransform is kept on spatial_ref)", fatal=False)
+            return
+        h, w = page.imagelength, page.imagewidth
+        x0, dx, _, y0, _, dy = geo["transform"]
+        xs = x0 + (np.arange(w) + 0.5) * dx
+        ys = y0 + (np.arange(h) + 0.5) * dy
+        geographic = geo.get("geographic", False)
+        xattrs = ({"standard_name": "longitude", "units": "degrees_east", "axis": "X"}
+                  if geographic else
+                  {"standard_name": "projection_x_coordinate", "units": geo.get("units", "m"),
+                   "axis": "X"})
+        yattrs = ({"standard_name": "latitude", "units": "degrees_north", "axis": "Y"}
+                  if geographic else
+                  {"standard_name": "projection_y_coordinate", "units": geo.get("units", "m"),
+                   "axis": "Y"})
+        for nm, vals, attrs in (("x", xs, xattrs), ("y", ys, yattrs)):
+            full = f"{group}/{nm}" if group else nm
+            self.variables[full] = _inline_variable(full, vals, (nm,), attrs, coordinate=True)
+
+
+# -- pure helpers --------------------------------------------------------------------
+
+def _inline_variable(name, values, dims, attrs, coordinate=False) -> Variable:
+    values = np.asarray(values)
+    return Variable(name=name, dtype=values.dtype, shape=values.shape, dims=dims, attrs=attrs,
+                    fill_value=None, codecs=[bytes_codec(values.dtype)], blocks=None,
+                    values=values, is_coordinate=coordinate)
+
+
+def _signature(p) -> tuple:
+    return (p.shape, p.dtype, p.chunks, p.chunked, p.compression, p.predictor, p.planarconfig,
+            p.is_tiled, p.photometric, bytes(p.jpegtables or b""))
+
+
+def _layout(page) -> tuple[tuple[str, ...], tuple[int, ...]]:
+    """Dimension names and block shape of one page."""
+    shape = page.shape
+    chunks = tuple(int(c) for c in page.chunks)
+    if page.samplesperpixel > 1 and page.planarconfig == tifffile.PLANARCONFIG.SEPARATE:
+        dims = ("band", "y", "x")
+        if len(chunks) == 2:
+            chunks = (1, *chunks)
+    elif page.samplesperpixel > 1:
+        dims = ("y", "x", "band")
+    else:
+        dims = ("y", "x")
+    if len(chunks) != len(shape) or len(dims) != len(shape):
+        return (tuple(f"dim{i}" for i in range(len(shape))), chunks)
+    return dims, chunks
+
+
+def _unsupported(page) -> str | None:
+    if page.dtype is None:
+        return f"sample format {page.sampleformat} / {page.bitspersample} bits has no numpy type"
+    if page.bitspersample != page.dtype.itemsize * 8:
+        return (f"{page.bitspersample}-bit samples are packed, not whole bytes; they cannot be "
+                "referenced as zarr chunks")
+    if page.fillorder != 1:
+        return "FillOrder 2 (bits reversed within bytes) has no zarr codec"
+    if getattr(page, "imagedepth", 1) > 1:
+        return "volumetric (ImageDepth > 1) TIFF is not supported"
+    if page.photometric == tifffile.PHOTOMETRIC.YCBCR and page.compression != C.JPEG:
+        return "YCbCr with chroma subsampling outside JPEG has no zarr codec"
+    return None
+
+
+def tiff_codecs(page, dtype: np.dtype) -> tuple[list[dict], str | None]:
+    """The zarr v3 codecs that decode one strip/tile exactly as tifffile does, or why not."""
+    comp = page.compression
+    pred = int(page.predictor)
+    samples_last = page.samplesperpixel > 1 and page.planarconfig != tifffile.PLANARCONFIG.SEPARATE
+    axis = -2 if samples_last else -1
+    if comp in IMAGE_CODECS:
+        if pred != 1:
+            return [], f"predictor {pred} with {comp.name} compression"
+        if comp == C.JPEG:
+            conf: dict[str, Any] = {}
+            if page.jpegtables:
+                import base64
+                conf["tables"] = base64.b64encode(bytes(page.jpegtables)).decode()
+            if page.photometric == tifffile.PHOTOMETRIC.YCBCR:
+                conf["colorspace_jpeg"] = "YCBCR"
+                conf["colorspace_data"] = "RGB"
+            elif page.photometric == tifffile.PHOTOMETRIC.RGB:
+                conf["colorspace_jpeg"] = "RGB"
+                conf["colorspace_data"] = "RGB"
+            return [{"name": "imagecodecs_jpeg", "configuration": conf}], None
+        if comp == C.WEBP:
+            return [{"name": "imagecodecs_webp", "configuration": {}}], None
+        return [{"name": "imagecodecs_lerc", "configuration": {}}], None
+    if comp not in BYTES_CODECS:
+        return [], f"compression {comp.name} ({int(comp)}) has no zarr codec that decodes it exactly"
+    codecs: list[dict] = []
+    if pred == 2:
+        codecs.append({"name": "imagecodecs_delta", "configuration": {"axis": axis, "dist": 1}})
+        codecs.append(bytes_codec(dtype))
+    elif pred == 3:
+        if dtype.byteorder == ">":
+            return [], "floating-point predictor on big-endian data has no exact zarr codec"
+        codecs.append({"name": "imagecodecs_floatpred", "configuration": {"axis": axis, "dist": 1}})
+    elif pred == 1:
+        codecs.append(bytes_codec(dtype))
+    else:
+        return [], f"predictor {pred} is not supported"
+    make = BYTES_CODECS[comp]
+    if make is not None:
+        codecs.append(make())
+    return codecs, None
+
+
+def _georeference(page) -> dict | None:
+    """GDAL's geotransform and CRS from GeoTIFF tags, or None for a plain TIFF."""
+    tags = page.tags
+    scale = tags.get("ModelPixelScaleTag")
+    tie = tags.get("ModelTiepointTag")
+    matrix = tags.get("ModelTransformationTag")
+    keys = page.geotiff_tags or {}
+    if matrix is not None:
+        m = [float(v) for v in matrix.value]
+        transform = [m[3], m[0], m[1], m[7], m[4], m[5]]
+    elif scale is not None and tie is not None:
+        sx, sy = float(scale.value[0]), float(scale.value[1])
+        i, j, _, x, y, _ = (float(v) for v in tie.value[:6])
+        transform = [x - i * sx, sx, 0.0, y + j * sy, 0.0, -sy]
+    else:
+        return None
+    if int(keys.get("GTRasterTypeGeoKey", 1) or 1) == 2:  # PixelIsPoint: GDAL shifts by half a pixel
+        transform[0] -= 0.5 * transform[1]
+        transform[3] -= 0.5 * transform[5]
+    attrs: dict[str, Any] = {"GeoTransform": " ".join(repr(float(v)) for v in transform)}
+    epsg = None
+    geographic = False
+    for key in ("ProjectedCSTypeGeoKey", "GeographicTypeGeoKey"):
+        v = keys.get(key)
+        v = int(v) if v is not None and not isinstance(v, str) else None
+        if v is not None and v != 32767:
+            epsg = v
+            geographic = key == "GeographicTypeGeoKey" and keys.get("ProjectedCSTypeGeoKey") is None
+            break
+    if epsg is not None:
+        attrs["epsg"] = epsg
+        wkt = _wkt(epsg)
+        if wkt:
+            attrs["crs_wkt"] = wkt
+            attrs["spatial_ref"] = wkt
+    if transform[2] or transform[4]:
+        return {"transform": transform, "attrs": attrs, "rotated": True, "geographic": geographic}
+    return {"transform": transform, "attrs": attrs, "geographic": geographic,
+            "units": "degrees" if geographic else "m"}
+
+
+def _wkt(epsg: int) -> str | None:
+    try:
+        import pyproj
+    except ImportError:
+        return None
+    try:
+        return pyproj.CRS.from_epsg(epsg).to_wkt()
+    except Exception:
+        return None
+
+
+def _scaled(geo: dict | None, base, page) -> dict | None:
+    """An overview's georeferencing: the same extent over fewer, larger pixels (GDAL)."""
+    if geo is None or geo.get("rotated"):
+        return None
+    t = list(geo["transform"])
+    t[1] *= base.imagewidth / page.imagewidth
+    t[5] *= base.imagelength / page.imagelength
+    attrs = dict(geo["attrs"], GeoTransform=" ".join(repr(float(v)) for v in t))
+    return dict(geo, transform=t, attrs=attrs)
+
+
+
+
+def read_tiff_values(path: str, name: str) -> np.ndarray:
+    """Decode one image (for inlining) with tifffile."""
+    with tifffile.TiffFile(path, is_shaped=False, is_ome=False, is_imagej=False) as tif:
+        main = [p for p in tif.pages if isinstance(p, tifffile.TiffPage) and not (p.subfiletype & 0b101)]
+        if name == "image":
+            stack = [p for p in main if _signature(p) == _signature(main[0])]
+            data = [p.asarray() for p in stack]
+            return data[0] if len(data) == 1 else np.stack(data)
+        if name.startswith("overview/") and name.endswith("/image"):
+            k = int(name.split("/")[1])
+            return tif.series[0].levels[k].keyframe.asarray()
+    raise KeyError(name)
