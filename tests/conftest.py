@@ -8,6 +8,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "fixtures"))
 
 import make_fixtures  # noqa: E402
+import make_tiff  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -22,7 +23,10 @@ def case(fixture_root):
 
     def get(name: str) -> list[Path]:
         if name not in built:
-            built[name] = make_fixtures.make(name, fixture_root)
+            module = make_tiff if name in make_tiff.CASES else make_fixtures
+            if not module.available(name):
+                pytest.skip(f"fixture {name} needs {module.REQUIRES[name]}, not installed")
+            built[name] = module.make(name, fixture_root)
         return built[name]
 
     return get

@@ -66,7 +66,7 @@ def inline_chunks(a: ArrayPlan):
     if data is None or data.size == 0:
         return
     key = "c" if data.ndim == 0 else "c/" + "/".join("0" for _ in range(data.ndim))
-    yield key, np.ascontiguousarray(data).tobytes()
+    yield key, data.tobytes(order="C")
 
 
 def _write_json(path: Path, doc: dict) -> None:

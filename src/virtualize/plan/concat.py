@@ -8,6 +8,9 @@ all of them are collected before anything is returned.
 
 from __future__ import annotations
 
+import datetime
+import os
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -70,7 +73,8 @@ def plan_concat(inventories: Sequence[FileInventory], options: ConcatOptions | N
     only when no problem is fatal.
     """
     opts = options or ConcatOptions()
-    invs = list(inventories)
+    # shallow copies: planning may add or re-express variables, never in the caller's objects
+    invs = [replace(inv, variables=dict(inv.variables)) for inv in inventories]
     ctx = _Context(invs, None, opts)
     _carry_scan_problems(ctx)
     ctx.dim = _choose_concat_dim(ctx)
@@ -131,6 +135,7 @@ def _choose_concat_dim(ctx: _Context) -> str | None:
         ctx.new_axis = True
         ctx.notes.append(f"no file has a {dim!r} dimension: data variables are stacked along a "
                          f"new leading {dim!r} axis, one step per file")
+        _coordinate_from_names(ctx, dim)
         return dim
     for inv in lacking:
         have = sorted({d for v in inv.variables.values() for d in v.dims})
@@ -138,6 +143,49 @@ def _choose_concat_dim(ctx: _Context) -> str | None:
                     f"no variable has the dimension {dim!r} (dimensions: {', '.join(have)})",
                     axis=dim)
     return dim
+
+
+DATE_IN_NAME = re.compile(
+    r"(?<!\d)((?:18|19|20|21)\d\d)-?(0[1-9]|1[0-2])-?(0[1-9]|[12]\d|3[01])"
+    r"(?:[T_ -]?([01]\d|2[0-3]):?([0-5]\d)(?::?([0-5]\d))?)?(?!\d)")
+
+
+def dates_in_names(paths: Sequence[str]) -> list[datetime.datetime] | None:
+    """The date (and time of day, if given) in each file's name, or None unless every
+    name has exactly one."""
+    out = []
+    for p in paths:
+        found = DATE_IN_NAME.findall(os.path.basename(p))
+        if len(found) != 1:
+            return None
+        y, m, d, hh, mm, ss = found[0]
+        try:
+            out.append(datetime.datetime(int(y), int(m), int(d), int(hh or 0), int(mm or 0),
+                                         int(ss or 0)))
+        except ValueError:
+            return None
+    return out
+
+
+def _coordinate_from_names(ctx: _Context, dim: str) -> None:
+    """A stack along a new axis gets that axis' coordinate from dates in the file names
+    (2024-01-01.tif, S2_20240101T103021.tif), when every name has one."""
+    dates = dates_in_names([inv.path for inv in ctx.invs])
+    if dates is None:
+        ctx.notes.append(f"the file names hold no date each: {dim!r} has no coordinate values")
+        return
+    start = min(dates)
+    whole_days = all(d.hour == d.minute == d.second == 0 for d in dates)
+    step, unit = (86400, "days") if whole_days else (1, "seconds")
+    fmt = "%Y-%m-%d" if whole_days else "%Y-%m-%dT%H:%M:%S"
+    attrs = {"units": f"{unit} since {start.strftime(fmt)}", "calendar": "proleptic_gregorian",
+             "long_name": "date in the file name"}
+    for inv, d in zip(ctx.invs, dates):
+        value = np.array([int((d - start).total_seconds()) // step], dtype="i8")
+        inv.variables[dim] = Variable(name=dim, dtype=value.dtype, shape=(1,), dims=(dim,),
+                                      attrs=attrs, fill_value=None, codecs=[], blocks=None,
+                                      values=value, is_coordinate=True)
+    ctx.notes.append(f"{dim!r} values are the dates in the file names")
 
 
 def _harmonize_time_units(ctx: _Context) -> None:
@@ -175,8 +223,7 @@ def _harmonize_time_units(ctx: _Context) -> None:
         converted = new.astype(c.dtype.newbyteorder("="))
         if not np.array_equal(converted.astype("f8"), new):
             continue
-        c.values = converted
-        c.attrs = dict(c.attrs, units=units0)
+        inv.variables[dim] = replace(c, values=converted, attrs=dict(c.attrs, units=units0))
         ctx.notes.append(f"{inv.path}: {dim} re-expressed from {units!r} in {units0!r} "
                          "(the cube stores the coordinate itself)")
 
@@ -436,7 +483,7 @@ def _inline_array(ctx: _Context, name: str, vs: list[Variable], k: int | None) -
                             f"file, but its values differ from {ctx.invs[0].path}")
                 return None
     dtype = first.dtype.newbyteorder("<") if first.dtype.itemsize > 1 else first.dtype
-    data = np.ascontiguousarray(data, dtype=dtype)
+    data = np.asarray(data, dtype=dtype).copy(order="C")  # (ascontiguousarray makes 0-d 1-d)
     chunk_lengths = tuple((max(n, 1),) for n in data.shape)
     return ArrayPlan(name=name, dtype=dtype, shape=tuple(data.shape), dims=first.dims,
                      chunk_lengths=chunk_lengths, codecs=[bytes_codec(dtype)],

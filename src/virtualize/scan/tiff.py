@@ -330,8 +330,8 @@ def tiff_codecs(page, dtype: np.dtype) -> tuple[list[dict], str | None]:
         codecs.append({"name": "imagecodecs_delta", "configuration": {"axis": axis, "dist": 1}})
         codecs.append(bytes_codec(dtype))
     elif pred == 3:
-        if dtype.byteorder == ">":
-            return [], "floating-point predictor on big-endian data has no exact zarr codec"
+        # the predictor's byte planes are written most significant byte first whatever the
+        # file's byte order, so one codec decodes both (tested on II and MM files)
         codecs.append({"name": "imagecodecs_floatpred", "configuration": {"axis": axis, "dist": 1}})
     elif pred == 1:
         codecs.append(bytes_codec(dtype))

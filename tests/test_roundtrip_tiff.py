@@ -1,0 +1,177 @@
+"""TIFF / GeoTIFF / COG: every array read through the cube equals tifffile's read."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import tifffile
+import xarray as xr
+import zarr_metadata.model
+
+import virtualize
+from helpers import assert_same, kerchunk_group, kerchunk_xarray
+
+LOSSLESS = ["strips_short_last", "strips_lzw", "strips_deflate_pred", "strips_packbits",
+            "tiles_padded", "rgb_contig_tiles", "rgb_planar_separate", "rgb_planar_strips",
+            "float_predictor3", "float_predictor3_bigendian", "bigendian_tiles", "bigtiff_strips",
+            "multipage", "multipage_shaped", "zstd_tiles", "webp_tiles", "lerc_tiles",
+            "geotiff_tifffile", "geotiff_gdal", "geotiff_geographic", "geotiff_pixel_is_point",
+            "tiffcp_strips", "tiffcp_tiles", "sparse_tiles", "sparse_tiles_gdal"]
+LOSSY = ["jpeg_tiles", "jpeg_gdal", "jpeg_ycbcr"]
+
+
+def tifffile_image(path) -> np.ndarray:
+    """What tifffile reads for the main image: all full-resolution pages that agree."""
+    with tifffile.TiffFile(path) as tif:
+        pages = [p for p in tif.pages if not (p.subfiletype & 0b101)]
+        data = [p.asarray() for p in pages]
+    return data[0] if len(data) == 1 else np.stack(data)
+
+
+def tifffile_levels(path) -> list[np.ndarray]:
+    with tifffile.TiffFile(path) as tif:
+        return [level.asarray() for level in tif.series[0].levels]
+
+
+def roundtrip_tiff(files, tmp_path, **kw):
+    cube, refs = tmp_path / "cube.zarr", tmp_path / "cube.json"
+    report = virtualize.virtualize(files, cube, **kw)
+    virtualize.virtualize(files, refs, **kw)
+    g, k = virtualize.open(cube), kerchunk_group(refs)
+    for name in report.plan.arrays:
+        doc = json.loads((cube / name / "zarr.json").read_text())
+        assert zarr_metadata.model.read_array_metadata_v3(doc).problems == ()
+        assert_same(k[name][...], g[name][...], f"{name}: kerchunk export vs cube")
+    return report, g
+
+
+@pytest.mark.parametrize("name", LOSSLESS + LOSSY)
+def test_single_file_reads_like_tifffile(case, tmp_path, name):
+    (path,) = case(name)
+    report, g = roundtrip_tiff([path], tmp_path)
+    assert_same(g["image"][...], tifffile_image(path), f"{name} image")
+    ds = xr.open_dataset(tmp_path / "cube.zarr", engine="virtualize", mask_and_scale=False)
+    assert_same(ds["image"].values, tifffile_image(path), f"{name} via xarray")
+
+
+def test_short_last_strip_is_a_rectilinear_edge(case, tmp_path):
+    (path,) = case("strips_short_last")
+    roundtrip_tiff([path], tmp_path)
+    grid = json.loads((tmp_path / "cube.zarr" / "image" / "zarr.json").read_text())["chunk_grid"]
+    assert grid == {"name": "rectilinear",
+                    "configuration": {"kind": "inline", "chunk_shapes": [[[30, 2], 10], 100]}}
+
+
+def test_padded_tiles_are_a_regular_overhanging_grid(case, tmp_path):
+    (path,) = case("tiles_padded")
+    roundtrip_tiff([path], tmp_path)
+    grid = json.loads((tmp_path / "cube.zarr" / "image" / "zarr.json").read_text())["chunk_grid"]
+    assert grid == {"name": "regular", "configuration": {"chunk_shape": [32, 32]}}
+
+
+def test_layouts_name_their_axes(case, tmp_path):
+    dims = {}
+    for name in ["rgb_contig_tiles", "rgb_planar_separate", "multipage"]:
+        (path,) = case(name)
+        dims[name] = virtualize.check([path]).plan.arrays["image"].dims
+    assert dims == {"rgb_contig_tiles": ("y", "x", "band"),
+                    "rgb_planar_separate": ("band", "y", "x"),
+                    "multipage": ("page", "y", "x")}
+
+
+@pytest.mark.parametrize("name", ["cog", "cog_blocksize32", "tifffile_subifds"])
+def test_overview_levels(case, tmp_path, name):
+    (path,) = case(name)
+    report, g = roundtrip_tiff([path], tmp_path)
+    levels = tifffile_levels(path)
+    assert len(levels) >= 2
+    assert_same(g["image"][...], levels[0], f"{name} level 0")
+    for k, expected in enumerate(levels[1:], start=1):
+        assert_same(g[f"overview/{k}/image"][...], expected, f"{name} level {k}")
+    ms = dict(g.attrs)["multiscales"][0]["datasets"]
+    assert [d["path"] for d in ms] == ["image"] + [f"overview/{k}/image" for k in range(1, len(levels))]
+
+
+@pytest.mark.parametrize("name", ["geotiff_tifffile", "geotiff_gdal", "geotiff_pixel_is_point"])
+def test_utm_coordinates_are_pixel_centres(case, tmp_path, name):
+    (path,) = case(name)
+    virtualize.virtualize([path], tmp_path / "cube.zarr")
+    ds = xr.open_dataset(tmp_path / "cube.zarr", engine="virtualize", decode_coords="all")
+    np.testing.assert_array_equal(ds.x.values, 399975.0 + 30.0 * np.arange(100))
+    np.testing.assert_array_equal(ds.y.values, 5800005.0 - 30.0 * np.arange(70))
+    sr = ds["spatial_ref"].attrs
+    assert sr["GeoTransform"].split() == ["399960.0", "30.0", "0.0", "5800020.0", "0.0", "-30.0"]
+    assert sr["epsg"] == 32633 and "UTM zone 33N" in sr["crs_wkt"]
+    assert ds["image"].attrs.get("grid_mapping") == "spatial_ref" or \
+        ds["image"].encoding.get("grid_mapping") == "spatial_ref"
+    nodata = 0 if name == "geotiff_pixel_is_point" else 65535  # that file sets no GDAL_NODATA
+    assert int(virtualize.open(tmp_path / "cube.zarr")["image"].fill_value) == nodata
+
+
+def test_geographic_coordinates(case, tmp_path):
+    (path,) = case("geotiff_geographic")
+    virtualize.virtualize([path], tmp_path / "cube.zarr")
+    ds = xr.open_dataset(tmp_path / "cube.zarr", engine="virtualize")
+    np.testing.assert_allclose(ds.x.values, -9.875 + 0.25 * np.arange(100), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(ds.y.values, 59.875 - 0.25 * np.arange(70), rtol=0, atol=1e-12)
+    assert ds.x.attrs["units"] == "degrees_east" and ds.y.attrs["standard_name"] == "latitude"
+
+
+def test_nodata_that_does_not_fit_is_reported_not_used(case, tmp_path):
+    (path,) = case("geotiff_nodata_unfit")
+    report, g = roundtrip_tiff([path], tmp_path)
+    (p,) = [p for p in report.problems if p.kind == "nodata-unfit"]
+    assert not p.fatal and "-9999" in p.message
+    assert int(g["image"].fill_value) == 0
+    assert_same(g["image"][...], tifffile_image(path), "unfit nodata image")
+
+
+def test_stack_of_dates_along_a_new_time_axis(case, tmp_path):
+    files = case("stack_dates")
+    report, g = roundtrip_tiff(files, tmp_path, concat_dim="time")
+    assert g["image"].shape == (3, 70, 100)
+    assert report.plan.arrays["image"].dims == ("time", "y", "x")
+    assert_same(g["image"][...], np.stack([tifffile_image(f) for f in files]), "stack")
+    assert g["x"].shape == (100,) and g["spatial_ref"].shape == ()
+    assert any("new leading 'time' axis" in n for n in report.notes)
+
+
+@pytest.mark.parametrize("name,kind", [("ccitt_bilevel", "unsupported-tiff"),
+                                       ("fillorder2", "unsupported-tiff"),
+                                       ("odd_bitdepth", "unsupported-tiff")])
+def test_undecodable_tiffs_are_refused(case, tmp_path, name, kind):
+    (path,) = case(name)
+    report = virtualize.check([path])
+    assert not report.ok
+    assert [p.kind for p in report.problems if p.fatal] == [kind]
+    assert report.problems[0].loc.file == str(path)
+
+
+def test_sparse_tiles_read_as_fill(case, tmp_path):
+    (path,) = case("sparse_tiles")
+    report = virtualize.check([path])
+    refs = report.plan.arrays["image"].refs
+    assert (refs["length"] == 0).sum() == 3
+
+
+def test_stack_time_coordinate_comes_from_the_file_names(case, tmp_path):
+    files = case("stack_dates")
+    virtualize.virtualize(list(reversed(files)), tmp_path / "cube.zarr", concat_dim="time")
+    ds = xr.open_dataset(tmp_path / "cube.zarr", engine="virtualize")
+    assert [str(t)[:10] for t in ds.time.values] == ["2024-01-01", "2024-01-02", "2024-01-03"]
+    # sorted by date although given in reverse; nodata (0) is masked by xarray
+    assert_same(ds.image.isel(time=0).fillna(0).values.astype("u2"), tifffile_image(files[0]), "t0")
+    assert bool(ds.image.isel(time=1)[:10, :10].isnull().all())
+
+
+def test_dates_in_names():
+    from virtualize.plan.concat import dates_in_names
+
+    assert [d.isoformat() for d in dates_in_names(
+        ["/a/S2_20240101T103021_B04.tif", "/a/S2_20240102T103021_B04.tif"])] == [
+        "2024-01-01T10:30:21", "2024-01-02T10:30:21"]
+    assert dates_in_names(["2024-01-01.tif", "x.tif"]) is None
+    assert dates_in_names(["tile_123456789.tif"]) is None
+    assert dates_in_names(["2024-13-01.tif"]) is None
