@@ -7,7 +7,6 @@ import calendar
 import json
 
 import netCDF4
-import numpy as np
 import pytest
 import xarray as xr
 import zarr_metadata.model

@@ -44,6 +44,8 @@ def roundtrip_tiff(files, tmp_path, **kw):
         doc = json.loads((cube / name / "zarr.json").read_text())
         assert zarr_metadata.model.read_array_metadata_v3(doc).problems == ()
         assert_same(k[name][...], g[name][...], f"{name}: kerchunk export vs cube")
+    ds = kerchunk_xarray(refs, mask_and_scale=False, decode_times=False)
+    assert_same(ds["image"].values, g["image"][...], "image: kerchunk export via xarray")
     return report, g
 
 

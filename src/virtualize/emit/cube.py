@@ -19,7 +19,7 @@ import numpy as np
 from .. import __version__
 from ..model import REF_DTYPE, ArrayPlan, Plan
 from ._staging import staged_dir
-from .metadata import MANIFEST_FIELD, array_doc, group_doc
+from .metadata import array_doc, group_doc
 
 CUBE_FORMAT_VERSION = 1
 MANIFEST_NAME = "manifest.npy"

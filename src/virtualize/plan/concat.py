@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime
 import os
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -29,14 +29,9 @@ from ..model import (
     Source,
     Variable,
 )
+from ._common import Context, carry_scan_problems, consistent, groups_for, variable_names
 from .grid import block_lengths
 
-# Attributes whose drift between files changes what the numbers mean.
-MEANING_ATTRS = ("scale_factor", "add_offset", "units", "calendar", "_FillValue", "missing_value")
-# Problems a scanner raises when a variable's blocks cannot be referenced; inlining
-# (reading the values with the format's own library) resolves them.
-REFERENCE_KINDS = frozenset({"compact-layout", "external-storage", "virtual-dataset",
-                             "unsupported-filter", "filter-mask"})
 COMPARE_LIMIT = 64 * 2**20  # bytes of a non-concatenated variable compared across files
 
 
@@ -49,20 +44,11 @@ class ConcatOptions:
 
 
 @dataclass
-class _Context:
-    invs: list[FileInventory]
-    dim: str | None
-    opts: ConcatOptions
-    problems: list[Problem] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    # (file, variable) pairs whose scanner already reported why they cannot be used
-    reported: set[tuple[str, str]] = field(default_factory=set)
+class _Context(Context):
+    dim: str | None = None
+    opts: ConcatOptions = field(default_factory=ConcatOptions)
     # no file has the concat dim: data variables are stacked along a new leading axis
     new_axis: bool = False
-
-    def problem(self, file: str | None, var: str | None, kind: str, msg: str,
-                axis: str | None = None, block: tuple[int, ...] | None = None) -> None:
-        self.problems.append(Problem(Location(file, var, axis, block), kind, msg))
 
 
 def plan_concat(inventories: Sequence[FileInventory], options: ConcatOptions | None = None
@@ -75,8 +61,8 @@ def plan_concat(inventories: Sequence[FileInventory], options: ConcatOptions | N
     opts = options or ConcatOptions()
     # shallow copies: planning may add or re-express variables, never in the caller's objects
     invs = [replace(inv, variables=dict(inv.variables)) for inv in inventories]
-    ctx = _Context(invs, None, opts)
-    _carry_scan_problems(ctx)
+    ctx = _Context(invs, inline=opts.inline, drop=opts.drop, opts=opts)
+    carry_scan_problems(ctx)
     ctx.dim = _choose_concat_dim(ctx)
     if ctx.dim is not None and len(invs) > 1:
         _harmonize_time_units(ctx)
@@ -86,32 +72,19 @@ def plan_concat(inventories: Sequence[FileInventory], options: ConcatOptions | N
     arrays: dict[str, ArrayPlan] = {}
     if ctx.dim is None and len(invs) > 1:
         # without an axis to concatenate along, every variable would only repeat that
-        return Plan(sources, _groups(invs[0], arrays), arrays, None, ctx.notes), ctx.problems
-    for name in _variable_names(invs):
+        return Plan(sources, groups_for(invs[0], arrays), arrays, None, ctx.notes), ctx.problems
+    for name in variable_names(invs):
         if name in opts.drop:
             continue
         array = _plan_variable(ctx, name)
         if array is not None:
             arrays[name] = array
-    groups = _groups(invs[0], arrays)
+    groups = groups_for(invs[0], arrays)
     plan = Plan(sources=sources, groups=groups, arrays=arrays, concat_dim=ctx.dim, notes=ctx.notes)
     return plan, ctx.problems
 
 
 # -- stack-level steps ---------------------------------------------------------------
-
-def _carry_scan_problems(ctx: _Context) -> None:
-    for inv in ctx.invs:
-        for p in inv.problems:
-            var = p.loc.variable
-            if var is not None and var in ctx.opts.drop:
-                continue
-            if var is not None and var in ctx.opts.inline and p.kind in REFERENCE_KINDS:
-                continue
-            ctx.problems.append(p)
-            if var is not None and p.fatal:
-                ctx.reported.add((inv.path, var))
-
 
 def _choose_concat_dim(ctx: _Context) -> str | None:
     invs = ctx.invs
@@ -284,23 +257,6 @@ def _order_by_coordinate(ctx: _Context) -> None:
         prev_path = inv.path
 
 
-def _variable_names(invs: Iterable[FileInventory]) -> list[str]:
-    seen: dict[str, None] = {}
-    for inv in invs:
-        for name in inv.variables:
-            seen.setdefault(name, None)
-    return list(seen)
-
-
-def _groups(first: FileInventory, arrays: dict[str, ArrayPlan]) -> dict[str, dict]:
-    groups = {g: dict(a) for g, a in first.groups.items()}
-    for name in arrays:
-        parts = name.split("/")[:-1]
-        for i in range(len(parts) + 1):
-            groups.setdefault("/".join(parts[:i]), {})
-    return groups
-
-
 # -- one variable --------------------------------------------------------------------
 
 def _plan_variable(ctx: _Context, name: str) -> ArrayPlan | None:
@@ -327,16 +283,16 @@ def _plan_variable(ctx: _Context, name: str) -> ArrayPlan | None:
     first = vars_[0]
     dim = ctx.dim
     along = dim is not None and dim in first.dims
-    consistent = _consistent(ctx, name, vars_, along)
+    consistent_ = consistent(ctx, name, vars_, frozenset({dim}) if along else frozenset())
     k = first.dims.index(dim) if along else None
     default_inline = synthesized or (first.is_coordinate and
                                      all(v.values is not None for v in vars_))
     if inline or default_inline:
-        return _inline_array(ctx, name, vars_, k) if consistent else None
+        return _inline_array(ctx, name, vars_, k) if consistent_ else None
     if along:
         array = _concat_array(ctx, name, vars_, k)  # reports padded blocks either way
-        return array if consistent else None
-    return _shared_array(ctx, name, vars_) if consistent else None
+        return array if consistent_ else None
+    return _shared_array(ctx, name, vars_) if consistent_ else None
 
 
 def _stacks(ctx: _Context, v: Variable) -> bool:
@@ -354,49 +310,6 @@ def _with_new_axis(v: Variable, dim: str) -> Variable:
         blocks = replace(blocks, block_shape=(1, *blocks.block_shape), refs=blocks.refs[None])
     values = v.values[None] if v.values is not None else None
     return replace(v, shape=(1, *v.shape), dims=(dim, *v.dims), blocks=blocks, values=values)
-
-
-def _consistent(ctx: _Context, name: str, vs: list[Variable], along: bool) -> bool:
-    first, path0 = vs[0], ctx.invs[0].path
-    dim = ctx.dim
-    before = len(ctx.problems)
-    for inv, v in zip(ctx.invs[1:], vs[1:]):
-        f = inv.path
-        if v.dims != first.dims:
-            ctx.problem(f, name, "dims-differ",
-                        f"dimensions {v.dims} differ from {first.dims} in {path0}")
-            continue
-        if v.dtype.newbyteorder("=") != first.dtype.newbyteorder("="):
-            ctx.problem(f, name, "dtype-differs", f"data type {v.dtype} differs from "
-                        f"{first.dtype} in {path0}")
-        for axis, (d, a, b) in enumerate(zip(v.dims, v.shape, first.shape)):
-            if d == dim and along:
-                continue
-            if a != b:
-                ctx.problem(f, name, "shape-differs", f"length {a} along {d!r} differs from "
-                            f"{b} in {path0}", axis=d)
-            elif v.blocks is not None and first.blocks is not None and \
-                    v.blocks.block_shape[axis] != first.blocks.block_shape[axis] and \
-                    name not in ctx.opts.inline and not first.is_coordinate:
-                ctx.problem(f, name, "blocks-differ",
-                            f"block length {v.blocks.block_shape[axis]} along {d!r} differs "
-                            f"from {first.blocks.block_shape[axis]} in {path0}; chunks across "
-                            "files must line up on every axis but the concatenated one", axis=d)
-        if name not in ctx.opts.inline and not first.is_coordinate and \
-                _codec_key(v.codecs) != _codec_key(first.codecs):
-            ctx.problem(f, name, "codecs-differ",
-                        f"codecs {_codec_names(v.codecs)} differ from {_codec_names(first.codecs)} "
-                        f"in {path0}; one array has one codec pipeline")
-        if not _same_value(v.fill_value, first.fill_value):
-            ctx.problem(f, name, "fill-value-differs",
-                        f"fill value {v.fill_value!r} differs from {first.fill_value!r} in {path0}")
-        for key in MEANING_ATTRS:
-            a, b = v.attrs.get(key), first.attrs.get(key)
-            if not _same_value(a, b):
-                ctx.problem(f, name, "attribute-drift",
-                            f"attribute {key!r} is {a!r} here but {b!r} in {path0}: the values "
-                            "would mean different things in one array")
-    return len(ctx.problems) == before
 
 
 def _concat_array(ctx: _Context, name: str, vs: list[Variable], k: int) -> ArrayPlan | None:
@@ -492,28 +405,3 @@ def _inline_array(ctx: _Context, name: str, vs: list[Variable], k: int | None) -
 
 # -- comparisons ---------------------------------------------------------------------
 
-def _codec_key(codecs: list[dict]) -> list:
-    """Codecs compared by what decodes them: a zlib/zstd level does not change decoding."""
-    out = []
-    for c in codecs:
-        conf = {k: v for k, v in (c.get("configuration") or {}).items() if k != "level"}
-        out.append((c["name"], sorted(conf.items())))
-    return out
-
-
-def _codec_names(codecs: list[dict]) -> str:
-    return "[" + ", ".join(c["name"] for c in codecs) + "]"
-
-
-def _same_value(a, b) -> bool:
-    if a is None or b is None:
-        return a is None and b is None
-    try:
-        x, y = np.asarray(a), np.asarray(b)
-        if x.shape != y.shape:
-            return False
-        if x.dtype.kind in "fc" and y.dtype.kind in "fc":
-            return bool(np.array_equal(x, y, equal_nan=True))
-        return bool(np.array_equal(x, y))
-    except Exception:
-        return a == b

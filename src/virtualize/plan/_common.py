@@ -1,0 +1,137 @@
+"""What the planners share: the planning context, scanner problems carried over, and the
+checks that variables agree across files."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..model import ArrayPlan, FileInventory, Location, Problem, Variable
+
+# Attributes whose drift between files changes what the numbers mean.
+MEANING_ATTRS = ("scale_factor", "add_offset", "units", "calendar", "_FillValue", "missing_value")
+# Problems a scanner raises when a variable's blocks cannot be referenced; inlining
+# (reading the values with the format's own library) resolves them.
+REFERENCE_KINDS = frozenset({"compact-layout", "external-storage", "virtual-dataset",
+                             "unsupported-filter", "filter-mask"})
+
+
+@dataclass
+class Context:
+    """One planning run: the files, what was found, and the user's variable choices."""
+
+    invs: list[FileInventory]
+    inline: frozenset[str] = frozenset()
+    drop: frozenset[str] = frozenset()
+    problems: list[Problem] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    # (file, variable) pairs whose scanner already reported why they cannot be used
+    reported: set[tuple[str, str]] = field(default_factory=set)
+
+    def problem(self, file: str | None, var: str | None, kind: str, msg: str,
+                axis: str | None = None, block: tuple[int, ...] | None = None) -> None:
+        self.problems.append(Problem(Location(file, var, axis, block), kind, msg))
+
+
+def carry_scan_problems(ctx: Context) -> None:
+    for inv in ctx.invs:
+        for p in inv.problems:
+            var = p.loc.variable
+            if var is not None and var in ctx.drop:
+                continue
+            if var is not None and var in ctx.inline and p.kind in REFERENCE_KINDS:
+                continue
+            ctx.problems.append(p)
+            if var is not None and p.fatal:
+                ctx.reported.add((inv.path, var))
+
+
+def variable_names(invs: Iterable[FileInventory]) -> list[str]:
+    seen: dict[str, None] = {}
+    for inv in invs:
+        for name in inv.variables:
+            seen.setdefault(name, None)
+    return list(seen)
+
+
+def groups_for(first: FileInventory, arrays: dict[str, ArrayPlan]) -> dict[str, dict]:
+    groups = {g: dict(a) for g, a in first.groups.items()}
+    for name in arrays:
+        parts = name.split("/")[:-1]
+        for i in range(len(parts) + 1):
+            groups.setdefault("/".join(parts[:i]), {})
+    return groups
+
+
+def consistent(ctx: Context, name: str, vs: list[Variable], free: frozenset[str] = frozenset(),
+               axis_role: str = "the concatenated one") -> bool:
+    """Every file's `name` agrees with the first file's, except in length and blocks along
+    the `free` dimensions; each disagreement is a located problem."""
+    first, path0 = vs[0], ctx.invs[0].path
+    before = len(ctx.problems)
+    for inv, v in zip(ctx.invs[1:], vs[1:]):
+        f = inv.path
+        if v.dims != first.dims:
+            ctx.problem(f, name, "dims-differ",
+                        f"dimensions {v.dims} differ from {first.dims} in {path0}")
+            continue
+        if v.dtype.newbyteorder("=") != first.dtype.newbyteorder("="):
+            ctx.problem(f, name, "dtype-differs", f"data type {v.dtype} differs from "
+                        f"{first.dtype} in {path0}")
+        for axis, (d, a, b) in enumerate(zip(v.dims, v.shape, first.shape)):
+            if d in free:
+                continue
+            if a != b:
+                ctx.problem(f, name, "shape-differs", f"length {a} along {d!r} differs from "
+                            f"{b} in {path0}", axis=d)
+            elif v.blocks is not None and first.blocks is not None and \
+                    v.blocks.block_shape[axis] != first.blocks.block_shape[axis] and \
+                    name not in ctx.inline and not first.is_coordinate:
+                ctx.problem(f, name, "blocks-differ",
+                            f"block length {v.blocks.block_shape[axis]} along {d!r} differs "
+                            f"from {first.blocks.block_shape[axis]} in {path0}; chunks across "
+                            f"files must line up on every axis but {axis_role}", axis=d)
+        if name not in ctx.inline and not first.is_coordinate and \
+                codec_key(v.codecs) != codec_key(first.codecs):
+            ctx.problem(f, name, "codecs-differ",
+                        f"codecs {codec_names(v.codecs)} differ from {codec_names(first.codecs)} "
+                        f"in {path0}; one array has one codec pipeline")
+        if not same_value(v.fill_value, first.fill_value):
+            ctx.problem(f, name, "fill-value-differs",
+                        f"fill value {v.fill_value!r} differs from {first.fill_value!r} in {path0}")
+        for key in MEANING_ATTRS:
+            a, b = v.attrs.get(key), first.attrs.get(key)
+            if not same_value(a, b):
+                ctx.problem(f, name, "attribute-drift",
+                            f"attribute {key!r} is {a!r} here but {b!r} in {path0}: the values "
+                            "would mean different things in one array")
+    return len(ctx.problems) == before
+
+
+def codec_key(codecs: list[dict]) -> list:
+    """Codecs compared by what decodes them: a zlib/zstd level does not change decoding."""
+    out = []
+    for c in codecs:
+        conf = {k: v for k, v in (c.get("configuration") or {}).items() if k != "level"}
+        out.append((c["name"], sorted(conf.items())))
+    return out
+
+
+def codec_names(codecs: list[dict]) -> str:
+    return "[" + ", ".join(c["name"] for c in codecs) + "]"
+
+
+def same_value(a, b) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    try:
+        x, y = np.asarray(a), np.asarray(b)
+        if x.shape != y.shape:
+            return False
+        if x.dtype.kind in "fc" and y.dtype.kind in "fc":
+            return bool(np.array_equal(x, y, equal_nan=True))
+        return bool(np.array_equal(x, y))
+    except Exception:
+        return a == b
