@@ -8,6 +8,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "fixtures"))
 
 import make_fixtures  # noqa: E402
+import make_mosaic  # noqa: E402
 import make_tiff  # noqa: E402
 
 
@@ -23,7 +24,7 @@ def case(fixture_root):
 
     def get(name: str) -> list[Path]:
         if name not in built:
-            module = make_tiff if name in make_tiff.CASES else make_fixtures
+            module = next(m for m in (make_tiff, make_mosaic, make_fixtures) if name in m.CASES)
             if not module.available(name):
                 pytest.skip(f"fixture {name} needs {module.REQUIRES[name]}, not installed")
             built[name] = module.make(name, fixture_root)

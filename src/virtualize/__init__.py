@@ -8,12 +8,16 @@ The Python API (the CLI is a thin layer over it):
 - `virtualize(paths, out, concat_dim=None, overwrite=False) -> Report`: write a cube
   directory (or a kerchunk reference JSON when `out` ends in `.json`); raises
   `VirtualizeError` carrying every problem when the stack cannot be virtualized.
+- `check_mosaic(tiles, offsets=None, overlap=None) -> Report` and
+  `mosaic(tiles, out, ...)`: map tiles placed side by side by their georeferencing (or
+  explicit pixel offsets) into one array, cut at every tile edge and block boundary.
 - `open(path) -> zarr.Group`: a read-only zarr group over a cube.
 """
 
 __version__ = "0.1.0"
 
-from .api import check, open, scan, virtualize  # noqa: E402
+from .api import check, check_mosaic, mosaic, open, scan, virtualize  # noqa: E402
 from .model import Problem, Report, VirtualizeError  # noqa: E402
 
-__all__ = ["Problem", "Report", "VirtualizeError", "check", "open", "scan", "virtualize"]
+__all__ = ["Problem", "Report", "VirtualizeError", "check", "check_mosaic", "mosaic", "open",
+           "scan", "virtualize"]

@@ -3,19 +3,20 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 import zarr
 
 from .emit import write_cube, write_kerchunk
 from .emit._staging import refuse_existing
-from .plan import ConcatOptions, plan_concat
+from .model import FileInventory, Location, Plan, Problem, Report, VirtualizeError
+from .plan import ConcatOptions, MosaicOptions, plan_concat, plan_mosaic
 from .read import open_cube
 from .scan import scan as _scan
-from .model import FileInventory, Location, Problem, Report, VirtualizeError
 
 PathLike = str | os.PathLike
+Planner = Callable[[list[FileInventory]], tuple[Plan, list[Problem]]]
 
 
 def scan(path: PathLike) -> FileInventory:
@@ -27,8 +28,56 @@ def scan(path: PathLike) -> FileInventory:
 def check(paths: Iterable[PathLike] | PathLike, concat_dim: str | None = None, *,
           inline: Iterable[str] = (), drop: Iterable[str] = (), sort: bool = True,
           progress=None) -> Report:
-    """Can this stack be virtualized? Scans every file and plans the cube, collecting
-    every problem of every file. Writes nothing."""
+    """Can this stack be virtualized (concatenated along `concat_dim`)? Scans every file
+    and plans the cube, collecting every problem of every file. Writes nothing."""
+    opts = ConcatOptions(concat_dim=concat_dim, inline=frozenset(_names(inline)),
+                         drop=frozenset(_names(drop)), sort=sort)
+    return _check(paths, lambda invs: plan_concat(invs, opts), progress)
+
+
+def check_mosaic(paths: Iterable[PathLike] | PathLike, *,
+                 offsets: Sequence[tuple[int, int]] | None = None, overlap: str | None = None,
+                 drop: Iterable[str] = (), tolerance: float = 1e-3, progress=None) -> Report:
+    """Can these tiles be placed into one mosaic? By georeferencing (GeoTIFF transform,
+    or 1-D x/y / lon/lat coordinates), or by explicit `offsets` [(row, col), ...] in pixels.
+    `overlap`: None (overlaps are problems), "last" or "first" (which tile wins)."""
+    opts = MosaicOptions(offsets=offsets, overlap=overlap, tolerance=tolerance,
+                         drop=frozenset(_names(drop)))
+    return _check(paths, lambda invs: plan_mosaic(invs, opts), progress)
+
+
+def virtualize(paths: Iterable[PathLike] | PathLike, out: PathLike, concat_dim: str | None = None,
+               *, overwrite: bool = False, inline: Iterable[str] = (), drop: Iterable[str] = (),
+               sort: bool = True, format: str | None = None, progress=None) -> Report:
+    """Virtualize a stack into `out`: a cube directory, or a kerchunk reference JSON when
+    `format="kerchunk"` or `out` ends in `.json`. Nothing is written unless every file
+    can be referenced exactly; then `VirtualizeError` carries every problem."""
+    kind = _output_kind(out, format, overwrite)
+    report = check(paths, concat_dim, inline=inline, drop=drop, sort=sort, progress=progress)
+    return _write(report, out, kind, overwrite)
+
+
+def mosaic(paths: Iterable[PathLike] | PathLike, out: PathLike, *,
+           offsets: Sequence[tuple[int, int]] | None = None, overlap: str | None = None,
+           drop: Iterable[str] = (), tolerance: float = 1e-3, overwrite: bool = False,
+           format: str | None = None, progress=None) -> Report:
+    """Place tiles into one mosaic cube at `out` (see `check_mosaic`); nothing is written
+    unless every cell is exactly one block of one tile or a gap."""
+    kind = _output_kind(out, format, overwrite)
+    report = check_mosaic(paths, offsets=offsets, overlap=overlap, drop=drop,
+                          tolerance=tolerance, progress=progress)
+    return _write(report, out, kind, overwrite)
+
+
+def open(path: PathLike, *, check_sources: bool = True) -> zarr.Group:  # noqa: A001
+    """A cube (directory or kerchunk JSON) as a read-only zarr group. Rectilinear grids
+    are enabled for the open only; the caller's zarr config is left as it was."""
+    return open_cube(path, check_sources=check_sources)
+
+
+# -- the shared steps ------------------------------------------------------------------
+
+def _check(paths, planner: Planner, progress) -> Report:
     files = _paths(paths)
     problems: list[Problem] = []
     invs: list[FileInventory] = []
@@ -48,9 +97,7 @@ def check(paths: Iterable[PathLike] | PathLike, concat_dim: str | None = None, *
     plan = None
     notes: list[str] = []
     if invs:
-        opts = ConcatOptions(concat_dim=concat_dim, inline=frozenset(_names(inline)),
-                             drop=frozenset(_names(drop)), sort=sort)
-        plan, plan_problems = plan_concat(invs, opts)
+        plan, plan_problems = planner(invs)
         problems.extend(plan_problems)
         notes = list(plan.notes)
     if len(invs) < len(files) and plan is not None:
@@ -59,18 +106,16 @@ def check(paths: Iterable[PathLike] | PathLike, concat_dim: str | None = None, *
                   notes=notes, bytes_read=bytes_read)
 
 
-def virtualize(paths: Iterable[PathLike] | PathLike, out: PathLike, concat_dim: str | None = None,
-               *, overwrite: bool = False, inline: Iterable[str] = (), drop: Iterable[str] = (),
-               sort: bool = True, format: str | None = None, progress=None) -> Report:
-    """Virtualize a stack into `out`: a cube directory, or a kerchunk reference JSON when
-    `format="kerchunk"` or `out` ends in `.json`. Nothing is written unless every file
-    can be referenced exactly; then `VirtualizeError` carries every problem."""
+def _output_kind(out: PathLike, format: str | None, overwrite: bool) -> str:
     out = Path(out)
     kind = format or ("kerchunk" if out.suffix == ".json" else "cube")
     if kind not in ("cube", "kerchunk"):
         raise ValueError(f"unknown output format {kind!r} (cube or kerchunk)")
     refuse_existing(out, overwrite)  # before any scanning: fail fast, lose nothing
-    report = check(paths, concat_dim, inline=inline, drop=drop, sort=sort, progress=progress)
+    return kind
+
+
+def _write(report: Report, out: PathLike, kind: str, overwrite: bool) -> Report:
     if not report.ok:
         raise VirtualizeError([p for p in report.problems if p.fatal],
                               f"cannot virtualize: {sum(p.fatal for p in report.problems)} "
@@ -80,12 +125,6 @@ def virtualize(paths: Iterable[PathLike] | PathLike, out: PathLike, concat_dim: 
     else:
         write_cube(report.plan, out, overwrite)
     return report
-
-
-def open(path: PathLike, *, check_sources: bool = True) -> zarr.Group:  # noqa: A001
-    """A cube (directory or kerchunk JSON) as a read-only zarr group. Rectilinear grids
-    are enabled for the open only; the caller's zarr config is left as it was."""
-    return open_cube(path, check_sources=check_sources)
 
 
 def _paths(paths) -> list[str]:

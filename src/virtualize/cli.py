@@ -1,4 +1,5 @@
-"""Command line: `virtualize FILES... -o OUT` and `virtualize check FILES...`.
+"""Command line: `virtualize FILES... -o OUT`, `virtualize check FILES...` and
+`virtualize mosaic TILES... -o OUT` / `virtualize mosaic --check TILES...`.
 
 Exit codes: 0 done (check: the stack can be virtualized), 1 refused (check: it cannot),
 2 usage error.
@@ -10,7 +11,7 @@ import argparse
 import sys
 
 from . import __version__
-from .api import check, virtualize
+from .api import check, check_mosaic, mosaic, virtualize
 from .report import format_text, to_json
 from .model import VirtualizeError
 
@@ -53,8 +54,64 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def build_mosaic_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="virtualize mosaic",
+        description="Place map tiles (GeoTIFFs, or netCDF/HDF5 with 1-D x/y coordinates) into "
+                    "one virtual cube by their georeferencing. The grid is cut at every tile "
+                    "edge and block boundary; every cell must be one whole block of one tile.")
+    p.add_argument("files", nargs="+", metavar="TILE")
+    p.add_argument("-o", "--output", metavar="OUT", help="cube directory or kerchunk *.json")
+    p.add_argument("--check", action="store_true", help="report only; write nothing")
+    p.add_argument("--overlap", choices=["last", "first"],
+                   help="settle overlapping tiles block by block: the last (GDAL VRT's rule) "
+                        "or the first listed tile wins; default: overlaps are problems")
+    p.add_argument("--tolerance", type=float, default=1e-3, metavar="PIXELS",
+                   help="how far from whole-pixel alignment tiles may be (default 0.001)")
+    p.add_argument("--drop", metavar="VAR", action="append", default=[])
+    p.add_argument("--format", choices=["cube", "kerchunk"])
+    p.add_argument("--overwrite", action="store_true")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("-v", "--verbose", action="store_true")
+    return p
+
+
+def _mosaic(argv: list[str]) -> int:
+    parser = build_mosaic_parser()
+    args = parser.parse_args(argv)
+    kw = dict(overlap=args.overlap, drop=args.drop, tolerance=args.tolerance)
+    if args.check:
+        report = check_mosaic(args.files, **kw)
+        print(to_json(report) if args.json else format_text(report, args.verbose))
+        return 0 if report.ok else 1
+    if not args.output:
+        parser.error("-o/--output is required unless --check")
+    try:
+        report = mosaic(args.files, args.output, overwrite=args.overwrite, format=args.format, **kw)
+    except FileExistsError as e:
+        print(f"virtualize: {e}", file=sys.stderr)
+        return 1
+    except VirtualizeError as e:
+        return _refused(e, args)
+    print(to_json(report) if args.json else format_text(report, args.verbose))
+    if not args.json:
+        print(f"wrote {args.output}")
+    return 0
+
+
+def _refused(e: VirtualizeError, args) -> int:
+    if e.report is None:
+        print(f"virtualize: {e}", file=sys.stderr)
+        return 1
+    print(to_json(e.report) if args.json else format_text(e.report, args.verbose))
+    print(f"virtualize: nothing was written to {args.output}", file=sys.stderr)
+    return 1
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "mosaic":
+        return _mosaic(argv[1:])
     if argv and argv[0] == "check":
         args = build_check_parser().parse_args(argv[1:])
         report = check(args.files, args.concat_dim, inline=args.inline, drop=args.drop,
@@ -70,12 +127,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"virtualize: {e}", file=sys.stderr)
         return 1
     except VirtualizeError as e:
-        if e.report is None:
-            print(f"virtualize: {e}", file=sys.stderr)
-            return 1
-        print(to_json(e.report) if args.json else format_text(e.report, args.verbose))
-        print(f"virtualize: nothing was written to {args.output}", file=sys.stderr)
-        return 1
+        return _refused(e, args)
     if args.json:
         print(to_json(report))
     else:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..model import ArrayPlan, FileInventory, Location, Problem, Variable
+from ..scan._values import bytes_codec
 
 # Attributes whose drift between files changes what the numbers mean.
 MEANING_ATTRS = ("scale_factor", "add_offset", "units", "calendar", "_FillValue", "missing_value")
@@ -108,6 +109,16 @@ def consistent(ctx: Context, name: str, vs: list[Variable], free: frozenset[str]
                             f"attribute {key!r} is {a!r} here but {b!r} in {path0}: the values "
                             "would mean different things in one array")
     return len(ctx.problems) == before
+
+
+def inline_plan(name: str, values: np.ndarray, dims, attrs: dict, fill_value=None) -> ArrayPlan:
+    """An array stored in the cube itself: one chunk, little-endian, C order."""
+    dtype = values.dtype.newbyteorder("<") if values.dtype.itemsize > 1 else values.dtype
+    data = np.asarray(values, dtype=dtype).copy(order="C")  # (ascontiguousarray makes 0-d 1-d)
+    return ArrayPlan(name=name, dtype=dtype, shape=tuple(data.shape), dims=tuple(dims),
+                     chunk_lengths=tuple((max(n, 1),) for n in data.shape),
+                     codecs=[bytes_codec(dtype)], fill_value=fill_value, attrs=dict(attrs),
+                     refs=None, inline=data)
 
 
 def codec_key(codecs: list[dict]) -> list:

@@ -18,7 +18,6 @@ import numpy as np
 
 from ..scan import read_values
 from ..scan._io import digest_blocks
-from ..scan._values import bytes_codec
 from ..model import (
     REF_DTYPE,
     ArrayPlan,
@@ -29,7 +28,14 @@ from ..model import (
     Source,
     Variable,
 )
-from ._common import Context, carry_scan_problems, consistent, groups_for, variable_names
+from ._common import (
+    Context,
+    carry_scan_problems,
+    consistent,
+    groups_for,
+    inline_plan,
+    variable_names,
+)
 from .grid import block_lengths
 
 COMPARE_LIMIT = 64 * 2**20  # bytes of a non-concatenated variable compared across files
@@ -395,12 +401,8 @@ def _inline_array(ctx: _Context, name: str, vs: list[Variable], k: int | None) -
                             f"{name!r} has no {ctx.dim!r} axis, so it must be the same in every "
                             f"file, but its values differ from {ctx.invs[0].path}")
                 return None
-    dtype = first.dtype.newbyteorder("<") if first.dtype.itemsize > 1 else first.dtype
-    data = np.asarray(data, dtype=dtype).copy(order="C")  # (ascontiguousarray makes 0-d 1-d)
-    chunk_lengths = tuple((max(n, 1),) for n in data.shape)
-    return ArrayPlan(name=name, dtype=dtype, shape=tuple(data.shape), dims=first.dims,
-                     chunk_lengths=chunk_lengths, codecs=[bytes_codec(dtype)],
-                     fill_value=first.fill_value, attrs=dict(first.attrs), refs=None, inline=data)
+    return inline_plan(name, np.asarray(data, dtype=first.dtype), first.dims, first.attrs,
+                       first.fill_value)
 
 
 # -- comparisons ---------------------------------------------------------------------

@@ -1,0 +1,459 @@
+"""Mosaics: map tiles placed side by side into one array per variable.
+
+A chunk grid is one list of lengths per axis and every cut runs across the whole array, so
+the grid is cut at every tile edge and every tile's own block boundary (cuts that end up
+inside one block of one tile everywhere along them are dropped again). Every grid cell
+must then be exactly one stored block of one tile, or a gap (no tile: reads as the fill
+value). A cut through the inside of a block, a padded block that is not the last chunk of
+the mosaic, misaligned pixels and overlapping tiles are located problems; `overlap="last"`
+or `"first"` settles overlaps block by block (GDAL VRT's rule: the last input wins) where
+the winner's blocks cover the overlapped cells exactly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from ..model import ArrayPlan, FileInventory, Plan, Problem, Source, empty_refs
+from ._common import Context, carry_scan_problems, consistent, groups_for, inline_plan
+from .grid import block_lengths
+
+X_NAMES = ("x", "lon", "longitude")
+Y_NAMES = ("y", "lat", "latitude")
+MAX_PROBLEMS_PER_TILE = 10
+
+
+@dataclass
+class MosaicOptions:
+    offsets: Sequence[tuple[int, int]] | None = None  # (row, col) of each tile, no georeferencing
+    overlap: str | None = None  # None: overlaps are problems; "last" / "first": who wins
+    tolerance: float = 1e-3  # pixels: how far from whole-pixel alignment tiles may be
+    drop: frozenset[str] = frozenset()
+
+
+@dataclass
+class Georef:
+    """A tile's north-up pixel grid: left/top edges, signed pixel sizes, CRS, axes."""
+
+    x0: float
+    dx: float
+    y0: float
+    dy: float
+    crs: str | None
+    xdim: str
+    ydim: str
+    xvar: str | None = None
+    yvar: str | None = None
+    mapping: str | None = None  # the grid-mapping variable's name
+
+
+@dataclass
+class _Tile:
+    index: int
+    inv: FileInventory
+    row0: int = 0
+    col0: int = 0
+    height: int = 0
+    width: int = 0
+
+
+@dataclass
+class _Ctx(Context):
+    opts: MosaicOptions = field(default_factory=MosaicOptions)
+    tiles: list[_Tile] = field(default_factory=list)
+
+
+def plan_mosaic(inventories: Sequence[FileInventory], options: MosaicOptions | None = None
+                ) -> tuple[Plan, list[Problem]]:
+    """Plan one mosaic from tiles. Returns the plan (possibly partial) and every problem."""
+    opts = options or MosaicOptions()
+    invs = [replace(inv, variables=dict(inv.variables)) for inv in inventories]
+    ctx = _Ctx(invs, drop=opts.drop, opts=opts)
+    ctx.tiles = [_Tile(i, inv) for i, inv in enumerate(invs)]
+    carry_scan_problems(ctx)
+    sources = [Source(inv.path, inv.size, inv.mtime_ns) for inv in invs]
+    if opts.overlap not in (None, "last", "first"):
+        raise ValueError(f"overlap must be None, 'last' or 'first', not {opts.overlap!r}")
+    georefs = None
+    if opts.offsets is not None:
+        if len(opts.offsets) != len(invs):
+            raise ValueError(f"{len(opts.offsets)} offsets for {len(invs)} tiles")
+        ydim, xdim = _plain_axes(ctx)
+    else:
+        georefs = [_georef(ctx, inv) for inv in invs]
+        if any(g is None for g in georefs):
+            return Plan(sources, groups_for(invs[0], {}), {}), ctx.problems
+        ydim, xdim = georefs[0].ydim, georefs[0].xdim
+    names = _mosaic_variables(ctx, ydim, xdim)
+    if not names:
+        ctx.problem(None, None, "no-mosaic-variables",
+                    f"no variable has both {ydim!r} and {xdim!r} axes in every tile")
+        return Plan(sources, groups_for(invs[0], {}), {}), ctx.problems
+    first = invs[0].variables[names[0]]
+    iy, ix = first.dims.index(ydim), first.dims.index(xdim)
+    for tile in ctx.tiles:
+        v = tile.inv.variables[names[0]]
+        tile.height, tile.width = v.shape[iy], v.shape[ix]
+    if georefs is None:
+        for tile, (r, c) in zip(ctx.tiles, opts.offsets):
+            tile.row0, tile.col0 = int(r), int(c)
+    elif not _place(ctx, georefs):
+        return Plan(sources, groups_for(invs[0], {}), {}), ctx.problems
+    r0 = min(t.row0 for t in ctx.tiles)
+    c0 = min(t.col0 for t in ctx.tiles)
+    for t in ctx.tiles:
+        t.row0 -= r0
+        t.col0 -= c0
+    height = max(t.row0 + t.height for t in ctx.tiles)
+    width = max(t.col0 + t.width for t in ctx.tiles)
+    if opts.overlap is None:
+        _report_overlaps(ctx)
+    arrays: dict[str, ArrayPlan] = {}
+    for name in names:
+        array = _mosaic_variable(ctx, name, ydim, xdim, height, width)
+        if array is not None:
+            arrays[name] = array
+    if georefs is not None:
+        arrays.update(_coordinates(ctx, georefs[0], r0, c0, height, width))
+    covered = sum(t.height * t.width for t in ctx.tiles)
+    if covered < height * width and opts.overlap is None:
+        ctx.notes.append(f"the tiles leave gaps: {height * width - covered} of {height * width} "
+                         "pixels have no tile and read as the fill value")
+    plan = Plan(sources=sources, groups=groups_for(invs[0], arrays), arrays=arrays,
+                notes=ctx.notes)
+    return plan, ctx.problems
+
+
+# -- placement -------------------------------------------------------------------------
+
+def _georef(ctx: _Ctx, inv: FileInventory) -> Georef | None:
+    """From a GeoTIFF's spatial_ref/GeoTransform, or 1-D regular x/y (lon/lat) coordinates."""
+    vs = inv.variables
+    sr = vs.get("spatial_ref")
+    if sr is not None and "GeoTransform" in sr.attrs:
+        x0, dx, rx, y0, ry, dy = (float(v) for v in str(sr.attrs["GeoTransform"]).split())
+        if rx or ry:
+            ctx.problem(inv.path, None, "needs-warping",
+                        "the geotransform is rotated or sheared: tiles cannot be placed by "
+                        "whole pixels")
+            return None
+        return Georef(x0, dx, y0, dy, _crs_key(sr.attrs), "x", "y", "x" if "x" in vs else None,
+                      "y" if "y" in vs else None, "spatial_ref")
+    xname = next((n for n in X_NAMES if n in vs and vs[n].is_coordinate), None)
+    yname = next((n for n in Y_NAMES if n in vs and vs[n].is_coordinate), None)
+    if xname is None or yname is None:
+        ctx.problem(inv.path, None, "no-georeferencing",
+                    "no GeoTIFF transform and no 1-D x/y (lon/lat) coordinates: give the tiles' "
+                    "pixel offsets instead (Python API: offsets=[(row, col), ...])")
+        return None
+    edges = []
+    for name in (xname, yname):
+        vals = vs[name].values
+        if vals is None or vals.size < 2:
+            ctx.problem(inv.path, name, "no-georeferencing",
+                        f"{name!r} has fewer than 2 values: its pixel size is unknown")
+            return None
+        step = np.diff(vals.astype("f8"))
+        d = float(step[0])
+        if d == 0 or np.abs(step - d).max() > ctx.opts.tolerance * abs(d):
+            ctx.problem(inv.path, name, "irregular-coordinate",
+                        f"{name!r} is not evenly spaced (steps {step.min()!r} to {step.max()!r}): "
+                        "tiles need a regular grid to be placed")
+            return None
+        edges.append((float(vals[0]) - d / 2, d))
+    mapping = next((v.attrs.get("grid_mapping") for v in vs.values()
+                    if xname in v.dims and yname in v.dims and v.attrs.get("grid_mapping")), None)
+    crs = _crs_key(vs[mapping].attrs) if mapping in vs else None
+    (x0, dx), (y0, dy) = edges
+    return Georef(x0, dx, y0, dy, crs, xname, yname, xname, yname,
+                  mapping if mapping in vs else None)
+
+
+def _crs_key(attrs: dict) -> str | None:
+    for key in ("crs_wkt", "spatial_ref", "epsg", "epsg_code", "proj4"):
+        if attrs.get(key):
+            return f"{key}={attrs[key]}"
+    return None
+
+
+def _plain_axes(ctx: _Ctx) -> tuple[str, str]:
+    """Without georeferencing: the last two axes of the first multi-dimensional variable
+    (TIFF: y, x)."""
+    for v in ctx.invs[0].variables.values():
+        if v.blocks is not None and len(v.dims) >= 2:
+            if "y" in v.dims and "x" in v.dims:
+                return "y", "x"
+            return v.dims[-2], v.dims[-1]
+    return "y", "x"
+
+
+def _place(ctx: _Ctx, georefs: list[Georef]) -> bool:
+    """Whole-pixel offsets of every tile in the first tile's grid; misfits are problems."""
+    ref = georefs[0]
+    tol = ctx.opts.tolerance
+    ok = True
+    for tile, g in zip(ctx.tiles, georefs):
+        where = tile.inv.path
+        if g.crs != ref.crs:
+            ctx.problem(where, None, "needs-warping",
+                        f"CRS differs from {ctx.invs[0].path}: {g.crs or 'none'} vs {ref.crs or 'none'}")
+            ok = False
+            continue
+        n = max(tile.width, tile.height, 1)
+        if abs(g.dx / ref.dx - 1) * n > tol or abs(g.dy / ref.dy - 1) * n > tol:
+            ctx.problem(where, None, "needs-warping",
+                        f"pixel size ({g.dx!r}, {g.dy!r}) differs from ({ref.dx!r}, {ref.dy!r}) "
+                        f"in {ctx.invs[0].path}")
+            ok = False
+            continue
+        col = (g.x0 - ref.x0) / ref.dx
+        row = (g.y0 - ref.y0) / ref.dy
+        dcol, drow = col - round(col), row - round(row)
+        if abs(dcol) > tol or abs(drow) > tol:
+            ctx.problem(where, None, "needs-warping",
+                        f"pixels are misaligned with {ctx.invs[0].path} by {drow:+.4f} rows, "
+                        f"{dcol:+.4f} columns (more than {tol} pixel): the tile must be "
+                        "resampled onto the common grid")
+            ok = False
+            continue
+        tile.row0, tile.col0 = int(round(row)), int(round(col))
+    return ok
+
+
+def _report_overlaps(ctx: _Ctx) -> None:
+    tiles = sorted(ctx.tiles, key=lambda t: t.col0)
+    for i, a in enumerate(tiles):
+        for b in tiles[i + 1:]:
+            if b.col0 >= a.col0 + a.width:
+                break
+            r0, r1 = max(a.row0, b.row0), min(a.row0 + a.height, b.row0 + b.height)
+            c0, c1 = max(a.col0, b.col0), min(a.col0 + a.width, b.col0 + b.width)
+            if r0 < r1 and c0 < c1:
+                first, second = sorted((a, b), key=lambda t: t.index)
+                ctx.problem(second.inv.path, None, "overlap",
+                            f"overlaps {first.inv.path} in mosaic rows {r0}..{r1 - 1}, columns "
+                            f"{c0}..{c1 - 1}: a chunk grid is a partition; choose a winner with "
+                            "--overlap last|first")
+
+
+# -- one variable ----------------------------------------------------------------------
+
+def _mosaic_variables(ctx: _Ctx, ydim: str, xdim: str) -> list[str]:
+    first = ctx.invs[0]
+    names = [n for n, v in first.variables.items()
+             if ydim in v.dims and xdim in v.dims and not v.is_coordinate and n not in ctx.drop]
+    left_out = [n for n in first.variables
+                if n not in names and n not in ctx.drop and not first.variables[n].is_coordinate
+                and first.variables[n].shape != ()]
+    if left_out:
+        ctx.notes.append("not part of the mosaic (no {!r} and {!r} axes): {}".format(
+            ydim, xdim, ", ".join(left_out)))
+    out = []
+    for n in names:
+        missing = [inv.path for inv in ctx.invs if n not in inv.variables]
+        for path in missing:
+            if (path, n) not in ctx.reported:
+                ctx.problem(path, n, "missing-variable", f"{n!r} is in other tiles but not here")
+        if not missing:
+            out.append(n)
+    return out
+
+
+def _mosaic_variable(ctx: _Ctx, name: str, ydim: str, xdim: str, height: int, width: int
+                     ) -> ArrayPlan | None:
+    vs = [inv.variables[name] for inv in ctx.invs]
+    if any(v.blocks is None for v in vs):
+        return None  # the scanner reported why
+    if not consistent(ctx, name, vs, frozenset({ydim, xdim}), "the tiles' x and y"):
+        return None
+    first = vs[0]
+    iy, ix = first.dims.index(ydim), first.dims.index(xdim)
+    before = len(ctx.problems)
+    tiles = ctx.tiles
+    bh = np.array([v.blocks.block_shape[iy] for v in vs])
+    bw = np.array([v.blocks.block_shape[ix] for v in vs])
+    padded = np.array([v.blocks.padded for v in vs])
+    ycuts = _cuts(height, [(t.row0, t.height, b) for t, b in zip(tiles, bh)])
+    xcuts = _cuts(width, [(t.col0, t.width, b) for t, b in zip(tiles, bw)])
+    owner = _paint(ctx, ycuts, xcuts)
+    # cuts inside one block of one tile all along them are not needed: drop them
+    ycuts, owner = _merge(ycuts, owner, tiles, bh, axis=0, start="row0")
+    xcuts, owner = _merge(xcuts, owner, tiles, bw, axis=1, start="col0")
+    ylens = _check_axis(ctx, name, ydim, ycuts, owner, tiles, bh, padded, axis=0)
+    xlens = _check_axis(ctx, name, xdim, xcuts, owner, tiles, bw, padded, axis=1)
+    if len(ctx.problems) > before or ylens is None or xlens is None:
+        return None
+    chunk_lengths: list[tuple[int, ...]] = []
+    for axis, (n, b) in enumerate(zip(first.shape, first.blocks.block_shape)):
+        if axis == iy:
+            chunk_lengths.append(tuple(ylens))
+        elif axis == ix:
+            chunk_lengths.append(tuple(xlens))
+        else:
+            chunk_lengths.append(tuple(block_lengths(n, b, first.blocks.padded)))
+    grid = tuple(len(c) for c in chunk_lengths)
+    refs = empty_refs(grid)
+    moved = np.moveaxis(refs, (iy, ix), (0, 1))
+    ystart, xstart = ycuts[:-1], xcuts[:-1]
+    for t, v in zip(tiles, vs):
+        rows, cols = np.nonzero(owner == t.index)
+        if rows.size == 0:
+            continue
+        by = (ystart[rows] - t.row0) // bh[t.index]
+        bx = (xstart[cols] - t.col0) // bw[t.index]
+        src = np.moveaxis(v.blocks.refs, (iy, ix), (0, 1))[by, bx].copy()
+        src["path"] = t.index
+        moved[rows, cols] = src
+    shape = list(first.shape)
+    shape[iy], shape[ix] = height, width
+    return ArrayPlan(name=name, dtype=first.dtype, shape=tuple(shape), dims=first.dims,
+                     chunk_lengths=tuple(chunk_lengths), codecs=first.codecs,
+                     fill_value=first.fill_value, attrs=dict(first.attrs), refs=refs)
+
+
+def _cuts(extent: int, spans: list[tuple[int, int, int]]) -> np.ndarray:
+    """Every tile edge and every block boundary inside a tile, along one axis."""
+    cuts = [np.array([0, extent])]
+    for start, length, block in spans:
+        cuts.append(start + np.arange(0, length, block))
+        cuts.append(np.array([start + length]))
+    return np.unique(np.concatenate(cuts))
+
+
+def _paint(ctx: _Ctx, ycuts: np.ndarray, xcuts: np.ndarray) -> np.ndarray:
+    """Which tile owns each grid cell (-1: none). Later tiles paint over earlier ones, so
+    with overlap="last" the last listed tile wins, with "first" the first."""
+    owner = np.full((len(ycuts) - 1, len(xcuts) - 1), -1, dtype=np.int64)
+    order = ctx.tiles if ctx.opts.overlap != "first" else list(reversed(ctx.tiles))
+    for t in order:
+        i0, i1 = np.searchsorted(ycuts, [t.row0, t.row0 + t.height])
+        j0, j1 = np.searchsorted(xcuts, [t.col0, t.col0 + t.width])
+        owner[i0:i1, j0:j1] = t.index
+    return owner
+
+
+def _block_index(cuts: np.ndarray, owner: np.ndarray, tiles, block, axis: int, start: str):
+    """For every cell, the index of the owner's block its start falls in (-1 for gaps)."""
+    starts = np.array([getattr(t, start) for t in tiles])
+    pos = cuts[:-1].reshape((-1, 1) if axis == 0 else (1, -1))
+    safe = np.where(owner >= 0, owner, 0)
+    idx = (pos - starts[safe]) // block[safe]
+    return np.where(owner >= 0, idx, -1)
+
+
+def _merge(cuts, owner, tiles, block, axis: int, start: str):
+    """Drop each inner cut that, all along it, separates two parts of one block of one
+    tile (or two gaps)."""
+    idx = _block_index(cuts, owner, tiles, block, axis, start)
+    o = np.moveaxis(owner, axis, 0)
+    b = np.moveaxis(idx, axis, 0)
+    same = ((o[:-1] == o[1:]) & (b[:-1] == b[1:])).all(axis=1)
+    keep_cell = np.concatenate([[True], ~same])
+    keep_cut = np.concatenate([keep_cell, [True]])
+    return cuts[keep_cut], np.take(owner, np.flatnonzero(keep_cell), axis=axis)
+
+
+def _check_axis(ctx: _Ctx, name, dim, cuts, owner, tiles, block, padded, axis: int):
+    """Every owned cell along this axis must be exactly one block of its tile; returns the
+    chunk lengths (the last one may overhang to a padded block's stored length)."""
+    start = "row0" if axis == 0 else "col0"
+    size = "height" if axis == 0 else "width"
+    idx = _block_index(cuts, owner, tiles, block, axis, start)
+    lengths = np.diff(cuts)
+    ncells = len(lengths)
+    count: dict[int, int] = {}
+    ok = True
+    listed = lengths.copy()
+    for i in range(ncells):
+        line = np.take(owner, i, axis=axis)
+        bline = np.take(idx, i, axis=axis)
+        stored_here = set()
+        for t_index in np.unique(line[line >= 0]):
+            t = tiles[t_index]
+            k = int(bline[line == t_index][0])
+            b = int(block[t_index])
+            bstart = getattr(t, start) + k * b
+            bend = getattr(t, start) + min((k + 1) * b, getattr(t, size))
+            a, z = int(cuts[i]), int(cuts[i + 1])
+            if (a, z) != (bstart, bend):
+                p = a if a != bstart else z
+                _limited(ctx, count, t, name, "cut-through-block",
+                         f"block {k} along {dim!r} (tile {'rows' if axis == 0 else 'columns'} "
+                         f"{k * b}..{min((k + 1) * b, getattr(t, size)) - 1}, mosaic "
+                         f"{bstart}..{bend - 1}) is cut at mosaic {'row' if axis == 0 else 'column'} "
+                         f"{p}, {_who_cuts(tiles, block, p, axis, t)}; only whole blocks can be "
+                         "referenced", dim, k)
+                ok = False
+                continue
+            stored = b if padded[t_index] else bend - bstart
+            if i < ncells - 1 and stored != z - a:
+                _limited(ctx, count, t, name, "padded-block",
+                         f"block {k} along {dim!r} is stored padded to {b} but holds {z - a} "
+                         f"(mosaic {bstart}..{bend - 1}); a padded block can only be the last "
+                         "chunk of the mosaic on its axis", dim, k)
+                ok = False
+            stored_here.add(stored)
+        if i == ncells - 1 and stored_here:
+            if len(stored_here) > 1:
+                ctx.problem(None, name, "edge-blocks-differ",
+                            f"the last chunks along {dim!r} are stored at different lengths "
+                            f"{sorted(stored_here)} in different tiles; one chunk length "
+                            "cannot describe them", axis=dim)
+                ok = False
+            else:
+                listed[i] = stored_here.pop()
+    return listed.tolist() if ok else None
+
+
+def _who_cuts(tiles, block, p: int, axis: int, victim) -> str:
+    start = "row0" if axis == 0 else "col0"
+    size = "height" if axis == 0 else "width"
+    for t in tiles:
+        if t is victim:
+            continue
+        s, n = getattr(t, start), getattr(t, size)
+        if p in (s, s + n):
+            return f"the edge of {t.inv.path}"
+        if s < p < s + n and (p - s) % int(block[t.index]) == 0:
+            return f"a block boundary of {t.inv.path}"
+    return "a neighbouring tile's edge"
+
+
+def _limited(ctx: _Ctx, count: dict, t: _Tile, name, kind, msg, dim, k) -> None:
+    n = count.get(t.index, 0)
+    count[t.index] = n + 1
+    if n < MAX_PROBLEMS_PER_TILE:
+        ctx.problem(t.inv.path, name, kind, msg, axis=dim, block=(k,))
+    elif n == MAX_PROBLEMS_PER_TILE:
+        ctx.problem(t.inv.path, name, kind, "... more blocks of this tile are cut", axis=dim)
+
+
+# -- coordinates of the whole mosaic ---------------------------------------------------
+
+def _coordinates(ctx: _Ctx, g: Georef, r0: int, c0: int, height: int, width: int
+                 ) -> dict[str, ArrayPlan]:
+    first = ctx.invs[0].variables
+    x0 = g.x0 + c0 * g.dx
+    y0 = g.y0 + r0 * g.dy
+    out: dict[str, ArrayPlan] = {}
+    for name, dim, n, start, step in ((g.xvar, g.xdim, width, x0, g.dx),
+                                      (g.yvar, g.ydim, height, y0, g.dy)):
+        if name is None:
+            continue
+        src = first[name]
+        values = (start + (np.arange(n) + 0.5) * step).astype(src.dtype.newbyteorder("="))
+        out[name] = inline_plan(name, values, (dim,), src.attrs)
+    if g.mapping is not None and g.mapping in first:
+        m = first[g.mapping]
+        attrs = dict(m.attrs)
+        if "GeoTransform" in attrs:
+            attrs["GeoTransform"] = " ".join(repr(float(v)) for v in (x0, g.dx, 0.0, y0, 0.0, g.dy))
+        value = m.values if m.values is not None else np.zeros(m.shape, m.dtype)
+        out[g.mapping] = inline_plan(g.mapping, np.asarray(value), m.dims, attrs)
+    return out
+
+
+__all__ = ["MosaicOptions", "plan_mosaic"]

@@ -1,0 +1,149 @@
+"""Mosaics: every cell of the cube equals the responsible tile's pixel; what cannot be
+referenced is refused naming the tile, block and pixel row/column."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import os
+
+import numpy as np
+import pytest
+import xarray as xr
+
+import make_mosaic as mm
+import virtualize
+from helpers import assert_same, kerchunk_group
+
+
+def build(case, tmp_path, **kw):
+    files = CASE(case)
+    if case == "mosaic_offsets_plain":
+        kw.setdefault("offsets", [(r, c) for r, c, _, _ in mm.LAYOUT[case]])
+    cube, refs = tmp_path / "cube.zarr", tmp_path / "cube.json"
+    report = virtualize.mosaic(files, cube, **kw)
+    virtualize.mosaic(files, refs, **kw)
+    return report, virtualize.open(cube), kerchunk_group(refs)
+
+
+CASE = None
+
+
+@pytest.fixture(autouse=True)
+def _case(case):
+    global CASE
+    CASE = case
+
+
+def data_name(report):
+    return next(n for n in report.plan.arrays if n not in ("x", "y", "spatial_ref", "crs"))
+
+
+@pytest.mark.parametrize("name", ["mosaic_uneven_2x2", "mosaic_uneven_strips",
+                                  "mosaic_staggered_aligned", "mosaic_gap", "mosaic_bands",
+                                  "mosaic_netcdf", "mosaic_gdal_srcwin", "mosaic_offsets_plain"])
+def test_mosaic_reads_every_pixel_from_its_tile(tmp_path, name):
+    report, g, k = build(name, tmp_path)
+    var = data_name(report)
+    expected = mm.expected(name)
+    assert_same(g[var][...], expected.astype(g[var].dtype), f"{name} via virtualize.open")
+    assert_same(k[var][...], expected.astype(g[var].dtype), f"{name} via kerchunk")
+
+
+def test_uneven_strips_make_a_rectilinear_grid(tmp_path):
+    report, g, _ = build("mosaic_uneven_strips", tmp_path)
+    doc = json.loads((tmp_path / "cube.zarr" / "image" / "zarr.json").read_text())
+    assert doc["chunk_grid"]["name"] == "rectilinear"
+    assert doc["chunk_grid"]["configuration"]["chunk_shapes"] == [[[16, 6], 8], [96, 50]]
+
+
+def test_georeferenced_mosaic_has_union_coordinates(tmp_path):
+    report, g, _ = build("mosaic_uneven_2x2", tmp_path)
+    rows, cols = mm.union_shape("mosaic_uneven_2x2")
+    x0, y0 = mm.ORIGIN
+    np.testing.assert_array_equal(g["x"][...], x0 + (np.arange(cols) + 0.5) * mm.PIXEL)
+    np.testing.assert_array_equal(g["y"][...], y0 - (np.arange(rows) + 0.5) * mm.PIXEL)
+    gt = g["spatial_ref"].attrs["GeoTransform"].split()
+    assert [float(v) for v in gt] == [x0, mm.PIXEL, 0.0, y0, 0.0, -mm.PIXEL]
+    ds = xr.open_dataset(tmp_path / "cube.zarr", engine="virtualize")
+    assert ds.image.dims == ("y", "x") and ds.sizes == {"y": rows, "x": cols}
+
+
+def test_netcdf_tiles_keep_their_grid_mapping(tmp_path):
+    report, g, _ = build("mosaic_netcdf", tmp_path)
+    assert "crs" in report.plan.arrays
+    ds = xr.open_dataset(tmp_path / "cube.zarr", engine="virtualize")
+    assert ds.elev.attrs["grid_mapping"] == "crs"
+
+
+def test_gap_reads_as_fill(tmp_path):
+    report, g, _ = build("mosaic_gap", tmp_path)
+    data = g["image"][...]
+    assert (data == 0).sum() > 0 and int(g["image"].fill_value) == 0
+    assert any("gaps" in n for n in report.notes)
+
+
+def test_staggered_misaligned_is_refused_naming_the_cut_block(tmp_path):
+    files = CASE("mosaic_staggered_misaligned")
+    report = virtualize.check_mosaic(files)
+    cuts = [p for p in report.problems if p.kind == "cut-through-block"]
+    assert cuts and not report.ok
+    p = cuts[0]
+    assert p.loc.file in map(str, files) and p.loc.variable == "image"
+    assert p.loc.axis == "x" and p.loc.block is not None
+    assert "is cut at mosaic column" in p.message and ".tif" in p.message
+    with pytest.raises(virtualize.VirtualizeError):
+        virtualize.mosaic(files, tmp_path / "cube.zarr")
+    assert not (tmp_path / "cube.zarr").exists()
+
+
+def test_overlap_is_refused_naming_both_tiles_and_the_window():
+    files = CASE("mosaic_overlap_aligned")
+    report = virtualize.check_mosaic(files)
+    (p,) = [p for p in report.problems if p.kind == "overlap"]
+    assert p.loc.file == str(files[1]) and str(files[0]) in p.message
+    assert "rows 0..63, columns 32..63" in p.message
+
+
+@pytest.mark.parametrize("rule", ["last", "first"])
+def test_overlap_settled_block_by_block(tmp_path, rule):
+    report, g, k = build("mosaic_overlap_aligned", tmp_path, overlap=rule)
+    expected = mm.expected("mosaic_overlap_aligned", rule)
+    assert_same(g["image"][...], expected.astype(g["image"].dtype), f"overlap {rule}")
+
+
+def test_overlap_not_on_block_boundaries_stays_refused():
+    report = virtualize.check_mosaic(CASE("mosaic_overlap_misaligned"), overlap="last")
+    assert {p.kind for p in report.problems if p.fatal} == {"cut-through-block"}
+
+
+def test_misaligned_pixels_need_warping():
+    files = CASE("mosaic_misaligned_phase")
+    report = virtualize.check_mosaic(files)
+    (p,) = [p for p in report.problems if p.kind == "needs-warping"]
+    assert p.loc.file == str(files[1]) and "0.35" in p.message
+
+
+def test_disagreeing_nodata_is_refused():
+    report = virtualize.check_mosaic(CASE("mosaic_nodata_disagree"))
+    assert "fill-value-differs" in {p.kind for p in report.problems}
+
+
+def test_plain_tiles_need_offsets():
+    report = virtualize.check_mosaic(CASE("mosaic_offsets_plain"))
+    assert {p.kind for p in report.problems} == {"no-georeferencing"}
+
+
+def test_cli_mosaic_check_and_write(tmp_path):
+    exe = os.path.join(os.path.dirname(sys.executable), "virtualize")
+    files = [str(f) for f in CASE("mosaic_overlap_aligned")]
+    r = subprocess.run([exe, "mosaic", "--check", *files], capture_output=True, text=True)
+    assert r.returncode == 1 and "overlap" in r.stdout
+    r = subprocess.run([exe, "mosaic", "--check", "--overlap", "last", "--json", *files],
+                       capture_output=True, text=True)
+    assert r.returncode == 0 and json.loads(r.stdout)["ok"] is True
+    r = subprocess.run([exe, "mosaic", *files, "--overlap", "last", "-o", str(tmp_path / "m.zarr")],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert virtualize.open(tmp_path / "m.zarr")["image"].shape == (64, 96)
