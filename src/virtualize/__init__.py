@@ -17,7 +17,8 @@ The Python API (the CLI is a thin layer over it):
 __version__ = "0.1.0"
 
 from .api import check, check_mosaic, mosaic, open, scan, virtualize  # noqa: E402
-from .model import Problem, Report, VirtualizeError  # noqa: E402
+from .model import Problem, VirtualizeError  # noqa: E402
+from .report import Report  # noqa: E402
 
 __all__ = ["Problem", "Report", "VirtualizeError", "check", "check_mosaic", "mosaic", "open",
            "scan", "virtualize"]

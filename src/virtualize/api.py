@@ -10,9 +10,10 @@ import zarr
 
 from .emit import write_cube, write_kerchunk
 from .emit._staging import refuse_existing
-from .model import FileInventory, Location, Plan, Problem, Report, VirtualizeError
+from .model import FileInventory, Location, Plan, Problem, VirtualizeError
 from .plan import ConcatOptions, MosaicOptions, plan_concat, plan_mosaic
 from .read import open_cube
+from .report import Report
 from .scan import scan as _scan
 
 PathLike = str | os.PathLike

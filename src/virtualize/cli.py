@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 
 from . import __version__
 from .api import check, check_mosaic, mosaic, virtualize
-from .report import format_text, to_json
+from .report import format_text, to_html, to_json
 from .model import VirtualizeError
 
 
@@ -27,7 +28,13 @@ def _common(p: argparse.ArgumentParser) -> None:
                    help="leave this variable out; repeatable")
     p.add_argument("--no-sort", action="store_true",
                    help="keep the files in the order given instead of sorting by coordinate")
-    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    _report_options(p)
+
+
+def _report_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print the report as JSON (docs/report.md)")
+    p.add_argument("--html", metavar="FILE", help="also write the report as one HTML page")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     p.add_argument("-v", "--verbose", action="store_true", help="show arrays, grids and bytes read")
 
 
@@ -71,18 +78,18 @@ def build_mosaic_parser() -> argparse.ArgumentParser:
     p.add_argument("--drop", metavar="VAR", action="append", default=[])
     p.add_argument("--format", choices=["cube", "kerchunk"])
     p.add_argument("--overwrite", action="store_true")
-    p.add_argument("--json", action="store_true")
-    p.add_argument("-v", "--verbose", action="store_true")
+    _report_options(p)
     return p
 
 
 def _mosaic(argv: list[str]) -> int:
     parser = build_mosaic_parser()
     args = parser.parse_args(argv)
-    kw = dict(overlap=args.overlap, drop=args.drop, tolerance=args.tolerance)
+    kw = dict(overlap=args.overlap, drop=args.drop, tolerance=args.tolerance,
+              progress=_progress(args))
     if args.check:
         report = check_mosaic(args.files, **kw)
-        print(to_json(report) if args.json else format_text(report, args.verbose))
+        _show(report, args)
         return 0 if report.ok else 1
     if not args.output:
         parser.error("-o/--output is required unless --check")
@@ -93,7 +100,7 @@ def _mosaic(argv: list[str]) -> int:
         return 1
     except VirtualizeError as e:
         return _refused(e, args)
-    print(to_json(report) if args.json else format_text(report, args.verbose))
+    _show(report, args)
     if not args.json:
         print(f"wrote {args.output}")
     return 0
@@ -103,9 +110,42 @@ def _refused(e: VirtualizeError, args) -> int:
     if e.report is None:
         print(f"virtualize: {e}", file=sys.stderr)
         return 1
-    print(to_json(e.report) if args.json else format_text(e.report, args.verbose))
+    _show(e.report, args)
     print(f"virtualize: nothing was written to {args.output}", file=sys.stderr)
     return 1
+
+
+def _show(report, args) -> None:
+    if args.html:
+        with open(args.html, "w", encoding="utf-8") as f:
+            f.write(to_html(report))
+    if args.json:
+        print(to_json(report))
+    else:
+        print(format_text(report, args.verbose, color=sys.stdout.isatty()))
+
+
+class _Progress:
+    """files done, bytes read, rate — on stderr, only when it is a terminal."""
+
+    def __init__(self) -> None:
+        self.start = time.monotonic()
+        self.bytes = 0
+
+    def __call__(self, done: int, total: int, inv) -> None:
+        self.bytes += inv.bytes_read
+        rate = done / max(time.monotonic() - self.start, 1e-9)
+        width = 30
+        fill = int(width * done / max(total, 1))
+        sys.stderr.write(f"\rscanning [{'#' * fill}{'.' * (width - fill)}] {done}/{total} files, "
+                         f"{self.bytes / 2**20:.1f} MiB read, {rate:.0f} files/s ")
+        if done == total:
+            sys.stderr.write("\r" + " " * 100 + "\r")
+        sys.stderr.flush()
+
+
+def _progress(args):
+    return _Progress() if sys.stderr.isatty() and not args.quiet and not args.json else None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -115,23 +155,21 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] == "check":
         args = build_check_parser().parse_args(argv[1:])
         report = check(args.files, args.concat_dim, inline=args.inline, drop=args.drop,
-                       sort=not args.no_sort)
-        print(to_json(report) if args.json else format_text(report, args.verbose))
+                       sort=not args.no_sort, progress=_progress(args))
+        _show(report, args)
         return 0 if report.ok else 1
     args = build_parser().parse_args(argv)
     try:
         report = virtualize(args.files, args.output, args.concat_dim, overwrite=args.overwrite,
                             inline=args.inline, drop=args.drop, sort=not args.no_sort,
-                            format=args.format)
+                            format=args.format, progress=_progress(args))
     except FileExistsError as e:
         print(f"virtualize: {e}", file=sys.stderr)
         return 1
     except VirtualizeError as e:
         return _refused(e, args)
-    if args.json:
-        print(to_json(report))
-    else:
-        print(format_text(report, args.verbose))
+    _show(report, args)
+    if not args.json:
         print(f"wrote {args.output}")
     return 0
 

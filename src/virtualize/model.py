@@ -64,10 +64,11 @@ class Problem:
     kind: str
     message: str
     fatal: bool = True
+    remedy: str | None = None  # what would resolve it, and at what cost, when something can
 
     def to_dict(self) -> dict[str, Any]:
         return {"loc": self.loc.to_dict(), "kind": self.kind, "message": self.message,
-                "fatal": self.fatal}
+                "fatal": self.fatal, "remedy": self.remedy}
 
     def __str__(self) -> str:
         return f"{self.loc}: {self.kind}: {self.message}"
@@ -188,6 +189,53 @@ class ArrayPlan:
         return tuple(len(c) for c in self.chunk_lengths)
 
 
+# Marks on a chunk in a figure: how it is stored and whether it can be referenced.
+OK, SHORT, OVERHANG, REFUSED, GAP = "ok", "short", "overhang", "refused", "gap"
+
+
+@dataclass
+class AxisFigure:
+    """The cuts along one axis of one variable, for pictures: every chunk's length and
+    its mark (ok, short: shorter than the usual chunk, overhang: a padded last block that
+    reaches past the end, refused: cannot be referenced there, gap: no tile)."""
+
+    dim: str
+    extent: int
+    lengths: np.ndarray  # int64, one per chunk (as listed: the last may overhang)
+    marks: np.ndarray  # str (object), one per chunk
+
+    def runs(self) -> list[tuple[int, str, int]]:
+        """(length, mark, count) runs, so a million regular chunks draw as one band."""
+        out: list[tuple[int, str, int]] = []
+        for length, mark in zip(self.lengths.tolist(), self.marks.tolist()):
+            if out and out[-1][0] == length and out[-1][1] == mark:
+                out[-1] = (length, mark, out[-1][2] + 1)
+            else:
+                out.append((length, mark, 1))
+        return out
+
+
+@dataclass
+class VariableFigure:
+    name: str
+    axes: list[AxisFigure]
+    refused: bool = False
+
+
+@dataclass
+class MosaicFigure:
+    """A mosaic's map: tiles (name, row0, col0, height, width), the grid's cuts, and the
+    pixel windows (row0, row1, col0, col1) that overlap or hold refused cuts."""
+
+    height: int
+    width: int
+    tiles: list[tuple[str, int, int, int, int]]
+    ycuts: list[int]
+    xcuts: list[int]
+    overlaps: list[tuple[int, int, int, int]] = field(default_factory=list)
+    refused: list[tuple[int, int, int, int]] = field(default_factory=list)
+
+
 @dataclass
 class Plan:
     """A whole cube: groups with attributes, arrays, and the sources they reference."""
@@ -197,6 +245,8 @@ class Plan:
     arrays: dict[str, ArrayPlan]
     concat_dim: str | None = None
     notes: list[str] = field(default_factory=list)
+    figures: dict[str, VariableFigure] = field(default_factory=dict)
+    mosaic: MosaicFigure | None = None
 
 
 @dataclass

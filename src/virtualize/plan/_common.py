@@ -8,7 +8,19 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..model import ArrayPlan, FileInventory, Location, Problem, Variable
+from ..model import (
+    OK,
+    OVERHANG,
+    REFUSED,
+    SHORT,
+    ArrayPlan,
+    AxisFigure,
+    FileInventory,
+    Location,
+    Problem,
+    Variable,
+    VariableFigure,
+)
 from ..scan._values import bytes_codec
 
 # Attributes whose drift between files changes what the numbers mean.
@@ -30,6 +42,7 @@ class Context:
     notes: list[str] = field(default_factory=list)
     # (file, variable) pairs whose scanner already reported why they cannot be used
     reported: set[tuple[str, str]] = field(default_factory=set)
+    figures: dict[str, VariableFigure] = field(default_factory=dict)
 
     def problem(self, file: str | None, var: str | None, kind: str, msg: str,
                 axis: str | None = None, block: tuple[int, ...] | None = None) -> None:
@@ -109,6 +122,29 @@ def consistent(ctx: Context, name: str, vs: list[Variable], free: frozenset[str]
                             f"attribute {key!r} is {a!r} here but {b!r} in {path0}: the values "
                             "would mean different things in one array")
     return len(ctx.problems) == before
+
+
+def figure(name: str, dims, shape, chunk_lengths, refused: dict[int, set[int]] | None = None,
+           refused_variable: bool = False) -> VariableFigure:
+    """The bands of one variable: per axis every chunk's length, marked short (shorter than
+    the axis' usual chunk), overhang (reaching past the end) or refused."""
+    axes = []
+    for a, (dim, n, lens) in enumerate(zip(dims, shape, chunk_lengths)):
+        lens = np.asarray(lens, dtype=np.int64)
+        marks = np.full(len(lens), OK, dtype=object)
+        if len(lens):
+            values, counts = np.unique(lens, return_counts=True)
+            marks[lens < values[counts.argmax()]] = SHORT
+            if int(lens.sum()) > n:
+                marks[-1] = OVERHANG
+        for i in (refused or {}).get(a, ()):
+            marks[i] = REFUSED
+        axes.append(AxisFigure(dim, int(n), lens, marks))
+    return VariableFigure(name, axes, refused_variable or bool(refused and any(refused.values())))
+
+
+def figure_of(a: ArrayPlan) -> VariableFigure:
+    return figure(a.name, a.dims, a.shape, a.chunk_lengths)
 
 
 def inline_plan(name: str, values: np.ndarray, dims, attrs: dict, fill_value=None) -> ArrayPlan:

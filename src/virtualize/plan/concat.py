@@ -32,6 +32,8 @@ from ._common import (
     Context,
     carry_scan_problems,
     consistent,
+    figure,
+    figure_of,
     groups_for,
     inline_plan,
     variable_names,
@@ -86,7 +88,8 @@ def plan_concat(inventories: Sequence[FileInventory], options: ConcatOptions | N
         if array is not None:
             arrays[name] = array
     groups = groups_for(invs[0], arrays)
-    plan = Plan(sources=sources, groups=groups, arrays=arrays, concat_dim=ctx.dim, notes=ctx.notes)
+    plan = Plan(sources=sources, groups=groups, arrays=arrays, concat_dim=ctx.dim, notes=ctx.notes,
+                figures=ctx.figures)
     return plan, ctx.problems
 
 
@@ -294,11 +297,17 @@ def _plan_variable(ctx: _Context, name: str) -> ArrayPlan | None:
     default_inline = synthesized or (first.is_coordinate and
                                      all(v.values is not None for v in vars_))
     if inline or default_inline:
-        return _inline_array(ctx, name, vars_, k) if consistent_ else None
-    if along:
+        array = _inline_array(ctx, name, vars_, k) if consistent_ else None
+    elif along:
         array = _concat_array(ctx, name, vars_, k)  # reports padded blocks either way
-        return array if consistent_ else None
-    return _shared_array(ctx, name, vars_) if consistent_ else None
+        if not consistent_:
+            array = None
+            ctx.figures[name].refused = True
+    else:
+        array = _shared_array(ctx, name, vars_) if consistent_ else None
+    if array is not None and name not in ctx.figures:
+        ctx.figures[name] = figure_of(array)
+    return array
 
 
 def _stacks(ctx: _Context, v: Variable) -> bool:
@@ -325,6 +334,7 @@ def _concat_array(ctx: _Context, name: str, vs: list[Variable], k: int) -> Array
     parts: list[np.ndarray] = []
     last = len(vs) - 1
     ok = True
+    refused: set[int] = set()
     for i, (inv, v) in enumerate(zip(ctx.invs, vs)):
         n, b = v.shape[k], v.blocks.block_shape[k]
         lens = block_lengths(n, b, v.blocks.padded)
@@ -336,12 +346,11 @@ def _concat_array(ctx: _Context, name: str, vs: list[Variable], k: int) -> Array
                         "the last chunk of the cube, and more files follow this one",
                         axis=dim, block=(j,))
             ok = False
+            refused.add(len(lengths_k) + j)
         lengths_k.extend(lens)
         refs = v.blocks.refs.copy()
         refs["path"] = i
         parts.append(refs)
-    if not ok:
-        return None
     chunk_lengths = []
     for axis, (n, b) in enumerate(zip(first.shape, first.blocks.block_shape)):
         if axis == k:
@@ -350,6 +359,9 @@ def _concat_array(ctx: _Context, name: str, vs: list[Variable], k: int) -> Array
             chunk_lengths.append(tuple(block_lengths(n, b, first.blocks.padded)))
     shape = list(first.shape)
     shape[k] = sum(v.shape[k] for v in vs)
+    ctx.figures[name] = figure(name, first.dims, shape, chunk_lengths, {k: refused})
+    if not ok:
+        return None
     refs = np.concatenate(parts, axis=k) if parts else np.zeros((0,), REF_DTYPE)
     return ArrayPlan(name=name, dtype=first.dtype, shape=tuple(shape), dims=first.dims,
                      chunk_lengths=tuple(chunk_lengths), codecs=first.codecs,

@@ -17,8 +17,27 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from ..model import ArrayPlan, FileInventory, Plan, Problem, Source, empty_refs
-from ._common import Context, carry_scan_problems, consistent, groups_for, inline_plan
+from ..model import (
+    GAP,
+    OK,
+    ArrayPlan,
+    FileInventory,
+    MosaicFigure,
+    Plan,
+    Problem,
+    Source,
+    VariableFigure,
+    empty_refs,
+)
+from ._common import (
+    Context,
+    carry_scan_problems,
+    consistent,
+    figure,
+    figure_of,
+    groups_for,
+    inline_plan,
+)
 from .grid import block_lengths
 
 X_NAMES = ("x", "lon", "longitude")
@@ -64,6 +83,8 @@ class _Tile:
 class _Ctx(Context):
     opts: MosaicOptions = field(default_factory=MosaicOptions)
     tiles: list[_Tile] = field(default_factory=list)
+    overlaps: list[tuple[int, int, int, int]] = field(default_factory=list)
+    mosaic: MosaicFigure | None = None
 
 
 def plan_mosaic(inventories: Sequence[FileInventory], options: MosaicOptions | None = None
@@ -117,13 +138,15 @@ def plan_mosaic(inventories: Sequence[FileInventory], options: MosaicOptions | N
         if array is not None:
             arrays[name] = array
     if georefs is not None:
-        arrays.update(_coordinates(ctx, georefs[0], r0, c0, height, width))
+        coords = _coordinates(ctx, georefs[0], r0, c0, height, width)
+        arrays.update(coords)
+        ctx.figures.update({n: figure_of(a) for n, a in coords.items()})
     covered = sum(t.height * t.width for t in ctx.tiles)
     if covered < height * width and opts.overlap is None:
         ctx.notes.append(f"the tiles leave gaps: {height * width - covered} of {height * width} "
                          "pixels have no tile and read as the fill value")
     plan = Plan(sources=sources, groups=groups_for(invs[0], arrays), arrays=arrays,
-                notes=ctx.notes)
+                notes=ctx.notes, figures=ctx.figures, mosaic=ctx.mosaic)
     return plan, ctx.problems
 
 
@@ -232,6 +255,7 @@ def _report_overlaps(ctx: _Ctx) -> None:
             r0, r1 = max(a.row0, b.row0), min(a.row0 + a.height, b.row0 + b.height)
             c0, c1 = max(a.col0, b.col0), min(a.col0 + a.width, b.col0 + b.width)
             if r0 < r1 and c0 < c1:
+                ctx.overlaps.append((r0, r1, c0, c1))
                 first, second = sorted((a, b), key=lambda t: t.index)
                 ctx.problem(second.inv.path, None, "overlap",
                             f"overlaps {first.inv.path} in mosaic rows {r0}..{r1 - 1}, columns "
@@ -282,10 +306,8 @@ def _mosaic_variable(ctx: _Ctx, name: str, ydim: str, xdim: str, height: int, wi
     # cuts inside one block of one tile all along them are not needed: drop them
     ycuts, owner = _merge(ycuts, owner, tiles, bh, axis=0, start="row0")
     xcuts, owner = _merge(xcuts, owner, tiles, bw, axis=1, start="col0")
-    ylens = _check_axis(ctx, name, ydim, ycuts, owner, tiles, bh, padded, axis=0)
-    xlens = _check_axis(ctx, name, xdim, xcuts, owner, tiles, bw, padded, axis=1)
-    if len(ctx.problems) > before or ylens is None or xlens is None:
-        return None
+    ylens, ybad, ywin = _check_axis(ctx, name, ydim, ycuts, owner, tiles, bh, padded, axis=0)
+    xlens, xbad, xwin = _check_axis(ctx, name, xdim, xcuts, owner, tiles, bw, padded, axis=1)
     chunk_lengths: list[tuple[int, ...]] = []
     for axis, (n, b) in enumerate(zip(first.shape, first.blocks.block_shape)):
         if axis == iy:
@@ -294,6 +316,19 @@ def _mosaic_variable(ctx: _Ctx, name: str, ydim: str, xdim: str, height: int, wi
             chunk_lengths.append(tuple(xlens))
         else:
             chunk_lengths.append(tuple(block_lengths(n, b, first.blocks.padded)))
+    shape = list(first.shape)
+    shape[iy], shape[ix] = height, width
+    failed = len(ctx.problems) > before
+    ctx.figures[name] = figure(name, first.dims, shape, chunk_lengths, {iy: ybad, ix: xbad},
+                               refused_variable=failed)
+    ctx.figures[name] = _mark_gaps(ctx.figures[name], owner, iy, ix)
+    if ctx.mosaic is None:
+        ctx.mosaic = MosaicFigure(height, width,
+                                  [(t.inv.path, t.row0, t.col0, t.height, t.width) for t in tiles],
+                                  ycuts.tolist(), xcuts.tolist(), list(ctx.overlaps),
+                                  ywin + xwin)
+    if failed:
+        return None
     grid = tuple(len(c) for c in chunk_lengths)
     refs = empty_refs(grid)
     moved = np.moveaxis(refs, (iy, ix), (0, 1))
@@ -307,8 +342,6 @@ def _mosaic_variable(ctx: _Ctx, name: str, ydim: str, xdim: str, height: int, wi
         src = np.moveaxis(v.blocks.refs, (iy, ix), (0, 1))[by, bx].copy()
         src["path"] = t.index
         moved[rows, cols] = src
-    shape = list(first.shape)
-    shape[iy], shape[ix] = height, width
     return ArrayPlan(name=name, dtype=first.dtype, shape=tuple(shape), dims=first.dims,
                      chunk_lengths=tuple(chunk_lengths), codecs=first.codecs,
                      fill_value=first.fill_value, attrs=dict(first.attrs), refs=refs)
@@ -365,8 +398,10 @@ def _check_axis(ctx: _Ctx, name, dim, cuts, owner, tiles, block, padded, axis: i
     lengths = np.diff(cuts)
     ncells = len(lengths)
     count: dict[int, int] = {}
-    ok = True
     listed = lengths.copy()
+    bad: set[int] = set()
+    windows: list[tuple[int, int, int, int]] = []
+    cut_blocks: dict[tuple[int, int], set[int]] = {}  # (tile, block) -> mosaic positions cut
     for i in range(ncells):
         line = np.take(owner, i, axis=axis)
         bline = np.take(idx, i, axis=axis)
@@ -379,14 +414,12 @@ def _check_axis(ctx: _Ctx, name, dim, cuts, owner, tiles, block, padded, axis: i
             bend = getattr(t, start) + min((k + 1) * b, getattr(t, size))
             a, z = int(cuts[i]), int(cuts[i + 1])
             if (a, z) != (bstart, bend):
-                p = a if a != bstart else z
-                _limited(ctx, count, t, name, "cut-through-block",
-                         f"block {k} along {dim!r} (tile {'rows' if axis == 0 else 'columns'} "
-                         f"{k * b}..{min((k + 1) * b, getattr(t, size)) - 1}, mosaic "
-                         f"{bstart}..{bend - 1}) is cut at mosaic {'row' if axis == 0 else 'column'} "
-                         f"{p}, {_who_cuts(tiles, block, p, axis, t)}; only whole blocks can be "
-                         "referenced", dim, k)
-                ok = False
+                key = (int(t_index), k)
+                if key not in cut_blocks:
+                    cut_blocks[key] = set()
+                    windows.append(_window(t, bstart, bend, axis))
+                cut_blocks[key].update(p for p in (a, z) if bstart < p < bend)
+                bad.add(i)
                 continue
             stored = b if padded[t_index] else bend - bstart
             if i < ncells - 1 and stored != z - a:
@@ -394,7 +427,8 @@ def _check_axis(ctx: _Ctx, name, dim, cuts, owner, tiles, block, padded, axis: i
                          f"block {k} along {dim!r} is stored padded to {b} but holds {z - a} "
                          f"(mosaic {bstart}..{bend - 1}); a padded block can only be the last "
                          "chunk of the mosaic on its axis", dim, k)
-                ok = False
+                bad.add(i)
+                windows.append(_window(t, bstart, bend, axis))
             stored_here.add(stored)
         if i == ncells - 1 and stored_here:
             if len(stored_here) > 1:
@@ -402,10 +436,36 @@ def _check_axis(ctx: _Ctx, name, dim, cuts, owner, tiles, block, padded, axis: i
                             f"the last chunks along {dim!r} are stored at different lengths "
                             f"{sorted(stored_here)} in different tiles; one chunk length "
                             "cannot describe them", axis=dim)
-                ok = False
+                bad.add(i)
             else:
                 listed[i] = stored_here.pop()
-    return listed.tolist() if ok else None
+    where = "row" if axis == 0 else "column"
+    for (t_index, k), positions in cut_blocks.items():
+        t, b = tiles[t_index], int(block[t_index])
+        bstart = getattr(t, start) + k * b
+        bend = getattr(t, start) + min((k + 1) * b, getattr(t, size))
+        at = ", ".join(f"{p} ({_who_cuts(tiles, block, p, axis, t)})" for p in sorted(positions))
+        _limited(ctx, count, t, name, "cut-through-block",
+                 f"block {k} along {dim!r} (tile {where}s {k * b}..{bend - bstart + k * b - 1}, "
+                 f"mosaic {bstart}..{bend - 1}) is cut at mosaic {where} {at}; only whole blocks "
+                 "can be referenced", dim, k)
+    return listed.tolist(), bad, windows
+
+
+def _window(t: _Tile, a: int, z: int, axis: int) -> tuple[int, int, int, int]:
+    """(row0, row1, col0, col1) of a tile's block band along `axis`, for the map."""
+    if axis == 0:
+        return (a, z, t.col0, t.col0 + t.width)
+    return (t.row0, t.row0 + t.height, a, z)
+
+
+def _mark_gaps(fig: VariableFigure, owner: np.ndarray, iy: int, ix: int) -> VariableFigure:
+    """Rows / columns of the grid that no tile covers at all are gaps."""
+    for axis, gap in ((iy, (owner < 0).all(axis=1)), (ix, (owner < 0).all(axis=0))):
+        marks = fig.axes[axis].marks
+        if len(marks) == len(gap):
+            marks[gap & (marks == OK)] = GAP
+    return fig
 
 
 def _who_cuts(tiles, block, p: int, axis: int, victim) -> str:

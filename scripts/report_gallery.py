@@ -1,0 +1,55 @@
+"""Regenerate docs/report/: the preflight report of the seed cases, as text, HTML and a
+screenshot (headless Chromium), for docs/report.md.
+
+    .venv/bin/python scripts/report_gallery.py [--no-screenshots]
+"""
+
+import pathlib
+import shutil
+import subprocess
+import sys
+import tempfile
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "fixtures"))
+
+import make_fixtures  # noqa: E402
+import make_mosaic  # noqa: E402
+
+import virtualize  # noqa: E402
+
+OUT = ROOT / "docs" / "report"
+CASES = {
+    "months": ("months2024", "stack"),
+    "leap-years": ("years2000_2010", "stack"),
+    "ten-day-padded": ("tenday_padded", "stack"),
+    "staggered-mosaic": ("mosaic_staggered_misaligned", "mosaic"),
+}
+
+
+def main() -> None:
+    shots = "--no-screenshots" not in sys.argv
+    OUT.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = pathlib.Path(tmp)
+        for name, (case, kind) in CASES.items():
+            module = make_mosaic if kind == "mosaic" else make_fixtures
+            files = module.make(case, tmp / "data")
+            report = (virtualize.check_mosaic(files) if kind == "mosaic"
+                      else virtualize.check(files))
+            text = report.to_text().replace(str(tmp / "data") + "/", "")
+            (OUT / f"{name}.txt").write_text(text + "\n")
+            page = OUT / f"{name}.html"
+            page.write_text(report.to_html().replace(str(tmp / "data") + "/", ""))
+            if shots and shutil.which("chromium"):
+                subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu",
+                                "--no-first-run", "--disable-background-networking",
+                                "--disable-component-update", "--disable-sync",
+                                f"--user-data-dir={tmp / 'profile'}", "--hide-scrollbars",
+                                "--window-size=1000,1300", f"--screenshot={OUT / (name + '.png')}",
+                                page.as_uri()], capture_output=True, check=True, timeout=120)
+            print(f"{name}: {report.to_text().splitlines()[0]}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,130 @@
+"""The preflight report in its three forms: terminal text, JSON (against its schema), and
+an HTML page rendered by a real headless Chromium."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from importlib import resources
+
+import imagecodecs
+import jsonschema
+import numpy as np
+import pytest
+
+import virtualize
+from virtualize.report import format_text, to_html, to_json, verdict
+
+SCHEMA = json.loads(resources.files("virtualize").joinpath("schemas/report-v1.json").read_text())
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def padded_and_string_stack(case, tmp_path):
+    import h5py
+    files = case("tenday_padded")[:3]
+    # the same months with a string variable added: skipped, reported, not fatal
+    out = []
+    for f in files:
+        dst = tmp_path / f.name
+        shutil.copy(f, dst)
+        with h5py.File(dst, "a") as h:
+            h["station"] = np.array([b"abc", b"de"])
+        out.append(dst)
+    return out
+
+
+def test_text_names_every_problem_with_its_location(case, tmp_path):
+    files = padded_and_string_stack(case, tmp_path)
+    report = virtualize.check(files)
+    text = format_text(report)
+    assert verdict(report) == "no" and text.startswith("no: 2 problem(s) in 3 file(s)")
+    for p in report.problems:
+        assert p.kind in text and p.message in text
+    assert text.count("padded-block") == 2 and "unsupported-type (skipped)" in text
+    assert "\033[" not in text  # no colour unless asked (a TTY)
+    assert "\033[31m" in format_text(report, color=True)
+
+
+def test_json_follows_its_schema(case, tmp_path):
+    files = padded_and_string_stack(case, tmp_path)
+    for report in (virtualize.check(files), virtualize.check(case("months2024")),
+                   virtualize.check_mosaic(case("mosaic_overlap_aligned"))):
+        doc = json.loads(report.to_json())
+        jsonschema.validate(doc, SCHEMA)
+    doc = json.loads(virtualize.check(files).to_json())
+    assert doc["verdict"] == "no"
+    assert {(p["kind"], p["loc"]["block"] and tuple(p["loc"]["block"])) for p in doc["problems"]} == {
+        ("padded-block", (3,)), ("padded-block", (2,)), ("unsupported-type", None)}
+    assert doc["summary"]["unsupported_variables_skipped"] == 1
+    ok = json.loads(virtualize.check(case("months2024")).to_json())
+    assert ok["verdict"] == "yes" and ok["summary"]["references"] == 12
+    assert ok["arrays"]["tas"]["chunk_grid"]["name"] == "rectilinear"
+    assert ok["summary"]["bytes_referenced"] == ok["arrays"]["tas"]["bytes_referenced"] > 0
+
+
+def test_html_is_self_contained(case, tmp_path):
+    page = virtualize.check(padded_and_string_stack(case, tmp_path)).to_html()
+    assert page.startswith("<!DOCTYPE html>")
+    for needle in ("http://", "https://", "<script", "<link"):
+        assert needle not in page
+
+
+def test_large_grids_are_summarized_not_drawn_chunk_by_chunk():
+    from virtualize.model import AxisFigure, OK
+    from virtualize.report import _band
+
+    lengths = np.tile([3, 1], 500_000)  # a million chunks, alternating: the worst case
+    axis = AxisFigure("t", int(lengths.sum()), lengths, np.full(len(lengths), OK, dtype=object))
+    svg = _band(axis)
+    assert len(svg) < 100_000 and "more chunks" in svg
+
+
+def test_cli_writes_html_and_exit_codes(case, tmp_path):
+    exe = os.path.join(os.path.dirname(sys.executable), "virtualize")
+    page = tmp_path / "r.html"
+    r = subprocess.run([exe, "check", "--html", str(page), *map(str, case("tenday_padded"))],
+                       capture_output=True, text=True)
+    assert r.returncode == 1 and page.read_text().count('class="problem fatal"') == 7
+    r = subprocess.run([exe, "check", "--quiet", *map(str, case("months2024"))],
+                       capture_output=True, text=True)
+    assert r.returncode == 0 and r.stderr == ""
+
+
+def chromium(*args, tmp_path):
+    if CHROMIUM is None:
+        if os.environ.get("CI"):
+            pytest.fail("chromium is not installed (.ci/run installs Debian's chromium)")
+        pytest.skip("chromium is not installed")
+    cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+           "--no-first-run", "--disable-background-networking", "--disable-component-update",
+           "--disable-sync", f"--user-data-dir={tmp_path / 'profile'}", "--hide-scrollbars",
+           "--window-size=1100,1600", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("which", ["stack", "mosaic"])
+def test_html_report_renders_in_chromium(case, tmp_path, which):
+    if which == "stack":
+        report = virtualize.check(padded_and_string_stack(case, tmp_path))
+    else:
+        report = virtualize.check_mosaic(case("mosaic_staggered_misaligned"))
+    page = tmp_path / "report.html"
+    page.write_text(to_html(report))
+    dom = chromium("--dump-dom", page.as_uri(), tmp_path=tmp_path).stdout
+    assert f'id="verdict">{verdict(report)}</div>' in dom
+    axes = sum(len(f.axes) for f in report.plan.figures.values())
+    assert dom.count('<figure class="band"') == axes > 0
+    assert dom.count('<tr class="problem') == len(report.problems)
+    if which == "mosaic":
+        assert dom.count('class="tile"') == 4 and 'class="mosaic-map"' in dom
+    shot = tmp_path / "shot.png"
+    chromium(f"--screenshot={shot}", page.as_uri(), tmp_path=tmp_path)
+    img = imagecodecs.png_decode(shot.read_bytes())[..., :3].astype(int)
+    assert img.shape[0] > 500 and img.shape[1] > 500
+    not_white = (img.sum(axis=-1) < 740).mean()
+    assert not_white > 0.05, "the screenshot is (nearly) blank"
+    red = (img[..., 0] > 190) & (img[..., 1] < 80) & (img[..., 2] < 80)
+    assert red.sum() > 200, "refused blocks are drawn in red"
