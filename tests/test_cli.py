@@ -34,7 +34,9 @@ def test_kerchunk_export_by_suffix(case, tmp_path):
 def test_refusal_exits_1_prints_every_problem_and_writes_nothing(case, tmp_path):
     r = run(*case("tenday_padded"), "-o", tmp_path / "cube.zarr")
     assert r.returncode == 1
-    assert r.stdout.startswith("no: 7 problem(s)")
+    # every padded block could be copied into the cube (--materialize), which is not enabled
+    assert r.stdout.startswith("yes with remedies: 7 problem(s)")
+    assert "remedy materialize: 7 block(s)" in r.stdout and "not enabled" in r.stdout
     assert r.stdout.count("padded-block") == 7
     assert "nothing was written" in r.stderr
     assert not (tmp_path / "cube.zarr").exists()

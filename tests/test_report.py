@@ -40,7 +40,8 @@ def test_text_names_every_problem_with_its_location(case, tmp_path):
     files = padded_and_string_stack(case, tmp_path)
     report = virtualize.check(files)
     text = format_text(report)
-    assert verdict(report) == "no" and text.startswith("no: 2 problem(s) in 3 file(s)")
+    assert verdict(report) == "yes with remedies"
+    assert text.startswith("yes with remedies: 2 problem(s) in 3 file(s)")
     for p in report.problems:
         assert p.kind in text and p.message in text
     assert text.count("padded-block") == 2 and "unsupported-type (skipped)" in text
@@ -55,7 +56,10 @@ def test_json_follows_its_schema(case, tmp_path):
         doc = json.loads(report.to_json())
         jsonschema.validate(doc, SCHEMA)
     doc = json.loads(virtualize.check(files).to_json())
-    assert doc["verdict"] == "no"
+    assert doc["verdict"] == "yes with remedies"
+    # January keeps 1 valid day of its last 10-day block, February 9: 12 values of 4 bytes each
+    assert doc["remedies"] == [{"kind": "materialize", "blocks": 2, "bytes": (1 + 9) * 12 * 4,
+                                "enabled": False}]
     assert {(p["kind"], p["loc"]["block"] and tuple(p["loc"]["block"])) for p in doc["problems"]} == {
         ("padded-block", (3,)), ("padded-block", (2,)), ("unsupported-type", None)}
     assert doc["summary"]["unsupported_variables_skipped"] == 1
@@ -63,6 +67,11 @@ def test_json_follows_its_schema(case, tmp_path):
     assert ok["verdict"] == "yes" and ok["summary"]["references"] == 12
     assert ok["arrays"]["tas"]["chunk_grid"]["name"] == "rectilinear"
     assert ok["summary"]["bytes_referenced"] == ok["arrays"]["tas"]["bytes_referenced"] > 0
+
+
+def test_no_when_a_problem_has_no_remedy(case):
+    report = virtualize.check(case("tenday_padded") + case("attr_drift"))
+    assert verdict(report) == "no" and report.to_text().startswith("no: ")
 
 
 def test_html_is_self_contained(case, tmp_path):

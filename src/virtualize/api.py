@@ -28,45 +28,61 @@ def scan(path: PathLike) -> FileInventory:
 
 def check(paths: Iterable[PathLike] | PathLike, concat_dim: str | None = None, *,
           inline: Iterable[str] = (), drop: Iterable[str] = (), sort: bool = True,
+          split: bool = True, materialize: bool = False, materialize_limit: int | None = None,
           progress=None) -> Report:
     """Can this stack be virtualized (concatenated along `concat_dim`)? Scans every file
-    and plans the cube, collecting every problem of every file. Writes nothing."""
+    and plans the cube, collecting every problem of every file. Writes nothing.
+
+    Remedies: `split` (default on) trims padded uncompressed blocks to their valid rows;
+    `materialize` copies blocks that cannot be referenced into the cube (at most
+    `materialize_limit` bytes)."""
     opts = ConcatOptions(concat_dim=concat_dim, inline=frozenset(_names(inline)),
-                         drop=frozenset(_names(drop)), sort=sort)
-    return _check(paths, lambda invs: plan_concat(invs, opts), progress)
+                         drop=frozenset(_names(drop)), sort=sort, split=split,
+                         materialize=materialize)
+    return _check(paths, lambda invs: plan_concat(invs, opts), progress, materialize_limit)
 
 
 def check_mosaic(paths: Iterable[PathLike] | PathLike, *,
                  offsets: Sequence[tuple[int, int]] | None = None, overlap: str | None = None,
-                 drop: Iterable[str] = (), tolerance: float = 1e-3, progress=None) -> Report:
+                 drop: Iterable[str] = (), tolerance: float = 1e-3, split: bool = True,
+                 materialize: bool = False, materialize_limit: int | None = None,
+                 progress=None) -> Report:
     """Can these tiles be placed into one mosaic? By georeferencing (GeoTIFF transform,
     or 1-D x/y / lon/lat coordinates), or by explicit `offsets` [(row, col), ...] in pixels.
-    `overlap`: None (overlaps are problems), "last" or "first" (which tile wins)."""
+    `overlap`: None (overlaps are problems), "last" or "first" (which tile wins).
+    Remedies as in `check`: `split` cuts uncompressed blocks into row ranges, `materialize`
+    copies cells no block fits."""
     opts = MosaicOptions(offsets=offsets, overlap=overlap, tolerance=tolerance,
-                         drop=frozenset(_names(drop)))
-    return _check(paths, lambda invs: plan_mosaic(invs, opts), progress)
+                         drop=frozenset(_names(drop)), split=split, materialize=materialize)
+    return _check(paths, lambda invs: plan_mosaic(invs, opts), progress, materialize_limit)
 
 
 def virtualize(paths: Iterable[PathLike] | PathLike, out: PathLike, concat_dim: str | None = None,
                *, overwrite: bool = False, inline: Iterable[str] = (), drop: Iterable[str] = (),
-               sort: bool = True, format: str | None = None, progress=None) -> Report:
+               sort: bool = True, split: bool = True, materialize: bool = False,
+               materialize_limit: int | None = None, format: str | None = None,
+               progress=None) -> Report:
     """Virtualize a stack into `out`: a cube directory, or a kerchunk reference JSON when
     `format="kerchunk"` or `out` ends in `.json`. Nothing is written unless every file
     can be referenced exactly; then `VirtualizeError` carries every problem."""
     kind = _output_kind(out, format, overwrite)
-    report = check(paths, concat_dim, inline=inline, drop=drop, sort=sort, progress=progress)
+    report = check(paths, concat_dim, inline=inline, drop=drop, sort=sort, split=split,
+                   materialize=materialize, materialize_limit=materialize_limit,
+                   progress=progress)
     return _write(report, out, kind, overwrite)
 
 
 def mosaic(paths: Iterable[PathLike] | PathLike, out: PathLike, *,
            offsets: Sequence[tuple[int, int]] | None = None, overlap: str | None = None,
-           drop: Iterable[str] = (), tolerance: float = 1e-3, overwrite: bool = False,
-           format: str | None = None, progress=None) -> Report:
+           drop: Iterable[str] = (), tolerance: float = 1e-3, split: bool = True,
+           materialize: bool = False, materialize_limit: int | None = None,
+           overwrite: bool = False, format: str | None = None, progress=None) -> Report:
     """Place tiles into one mosaic cube at `out` (see `check_mosaic`); nothing is written
     unless every cell is exactly one block of one tile or a gap."""
     kind = _output_kind(out, format, overwrite)
     report = check_mosaic(paths, offsets=offsets, overlap=overlap, drop=drop,
-                          tolerance=tolerance, progress=progress)
+                          tolerance=tolerance, split=split, materialize=materialize,
+                          materialize_limit=materialize_limit, progress=progress)
     return _write(report, out, kind, overwrite)
 
 
@@ -78,7 +94,7 @@ def open(path: PathLike, *, check_sources: bool = True) -> zarr.Group:  # noqa: 
 
 # -- the shared steps ------------------------------------------------------------------
 
-def _check(paths, planner: Planner, progress) -> Report:
+def _check(paths, planner: Planner, progress, materialize_limit: int | None = None) -> Report:
     files = _paths(paths)
     problems: list[Problem] = []
     invs: list[FileInventory] = []
@@ -101,6 +117,11 @@ def _check(paths, planner: Planner, progress) -> Report:
         plan, plan_problems = planner(invs)
         problems.extend(plan_problems)
         notes = list(plan.notes)
+        copied = plan.remedies.get("materialize")
+        if copied and materialize_limit is not None and copied.bytes > materialize_limit:
+            problems.append(Problem(Location(), "materialize-limit",
+                                    f"the plan would copy {copied.bytes} bytes in {copied.blocks} "
+                                    f"block(s), more than the limit of {materialize_limit}"))
     if len(invs) < len(files) and plan is not None:
         notes.append(f"{len(files) - len(invs)} file(s) could not be scanned")
     return Report(files=[os.path.abspath(f) for f in files], problems=problems, plan=plan,

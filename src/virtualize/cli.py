@@ -28,7 +28,33 @@ def _common(p: argparse.ArgumentParser) -> None:
                    help="leave this variable out; repeatable")
     p.add_argument("--no-sort", action="store_true",
                    help="keep the files in the order given instead of sorting by coordinate")
+    _remedy_options(p)
     _report_options(p)
+
+
+def _remedy_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--materialize", action="store_true",
+                   help="copy blocks that cannot be referenced into the cube (decoded, cut to "
+                        "their cell, encoded with the array's codecs)")
+    p.add_argument("--materialize-limit", type=_bytes_arg, metavar="BYTES",
+                   help="refuse plans that would copy more (e.g. 500M, 2G)")
+    p.add_argument("--no-split", action="store_true",
+                   help="do not cut uncompressed blocks into exact row ranges")
+
+
+def _bytes_arg(text: str) -> int:
+    units = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+    t = text.strip().upper().rstrip("B").rstrip("I")
+    unit = t[-1] if t and t[-1] in units else ""
+    try:
+        return int(float(t[: len(t) - len(unit)]) * units[unit])
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r}") from None
+
+
+def _remedies(args) -> dict:
+    return dict(split=not args.no_split, materialize=args.materialize,
+                materialize_limit=args.materialize_limit)
 
 
 def _report_options(p: argparse.ArgumentParser) -> None:
@@ -78,6 +104,7 @@ def build_mosaic_parser() -> argparse.ArgumentParser:
     p.add_argument("--drop", metavar="VAR", action="append", default=[])
     p.add_argument("--format", choices=["cube", "kerchunk"])
     p.add_argument("--overwrite", action="store_true")
+    _remedy_options(p)
     _report_options(p)
     return p
 
@@ -86,7 +113,7 @@ def _mosaic(argv: list[str]) -> int:
     parser = build_mosaic_parser()
     args = parser.parse_args(argv)
     kw = dict(overlap=args.overlap, drop=args.drop, tolerance=args.tolerance,
-              progress=_progress(args))
+              progress=_progress(args), **_remedies(args))
     if args.check:
         report = check_mosaic(args.files, **kw)
         _show(report, args)
@@ -155,14 +182,14 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] == "check":
         args = build_check_parser().parse_args(argv[1:])
         report = check(args.files, args.concat_dim, inline=args.inline, drop=args.drop,
-                       sort=not args.no_sort, progress=_progress(args))
+                       sort=not args.no_sort, progress=_progress(args), **_remedies(args))
         _show(report, args)
         return 0 if report.ok else 1
     args = build_parser().parse_args(argv)
     try:
         report = virtualize(args.files, args.output, args.concat_dim, overwrite=args.overwrite,
                             inline=args.inline, drop=args.drop, sort=not args.no_sort,
-                            format=args.format, progress=_progress(args))
+                            format=args.format, progress=_progress(args), **_remedies(args))
     except FileExistsError as e:
         print(f"virtualize: {e}", file=sys.stderr)
         return 1

@@ -16,6 +16,9 @@ import numpy as np
 # One reference in a manifest: which source (index into a path table), where, how long.
 # length == 0 means "no stored block": the chunk reads as the fill value.
 REF_DTYPE = np.dtype([("path", "<u4"), ("offset", "<u8"), ("length", "<u8")], align=False)
+# A manifest record whose path is this holds no reference: the chunk was decoded from its
+# source and stored natively in the cube (the "materialize" remedy), at its chunk key.
+MATERIALIZED = 0xFFFFFFFF
 
 
 def empty_refs(grid_shape: tuple[int, ...]) -> np.ndarray:
@@ -183,10 +186,39 @@ class ArrayPlan:
     attrs: dict[str, Any]
     refs: np.ndarray | None  # REF_DTYPE over the chunk grid, paths index Plan.sources
     inline: np.ndarray | None = None  # values stored in the cube itself instead of refs
+    # chunks to copy (refs path == MATERIALIZED): chunk index -> where its values come from
+    materialize: dict[tuple[int, ...], Cell] = field(default_factory=dict)
 
     @property
     def grid_shape(self) -> tuple[int, ...]:
         return tuple(len(c) for c in self.chunk_lengths)
+
+    def chunk_shape(self, index: tuple[int, ...]) -> tuple[int, ...]:
+        return tuple(int(lens[i]) for lens, i in zip(self.chunk_lengths, index))
+
+
+@dataclass(frozen=True)
+class Cell:
+    """A chunk's values in a source: file (index into Plan.sources), variable, and the
+    region [start, stop) per axis in that file's own coordinates."""
+
+    source: int
+    variable: str
+    region: tuple[tuple[int, int], ...]
+
+
+@dataclass
+class Remedy:
+    """A remedy used (or needed) by a plan, with its cost."""
+
+    kind: str  # "split" (exact byte ranges, nothing copied) or "materialize" (copied)
+    blocks: int
+    bytes: int
+    enabled: bool = True
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "blocks": self.blocks, "bytes": self.bytes,
+                "enabled": self.enabled}
 
 
 # Marks on a chunk in a figure: how it is stored and whether it can be referenced.
@@ -247,6 +279,7 @@ class Plan:
     notes: list[str] = field(default_factory=list)
     figures: dict[str, VariableFigure] = field(default_factory=dict)
     mosaic: MosaicFigure | None = None
+    remedies: dict[str, Remedy] = field(default_factory=dict)  # by kind, totals
 
 
 @dataclass

@@ -25,7 +25,7 @@ from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
 
 from .emit.cube import SOURCES_NAME
 from .emit.metadata import MANIFEST_FIELD
-from .model import Location, Problem, VirtualizeError
+from .model import MATERIALIZED, Location, Problem, VirtualizeError
 
 
 @functools.cache
@@ -143,6 +143,9 @@ class CubeStore(Store):
         if len(idx) != m.ndim or any(i < 0 or i >= n for i, n in zip(idx, m.shape)):
             return None
         rec = m[idx]
+        if int(rec["path"]) == MATERIALIZED:  # copied into the cube: a native chunk file
+            p = self.root / name / ("c/" + rest if rest else "c")
+            return p.read_bytes() if p.is_file() else None
         length = int(rec["length"])
         if length == 0:
             return None

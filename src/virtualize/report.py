@@ -38,7 +38,8 @@ class Report(model.Report):
 
 def verdict(report: model.Report) -> str:
     if report.ok:
-        return YES
+        used = report.plan.remedies.values() if report.plan else ()
+        return REMEDIES if any(r.enabled and r.blocks for r in used) else YES
     fatal = [p for p in report.problems if p.fatal]
     if report.plan is not None and fatal and all(p.remedy for p in fatal):
         return REMEDIES
@@ -82,6 +83,7 @@ def to_dict(report: model.Report) -> dict[str, Any]:
             doc["arrays"][name]["bytes_referenced"] = (
                 int(a.refs["length"].sum()) if a.refs is not None else 0)
         doc["concat_dim"] = report.plan.concat_dim
+        doc["remedies"] = [r.to_dict() for r in report.plan.remedies.values()]
     return doc
 
 
@@ -103,8 +105,8 @@ def format_text(report: model.Report, verbose: bool = False, color: bool = False
     v = verdict(report)
     s = summary(report)
     n = s["files"]
-    if v == YES:
-        head = f"yes: {n} file(s) can be virtualized"
+    if v == YES or (v == REMEDIES and report.ok):
+        head = f"{v}: {n} file(s) can be virtualized"
         if s["warnings"]:
             head += f" ({s['warnings']} note(s) below)"
     elif v == REMEDIES:
@@ -120,6 +122,11 @@ def format_text(report: model.Report, verbose: bool = False, color: bool = False
                      f"reference(s) to {_size(s['bytes_referenced'])}"
                      + (f", {s['unsupported_variables_skipped']} unsupported variable(s) skipped"
                         if s["unsupported_variables_skipped"] else ""))
+    for r in (report.plan.remedies.values() if report.plan else ()):
+        lines.append(f"remedy {r.kind}: {r.blocks} block(s), "
+                     + (f"{_size(r.bytes)} copied into the cube" if r.kind == "materialize"
+                        else "nothing copied (exact byte ranges)")
+                     + ("" if r.enabled else f" -- not enabled: pass --{r.kind}"))
     if report.problems:
         lines.append("")
         lines.extend(_problem_table(sorted(report.problems, key=lambda p: not p.fatal), color))
@@ -213,6 +220,11 @@ def to_html(report: model.Report) -> str:
         shown = _size(value) if key.startswith("bytes") else str(value)
         parts.append(f"<tr><td>{html.escape(key.replace('_', ' '))}</td><td>{shown}</td></tr>")
     parts.append("</table>")
+    for r in (report.plan.remedies.values() if report.plan else ()):
+        cost = (f"{_size(r.bytes)} copied" if r.kind == "materialize" else "nothing copied")
+        state = "" if r.enabled else " — not enabled"
+        parts.append(f'<p class="remedy"><b>remedy {html.escape(r.kind)}</b>: {r.blocks} '
+                     f"block(s), {cost}{state}</p>")
     plan = report.plan
     if plan is not None and plan.mosaic is not None:
         parts.append("<h2>Mosaic</h2>")

@@ -5,6 +5,8 @@ Layout (docs/cube-format.md):
     cube.zarr/virtualize.json       sources (path, size, mtime) and provenance
     cube.zarr/<array>/zarr.json     array metadata + "virtualize_manifest" extension field
     cube.zarr/<array>/manifest.npy  one (path, offset, length) record per chunk, C order
+    cube.zarr/<array>/c/...         materialized chunks of virtual arrays (manifest path
+                                    0xFFFFFFFF), encoded with the array's own codecs
     cube.zarr/<array>/c/...         native chunks of arrays stored inline (coordinates)
 """
 
@@ -19,6 +21,7 @@ import numpy as np
 from .. import __version__
 from ..model import REF_DTYPE, ArrayPlan, Plan
 from ._staging import staged_dir
+from .materialize import materialized_chunks
 from .metadata import array_doc, group_doc
 
 CUBE_FORMAT_VERSION = 1
@@ -45,6 +48,10 @@ def write_cube(plan: Plan, dest: str | Path, overwrite: bool = False) -> Path:
                 _write_json(d / "zarr.json", array_doc(a, manifest))
                 np.save(d / MANIFEST_NAME, np.asarray(a.refs, dtype=REF_DTYPE).copy(order="C"),
                         allow_pickle=False)
+                for key, data in materialized_chunks(plan, a):  # native chunks at their keys
+                    p = d / key
+                    p.parent.mkdir(parents=True, exist_ok=True)
+                    p.write_bytes(data)
         _write_json(stage / SOURCES_NAME, {
             "format": "virtualize-cube",
             "version": CUBE_FORMAT_VERSION,
@@ -54,6 +61,7 @@ def write_cube(plan: Plan, dest: str | Path, overwrite: bool = False) -> Path:
             "sources": [s.to_dict() for s in plan.sources],
             "arrays": {name: ("inline" if a.inline is not None else "virtual")
                        for name, a in plan.arrays.items()},
+            "remedies": [r.to_dict() for r in plan.remedies.values() if r.enabled],
             "notes": plan.notes,
         })
     return dest

@@ -13,6 +13,7 @@ import ujson
 from ..model import Plan
 from ._staging import staged_file
 from .cube import inline_chunks
+from .materialize import materialized_chunks
 from .metadata import array_doc, group_doc
 
 
@@ -45,6 +46,8 @@ def kerchunk_refs(plan: Plan) -> dict:
         for coords, p, off, n in zip(zip(*(i.tolist() for i in idx)), sel["path"].tolist(),
                                      sel["offset"].tolist(), sel["length"].tolist()):
             refs[prefix + "/".join(map(str, coords))] = [paths[p], off, n]
+        for key, data in materialized_chunks(plan, a):  # copied chunks travel inline
+            refs[_key(name, key)] = "base64:" + base64.b64encode(data).decode()
     return {"version": 1, "refs": refs}
 
 

@@ -18,6 +18,7 @@ from ..model import (
     FileInventory,
     Location,
     Problem,
+    Remedy,
     Variable,
     VariableFigure,
 )
@@ -43,10 +44,19 @@ class Context:
     # (file, variable) pairs whose scanner already reported why they cannot be used
     reported: set[tuple[str, str]] = field(default_factory=set)
     figures: dict[str, VariableFigure] = field(default_factory=dict)
+    remedies: dict[str, Remedy] = field(default_factory=dict)
 
     def problem(self, file: str | None, var: str | None, kind: str, msg: str,
-                axis: str | None = None, block: tuple[int, ...] | None = None) -> None:
-        self.problems.append(Problem(Location(file, var, axis, block), kind, msg))
+                axis: str | None = None, block: tuple[int, ...] | None = None,
+                remedy: str | None = None) -> None:
+        self.problems.append(Problem(Location(file, var, axis, block), kind, msg, remedy=remedy))
+
+    def use_remedy(self, kind: str, blocks: int, nbytes: int, enabled: bool = True) -> None:
+        """Count a remedy's cost: used (enabled) or only possible (not enabled)."""
+        key = kind if enabled else f"{kind} (not enabled)"
+        r = self.remedies.setdefault(key, Remedy(kind, 0, 0, enabled))
+        r.blocks += blocks
+        r.bytes += nbytes
 
 
 def carry_scan_problems(ctx: Context) -> None:
@@ -145,6 +155,20 @@ def figure(name: str, dims, shape, chunk_lengths, refused: dict[int, set[int]] |
 
 def figure_of(a: ArrayPlan) -> VariableFigure:
     return figure(a.name, a.dims, a.shape, a.chunk_lengths)
+
+
+# Codecs that do not give back exactly what they were given: a block decoded and encoded
+# again with them would change, so such blocks cannot be materialized.
+LOSSY_CODECS = frozenset({"imagecodecs_jpeg", "imagecodecs_webp", "imagecodecs_lerc"})
+
+
+def is_uncompressed(codecs: list[dict]) -> bool:
+    """Only the `bytes` codec: a block's rows are plain byte ranges (it can be split)."""
+    return len(codecs) == 1 and codecs[0]["name"] == "bytes"
+
+
+def can_materialize(codecs: list[dict]) -> bool:
+    return not any(c["name"] in LOSSY_CODECS for c in codecs)
 
 
 def inline_plan(name: str, values: np.ndarray, dims, attrs: dict, fill_value=None) -> ArrayPlan:

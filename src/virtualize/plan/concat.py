@@ -9,6 +9,8 @@ all of them are collected before anything is returned.
 from __future__ import annotations
 
 import datetime
+import itertools
+import math
 import os
 import re
 from collections.abc import Sequence
@@ -19,7 +21,9 @@ import numpy as np
 from ..scan import read_values
 from ..scan._io import digest_blocks
 from ..model import (
+    MATERIALIZED,
     REF_DTYPE,
+    Cell,
     ArrayPlan,
     FileInventory,
     Location,
@@ -33,9 +37,11 @@ from ._common import (
     carry_scan_problems,
     consistent,
     figure,
+    can_materialize,
     figure_of,
     groups_for,
     inline_plan,
+    is_uncompressed,
     variable_names,
 )
 from .grid import block_lengths
@@ -49,6 +55,8 @@ class ConcatOptions:
     inline: frozenset[str] = frozenset()
     drop: frozenset[str] = frozenset()
     sort: bool = True
+    split: bool = True  # trim padded uncompressed blocks to their valid rows (exact, no copy)
+    materialize: bool = False  # copy blocks that cannot be referenced into the cube
 
 
 @dataclass
@@ -89,7 +97,7 @@ def plan_concat(inventories: Sequence[FileInventory], options: ConcatOptions | N
             arrays[name] = array
     groups = groups_for(invs[0], arrays)
     plan = Plan(sources=sources, groups=groups, arrays=arrays, concat_dim=ctx.dim, notes=ctx.notes,
-                figures=ctx.figures)
+                figures=ctx.figures, remedies=ctx.remedies)
     return plan, ctx.problems
 
 
@@ -335,21 +343,40 @@ def _concat_array(ctx: _Context, name: str, vs: list[Variable], k: int) -> Array
     last = len(vs) - 1
     ok = True
     refused: set[int] = set()
+    cells: dict[tuple[int, ...], Cell] = {}
     for i, (inv, v) in enumerate(zip(ctx.invs, vs)):
         n, b = v.shape[k], v.blocks.block_shape[k]
         lens = block_lengths(n, b, v.blocks.padded)
-        if v.blocks.padded and n % b and i != last:
-            j = len(lens) - 1
-            ctx.problem(inv.path, name, "padded-block",
-                        f"block {j} along {dim!r} is stored padded to {b} steps but holds "
-                        f"{n % b} (steps {j * b}..{n - 1} of {n}); a padded block can only be "
-                        "the last chunk of the cube, and more files follow this one",
-                        axis=dim, block=(j,))
-            ok = False
-            refused.add(len(lengths_k) + j)
-        lengths_k.extend(lens)
         refs = v.blocks.refs.copy()
         refs["path"] = i
+        if v.blocks.padded and n % b and i != last:
+            j, r = len(lens) - 1, n % b
+            slab = np.take(refs, [j], axis=k)  # every chunk of this padded block's layer
+            count = int((slab["length"] > 0).sum())
+            nbytes = count * r * math.prod(v.blocks.block_shape) // b * v.dtype.itemsize
+            if ctx.opts.split and k == 0 and is_uncompressed(v.codecs):
+                # exact: the first r rows of a C-ordered block are its first bytes
+                row_bytes = math.prod(v.blocks.block_shape[1:]) * v.dtype.itemsize
+                refs["length"][j] = np.where(refs["length"][j] > 0, r * row_bytes, 0)
+                lens[-1] = r
+                ctx.use_remedy("split", count, 0)
+            elif ctx.opts.materialize and can_materialize(v.codecs):
+                lens[-1] = r
+                _materialize_layer(cells, refs, v, i, name, k, j, len(lengths_k) + j)
+                ctx.use_remedy("materialize", count, nbytes)
+            else:
+                remedy = (f"materialize {count} block(s), {nbytes} bytes (--materialize)"
+                          if can_materialize(v.codecs) else None)
+                ctx.problem(inv.path, name, "padded-block",
+                            f"block {j} along {dim!r} is stored padded to {b} steps but holds "
+                            f"{r} (steps {j * b}..{n - 1} of {n}); a padded block can only be "
+                            "the last chunk of the cube, and more files follow this one",
+                            axis=dim, block=(j,), remedy=remedy)
+                if remedy:
+                    ctx.use_remedy("materialize", count, nbytes, enabled=False)
+                ok = False
+                refused.add(len(lengths_k) + j)
+        lengths_k.extend(lens)
         parts.append(refs)
     chunk_lengths = []
     for axis, (n, b) in enumerate(zip(first.shape, first.blocks.block_shape)):
@@ -365,7 +392,23 @@ def _concat_array(ctx: _Context, name: str, vs: list[Variable], k: int) -> Array
     refs = np.concatenate(parts, axis=k) if parts else np.zeros((0,), REF_DTYPE)
     return ArrayPlan(name=name, dtype=first.dtype, shape=tuple(shape), dims=first.dims,
                      chunk_lengths=tuple(chunk_lengths), codecs=first.codecs,
-                     fill_value=first.fill_value, attrs=dict(first.attrs), refs=refs)
+                     fill_value=first.fill_value, attrs=dict(first.attrs), refs=refs,
+                     materialize=cells)
+
+
+def _materialize_layer(cells, refs, v: Variable, source: int, name: str, k: int, j: int,
+                       global_j: int) -> None:
+    """Mark every chunk of block layer j (along axis k) of one file to be copied: its
+    refs point nowhere, its cell says which region of the file holds its values."""
+    shape, bs = v.shape, v.blocks.block_shape
+    layer = [range(n) if a != k else [j] for a, n in enumerate(refs.shape)]
+    for index in itertools.product(*layer):
+        rec = refs[index]
+        rec["path"], rec["offset"], rec["length"] = MATERIALIZED, 0, 0
+        region = tuple((m * b, min((m + 1) * b, n)) for m, b, n in zip(index, bs, shape))
+        key = tuple(global_j if a == k else m for a, m in enumerate(index))
+        cells[key] = Cell(source, name, region)
+        refs[index] = rec
 
 
 def _shared_array(ctx: _Context, name: str, vs: list[Variable]) -> ArrayPlan | None:

@@ -12,6 +12,7 @@ the winner's blocks cover the overlapped cells exactly.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
@@ -19,6 +20,8 @@ import numpy as np
 
 from ..model import (
     GAP,
+    MATERIALIZED,
+    Cell,
     OK,
     ArrayPlan,
     FileInventory,
@@ -34,9 +37,11 @@ from ._common import (
     carry_scan_problems,
     consistent,
     figure,
+    can_materialize,
     figure_of,
     groups_for,
     inline_plan,
+    is_uncompressed,
 )
 from .grid import block_lengths
 
@@ -51,6 +56,8 @@ class MosaicOptions:
     overlap: str | None = None  # None: overlaps are problems; "last" / "first": who wins
     tolerance: float = 1e-3  # pixels: how far from whole-pixel alignment tiles may be
     drop: frozenset[str] = frozenset()
+    split: bool = True  # cut uncompressed blocks into row ranges (exact, nothing copied)
+    materialize: bool = False  # copy the cells no block fits exactly into the cube
 
 
 @dataclass
@@ -146,7 +153,7 @@ def plan_mosaic(inventories: Sequence[FileInventory], options: MosaicOptions | N
         ctx.notes.append(f"the tiles leave gaps: {height * width - covered} of {height * width} "
                          "pixels have no tile and read as the fill value")
     plan = Plan(sources=sources, groups=groups_for(invs[0], arrays), arrays=arrays,
-                notes=ctx.notes, figures=ctx.figures, mosaic=ctx.mosaic)
+                notes=ctx.notes, figures=ctx.figures, mosaic=ctx.mosaic, remedies=ctx.remedies)
     return plan, ctx.problems
 
 
@@ -306,8 +313,20 @@ def _mosaic_variable(ctx: _Ctx, name: str, ydim: str, xdim: str, height: int, wi
     # cuts inside one block of one tile all along them are not needed: drop them
     ycuts, owner = _merge(ycuts, owner, tiles, bh, axis=0, start="row0")
     xcuts, owner = _merge(xcuts, owner, tiles, bw, axis=1, start="col0")
-    ylens, ybad, ywin = _check_axis(ctx, name, ydim, ycuts, owner, tiles, bh, padded, axis=0)
-    xlens, xbad, xwin = _check_axis(ctx, name, xdim, xcuts, owner, tiles, bw, padded, axis=1)
+    ya = _cells(ycuts, owner, tiles, bh, padded, axis=0)
+    xa = _cells(xcuts, owner, tiles, bw, padded, axis=1)
+    # every cell must be one whole block of its tile, stored at the cell's chunk length
+    splittable_tile = np.array([ctx.opts.split and iy == 0 and is_uncompressed(v.codecs)
+                                for v in vs])
+    copyable_tile = np.array([ctx.opts.materialize and can_materialize(v.codecs) for v in vs])
+    need_y, ylens = _needs(ya, owner, ycuts, axis=0)
+    need_x, xlens = _needs(xa, owner, xcuts, axis=1)
+    safe = np.where(owner >= 0, owner, 0)
+    split = need_y & ~need_x & splittable_tile[safe]  # whole rows of an uncompressed block
+    copy = (need_y | need_x) & ~split & copyable_tile[safe]
+    bad = (need_y | need_x) & ~split & ~copy
+    _report_cells(ctx, name, ydim, bad & need_y, ya, owner, ycuts, tiles, bh, 0, vs)
+    _report_cells(ctx, name, xdim, bad & need_x, xa, owner, xcuts, tiles, bw, 1, vs)
     chunk_lengths: list[tuple[int, ...]] = []
     for axis, (n, b) in enumerate(zip(first.shape, first.blocks.block_shape)):
         if axis == iy:
@@ -319,32 +338,156 @@ def _mosaic_variable(ctx: _Ctx, name: str, ydim: str, xdim: str, height: int, wi
     shape = list(first.shape)
     shape[iy], shape[ix] = height, width
     failed = len(ctx.problems) > before
-    ctx.figures[name] = figure(name, first.dims, shape, chunk_lengths, {iy: ybad, ix: xbad},
+    ctx.figures[name] = figure(name, first.dims, shape, chunk_lengths,
+                               {iy: set(np.flatnonzero(bad.any(axis=1)).tolist()),
+                                ix: set(np.flatnonzero(bad.any(axis=0)).tolist())},
                                refused_variable=failed)
     ctx.figures[name] = _mark_gaps(ctx.figures[name], owner, iy, ix)
     if ctx.mosaic is None:
         ctx.mosaic = MosaicFigure(height, width,
                                   [(t.inv.path, t.row0, t.col0, t.height, t.width) for t in tiles],
                                   ycuts.tolist(), xcuts.tolist(), list(ctx.overlaps),
-                                  ywin + xwin)
+                                  [(int(ycuts[i]), int(ycuts[i + 1]), int(xcuts[j]), int(xcuts[j + 1]))
+                                   for i, j in zip(*np.nonzero(bad))])
+    others = int(np.prod([len(c) for a, c in enumerate(chunk_lengths) if a not in (iy, ix)]))
+    if split.any():
+        ctx.use_remedy("split", int(split.sum()) * others, 0)
+    cells = _copied_cells(ctx, name, vs, first, copy, ycuts, xcuts, iy, ix, chunk_lengths, owner)
     if failed:
         return None
     grid = tuple(len(c) for c in chunk_lengths)
     refs = empty_refs(grid)
     moved = np.moveaxis(refs, (iy, ix), (0, 1))
-    ystart, xstart = ycuts[:-1], xcuts[:-1]
     for t, v in zip(tiles, vs):
-        rows, cols = np.nonzero(owner == t.index)
+        rows, cols = np.nonzero((owner == t.index) & ~copy)
         if rows.size == 0:
             continue
-        by = (ystart[rows] - t.row0) // bh[t.index]
-        bx = (xstart[cols] - t.col0) // bw[t.index]
+        by, bx = ya.idx[rows, cols], xa.idx[rows, cols]
         src = np.moveaxis(v.blocks.refs, (iy, ix), (0, 1))[by, bx].copy()
         src["path"] = t.index
+        piece = split[rows, cols]
+        if piece.any():
+            # rows [a, z) of a C-ordered uncompressed block are one byte range
+            row_bytes = int(np.prod(v.blocks.block_shape[1:])) * v.dtype.itemsize
+            skip = (ycuts[rows] - ya.bstart[rows, cols])[piece]
+            keep = (ycuts[rows + 1] - ycuts[rows])[piece]
+            sel = src[piece]
+            present = sel["length"] > 0
+            sel["offset"] = np.where(present, sel["offset"] + (skip * row_bytes).reshape(
+                (-1,) + (1,) * (sel.ndim - 1)), 0)
+            sel["length"] = np.where(present, (keep * row_bytes).reshape(
+                (-1,) + (1,) * (sel.ndim - 1)), 0)
+            src[piece] = sel
         moved[rows, cols] = src
+    for index in cells:
+        refs[index] = (MATERIALIZED, 0, 0)
     return ArrayPlan(name=name, dtype=first.dtype, shape=tuple(shape), dims=first.dims,
                      chunk_lengths=tuple(chunk_lengths), codecs=first.codecs,
-                     fill_value=first.fill_value, attrs=dict(first.attrs), refs=refs)
+                     fill_value=first.fill_value, attrs=dict(first.attrs), refs=refs,
+                     materialize=cells)
+
+
+@dataclass
+class _AxisCells:
+    """Per grid cell, along one axis: the owner's block index, that block's extent in the
+    mosaic [bstart, bend), whether the cell is exactly it, and its stored length."""
+
+    idx: np.ndarray
+    bstart: np.ndarray
+    bend: np.ndarray
+    whole: np.ndarray
+    stored: np.ndarray
+    lengths: np.ndarray  # the cells' own lengths along the axis, broadcastable
+
+
+def _cells(cuts, owner, tiles, block, padded, axis: int) -> _AxisCells:
+    start = np.array([t.row0 if axis == 0 else t.col0 for t in tiles])
+    size = np.array([t.height if axis == 0 else t.width for t in tiles])
+    shape = (-1, 1) if axis == 0 else (1, -1)
+    a, z = cuts[:-1].reshape(shape), cuts[1:].reshape(shape)
+    safe = np.where(owner >= 0, owner, 0)
+    t0, b, n = start[safe], block[safe], size[safe]
+    idx = np.where(owner >= 0, (a - t0) // b, -1)
+    bstart = t0 + idx * b
+    bend = t0 + np.minimum((idx + 1) * b, n)
+    whole = (a == bstart) & (z == bend)
+    stored = np.where(padded[safe], b, bend - bstart)
+    return _AxisCells(idx, bstart, bend, whole, stored, z - a)
+
+
+def _needs(c: _AxisCells, owner, cuts, axis: int):
+    """Which owned cells are not a whole block stored at their chunk length along this
+    axis, and the axis' chunk lengths: each cell's length, except that the last chunk is
+    listed at the stored length of the whole blocks there when they agree (an overhang)."""
+    listed = np.diff(cuts)
+    if listed.size:
+        line = np.take(owner, -1, axis=axis) >= 0
+        whole_last = np.take(c.whole, -1, axis=axis) & line
+        stored_last = np.unique(np.take(c.stored, -1, axis=axis)[whole_last])
+        if len(stored_last) == 1:
+            listed[-1] = int(stored_last[0])
+    want = listed.reshape((-1, 1) if axis == 0 else (1, -1))
+    need = (owner >= 0) & (~c.whole | (c.stored != want))
+    return need, listed.tolist()
+
+
+def _report_cells(ctx, name, dim, bad, c: _AxisCells, owner, cuts, tiles, block, axis: int,
+                  vs) -> None:
+    """One problem per (tile, block along the axis) that cannot be referenced, naming
+    where it is cut and by whom, with the remedy when there is one."""
+    where = "row" if axis == 0 else "column"
+    count: dict[int, int] = {}
+    blocks: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    for i, j in zip(*(x.tolist() for x in np.nonzero(bad))):
+        blocks.setdefault((int(owner[i, j]), int(c.idx[i, j])), []).append((i, j))
+    for (t_index, k), cells_ in blocks.items():
+        t, b, v = tiles[t_index], int(block[t_index]), vs[t_index]
+        i, j = cells_[0]
+        bstart, bend = int(c.bstart[i, j]), int(c.bend[i, j])
+        spans = {(int(cuts[i2 if axis == 0 else j2]), int(cuts[(i2 if axis == 0 else j2) + 1]))
+                 for i2, j2 in cells_}
+        positions = sorted({p for span in spans for p in span if bstart < p < bend})
+        remedy = ("materialize the block's cells (--materialize)" if can_materialize(v.codecs)
+                  else None)
+        if positions:
+            at = ", ".join(f"{p} ({_who_cuts(tiles, block, p, axis, t)})" for p in positions)
+            hint = "" if (axis == 0 and is_uncompressed(v.codecs)) else (
+                "; it cannot be split by byte ranges (" + ("compressed" if axis == 0 or not
+                                                           is_uncompressed(v.codecs)
+                                                           else "cut along an inner axis") + ")")
+            _limited(ctx, count, t, name, "cut-through-block",
+                     f"block {k} along {dim!r} (tile {where}s {k * b}..{k * b + bend - bstart - 1}, "
+                     f"mosaic {bstart}..{bend - 1}) is cut at mosaic {where} {at}; only whole "
+                     f"blocks can be referenced{hint}", dim, k, remedy)
+        else:
+            _limited(ctx, count, t, name, "padded-block",
+                     f"block {k} along {dim!r} is stored padded to {b} but holds {bend - bstart} "
+                     f"(mosaic {bstart}..{bend - 1}); a padded block can only be the last chunk "
+                     "of the mosaic on its axis", dim, k, remedy)
+
+
+def _copied_cells(ctx, name, vs, first, copy, ycuts, xcuts, iy, ix, chunk_lengths, owner):
+    """Cells to materialize: chunk index -> the tile region that fills it."""
+    cells: dict[tuple[int, ...], Cell] = {}
+    if not copy.any():
+        return cells
+    nbytes = 0
+    other_axes = [a for a in range(len(chunk_lengths)) if a not in (iy, ix)]
+    for i, j in zip(*(x.tolist() for x in np.nonzero(copy))):
+        t = ctx.tiles[int(owner[i, j])]
+        v = vs[t.index]
+        for rest in itertools.product(*(range(len(chunk_lengths[a])) for a in other_axes)):
+            index, region = [0] * len(chunk_lengths), [None] * len(chunk_lengths)
+            index[iy], index[ix] = i, j
+            region[iy] = (int(ycuts[i]) - t.row0, int(ycuts[i + 1]) - t.row0)
+            region[ix] = (int(xcuts[j]) - t.col0, int(xcuts[j + 1]) - t.col0)
+            for a, m in zip(other_axes, rest):
+                b = v.blocks.block_shape[a]
+                index[a], region[a] = m, (m * b, min((m + 1) * b, v.shape[a]))
+            cells[tuple(index)] = Cell(t.index, name, tuple(region))
+            nbytes += int(np.prod([hi - lo for lo, hi in region])) * v.dtype.itemsize
+    ctx.use_remedy("materialize", len(cells), nbytes)
+    return cells
 
 
 def _cuts(extent: int, spans: list[tuple[int, int, int]]) -> np.ndarray:
@@ -389,76 +532,6 @@ def _merge(cuts, owner, tiles, block, axis: int, start: str):
     return cuts[keep_cut], np.take(owner, np.flatnonzero(keep_cell), axis=axis)
 
 
-def _check_axis(ctx: _Ctx, name, dim, cuts, owner, tiles, block, padded, axis: int):
-    """Every owned cell along this axis must be exactly one block of its tile; returns the
-    chunk lengths (the last one may overhang to a padded block's stored length)."""
-    start = "row0" if axis == 0 else "col0"
-    size = "height" if axis == 0 else "width"
-    idx = _block_index(cuts, owner, tiles, block, axis, start)
-    lengths = np.diff(cuts)
-    ncells = len(lengths)
-    count: dict[int, int] = {}
-    listed = lengths.copy()
-    bad: set[int] = set()
-    windows: list[tuple[int, int, int, int]] = []
-    cut_blocks: dict[tuple[int, int], set[int]] = {}  # (tile, block) -> mosaic positions cut
-    for i in range(ncells):
-        line = np.take(owner, i, axis=axis)
-        bline = np.take(idx, i, axis=axis)
-        stored_here = set()
-        for t_index in np.unique(line[line >= 0]):
-            t = tiles[t_index]
-            k = int(bline[line == t_index][0])
-            b = int(block[t_index])
-            bstart = getattr(t, start) + k * b
-            bend = getattr(t, start) + min((k + 1) * b, getattr(t, size))
-            a, z = int(cuts[i]), int(cuts[i + 1])
-            if (a, z) != (bstart, bend):
-                key = (int(t_index), k)
-                if key not in cut_blocks:
-                    cut_blocks[key] = set()
-                    windows.append(_window(t, bstart, bend, axis))
-                cut_blocks[key].update(p for p in (a, z) if bstart < p < bend)
-                bad.add(i)
-                continue
-            stored = b if padded[t_index] else bend - bstart
-            if i < ncells - 1 and stored != z - a:
-                _limited(ctx, count, t, name, "padded-block",
-                         f"block {k} along {dim!r} is stored padded to {b} but holds {z - a} "
-                         f"(mosaic {bstart}..{bend - 1}); a padded block can only be the last "
-                         "chunk of the mosaic on its axis", dim, k)
-                bad.add(i)
-                windows.append(_window(t, bstart, bend, axis))
-            stored_here.add(stored)
-        if i == ncells - 1 and stored_here:
-            if len(stored_here) > 1:
-                ctx.problem(None, name, "edge-blocks-differ",
-                            f"the last chunks along {dim!r} are stored at different lengths "
-                            f"{sorted(stored_here)} in different tiles; one chunk length "
-                            "cannot describe them", axis=dim)
-                bad.add(i)
-            else:
-                listed[i] = stored_here.pop()
-    where = "row" if axis == 0 else "column"
-    for (t_index, k), positions in cut_blocks.items():
-        t, b = tiles[t_index], int(block[t_index])
-        bstart = getattr(t, start) + k * b
-        bend = getattr(t, start) + min((k + 1) * b, getattr(t, size))
-        at = ", ".join(f"{p} ({_who_cuts(tiles, block, p, axis, t)})" for p in sorted(positions))
-        _limited(ctx, count, t, name, "cut-through-block",
-                 f"block {k} along {dim!r} (tile {where}s {k * b}..{bend - bstart + k * b - 1}, "
-                 f"mosaic {bstart}..{bend - 1}) is cut at mosaic {where} {at}; only whole blocks "
-                 "can be referenced", dim, k)
-    return listed.tolist(), bad, windows
-
-
-def _window(t: _Tile, a: int, z: int, axis: int) -> tuple[int, int, int, int]:
-    """(row0, row1, col0, col1) of a tile's block band along `axis`, for the map."""
-    if axis == 0:
-        return (a, z, t.col0, t.col0 + t.width)
-    return (t.row0, t.row0 + t.height, a, z)
-
-
 def _mark_gaps(fig: VariableFigure, owner: np.ndarray, iy: int, ix: int) -> VariableFigure:
     """Rows / columns of the grid that no tile covers at all are gaps."""
     for axis, gap in ((iy, (owner < 0).all(axis=1)), (ix, (owner < 0).all(axis=0))):
@@ -482,11 +555,11 @@ def _who_cuts(tiles, block, p: int, axis: int, victim) -> str:
     return "a neighbouring tile's edge"
 
 
-def _limited(ctx: _Ctx, count: dict, t: _Tile, name, kind, msg, dim, k) -> None:
+def _limited(ctx: _Ctx, count: dict, t: _Tile, name, kind, msg, dim, k, remedy=None) -> None:
     n = count.get(t.index, 0)
     count[t.index] = n + 1
     if n < MAX_PROBLEMS_PER_TILE:
-        ctx.problem(t.inv.path, name, kind, msg, axis=dim, block=(k,))
+        ctx.problem(t.inv.path, name, kind, msg, axis=dim, block=(k,), remedy=remedy)
     elif n == MAX_PROBLEMS_PER_TILE:
         ctx.problem(t.inv.path, name, kind, "... more blocks of this tile are cut", axis=dim)
 

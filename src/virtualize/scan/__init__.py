@@ -62,3 +62,34 @@ def read_values(path: str, variable: str):
         from .tiff import read_tiff_values
         return read_tiff_values(path, variable)
     raise ValueError(f"{path}: cannot read {variable}")
+
+
+class SourceReader:
+    """Reads regions of variables from one source with the format's own library, keeping
+    the file open across reads (for the materialize remedy)."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.fmt = detect_format(path)
+        self._h5 = None
+        self._cache: dict[str, object] = {}
+
+    def __enter__(self) -> "SourceReader":
+        if self.fmt == "hdf5":
+            import h5py
+            self._h5 = h5py.File(self.path, "r")
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._h5 is not None:
+            self._h5.close()
+        self._cache.clear()
+
+    def read(self, variable: str, region: tuple[tuple[int, int], ...]):
+        slices = tuple(slice(a, b) for a, b in region)
+        if self._h5 is not None:
+            return self._h5[variable][slices]
+        # netCDF classic and TIFF: decode the variable once, then cut (TIFF pages decode whole)
+        if variable not in self._cache:
+            self._cache[variable] = read_values(self.path, variable)
+        return self._cache[variable][slices]

@@ -1,0 +1,75 @@
+"""The materialize remedy: chunks no stored block fits exactly are decoded from their
+source, cut to their cell, and encoded again with the array's own codecs, so the cube
+stores them natively beside its references."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Iterator
+
+import numpy as np
+import zarr
+from zarr.core.buffer import cpu
+from zarr.storage import MemoryStore
+
+from ..model import ArrayPlan, Plan, VirtualizeError, Location, Problem
+from ..scan import SourceReader
+from .metadata import CHUNK_KEY_ENCODING, array_doc, data_type, fill_json
+
+
+def chunk_key(index: tuple[int, ...]) -> str:
+    return "c" if not index else "c/" + "/".join(str(i) for i in index)
+
+
+def materialized_chunks(plan: Plan, a: ArrayPlan) -> Iterator[tuple[str, bytes]]:
+    """(chunk key, encoded bytes) of every materialized chunk of `a`. A chunk equal to the
+    fill value everywhere is not yielded: missing, it reads as the fill value."""
+    by_source: dict[int, list] = defaultdict(list)
+    for index, cell in a.materialize.items():
+        by_source[cell.source].append((index, cell))
+    encoder = _Encoder(a)
+    for source, cells in by_source.items():
+        path = plan.sources[source].path
+        with SourceReader(path) as reader:
+            for index, cell in cells:
+                values = np.asarray(reader.read(cell.variable, cell.region))
+                data = encoder.encode(index, values, path)
+                if data is not None:
+                    yield chunk_key(index), data
+
+
+class _Encoder:
+    def __init__(self, a: ArrayPlan):
+        self.a = a
+        self.doc = array_doc(a)
+
+    def encode(self, index, values: np.ndarray, path: str) -> bytes | None:
+        a = self.a
+        shape = a.chunk_shape(index)
+        chunk = np.full(shape, a.fill_value if a.fill_value is not None else 0,
+                        dtype=a.dtype.newbyteorder("="))
+        chunk[tuple(slice(0, n) for n in values.shape)] = values
+        doc = dict(self.doc, shape=list(shape), chunk_key_encoding=CHUNK_KEY_ENCODING,
+                   chunk_grid={"name": "regular", "configuration": {"chunk_shape": list(shape)}},
+                   data_type=data_type(a.dtype), fill_value=fill_json(a.fill_value, a.dtype))
+        store_dict = {"zarr.json": cpu.Buffer.from_bytes(json.dumps(doc).encode())}
+        arr = zarr.open_array(MemoryStore(store_dict), mode="r+",
+                              config={"write_empty_chunks": True})
+        arr[...] = chunk
+        key = chunk_key((0,) * len(shape))
+        data = store_dict[key].to_bytes()
+        back = arr[...]
+        if not _identical(back, chunk):
+            raise VirtualizeError([Problem(Location(path, a.name, None, tuple(index)),
+                                           "materialize-inexact",
+                                           "encoding this chunk again with the array's codecs "
+                                           "does not give back the same values")])
+        return data
+
+
+def _identical(x: np.ndarray, y: np.ndarray) -> bool:
+    x, y = np.ascontiguousarray(x), np.ascontiguousarray(y)
+    if x.dtype.kind in "fc":
+        return bool(np.array_equal(x.view(f"u{x.dtype.itemsize}"), y.view(f"u{y.dtype.itemsize}")))
+    return bool(np.array_equal(x, y))
