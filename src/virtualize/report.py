@@ -115,9 +115,9 @@ def format_text(report: model.Report, verbose: bool = False, color: bool = False
     else:
         head = f"no: {s['problems']} problem(s) in {n} file(s) keep this stack from being virtualized"
     lines.append(_c(head, COLORS[v], color))
-    if report.plan is not None and s["variables"] and v != YES:
+    if report.plan is not None and s["variables"] and not report.ok:
         lines.append(f"{s['variables']} variable(s) examined, {s['variables_refused']} refused")
-    if report.plan is not None and s["variables"] and v == YES:
+    if report.plan is not None and s["variables"] and report.ok:
         lines.append(f"{s['variables']} variable(s), {s['chunks']} chunk(s), {s['references']} "
                      f"reference(s) to {_size(s['bytes_referenced'])}"
                      + (f", {s['unsupported_variables_skipped']} unsupported variable(s) skipped"
