@@ -20,7 +20,7 @@ def test_virtualize_writes_a_cube_and_says_so(case, tmp_path):
     r = run(*files, "-o", tmp_path / "cube.zarr")
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("yes: 12 file(s)")
-    assert "[[31, 29, 31, 30, 31, 30, [31, 2], 30, 31, 30, 31], 3, 4]" in r.stdout
+    assert "[[31, 29, 31, 30, 31, 30, [31, 2], 30, 31, 30, 31], [3], [4]]" in r.stdout
     assert virtualize.open(tmp_path / "cube.zarr")["tas"].shape == (366, 3, 4)
 
 

@@ -33,9 +33,11 @@ def test_block_lengths_padded_and_short():
 
 
 def test_axis_spec():
-    assert axis_spec([4, 4, 4], 12) == 4
+    assert axis_spec([4, 4, 4], 12) == [[4, 3]]
+    assert axis_spec([32, 32, 32, 32], 100) == [[32, 4]]  # overhang: the last chunk reaches past
+    assert axis_spec([3], 3) == [3]
     assert axis_spec([30, 30, 30, 10], 100) == [[30, 3], 10]
-    assert axis_spec([], 0) == 1
+    assert axis_spec([], 0) == [1]
     assert is_regular([7]) and not is_regular([7, 6])
 
 

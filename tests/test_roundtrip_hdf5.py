@@ -59,7 +59,7 @@ def test_months_2024_one_chunk_per_month(case, tmp_path):
     assert report.ok and report.plan.concat_dim == "time"
     assert time_grid(tmp_path / "cube.zarr") == LEAP_2024
     doc = json.loads((tmp_path / "cube.zarr" / "tas" / "zarr.json").read_text())
-    assert doc["chunk_grid"]["configuration"]["chunk_shapes"][1:] == [3, 4]
+    assert doc["chunk_grid"]["configuration"]["chunk_shapes"][1:] == [[3], [4]]
     # the 1-D time coordinate (chunked 1024 by netCDF-4, so padded) is inlined
     assert report.plan.arrays["time"].inline is not None
 

@@ -152,7 +152,7 @@ def test_one_record_variable_is_one_chunk_per_file(case, tmp_path):
     assert report.ok and report.problems == [] and report.plan.concat_dim == "time"
     doc = array_doc(tmp_path / "cube.zarr", "tas")
     assert doc["chunk_grid"] == {"name": "rectilinear", "configuration": {
-        "kind": "inline", "chunk_shapes": [MONTHS_2024, 3, 4]}}
+        "kind": "inline", "chunk_shapes": [MONTHS_2024, [3], [4]]}}
     assert doc["codecs"] == [BIG]
     refs = report.plan.arrays["tas"].refs.reshape(-1)
     for i, (f, n) in enumerate(zip(files, MONTHS_2024)):

@@ -63,7 +63,7 @@ def test_short_last_strip_is_a_rectilinear_edge(case, tmp_path):
     roundtrip_tiff([path], tmp_path)
     grid = json.loads((tmp_path / "cube.zarr" / "image" / "zarr.json").read_text())["chunk_grid"]
     assert grid == {"name": "rectilinear",
-                    "configuration": {"kind": "inline", "chunk_shapes": [[[30, 2], 10], 100]}}
+                    "configuration": {"kind": "inline", "chunk_shapes": [[[30, 2], 10], [100]]}}
 
 
 def test_padded_tiles_are_a_regular_overhanging_grid(case, tmp_path):

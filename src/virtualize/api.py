@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -62,8 +63,9 @@ def virtualize(paths: Iterable[PathLike] | PathLike, out: PathLike, concat_dim: 
                sort: bool = True, split: bool = True, materialize: bool = False,
                materialize_limit: int | None = None, format: str | None = None,
                progress=None) -> Report:
-    """Virtualize a stack into `out`: a cube directory, or a kerchunk reference JSON when
-    `format="kerchunk"` or `out` ends in `.json`. Nothing is written unless every file
+    """Virtualize a stack into `out`: a cube directory, a kerchunk reference JSON
+    (`format="kerchunk"` or `out` ending in `.json`) or an Icechunk repository
+    (`format="icechunk"` or `.icechunk`). Nothing is written unless every file
     can be referenced exactly; then `VirtualizeError` carries every problem."""
     kind = _output_kind(out, format, overwrite)
     report = check(paths, concat_dim, inline=inline, drop=drop, sort=sort, split=split,
@@ -130,9 +132,12 @@ def _check(paths, planner: Planner, progress, materialize_limit: int | None = No
 
 def _output_kind(out: PathLike, format: str | None, overwrite: bool) -> str:
     out = Path(out)
-    kind = format or ("kerchunk" if out.suffix == ".json" else "cube")
-    if kind not in ("cube", "kerchunk"):
-        raise ValueError(f"unknown output format {kind!r} (cube or kerchunk)")
+    kind = format or {".json": "kerchunk", ".icechunk": "icechunk"}.get(out.suffix, "cube")
+    if kind not in ("cube", "kerchunk", "icechunk"):
+        raise ValueError(f"unknown output format {kind!r} (cube, kerchunk or icechunk)")
+    if kind == "icechunk" and importlib.util.find_spec("icechunk") is None:
+        raise ValueError("the icechunk output needs the icechunk package: "
+                         "pip install 'virtualize[icechunk]'")
     refuse_existing(out, overwrite)  # before any scanning: fail fast, lose nothing
     return kind
 
@@ -144,6 +149,9 @@ def _write(report: Report, out: PathLike, kind: str, overwrite: bool) -> Report:
                               "problem(s); nothing was written", report=report)
     if kind == "kerchunk":
         write_kerchunk(report.plan, out, overwrite)
+    elif kind == "icechunk":
+        from .emit.icechunk import write_icechunk
+        write_icechunk(report.plan, out, overwrite)
     else:
         write_cube(report.plan, out, overwrite)
     return report

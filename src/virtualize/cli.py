@@ -79,9 +79,11 @@ def build_parser() -> argparse.ArgumentParser:
                     "reports whether a stack can be virtualized without writing anything.")
     _common(p)
     p.add_argument("-o", "--output", required=True, metavar="OUT",
-                   help="cube directory (e.g. cube.zarr), or a kerchunk reference file (*.json)")
-    p.add_argument("--format", choices=["cube", "kerchunk"],
-                   help="output kind (default: kerchunk when OUT ends in .json, else cube)")
+                   help="cube directory (e.g. cube.zarr), a kerchunk reference file (*.json) "
+                        "or an Icechunk repository (*.icechunk)")
+    p.add_argument("--format", choices=["cube", "kerchunk", "icechunk"],
+                   help="output kind (default: by OUT's suffix: .json kerchunk, .icechunk "
+                        "icechunk, else cube)")
     p.add_argument("--overwrite", action="store_true", help="replace OUT if it exists")
     p.add_argument("--version", action="version", version=f"virtualize {__version__}")
     return p
@@ -94,7 +96,8 @@ def build_mosaic_parser() -> argparse.ArgumentParser:
                     "one virtual cube by their georeferencing. The grid is cut at every tile "
                     "edge and block boundary; every cell must be one whole block of one tile.")
     p.add_argument("files", nargs="+", metavar="TILE")
-    p.add_argument("-o", "--output", metavar="OUT", help="cube directory or kerchunk *.json")
+    p.add_argument("-o", "--output", metavar="OUT",
+                   help="cube directory, kerchunk *.json or Icechunk *.icechunk")
     p.add_argument("--check", action="store_true", help="report only; write nothing")
     p.add_argument("--overlap", choices=["last", "first"],
                    help="settle overlapping tiles block by block: the last (GDAL VRT's rule) "
@@ -102,7 +105,7 @@ def build_mosaic_parser() -> argparse.ArgumentParser:
     p.add_argument("--tolerance", type=float, default=1e-3, metavar="PIXELS",
                    help="how far from whole-pixel alignment tiles may be (default 0.001)")
     p.add_argument("--drop", metavar="VAR", action="append", default=[])
-    p.add_argument("--format", choices=["cube", "kerchunk"])
+    p.add_argument("--format", choices=["cube", "kerchunk", "icechunk"])
     p.add_argument("--overwrite", action="store_true")
     _remedy_options(p)
     _report_options(p)
@@ -122,7 +125,7 @@ def _mosaic(argv: list[str]) -> int:
         parser.error("-o/--output is required unless --check")
     try:
         report = mosaic(args.files, args.output, overwrite=args.overwrite, format=args.format, **kw)
-    except FileExistsError as e:
+    except (FileExistsError, ValueError) as e:
         print(f"virtualize: {e}", file=sys.stderr)
         return 1
     except VirtualizeError as e:
@@ -190,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
         report = virtualize(args.files, args.output, args.concat_dim, overwrite=args.overwrite,
                             inline=args.inline, drop=args.drop, sort=not args.no_sort,
                             format=args.format, progress=_progress(args), **_remedies(args))
-    except FileExistsError as e:
+    except (FileExistsError, ValueError) as e:
         print(f"virtualize: {e}", file=sys.stderr)
         return 1
     except VirtualizeError as e:

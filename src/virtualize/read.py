@@ -22,6 +22,7 @@ import numpy as np
 import zarr
 from zarr.abc.store import ByteRequest, OffsetByteRequest, RangeByteRequest, Store, SuffixByteRequest
 from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
+from zarr.storage import WrapperStore
 
 from .emit.cube import SOURCES_NAME
 from .emit.metadata import MANIFEST_FIELD
@@ -226,12 +227,41 @@ def _changed_sources(sources: list[dict[str, Any]]):
                           f"recorded {s['size']} / {s['mtime_ns']}")
 
 
+class ConsolidatedView(WrapperStore):
+    """A read-only view of a store whose root `zarr.json` is served with the whole
+    hierarchy consolidated into it (Icechunk keeps no consolidated metadata), so every
+    array is parsed when the group is opened, inside `rectilinear_enabled`."""
+
+    async def get(self, key: str, prototype: BufferPrototype | None = None,
+                  byte_range: ByteRequest | None = None) -> Buffer | None:
+        prototype = prototype or default_buffer_prototype()
+        if key != "zarr.json" or byte_range is not None:
+            return await self._store.get(key, prototype, byte_range)
+        root = await self._store.get(key, prototype)
+        if root is None:
+            return None
+        doc = json.loads(root.to_bytes())
+        meta = {}
+        async for k in self._store.list():
+            if k.endswith("/zarr.json"):
+                buf = await self._store.get(k, prototype)
+                if buf is not None:
+                    meta[k[: -len("/zarr.json")]] = json.loads(buf.to_bytes())
+        doc["consolidated_metadata"] = {"kind": "inline", "must_understand": False,
+                                        "metadata": meta}
+        return prototype.buffer.from_bytes(json.dumps(doc).encode())
+
+
 def open_cube(path: str | os.PathLike, *, check_sources: bool = True) -> zarr.Group:
-    """Open a cube directory (or a kerchunk reference JSON) as a read-only zarr group."""
+    """Open a cube directory, a kerchunk reference JSON or an Icechunk repository written
+    by virtualize as a read-only zarr group."""
     path = Path(path)
     with rectilinear_enabled():
         if path.is_file() and path.suffix == ".json":
             return zarr.open_group(kerchunk_store(path), mode="r", zarr_format=3)
+        from .emit.icechunk import is_icechunk_repo, open_icechunk
+        if is_icechunk_repo(path):
+            return zarr.open_group(ConsolidatedView(open_icechunk(path)), mode="r", zarr_format=3)
         return zarr.open_group(CubeStore(path, check_sources=check_sources), mode="r",
                                zarr_format=3)
 

@@ -7,7 +7,7 @@ import os
 from xarray.backends import BackendEntrypoint
 from xarray.backends.zarr import ZarrBackendEntrypoint
 
-from .read import CubeStore, kerchunk_store, rectilinear_enabled
+from .read import ConsolidatedView, CubeStore, kerchunk_store, rectilinear_enabled
 
 
 class VirtualizeBackendEntrypoint(BackendEntrypoint):
@@ -21,9 +21,15 @@ class VirtualizeBackendEntrypoint(BackendEntrypoint):
                      mask_and_scale=True, decode_times=True, decode_timedelta=None,
                      use_cftime=None, concat_characters=True, decode_coords=True,
                      check_sources=True):
+        from .emit.icechunk import is_icechunk_repo, open_icechunk
+
         path = os.fspath(filename_or_obj)
-        store = kerchunk_store(path) if path.endswith(".json") else CubeStore(
-            path, check_sources=check_sources)
+        if path.endswith(".json"):
+            store = kerchunk_store(path)
+        elif is_icechunk_repo(path):
+            store = ConsolidatedView(open_icechunk(path))
+        else:
+            store = CubeStore(path, check_sources=check_sources)
         with rectilinear_enabled():
             return ZarrBackendEntrypoint().open_dataset(
                 store, group=group, drop_variables=drop_variables, mask_and_scale=mask_and_scale,

@@ -63,12 +63,12 @@ def is_regular(lengths: Sequence[int]) -> bool:
     return len(set(lengths)) <= 1
 
 
-def axis_spec(lengths: Sequence[int], extent: int) -> int | list[int | list[int]]:
-    """One axis of a rectilinear `chunk_shapes`: an integer when regular, else runs."""
+def axis_spec(lengths: Sequence[int], extent: int) -> list[int | list[int]]:
+    """One axis of a rectilinear `chunk_shapes`, always as a list of lengths and runs:
+    the spec also allows a bare integer for a regular axis, but Icechunk (2.3) does not
+    read that form, and a list means the same (`[[32, 4]]` for 100 steps in 32s)."""
     if not lengths:
-        return max(extent, 1)
-    if is_regular(lengths):
-        return int(lengths[0])
+        return [max(extent, 1)]
     return rle(lengths)
 
 

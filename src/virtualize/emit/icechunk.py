@@ -1,0 +1,130 @@
+"""An Icechunk repository (2.x): the same hierarchy, with virtual chunk references.
+
+Virtual chunks point at `file://` URLs of the sources, under one virtual chunk container
+whose prefix is the sources' common directory. Each source's references carry its
+modification time as the checksum, so Icechunk refuses a chunk whose file changed since
+(as `virtualize.open` does for cubes). Inline coordinates and materialized chunks are
+native chunks of the repository. Readers authorize the container: `virtualize.open`
+does it for them; see docs/reading.md for plain Icechunk.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+
+from ..model import MATERIALIZED, Plan
+from ._staging import staged_dir
+from .cube import inline_chunks
+from .materialize import materialized_chunks
+from .metadata import array_doc, group_doc
+
+
+def container_prefix(plan: Plan) -> str:
+    """`file:///common/dir/` of every source: Icechunk needs a prefix with a path."""
+    common = os.path.commonpath([os.path.dirname(s.path) for s in plan.sources] or ["/"])
+    return "file://" + common.rstrip("/") + "/"
+
+
+def write_icechunk(plan: Plan, dest: str | Path, overwrite: bool = False) -> Path:
+    import icechunk as ic
+    import zarr
+    from zarr.core.buffer import cpu
+    from zarr.core.sync import sync
+
+    dest = Path(dest)
+    prefix = container_prefix(plan)
+    with staged_dir(dest, overwrite) as stage:
+        config = ic.RepositoryConfig.default()
+        config.set_virtual_chunk_container(
+            ic.VirtualChunkContainer(prefix, ic.local_filesystem_store(prefix[len("file://"):])))
+        repo = ic.Repository.create(ic.local_filesystem_storage(str(stage)), config,
+                                    authorize_virtual_chunk_access=credentials(prefix))
+        session = repo.writable_session("main")
+        store = session.store
+
+        def put(key: str, data: bytes) -> None:
+            sync(store.set(key, cpu.Buffer.from_bytes(data)))
+
+        docs = {group: group_doc(attrs) for group, attrs in plan.groups.items()}
+        docs.update({name: array_doc(a) for name, a in plan.arrays.items()})
+        # the hierarchy consolidated into the root document: readers parse every array when
+        # they open the group (with rectilinear grids enabled), not at first access
+        docs[""] = dict(docs.get("", group_doc({})), consolidated_metadata={
+            "kind": "inline", "must_understand": False,
+            "metadata": {p: d for p, d in docs.items() if p}})
+        with zarr.config.set({"array.rectilinear_chunks": True}):
+            for path, doc in docs.items():
+                put(_key(path, "zarr.json"), json.dumps(doc, allow_nan=False).encode())
+            for name, a in plan.arrays.items():
+                if a.inline is not None:
+                    for key, data in inline_chunks(a):
+                        put(_key(name, key), data)
+                    continue
+                _virtual_refs(store, plan, name, a.refs)
+                for key, data in materialized_chunks(plan, a):
+                    put(_key(name, key), data)
+        session.commit(f"virtualize: {len(plan.arrays)} arrays from {len(plan.sources)} files")
+    return dest
+
+
+def _virtual_refs(store, plan: Plan, name: str, refs: np.ndarray) -> None:
+    """One call per source over the box of chunks it holds (a file's chunks in a
+    concatenation, a tile's in a mosaic), stamped with that file's modification time."""
+    if refs.ndim == 0:
+        refs = refs.reshape(1)
+    present = (refs["length"] > 0) & (refs["path"] != MATERIALIZED)
+    for i, src in enumerate(plan.sources):
+        mine = present & (refs["path"] == i)
+        where = np.nonzero(mine)
+        if not where[0].size:
+            continue
+        lo = [int(w.min()) for w in where]
+        hi = [int(w.max()) + 1 for w in where]
+        box = tuple(slice(a, b) for a, b in zip(lo, hi))
+        sub, sel = refs[box], mine[box]
+        url = "file://" + src.path
+        locations = np.where(sel.reshape(-1), url, "").tolist()
+        # Icechunk refuses a chunk whose object was modified after this time, compared at
+        # whole seconds (an If-Unmodified-Since date): round the mtime up to the second
+        mtime = datetime.datetime.fromtimestamp(-(-src.mtime_ns // 10**9), tz=datetime.UTC)
+        failed = store.set_virtual_refs_arr(
+            name, tuple(b - a for a, b in zip(lo, hi)), locations,
+            np.array(sub["offset"], dtype=np.uint64).reshape(-1),  # aligned copies of packed fields
+            np.array(sub["length"], dtype=np.uint64).reshape(-1),
+            arr_offset=tuple(lo), checksum=mtime)
+        if failed:
+            raise ValueError(f"Icechunk refused {len(failed)} reference(s) of {name} to {src.path}")
+
+
+def credentials(prefix: str) -> dict:
+    import icechunk as ic
+
+    return ic.containers_credentials({prefix: ic.Credentials.LocalFileSystemAccess()})
+
+
+def is_icechunk_repo(path: str | os.PathLike) -> bool:
+    p = Path(path)
+    return p.is_dir() and (p / "repo").exists() and not (p / "virtualize.json").exists()
+
+
+def open_icechunk(path: str | os.PathLike):
+    """A read-only zarr store of an Icechunk repo's main branch, its containers authorized."""
+    import icechunk as ic
+
+    storage = ic.local_filesystem_storage(str(path))
+    config = ic.Repository.fetch_config(storage)
+    prefixes = list((config.virtual_chunk_containers or {}).keys()) if config else []
+    auth = {}
+    for prefix in prefixes:
+        auth.update(credentials(prefix))
+    repo = ic.Repository.open(storage, authorize_virtual_chunk_access=auth or None)
+    return repo.readonly_session("main").store
+
+
+def _key(prefix: str, key: str) -> str:
+    return f"{prefix}/{key}" if prefix else key

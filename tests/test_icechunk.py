@@ -1,0 +1,82 @@
+"""The Icechunk export, read by Icechunk itself (and by zarr / xarray on its store)."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+import pytest
+import xarray as xr
+import zarr
+
+import make_mosaic as mm
+import virtualize
+from helpers import assert_same, rectilinear, source_values
+
+ic = pytest.importorskip("icechunk")
+
+
+def plain_icechunk_store(path):
+    """What an Icechunk user writes: open the repo, authorize its container, read main."""
+    storage = ic.local_filesystem_storage(str(path))
+    config = ic.Repository.fetch_config(storage)
+    (prefix,) = config.virtual_chunk_containers
+    repo = ic.Repository.open(storage, authorize_virtual_chunk_access=ic.containers_credentials(
+        {prefix: ic.Credentials.LocalFileSystemAccess()}))
+    return repo.readonly_session("main").store
+
+
+def test_months_to_icechunk(case, tmp_path):
+    files = case("months2024")
+    out = tmp_path / "months.icechunk"
+    report = virtualize.virtualize(files, out)
+    store = plain_icechunk_store(out)
+    with rectilinear():
+        g = zarr.open_group(store, mode="r")
+        for name, a in report.plan.arrays.items():
+            expected = source_values(files, name, "time", a.dims)
+            assert_same(g[name][...], expected, f"{name} via icechunk + zarr")
+        ds = xr.open_zarr(store, consolidated=False, zarr_format=3, chunks=None,
+                          mask_and_scale=False, decode_times=False)
+        assert_same(ds.tas.values, source_values(files, "tas", "time", ("time", "lat", "lon")),
+                    "tas via icechunk + xarray")
+        assert g["tas"].metadata.chunk_grid.chunk_shapes[0] == (31, 29, 31, 30, 31, 30, 31, 31,
+                                                                30, 31, 30, 31)
+    ds = xr.open_dataset(out, engine="virtualize")  # and through virtualize, decoded
+    assert ds.time.dt.year.values.tolist() == [2024] * 366
+
+
+def test_mosaic_with_materialized_cells_to_icechunk(case, tmp_path):
+    files = case("mosaic_staggered_misaligned")
+    out = tmp_path / "m.icechunk"
+    virtualize.mosaic(files, out, materialize=True)
+    g = virtualize.open(out)
+    expected = mm.expected("mosaic_staggered_misaligned")
+    assert_same(g["image"][...], expected.astype(g["image"].dtype), "mosaic via icechunk")
+
+
+def test_icechunk_refuses_a_changed_source(case, tmp_path):
+    files = case("appended_batches")
+    out = tmp_path / "b.icechunk"
+    virtualize.virtualize(files, out)
+    st = os.stat(files[2])
+    later = max(time.time_ns(), st.st_mtime_ns) + 5 * 10**9
+    os.utime(files[2], ns=(st.st_atime_ns, later))
+    try:
+        g = virtualize.open(out)
+        with pytest.raises(Exception, match="checksum|changed|modified"):
+            g["tas"][...]
+    finally:
+        os.utime(files[2], ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert np.asarray(virtualize.open(out)["tas"][...]).shape == (28, 3, 4)
+
+
+def test_existing_icechunk_destination_is_refused(case, tmp_path):
+    files = case("appended_batches")
+    out = tmp_path / "b.icechunk"
+    virtualize.virtualize(files, out)
+    with pytest.raises(FileExistsError):
+        virtualize.virtualize(files, out)
+    virtualize.virtualize(files[:2], out, overwrite=True)
+    assert virtualize.open(out)["tas"].shape == (10, 3, 4)
