@@ -137,3 +137,30 @@ def test_html_report_renders_in_chromium(case, tmp_path, which):
     assert not_white > 0.05, "the screenshot is (nearly) blank"
     red = (img[..., 0] > 190) & (img[..., 1] < 80) & (img[..., 2] < 80)
     assert red.sum() > 200, "refused blocks are drawn in red"
+
+
+def test_progress_bar_only_on_a_terminal(case):
+    import pty
+
+    exe = os.path.join(os.path.dirname(sys.executable), "virtualize")
+    files = [str(f) for f in case("months2024")]
+    master, slave = pty.openpty()
+    try:
+        r = subprocess.run([exe, "check", *files], stdout=subprocess.PIPE, stderr=slave,
+                           text=True, timeout=120)
+        os.close(slave)
+        seen = b""
+        while True:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            seen += chunk
+    finally:
+        os.close(master)
+    assert r.returncode == 0
+    assert b"scanning [" in seen and b"12/12 files" in seen
+    quiet = subprocess.run([exe, "check", *files], capture_output=True, text=True)
+    assert "scanning" not in quiet.stderr  # stderr is a pipe here: no bar
