@@ -41,21 +41,16 @@ the run goes on.
 
 from __future__ import annotations
 
-import argparse
 import gc
 import json
 import os
-import platform
-import shutil
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
-import tracemalloc
-import traceback
-from datetime import datetime, timezone
 from pathlib import Path
+
+import _harness
+from _harness import MB, log
 
 CASES = ("scan-100k", "job-100k", "stack-check", "stack-job")
 TOOLS = ("virtualize", "virtualize-json", "kerchunk", "virtualizarr", "virtualizarr-parser")
@@ -67,7 +62,9 @@ PLAN = {
     "virtualizarr": CASES,
     "virtualizarr-parser": ("scan-100k",),
 }
-MB = 1024 * 1024
+# the result fields of a row, in the order of the JSON output
+FIELDS = ("repeats", "times_s", "median_s", "py_peak_mb", "rss_delta_mb", "rss_peak_exact",
+          "bytes_read", "note")
 
 
 # -- input files -----------------------------------------------------------------------
@@ -93,24 +90,10 @@ def make_files(workdir: Path, n_time: int, n_months: int, ny: int, nx: int) -> d
 
     # (a) one file, n_time chunks of (1, 4, 4)
     with netCDF4.Dataset(big, "w", format="NETCDF4") as nc:
-        nc.Conventions = "CF-1.8"
-        nc.title = "virtualize benchmark: many small chunks"
-        nc.createDimension("time", None)
-        nc.createDimension("lat", 4)
-        nc.createDimension("lon", 4)
-        nc.createDimension("bnds", 2)
-        t = nc.createVariable("time", "f8", ("time",))
-        t.units, t.calendar, t.standard_name = "hours since 2000-01-01", "standard", "time"
-        lat = nc.createVariable("lat", "f8", ("lat",))
-        lat.units, lat.standard_name = "degrees_north", "latitude"
-        lon = nc.createVariable("lon", "f8", ("lon",))
-        lon.units, lon.standard_name = "degrees_east", "longitude"
-        tas = nc.createVariable("tas", "f4", ("time", "lat", "lon"), chunksizes=(1, 4, 4),
-                                zlib=True, complevel=1, shuffle=True, fill_value=np.float32(1e20))
-        tas.units, tas.standard_name = "K", "air_temperature"
-        lat[:] = [-67.5, -22.5, 22.5, 67.5]
-        lon[:] = [45.0, 135.0, 225.0, 315.0]
-        t[:] = np.arange(n_time, dtype="f8")
+        t, lat, lon, tas = _harness.define_hourly(
+            nc, "virtualize benchmark: many small chunks", 4, 4, {"bnds": 2},
+            chunksizes=(1, 4, 4), zlib=True, complevel=1, shuffle=True)
+        _harness.write_coords(t, lat, lon, n_time)
         base = 280 + 20 * np.cos(np.deg2rad(lat[:]))[None, :, None]
         cycle = 5 * np.sin(2 * np.pi * np.arange(n_time) / 24.0)[:, None, None]
         tas[:] = (base + cycle + rng.normal(0, 0.5, (n_time, 4, 4))).astype("f4")
@@ -191,32 +174,15 @@ def tool_ops(tool: str, case: str, files: dict, out: Path):
         return (lambda: virtualize.check([small])), run, summarize
 
     if tool == "kerchunk":
-        import ujson
         from kerchunk.hdf import SingleHdf5ToZarr
 
-        def one(path):
-            return SingleHdf5ToZarr(path, inline_threshold=0).translate()
-
-        def nrefs(refs):
-            r = refs.get("refs", refs)
-            return sum(1 for k in r if k.startswith("tas/") and not k.rsplit("/", 1)[1].startswith("."))
-
-        def zfmt(refs):
-            r = refs.get("refs", refs)
-            return "zarr v3" if any(k.endswith("zarr.json") for k in r) else "zarr v2"
-
+        one = _harness.kerchunk_one(SingleHdf5ToZarr)
+        kc_note = _harness.kerchunk_note
         if case == "scan-100k":
-            return (lambda: one(small)), (lambda: one(big)), \
-                (lambda refs: f"{nrefs(refs)} tas refs, {zfmt(refs)}")
+            return (lambda: one(small)), (lambda: one(big)), kc_note
         if case == "job-100k":
-            target = out / "kerchunk_job-100k.json"
-
-            def run():
-                refs = one(big)
-                with open(target, "w") as f:
-                    ujson.dump(refs, f)
-                return refs
-            return (lambda: one(small)), run, (lambda refs: f"{nrefs(refs)} tas refs, {zfmt(refs)} json")
+            run = _harness.json_job(lambda: one(big), out / "kerchunk_job-100k.json")
+            return (lambda: one(small)), run, (lambda refs: kc_note(refs) + " json")
 
         from kerchunk.combine import MultiZarrToZarr
 
@@ -224,35 +190,21 @@ def tool_ops(tool: str, case: str, files: dict, out: Path):
             singles = [one(p) for p in stack]
             return MultiZarrToZarr(singles, concat_dims=["time"],
                                    identical_dims=["lat", "lon", "bnds"]).translate()
-        if case == "stack-check":
-            run = combine
-        else:
-            target = out / "kerchunk_stack-job.json"
-
-            def run():
-                refs = combine()
-                with open(target, "w") as f:
-                    ujson.dump(refs, f)
-                return refs
-        return (lambda: one(small)), run, (lambda refs: f"{nrefs(refs)} tas refs, {zfmt(refs)}")
+        run = combine if case == "stack-check" else \
+            _harness.json_job(combine, out / "kerchunk_stack-job.json")
+        return (lambda: one(small)), run, kc_note
 
     if tool in ("virtualizarr", "virtualizarr-parser"):
-        import warnings
-
-        from obspec_utils.registry import ObjectStoreRegistry
-        from obstore.store import LocalStore
         from virtualizarr import open_virtual_dataset, open_virtual_mfdataset
         from virtualizarr.parsers import HDFParser
 
-        warnings.filterwarnings("ignore")
-        registry = ObjectStoreRegistry({"file://": LocalStore()})
+        registry = _harness.local_registry()
 
         def ovd(path):
             return open_virtual_dataset(_url(path), registry=registry, parser=HDFParser())
 
-        def nrefs(ds):
-            m = ds["tas"].data.manifest
-            return f"{int((m._lengths > 0).sum())} tas refs"
+        def vz_note(ds):
+            return f"{_harness.dataset_refs(ds)} tas refs"
 
         if tool == "virtualizarr-parser":
             # the parser alone: file -> ManifestStore, no xarray, no coordinate loading
@@ -260,185 +212,50 @@ def tool_ops(tool: str, case: str, files: dict, out: Path):
                 return HDFParser()(_url(big), registry)
 
             def summarize(ms):
-                m = ms._group.arrays["tas"].manifest
-                return f"{int((m._lengths > 0).sum())} tas refs (ManifestStore)"
+                return f"{_harness.store_refs(ms)} tas refs (ManifestStore)"
             return (lambda: HDFParser()(_url(small), registry)), run, summarize
         if case == "scan-100k":
-            return (lambda: ovd(small)), (lambda: ovd(big)), nrefs
+            return (lambda: ovd(small)), (lambda: ovd(big)), vz_note
         if case == "job-100k":
-            target = out / "virtualizarr_job-100k.json"
-
-            def run():
-                ds = ovd(big)
-                ds.vz.to_kerchunk(str(target), format="json")
-                return ds
-            return (lambda: ovd(small)), run, (lambda ds: nrefs(ds) + ", kerchunk json (zarr v2)")
+            run = _harness.to_kerchunk_job(lambda: ovd(big), out / "virtualizarr_job-100k.json")
+            return (lambda: ovd(small)), run, (lambda ds: vz_note(ds) + ", kerchunk json (zarr v2)")
 
         def mf():
             return open_virtual_mfdataset([_url(p) for p in stack], registry=registry,
                                           parser=HDFParser(), combine="nested",
                                           concat_dim="time", data_vars="minimal",
                                           coords="minimal", compat="override")
-        if case == "stack-check":
-            run = mf
-        else:
-            target = out / "virtualizarr_stack-job.json"
-
-            def run():
-                ds = mf()
-                ds.vz.to_kerchunk(str(target), format="json")
-                return ds
-        return (lambda: ovd(small)), run, (lambda ds: f"{nrefs(ds)}, tas{tuple(ds['tas'].shape)}")
+        run = mf if case == "stack-check" else \
+            _harness.to_kerchunk_job(mf, out / "virtualizarr_stack-job.json")
+        return (lambda: ovd(small)), run, (lambda ds: f"{vz_note(ds)}, tas{tuple(ds['tas'].shape)}")
 
     raise ValueError(f"unknown tool {tool}")
 
 
-# -- measuring, in a worker process ------------------------------------------------------
-
-def _proc_status(field: str) -> int | None:
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith(field + ":"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
-
-
-def _rchar() -> int | None:
-    try:
-        with open("/proc/self/io") as f:
-            for line in f:
-                if line.startswith("rchar:"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return None
-
-
-def _reset_peak_rss() -> bool:
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        return True
-    except OSError:
-        return False
-
-
-def worker(spec: dict) -> dict:
-    tool, case, repeats = spec["tool"], spec["case"], spec["repeats"]
-    res: dict = {"tool": tool, "case": case}
-    try:
-        warmup, run, summarize = tool_ops(tool, case, spec["files"], Path(spec["out"]))
-    except ImportError as e:
-        return res | {"skipped": f"not installed ({e})"}
-    try:
-        warmup()  # lazy imports, first-call caches; on a small file
-        gc.collect()
-        hwm_reset = _reset_peak_rss()
-        rss0 = _proc_status("VmRSS")
-        times, reads, note = [], [], None
-        for i in range(repeats):
-            r0 = _rchar()
-            t0 = time.perf_counter()
-            result = run()
-            times.append(time.perf_counter() - t0)
-            r1 = _rchar()
-            if r0 is not None and r1 is not None:
-                reads.append(r1 - r0)
-            if note is None:
-                note = summarize(result)
-            del result
-        hwm = _proc_status("VmHWM")
-        gc.collect()
-        tracemalloc.start()
-        result = run()
-        py_peak = tracemalloc.get_traced_memory()[1]
-        tracemalloc.stop()
-        del result
-    except Exception as e:  # a peer tool failing on these files is a result, not a crash
-        tb = traceback.format_exc().strip().splitlines()
-        return res | {"failed": f"{type(e).__name__}: {e}"[:400], "traceback": tb[-8:]}
-    return res | {
-        "repeats": repeats,
-        "times_s": times,
-        "median_s": statistics.median(times),
-        "py_peak_mb": py_peak / MB,
-        "rss_delta_mb": (hwm - rss0) / MB if hwm is not None and rss0 is not None else None,
-        "rss_peak_exact": hwm_reset,
-        "bytes_read": int(statistics.median(reads)) if reads else None,
-        "note": note,
-    }
-
-
-def run_worker(spec: dict, timeout: float) -> dict:
-    cmd = [sys.executable, os.path.abspath(__file__), "--_worker", json.dumps(spec)]
-    try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return {"tool": spec["tool"], "case": spec["case"], "failed": f"timed out after {timeout:.0f} s"}
-    lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
-    if p.returncode != 0 or not lines:
-        err = (p.stderr.strip().splitlines() or ["no output"])[-1]
-        return {"tool": spec["tool"], "case": spec["case"],
-                "failed": f"worker exited {p.returncode}: {err}"[:400]}
-    return json.loads(lines[-1])
-
-
 # -- reporting ---------------------------------------------------------------------------
 
-def environment() -> dict:
-    from importlib.metadata import PackageNotFoundError, version
+PACKAGES = ("virtualize", "h5py", "numpy", "zarr", "kerchunk", "virtualizarr", "obstore",
+            "xarray", "netCDF4")
 
-    vers = {}
-    for pkg in ("virtualize", "h5py", "numpy", "zarr", "kerchunk", "virtualizarr", "obstore",
-                "xarray", "netCDF4"):
-        try:
-            vers[pkg] = version(pkg)
-        except PackageNotFoundError:
-            vers[pkg] = None
+
+def environment() -> dict:
+    env = _harness.environment(PACKAGES)
     try:
         import h5py
-        vers["HDF5"] = h5py.version.hdf5_version
+        env["versions"]["HDF5"] = h5py.version.hdf5_version
     except ImportError:
         pass
-    cpu = platform.processor()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), cpu)
-    except OSError:
-        pass
-    return {"date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-            "machine": f"{platform.system()} {platform.machine()}, {cpu}, "
-                       f"{os.cpu_count()} cores", "python": platform.python_version(),
-            "versions": vers}
+    return env
 
 
 def table(results: list[dict]) -> str:
-    base = {r["case"]: r["median_s"] for r in results if r["tool"] == "virtualize" and "median_s" in r}
-    head = f"{'tool':<20} {'case':<12} {'median s':>9} {'min s':>7} {'py MB':>8} {'RSS MB':>8} {'read':>10} {'x virt.':>8}  note"
-    lines = [head, "-" * len(head)]
-    for r in results:
-        if "median_s" not in r:
-            why = r.get("skipped") or "FAILED: " + r.get("failed", "?")
-            lines.append(f"{r['tool']:<20} {r['case']:<12} {'-':>9} {'-':>7} {'-':>8} {'-':>8} {'-':>10} {'-':>8}  {why}")
-            continue
-        ratio = f"{r['median_s'] / base[r['case']]:.1f}x" if base.get(r["case"]) else "-"
-        rss = f"{r['rss_delta_mb']:.1f}" if r.get("rss_delta_mb") is not None else "-"
-        read = _human(r["bytes_read"]) if r.get("bytes_read") is not None else "-"
-        lines.append(f"{r['tool']:<20} {r['case']:<12} {r['median_s']:>9.3f} {min(r['times_s']):>7.3f} "
-                     f"{r['py_peak_mb']:>8.1f} "
-                     f"{rss:>8} {read:>10} {ratio:>8}  {r.get('note') or ''}")
-    return "\n".join(lines)
-
-
-def _human(n: int) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1024 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)
+    """The results table: median and fastest time, Python and RSS peaks, bytes read."""
+    return _harness.table(results, 12, [
+        ("median s", 9, _harness.median_cell(3)),
+        ("min s", 7, lambda r, x: f"{min(r['times_s']):.3f}"),
+        ("py MB", 8, lambda r, x: f"{r['py_peak_mb']:.1f}"),
+        ("RSS MB", 8, _harness.rss_cell), ("read", 10, _harness.read_cell),
+        ("x virt.", 8, _harness.ratio_cell)])
 
 
 def profile_scan(path: str, var: str = "tas", top: int = 20) -> str:
@@ -495,8 +312,7 @@ def profile_scan(path: str, var: str = "tas", top: int = 20) -> str:
 # -- main --------------------------------------------------------------------------------
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = _harness.parser(__doc__)
     ap.add_argument("--workdir", type=Path, help="where to write inputs and outputs "
                     "(default: a temporary directory, removed afterwards)")
     ap.add_argument("--repeats", "-n", type=int, default=3, help="timed repeats per row (median)")
@@ -505,60 +321,26 @@ def main(argv=None) -> int:
     ap.add_argument("--grid", default="90x180", help="lat x lon of the monthly files")
     ap.add_argument("--quick", action="store_true",
                     help="small run: 10,000 chunks, 1 repeat")
-    ap.add_argument("--tools", default=",".join(TOOLS), help="comma-separated subset of " + ", ".join(TOOLS))
-    ap.add_argument("--cases", default=",".join(CASES), help="comma-separated subset of " + ", ".join(CASES))
+    _harness.add_selection(ap, TOOLS, CASES)
     ap.add_argument("--json", action="store_true", help="print results as JSON on stdout (the table goes to stderr)")
     ap.add_argument("--profile", action="store_true",
                     help="also cProfile virtualize.scan on the big file")
-    ap.add_argument("--timeout", type=float, default=1800, help="seconds per row before giving up")
-    ap.add_argument("--_worker", help=argparse.SUPPRESS)
-    args = ap.parse_args(argv)
-
-    if args._worker:
-        print(json.dumps(worker(json.loads(args._worker))))
+    args = _harness.parse_args(ap, argv, tool_ops, FIELDS, quick={"chunks": 10_000})
+    if args is None:  # this was a worker
         return 0
-
-    if args.quick:
-        args.chunks = min(args.chunks, 10_000)
-        args.repeats = 1
     ny, nx = (int(v) for v in args.grid.lower().split("x"))
-    tools = [t for t in args.tools.split(",") if t]
-    cases = [c for c in args.cases.split(",") if c]
-    for t in tools:
-        if t not in TOOLS:
-            ap.error(f"unknown tool {t!r}")
-    for c in cases:
-        if c not in CASES:
-            ap.error(f"unknown case {c!r}")
-    log = (lambda *a: print(*a, file=sys.stderr, flush=True))
+    tools = _harness.pick(ap, args.tools, TOOLS, "tool")
+    cases = _harness.pick(ap, args.cases, CASES, "case")
 
-    tmp = None
-    workdir = args.workdir
-    if workdir is None:
-        tmp = tempfile.mkdtemp(prefix="bench_hdf5_")
-        workdir = Path(tmp)
-    try:
+    with _harness.workdir(args.workdir, "bench_hdf5_") as workdir:
         t0 = time.perf_counter()
         files = make_files(workdir / "inputs", args.chunks, args.months, ny, nx)
         log(f"inputs ready in {time.perf_counter() - t0:.1f} s under {workdir}: "
             f"{Path(files['big']).name} ({os.path.getsize(files['big']) / MB:.1f} MB), "
             f"{len(files['stack'])} monthly files")
-        out = workdir / "outputs"
-        out.mkdir(exist_ok=True)
-        results = []
-        for case in cases:
-            for tool in tools:
-                if case not in PLAN[tool]:
-                    continue
-                log(f"  {tool} / {case} ...")
-                spec = {"tool": tool, "case": case, "repeats": args.repeats,
-                        "files": files, "out": str(out)}
-                r = run_worker(spec, args.timeout)
-                if "median_s" in r:
-                    log(f"    {r['median_s']:.3f} s")
-                else:
-                    log(f"    {r.get('skipped') or 'FAILED: ' + r.get('failed', '?')}")
-                results.append(r)
+        results = _harness.run_rows(__file__, workdir, cases, tools, PLAN,
+                                    {"repeats": args.repeats, "files": files},
+                                    args.timeout, digits=3)
         doc = {"environment": environment(),
                "parameters": {"chunks": args.chunks, "months": args.months, "grid": [ny, nx],
                               "repeats": args.repeats,
@@ -567,25 +349,17 @@ def main(argv=None) -> int:
                "results": results}
         if args.profile:
             doc["profile_scan"] = profile_scan(files["big"])
-        # with --json the JSON goes to stdout and the table to stderr
-        show = log if args.json else print
-        env = doc["environment"]
-        show(f"# {env['date']} | {env['machine']} | Python {env['python']}")
-        show("# " + ", ".join(f"{k} {v}" for k, v in env["versions"].items() if v))
         p = doc["parameters"]
-        show(f"# big file: {p['chunks']} chunks, {p['big_file_bytes'] / MB:.1f} MB; stack: "
-             f"{p['months']} files {ny}x{nx}, {p['stack_bytes'] / MB:.1f} MB; "
-             f"median of {p['repeats']}")
-        show(table(results))
+        lines = [f"# big file: {p['chunks']} chunks, {p['big_file_bytes'] / MB:.1f} MB; stack: "
+                 f"{p['months']} files {ny}x{nx}, {p['stack_bytes'] / MB:.1f} MB; "
+                 f"median of {p['repeats']}",
+                 table(results)]
         if args.profile:
-            show("\n# cProfile of virtualize.scan on the big file (by own time)")
-            show(doc["profile_scan"])
-        if args.json:
-            print(json.dumps(doc, indent=1))
+            lines += ["\n# cProfile of virtualize.scan on the big file (by own time)",
+                      doc["profile_scan"]]
+        # with --json the JSON goes to stdout and the table to stderr
+        _harness.report(doc, args.json, lines)
         return 0
-    finally:
-        if tmp is not None:
-            shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -43,20 +43,14 @@ A tool that is not installed, or that fails, is reported with the reason; the ru
 
 from __future__ import annotations
 
-import argparse
-import gc
 import json
 import os
-import platform
-import shutil
-import statistics
-import subprocess
 import sys
-import tempfile
 import time
-import traceback
-from datetime import datetime, timezone
 from pathlib import Path
+
+import _harness
+from _harness import MB, log
 
 CASES = ("scan", "job")
 TOOLS = ("virtualize", "virtualize-json", "virtualizarr-parser", "virtualizarr", "kerchunk")
@@ -67,8 +61,9 @@ PLAN = {
     "virtualizarr": CASES,
     "kerchunk": CASES,
 }
-MB = 1024 * 1024
 NY = NX = 4
+# the result fields of a row, in the order of the JSON output
+FIELDS = ("runs", "times_s", "median_s", "bytes_read", "rss_delta_mb", "note")
 
 
 # -- the input ---------------------------------------------------------------------------
@@ -79,24 +74,11 @@ def write_file(path: Path, n_records: int) -> None:
 
     rng = np.random.default_rng(42)
     with netCDF4.Dataset(path, "w", format="NETCDF3_64BIT_OFFSET") as nc:
-        nc.Conventions = "CF-1.8"
-        nc.title = "virtualize benchmark: many interleaved records"
-        nc.createDimension("time", None)
-        nc.createDimension("lat", NY)
-        nc.createDimension("lon", NX)
-        t = nc.createVariable("time", "f8", ("time",))
-        t.units, t.calendar, t.standard_name = "hours since 2000-01-01", "standard", "time"
-        lat = nc.createVariable("lat", "f8", ("lat",))
-        lat.units, lat.standard_name = "degrees_north", "latitude"
-        lon = nc.createVariable("lon", "f8", ("lon",))
-        lon.units, lon.standard_name = "degrees_east", "longitude"
-        tas = nc.createVariable("tas", "f4", ("time", "lat", "lon"), fill_value=np.float32(1e20))
-        tas.units, tas.standard_name = "K", "air_temperature"
+        t, lat, lon, tas = _harness.define_hourly(
+            nc, "virtualize benchmark: many interleaved records", NY, NX)
         count = nc.createVariable("count", "i2", ("time", "lat", "lon"))
         count.long_name = "number of observations"
-        lat[:] = [-67.5, -22.5, 22.5, 67.5]
-        lon[:] = [45.0, 135.0, 225.0, 315.0]
-        t[:] = np.arange(n_records, dtype="f8")
+        _harness.write_coords(t, lat, lon, n_records)
         tas[:] = (280 + rng.normal(0, 2, (n_records, NY, NX))).astype("f4")
         count[:] = rng.integers(0, 1000, (n_records, NY, NX)).astype("i2")
 
@@ -146,44 +128,23 @@ def tool_ops(tool: str, case: str, files: dict, out: Path):
         return (lambda: virtualize.virtualize(small, warm, overwrite=True)), run, summarize
 
     if tool == "kerchunk":
-        import ujson
         from kerchunk.netCDF3 import NetCDF3ToZarr  # ImportError without scipy
 
-        def one(path):
-            return NetCDF3ToZarr(path, inline_threshold=0).translate()
-
-        def summarize(refs):
-            r = refs.get("refs", refs)
-            n = sum(1 for k in r
-                    if k.startswith("tas/") and not k.rsplit("/", 1)[1].startswith("."))
-            fmt = "zarr v3" if any(k.endswith("zarr.json") for k in r) else "zarr v2"
-            return f"{n} tas refs, {fmt}"
+        one = _harness.kerchunk_one(NetCDF3ToZarr)
         if case == "scan":
-            return (lambda: one(small)), (lambda: one(big)), summarize
-        target = out / "kerchunk.json"
-
-        def run():
-            refs = one(big)
-            with open(target, "w") as f:
-                ujson.dump(refs, f)
-            return refs
-        return (lambda: one(small)), run, summarize
+            return (lambda: one(small)), (lambda: one(big)), _harness.kerchunk_note
+        run = _harness.json_job(lambda: one(big), out / "kerchunk.json")
+        return (lambda: one(small)), run, _harness.kerchunk_note
 
     if tool in ("virtualizarr", "virtualizarr-parser"):
-        import warnings
-
-        from obspec_utils.registry import ObjectStoreRegistry
-        from obstore.store import LocalStore
         from virtualizarr import open_virtual_dataset
         from virtualizarr.parsers import NetCDF3Parser
 
-        warnings.filterwarnings("ignore")
-        registry = ObjectStoreRegistry({"file://": LocalStore()})
+        registry = _harness.local_registry()
 
         if tool == "virtualizarr-parser":
             def summarize(ms):
-                m = ms._group.arrays["tas"].manifest
-                return f"{int((m._lengths > 0).sum())} tas refs (ManifestStore, no values read)"
+                return f"{_harness.store_refs(ms)} tas refs (ManifestStore, no values read)"
             return (lambda: NetCDF3Parser()(small_url, registry)), \
                 (lambda: NetCDF3Parser()(url, registry)), summarize
 
@@ -191,166 +152,33 @@ def tool_ops(tool: str, case: str, files: dict, out: Path):
             return open_virtual_dataset(u, registry=registry, parser=NetCDF3Parser())
 
         def summarize(ds):
-            m = ds["tas"].data.manifest
-            return f"{int((m._lengths > 0).sum())} tas refs; time loaded ({ds.time.size})"
+            return f"{_harness.dataset_refs(ds)} tas refs; time loaded ({ds.time.size})"
         if case == "scan":
             return (lambda: ovd(small_url)), (lambda: ovd(url)), summarize
-        target = out / "virtualizarr.json"
-
-        def run():
-            ds = ovd(url)
-            ds.vz.to_kerchunk(str(target), format="json")
-            return ds
+        run = _harness.to_kerchunk_job(lambda: ovd(url), out / "virtualizarr.json")
         return (lambda: ovd(small_url)), run, (lambda ds: summarize(ds) + ", kerchunk json")
 
     raise ValueError(f"unknown tool {tool}")
 
 
-# -- measuring, in a worker process ------------------------------------------------------
-
-def _proc_field(path: str, field: str, scale: int = 1) -> int | None:
-    try:
-        with open(path) as f:
-            for line in f:
-                if line.startswith(field + ":"):
-                    return int(line.split()[1]) * scale
-    except OSError:
-        pass
-    return None
-
-
-def _reset_peak_rss() -> None:
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-    except OSError:
-        pass
-
-
-def worker(spec: dict) -> dict:
-    tool, case = spec["tool"], spec["case"]
-    res: dict = {"tool": tool, "case": case}
-    try:
-        warmup, run, summarize = tool_ops(tool, case, spec["files"], Path(spec["out"]))
-    except ImportError as e:
-        return res | {"skipped": f"not installed ({e})"}
-    try:
-        warmup()
-        gc.collect()
-        _reset_peak_rss()
-        rss0 = _proc_field("/proc/self/status", "VmRSS", 1024)
-        times, reads, note = [], [], None
-        started = time.perf_counter()
-        while len(times) < spec["repeats"]:
-            r0 = _proc_field("/proc/self/io", "rchar")
-            t0 = time.perf_counter()
-            result = run()
-            times.append(time.perf_counter() - t0)
-            r1 = _proc_field("/proc/self/io", "rchar")
-            if r0 is not None and r1 is not None:
-                reads.append(r1 - r0)
-            if note is None:
-                note = summarize(result)
-            del result
-            if time.perf_counter() - started > spec["budget"]:
-                break
-        hwm = _proc_field("/proc/self/status", "VmHWM", 1024)
-    except Exception as e:  # a peer tool failing on this file is a result, not a crash
-        tb = traceback.format_exc().strip().splitlines()
-        return res | {"failed": f"{type(e).__name__}: {e}"[:400], "traceback": tb[-8:]}
-    return res | {
-        "runs": len(times),
-        "times_s": times,
-        "median_s": statistics.median(times),
-        "bytes_read": int(statistics.median(reads)) if reads else None,
-        "rss_delta_mb": (hwm - rss0) / MB if hwm is not None and rss0 is not None else None,
-        "note": note,
-    }
-
-
-def run_worker(spec: dict, timeout: float) -> dict:
-    cmd = [sys.executable, os.path.abspath(__file__), "--_worker", json.dumps(spec)]
-    try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return {"tool": spec["tool"], "case": spec["case"],
-                "failed": f"timed out after {timeout:.0f} s"}
-    lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
-    if p.returncode != 0 or not lines:
-        err = (p.stderr.strip().splitlines() or ["no output"])[-1]
-        return {"tool": spec["tool"], "case": spec["case"],
-                "failed": f"worker exited {p.returncode}: {err}"[:400]}
-    return json.loads(lines[-1])
-
-
 # -- reporting ---------------------------------------------------------------------------
 
-def environment() -> dict:
-    from importlib.metadata import PackageNotFoundError, version
-
-    vers = {}
-    for pkg in ("virtualize", "numpy", "zarr", "virtualizarr", "obstore", "kerchunk", "scipy",
-                "xarray", "netCDF4"):
-        try:
-            vers[pkg] = version(pkg)
-        except PackageNotFoundError:
-            vers[pkg] = None
-    cpu = platform.processor()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next((ln.split(":", 1)[1].strip() for ln in f
-                        if ln.startswith("model name")), cpu)
-    except OSError:
-        pass
-    return {"date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-            "machine": f"{platform.system()} {platform.machine()}, {cpu}, {os.cpu_count()} cores",
-            "python": platform.python_version(), "versions": vers}
-
-
-def ratios(results: list[dict]) -> dict[str, dict[str, float]]:
-    """Per case: each tool's median / virtualize's median."""
-    base = {r["case"]: r["median_s"] for r in results
-            if r["tool"] == "virtualize" and "median_s" in r}
-    out: dict[str, dict[str, float]] = {}
-    for r in results:
-        if "median_s" in r and base.get(r["case"]):
-            out.setdefault(r["case"], {})[r["tool"]] = r["median_s"] / base[r["case"]]
-    return out
-
-
-def _human(n: int) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1024 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)
+PACKAGES = ("virtualize", "numpy", "zarr", "virtualizarr", "obstore", "kerchunk", "scipy",
+            "xarray", "netCDF4")
 
 
 def table(results: list[dict]) -> str:
-    rel = ratios(results)
-    head = (f"{'tool':<20} {'case':<5} {'median s':>9} {'runs':>4} {'read':>9} {'RSS MB':>7} "
-            f"{'x virt.':>8}  note")
-    lines = [head, "-" * len(head)]
-    for r in results:
-        if "median_s" not in r:
-            why = r.get("skipped") or "FAILED: " + r.get("failed", "?")
-            lines.append(f"{r['tool']:<20} {r['case']:<5} {'-':>9} {'-':>4} {'-':>9} {'-':>7} "
-                         f"{'-':>8}  {why}")
-            continue
-        x = rel.get(r["case"], {}).get(r["tool"])
-        ratio = f"{x:.1f}x" if x is not None else "-"
-        read = _human(r["bytes_read"]) if r.get("bytes_read") is not None else "-"
-        rss = f"{r['rss_delta_mb']:.1f}" if r.get("rss_delta_mb") is not None else "-"
-        lines.append(f"{r['tool']:<20} {r['case']:<5} {r['median_s']:>9.4f} {r['runs']:>4} "
-                     f"{read:>9} {rss:>7} {ratio:>8}  {r.get('note') or ''}")
-    return "\n".join(lines)
+    """The results table: median time and how many runs, bytes read, RSS rise."""
+    return _harness.table(results, 5, [
+        ("median s", 9, _harness.median_cell(4)), ("runs", 4, lambda r, x: f"{r['runs']}"),
+        ("read", 9, _harness.read_cell), ("RSS MB", 7, _harness.rss_cell),
+        ("x virt.", 8, _harness.ratio_cell)])
 
 
 # -- main --------------------------------------------------------------------------------
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = _harness.parser(__doc__)
     ap.add_argument("--workdir", type=Path, help="where to write the input and outputs "
                     "(default: a temporary directory, removed afterwards)")
     ap.add_argument("--records", type=int, default=80_000, help="records in the file")
@@ -358,82 +186,43 @@ def main(argv=None) -> int:
     ap.add_argument("--budget", type=float, default=60.0,
                     help="seconds of repeats per row before stopping early (at least one run)")
     ap.add_argument("--quick", action="store_true", help="8,000 records, 1 repeat")
-    ap.add_argument("--tools", default=",".join(TOOLS),
-                    help="comma-separated subset of " + ", ".join(TOOLS))
-    ap.add_argument("--cases", default=",".join(CASES),
-                    help="comma-separated subset of " + ", ".join(CASES))
+    _harness.add_selection(ap, TOOLS, CASES)
     ap.add_argument("--json", action="store_true",
                     help="print the results as JSON on stdout (the table goes to stderr)")
-    ap.add_argument("--timeout", type=float, default=1800, help="seconds per row before giving up")
-    ap.add_argument("--_worker", help=argparse.SUPPRESS)
-    args = ap.parse_args(argv)
-
-    if args._worker:
-        print(json.dumps(worker(json.loads(args._worker))))
+    args = _harness.parse_args(ap, argv, tool_ops, FIELDS, quick={"records": 8_000})
+    if args is None:  # this was a worker
         return 0
-    if args.quick:
-        args.records = min(args.records, 8_000)
-        args.repeats = 1
-    tools = [t for t in args.tools.split(",") if t]
-    cases = [c for c in args.cases.split(",") if c]
-    for t in tools:
-        if t not in TOOLS:
-            ap.error(f"unknown tool {t!r}")
-    for c in cases:
-        if c not in CASES:
-            ap.error(f"unknown case {c!r}")
-    log = (lambda *a: print(*a, file=sys.stderr, flush=True))
+    tools = _harness.pick(ap, args.tools, TOOLS, "tool")
+    cases = _harness.pick(ap, args.cases, CASES, "case")
 
-    tmp = None
-    workdir = args.workdir
-    if workdir is None:
-        tmp = tempfile.mkdtemp(prefix="bench_netcdf3_")
-        workdir = Path(tmp)
-    try:
+    with _harness.workdir(args.workdir, "bench_netcdf3_") as workdir:
         t0 = time.perf_counter()
         files = make_files(workdir / "inputs", args.records)
         size = os.path.getsize(files["big"])
         log(f"input ready in {time.perf_counter() - t0:.1f} s: {files['big']} "
             f"({args.records:,} records, {size / MB:.1f} MB)")
-        out = workdir / "outputs"
-        out.mkdir(exist_ok=True)
-        results = []
-        for case in cases:
-            for tool in tools:
-                if case not in PLAN[tool]:
-                    continue
-                log(f"  {tool} / {case} ...")
-                spec = {"tool": tool, "case": case, "repeats": args.repeats,
-                        "budget": args.budget, "files": files, "out": str(out)}
-                r = run_worker(spec, args.timeout)
-                log(f"    {r['median_s']:.4f} s" if "median_s" in r else
-                    f"    {r.get('skipped') or 'FAILED: ' + r.get('failed', '?')}")
-                results.append(r)
-        doc = {"environment": environment(),
+        results = _harness.run_rows(__file__, workdir, cases, tools, PLAN,
+                                    {"repeats": args.repeats, "budget": args.budget,
+                                     "files": files},
+                                    args.timeout, digits=4)
+        doc = {"environment": _harness.environment(PACKAGES),
                "parameters": {"records": args.records, "grid": [NY, NX],
                               "format": "NETCDF3_64BIT_OFFSET", "file_bytes": size,
                               "repeats": args.repeats, "budget_s": args.budget},
                "results": results,
-               "ratio_to_virtualize": ratios(results)}
-        show = log if args.json else print
-        env = doc["environment"]
-        show(f"# {env['date']} | {env['machine']} | Python {env['python']}")
-        show("# " + ", ".join(f"{k} {v}" for k, v in env["versions"].items() if v))
-        show(f"# one CDF-2 file, {args.records:,} records (time f8, tas f4 {NY}x{NX}, count i2 "
-             f"{NY}x{NX}, interleaved), {size / MB:.1f} MB; median of up to {args.repeats}")
-        show(table(results))
+               "ratio_to_virtualize": _harness.ratios(results)}
+        lines = [f"# one CDF-2 file, {args.records:,} records (time f8, tas f4 {NY}x{NX}, "
+                 f"count i2 {NY}x{NX}, interleaved), {size / MB:.1f} MB; median of up to "
+                 f"{args.repeats}",
+                 table(results)]
         rel = doc["ratio_to_virtualize"]
         for case, tool in (("scan", "virtualizarr-parser"), ("scan", "virtualizarr"),
                            ("job", "virtualizarr")):
             x = rel.get(case, {}).get(tool)
             if x is not None:
-                show(f"# {case}: {tool} takes {x:.1f}x virtualize's time")
-        if args.json:
-            print(json.dumps(doc, indent=1))
+                lines.append(f"# {case}: {tool} takes {x:.1f}x virtualize's time")
+        _harness.report(doc, args.json, lines)
         return 0
-    finally:
-        if tmp is not None:
-            shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":
