@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import virtualize
-from virtualize.report import format_text, to_html, to_json, verdict
+from virtualize.report import format_text, to_html, verdict
 
 SCHEMA = json.loads(resources.files("virtualize").joinpath("schemas/report-v1.json").read_text())
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
