@@ -352,7 +352,7 @@ def _mosaic_variable(ctx: _Ctx, name: str, ydim: str, xdim: str, height: int, wi
     others = int(np.prod([len(c) for a, c in enumerate(chunk_lengths) if a not in (iy, ix)]))
     if split.any():
         ctx.use_remedy("split", int(split.sum()) * others, 0)
-    cells = _copied_cells(ctx, name, vs, first, copy, ycuts, xcuts, iy, ix, chunk_lengths, owner)
+    cells = _copied_cells(ctx, name, vs, copy, ycuts, xcuts, iy, ix, chunk_lengths, owner)
     if failed:
         return None
     grid = tuple(len(c) for c in chunk_lengths)
@@ -466,7 +466,7 @@ def _report_cells(ctx, name, dim, bad, c: _AxisCells, owner, cuts, tiles, block,
                      "of the mosaic on its axis", dim, k, remedy)
 
 
-def _copied_cells(ctx, name, vs, first, copy, ycuts, xcuts, iy, ix, chunk_lengths, owner):
+def _copied_cells(ctx, name, vs, copy, ycuts, xcuts, iy, ix, chunk_lengths, owner):
     """Cells to materialize: chunk index -> the tile region that fills it."""
     cells: dict[tuple[int, ...], Cell] = {}
     if not copy.any():
