@@ -9,7 +9,7 @@ import xarray as xr
 import virtualize
 
 
-def write_month(path, start: str, ndays: int, calendar="standard", dtype="i4"):
+def write_month(path, start: str, ndays: int, calendar="standard", dtype="i4", bounds=False):
     with netCDF4.Dataset(path, "w") as d:
         d.createDimension("time", None)
         d.createDimension("x", 2)
@@ -17,6 +17,11 @@ def write_month(path, start: str, ndays: int, calendar="standard", dtype="i4"):
         t.units = f"days since {start}"
         t.calendar = calendar
         t[:] = np.arange(ndays)
+        if bounds:  # CF bounds: no units of their own, counted in time's units
+            d.createDimension("nv", 2)
+            t.bounds = "time_bnds"
+            b = d.createVariable("time_bnds", "f8", ("time", "nv"), chunksizes=(ndays, 2))
+            b[:] = np.stack([np.arange(ndays), np.arange(ndays) + 1], axis=1)
         v = d.createVariable("v", "f4", ("time", "x"), chunksizes=(ndays, 2))
         v[:] = np.arange(ndays * 2).reshape(ndays, 2) + 100 * int(start[5:7])
 
@@ -53,3 +58,18 @@ def test_different_calendars_are_drift(tmp_path):
     report = virtualize.check(files)
     assert not report.ok
     assert {p.kind for p in report.problems} >= {"attribute-drift"}
+
+
+def test_time_bounds_are_re_expressed_with_time(tmp_path):
+    """Without this the bounds would be concatenated in each file's own units: February's
+    would read as January's days, silently."""
+    files = [tmp_path / f"m{m}.nc" for m in (1, 2, 3)]
+    for f, start, n in zip(files, ["2024-01-01", "2024-02-01", "2024-03-01"], [31, 29, 31]):
+        write_month(f, start, n, bounds=True)
+    report = virtualize.virtualize(files, tmp_path / "cube.zarr")
+    assert report.plan.arrays["time_bnds"].inline is not None
+    ds = xr.open_dataset(tmp_path / "cube.zarr", engine="virtualize")
+    src = xr.concat([xr.open_dataset(f) for f in files], dim="time")
+    xr.testing.assert_equal(ds.time_bnds, src.time_bnds)
+    raw = virtualize.open(tmp_path / "cube.zarr")["time_bnds"][...]
+    assert raw[31].tolist() == [31.0, 32.0] and raw[-1].tolist() == [90.0, 91.0]

@@ -182,7 +182,11 @@ def _harmonize_time_units(ctx: _Context) -> None:
     """Monthly files often count time from their own start ("days since 2024-02-01").
     The concatenated coordinate is stored inline, so its values can be re-expressed in
     the first file's units, when that is exact (checked by converting back); otherwise
-    the units stay as they are and the drift is reported as a problem."""
+    the units stay as they are and the drift is reported as a problem.
+
+    The coordinate's bounds (CF `bounds` / `climatology`, which carry no units of their
+    own and so escape the drift check) are re-expressed with it and stored inline; where
+    that is not exact, they are a problem: referenced as they are, they would be wrong."""
     dim = ctx.dim
     coords = [inv.variables.get(dim) for inv in ctx.invs]
     if any(c is None or c.values is None for c in coords):
@@ -191,31 +195,54 @@ def _harmonize_time_units(ctx: _Context) -> None:
     cal0 = coords[0].attrs.get("calendar", "standard")
     if not isinstance(units0, str) or " since " not in units0:
         return
-    import cftime
-
     for inv, c in zip(ctx.invs[1:], coords[1:]):
         units = c.attrs.get("units")
         if units == units0 or not isinstance(units, str) or " since " not in units or \
                 c.attrs.get("calendar", "standard") != cal0:
             continue
-        try:
-            dates = cftime.num2date(c.values, units, cal0, only_use_cftime_datetimes=True)
-            new = np.asarray(cftime.date2num(dates, units0, cal0), dtype="f8")
-            back = cftime.date2num(cftime.num2date(new, units0, cal0, only_use_cftime_datetimes=True),
-                                   units, cal0)
-        except Exception:
-            continue
-        if not np.array_equal(np.asarray(back, dtype="f8"), c.values.astype("f8")):
-            continue
-        if c.dtype.kind in "iu":
-            if not np.array_equal(new, np.round(new)):
-                continue
-        converted = new.astype(c.dtype.newbyteorder("="))
-        if not np.array_equal(converted.astype("f8"), new):
+        converted = _reexpress(c.values, units, units0, cal0)
+        if converted is None:
             continue
         inv.variables[dim] = replace(c, values=converted, attrs=dict(c.attrs, units=units0))
         ctx.notes.append(f"{inv.path}: {dim} re-expressed from {units!r} in {units0!r} "
                          "(the cube stores the coordinate itself)")
+        for key in ("bounds", "climatology"):
+            bname = c.attrs.get(key)
+            b = inv.variables.get(bname) if isinstance(bname, str) else None
+            if b is None:
+                continue
+            ctx.inline = ctx.inline | {bname}  # every file's bounds go into the cube
+            values = b.values if b.values is not None else read_values(inv.path, bname)
+            bconv = _reexpress(np.asarray(values), units, units0, cal0)
+            if bconv is None:
+                ctx.problem(inv.path, bname, "attribute-drift",
+                            f"{bname!r} holds {dim} bounds in {units!r} but cannot be "
+                            f"re-expressed exactly in {units0!r} like {dim!r}")
+                continue
+            attrs = dict(b.attrs, units=units0) if "units" in b.attrs else b.attrs
+            inv.variables[bname] = replace(b, values=bconv, attrs=attrs)
+
+
+def _reexpress(values: np.ndarray, units: str, units0: str, calendar: str) -> np.ndarray | None:
+    """CF time values in `units` as the same instants in `units0`, or None unless that is
+    exact (converted back to the same numbers, integers staying integers)."""
+    import cftime
+
+    try:
+        dates = cftime.num2date(values, units, calendar, only_use_cftime_datetimes=True)
+        new = np.asarray(cftime.date2num(dates, units0, calendar), dtype="f8")
+        back = cftime.date2num(cftime.num2date(new, units0, calendar,
+                                               only_use_cftime_datetimes=True), units, calendar)
+    except Exception:
+        return None
+    if not np.array_equal(np.asarray(back, dtype="f8"), values.astype("f8")):
+        return None
+    if values.dtype.kind in "iu" and not np.array_equal(new, np.round(new)):
+        return None
+    converted = new.astype(values.dtype.newbyteorder("="))
+    if not np.array_equal(converted.astype("f8"), new):
+        return None
+    return converted
 
 
 def _order_by_coordinate(ctx: _Context) -> None:
@@ -290,7 +317,7 @@ def _plan_variable(ctx: _Context, name: str) -> ArrayPlan | None:
     if not ok:
         return None
     vars_: list[Variable] = vs  # type: ignore[assignment]
-    inline = name in ctx.opts.inline
+    inline = name in ctx.inline
     # a scanner's own variables (TIFF coordinates, grid mappings) come with values, no blocks
     synthesized = all(v.blocks is None and v.values is not None for v in vars_)
     if any(v.blocks is None for v in vars_) and not (inline or synthesized):
