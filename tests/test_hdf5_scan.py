@@ -231,3 +231,16 @@ def test_empty_and_unwritten_chunked_datasets(tmp_path):
     g = virtualize.open(tmp_path / "c.zarr")
     assert g["empty"].shape == (0, 4)
     assert (g["unwritten"][...] == 3).all()
+
+
+def test_shrunken_dataset_keeps_only_chunks_inside_its_extent(tmp_path):
+    p = tmp_path / "s.h5"
+    with h5py.File(p, "w") as f:
+        d = f.create_dataset("x", data=np.arange(40, dtype="i4").reshape(10, 4), chunks=(2, 4),
+                             maxshape=(None, 4))
+        d.resize((5, 4))
+    inv = virtualize.scan(p)
+    assert inv.variables["x"].blocks.grid_shape == (3, 1)
+    virtualize.virtualize([p], tmp_path / "c.zarr")
+    with h5py.File(p) as f:
+        assert_same(virtualize.open(tmp_path / "c.zarr")["x"][...], f["x"][()], "shrunken")

@@ -177,3 +177,15 @@ def test_dates_in_names():
     assert dates_in_names(["2024-01-01.tif", "x.tif"]) is None
     assert dates_in_names(["tile_123456789.tif"]) is None
     assert dates_in_names(["2024-13-01.tif"]) is None
+
+
+@pytest.mark.parametrize("byteorder", ["<", ">"])
+@pytest.mark.parametrize("compression", ["zlib", "lzw"])
+def test_horizontal_predictor_in_both_byte_orders(tmp_path, byteorder, compression):
+    rgb = np.stack([np.arange(70 * 100, dtype="u2").reshape(70, 100) * 7 + k for k in range(3)], -1)
+    path = tmp_path / "p.tif"
+    tifffile.imwrite(path, rgb, byteorder=byteorder, rowsperstrip=16, compression=compression,
+                     predictor=True, photometric="rgb")
+    report, g = roundtrip_tiff([path], tmp_path)
+    assert [c["name"] for c in report.plan.arrays["image"].codecs][0] == "imagecodecs_delta"
+    assert_same(g["image"][...], tifffile_image(path), f"predictor 2 {byteorder} {compression}")

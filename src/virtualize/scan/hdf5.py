@@ -196,6 +196,9 @@ class _Scanner:
             idx, offsets = np.zeros((0, len(shape)), np.int64), np.zeros(0, np.uint64)
             sizes, masks = offsets, np.zeros(0, np.uint32)
         idx = idx // np.asarray(chunks, dtype=np.int64)
+        inside = (idx < np.asarray(grid, dtype=np.int64)).all(axis=1)
+        if not inside.all():  # chunks left allocated past a shrunken extent hold no data of it
+            idx, offsets, sizes, masks = idx[inside], offsets[inside], sizes[inside], masks[inside]
         odd = None
         if len(offsets):
             flat = np.ravel_multi_index(tuple(idx.T), grid)
