@@ -82,3 +82,15 @@ def test_concat_dim_drop_and_inline_options(case, tmp_path):
     r = run(*files, "-o", tmp_path / "d.zarr", "--concat-dim", "data_dim0", "--inline", "small")
     assert r.returncode == 0, r.stdout + r.stderr
     assert "small" in virtualize.open(tmp_path / "d.zarr")
+
+
+def test_directories_and_file_lists(case, tmp_path):
+    files = case("appended_batches")
+    listing = tmp_path / "files.txt"
+    listing.write_text("\n".join(map(str, files)) + "\n")
+    r = run(f"@{listing}", "-o", tmp_path / "a.zarr")
+    assert r.returncode == 0, r.stderr
+    r = run(files[0].parent, "-o", tmp_path / "b.zarr")
+    assert r.returncode == 0, r.stderr
+    for out in ("a.zarr", "b.zarr"):
+        assert virtualize.open(tmp_path / out)["tas"].shape == (28, 3, 4)

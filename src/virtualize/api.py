@@ -158,9 +158,18 @@ def _write(report: Report, out: PathLike, kind: str, overwrite: bool) -> Report:
 
 
 def _paths(paths) -> list[str]:
+    """Files as given; a directory stands for the files in it (sorted, not hidden, not
+    recursive)."""
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
-    return [os.fspath(p) for p in paths]
+    out: list[str] = []
+    for p in map(os.fspath, paths):
+        if os.path.isdir(p):
+            out += sorted(os.path.join(p, f) for f in os.listdir(p)
+                          if not f.startswith(".") and os.path.isfile(os.path.join(p, f)))
+        else:
+            out.append(p)
+    return out
 
 
 def _names(names: Iterable[str] | str) -> Sequence[str]:

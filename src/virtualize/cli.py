@@ -18,7 +18,9 @@ from .model import VirtualizeError
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("files", nargs="+", metavar="FILE", help="netCDF-4 / HDF5 / netCDF classic files")
+    p.add_argument("files", nargs="+", metavar="FILE",
+                   help="netCDF-4 / HDF5 / netCDF classic / TIFF files, directories of them, or "
+                        "@LIST (a file naming one path per line)")
     p.add_argument("--concat-dim", metavar="DIM",
                    help="dimension to concatenate along (default: the unlimited dimension, else time)")
     p.add_argument("--inline", metavar="VAR", action="append", default=[],
@@ -65,7 +67,7 @@ def _report_options(p: argparse.ArgumentParser) -> None:
 
 
 def build_check_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="virtualize check",
+    p = argparse.ArgumentParser(prog="virtualize check", fromfile_prefix_chars="@",
                                 description="Can this stack be virtualized? Writes nothing.")
     _common(p)
     return p
@@ -73,7 +75,7 @@ def build_check_parser() -> argparse.ArgumentParser:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="virtualize",
+        prog="virtualize", fromfile_prefix_chars="@",
         description="Turn a stack of netCDF / HDF5 files into one virtual Zarr v3 cube "
                     "(chunks are byte ranges in the files). `virtualize check FILES...` "
                     "reports whether a stack can be virtualized without writing anything.")
@@ -91,11 +93,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def build_mosaic_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="virtualize mosaic",
+        prog="virtualize mosaic", fromfile_prefix_chars="@",
         description="Place map tiles (GeoTIFFs, or netCDF/HDF5 with 1-D x/y coordinates) into "
                     "one virtual cube by their georeferencing. The grid is cut at every tile "
                     "edge and block boundary; every cell must be one whole block of one tile.")
-    p.add_argument("files", nargs="+", metavar="TILE")
+    p.add_argument("files", nargs="+", metavar="TILE",
+                   help="tiles, directories of them, or @LIST (one path per line)")
     p.add_argument("-o", "--output", metavar="OUT",
                    help="cube directory, kerchunk *.json or Icechunk *.icechunk")
     p.add_argument("--check", action="store_true", help="report only; write nothing")
