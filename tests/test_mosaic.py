@@ -4,13 +4,14 @@ referenced is refused naming the tile, block and pixel row/column."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
-import os
 
 import numpy as np
 import pytest
 import xarray as xr
+import zarr_metadata.model
 
 import make_mosaic as mm
 import virtualize
@@ -24,6 +25,9 @@ def build(case, tmp_path, **kw):
     cube, refs = tmp_path / "cube.zarr", tmp_path / "cube.json"
     report = virtualize.mosaic(files, cube, **kw)
     virtualize.mosaic(files, refs, **kw)
+    for name in report.plan.arrays:
+        doc = json.loads((cube / name / "zarr.json").read_text())
+        assert zarr_metadata.model.read_array_metadata_v3(doc).problems == ()
     return report, virtualize.open(cube), kerchunk_group(refs)
 
 
