@@ -18,10 +18,10 @@ import virtualize
 from helpers import assert_same, kerchunk_group
 
 
-def build(case, tmp_path, **kw):
-    files = CASE(case)
-    if case == "mosaic_offsets_plain":
-        kw.setdefault("offsets", [(r, c) for r, c, _, _ in mm.LAYOUT[case]])
+def build(case, name, tmp_path, **kw):
+    files = case(name)
+    if name == "mosaic_offsets_plain":
+        kw.setdefault("offsets", [(r, c) for r, c, _, _ in mm.LAYOUT[name]])
     cube, refs = tmp_path / "cube.zarr", tmp_path / "cube.json"
     report = virtualize.mosaic(files, cube, **kw)
     virtualize.mosaic(files, refs, **kw)
@@ -31,15 +31,6 @@ def build(case, tmp_path, **kw):
     return report, virtualize.open(cube), kerchunk_group(refs)
 
 
-CASE = None
-
-
-@pytest.fixture(autouse=True)
-def _case(case):
-    global CASE
-    CASE = case
-
-
 def data_name(report):
     return next(n for n in report.plan.arrays if n not in ("x", "y", "spatial_ref", "crs"))
 
@@ -47,23 +38,23 @@ def data_name(report):
 @pytest.mark.parametrize("name", ["mosaic_uneven_2x2", "mosaic_uneven_strips",
                                   "mosaic_staggered_aligned", "mosaic_gap", "mosaic_bands",
                                   "mosaic_netcdf", "mosaic_gdal_srcwin", "mosaic_offsets_plain"])
-def test_mosaic_reads_every_pixel_from_its_tile(tmp_path, name):
-    report, g, k = build(name, tmp_path)
+def test_mosaic_reads_every_pixel_from_its_tile(case, tmp_path, name):
+    report, g, k = build(case, name, tmp_path)
     var = data_name(report)
     expected = mm.expected(name)
     assert_same(g[var][...], expected.astype(g[var].dtype), f"{name} via virtualize.open")
     assert_same(k[var][...], expected.astype(g[var].dtype), f"{name} via kerchunk")
 
 
-def test_uneven_strips_make_a_rectilinear_grid(tmp_path):
-    report, g, _ = build("mosaic_uneven_strips", tmp_path)
+def test_uneven_strips_make_a_rectilinear_grid(case, tmp_path):
+    report, g, _ = build(case, "mosaic_uneven_strips", tmp_path)
     doc = json.loads((tmp_path / "cube.zarr" / "image" / "zarr.json").read_text())
     assert doc["chunk_grid"]["name"] == "rectilinear"
     assert doc["chunk_grid"]["configuration"]["chunk_shapes"] == [[[16, 6], 8], [96, 50]]
 
 
-def test_georeferenced_mosaic_has_union_coordinates(tmp_path):
-    report, g, _ = build("mosaic_uneven_2x2", tmp_path)
+def test_georeferenced_mosaic_has_union_coordinates(case, tmp_path):
+    report, g, _ = build(case, "mosaic_uneven_2x2", tmp_path)
     rows, cols = mm.union_shape("mosaic_uneven_2x2")
     x0, y0 = mm.ORIGIN
     np.testing.assert_array_equal(g["x"][...], x0 + (np.arange(cols) + 0.5) * mm.PIXEL)
@@ -74,22 +65,22 @@ def test_georeferenced_mosaic_has_union_coordinates(tmp_path):
     assert ds.image.dims == ("y", "x") and ds.sizes == {"y": rows, "x": cols}
 
 
-def test_netcdf_tiles_keep_their_grid_mapping(tmp_path):
-    report, g, _ = build("mosaic_netcdf", tmp_path)
+def test_netcdf_tiles_keep_their_grid_mapping(case, tmp_path):
+    report, g, _ = build(case, "mosaic_netcdf", tmp_path)
     assert "crs" in report.plan.arrays
     ds = xr.open_dataset(tmp_path / "cube.zarr", engine="virtualize")
     assert ds.elev.attrs["grid_mapping"] == "crs"
 
 
-def test_gap_reads_as_fill(tmp_path):
-    report, g, _ = build("mosaic_gap", tmp_path)
+def test_gap_reads_as_fill(case, tmp_path):
+    report, g, _ = build(case, "mosaic_gap", tmp_path)
     data = g["image"][...]
     assert (data == 0).sum() > 0 and int(g["image"].fill_value) == 0
     assert any("gaps" in n for n in report.notes)
 
 
-def test_staggered_misaligned_is_refused_naming_the_cut_block(tmp_path):
-    files = CASE("mosaic_staggered_misaligned")
+def test_staggered_misaligned_is_refused_naming_the_cut_block(case, tmp_path):
+    files = case("mosaic_staggered_misaligned")
     report = virtualize.check_mosaic(files)
     cuts = [p for p in report.problems if p.kind == "cut-through-block"]
     assert cuts and not report.ok
@@ -102,8 +93,8 @@ def test_staggered_misaligned_is_refused_naming_the_cut_block(tmp_path):
     assert not (tmp_path / "cube.zarr").exists()
 
 
-def test_overlap_is_refused_naming_both_tiles_and_the_window():
-    files = CASE("mosaic_overlap_aligned")
+def test_overlap_is_refused_naming_both_tiles_and_the_window(case):
+    files = case("mosaic_overlap_aligned")
     report = virtualize.check_mosaic(files)
     (p,) = [p for p in report.problems if p.kind == "overlap"]
     assert p.loc.file == str(files[1]) and str(files[0]) in p.message
@@ -111,37 +102,37 @@ def test_overlap_is_refused_naming_both_tiles_and_the_window():
 
 
 @pytest.mark.parametrize("rule", ["last", "first"])
-def test_overlap_settled_block_by_block(tmp_path, rule):
-    report, g, k = build("mosaic_overlap_aligned", tmp_path, overlap=rule)
+def test_overlap_settled_block_by_block(case, tmp_path, rule):
+    report, g, k = build(case, "mosaic_overlap_aligned", tmp_path, overlap=rule)
     expected = mm.expected("mosaic_overlap_aligned", rule)
     assert_same(g["image"][...], expected.astype(g["image"].dtype), f"overlap {rule}")
 
 
-def test_overlap_not_on_block_boundaries_stays_refused():
-    report = virtualize.check_mosaic(CASE("mosaic_overlap_misaligned"), overlap="last")
+def test_overlap_not_on_block_boundaries_stays_refused(case):
+    report = virtualize.check_mosaic(case("mosaic_overlap_misaligned"), overlap="last")
     assert {p.kind for p in report.problems if p.fatal} == {"cut-through-block"}
 
 
-def test_misaligned_pixels_need_warping():
-    files = CASE("mosaic_misaligned_phase")
+def test_misaligned_pixels_need_warping(case):
+    files = case("mosaic_misaligned_phase")
     report = virtualize.check_mosaic(files)
     (p,) = [p for p in report.problems if p.kind == "needs-warping"]
     assert p.loc.file == str(files[1]) and "0.35" in p.message
 
 
-def test_disagreeing_nodata_is_refused():
-    report = virtualize.check_mosaic(CASE("mosaic_nodata_disagree"))
+def test_disagreeing_nodata_is_refused(case):
+    report = virtualize.check_mosaic(case("mosaic_nodata_disagree"))
     assert "fill-value-differs" in {p.kind for p in report.problems}
 
 
-def test_plain_tiles_need_offsets():
-    report = virtualize.check_mosaic(CASE("mosaic_offsets_plain"))
+def test_plain_tiles_need_offsets(case):
+    report = virtualize.check_mosaic(case("mosaic_offsets_plain"))
     assert {p.kind for p in report.problems} == {"no-georeferencing"}
 
 
-def test_cli_mosaic_check_and_write(tmp_path):
+def test_cli_mosaic_check_and_write(case, tmp_path):
     exe = os.path.join(os.path.dirname(sys.executable), "virtualize")
-    files = [str(f) for f in CASE("mosaic_overlap_aligned")]
+    files = [str(f) for f in case("mosaic_overlap_aligned")]
     r = subprocess.run([exe, "mosaic", "--check", *files], capture_output=True, text=True)
     assert r.returncode == 1 and "overlap" in r.stdout
     r = subprocess.run([exe, "mosaic", "--check", "--overlap", "last", "--json", *files],
