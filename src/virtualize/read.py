@@ -105,11 +105,6 @@ class CubeStore(Store):
                 return None
             doc = json.loads(p.read_bytes())
             doc.pop(MANIFEST_FIELD, None)
-            if key == "zarr.json":
-                # Serve the hierarchy consolidated into the root document, so every array's
-                # metadata is parsed when the group is opened (inside `rectilinear_enabled`)
-                # rather than later, when the caller's config may refuse rectilinear grids.
-                doc["consolidated_metadata"] = self._consolidated()
             return json.dumps(doc).encode()
         for name in self.virtual:
             prefix = f"{name}/c"
@@ -117,16 +112,6 @@ class CubeStore(Store):
                 return self._chunk(name, key[len(prefix):].lstrip("/"))
         p = self.root / key
         return p.read_bytes() if p.is_file() else None
-
-    def _consolidated(self) -> dict[str, Any]:
-        meta = {}
-        for dirpath, _dirs, files in os.walk(self.root):
-            rel = Path(dirpath).relative_to(self.root).as_posix()
-            if rel != "." and "zarr.json" in files:
-                doc = json.loads((Path(dirpath) / "zarr.json").read_bytes())
-                doc.pop(MANIFEST_FIELD, None)
-                meta[rel] = doc
-        return {"kind": "inline", "must_understand": False, "metadata": meta}
 
     def _manifest(self, name: str) -> np.ndarray:
         m = self._manifests.get(name)
@@ -229,8 +214,10 @@ def _changed_sources(sources: list[dict[str, Any]]):
 
 class ConsolidatedView(WrapperStore):
     """A read-only view of a store whose root `zarr.json` is served with the whole
-    hierarchy consolidated into it (Icechunk keeps no consolidated metadata), so every
-    array is parsed when the group is opened, inside `rectilinear_enabled`."""
+    hierarchy consolidated into it, so every array's metadata is parsed when the group is
+    opened (inside `rectilinear_enabled`) rather than at first access, when the caller's
+    zarr config may refuse rectilinear grids. Used over cube directories and Icechunk
+    repositories (which keep no consolidated metadata)."""
 
     async def get(self, key: str, prototype: BufferPrototype | None = None,
                   byte_range: ByteRequest | None = None) -> Buffer | None:
@@ -262,8 +249,8 @@ def open_cube(path: str | os.PathLike, *, check_sources: bool = True) -> zarr.Gr
         from .emit.icechunk import is_icechunk_repo, open_icechunk
         if is_icechunk_repo(path):
             return zarr.open_group(ConsolidatedView(open_icechunk(path)), mode="r", zarr_format=3)
-        return zarr.open_group(CubeStore(path, check_sources=check_sources), mode="r",
-                               zarr_format=3)
+        return zarr.open_group(ConsolidatedView(CubeStore(path, check_sources=check_sources)),
+                               mode="r", zarr_format=3)
 
 
 def kerchunk_store(path: str | os.PathLike):

@@ -29,7 +29,7 @@ class VirtualizeBackendEntrypoint(BackendEntrypoint):
         elif is_icechunk_repo(path):
             store = ConsolidatedView(open_icechunk(path))
         else:
-            store = CubeStore(path, check_sources=check_sources)
+            store = ConsolidatedView(CubeStore(path, check_sources=check_sources))
         with rectilinear_enabled():
             return ZarrBackendEntrypoint().open_dataset(
                 store, group=group, drop_variables=drop_variables, mask_and_scale=mask_and_scale,
