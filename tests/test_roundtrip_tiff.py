@@ -189,3 +189,12 @@ def test_horizontal_predictor_in_both_byte_orders(tmp_path, byteorder, compressi
     report, g = roundtrip_tiff([path], tmp_path)
     assert [c["name"] for c in report.plan.arrays["image"].codecs][0] == "imagecodecs_delta"
     assert_same(g["image"][...], tifffile_image(path), f"predictor 2 {byteorder} {compression}")
+
+
+@pytest.mark.parametrize("compression", ["lzma", "deflate", "zstd"])
+def test_more_compressions(tmp_path, compression):
+    path = tmp_path / "c.tif"
+    tifffile.imwrite(path, np.arange(70 * 100, dtype="u2").reshape(70, 100) * 7, tile=(32, 32),
+                     compression=compression)
+    report, g = roundtrip_tiff([path], tmp_path)
+    assert_same(g["image"][...], tifffile_image(path), compression)
