@@ -142,3 +142,30 @@ def test_cli_mosaic_check_and_write(case, tmp_path):
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
     assert virtualize.open(tmp_path / "m.zarr")["image"].shape == (64, 96)
+
+
+def test_lon_lat_tiles_with_ascending_latitude(tmp_path):
+    """netCDF tiles on a regular lon/lat grid, latitude increasing (south-up)."""
+    import netCDF4
+
+    step = 0.25
+    files = []
+    for i, (lat0, lon0) in enumerate([(0, 0), (0, 32), (32, 0), (32, 32)]):
+        path = tmp_path / f"t{i}.nc"
+        with netCDF4.Dataset(path, "w") as d:
+            d.createDimension("lat", 32)
+            d.createDimension("lon", 32)
+            lat = d.createVariable("lat", "f8", ("lat",))
+            lat[:] = -10 + (lat0 + np.arange(32) + 0.5) * step
+            lon = d.createVariable("lon", "f8", ("lon",))
+            lon[:] = 20 + (lon0 + np.arange(32) + 0.5) * step
+            v = d.createVariable("t2m", "f4", ("lat", "lon"), chunksizes=(16, 16), zlib=True)
+            gy, gx = np.meshgrid(lat0 + np.arange(32), lon0 + np.arange(32), indexing="ij")
+            v[:] = gy * 1000 + gx
+        files.append(path)
+    virtualize.mosaic(files, tmp_path / "m.zarr")
+    g = virtualize.open(tmp_path / "m.zarr")
+    gy, gx = np.meshgrid(np.arange(64), np.arange(64), indexing="ij")
+    assert_same(g["t2m"][...], (gy * 1000 + gx).astype("f4"), "lon/lat mosaic")
+    np.testing.assert_allclose(g["lat"][...], -10 + (np.arange(64) + 0.5) * step)
+    np.testing.assert_allclose(g["lon"][...], 20 + (np.arange(64) + 0.5) * step)

@@ -198,3 +198,50 @@ def test_more_compressions(tmp_path, compression):
                      compression=compression)
     report, g = roundtrip_tiff([path], tmp_path)
     assert_same(g["image"][...], tifffile_image(path), compression)
+
+
+def _geotiff(path, data, matrix=None, nodata=None):
+    import make_tiff as mt
+
+    keys = mt.geokeys(32633, mt.RASTER_PIXEL_IS_AREA)
+    tags = [(34735, "H", len(keys), keys, True)]
+    if matrix is not None:
+        tags.append((34264, "d", 16, tuple(matrix), True))  # ModelTransformationTag
+    if nodata is not None:
+        tags.append((42113, "s", 0, nodata, True))
+    tifffile.imwrite(path, data, tile=(32, 32), extratags=tags)
+
+
+def test_model_transformation_geotiff(tmp_path):
+    path = tmp_path / "mt.tif"
+    m = [30.0, 0, 0, 399960.0, 0, -30.0, 0, 5800020.0, 0, 0, 0, 0, 0, 0, 0, 1]
+    _geotiff(path, np.arange(70 * 100, dtype="u2").reshape(70, 100), matrix=m)
+    virtualize.virtualize([path], tmp_path / "c.zarr")
+    ds = xr.open_dataset(tmp_path / "c.zarr", engine="virtualize")
+    np.testing.assert_array_equal(ds.x.values, 399975.0 + 30.0 * np.arange(100))
+    np.testing.assert_array_equal(ds.y.values, 5800005.0 - 30.0 * np.arange(70))
+
+
+def test_rotated_geotiff_keeps_its_transform_without_xy(tmp_path):
+    path = tmp_path / "rot.tif"
+    m = [30.0, 5.0, 0, 399960.0, 5.0, -30.0, 0, 5800020.0, 0, 0, 0, 0, 0, 0, 0, 1]
+    _geotiff(path, np.arange(70 * 100, dtype="u2").reshape(70, 100), matrix=m)
+    report = virtualize.check([path])
+    assert report.ok
+    assert [p.kind for p in report.problems] == ["rotated-geotransform"]
+    assert "x" not in report.plan.arrays and "spatial_ref" in report.plan.arrays
+    gt = report.plan.arrays["spatial_ref"].attrs["GeoTransform"].split()
+    assert [float(v) for v in gt] == [399960.0, 30.0, 5.0, 5800020.0, 5.0, -30.0]
+
+
+def test_nan_nodata_on_floats(tmp_path):
+    path = tmp_path / "f.tif"
+    data = np.linspace(0, 1, 70 * 100, dtype="f4").reshape(70, 100)
+    data[:5, :5] = np.nan
+    _geotiff(path, data, matrix=[30.0, 0, 0, 0, 0, -30.0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1],
+             nodata="nan")
+    report, g = roundtrip_tiff([path], tmp_path)
+    assert np.isnan(g["image"].fill_value)
+    assert_same(g["image"][...], tifffile_image(path), "nan nodata")
+    ds = xr.open_dataset(tmp_path / "cube.zarr", engine="virtualize")
+    assert int(ds.image.isnull().sum()) == 25
