@@ -244,3 +244,28 @@ def test_shrunken_dataset_keeps_only_chunks_inside_its_extent(tmp_path):
     virtualize.virtualize([p], tmp_path / "c.zarr")
     with h5py.File(p) as f:
         assert_same(virtualize.open(tmp_path / "c.zarr")["x"][...], f["x"][()], "shrunken")
+
+
+def test_truncated_hdf5_is_a_located_problem(tmp_path):
+    p = tmp_path / "t.h5"
+    with h5py.File(p, "w") as f:
+        f.create_dataset("x", data=np.arange(4000, dtype="f8").reshape(100, 40), chunks=(10, 40))
+    data = p.read_bytes()
+    cut = tmp_path / "cut.h5"
+    cut.write_bytes(data[: len(data) - 5000])
+    report = virtualize.check([cut])
+    (prob,) = report.problems  # HDF5 itself sees its end-of-file address past the end
+    assert prob.loc.file == str(cut) and prob.kind == "corrupt" and "truncated" in prob.message
+
+
+def test_blocks_past_the_end_of_a_file_are_truncated(tmp_path):
+    from virtualize.scan import _check_extent
+
+    p = tmp_path / "a.h5"
+    with h5py.File(p, "w") as f:
+        f.create_dataset("x", data=np.arange(40, dtype="f8").reshape(10, 4), chunks=(5, 4))
+    inv = virtualize.scan(p)
+    inv.size = int(inv.variables["x"].blocks.refs["offset"].max())  # as if cut mid-block
+    _check_extent(inv)
+    (prob,) = [q for q in inv.problems if q.kind == "truncated"]
+    assert prob.loc.variable == "x" and prob.loc.block is not None

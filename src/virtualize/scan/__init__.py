@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
+
 from ..model import FileInventory, Location, Problem, VirtualizeError
 from ._io import find_hdf5_signature, sniff
 
@@ -32,13 +34,13 @@ def scan(path: str | os.PathLike) -> FileInventory:
     try:
         if fmt == "hdf5":
             from .hdf5 import scan_hdf5
-            return scan_hdf5(path)
+            return _check_extent(scan_hdf5(path))
         if fmt == "netcdf3":
             from .netcdf3 import scan_netcdf3
-            return scan_netcdf3(path)
+            return _check_extent(scan_netcdf3(path))
         if fmt == "tiff":
             from .tiff import scan_tiff
-            return scan_tiff(path)
+            return _check_extent(scan_tiff(path))
     except VirtualizeError:
         raise
     except Exception as e:  # a library's own error: name the file and what it said
@@ -46,6 +48,26 @@ def scan(path: str | os.PathLike) -> FileInventory:
                               f"{path}: cannot be scanned") from None
     what = "not an HDF5, netCDF-4, netCDF classic or TIFF file"
     raise VirtualizeError([Problem(Location(path), "unknown-format", what)], f"{path}: {what}")
+
+
+def _check_extent(inv: FileInventory) -> FileInventory:
+    """Every referenced block must lie inside the file: a block past its end (a truncated
+    file) is a located problem here, not an error at read time."""
+    told = {p.loc.variable for p in inv.problems if p.kind == "truncated"}
+    for name, v in inv.variables.items():
+        if v.blocks is None or name in told:
+            continue
+        refs = v.blocks.refs.reshape(-1)
+        end = refs["offset"] + refs["length"]
+        bad = (refs["length"] > 0) & (end > inv.size)
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            block = tuple(int(b) for b in np.unravel_index(i, v.blocks.refs.shape))
+            inv.problems.append(Problem(
+                Location(inv.path, name, None, block), "truncated",
+                f"{int(bad.sum())} block(s) end past the end of the file ({inv.size} bytes), "
+                f"the first at byte {int(end[i])}"))
+    return inv
 
 
 def read_values(path: str, variable: str):
