@@ -245,3 +245,16 @@ def test_nan_nodata_on_floats(tmp_path):
     assert_same(g["image"][...], tifffile_image(path), "nan nodata")
     ds = xr.open_dataset(tmp_path / "cube.zarr", engine="virtualize")
     assert int(ds.image.isnull().sum()) == 25
+
+
+def test_tifffile_warnings_land_in_the_report(tmp_path, capfd):
+    path = tmp_path / "w.tif"
+    tifffile.imwrite(path, np.zeros((10, 10), "u1"))
+    data = bytearray(path.read_bytes())
+    with tifffile.TiffFile(path) as tif:  # damage one tag's data type: tifffile skips the tag
+        tag = tif.pages[0].tags["ResolutionUnit"]
+    data[tag.offset + 2:tag.offset + 4] = (999).to_bytes(2, "little")
+    path.write_bytes(bytes(data))
+    report = virtualize.check([path])
+    assert any(p.kind == "tiff-warning" and not p.fatal for p in report.problems)
+    assert "tifffile" not in capfd.readouterr().err

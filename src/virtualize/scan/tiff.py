@@ -16,6 +16,8 @@ Only the offset/bytecount tables and tags are read, never pixel data.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import math
 import os
 from typing import Any
@@ -45,11 +47,33 @@ IMAGE_CODECS = {C.JPEG, C.WEBP, C.LERC}
 
 def scan_tiff(path: str) -> FileInventory:
     st = os.stat(path)
-    with CountingFile(path) as fh:
+    with CountingFile(path) as fh, _tifffile_warnings() as warnings:
         with tifffile.TiffFile(fh, is_shaped=False, is_ome=False, is_imagej=False) as tif:
             inv = _TiffScanner(path, tif, st.st_size).run(st.st_mtime_ns)
         inv.bytes_read = fh.bytes_read
+    # what tifffile only logged (a damaged tag it skipped, ...) belongs in the report
+    inv.problems += [Problem(Location(path), "tiff-warning", w, fatal=False) for w in warnings]
     return inv
+
+
+@contextlib.contextmanager
+def _tifffile_warnings():
+    """Collect tifffile's logged warnings instead of printing them."""
+    messages: list[str] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            messages.append(record.getMessage())
+
+    logger = logging.getLogger("tifffile")
+    handler, propagate = Collect(logging.WARNING), logger.propagate
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        yield messages
+    finally:
+        logger.removeHandler(handler)
+        logger.propagate = propagate
 
 
 class _TiffScanner:
