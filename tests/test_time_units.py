@@ -73,3 +73,24 @@ def test_time_bounds_are_re_expressed_with_time(tmp_path):
     xr.testing.assert_equal(ds.time_bnds, src.time_bnds)
     raw = virtualize.open(tmp_path / "cube.zarr")["time_bnds"][...]
     assert raw[31].tolist() == [31.0, 32.0] and raw[-1].tolist() == [90.0, 91.0]
+
+
+def test_concat_axis_need_not_be_the_first(tmp_path):
+    """(lat, lon, time) files: chunks concatenate along the last axis."""
+    files = []
+    for i, n in enumerate([31, 29, 31]):
+        path = tmp_path / f"t{i}.nc"
+        with netCDF4.Dataset(path, "w") as d:
+            d.createDimension("x", 3)
+            d.createDimension("time", None)
+            t = d.createVariable("time", "i4", ("time",))
+            t.units = "days since 2024-01-01"
+            t[:] = np.arange(n) + [0, 31, 60][i]
+            v = d.createVariable("v", "f4", ("x", "time"), chunksizes=(3, n), zlib=True)
+            v[:] = np.arange(3 * n, dtype="f4").reshape(3, n) + 1000 * i
+        files.append(path)
+    report = virtualize.virtualize(files, tmp_path / "c.zarr")
+    assert report.plan.arrays["v"].chunk_lengths[1] == (31, 29, 31)
+    ds = xr.open_dataset(tmp_path / "c.zarr", engine="virtualize")
+    src = xr.concat([xr.open_dataset(f) for f in files], dim="time")
+    xr.testing.assert_equal(ds.v, src.v)
