@@ -94,3 +94,13 @@ def test_directories_and_file_lists(case, tmp_path):
     assert r.returncode == 0, r.stderr
     for out in ("a.zarr", "b.zarr"):
         assert virtualize.open(tmp_path / out)["tas"].shape == (28, 3, 4)
+
+
+def test_parallel_scan_gives_the_same_report(case, tmp_path):
+    files = case("months2024") + case("tenday_padded")[:2] + [tmp_path / "missing.nc"]
+    one = virtualize.check(files)
+    two = virtualize.check(files, jobs=2)
+    assert [str(p) for p in one.problems] == [str(p) for p in two.problems]
+    assert one.bytes_read == two.bytes_read
+    r = run("check", "-j", "2", *case("months2024"))
+    assert r.returncode == 0 and r.stdout.startswith("yes: 12 file(s)")

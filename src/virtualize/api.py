@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import importlib.util
+import multiprocessing
 import os
-from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
 import zarr
@@ -30,7 +32,7 @@ def scan(path: PathLike) -> FileInventory:
 def check(paths: Iterable[PathLike] | PathLike, concat_dim: str | None = None, *,
           inline: Iterable[str] = (), drop: Iterable[str] = (), sort: bool = True,
           split: bool = True, materialize: bool = False, materialize_limit: int | None = None,
-          progress=None) -> Report:
+          jobs: int = 1, progress=None) -> Report:
     """Can this stack be virtualized (concatenated along `concat_dim`)? Scans every file
     and plans the cube, collecting every problem of every file. Writes nothing.
 
@@ -40,14 +42,14 @@ def check(paths: Iterable[PathLike] | PathLike, concat_dim: str | None = None, *
     opts = ConcatOptions(concat_dim=concat_dim, inline=frozenset(_names(inline)),
                          drop=frozenset(_names(drop)), sort=sort, split=split,
                          materialize=materialize)
-    return _check(paths, lambda invs: plan_concat(invs, opts), progress, materialize_limit)
+    return _check(paths, lambda invs: plan_concat(invs, opts), progress, materialize_limit, jobs)
 
 
 def check_mosaic(paths: Iterable[PathLike] | PathLike, *,
                  offsets: Sequence[tuple[int, int]] | None = None, overlap: str | None = None,
                  drop: Iterable[str] = (), tolerance: float = 1e-3, split: bool = True,
                  materialize: bool = False, materialize_limit: int | None = None,
-                 progress=None) -> Report:
+                 jobs: int = 1, progress=None) -> Report:
     """Can these tiles be placed into one mosaic? By georeferencing (GeoTIFF transform,
     or 1-D x/y / lon/lat coordinates), or by explicit `offsets` [(row, col), ...] in pixels.
     `overlap`: None (overlaps are problems), "last" or "first" (which tile wins).
@@ -55,14 +57,14 @@ def check_mosaic(paths: Iterable[PathLike] | PathLike, *,
     copies cells no block fits."""
     opts = MosaicOptions(offsets=offsets, overlap=overlap, tolerance=tolerance,
                          drop=frozenset(_names(drop)), split=split, materialize=materialize)
-    return _check(paths, lambda invs: plan_mosaic(invs, opts), progress, materialize_limit)
+    return _check(paths, lambda invs: plan_mosaic(invs, opts), progress, materialize_limit, jobs)
 
 
 def virtualize(paths: Iterable[PathLike] | PathLike, out: PathLike, concat_dim: str | None = None,
                *, overwrite: bool = False, inline: Iterable[str] = (), drop: Iterable[str] = (),
                sort: bool = True, split: bool = True, materialize: bool = False,
                materialize_limit: int | None = None, format: str | None = None,
-               progress=None) -> Report:
+               jobs: int = 1, progress=None) -> Report:
     """Virtualize a stack into `out`: a cube directory, a kerchunk reference JSON
     (`format="kerchunk"` or `out` ending in `.json`) or an Icechunk repository
     (`format="icechunk"` or `.icechunk`). Nothing is written unless every file
@@ -70,7 +72,7 @@ def virtualize(paths: Iterable[PathLike] | PathLike, out: PathLike, concat_dim: 
     kind = _output_kind(out, format, overwrite)
     report = check(paths, concat_dim, inline=inline, drop=drop, sort=sort, split=split,
                    materialize=materialize, materialize_limit=materialize_limit,
-                   progress=progress)
+                   jobs=jobs, progress=progress)
     return _write(report, out, kind, overwrite)
 
 
@@ -78,13 +80,14 @@ def mosaic(paths: Iterable[PathLike] | PathLike, out: PathLike, *,
            offsets: Sequence[tuple[int, int]] | None = None, overlap: str | None = None,
            drop: Iterable[str] = (), tolerance: float = 1e-3, split: bool = True,
            materialize: bool = False, materialize_limit: int | None = None,
-           overwrite: bool = False, format: str | None = None, progress=None) -> Report:
+           overwrite: bool = False, format: str | None = None, jobs: int = 1,
+           progress=None) -> Report:
     """Place tiles into one mosaic cube at `out` (see `check_mosaic`); nothing is written
     unless every cell is exactly one block of one tile or a gap."""
     kind = _output_kind(out, format, overwrite)
     report = check_mosaic(paths, offsets=offsets, overlap=overlap, drop=drop,
                           tolerance=tolerance, split=split, materialize=materialize,
-                          materialize_limit=materialize_limit, progress=progress)
+                          materialize_limit=materialize_limit, jobs=jobs, progress=progress)
     return _write(report, out, kind, overwrite)
 
 
@@ -96,23 +99,22 @@ def open(path: PathLike, *, check_sources: bool = True) -> zarr.Group:  # noqa: 
 
 # -- the shared steps ------------------------------------------------------------------
 
-def _check(paths, planner: Planner, progress, materialize_limit: int | None = None) -> Report:
+def _check(paths, planner: Planner, progress, materialize_limit: int | None = None,
+           jobs: int = 1) -> Report:
     files = _paths(paths)
     problems: list[Problem] = []
     invs: list[FileInventory] = []
     bytes_read: dict[str, int] = {}
     if not files:
         problems.append(Problem(Location(), "no-files", "no input files were given"))
-    for i, f in enumerate(files):
-        try:
-            inv = _scan(f)
-        except VirtualizeError as e:
-            problems.extend(e.problems)
-            continue
-        invs.append(inv)
-        bytes_read[inv.path] = inv.bytes_read
+    for i, result in enumerate(_scan_all(files, jobs)):
+        if isinstance(result, FileInventory):
+            invs.append(result)
+            bytes_read[result.path] = result.bytes_read
+        else:
+            problems.extend(result)
         if progress is not None:
-            progress(i + 1, len(files), inv)
+            progress(i + 1, len(files), result if isinstance(result, FileInventory) else None)
     plan = None
     notes: list[str] = []
     if invs:
@@ -128,6 +130,25 @@ def _check(paths, planner: Planner, progress, materialize_limit: int | None = No
         notes.append(f"{len(files) - len(invs)} file(s) could not be scanned")
     return Report(files=[os.path.abspath(f) for f in files], problems=problems, plan=plan,
                   notes=notes, bytes_read=bytes_read)
+
+
+def _scan_or_problems(path: str) -> FileInventory | list[Problem]:
+    try:
+        return _scan(path)
+    except VirtualizeError as e:
+        return list(e.problems)
+
+
+def _scan_all(files: list[str], jobs: int) -> Iterator[FileInventory | list[Problem]]:
+    """Scan in file order; with jobs > 1 (0: one per core) in worker processes."""
+    jobs = jobs or os.cpu_count() or 1
+    if jobs <= 1 or len(files) < 2:
+        yield from map(_scan_or_problems, files)
+        return
+    # forkserver: zarr runs an event-loop thread, and forking a threaded process can deadlock
+    ctx = multiprocessing.get_context("forkserver")
+    with ProcessPoolExecutor(max_workers=min(jobs, len(files)), mp_context=ctx) as pool:
+        yield from pool.map(_scan_or_problems, files, chunksize=max(1, len(files) // (8 * jobs)))
 
 
 def _output_kind(out: PathLike, format: str | None, overwrite: bool) -> str:

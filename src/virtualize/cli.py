@@ -55,11 +55,14 @@ def _bytes_arg(text: str) -> int:
 
 
 def _remedies(args) -> dict:
+    """The remedy options, and the scan's worker count, as keyword arguments."""
     return dict(split=not args.no_split, materialize=args.materialize,
-                materialize_limit=args.materialize_limit)
+                materialize_limit=args.materialize_limit, jobs=args.jobs)
 
 
 def _report_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-j", "--jobs", type=int, default=1, metavar="N",
+                   help="scan files in N worker processes (0: one per core; default 1)")
     p.add_argument("--json", action="store_true", help="print the report as JSON (docs/report.md)")
     p.add_argument("--html", metavar="FILE", help="also write the report as one HTML page")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
@@ -166,7 +169,7 @@ class _Progress:
         self.bytes = 0
 
     def __call__(self, done: int, total: int, inv) -> None:
-        self.bytes += inv.bytes_read
+        self.bytes += inv.bytes_read if inv is not None else 0
         rate = done / max(time.monotonic() - self.start, 1e-9)
         width = 30
         fill = int(width * done / max(total, 1))
