@@ -129,26 +129,28 @@ def _mosaic(argv: list[str]) -> int:
         return 0 if report.ok else 1
     if not args.output:
         parser.error("-o/--output is required unless --check")
+    return _write(args, lambda: mosaic(args.files, args.output, overwrite=args.overwrite,
+                                       format=args.format, **kw))
+
+
+def _write(args, job) -> int:
+    """Run a writing job; show its report, or why nothing was written."""
     try:
-        report = mosaic(args.files, args.output, overwrite=args.overwrite, format=args.format, **kw)
+        report = job()
     except (FileExistsError, ValueError) as e:
         print(f"virtualize: {e}", file=sys.stderr)
         return 1
     except VirtualizeError as e:
-        return _refused(e, args)
+        if e.report is None:
+            print(f"virtualize: {e}", file=sys.stderr)
+            return 1
+        _show(e.report, args)
+        print(f"virtualize: nothing was written to {args.output}", file=sys.stderr)
+        return 1
     _show(report, args)
     if not args.json:
         print(f"wrote {args.output}")
     return 0
-
-
-def _refused(e: VirtualizeError, args) -> int:
-    if e.report is None:
-        print(f"virtualize: {e}", file=sys.stderr)
-        return 1
-    _show(e.report, args)
-    print(f"virtualize: nothing was written to {args.output}", file=sys.stderr)
-    return 1
 
 
 def _show(report, args) -> None:
@@ -195,19 +197,10 @@ def main(argv: list[str] | None = None) -> int:
         _show(report, args)
         return 0 if report.ok else 1
     args = build_parser().parse_args(argv)
-    try:
-        report = virtualize(args.files, args.output, args.concat_dim, overwrite=args.overwrite,
-                            inline=args.inline, drop=args.drop, sort=not args.no_sort,
-                            format=args.format, progress=_progress(args), **_remedies(args))
-    except (FileExistsError, ValueError) as e:
-        print(f"virtualize: {e}", file=sys.stderr)
-        return 1
-    except VirtualizeError as e:
-        return _refused(e, args)
-    _show(report, args)
-    if not args.json:
-        print(f"wrote {args.output}")
-    return 0
+    return _write(args, lambda: virtualize(
+        args.files, args.output, args.concat_dim, overwrite=args.overwrite, inline=args.inline,
+        drop=args.drop, sort=not args.no_sort, format=args.format, progress=_progress(args),
+        **_remedies(args)))
 
 
 if __name__ == "__main__":
