@@ -106,8 +106,6 @@ class BlockTable:
     block_shape: tuple[int, ...]
     padded: bool
     refs: np.ndarray  # REF_DTYPE, shape == grid shape
-    # Blocks whose stored filter pipeline differs from the variable's (HDF5 filter mask).
-    odd_filter_mask: np.ndarray | None = None  # int64 (k, ndim) block indices
 
     @property
     def grid_shape(self) -> tuple[int, ...]:

@@ -1,10 +1,9 @@
-"""Grid arithmetic: block lengths along an axis, run-length encoding, chunk lookup. Pure."""
+"""Grid arithmetic: block lengths along an axis, run-length encoding. Pure."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
 
 
 def block_lengths(n: int, block: int, padded: bool) -> list[int]:
@@ -41,22 +40,6 @@ def rle(lengths: Sequence[int]) -> list[int | list[int]]:
     return out
 
 
-def unrle(spec: int | Sequence[int | Sequence[int]], extent: int) -> list[int]:
-    """Decode one axis of `chunk_shapes` (an integer, or a list of lengths and runs)."""
-    if isinstance(spec, int):
-        if extent == 0:
-            return []
-        return [spec] * (-(-extent // spec))
-    out: list[int] = []
-    for item in spec:
-        if isinstance(item, int):
-            out.append(item)
-        else:
-            length, count = item
-            out.extend([int(length)] * int(count))
-    return out
-
-
 def is_regular(lengths: Sequence[int]) -> bool:
     """True when every chunk along the axis has the same length (only the last may
     overhang, which a regular grid allows)."""
@@ -70,11 +53,3 @@ def axis_spec(lengths: Sequence[int], extent: int) -> list[int | list[int]]:
     if not lengths:
         return [max(extent, 1)]
     return rle(lengths)
-
-
-def chunk_of(lengths: Sequence[int], index: int) -> tuple[int, int]:
-    """The chunk holding `index` along an axis and the position inside it."""
-    edges = np.cumsum(lengths)
-    k = int(np.searchsorted(edges, index, side="right"))
-    start = int(edges[k - 1]) if k else 0
-    return k, index - start

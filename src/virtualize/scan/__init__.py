@@ -102,7 +102,7 @@ class SourceReader:
             self._h5 = h5py.File(self.path, "r")
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *_exc) -> None:
         if self._h5 is not None:
             self._h5.close()
         self._cache.clear()

@@ -199,7 +199,6 @@ class _Scanner:
         inside = (idx < np.asarray(grid, dtype=np.int64)).all(axis=1)
         if not inside.all():  # chunks left allocated past a shrunken extent hold no data of it
             idx, offsets, sizes, masks = idx[inside], offsets[inside], sizes[inside], masks[inside]
-        odd = None
         if len(offsets):
             flat = np.ravel_multi_index(tuple(idx.T), grid)
             view = refs.reshape(-1)
@@ -216,7 +215,7 @@ class _Scanner:
                     self.problem(name, "filter-mask",
                                  f"... and {len(odd) - 20} more chunks with a filter mask")
                 return None, codecs
-        return BlockTable(chunks, padded=True, refs=refs, odd_filter_mask=odd), codecs
+        return BlockTable(chunks, padded=True, refs=refs), codecs
 
     def _filters(self, name: str, dcpl, dtype: np.dtype) -> tuple[list[dict], bool]:
         out: list[dict] = []
