@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import xarray as xr
 import zarr
+from helpers import rectilinear
 
 import virtualize
-from helpers import rectilinear
 from virtualize.model import VirtualizeError
 
 

@@ -5,14 +5,14 @@ from __future__ import annotations
 import os
 import time
 
+import make_mosaic as mm
 import numpy as np
 import pytest
 import xarray as xr
 import zarr
-
-import make_mosaic as mm
-import virtualize
 from helpers import assert_same, rectilinear, source_values
+
+import virtualize
 
 ic = pytest.importorskip("icechunk")
 

@@ -8,14 +8,14 @@ import os
 import subprocess
 import sys
 
+import make_mosaic as mm
 import numpy as np
 import pytest
 import xarray as xr
 import zarr_metadata.model
-
-import make_mosaic as mm
-import virtualize
 from helpers import assert_same, kerchunk_group
+
+import virtualize
 
 
 def build(case, name, tmp_path, **kw):

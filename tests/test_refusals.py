@@ -4,9 +4,9 @@ is written."""
 from __future__ import annotations
 
 import pytest
+from conftest import needs
 
 import virtualize
-from conftest import needs
 from virtualize.model import VirtualizeError
 
 MONTHS_2024 = [31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31]

@@ -82,7 +82,7 @@ def test_html_is_self_contained(case, tmp_path):
 
 
 def test_large_grids_are_summarized_not_drawn_chunk_by_chunk():
-    from virtualize.model import AxisFigure, OK
+    from virtualize.model import OK, AxisFigure
     from virtualize.report import _band
 
     lengths = np.tile([3, 1], 500_000)  # a million chunks, alternating: the worst case

@@ -9,16 +9,16 @@ import json
 import os
 import shutil
 
+import make_fixtures as mf
 import netCDF4
 import numpy as np
 import pytest
 import xarray as xr
-
-import make_fixtures as mf
-import virtualize
 from conftest import needs
 from helpers import assert_same, kerchunk_xarray, source_values
 from test_roundtrip_hdf5 import roundtrip
+
+import virtualize
 from virtualize.model import VirtualizeError
 from virtualize.scan.netcdf3 import parse_header
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import importlib.util
 import multiprocessing
 import os
-from concurrent.futures import ProcessPoolExecutor
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import zarr

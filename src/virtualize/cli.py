@@ -13,8 +13,8 @@ import time
 
 from . import __version__
 from .api import check, check_mosaic, mosaic, virtualize
-from .report import format_text, to_html, to_json
 from .model import VirtualizeError
+from .report import format_text, to_html, to_json
 
 
 def _common(p: argparse.ArgumentParser) -> None:

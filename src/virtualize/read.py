@@ -20,7 +20,13 @@ from typing import Any
 
 import numpy as np
 import zarr
-from zarr.abc.store import ByteRequest, OffsetByteRequest, RangeByteRequest, Store, SuffixByteRequest
+from zarr.abc.store import (
+    ByteRequest,
+    OffsetByteRequest,
+    RangeByteRequest,
+    Store,
+    SuffixByteRequest,
+)
 from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
 from zarr.storage import WrapperStore
 

@@ -198,7 +198,8 @@ h1{font-size:22px;margin:0 0 8px} h2{font-size:17px;margin:28px 0 8px} h3{font-s
 .verdict.yes{background:#e3f4e1;color:#1e7b1e}.verdict.remedies{background:#fff3d6;color:#8a5a00}
 .verdict.no{background:#fde2e1;color:#b3261e}
 table.counts td{padding:2px 12px 2px 0} table.problems{border-collapse:collapse;width:100%}
-table.problems td,table.problems th{border-bottom:1px solid #ddd;padding:4px 6px;text-align:left;vertical-align:top}
+table.problems td,table.problems th{border-bottom:1px solid #ddd;padding:4px 6px;text-align:left;
+  vertical-align:top}
 tr.fatal td.kind{color:#b3261e;font-weight:600} tr.warning td.kind{color:#8a5a00}
 figure{margin:6px 0 10px} figcaption{font-size:12px;color:#555}
 .legend span{display:inline-block;margin-right:14px;font-size:12px}

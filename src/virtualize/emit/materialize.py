@@ -13,7 +13,7 @@ import zarr
 from zarr.core.buffer import cpu
 from zarr.storage import MemoryStore
 
-from ..model import ArrayPlan, Plan, VirtualizeError, Location, Problem
+from ..model import ArrayPlan, Location, Plan, Problem, VirtualizeError
 from ..scan import SourceReader
 from .metadata import CHUNK_KEY_ENCODING, array_doc, data_type, fill_json
 

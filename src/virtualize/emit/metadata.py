@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from ..plan.grid import axis_spec, is_regular
 from ..model import ArrayPlan
+from ..plan.grid import axis_spec, is_regular
 
 # The extension field that marks an array whose chunks live in a virtualize manifest.
 # It has no "must_understand": false, so a zarr reader that does not know it refuses the

@@ -18,13 +18,11 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from ..scan import read_values
-from ..scan._io import digest_blocks
 from ..model import (
     MATERIALIZED,
     REF_DTYPE,
-    Cell,
     ArrayPlan,
+    Cell,
     FileInventory,
     Location,
     Plan,
@@ -32,12 +30,14 @@ from ..model import (
     Source,
     Variable,
 )
+from ..scan import read_values
+from ..scan._io import digest_blocks
 from ._common import (
     Context,
+    can_materialize,
     carry_scan_problems,
     consistent,
     figure,
-    can_materialize,
     figure_of,
     groups_for,
     inline_plan,

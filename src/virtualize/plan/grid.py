@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 
-
 def block_lengths(n: int, block: int, padded: bool) -> list[int]:
     """The chunk lengths one file's blocks give along an axis of length `n`.
 

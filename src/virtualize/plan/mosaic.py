@@ -21,9 +21,9 @@ import numpy as np
 from ..model import (
     GAP,
     MATERIALIZED,
-    Cell,
     OK,
     ArrayPlan,
+    Cell,
     FileInventory,
     MosaicFigure,
     Plan,
@@ -34,10 +34,10 @@ from ..model import (
 )
 from ._common import (
     Context,
+    can_materialize,
     carry_scan_problems,
     consistent,
     figure,
-    can_materialize,
     figure_of,
     groups_for,
     inline_plan,
