@@ -9,10 +9,11 @@ import numpy as np
 import pytest
 import xarray as xr
 import zarr
-from helpers import rectilinear
 
 import virtualize
 from virtualize.model import VirtualizeError
+
+from helpers import rectilinear
 
 
 @pytest.fixture

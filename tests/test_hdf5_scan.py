@@ -5,9 +5,10 @@ from __future__ import annotations
 import h5py
 import numpy as np
 import pytest
-from helpers import assert_same
 
 import virtualize
+
+from helpers import assert_same
 
 
 def test_block_table_matches_the_chunk_index(tmp_path):

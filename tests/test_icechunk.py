@@ -5,14 +5,15 @@ from __future__ import annotations
 import os
 import time
 
-import make_mosaic as mm
 import numpy as np
 import pytest
 import xarray as xr
 import zarr
-from helpers import assert_same, rectilinear, source_values
 
 import virtualize
+
+import make_mosaic as mm
+from helpers import assert_same, rectilinear, source_values
 
 ic = pytest.importorskip("icechunk")
 

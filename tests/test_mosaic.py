@@ -8,14 +8,15 @@ import os
 import subprocess
 import sys
 
-import make_mosaic as mm
 import numpy as np
 import pytest
 import xarray as xr
 import zarr_metadata.model
-from helpers import assert_same, kerchunk_group
 
 import virtualize
+
+import make_mosaic as mm
+from helpers import assert_same, kerchunk_group
 
 
 def build(case, name, tmp_path, **kw):

@@ -4,10 +4,11 @@ is written."""
 from __future__ import annotations
 
 import pytest
-from conftest import needs
 
 import virtualize
 from virtualize.model import VirtualizeError
+
+from conftest import needs
 
 MONTHS_2024 = [31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31]
 

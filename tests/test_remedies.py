@@ -8,13 +8,14 @@ import os
 import subprocess
 import sys
 
-import make_mosaic as mm
 import numpy as np
 import pytest
-from helpers import assert_same, kerchunk_group, source_values
 
 import virtualize
 from virtualize.report import verdict
+
+import make_mosaic as mm
+from helpers import assert_same, kerchunk_group, source_values
 
 MONTHS_2024 = [31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31]
 

@@ -10,10 +10,11 @@ import netCDF4
 import pytest
 import xarray as xr
 import zarr_metadata.model
-from conftest import needs
-from helpers import assert_same, kerchunk_group, kerchunk_xarray, source_values
 
 import virtualize
+
+from conftest import needs
+from helpers import assert_same, kerchunk_group, kerchunk_xarray, source_values
 
 LEAP_2024 = [31, 29, 31, 30, 31, 30, [31, 2], 30, 31, 30, 31]
 

@@ -9,18 +9,19 @@ import json
 import os
 import shutil
 
-import make_fixtures as mf
 import netCDF4
 import numpy as np
 import pytest
 import xarray as xr
-from conftest import needs
-from helpers import assert_same, kerchunk_xarray, source_values
 from test_roundtrip_hdf5 import roundtrip
 
 import virtualize
 from virtualize.model import VirtualizeError
 from virtualize.scan.netcdf3 import parse_header
+
+import make_fixtures as mf
+from conftest import needs
+from helpers import assert_same, kerchunk_xarray, source_values
 
 MONTHS_2024 = [31, 29, 31]
 BIG = {"name": "bytes", "configuration": {"endian": "big"}}

@@ -9,9 +9,10 @@ import pytest
 import tifffile
 import xarray as xr
 import zarr_metadata.model
-from helpers import assert_same, kerchunk_group, kerchunk_xarray
 
 import virtualize
+
+from helpers import assert_same, kerchunk_group, kerchunk_xarray
 
 LOSSLESS = ["strips_short_last", "strips_lzw", "strips_deflate_pred", "strips_packbits",
             "tiles_padded", "rgb_contig_tiles", "rgb_planar_separate", "rgb_planar_strips",

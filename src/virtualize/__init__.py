@@ -11,14 +11,15 @@ The Python API (the CLI is a thin layer over it):
 - `check_mosaic(tiles, offsets=None, overlap=None) -> Report` and
   `mosaic(tiles, out, ...)`: map tiles placed side by side by their georeferencing (or
   explicit pixel offsets) into one array, cut at every tile edge and block boundary.
+- `append(cube, files)`: add files to the end of a cube directory, planned as before.
 - `open(path) -> zarr.Group`: a read-only zarr group over a cube.
 """
 
 __version__ = "0.1.0"
 
-from .api import check, check_mosaic, mosaic, open, scan, virtualize  # noqa: E402
+from .api import append, check, check_mosaic, mosaic, open, scan, virtualize  # noqa: E402
 from .model import Problem, VirtualizeError  # noqa: E402
 from .report import Report  # noqa: E402
 
-__all__ = ["Problem", "Report", "VirtualizeError", "check", "check_mosaic", "mosaic", "open",
-           "scan", "virtualize"]
+__all__ = ["Problem", "Report", "VirtualizeError", "append", "check", "check_mosaic", "mosaic",
+           "open", "scan", "virtualize"]

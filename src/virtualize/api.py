@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import multiprocessing
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -13,9 +14,10 @@ import zarr
 
 from .emit import write_cube, write_kerchunk
 from .emit._staging import refuse_existing
+from .emit.cube import SOURCES_NAME
 from .model import FileInventory, Location, Plan, Problem, VirtualizeError
 from .plan import ConcatOptions, MosaicOptions, plan_concat, plan_mosaic
-from .read import open_cube
+from .read import changed_sources, open_cube
 from .report import Report
 from .scan import scan as _scan
 
@@ -42,7 +44,13 @@ def check(paths: Iterable[PathLike] | PathLike, concat_dim: str | None = None, *
     opts = ConcatOptions(concat_dim=concat_dim, inline=frozenset(_names(inline)),
                          drop=frozenset(_names(drop)), sort=sort, split=split,
                          materialize=materialize)
-    return _check(paths, lambda invs: plan_concat(invs, opts), progress, materialize_limit, jobs)
+    recipe = {"kind": "concat", "concat_dim": concat_dim, "inline": sorted(opts.inline),
+              "drop": sorted(opts.drop), "sort": sort, "split": split,
+              "materialize": materialize, "materialize_limit": materialize_limit}
+    report = _check(paths, lambda invs: plan_concat(invs, opts), progress, materialize_limit, jobs)
+    if report.plan is not None:
+        report.plan.recipe = recipe
+    return report
 
 
 def check_mosaic(paths: Iterable[PathLike] | PathLike, *,
@@ -57,7 +65,13 @@ def check_mosaic(paths: Iterable[PathLike] | PathLike, *,
     copies cells no block fits."""
     opts = MosaicOptions(offsets=offsets, overlap=overlap, tolerance=tolerance,
                          drop=frozenset(_names(drop)), split=split, materialize=materialize)
-    return _check(paths, lambda invs: plan_mosaic(invs, opts), progress, materialize_limit, jobs)
+    report = _check(paths, lambda invs: plan_mosaic(invs, opts), progress, materialize_limit, jobs)
+    if report.plan is not None:
+        report.plan.recipe = {"kind": "mosaic", "overlap": overlap, "tolerance": tolerance,
+                              "offsets": [list(o) for o in offsets] if offsets else None,
+                              "drop": sorted(opts.drop), "split": split,
+                              "materialize": materialize}
+    return report
 
 
 def virtualize(paths: Iterable[PathLike] | PathLike, out: PathLike, concat_dim: str | None = None,
@@ -89,6 +103,42 @@ def mosaic(paths: Iterable[PathLike] | PathLike, out: PathLike, *,
                           tolerance=tolerance, split=split, materialize=materialize,
                           materialize_limit=materialize_limit, jobs=jobs, progress=progress)
     return _write(report, out, kind, overwrite)
+
+
+def append(cube: PathLike, paths: Iterable[PathLike] | PathLike, *, jobs: int = 1,
+           progress=None) -> Report:
+    """Add files to the end of a cube directory written by `virtualize`: the grown stack
+    is planned as the cube was (its recorded recipe), checked, and the cube replaced in
+    one rename when complete. Refused (nothing changed) when a source of the cube changed,
+    a file is already in it, or a new file does not come after the cube's last step."""
+    cube = Path(cube)
+    info_path = cube / SOURCES_NAME
+    if not info_path.is_file():
+        raise VirtualizeError([Problem(Location(str(cube)), "not-a-cube",
+                                       f"no {SOURCES_NAME}: only cube directories can be appended to")])
+    info = json.loads(info_path.read_text())
+    recipe = dict(info.get("recipe") or {})
+    if recipe.get("kind") != "concat":
+        raise VirtualizeError([Problem(Location(str(cube)), "not-appendable",
+                                       "this cube was not made by concatenation (or by an older "
+                                       "virtualize): re-run virtualize with all the files")])
+    changed = list(changed_sources(info["sources"]))
+    if changed:
+        raise VirtualizeError(changed, f"{cube}: its sources changed since it was written")
+    old = [s["path"] for s in info["sources"]]
+    new = [os.path.abspath(p) for p in _paths(paths)]
+    twice = [Problem(Location(p), "already-in-cube", f"{p} is already a source of {cube}")
+             for p in new if p in old]
+    if twice:
+        raise VirtualizeError(twice, "nothing appended")
+    recipe.pop("kind")
+    report = check(old + new, jobs=jobs, progress=progress, **recipe)
+    if report.plan is not None and [s.path for s in report.plan.sources][: len(old)] != old:
+        report.problems.append(Problem(
+            Location(str(cube)), "append-not-at-end",
+            f"the new files do not all come after the cube's last {report.plan.concat_dim!r} step; "
+            "to put them in the middle, re-run virtualize with all the files"))
+    return _write(report, cube, "cube", overwrite=True)
 
 
 def open(path: PathLike, *, check_sources: bool = True) -> zarr.Group:  # noqa: A001

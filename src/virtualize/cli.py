@@ -1,5 +1,6 @@
-"""Command line: `virtualize FILES... -o OUT`, `virtualize check FILES...` and
-`virtualize mosaic TILES... -o OUT` / `virtualize mosaic --check TILES...`.
+"""Command line: `virtualize FILES... -o OUT`, `virtualize check FILES...`,
+`virtualize mosaic TILES... -o OUT` / `virtualize mosaic --check TILES...` and
+`virtualize append CUBE FILES...`.
 
 Exit codes: 0 done (check: the stack can be virtualized), 1 refused (check: it cannot),
 2 usage error.
@@ -12,7 +13,7 @@ import sys
 import time
 
 from . import __version__
-from .api import check, check_mosaic, mosaic, virtualize
+from .api import append, check, check_mosaic, mosaic, virtualize
 from .model import VirtualizeError
 from .report import format_text, to_html, to_json
 
@@ -186,10 +187,25 @@ def _progress(args):
     return _Progress() if sys.stderr.isatty() and not args.quiet and not args.json else None
 
 
+def build_append_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="virtualize append", fromfile_prefix_chars="@",
+        description="Add files to the end of a cube directory: the grown stack is planned as "
+                    "the cube was, and the cube replaced when complete.")
+    p.add_argument("output", metavar="CUBE")
+    p.add_argument("files", nargs="+", metavar="FILE")
+    _report_options(p)
+    return p
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "mosaic":
         return _mosaic(argv[1:])
+    if argv and argv[0] == "append":
+        args = build_append_parser().parse_args(argv[1:])
+        return _write(args, lambda: append(args.output, args.files, jobs=args.jobs,
+                                           progress=_progress(args)))
     if argv and argv[0] == "check":
         args = build_check_parser().parse_args(argv[1:])
         report = check(args.files, args.concat_dim, inline=args.inline, drop=args.drop,

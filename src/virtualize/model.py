@@ -278,6 +278,9 @@ class Plan:
     figures: dict[str, VariableFigure] = field(default_factory=dict)
     mosaic: MosaicFigure | None = None
     remedies: dict[str, Remedy] = field(default_factory=dict)  # by kind, totals
+    # how the plan was asked for (planner and options), kept with the cube so that
+    # `virtualize append` can plan the grown stack the same way
+    recipe: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass

@@ -78,7 +78,7 @@ class CubeStore(Store):
         self._manifests: dict[str, np.ndarray] = {}
         self._fds: dict[int, int] = {}
         if check_sources:
-            problems = list(_changed_sources(info["sources"]))
+            problems = list(changed_sources(info["sources"]))
             if problems:
                 raise VirtualizeError(problems, f"{self.root}: its source files changed since "
                                       "the cube was written; re-run virtualize")
@@ -205,7 +205,7 @@ def _slice(data: bytes, r: ByteRequest | None) -> bytes:
     raise ValueError(f"unexpected byte range {r!r}")
 
 
-def _changed_sources(sources: list[dict[str, Any]]):
+def changed_sources(sources: list[dict[str, Any]]):
     for s in sources:
         try:
             st = os.stat(s["path"])

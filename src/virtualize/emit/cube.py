@@ -58,6 +58,7 @@ def write_cube(plan: Plan, dest: str | Path, overwrite: bool = False) -> Path:
             "created_by": f"virtualize {__version__}",
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "concat_dim": plan.concat_dim,
+            "recipe": plan.recipe,
             "sources": [s.to_dict() for s in plan.sources],
             "arrays": {name: ("inline" if a.inline is not None else "virtual")
                        for name, a in plan.arrays.items()},
