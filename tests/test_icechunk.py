@@ -81,3 +81,47 @@ def test_existing_icechunk_destination_is_refused(case, tmp_path):
         virtualize.virtualize(files, out)
     virtualize.virtualize(files[:2], out, overwrite=True)
     assert virtualize.open(out)["tas"].shape == (10, 3, 4)
+
+
+def test_append_to_icechunk_is_a_new_commit(case, tmp_path):
+    files = case("appended_batches")
+    out = tmp_path / "b.icechunk"
+    virtualize.virtualize(files[:2], out)
+    virtualize.append(out, files[2:4])
+    virtualize.append(out, files[4:])
+    g = virtualize.open(out)
+    assert_same(g["tas"][...], source_values(files, "tas", "time", ("time", "lat", "lon")),
+                "icechunk appended")
+    assert g["tas"].metadata.chunk_grid.chunk_shapes[0] == (7, 3, 12, 1, 5)
+    storage = ic.local_filesystem_storage(str(out))
+    repo = ic.Repository.open(storage)
+    messages = [s.message for s in repo.ancestry(branch="main")]
+    assert messages[:2] == ["virtualize append: 1 file(s)", "virtualize append: 2 file(s)"]
+    with pytest.raises(virtualize.VirtualizeError) as e:
+        virtualize.append(out, files[1:2])
+    assert [p.kind for p in e.value.problems] == ["already-in-cube"]
+
+
+def test_append_files_from_another_directory_adds_a_container(case, tmp_path):
+    import shutil
+
+    files = case("appended_batches")
+    elsewhere = tmp_path / "later"
+    elsewhere.mkdir()
+    moved = [shutil.copy2(f, elsewhere / f.name) for f in files[3:]]
+    out = tmp_path / "b.icechunk"
+    virtualize.virtualize(files[:3], out)
+    virtualize.append(out, moved)
+    storage = ic.local_filesystem_storage(str(out))
+    assert len(ic.Repository.fetch_config(storage).virtual_chunk_containers) == 2
+    assert_same(plain_icechunk_store_read(out), source_values(files, "tas", "time",
+                                                              ("time", "lat", "lon")), "two dirs")
+
+
+def plain_icechunk_store_read(path):
+    storage = ic.local_filesystem_storage(str(path))
+    prefixes = ic.Repository.fetch_config(storage).virtual_chunk_containers
+    repo = ic.Repository.open(storage, authorize_virtual_chunk_access=ic.containers_credentials(
+        {p: ic.Credentials.LocalFileSystemAccess() for p in prefixes}))
+    with rectilinear():
+        return zarr.open_group(repo.readonly_session("main").store, mode="r")["tas"][...]

@@ -107,16 +107,16 @@ def mosaic(paths: Iterable[PathLike] | PathLike, out: PathLike, *,
 
 def append(cube: PathLike, paths: Iterable[PathLike] | PathLike, *, jobs: int = 1,
            progress=None) -> Report:
-    """Add files to the end of a cube directory written by `virtualize`: the grown stack
-    is planned as the cube was (its recorded recipe), checked, and the cube replaced in
-    one rename when complete. Refused (nothing changed) when a source of the cube changed,
-    a file is already in it, or a new file does not come after the cube's last step."""
+    """Add files to the end of a cube directory or Icechunk repository written by
+    `virtualize`: the grown stack is planned as the cube was (its recorded recipe) and
+    checked whole; a cube directory is replaced in one rename when complete, an Icechunk
+    repository gets a new commit. Refused (nothing changed) when a source of the cube
+    changed, a file is already in it, or a new file does not come after its last step."""
     cube = Path(cube)
-    info_path = cube / SOURCES_NAME
-    if not info_path.is_file():
-        raise VirtualizeError([Problem(Location(str(cube)), "not-a-cube",
-                                       f"no {SOURCES_NAME}: only cube directories can be appended to")])
-    info = json.loads(info_path.read_text())
+    from .emit.icechunk import is_icechunk_repo
+
+    icechunk = is_icechunk_repo(cube)
+    info = _recorded(cube, icechunk)
     recipe = dict(info.get("recipe") or {})
     if recipe.get("kind") != "concat":
         raise VirtualizeError([Problem(Location(str(cube)), "not-appendable",
@@ -138,11 +138,33 @@ def append(cube: PathLike, paths: Iterable[PathLike] | PathLike, *, jobs: int = 
             Location(str(cube)), "append-not-at-end",
             f"the new files do not all come after the cube's last {report.plan.concat_dim!r} step; "
             "to put them in the middle, re-run virtualize with all the files"))
+    if icechunk:
+        if not report.ok:
+            _write(report, cube, "icechunk", overwrite=True)  # raises with every problem
+        from .emit.icechunk import append_icechunk
+        append_icechunk(report.plan, cube, added=len(new))
+        return report
     return _write(report, cube, "cube", overwrite=True)
 
 
+def _recorded(cube: Path, icechunk: bool) -> dict:
+    """What a cube recorded about how it was made: sources and recipe."""
+    if icechunk:
+        from .emit.icechunk import recorded
+        info = recorded(cube)
+    else:
+        path = cube / SOURCES_NAME
+        info = json.loads(path.read_text()) if path.is_file() else None
+    if not info:
+        raise VirtualizeError([Problem(Location(str(cube)), "not-a-cube",
+                                       "not a cube directory or Icechunk repository written by "
+                                       "virtualize")])
+    return info
+
+
 def open(path: PathLike, *, check_sources: bool = True) -> zarr.Group:  # noqa: A001
-    """A cube (directory or kerchunk JSON) as a read-only zarr group. Rectilinear grids
+    """A cube (directory, kerchunk JSON or Icechunk repository) as a read-only zarr
+    group. Rectilinear grids
     are enabled for the open only; the caller's zarr config is left as it was."""
     return open_cube(path, check_sources=check_sources)
 

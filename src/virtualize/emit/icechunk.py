@@ -31,45 +31,91 @@ def container_prefix(plan: Plan) -> str:
 
 
 def write_icechunk(plan: Plan, dest: str | Path, overwrite: bool = False) -> Path:
+    """A new repository at `dest` (staged, published when complete) with one commit."""
     import icechunk as ic
-    import zarr
-    from zarr.core.buffer import cpu
-    from zarr.core.sync import sync
 
     dest = Path(dest)
     prefix = container_prefix(plan)
     with staged_dir(dest, overwrite) as stage:
         config = ic.RepositoryConfig.default()
-        config.set_virtual_chunk_container(
-            ic.VirtualChunkContainer(prefix, ic.local_filesystem_store(prefix[len("file://"):])))
+        config.set_virtual_chunk_container(_container(prefix))
         repo = ic.Repository.create(ic.local_filesystem_storage(str(stage)), config,
                                     authorize_virtual_chunk_access=credentials(prefix))
-        session = repo.writable_session("main")
-        store = session.store
-
-        def put(key: str, data: bytes) -> None:
-            sync(store.set(key, cpu.Buffer.from_bytes(data)))
-
-        docs = {group: group_doc(attrs) for group, attrs in plan.groups.items()}
-        docs.update({name: array_doc(a) for name, a in plan.arrays.items()})
-        # the hierarchy consolidated into the root document: readers parse every array when
-        # they open the group (with rectilinear grids enabled), not at first access
-        docs[""] = dict(docs.get("", group_doc({})), consolidated_metadata={
-            "kind": "inline", "must_understand": False,
-            "metadata": {p: d for p, d in docs.items() if p}})
-        with zarr.config.set({"array.rectilinear_chunks": True}):
-            for path, doc in docs.items():
-                put(_key(path, "zarr.json"), json.dumps(doc, allow_nan=False).encode())
-            for name, a in plan.arrays.items():
-                if a.inline is not None:
-                    for key, data in inline_chunks(a):
-                        put(_key(name, key), data)
-                    continue
-                _virtual_refs(store, plan, name, a.refs)
-                for key, data in materialized_chunks(plan, a):
-                    put(_key(name, key), data)
-        session.commit(f"virtualize: {len(plan.arrays)} arrays from {len(plan.sources)} files")
+        _commit(repo, plan, f"virtualize: {len(plan.arrays)} arrays from "
+                            f"{len(plan.sources)} files")
     return dest
+
+
+def append_icechunk(plan: Plan, dest: str | Path, added: int) -> Path:
+    """A new commit on `main` of an existing repository: the grown stack (Icechunk keeps
+    the earlier snapshots). A container is added when new files live elsewhere."""
+    import icechunk as ic
+
+    storage = ic.local_filesystem_storage(str(dest))
+    config = ic.Repository.fetch_config(storage)
+    prefixes = list(config.virtual_chunk_containers or {})
+    repo = ic.Repository.open(storage, authorize_virtual_chunk_access=_credentials(prefixes))
+    if not all(any(("file://" + s.path).startswith(p) for p in prefixes) for s in plan.sources):
+        prefix = container_prefix(plan)
+        config.set_virtual_chunk_container(_container(prefix))
+        repo = ic.Repository.open(storage, config=config,
+                                  authorize_virtual_chunk_access=_credentials(prefixes + [prefix]))
+        repo.save_config()
+    _commit(repo, plan, f"virtualize append: {added} file(s)")
+    return Path(dest)
+
+
+def recorded(path: str | os.PathLike) -> dict | None:
+    """What the last commit on `main` recorded about how it was made (sources, recipe)."""
+    import icechunk as ic
+
+    storage = ic.local_filesystem_storage(str(path))
+    config = ic.Repository.fetch_config(storage)
+    prefixes = list((config.virtual_chunk_containers or {}) if config else {})
+    repo = ic.Repository.open(storage, authorize_virtual_chunk_access=_credentials(prefixes))
+    head = next(iter(repo.ancestry(branch="main")))
+    return (head.metadata or {}).get("virtualize")
+
+
+def _commit(repo, plan: Plan, message: str) -> None:
+    import zarr
+    from zarr.core.buffer import cpu
+    from zarr.core.sync import sync
+
+    session = repo.writable_session("main")
+    store = session.store
+
+    def put(key: str, data: bytes) -> None:
+        sync(store.set(key, cpu.Buffer.from_bytes(data)))
+
+    with zarr.config.set({"array.rectilinear_chunks": True}):
+        for group, attrs in plan.groups.items():
+            put(_key(group, "zarr.json"), json.dumps(group_doc(attrs), allow_nan=False).encode())
+        for name, a in plan.arrays.items():
+            put(_key(name, "zarr.json"), json.dumps(array_doc(a), allow_nan=False).encode())
+            if a.inline is not None:
+                for key, data in inline_chunks(a):
+                    put(_key(name, key), data)
+                continue
+            _virtual_refs(store, plan, name, a.refs)
+            for key, data in materialized_chunks(plan, a):
+                put(_key(name, key), data)
+    session.commit(message, metadata={"virtualize": {
+        "concat_dim": plan.concat_dim, "recipe": plan.recipe,
+        "sources": [s.to_dict() for s in plan.sources]}})
+
+
+def _container(prefix: str):
+    import icechunk as ic
+
+    return ic.VirtualChunkContainer(prefix, ic.local_filesystem_store(prefix[len("file://"):]))
+
+
+def _credentials(prefixes: list[str]) -> dict:
+    auth: dict = {}
+    for prefix in prefixes:
+        auth.update(credentials(prefix))
+    return auth
 
 
 def _virtual_refs(store, plan: Plan, name: str, refs: np.ndarray) -> None:
@@ -118,11 +164,8 @@ def open_icechunk(path: str | os.PathLike):
 
     storage = ic.local_filesystem_storage(str(path))
     config = ic.Repository.fetch_config(storage)
-    prefixes = list((config.virtual_chunk_containers or {}).keys()) if config else []
-    auth = {}
-    for prefix in prefixes:
-        auth.update(credentials(prefix))
-    repo = ic.Repository.open(storage, authorize_virtual_chunk_access=auth or None)
+    prefixes = list((config.virtual_chunk_containers or {}) if config else {})
+    repo = ic.Repository.open(storage, authorize_virtual_chunk_access=_credentials(prefixes) or None)
     return repo.readonly_session("main").store
 
 
