@@ -259,3 +259,17 @@ def test_tifffile_warnings_land_in_the_report(tmp_path, capfd):
     report = virtualize.check([path])
     assert any(p.kind == "tiff-warning" and not p.fatal for p in report.problems)
     assert "tifffile" not in capfd.readouterr().err
+
+
+@pytest.mark.parametrize("name,var", [("multipage", "image"), ("rgb_contig_tiles", "image"),
+                                      ("rgb_planar_separate", "image"),
+                                      ("tifffile_subifds", "overview/1/image")])
+def test_region_reads_for_materialize(case, name, var):
+    from virtualize.scan import SourceReader
+
+    (path,) = case(name)
+    full = (tifffile_levels(path)[1] if var.startswith("overview") else tifffile_image(path))
+    region = tuple((1, min(n, 1 + 17)) if i == 0 else (3, min(n, 40)) for i, n in enumerate(full.shape))
+    with SourceReader(str(path)) as reader:
+        got = reader.read(var, region)
+    assert_same(got, full[tuple(slice(a, b) for a, b in region)], f"{name} region")

@@ -111,7 +111,10 @@ class SourceReader:
         slices = tuple(slice(a, b) for a, b in region)
         if self._h5 is not None:
             return self._h5[variable][slices]
-        # netCDF classic and TIFF: decode the variable once, then cut (TIFF pages decode whole)
+        if self.fmt == "tiff":  # only the strips / tiles the region touches
+            from .tiff import read_tiff_region
+            return read_tiff_region(self.path, variable, region)
+        # netCDF classic: decode the variable once, then cut
         if variable not in self._cache:
             self._cache[variable] = read_values(self.path, variable)
         return self._cache[variable][slices]

@@ -432,6 +432,22 @@ def _scaled(geo: dict | None, base, page) -> dict | None:
 
 
 
+def read_tiff_region(path: str, name: str, region: tuple[tuple[int, int], ...]) -> np.ndarray:
+    """Decode one region of an image with tifffile, touching only the strips or tiles it
+    overlaps (tifffile's `selection`)."""
+    sel = tuple(slice(a, b) for a, b in region)
+    if name.startswith("overview/") and name.endswith("/image"):
+        return tifffile.imread(path, level=int(name.split("/")[1]), selection=sel)
+    if name != "image":
+        raise KeyError(name)
+    with tifffile.TiffFile(path, is_shaped=False, is_ome=False, is_imagej=False) as tif:
+        main = [p for p in tif.pages if isinstance(p, tifffile.TiffPage) and not (p.subfiletype & 0b101)]
+        keys = [p.index for p in main if _signature(p) == _signature(main[0])]
+    if len(keys) == 1:
+        return tifffile.imread(path, key=keys[0], selection=sel)
+    return np.stack([tifffile.imread(path, key=k, selection=sel[1:]) for k in keys[sel[0]]])
+
+
 def read_tiff_values(path: str, name: str) -> np.ndarray:
     """Decode one image (for inlining) with tifffile."""
     with tifffile.TiffFile(path, is_shaped=False, is_ome=False, is_imagej=False) as tif:
