@@ -562,3 +562,17 @@ def test_dispatch_through_scan(tmp_path):
     inv = scan(str(path))
     assert inv.format == "netcdf3-cdf2"
     assert same(read_values(str(path), "v"), np.arange(12).reshape(4, 3))
+
+
+def test_region_reads(tmp_path):
+    from virtualize.scan import SourceReader
+
+    path = str(tmp_path / "r.nc")
+    with netCDF4.Dataset(path, "w", format="NETCDF3_64BIT_OFFSET") as ds:
+        ds.createDimension("time", None)
+        ds.createDimension("x", 5)
+        ds.createVariable("a", "i2", ("time", "x"))[:] = np.arange(35).reshape(7, 5)
+        ds.createVariable("b", "f8", ("x",))[:] = np.arange(5) * 1.5
+    with SourceReader(path) as r:
+        assert r.read("a", ((2, 5), (1, 4))).tolist() == (np.arange(35).reshape(7, 5)[2:5, 1:4]).tolist()
+        assert r.read("b", ((3, 5),)).tolist() == [4.5, 6.0]

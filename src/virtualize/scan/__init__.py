@@ -94,7 +94,6 @@ class SourceReader:
         self.path = path
         self.fmt = detect_format(path)
         self._h5 = None
-        self._cache: dict[str, object] = {}
 
     def __enter__(self) -> "SourceReader":
         if self.fmt == "hdf5":
@@ -105,7 +104,6 @@ class SourceReader:
     def __exit__(self, *_exc) -> None:
         if self._h5 is not None:
             self._h5.close()
-        self._cache.clear()
 
     def read(self, variable: str, region: tuple[tuple[int, int], ...]):
         slices = tuple(slice(a, b) for a, b in region)
@@ -114,7 +112,7 @@ class SourceReader:
         if self.fmt == "tiff":  # only the strips / tiles the region touches
             from .tiff import read_tiff_region
             return read_tiff_region(self.path, variable, region)
-        # netCDF classic: decode the variable once, then cut
-        if variable not in self._cache:
-            self._cache[variable] = read_values(self.path, variable)
-        return self._cache[variable][slices]
+        if self.fmt == "netcdf3":  # a strided view of the mapped file, cut before copying
+            from .netcdf3 import read_netcdf3_values
+            return read_netcdf3_values(self.path, variable, region)
+        raise ValueError(f"{self.path}: cannot read regions of {self.fmt} files")

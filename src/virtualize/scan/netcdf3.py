@@ -479,8 +479,10 @@ def scan_netcdf3(path: str) -> FileInventory:
                          dimensions, variables, problems, bytes_read)
 
 
-def read_netcdf3_values(path: str, variable: str) -> np.ndarray:
-    """Decode one variable fully: a big-endian array of its shape (NC_CHAR gives 'S1')."""
+def read_netcdf3_values(path: str, variable: str,
+                        region: tuple[tuple[int, int], ...] | None = None) -> np.ndarray:
+    """Decode one variable (or the `region` [start, stop) per axis of it): a big-endian
+    array (NC_CHAR gives 'S1'). Only the region's bytes are copied out of the mapped file."""
     size = os.path.getsize(path)
     with open(path, "rb") as f:
         h = parse_header(f, path, size)
@@ -492,8 +494,9 @@ def read_netcdf3_values(path: str, variable: str) -> np.ndarray:
                         Location(path, variable), "truncated",
                         f"the header places this variable's data up to byte {end}, but the "
                         f"file has only {size} bytes")])
+                cut = tuple(slice(a, b) for a, b in region) if region is not None else ()
                 if not v.nbytes or not all(v.shape):
-                    return np.zeros(v.shape, dtype=v.dtype)
+                    return np.zeros(v.shape, dtype=v.dtype)[cut] if cut else np.zeros(v.shape, v.dtype)
                 # A strided view of the mapped file: C order, except that records sit
                 # `recsize` apart.
                 strides = [v.dtype.itemsize * math.prod(v.shape[k + 1:])
@@ -503,5 +506,5 @@ def read_netcdf3_values(path: str, variable: str) -> np.ndarray:
                 mm = np.memmap(f, dtype=np.uint8, mode="r")
                 view = np.ndarray(v.shape, dtype=v.dtype, buffer=mm, offset=v.begin,
                                   strides=tuple(strides))
-                return np.array(view)
+                return np.array(view[cut] if cut else view)  # (a 0-d [()] gives a native scalar)
     raise KeyError(f"{path}: no variable {variable!r}")
