@@ -141,3 +141,24 @@ def test_cli_shows_remedy_costs(case, tmp_path):
                         "--materialize-limit", "100"], capture_output=True, text=True)
     assert r.returncode == 1 and "materialize-limit" in r.stdout
     assert not (tmp_path / "c.zarr").exists()
+
+
+def test_a_piece_cannot_fill_an_overhanging_last_row(tmp_path):
+    """Last mosaic row: a padded tile lists the row at its 32 stored rows; an uncompressed
+    strip tile beside it, cut at that row, would hold fewer rows than the chunk expects."""
+    import tifffile
+
+    tiled = tmp_path / "a.tif"
+    strips = tmp_path / "b.tif"
+    tifffile.imwrite(tiled, np.arange(40 * 32, dtype="u2").reshape(40, 32), tile=(32, 32))
+    tifffile.imwrite(strips, np.arange(40 * 16, dtype="u2").reshape(40, 16) + 5000,
+                     rowsperstrip=24)
+    offsets = [(0, 0), (0, 32)]
+    report = virtualize.check_mosaic([tiled, strips], offsets=offsets)
+    assert not report.ok  # strips 24 + 16 vs tiles 32 + 8: the cut at row 32 splits a strip ...
+    report = virtualize.check_mosaic([tiled, strips], offsets=offsets, materialize=True)
+    assert report.ok  # ... which is copied instead
+    virtualize.mosaic([tiled, strips], tmp_path / "m.zarr", offsets=offsets, materialize=True)
+    g = virtualize.open(tmp_path / "m.zarr")["image"][...]
+    assert_same(g[:, :32], tifffile.imread(tiled), "tiled part")
+    assert_same(g[:, 32:], tifffile.imread(strips), "strip part")

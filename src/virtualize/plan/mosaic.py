@@ -322,7 +322,10 @@ def _mosaic_variable(ctx: _Ctx, name: str, ydim: str, xdim: str, height: int, wi
     need_y, ylens = _needs(ya, owner, ycuts, axis=0)
     need_x, xlens = _needs(xa, owner, xcuts, axis=1)
     safe = np.where(owner >= 0, owner, 0)
-    split = need_y & ~need_x & splittable_tile[safe]  # whole rows of an uncompressed block
+    # rows of an uncompressed block, stored at exactly the row's listed length (the last
+    # row may be listed longer, at the padded blocks' length: a piece cannot fill that)
+    exact_row = (np.asarray(ylens) == np.diff(ycuts)).reshape(-1, 1)
+    split = need_y & ~need_x & splittable_tile[safe] & exact_row
     copy = (need_y | need_x) & ~split & copyable_tile[safe]
     bad = (need_y | need_x) & ~split & ~copy
     _report_cells(ctx, name, ydim, bad & need_y, ya, owner, ycuts, tiles, bh, 0, vs)
