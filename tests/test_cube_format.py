@@ -108,3 +108,37 @@ def test_open_refuses_what_is_not_a_cube(tmp_path):
     with pytest.raises(VirtualizeError) as e:
         virtualize.open(tmp_path)
     assert e.value.problems[0].kind == "not-a-cube"
+
+
+PLAIN_READER = """
+import sys, json, hashlib
+import fsspec, zarr, xarray as xr
+assert "virtualize" not in sys.modules
+zarr.config.set({"array.rectilinear_chunks": True})
+fs = fsspec.filesystem("reference", fo=sys.argv[1], asynchronous=True)
+g = zarr.open_group(zarr.storage.FsspecStore(fs, read_only=True, path=""), mode="r")
+ds = xr.open_dataset("reference://", engine="zarr", zarr_format=3, consolidated=False,
+                     storage_options={"fo": sys.argv[1]}, mask_and_scale=False, decode_times=False)
+assert "virtualize" not in sys.modules
+print(json.dumps({"zarr": hashlib.sha256(g["tas"][...].tobytes()).hexdigest(),
+                  "xarray": hashlib.sha256(ds["tas"].values.tobytes()).hexdigest()}))
+"""
+
+
+def test_kerchunk_export_reads_without_virtualize(case, tmp_path):
+    """A fresh interpreter that never imports virtualize reads the export (fsspec + zarr,
+    and xarray) to the same bytes as the sources."""
+    import hashlib
+    import subprocess
+    import sys
+
+    from helpers import source_values
+
+    files = case("months2024")
+    virtualize.virtualize(files, tmp_path / "cube.json")
+    r = subprocess.run([sys.executable, "-c", PLAIN_READER, str(tmp_path / "cube.json")],
+                       capture_output=True, text=True, check=True)
+    got = json.loads(r.stdout)
+    want = hashlib.sha256(np.ascontiguousarray(
+        source_values(files, "tas", "time", ("time", "lat", "lon"))).tobytes()).hexdigest()
+    assert got == {"zarr": want, "xarray": want}
