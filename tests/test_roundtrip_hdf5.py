@@ -152,3 +152,13 @@ def test_plain_hdf5_compact_dataset_inlined(case, tmp_path):
 @needs("h5repack")
 def test_h5repack_gzip(case, tmp_path):
     roundtrip(case("h5repack_gzip"), tmp_path)
+
+
+def test_dask_chunks_follow_the_rectilinear_grid(case, tmp_path):
+    pytest.importorskip("dask")
+    files = case("months2024")
+    virtualize.virtualize(files, tmp_path / "cube.zarr")
+    ds = xr.open_dataset(tmp_path / "cube.zarr", engine="virtualize", chunks={})
+    assert ds.tas.chunks[0] == (31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
+    eager = xr.open_dataset(tmp_path / "cube.zarr", engine="virtualize")
+    xr.testing.assert_identical(ds.compute(), eager.compute())
