@@ -548,6 +548,29 @@ def test_streaming_numrecs(tmp_path, fmt, single):
         assert same(read_netcdf3_values(str(path), name), expected[name]), name
 
 
+def test_streaming_file_cut_inside_a_record(tmp_path):
+    path = tmp_path / "s.nc"
+    with netCDF4.Dataset(str(path), "w", format="NETCDF3_CLASSIC") as ds:
+        ds.createDimension("time", None)
+        ds.createDimension("x", 3)
+        ds.createVariable("a", "i4", ("time", "x"))[:] = np.arange(18).reshape(6, 3)
+        ds.createVariable("time", "f8", ("time",))[:] = np.arange(6.0)
+    patch(path, 4, b"\xff" * 4)
+    path.write_bytes(path.read_bytes()[:-5])  # the last record is cut short
+    inv = scan_netcdf3(str(path))
+    assert [(p.kind, p.fatal) for p in inv.problems] == [("partial-record", False)]
+    assert inv.dimensions["time"].size == 5
+
+
+def test_empty_file_says_so(tmp_path):
+    from virtualize import check
+
+    path = tmp_path / "empty.nc"
+    path.write_bytes(b"")
+    (p,) = check([path]).problems
+    assert p.kind == "unknown-format" and "empty file" in p.message
+
+
 def test_read_values_unknown_variable(tmp_path):
     path = tmp_path / "t.nc"
     write_simple(str(path), "NETCDF3_CLASSIC")

@@ -46,7 +46,8 @@ def scan(path: str | os.PathLike) -> FileInventory:
     except Exception as e:  # a library's own error: name the file and what it said
         raise VirtualizeError([Problem(Location(path), "corrupt", f"{type(e).__name__}: {e}")],
                               f"{path}: cannot be scanned") from None
-    what = "not an HDF5, netCDF-4, netCDF classic or TIFF file"
+    what = ("an empty file (0 bytes)" if os.path.getsize(path) == 0 else
+            "not an HDF5, netCDF-4, netCDF classic or TIFF file")
     raise VirtualizeError([Problem(Location(path), "unknown-format", what)], f"{path}: {what}")
 
 

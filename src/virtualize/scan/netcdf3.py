@@ -119,6 +119,7 @@ class NcHeader:
     variables: list[NcVar]
     header_len: int
     recsize: int = 0  # bytes from one record to the next (0 without record variables)
+    partial_bytes: int = 0  # STREAMING: bytes after the last whole record (a record cut short)
     lone_record_var: bool = False  # exactly one record variable: its records are contiguous
 
 
@@ -348,6 +349,7 @@ def _layout(h: NcHeader, path: str, size: int) -> None:
     if h.streaming:
         first = min((v.begin for v in records), default=size)
         h.numrecs = max(size - first, 0) // h.recsize if h.recsize else 0
+        h.partial_bytes = max(size - first, 0) - h.numrecs * h.recsize if h.recsize else 0
     for v in h.variables:
         sizes = [h.dims[d][1] for d in v.dimids]
         if v.is_record:
@@ -449,6 +451,11 @@ def scan_netcdf3(path: str) -> FileInventory:
     with CountingFile(path) as f:
         h = parse_header(f, path, st.st_size)
         problems: list[Problem] = []
+        if h.partial_bytes:
+            problems.append(Problem(Location(path), "partial-record",
+                                    f"a streaming file: {h.partial_bytes} byte(s) after record "
+                                    f"{h.numrecs - 1} are less than a whole record "
+                                    f"({h.recsize} bytes) and are left out", fatal=False))
         variables: dict[str, Variable] = {}
         dim_names = [name for name, _ in h.dims]
         for v in h.variables:
