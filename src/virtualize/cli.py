@@ -70,6 +70,16 @@ def _report_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("-v", "--verbose", action="store_true", help="show arrays, grids and bytes read")
 
 
+def _output_options(p: argparse.ArgumentParser, required: bool) -> None:
+    p.add_argument("-o", "--output", required=required, metavar="OUT",
+                   help="cube directory (e.g. cube.zarr), a kerchunk reference file (*.json) "
+                        "or an Icechunk repository (*.icechunk)")
+    p.add_argument("--format", choices=["cube", "kerchunk", "icechunk"],
+                   help="output kind (default: by OUT's suffix: .json kerchunk, .icechunk "
+                        "icechunk, else cube)")
+    p.add_argument("--overwrite", action="store_true", help="replace OUT if it exists")
+
+
 def build_check_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="virtualize check", fromfile_prefix_chars="@",
                                 description="Can this stack be virtualized? Writes nothing.")
@@ -80,17 +90,11 @@ def build_check_parser() -> argparse.ArgumentParser:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="virtualize", fromfile_prefix_chars="@",
-        description="Turn a stack of netCDF / HDF5 files into one virtual Zarr v3 cube "
+        description="Turn a stack of netCDF / HDF5 / TIFF files into one virtual Zarr v3 cube "
                     "(chunks are byte ranges in the files). `virtualize check FILES...` "
                     "reports whether a stack can be virtualized without writing anything.")
     _common(p)
-    p.add_argument("-o", "--output", required=True, metavar="OUT",
-                   help="cube directory (e.g. cube.zarr), a kerchunk reference file (*.json) "
-                        "or an Icechunk repository (*.icechunk)")
-    p.add_argument("--format", choices=["cube", "kerchunk", "icechunk"],
-                   help="output kind (default: by OUT's suffix: .json kerchunk, .icechunk "
-                        "icechunk, else cube)")
-    p.add_argument("--overwrite", action="store_true", help="replace OUT if it exists")
+    _output_options(p, required=True)
     p.add_argument("--version", action="version", version=f"virtualize {__version__}")
     return p
 
@@ -103,8 +107,7 @@ def build_mosaic_parser() -> argparse.ArgumentParser:
                     "edge and block boundary; every cell must be one whole block of one tile.")
     p.add_argument("files", nargs="+", metavar="TILE",
                    help="tiles, directories of them, or @LIST (one path per line)")
-    p.add_argument("-o", "--output", metavar="OUT",
-                   help="cube directory, kerchunk *.json or Icechunk *.icechunk")
+    _output_options(p, required=False)
     p.add_argument("--check", action="store_true", help="report only; write nothing")
     p.add_argument("--overlap", choices=["last", "first"],
                    help="settle overlapping tiles block by block: the last (GDAL VRT's rule) "
@@ -112,8 +115,6 @@ def build_mosaic_parser() -> argparse.ArgumentParser:
     p.add_argument("--tolerance", type=float, default=1e-3, metavar="PIXELS",
                    help="how far from whole-pixel alignment tiles may be (default 0.001)")
     p.add_argument("--drop", metavar="VAR", action="append", default=[])
-    p.add_argument("--format", choices=["cube", "kerchunk", "icechunk"])
-    p.add_argument("--overwrite", action="store_true")
     _remedy_options(p)
     _report_options(p)
     return p

@@ -59,6 +59,7 @@ class _Scanner:
         self.problems: list[Problem] = []
         self.netcdf4 = "_NCProperties" in f.attrs
         self._datasets: list[tuple[str, h5py.Dataset]] = []
+        self._scales: set[str] = set()
 
     def problem(self, var: str | None, kind: str, msg: str, fatal: bool = True,
                 block: tuple[int, ...] | None = None) -> None:
@@ -66,14 +67,16 @@ class _Scanner:
 
     def run(self, size: int, mtime_ns: int) -> FileInventory:
         self._walk(self.f, "")
-        # Dimension scales first, so variables can name their dimensions.
+        # Dimension scales first, so variables can name their dimensions (each dataset's
+        # CLASS attribute is looked at once).
+        self._scales = {name for name, ds in self._datasets if _is_dimension_scale(ds)}
         for name, ds in self._datasets:
-            if _is_dimension_scale(ds):
+            if name in self._scales:
                 self.netcdf4 = self.netcdf4 or "_Netcdf4Dimid" in ds.attrs
                 self.dims[name] = Dimension(name, int(ds.shape[0]) if ds.ndim else 1,
                                             ds.maxshape[0] is None if ds.ndim else False)
         for name, ds in self._datasets:
-            if _is_dimension_scale(ds) and _attr_text(ds.attrs.get("NAME")).startswith(NC_DIM_ONLY):
+            if name in self._scales and _attr_text(ds.attrs.get("NAME")).startswith(NC_DIM_ONLY):
                 continue  # a netCDF dimension without a variable
             var = self._variable(name, ds)
             if var is not None:
@@ -134,7 +137,7 @@ class _Scanner:
         if ds.ndim == 0:
             return ()
         base = name.rpartition("/")[2]
-        if _is_dimension_scale(ds) and ds.ndim == 1:
+        if name in self._scales and ds.ndim == 1:
             return (base,)
         dims: list[str] = []
         dl = ds.attrs.get("DIMENSION_LIST") if "DIMENSION_LIST" in ds.attrs else None
