@@ -139,8 +139,7 @@ def append(cube: PathLike, paths: Iterable[PathLike] | PathLike, *, jobs: int = 
             f"the new files do not all come after the cube's last {report.plan.concat_dim!r} step; "
             "to put them in the middle, re-run virtualize with all the files"))
     if icechunk:
-        if not report.ok:
-            _write(report, cube, "icechunk", overwrite=True)  # raises with every problem
+        _refuse_unless_ok(report)
         from .emit.icechunk import append_icechunk
         append_icechunk(report.plan, cube, added=len(new))
         return report
@@ -235,11 +234,15 @@ def _output_kind(out: PathLike, format: str | None, overwrite: bool) -> str:
     return kind
 
 
-def _write(report: Report, out: PathLike, kind: str, overwrite: bool) -> Report:
+def _refuse_unless_ok(report: Report) -> None:
     if not report.ok:
         raise VirtualizeError([p for p in report.problems if p.fatal],
                               f"cannot virtualize: {sum(p.fatal for p in report.problems)} "
                               "problem(s); nothing was written", report=report)
+
+
+def _write(report: Report, out: PathLike, kind: str, overwrite: bool) -> Report:
+    _refuse_unless_ok(report)
     if kind == "kerchunk":
         write_kerchunk(report.plan, out, overwrite)
     elif kind == "icechunk":
