@@ -13,7 +13,7 @@ from pathlib import Path
 import zarr
 
 from .emit import write_cube, write_kerchunk
-from .emit._staging import refuse_existing
+from .emit._staging import guard_output
 from .emit.cube import SOURCES_NAME
 from .model import FileInventory, Location, Plan, Problem, VirtualizeError
 from .plan import ConcatOptions, MosaicOptions, plan_concat, plan_mosaic
@@ -83,7 +83,7 @@ def virtualize(paths: Iterable[PathLike] | PathLike, out: PathLike, concat_dim: 
     (`format="kerchunk"` or `out` ending in `.json`) or an Icechunk repository
     (`format="icechunk"` or `.icechunk`). Nothing is written unless every file
     can be referenced exactly; then `VirtualizeError` carries every problem."""
-    kind = _output_kind(out, format, overwrite)
+    kind = _output_kind(out, format, overwrite, paths)
     report = check(paths, concat_dim, inline=inline, drop=drop, sort=sort, split=split,
                    materialize=materialize, materialize_limit=materialize_limit,
                    jobs=jobs, progress=progress)
@@ -98,7 +98,7 @@ def mosaic(paths: Iterable[PathLike] | PathLike, out: PathLike, *,
            progress=None) -> Report:
     """Place tiles into one mosaic cube at `out` (see `check_mosaic`); nothing is written
     unless every cell is exactly one block of one tile or a gap."""
-    kind = _output_kind(out, format, overwrite)
+    kind = _output_kind(out, format, overwrite, paths)
     report = check_mosaic(paths, offsets=offsets, overlap=overlap, drop=drop,
                           tolerance=tolerance, split=split, materialize=materialize,
                           materialize_limit=materialize_limit, jobs=jobs, progress=progress)
@@ -222,7 +222,10 @@ def _scan_all(files: list[str], jobs: int) -> Iterator[FileInventory | list[Prob
         yield from pool.map(_scan_or_problems, files, chunksize=max(1, len(files) // (8 * jobs)))
 
 
-def _output_kind(out: PathLike, format: str | None, overwrite: bool) -> str:
+def _output_kind(out: PathLike, format: str | None, overwrite: bool, paths=None) -> str:
+    """The output's kind; refuses early (before any scanning) an output that exists
+    without `overwrite`, that virtualize did not write, or that is, holds or sits in one
+    of `paths` (when given as a path or a list: an iterator is checked at writing)."""
     out = Path(out)
     kind = format or {".json": "kerchunk", ".icechunk": "icechunk"}.get(out.suffix, "cube")
     if kind not in ("cube", "kerchunk", "icechunk"):
@@ -230,7 +233,8 @@ def _output_kind(out: PathLike, format: str | None, overwrite: bool) -> str:
     if kind == "icechunk" and importlib.util.find_spec("icechunk") is None:
         raise ValueError("the icechunk output needs the icechunk package: "
                          "pip install 'virtualize[icechunk]'")
-    refuse_existing(out, overwrite)  # before any scanning: fail fast, lose nothing
+    sources = _paths(paths) if isinstance(paths, (str, os.PathLike, list, tuple)) else []
+    guard_output(out, overwrite, sources)  # before any scanning: fail fast, lose nothing
     return kind
 
 
@@ -243,6 +247,8 @@ def _refuse_unless_ok(report: Report) -> None:
 
 def _write(report: Report, out: PathLike, kind: str, overwrite: bool) -> Report:
     _refuse_unless_ok(report)
+    # every file named, scanned or not, is protected (the writers check their plan's too)
+    guard_output(out, overwrite, report.files)
     if kind == "kerchunk":
         write_kerchunk(report.plan, out, overwrite)
     elif kind == "icechunk":

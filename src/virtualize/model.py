@@ -91,6 +91,31 @@ class VirtualizeError(Exception):
         super().__init__("\n".join(lines))
 
 
+class OutputExistsError(VirtualizeError, FileExistsError):
+    """The output exists and `overwrite` was not given (a `FileExistsError` too, for
+    callers that caught that). Its message is one line: the located problem."""
+
+    def __init__(self, problem: Problem):
+        super().__init__([problem], str(problem))
+        self.args = (str(problem),)
+
+    def __str__(self) -> str:
+        return self.args[0]
+
+
+class UnsafeOutputError(VirtualizeError):
+    """Writing the output would replace or sit in something virtualize did not write (a
+    source, a directory holding sources, a foreign file): refused even with `overwrite`.
+    Its message is one line: the located problem."""
+
+    def __init__(self, problem: Problem):
+        super().__init__([problem], str(problem))
+        self.args = (str(problem),)
+
+    def __str__(self) -> str:
+        return self.args[0]
+
+
 @dataclass
 class BlockTable:
     """A variable's stored blocks in one file, as a dense numpy manifest.

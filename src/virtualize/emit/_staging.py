@@ -1,66 +1,345 @@
-"""Publish outputs only when complete; never replace an existing one unless asked."""
+"""Publish outputs only when complete; never replace anything virtualize did not write.
+
+An output is staged beside its destination (`.OUT.staging-PID-xxxx`) and published in
+one step. Replacing an existing output (`overwrite`) is allowed only when it is one of
+virtualize's own (a cube directory, a kerchunk JSON with its `virtualize` section, an
+Icechunk repository) and when the destination neither is, contains, nor sits inside a
+source of the new output. On Linux the new output and the old one are swapped with one
+`renameat2(RENAME_EXCHANGE)`: the destination is always a complete output, old or new.
+Elsewhere the old output is first renamed to `.OUT.replaced-PID`; a run killed between
+the two renames leaves it there, and the next run for the same destination puts it back.
+Leftovers of killed runs (their process is gone) are recognised by name and removed.
+
+Published outputs follow the umask like any other file (staging dirs start private).
+"""
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import errno
+import json
 import os
+import re
 import shutil
+import stat
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+
+from ..model import Location, OutputExistsError, Problem, UnsafeOutputError
+
+CUBE_FILES = {"zarr.json", "virtualize.json", "manifest.npy"}
+# a kerchunk JSON written by virtualize begins with this (its `virtualize` section first)
+KERCHUNK_HEAD = b'{"version":1,"virtualize":{"format":"virtualize-kerchunk"'
+ICECHUNK_ENTRIES = {"repo", "config.yaml", "snapshots", "manifests", "transactions", "chunks",
+                    "refs", "overwritten", "attributes"}
+
+
+# -- what is at the destination ---------------------------------------------------------
+
+def output_kind(path: str | os.PathLike) -> str | None:
+    """"cube", "kerchunk" or "icechunk" when `path` (following a symlink) is an output
+    virtualize wrote, else None."""
+    p = Path(path)
+    try:
+        if p.is_dir():
+            if (p / "virtualize.json").is_file():
+                return "cube" if _is_cube_dir(p) else None
+            return "icechunk" if _is_icechunk_dir(p) else None
+        if p.is_file():
+            with open(p, "rb") as f:
+                return "kerchunk" if f.read(len(KERCHUNK_HEAD)) == KERCHUNK_HEAD else None
+    except OSError:
+        return None
+    return None
+
+
+def _is_cube_dir(p: Path) -> bool:
+    try:
+        info = json.loads((p / "virtualize.json").read_text())
+    except (OSError, ValueError):
+        return False
+    if not isinstance(info, dict) or info.get("format") != "virtualize-cube":
+        return False
+    # nothing but what the cube writer makes: documents, manifests, chunk files c/i/j/k
+    for dirpath, dirs, files in os.walk(p):
+        rel = Path(dirpath).relative_to(p).parts
+        for name in dirs + files:
+            full = os.path.join(dirpath, name)
+            if os.path.islink(full):
+                return False
+            if name in dirs:
+                continue
+            parts = rel + (name,)
+            if name in CUBE_FILES:
+                continue
+            if "c" in parts:
+                after = parts[parts.index("c") + 1:]
+                if all(x.isdigit() for x in after):
+                    continue
+            return False
+    return True
+
+
+def _is_icechunk_dir(p: Path) -> bool:
+    entries = set(os.listdir(p))
+    return "repo" in entries and entries <= ICECHUNK_ENTRIES
+
+
+# -- the guards ---------------------------------------------------------------------------
+
+def _real(p: str | os.PathLike) -> str:
+    return os.path.realpath(os.path.abspath(os.fspath(p)))
+
+
+def _under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def refuse_sources(dest: str | os.PathLike, sources: Iterable[str | os.PathLike]) -> None:
+    """The destination may never be a source, contain one, or sit inside one (a source
+    directory), whichever way symlinks point."""
+    d_abs = os.path.abspath(os.fspath(dest))
+    d_real = _real(dest)
+    for s in sources:
+        s_abs = os.path.abspath(os.fspath(s))
+        s_real = _real(s)
+        for d in {d_abs, d_real}:
+            for src in {s_abs, s_real}:
+                if d == src:
+                    why = "is a source file of this output"
+                elif _under(src, d):
+                    why = f"contains the source {s_abs}"
+                elif _under(d, src):
+                    why = f"lies inside the source {s_abs}"
+                else:
+                    continue
+                raise UnsafeOutputError(Problem(Location(str(dest)), "output-is-source",
+                                                f"{why}; choose another output path"))
+
+
+def guard_output(dest: str | os.PathLike, overwrite: bool,
+                 sources: Iterable[str | os.PathLike] = ()) -> None:
+    """Raise unless writing `dest` is safe: it must not exist, or (with `overwrite`) be an
+    output virtualize wrote; and it must not be, contain or sit in a source."""
+    dest = Path(os.path.abspath(os.fspath(dest)))
+    recover(dest)
+    refuse_sources(dest, sources)
+    if not os.path.lexists(dest):
+        return
+    if not overwrite:
+        raise OutputExistsError(Problem(Location(str(dest)), "output-exists",
+                                        "exists; pass overwrite=True (--overwrite) to replace it"))
+    if output_kind(dest) is None:
+        raise UnsafeOutputError(Problem(
+            Location(str(dest)), "output-not-ours",
+            "exists and was not written by virtualize (not a cube directory, kerchunk JSON "
+            "or Icechunk repository it made): not replaced, even with --overwrite"))
 
 
 def refuse_existing(dest: Path, overwrite: bool) -> None:
-    if dest.exists() and not overwrite:
-        raise FileExistsError(f"{dest} exists; pass overwrite=True (--overwrite) to replace it")
+    """Compatibility name for `guard_output` without sources."""
+    guard_output(dest, overwrite)
 
+
+# -- staging ------------------------------------------------------------------------------
 
 @contextlib.contextmanager
-def staged_dir(dest: Path, overwrite: bool) -> Iterator[Path]:
-    """Yield a fresh directory beside `dest`; on success it replaces `dest` in one rename
+def staged_dir(dest: str | os.PathLike, overwrite: bool,
+               sources: Iterable[str | os.PathLike] = ()) -> Iterator[Path]:
+    """Yield a fresh directory beside `dest`; on success it replaces `dest` in one step
     (the old one, if replacing, is removed only after the new one is in place); on any
     error the staging directory is removed and `dest` is untouched."""
-    refuse_existing(dest, overwrite)
+    dest = Path(os.path.abspath(os.fspath(dest)))
+    sources = list(sources)
+    guard_output(dest, overwrite, sources)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    stage = Path(tempfile.mkdtemp(prefix=f".{dest.name}.staging-", dir=dest.parent))
+    stage = Path(tempfile.mkdtemp(prefix=_stage_prefix(dest), dir=dest.parent))
     try:
         yield stage
-        _publish(stage, dest, overwrite)
+        os.chmod(stage, 0o777 & ~_umask())
+        _publish(stage, dest, overwrite, sources)
     except BaseException:
-        shutil.rmtree(stage, ignore_errors=True)
+        _remove(stage)
         raise
 
 
 @contextlib.contextmanager
-def staged_file(dest: Path, overwrite: bool) -> Iterator[Path]:
+def staged_file(dest: str | os.PathLike, overwrite: bool,
+                sources: Iterable[str | os.PathLike] = ()) -> Iterator[Path]:
     """Like `staged_dir` for one file."""
-    refuse_existing(dest, overwrite)
+    dest = Path(os.path.abspath(os.fspath(dest)))
+    sources = list(sources)
+    guard_output(dest, overwrite, sources)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(prefix=f".{dest.name}.staging-", dir=dest.parent)
+    fd, name = tempfile.mkstemp(prefix=_stage_prefix(dest), dir=dest.parent)
     os.close(fd)
     stage = Path(name)
     try:
         yield stage
-        _publish(stage, dest, overwrite)
+        os.chmod(stage, 0o666 & ~_umask())
+        _publish(stage, dest, overwrite, sources)
     except BaseException:
-        stage.unlink(missing_ok=True)
+        _remove(stage)
         raise
 
 
-def _publish(stage: Path, dest: Path, overwrite: bool) -> None:
-    if not dest.exists():
-        os.rename(stage, dest)
+def _stage_prefix(dest: Path) -> str:
+    return f".{dest.name}.staging-{os.getpid()}-"
+
+
+def _replaced_name(dest: Path) -> Path:
+    return dest.with_name(f".{dest.name}.replaced-{os.getpid()}")
+
+
+def _publish(stage: Path, dest: Path, overwrite: bool, sources: list) -> None:
+    if not os.path.lexists(dest):
+        if _rename_noreplace(stage, dest):
+            return
+    # there is something at dest (or it appeared while we worked): check it again
+    guard_output(dest, overwrite, sources)
+    if not os.path.lexists(dest):  # recovered or gone meanwhile
+        if _rename_noreplace(stage, dest):
+            return
+        guard_output(dest, overwrite, sources)
+    if _exchange(stage, dest):
+        _remove(stage)  # now the old output
         return
-    if not overwrite:  # appeared while we worked
-        raise FileExistsError(f"{dest} appeared while writing; nothing was replaced")
-    old = dest.with_name(f".{dest.name}.replaced-{os.getpid()}")
+    old = _replaced_name(dest)
     os.rename(dest, old)
     try:
         os.rename(stage, dest)
     except BaseException:
         os.rename(old, dest)
         raise
-    if old.is_dir() and not old.is_symlink():
-        shutil.rmtree(old)
+    _remove(old)
+
+
+def _remove(p: Path) -> None:
+    try:
+        st = os.lstat(p)
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(st.st_mode):
+        shutil.rmtree(p, ignore_errors=True)
     else:
-        old.unlink()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(p)
+
+
+# -- renameat2 (Linux): atomic exchange, and rename that never replaces -----------------
+
+_AT_FDCWD = -100
+_RENAME_NOREPLACE = 1
+_RENAME_EXCHANGE = 2
+
+
+def _renameat2(src: Path, dst: Path, flags: int) -> bool | None:
+    """True when done, None when renameat2 or the flag is unavailable here; raises
+    OSError for real errors."""
+    fn = _libc_renameat2()
+    if fn is None:
+        return None
+    r = fn(_AT_FDCWD, os.fsencode(src), _AT_FDCWD, os.fsencode(dst), flags)
+    if r == 0:
+        return True
+    e = ctypes.get_errno()
+    if e in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EOPNOTSUPP):
+        return None
+    raise OSError(e, os.strerror(e), str(dst))
+
+
+_LIBC: list = []
+
+
+def _libc_renameat2():
+    if not _LIBC:
+        try:
+            fn = getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)
+        except OSError:
+            fn = None
+        if fn is not None:
+            fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p,
+                           ctypes.c_uint]
+            fn.restype = ctypes.c_int
+        _LIBC.append(fn)
+    return _LIBC[0]
+
+
+def _exchange(stage: Path, dest: Path) -> bool:
+    """Swap the two in one step, if the system can."""
+    return bool(_renameat2(stage, dest, _RENAME_EXCHANGE))
+
+
+def _rename_noreplace(stage: Path, dest: Path) -> bool:
+    """Rename unless something appeared at dest (False then)."""
+    try:
+        done = _renameat2(stage, dest, _RENAME_NOREPLACE)
+    except FileExistsError:
+        return False
+    if done:
+        return True
+    if os.path.lexists(dest):
+        return False
+    os.rename(stage, dest)
+    return True
+
+
+# -- leftovers of killed runs -------------------------------------------------------------
+
+def recover(dest: str | os.PathLike) -> list[str]:
+    """Clean up after runs for `dest` that were killed (their process is gone): put back
+    an old output whose replacement never arrived (`.OUT.replaced-PID` while OUT is
+    missing), remove replaced outputs and staging leftovers. Returns what was done."""
+    dest = Path(os.path.abspath(os.fspath(dest)))
+    try:
+        names = os.listdir(dest.parent)
+    except OSError:
+        return []
+    name = re.escape(dest.name)
+    staging = re.compile(rf"\.{name}\.staging-(\d+)-[A-Za-z0-9_]+")
+    replaced = re.compile(rf"\.{name}\.replaced-(\d+)")
+    done = []
+    for n in sorted(names):
+        m = replaced.fullmatch(n)
+        if m and not _alive(int(m.group(1))):
+            p = dest.parent / n
+            if not os.path.lexists(dest):
+                if _rename_noreplace(p, dest):
+                    done.append(f"restored {dest} from {p}")
+                    continue
+            if output_kind(p) is not None:
+                _remove(p)
+                done.append(f"removed {p}")
+    for n in sorted(names):
+        m = staging.fullmatch(n)
+        if m and not _alive(int(m.group(1))):
+            _remove(dest.parent / n)
+            done.append(f"removed {dest.parent / n}")
+    return done
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True
+    return True
+
+
+def _umask() -> int:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask

@@ -13,6 +13,7 @@ Layout (docs/cube-format.md):
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -31,7 +32,7 @@ SOURCES_NAME = "virtualize.json"
 
 def write_cube(plan: Plan, dest: str | Path, overwrite: bool = False) -> Path:
     dest = Path(dest)
-    with staged_dir(dest, overwrite) as stage:
+    with staged_dir(dest, overwrite, [s.path for s in plan.sources]) as stage:
         for group, attrs in plan.groups.items():
             _write_json(stage / group / "zarr.json", group_doc(attrs))
         for name, a in plan.arrays.items():
@@ -60,12 +61,28 @@ def write_cube(plan: Plan, dest: str | Path, overwrite: bool = False) -> Path:
             "concat_dim": plan.concat_dim,
             "recipe": plan.recipe,
             "sources": [s.to_dict() for s in plan.sources],
+            "roots": source_roots([s.path for s in plan.sources]),
             "arrays": {name: ("inline" if a.inline is not None else "virtual")
                        for name, a in plan.arrays.items()},
             "remedies": [r.to_dict() for r in plan.remedies.values() if r.enabled],
             "notes": plan.notes,
         })
     return dest
+
+
+def source_roots(paths: list[str]) -> list[str]:
+    """The directories a reader of this output may open files in: each source's
+    directory (as named and with symlinks resolved), nested ones folded into their
+    parent. Recorded with the output; see docs/reading.md (confinement)."""
+    dirs = set()
+    for p in paths:
+        dirs.add(os.path.dirname(os.path.abspath(p)))
+        dirs.add(os.path.dirname(os.path.realpath(p)))
+    roots: list[str] = []
+    for d in sorted(dirs):
+        if not any(d == r or d.startswith(r.rstrip("/") + "/") for r in roots):
+            roots.append(d)
+    return roots
 
 
 def inline_chunks(a: ArrayPlan):

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..model import MATERIALIZED, Plan
 from ._staging import staged_dir
-from .cube import inline_chunks
+from .cube import inline_chunks, source_roots
 from .materialize import materialized_chunks
 from .metadata import array_doc, group_doc
 
@@ -36,7 +36,7 @@ def write_icechunk(plan: Plan, dest: str | Path, overwrite: bool = False) -> Pat
 
     dest = Path(dest)
     prefix = container_prefix(plan)
-    with staged_dir(dest, overwrite) as stage:
+    with staged_dir(dest, overwrite, [s.path for s in plan.sources]) as stage:
         config = ic.RepositoryConfig.default()
         config.set_virtual_chunk_container(_container(prefix))
         repo = ic.Repository.create(ic.local_filesystem_storage(str(stage)), config,
@@ -102,7 +102,8 @@ def _commit(repo, plan: Plan, message: str) -> None:
                 put(_key(name, key), data)
     session.commit(message, metadata={"virtualize": {
         "concat_dim": plan.concat_dim, "recipe": plan.recipe,
-        "sources": [s.to_dict() for s in plan.sources]}})
+        "sources": [s.to_dict() for s in plan.sources],
+        "roots": source_roots([s.path for s in plan.sources])}})
 
 
 def _container(prefix: str):

@@ -10,15 +10,19 @@ from pathlib import Path
 import numpy as np
 import ujson
 
+from .. import __version__
 from ..model import Plan
 from ._staging import staged_file
-from .cube import inline_chunks
+from .cube import CUBE_FORMAT_VERSION, inline_chunks, source_roots
 from .materialize import materialized_chunks
 from .metadata import array_doc, group_doc
 
 
 def kerchunk_refs(plan: Plan) -> dict:
-    """The reference set as a dict: {"version": 1, "refs": {key: json | [url, off, len]}}."""
+    """The reference set as a dict: {"version": 1, "virtualize": {...}, "refs": {key: json |
+    [url, off, len]}}. The `virtualize` section (first, so that a later run recognises
+    its own output from the file's first bytes) records the sources with their size and
+    modification time and the allowed roots; fsspec's reader ignores it."""
     refs: dict[str, object] = {}
     docs = {group: group_doc(attrs) for group, attrs in plan.groups.items()}
     docs.update({name: array_doc(a) for name, a in plan.arrays.items()})
@@ -48,13 +52,20 @@ def kerchunk_refs(plan: Plan) -> dict:
             refs[prefix + "/".join(map(str, coords))] = [paths[p], off, n]
         for key, data in materialized_chunks(plan, a):  # copied chunks travel inline
             refs[_key(name, key)] = "base64:" + base64.b64encode(data).decode()
-    return {"version": 1, "refs": refs}
+    return {"version": 1, "virtualize": kerchunk_section(plan), "refs": refs}
+
+
+def kerchunk_section(plan: Plan) -> dict:
+    return {"format": "virtualize-kerchunk", "version": CUBE_FORMAT_VERSION,
+            "created_by": f"virtualize {__version__}",
+            "sources": [s.to_dict() for s in plan.sources],
+            "roots": source_roots([s.path for s in plan.sources])}
 
 
 def write_kerchunk(plan: Plan, dest: str | Path, overwrite: bool = False) -> Path:
     dest = Path(dest)
     doc = kerchunk_refs(plan)
-    with staged_file(dest, overwrite) as stage:
+    with staged_file(dest, overwrite, [s.path for s in plan.sources]) as stage:
         with open(stage, "w") as f:
             ujson.dump(doc, f, escape_forward_slashes=False)
     return dest
