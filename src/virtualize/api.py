@@ -161,11 +161,15 @@ def _recorded(cube: Path, icechunk: bool) -> dict:
     return info
 
 
-def open(path: PathLike, *, check_sources: bool = True) -> zarr.Group:  # noqa: A001
+def open(path: PathLike, *, check_sources: bool = True, allow=None) -> zarr.Group:  # noqa: A001
     """A cube (directory, kerchunk JSON or Icechunk repository) as a read-only zarr
     group. Rectilinear grids
-    are enabled for the open only; the caller's zarr config is left as it was."""
-    return open_cube(path, check_sources=check_sources)
+    are enabled for the open only; the caller's zarr config is left as it was.
+
+    The reader follows only references inside the roots recorded when the cube was
+    written (its sources' directories) or in `allow` (paths, or URL prefixes such as
+    "s3://bucket/"): docs/reading.md, Confinement."""
+    return open_cube(path, check_sources=check_sources, allow=allow)
 
 
 # -- the shared steps ------------------------------------------------------------------

@@ -6,6 +6,11 @@ keys of virtual arrays are looked up in their `manifest.npy` (memory-mapped: one
 per chunk, no parsing of the rest) and read as byte ranges from the sources; inline chunks
 are files in the cube. Sources are checked against the size and modification time recorded
 when the cube was written: a changed source would read as wrong data, so it is refused.
+The same holds for the kerchunk JSON (its `virtualize` section) and Icechunk repositories.
+
+Opening is confined (access.py, docs/reading.md): only sources in the cube's table, inside
+the allowed roots; the cube's own files only inside the cube; every manifest is checked
+against the recorded source sizes before a chunk of its array is read.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from zarr.abc.store import (
 from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
 from zarr.storage import WrapperStore
 
+from .access import Access, check_refs, grid_shape, inside, invalid, read_inside
 from .emit.cube import SOURCES_NAME
 from .emit.metadata import MANIFEST_FIELD
 from .model import MATERIALIZED, Location, Problem, VirtualizeError
@@ -63,22 +69,30 @@ class CubeStore(Store):
     supports_partial_writes = False
     supports_listing = True
 
-    def __init__(self, root: str | os.PathLike, *, check_sources: bool = True):
+    def __init__(self, root: str | os.PathLike, *, check_sources: bool = True, allow=None):
         super().__init__(read_only=True)
         self.root = Path(root)
+        self._manifests: dict[str, np.ndarray] = {}
+        self._fds: dict[int, int] = {}
         info_path = self.root / SOURCES_NAME
         if not info_path.is_file():
             raise VirtualizeError([Problem(Location(str(self.root)), "not-a-cube",
                                            f"no {SOURCES_NAME}: not a cube written by virtualize")],
                                   f"{self.root}: not a virtualize cube")
-        info = json.loads(info_path.read_text())
-        self.sources = [s["path"] for s in info["sources"]]
-        self.virtual = sorted((n for n, kind in info["arrays"].items() if kind == "virtual"),
+        info = _load_json(self.root, read_inside(self.root, info_path), SOURCES_NAME)
+        sources = _source_table(self.root, info)
+        arrays = info.get("arrays")
+        if not isinstance(arrays, dict):
+            raise invalid(self.root, f"{SOURCES_NAME} has no 'arrays' table")
+        self.sources = [s["path"] for s in sources]
+        self.sizes = [s["size"] for s in sources]
+        self.virtual = sorted((n for n, kind in arrays.items() if kind == "virtual"),
                               key=len, reverse=True)
-        self._manifests: dict[str, np.ndarray] = {}
-        self._fds: dict[int, int] = {}
+        self.access = Access(self.root, _roots(self.root, info), allow)
+        for s in self.sources:  # before anything is opened
+            self.access.check(s)
         if check_sources:
-            problems = list(changed_sources(info["sources"]))
+            problems = list(changed_sources(sources))
             if problems:
                 raise VirtualizeError(problems, f"{self.root}: its source files changed since "
                                       "the cube was written; re-run virtualize")
@@ -106,23 +120,33 @@ class CubeStore(Store):
 
     def _get_bytes(self, key: str) -> bytes | None:
         if key == "zarr.json" or key.endswith("/zarr.json"):
-            p = self.root / key
-            if not p.is_file():
+            data = read_inside(self.root, self.root / key)
+            if data is None:
                 return None
-            doc = json.loads(p.read_bytes())
+            doc = _load_json(self.root, data, key)
             doc.pop(MANIFEST_FIELD, None)
             return json.dumps(doc).encode()
         for name in self.virtual:
             prefix = f"{name}/c"
             if key == prefix or key.startswith(prefix + "/"):
                 return self._chunk(name, key[len(prefix):].lstrip("/"))
-        p = self.root / key
-        return p.read_bytes() if p.is_file() else None
+        return read_inside(self.root, self.root / key)
 
     def _manifest(self, name: str) -> np.ndarray:
+        """The array's manifest, memory-mapped, checked once against the chunk grid and
+        the recorded source sizes (vectorized) before any of its chunks is read."""
         m = self._manifests.get(name)
         if m is None:
-            m = np.load(self.root / name / "manifest.npy", mmap_mode="r", allow_pickle=False)
+            path = self.root / name / "manifest.npy"
+            real = inside(self.root, path)
+            try:
+                m = np.load(real, mmap_mode="r", allow_pickle=False)
+            except (OSError, ValueError, EOFError) as e:
+                raise invalid(self.root, f"{name}/manifest.npy cannot be read: {e}", name) from None
+            doc_bytes = read_inside(self.root, self.root / name / "zarr.json")
+            grid = grid_shape(_load_json(self.root, doc_bytes, f"{name}/zarr.json")) \
+                if doc_bytes is not None else None
+            check_refs(self.root, name, m, self.sources, self.sizes, grid)
             self._manifests[name] = m
         return m
 
@@ -136,22 +160,29 @@ class CubeStore(Store):
             return None
         rec = m[idx]
         if int(rec["path"]) == MATERIALIZED:  # copied into the cube: a native chunk file
-            p = self.root / name / ("c/" + rest if rest else "c")
-            return p.read_bytes() if p.is_file() else None
+            return read_inside(self.root, self.root / name / ("c/" + rest if rest else "c"))
         length = int(rec["length"])
         if length == 0:
             return None
-        fd = self._fd(int(rec["path"]))
+        src = int(rec["path"])
+        fd = self._fd(src)
         data = os.pread(fd, length, int(rec["offset"]))
         if len(data) != length:
-            raise OSError(f"{self.sources[int(rec['path'])]}: chunk {name}/c/{rest} wants "
-                          f"{length} bytes at {int(rec['offset'])}, file ended after {len(data)}")
+            raise VirtualizeError([Problem(
+                Location(self.sources[src], name, None, idx), "source-changed",
+                f"chunk {name}/c/{rest} wants {length} bytes at {int(rec['offset'])}, the file "
+                f"ended after {len(data)}: it changed since {self.root} was written")])
         return data
 
     def _fd(self, i: int) -> int:
         fd = self._fds.get(i)
         if fd is None:
-            fd = os.open(self.sources[i], os.O_RDONLY)
+            self.access.check(self.sources[i])
+            try:
+                fd = os.open(self.sources[i], os.O_RDONLY)
+            except OSError as e:
+                raise VirtualizeError([Problem(Location(self.sources[i]), "source-missing",
+                                               f"cannot be opened: {e.strerror}")]) from None
             self._fds[i] = fd
         return fd
 
@@ -205,6 +236,38 @@ def _slice(data: bytes, r: ByteRequest | None) -> bytes:
     raise ValueError(f"unexpected byte range {r!r}")
 
 
+def _load_json(what: Path, data: bytes | None, name: str) -> dict:
+    if data is None:
+        raise invalid(what, f"{name} is missing")
+    try:
+        doc = json.loads(data)
+    except ValueError as e:
+        raise invalid(what, f"{name} is not JSON: {e}") from None
+    if not isinstance(doc, dict):
+        raise invalid(what, f"{name} is not a JSON object")
+    return doc
+
+
+def _source_table(what, info: dict) -> list[dict[str, Any]]:
+    """The recorded sources, each {path: absolute str, size: int >= 0, mtime_ns: int}."""
+    sources = info.get("sources")
+    if not isinstance(sources, list):
+        raise invalid(what, "no source table")
+    for i, s in enumerate(sources):
+        if not (isinstance(s, dict) and isinstance(s.get("path"), str)
+                and isinstance(s.get("size"), int) and not isinstance(s.get("size"), bool)
+                and s["size"] >= 0 and isinstance(s.get("mtime_ns"), int)):
+            raise invalid(what, f"source #{i} is not {{path, size, mtime_ns}}: {s!r:.200}")
+    return sources
+
+
+def _roots(what, info: dict) -> list[str]:
+    roots = info.get("roots", [])
+    if not isinstance(roots, list):
+        raise invalid(what, "'roots' is not a list")
+    return roots
+
+
 def changed_sources(sources: list[dict[str, Any]]):
     for s in sources:
         try:
@@ -245,24 +308,106 @@ class ConsolidatedView(WrapperStore):
         return prototype.buffer.from_bytes(json.dumps(doc).encode())
 
 
-def open_cube(path: str | os.PathLike, *, check_sources: bool = True) -> zarr.Group:
+def open_cube(path: str | os.PathLike, *, check_sources: bool = True, allow=None) -> zarr.Group:
     """Open a cube directory, a kerchunk reference JSON or an Icechunk repository written
-    by virtualize as a read-only zarr group."""
-    path = Path(path)
+    by virtualize as a read-only zarr group. `allow`: more roots (paths, or URL prefixes)
+    the reader may open files in (docs/reading.md, Confinement)."""
     with rectilinear_enabled():
-        if path.is_file() and path.suffix == ".json":
-            return zarr.open_group(kerchunk_store(path), mode="r", zarr_format=3)
-        from .emit.icechunk import is_icechunk_repo, open_icechunk
-        if is_icechunk_repo(path):
-            return zarr.open_group(ConsolidatedView(open_icechunk(path)), mode="r", zarr_format=3)
-        return zarr.open_group(ConsolidatedView(CubeStore(path, check_sources=check_sources)),
+        return zarr.open_group(open_store(path, check_sources=check_sources, allow=allow),
                                mode="r", zarr_format=3)
 
 
-def kerchunk_store(path: str | os.PathLike):
-    """A zarr store over a kerchunk reference JSON (fsspec `reference://`)."""
-    import fsspec
+def open_store(path: str | os.PathLike, *, check_sources: bool = True, allow=None) -> Store:
+    """The read-only zarr store of a cube of any of the three kinds (checked and confined)."""
+    path = Path(path)
+    if path.suffix == ".json" and not path.is_dir():
+        return kerchunk_store(path, check_sources=check_sources, allow=allow)
+    from .emit.icechunk import is_icechunk_repo, open_icechunk
+    if is_icechunk_repo(path):
+        return ConsolidatedView(open_icechunk(path, allow=allow))
+    return ConsolidatedView(CubeStore(path, check_sources=check_sources, allow=allow))
+
+
+def kerchunk_store(path: str | os.PathLike, *, check_sources: bool = True, allow=None):
+    """A zarr store over a kerchunk reference JSON (fsspec `reference://`). Written by
+    virtualize, it records its sources (checked for changes, like a cube directory's) and
+    its allowed roots; any other reference set may only reach files under its own
+    directory or `allow`. Every reference is checked before the store is returned."""
+    from fsspec.implementations.asyn_wrapper import AsyncFileSystemWrapper
+    from fsspec.implementations.local import LocalFileSystem
+    from fsspec.implementations.reference import ReferenceFileSystem
     from zarr.storage import FsspecStore
 
-    fs = fsspec.filesystem("reference", fo=str(path), asynchronous=True)
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as e:
+        raise VirtualizeError([Problem(Location(str(path)), "not-a-cube",
+                                       f"cannot be read: {e.strerror}")]) from None
+    doc = _load_json(path, raw, path.name)
+    section = doc.get("virtualize")
+    if section is not None:
+        if not isinstance(section, dict):
+            raise invalid(path, "its 'virtualize' section is not an object")
+        sources = _source_table(path, section)
+        access = Access(path, _roots(path, section), allow)
+    else:  # not written by virtualize: nothing recorded, its own directory only
+        sources = []
+        access = Access(path, [os.path.dirname(os.path.realpath(path))], allow)
+    for s in sources:
+        access.check(s["path"])
+    if section is not None and check_sources:
+        problems = list(changed_sources(sources))
+        if problems:
+            raise VirtualizeError(problems, f"{path}: its source files changed since it was "
+                                  "written; re-run virtualize")
+    local = AsyncFileSystemWrapper(LocalFileSystem(), asynchronous=True)
+    try:
+        # given only the local file system, building it opens nothing and imports no
+        # remote file system a reference names; templates and `gen` are expanded
+        fs = ReferenceFileSystem(doc, fs={None: local, "file": local}, asynchronous=True,
+                                 skip_instance_cache=True)
+    except Exception as e:  # noqa: BLE001 - any malformed reference set
+        raise invalid(path, f"not a kerchunk reference set: {e}") from None
+    remote = _check_references(path, fs.references, access, sources if section else None)
+    if remote:  # allowed by the caller: the file systems of their protocols too
+        fs = ReferenceFileSystem(doc, asynchronous=True, skip_instance_cache=True)
     return FsspecStore(fs, read_only=True, path="")
+
+
+def _check_references(path: Path, refs, access: Access, sources) -> bool:
+    """Every reference of a kerchunk set is allowed and, for a set written by virtualize,
+    names a recorded source and lies inside it. True when some are remote URLs."""
+    sizes = {s["path"]: s["size"] for s in sources} if sources is not None else None
+    remote = False
+    for key, ref in refs.items():
+        if not isinstance(ref, list):
+            continue  # inline data
+        if len(ref) not in (1, 3):
+            raise invalid(path, f"reference {key}: {ref!r:.200} is not [url] or [url, offset, "
+                                "length]")
+        url = ref[0]
+        why = access.refusal(url)
+        if why is not None:
+            raise VirtualizeError([Problem(Location(str(path), key.rpartition("/c")[0] or None),
+                                           "reference-not-allowed", f"{key}: {why}")],
+                                  f"{path}: refused to follow a reference (docs/reading.md, "
+                                  "Confinement)")
+        remote = remote or (isinstance(url, str) and "://" in url
+                            and not url.lower().startswith("file://"))
+        if sizes is None:
+            continue
+        size = sizes.get(url)
+        if size is None:
+            raise VirtualizeError([Problem(Location(str(path), key.rpartition("/c")[0] or None),
+                                           "reference-not-allowed",
+                                           f"{key}: {url} is not in its source table")])
+        if len(ref) == 3:
+            off, n = ref[1], ref[2]
+            if not (isinstance(off, int) and isinstance(n, int) and 0 <= off
+                    and 0 <= n <= size - off):
+                raise VirtualizeError([Problem(
+                    Location(str(path), key.rpartition("/c")[0] or None), "invalid-reference",
+                    f"{key} wants {n!r} bytes at {off!r} of {url}, which has {size} bytes")],
+                    f"{path}: a reference lies outside its source: edited or damaged")
+    return remote

@@ -7,7 +7,7 @@ import os
 from xarray.backends import BackendEntrypoint
 from xarray.backends.zarr import ZarrBackendEntrypoint
 
-from .read import ConsolidatedView, CubeStore, kerchunk_store, rectilinear_enabled
+from .read import open_store, rectilinear_enabled
 
 
 class VirtualizeBackendEntrypoint(BackendEntrypoint):
@@ -20,16 +20,10 @@ class VirtualizeBackendEntrypoint(BackendEntrypoint):
     def open_dataset(self, filename_or_obj, *, drop_variables=None, group=None,
                      mask_and_scale=True, decode_times=True, decode_timedelta=None,
                      use_cftime=None, concat_characters=True, decode_coords=True,
-                     check_sources=True):
-        from .emit.icechunk import is_icechunk_repo, open_icechunk
-
-        path = os.fspath(filename_or_obj)
-        if path.endswith(".json"):
-            store = kerchunk_store(path)
-        elif is_icechunk_repo(path):
-            store = ConsolidatedView(open_icechunk(path))
-        else:
-            store = ConsolidatedView(CubeStore(path, check_sources=check_sources))
+                     check_sources=True, allow=None):
+        """`check_sources`: refuse a cube whose sources changed (default); `allow`: more
+        roots (paths or URL prefixes) the cube may reference (docs/reading.md)."""
+        store = open_store(os.fspath(filename_or_obj), check_sources=check_sources, allow=allow)
         with rectilinear_enabled():
             return ZarrBackendEntrypoint().open_dataset(
                 store, group=group, drop_variables=drop_variables, mask_and_scale=mask_and_scale,

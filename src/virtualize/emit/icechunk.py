@@ -159,13 +159,27 @@ def is_icechunk_repo(path: str | os.PathLike) -> bool:
     return p.is_dir() and (p / "repo").exists() and not (p / "virtualize.json").exists()
 
 
-def open_icechunk(path: str | os.PathLike):
-    """A read-only zarr store of an Icechunk repo's main branch, its containers authorized."""
+def open_icechunk(path: str | os.PathLike, allow=None):
+    """A read-only zarr store of an Icechunk repo's main branch. Only the virtual chunk
+    containers inside the allowed roots are authorized (access.py): the roots recorded by
+    virtualize in the last commit (or the repository's own directory, for one it did not
+    write) and the caller's `allow`. A container outside them is refused."""
     import icechunk as ic
+
+    from ..access import Access, not_allowed
 
     storage = ic.local_filesystem_storage(str(path))
     config = ic.Repository.fetch_config(storage)
     prefixes = list((config.virtual_chunk_containers or {}) if config else {})
+    info = recorded(path) if prefixes else None
+    roots = (info or {}).get("roots")
+    if not isinstance(roots, list):
+        roots = [os.path.dirname(os.path.realpath(path))]
+    access = Access(path, roots, allow)
+    for prefix in prefixes:
+        why = access.container(prefix)
+        if why is not None:
+            raise not_allowed(path, why)
     repo = ic.Repository.open(storage, authorize_virtual_chunk_access=_credentials(prefixes) or None)
     return repo.readonly_session("main").store
 

@@ -1,0 +1,263 @@
+"""What a reader may open when it opens a cube: confinement and reference checks.
+
+A cube (directory, kerchunk JSON, Icechunk repository) is data written by someone else:
+opening it must not let its author make the reader open arbitrary files. `Access` is the
+policy (docs/reading.md, "Confinement"):
+
+- a reference is followed only inside the allowed roots: those recorded when the output
+  was written (the sources' directories) plus those the caller passes (`allow`);
+- a recorded root of `/` or inside a system location (/etc, /proc, ~/.ssh, ...) is never
+  honoured, and no file inside a system location is opened, unless the caller allows it;
+- relative paths and `..` are normalised (symlinks resolved) before the check;
+- URLs other than `file://` (http, s3, ...) are refused unless the caller allows a prefix
+  of them (`allow=["s3://bucket/data/"]`).
+
+`check_refs` validates a manifest against the recorded source sizes, vectorized: an
+edited manifest is refused with the cube, array, chunk and source named, never read.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable
+from pathlib import Path
+
+import numpy as np
+
+from .model import MATERIALIZED, Location, Problem, VirtualizeError
+
+_URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+# never opened on a cube's say-so: only when the caller allows them
+_SYSTEM = ("/etc", "/proc", "/sys", "/dev", "/boot", "/root", "/run", "/var/run", "/var/log",
+           "/var/lib", "/var/spool", "/var/mail", "/usr", "/bin", "/sbin", "/lib", "/lib64",
+           "/lib32", "/snap")
+_HOME_SECRETS = (".ssh", ".gnupg", ".aws", ".azure", ".kube", ".docker", ".netrc", ".pgpass",
+                 ".git-credentials", ".config", ".local/share/keyrings", ".password-store",
+                 ".mozilla", ".bash_history", ".python_history")
+
+
+def _system_locations() -> list[str]:
+    locs = list(_SYSTEM)
+    homes = {os.path.expanduser("~")}
+    for base in ("/home", "/Users"):
+        try:
+            homes.update(os.path.join(base, d) for d in os.listdir(base))
+        except OSError:
+            pass
+    for home in homes:
+        if home and home != "/":
+            locs += [os.path.join(home, s) for s in _HOME_SECRETS]
+    out = set()
+    for loc in locs:
+        out.add(os.path.normpath(loc))
+        out.add(os.path.realpath(loc))
+    return sorted(out)
+
+
+def _under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def not_allowed(what: str | os.PathLike, message: str, variable: str | None = None) -> VirtualizeError:
+    return VirtualizeError([Problem(Location(str(what), variable), "reference-not-allowed",
+                                    message)],
+                           f"{what}: refused to follow a reference (docs/reading.md, "
+                           "Confinement)")
+
+
+def invalid(what: str | os.PathLike, message: str, variable: str | None = None,
+            block: tuple[int, ...] | None = None, kind: str = "invalid-cube") -> VirtualizeError:
+    return VirtualizeError([Problem(Location(str(what), variable, None, block), kind, message)],
+                           f"{what}: {'not a valid cube' if kind == 'invalid-cube' else kind}")
+
+
+def allow_list(allow) -> list[str]:
+    if allow is None:
+        return []
+    if isinstance(allow, (str, os.PathLike)):
+        allow = [allow]
+    return [os.fspath(a) for a in allow]
+
+
+class Access:
+    """The roots a reader of `what` (a cube, for messages) may open files in."""
+
+    def __init__(self, what: str | os.PathLike, recorded: Iterable[str], allow=None):
+        self.what = str(what)
+        self.system = _system_locations()
+        self.urls: list[str] = []  # allowed URL prefixes (non-file)
+        self.allowed: list[str] = []  # caller's local roots (resolved)
+        for a in allow_list(allow):
+            m = _URL.match(a)
+            if m and m.group(1).lower() != "file":
+                self.urls.append(a)
+            else:
+                self.allowed.append(os.path.realpath(_file_path(a)))
+        self.roots: list[str] = list(self.allowed)
+        self.ignored: list[str] = []  # recorded roots not honoured
+        for r in recorded:
+            if not isinstance(r, str) or not os.path.isabs(r) or _URL.match(r):
+                self.ignored.append(str(r))
+                continue
+            real = os.path.realpath(r)
+            if real == "/" or any(_under(real, s) or _under(os.path.normpath(r), s)
+                                  for s in self.system):
+                if not any(_under(real, a) for a in self.allowed):
+                    self.ignored.append(r)
+                    continue
+            self.roots.append(real)
+        self._seen: dict[str, str | None] = {}
+
+    def check(self, ref: object, variable: str | None = None) -> None:
+        """Raise unless the reader may open `ref` (a path or URL)."""
+        why = self.refusal(ref)
+        if why is not None:
+            raise not_allowed(self.what, why, variable)
+
+    def refusal(self, ref: object) -> str | None:
+        key = ref if isinstance(ref, str) else repr(ref)
+        if key not in self._seen:
+            self._seen[key] = self._refusal(ref)
+        return self._seen[key]
+
+    def _refusal(self, ref: object) -> str | None:
+        if not isinstance(ref, str) or not ref:
+            return f"reference {ref!r} is not a path or URL"
+        m = _URL.match(ref)
+        if m and m.group(1).lower() != "file":
+            if any(ref.startswith(u) for u in self.urls):
+                return None
+            return (f"reference {ref} is a {m.group(1)} URL: not followed unless allowed "
+                    f"(allow=[{_prefix(ref)!r}])")
+        real = os.path.realpath(_file_path(ref))
+        explicitly = any(_under(real, a) for a in self.allowed)
+        if not explicitly and any(_under(real, s) for s in self.system):
+            return (f"reference {ref} is in a system location ({real}): not followed unless "
+                    f"the caller allows it (allow=[{os.path.dirname(real)!r}])")
+        if explicitly or any(_under(real, r) for r in self.roots):
+            return None
+        roots = ", ".join(self.roots) or "none"
+        extra = f"; recorded roots not honoured: {', '.join(self.ignored)}" if self.ignored else ""
+        return (f"reference {ref} ({real}) is outside the allowed roots ({roots}{extra}): "
+                f"pass allow=[{os.path.dirname(real)!r}] to read it")
+
+    def container(self, prefix: str) -> str | None:
+        """Why an Icechunk virtual chunk container may not be authorized (None: it may)."""
+        m = _URL.match(prefix)
+        if m and m.group(1).lower() != "file":
+            if any(prefix.startswith(u) for u in self.urls):
+                return None
+            return f"virtual chunk container {prefix} is not allowed (allow=[{prefix!r}])"
+        path = _file_path(prefix)
+        if not os.path.isabs(path):
+            return f"virtual chunk container {prefix} is not an absolute path"
+        why = self._refusal(path.rstrip("/") or "/")
+        return None if why is None else f"virtual chunk container {prefix}: {why}"
+
+
+def _file_path(ref: str) -> str:
+    if ref.lower().startswith("file://"):
+        rest = ref[len("file://"):]
+        if rest.startswith("localhost/"):
+            rest = rest[len("localhost"):]
+        return rest
+    return ref
+
+
+def _prefix(url: str) -> str:
+    m = _URL.match(url)
+    head = m.group(0) if m else ""
+    rest = url[len(head):]
+    return head + (rest.rsplit("/", 1)[0] + "/" if "/" in rest else rest)
+
+
+def inside(root: Path, path: Path) -> str:
+    """`path` with symlinks resolved, if it lies inside the cube `root`; else refused."""
+    real = os.path.realpath(path)
+    if not _under(real, os.path.realpath(root)):
+        rel = os.path.relpath(path, root)
+        raise not_allowed(root, f"the cube's file {rel} leads outside the cube ({real})")
+    return real
+
+
+def read_inside(root: Path, path: Path) -> bytes | None:
+    """The bytes of a cube's own file, only if it really lies inside the cube (no
+    symlink out of it, no `..`); None when it does not exist."""
+    if not os.path.lexists(path):
+        return None
+    real = inside(root, path)
+    try:
+        fd = os.open(real, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except FileNotFoundError:
+        return None
+    except IsADirectoryError:
+        return None
+    except OSError as e:
+        raise invalid(root, f"cannot read {os.path.relpath(path, root)}: {e.strerror}") from None
+    with os.fdopen(fd, "rb") as f:
+        if not os.path.isfile(real):
+            return None
+        return f.read()
+
+
+def check_refs(what: str | os.PathLike, name: str, m: np.ndarray, sources: list[str],
+               sizes: list[int], grid: tuple[int, ...] | None) -> None:
+    """Every reference of array `name` lies inside its (recorded) source: vectorized."""
+    if m.dtype.names != ("path", "offset", "length"):
+        raise invalid(what, f"manifest has dtype {m.dtype}, not path/offset/length records", name)
+    if grid is not None and tuple(m.shape) != tuple(grid):
+        if not (len(m.shape) == len(grid) and all(a == b or a == 0 for a, b in zip(m.shape, grid))):
+            raise invalid(what, f"manifest has shape {tuple(m.shape)}, the chunk grid is "
+                                f"{tuple(grid)}", name)
+    flat = m.reshape(-1)
+    path = np.asarray(flat["path"], dtype=np.uint64)
+    off = np.asarray(flat["offset"], dtype=np.uint64)
+    length = np.asarray(flat["length"], dtype=np.uint64)
+    virt = (length > 0) & (path != MATERIALIZED)
+    bad_path = virt & (path >= len(sources))
+    size = np.asarray(sizes, dtype=np.uint64)
+    idx = np.where(virt & ~bad_path, path, 0).astype(np.intp)
+    sz = size[idx] if len(size) else np.zeros(len(flat), dtype=np.uint64)
+    bad_range = virt & ~bad_path & ((off > sz) | (length > sz - np.minimum(off, sz)))
+    bad = np.flatnonzero(bad_path | bad_range)
+    if not bad.size:
+        return
+    problems = []
+    for i in bad[:20].tolist():
+        block = tuple(int(x) for x in np.unravel_index(i, m.shape)) if m.ndim else ()
+        key = "c" + "".join(f"/{b}" for b in block)
+        p = int(path[i])
+        if bad_path[i]:
+            msg = f"chunk {name}/{key} names source #{p}; the cube has {len(sources)}"
+        else:
+            msg = (f"chunk {name}/{key} wants {int(length[i])} bytes at {int(off[i])} of "
+                   f"{sources[p]}, which has {int(size[p])} bytes")
+        problems.append(Problem(Location(str(what), name, None, block), "invalid-reference", msg))
+    raise VirtualizeError(problems, f"{what}: {bad.size} reference(s) of {name} lie outside "
+                                    "their sources: the manifest was edited or damaged")
+
+
+def grid_shape(doc: dict) -> tuple[int, ...] | None:
+    """The chunk grid's shape from an array's zarr.json (regular or rectilinear)."""
+    try:
+        shape = [int(n) for n in doc["shape"]]
+        grid = doc["chunk_grid"]
+        conf = grid["configuration"]
+        if grid["name"] == "regular":
+            return tuple(-(-n // int(c)) if int(c) > 0 else 0
+                         for n, c in zip(shape, conf["chunk_shape"], strict=True))
+        if grid["name"] == "rectilinear":
+            out = []
+            for n, spec in zip(shape, conf["chunk_shapes"], strict=True):
+                if isinstance(spec, int):
+                    out.append(-(-n // spec) if spec > 0 else 0)
+                    continue
+                count = 0
+                for item in spec:
+                    count += int(item[1]) if isinstance(item, list) else 1
+                out.append(count)
+            return tuple(out)
+    except (KeyError, TypeError, ValueError, IndexError):
+        return None
+    return None
