@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .model import MATERIALIZED, Location, Problem, VirtualizeError
+from .model import MATERIALIZED, REF_DTYPE, Location, Problem, VirtualizeError
 
 _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 # never opened on a cube's say-so: only when the caller allows them
@@ -204,8 +204,8 @@ def read_inside(root: Path, path: Path) -> bytes | None:
 def check_refs(what: str | os.PathLike, name: str, m: np.ndarray, sources: list[str],
                sizes: list[int], grid: tuple[int, ...] | None) -> None:
     """Every reference of array `name` lies inside its (recorded) source: vectorized."""
-    if m.dtype.names != ("path", "offset", "length"):
-        raise invalid(what, f"manifest has dtype {m.dtype}, not path/offset/length records", name)
+    if m.dtype != REF_DTYPE:
+        raise invalid(what, f"manifest has dtype {m.dtype}, not {REF_DTYPE}", name)
     if grid is not None and tuple(m.shape) != tuple(grid):
         if not (len(m.shape) == len(grid) and all(a == b or a == 0 for a, b in zip(m.shape, grid))):
             raise invalid(what, f"manifest has shape {tuple(m.shape)}, the chunk grid is "

@@ -1,0 +1,348 @@
+"""Opening a cube never lets its author make the reader open arbitrary files, never reads
+an edited manifest as data, and never reads a stale kerchunk export."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import xarray as xr
+import zarr
+
+import virtualize
+from virtualize.model import VirtualizeError
+from virtualize.read import CubeStore
+
+from helpers import assert_same, kerchunk_group, source_values
+
+DIMS = ("time", "lat", "lon")
+
+
+@pytest.fixture(scope="module")
+def made(case, tmp_path_factory):
+    """Copies of a small stack (sources may be rewritten here), and a pristine cube,
+    kerchunk JSON and foreign kerchunk JSON of them; tests edit their own copies."""
+    tmp = tmp_path_factory.mktemp("confine")
+    data = tmp / "data"
+    data.mkdir()
+    files = [Path(shutil.copy2(f, data / Path(f).name)) for f in case("appended_batches")[:3]]
+    virtualize.virtualize(files, tmp / "cube.zarr")
+    virtualize.virtualize(files, tmp / "cube.json")
+    return tmp, files
+
+
+@pytest.fixture
+def cube(made, tmp_path):
+    shutil.copytree(made[0] / "cube.zarr", tmp_path / "cube.zarr", symlinks=True)
+    return tmp_path / "cube.zarr"
+
+
+@pytest.fixture
+def refs(made, tmp_path):
+    shutil.copy2(made[0] / "cube.json", tmp_path / "cube.json")
+    return tmp_path / "cube.json"
+
+
+def kinds(e) -> list[str]:
+    return [p.kind for p in e.value.problems]
+
+
+def edit_json(path: Path, change) -> None:
+    doc = json.loads(path.read_text())
+    change(doc)
+    path.write_text(json.dumps(doc))
+
+
+def test_pristine_outputs_read_back(made):
+    tmp, files = made
+    want = source_values(files, "tas", "time", DIMS)
+    for out in ("cube.zarr", "cube.json"):
+        assert_same(virtualize.open(tmp / out)["tas"][...], want, out)
+    # the kerchunk JSON's virtualize section is ignored by plain fsspec + zarr
+    assert_same(kerchunk_group(tmp / "cube.json")["tas"][...], want, "plain fsspec")
+    section = json.loads((tmp / "cube.json").read_text())["virtualize"]
+    assert [s["path"] for s in section["sources"]] == [str(f) for f in files]
+    assert section["roots"] == [str(files[0].parent)]
+    assert json.loads((tmp / "cube.zarr" / "virtualize.json").read_text())["roots"] == [
+        str(files[0].parent)]
+
+
+# -- the kerchunk export refuses changed sources -------------------------------------------
+
+def test_kerchunk_export_refuses_a_rewritten_source(made, tmp_path):
+    _, files = made
+    data = tmp_path / "data"
+    data.mkdir()
+    mine = [Path(shutil.copy2(f, data / f.name)) for f in files]
+    out = tmp_path / "cube.json"
+    virtualize.virtualize(mine, out)
+    # the same values, another layout: the references now point at the wrong bytes
+    import netCDF4
+
+    with netCDF4.Dataset(files[1]) as src, netCDF4.Dataset(mine[1], "w") as dst:
+        for d in src.dimensions.values():
+            dst.createDimension(d.name, None if d.isunlimited() else len(d))
+        for v in src.variables.values():
+            w = dst.createVariable(v.name, v.dtype, v.dimensions, zlib=True, complevel=9,
+                                   fill_value=getattr(v, "_FillValue", None))
+            w.setncatts({k: v.getncattr(k) for k in v.ncattrs() if k != "_FillValue"})
+            w.set_auto_maskandscale(False)
+            v.set_auto_maskandscale(False)
+            w[...] = v[...]
+    with pytest.raises(VirtualizeError) as e:
+        virtualize.open(out)
+    assert kinds(e) == ["source-changed"] and e.value.problems[0].loc.file == str(mine[1])
+    with pytest.raises(VirtualizeError, match="source-changed"):
+        xr.open_dataset(out, engine="virtualize")
+    os.unlink(mine[2])
+    with pytest.raises(VirtualizeError) as e:
+        virtualize.open(out)
+    assert kinds(e) == ["source-changed", "source-missing"]
+    assert virtualize.open(out, check_sources=False)["tas"].shape[0] == 22  # when asked
+
+
+# -- edited manifests -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("edit", ["huge-length", "offset-past-end", "overflow", "bad-path",
+                                  "lost-record", "garbage", "wrong-dtype"])
+def test_edited_manifest_is_refused_with_its_location(cube, edit, made):
+    files = made[1]
+    p = cube / "tas" / "manifest.npy"
+    m = np.load(p)
+    if edit == "huge-length":
+        m[1, 0, 0]["length"] = 2**40
+    elif edit == "offset-past-end":
+        m[1, 0, 0]["offset"] = os.path.getsize(files[1]) - 10
+    elif edit == "overflow":
+        m[1, 0, 0]["offset"] = 2**64 - 8
+    elif edit == "bad-path":
+        m[1, 0, 0]["path"] = 7
+    elif edit == "lost-record":
+        m = m[:2]
+    elif edit == "wrong-dtype":
+        m = np.zeros(m.shape, dtype=[("path", "<u4"), ("offset", "<i8"), ("length", "<f8")])
+    if edit == "garbage":
+        p.write_bytes(b"\x93NUMPY garbage")
+    else:
+        np.save(p, m)
+    g = virtualize.open(cube)  # lazy: checked when the array is first read
+    with pytest.raises(VirtualizeError) as e:
+        g["tas"][...]
+    problem = e.value.problems[0]
+    assert problem.loc.file == str(cube) and problem.loc.variable == "tas"
+    if edit in ("huge-length", "offset-past-end", "overflow", "bad-path"):
+        assert kinds(e) == ["invalid-reference"] and problem.loc.block == (1, 0, 0)
+        assert "tas/c/1/0/0" in problem.message
+        if edit != "bad-path":
+            assert str(files[1]) in problem.message
+    else:
+        assert kinds(e) == ["invalid-cube"]
+
+
+def test_edited_references_in_the_kerchunk_export_are_refused(refs, made):
+    files = made[1]
+    edit_json(refs, lambda d: d["refs"].__setitem__("tas/c/1/0/0", [str(files[1]), 0, 2**40]))
+    with pytest.raises(VirtualizeError) as e:
+        virtualize.open(refs)
+    assert kinds(e) == ["invalid-reference"] and "tas/c/1/0/0" in e.value.problems[0].message
+
+
+@pytest.mark.parametrize("edit", ["not-json", "no-sources", "size-is-text", "arrays-missing"])
+def test_edited_cube_documents_are_refused(cube, edit):
+    info = cube / "virtualize.json"
+    if edit == "not-json":
+        info.write_text("{")
+    elif edit == "no-sources":
+        edit_json(info, lambda d: d.pop("sources"))
+    elif edit == "size-is-text":
+        edit_json(info, lambda d: d["sources"][0].__setitem__("size", "17"))
+    else:
+        edit_json(info, lambda d: d.pop("arrays"))
+    with pytest.raises(VirtualizeError) as e:
+        virtualize.open(cube)
+    assert kinds(e) == ["invalid-cube"] and e.value.problems[0].loc.file == str(cube)
+
+
+def test_edited_array_document_is_refused(cube):
+    (cube / "tas" / "zarr.json").write_text("[1, 2")
+    with pytest.raises(VirtualizeError) as e:
+        virtualize.open(cube)
+    assert kinds(e) == ["invalid-cube"]
+
+
+# -- confinement: cube directories ----------------------------------------------------------
+
+def point_source_at(cube: Path, target: str, roots=None) -> None:
+    st = os.stat(target)
+
+    def change(d):
+        d["sources"][0] = {"path": target, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+        if roots is not None:
+            d["roots"] = roots
+
+    edit_json(cube / "virtualize.json", change)
+
+
+@pytest.mark.parametrize("roots", [None, ["/etc"], ["/"], ["/etc/../etc"], "missing"])
+def test_a_source_in_a_system_location_is_never_opened(cube, roots):
+    if roots == "missing":
+        edit_json(cube / "virtualize.json", lambda d: d.pop("roots"))
+        roots = None
+    point_source_at(cube, "/etc/passwd", roots)
+    with pytest.raises(VirtualizeError) as e:
+        virtualize.open(cube)
+    assert kinds(e) == ["reference-not-allowed"]
+    assert e.value.problems[0].loc.file == str(cube) and "/etc/passwd" in e.value.problems[0].message
+    with pytest.raises(VirtualizeError, match="reference-not-allowed"):
+        xr.open_dataset(cube, engine="virtualize")
+    with pytest.raises(VirtualizeError, match="reference-not-allowed"):
+        virtualize.open(cube, check_sources=False)
+
+
+def test_a_source_outside_the_roots_needs_allow(cube, tmp_path):
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    secret = other / "secret.bin"
+    secret.write_bytes(os.urandom(64 * 1024))
+    point_source_at(cube, str(secret))
+    with pytest.raises(VirtualizeError) as e:
+        virtualize.open(cube)
+    assert kinds(e) == ["reference-not-allowed"] and str(secret) in e.value.problems[0].message
+    virtualize.open(cube, allow=[other])  # the caller may
+    xr.open_dataset(cube, engine="virtualize", allow=[str(other)])
+    # a relative path or one with `..` is normalised first
+    point_source_at(cube, str(cube.parent / "elsewhere" / ".." / "elsewhere" / "secret.bin"))
+    with pytest.raises(VirtualizeError, match="reference-not-allowed"):
+        virtualize.open(cube)
+
+
+def test_a_system_location_is_opened_only_when_the_caller_allows_it(cube):
+    point_source_at(cube, "/etc/passwd")
+    with pytest.raises(VirtualizeError, match="system location"):
+        virtualize.open(cube)
+    virtualize.open(cube, allow=["/etc"], check_sources=True)
+
+
+@pytest.mark.parametrize("which", ["inline", "document", "manifest", "array-dir"])
+def test_the_cubes_own_files_are_read_only_inside_it(cube, which, tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    if which == "inline":
+        target = cube / "time" / "c" / "0"
+        target.unlink()
+        target.symlink_to("/etc/passwd")
+    elif which == "document":
+        (cube / "lat" / "zarr.json").unlink()
+        (cube / "lat" / "zarr.json").symlink_to("/etc/passwd")
+    elif which == "manifest":
+        shutil.copy2(cube / "tas" / "manifest.npy", outside / "manifest.npy")
+        (cube / "tas" / "manifest.npy").unlink()
+        (cube / "tas" / "manifest.npy").symlink_to(outside / "manifest.npy")
+    else:
+        shutil.move(cube / "lat", outside / "lat")
+        (cube / "lat").symlink_to(outside / "lat")
+    if which == "array-dir":  # a symlinked directory is not part of the cube at all
+        assert "lat" not in virtualize.open(cube)
+        with pytest.raises(VirtualizeError, match="leads outside the cube"):
+            CubeStore(cube)._get_bytes("lat/zarr.json")
+        return
+    with pytest.raises(VirtualizeError) as e:
+        g = virtualize.open(cube)
+        g["time"][...], g["tas"][...], g["lat"][...]
+    assert "reference-not-allowed" in kinds(e), e.value
+    assert "leads outside the cube" in e.value.problems[0].message
+
+
+# -- confinement: kerchunk JSON ---------------------------------------------------------------
+
+EVIL = ["/etc/passwd", "../../../../../../etc/hostname", "file:///etc/shadow",
+        "http://169.254.169.254/latest/meta-data/", "s3://bucket/key.nc", "memory://x"]
+
+
+@pytest.mark.parametrize("url", EVIL)
+@pytest.mark.parametrize("ours", [True, False])
+def test_kerchunk_references_outside_the_roots_are_refused(refs, url, ours, made):
+    def change(d):
+        if not ours:
+            d.pop("virtualize")
+        d["refs"]["tas/c/1/0/0"] = [url, 0, 100]
+
+    edit_json(refs, change)
+    data = made[1][0].parent  # a foreign JSON's other references are allowed explicitly
+    with pytest.raises(VirtualizeError) as e:
+        virtualize.open(refs, allow=None if ours else [data])
+    assert kinds(e) == ["reference-not-allowed"]
+    assert e.value.problems[0].loc.file == str(refs) and url in e.value.problems[0].message
+    with pytest.raises(VirtualizeError, match="reference-not-allowed"):
+        xr.open_dataset(refs, engine="virtualize", allow=None if ours else [data])
+
+
+def test_kerchunk_references_through_templates_are_checked(refs):
+    def change(d):
+        d.pop("virtualize")
+        d["templates"] = {"u": "/etc/passwd"}
+        d["refs"]["tas/c/1/0/0"] = ["{{u}}", 0, 100]
+
+    edit_json(refs, change)
+    with pytest.raises(VirtualizeError, match="reference-not-allowed"):
+        virtualize.open(refs)
+
+
+def test_foreign_kerchunk_json_may_reach_its_own_directory_or_allow(refs, made):
+    _, files = made
+    edit_json(refs, lambda d: d.pop("virtualize"))
+    # its references are in made/data, not under its own directory
+    with pytest.raises(VirtualizeError, match="reference-not-allowed"):
+        virtualize.open(refs)
+    g = virtualize.open(refs, allow=[files[0].parent])
+    assert_same(g["tas"][...], source_values(files, "tas", "time", DIMS), "allowed")
+    ds = xr.open_dataset(refs, engine="virtualize", allow=[files[0].parent])
+    assert ds["tas"].shape[0] == 22
+    # next to it, nothing needs allowing
+    local = refs.parent / "data"
+    shutil.copytree(files[0].parent, local)
+    text = refs.read_text().replace(str(files[0].parent), str(local))
+    refs.write_text(text)
+    assert_same(virtualize.open(refs)["tas"][...], source_values(files, "tas", "time", DIMS), "own")
+
+
+def test_a_kerchunk_source_not_in_its_table_is_refused(refs, made):
+    _, files = made
+    other = files[0].parent / "extra.bin"  # inside the roots, but not a source
+    other.write_bytes(b"x" * 1000)
+    try:
+        edit_json(refs, lambda d: d["refs"].__setitem__("tas/c/1/0/0", [str(other), 0, 100]))
+        with pytest.raises(VirtualizeError) as e:
+            virtualize.open(refs)
+        assert kinds(e) == ["reference-not-allowed"]
+        assert "not in its source table" in e.value.problems[0].message
+    finally:
+        other.unlink()
+
+
+# -- confinement: Icechunk ---------------------------------------------------------------------
+
+def test_icechunk_containers_outside_the_roots_are_not_authorized(tmp_path, made):
+    ic = pytest.importorskip("icechunk")
+    _, files = made
+    out = tmp_path / "ours.icechunk"
+    virtualize.virtualize(files, out)
+    assert virtualize.open(out)["tas"].shape[0] == 22  # its recorded roots: authorized
+
+    foreign = tmp_path / "foreign.icechunk"
+    config = ic.RepositoryConfig.default()
+    config.set_virtual_chunk_container(
+        ic.VirtualChunkContainer("file:///etc/", ic.local_filesystem_store("/etc/")))
+    repo = ic.Repository.create(ic.local_filesystem_storage(str(foreign)), config)
+    repo.save_config()
+    session = repo.writable_session("main")
+    zarr.create_group(session.store, zarr_format=3)
+    session.commit("a root group")
+    with pytest.raises(VirtualizeError) as e:
+        virtualize.open(foreign)
+    assert kinds(e) == ["reference-not-allowed"] and "file:///etc/" in e.value.problems[0].message
+    virtualize.open(foreign, allow=["/etc"])  # when the caller says so
