@@ -346,3 +346,11 @@ def test_icechunk_containers_outside_the_roots_are_not_authorized(tmp_path, made
         virtualize.open(foreign)
     assert kinds(e) == ["reference-not-allowed"] and "file:///etc/" in e.value.problems[0].message
     virtualize.open(foreign, allow=["/etc"])  # when the caller says so
+
+
+def test_a_cube_without_recorded_roots_reaches_only_its_own_directory(cube, made):
+    edit_json(cube / "virtualize.json", lambda d: d.pop("roots"))
+    with pytest.raises(VirtualizeError) as e:
+        virtualize.open(cube)
+    assert kinds(e) == ["reference-not-allowed"]
+    assert virtualize.open(cube, allow=[made[1][0].parent])["tas"].shape[0] == 22

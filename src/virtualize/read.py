@@ -261,8 +261,12 @@ def _source_table(what, info: dict) -> list[dict[str, Any]]:
     return sources
 
 
-def _roots(what, info: dict) -> list[str]:
-    roots = info.get("roots", [])
+def _roots(what: Path, info: dict) -> list[str]:
+    """The recorded roots; an output without them (older, or edited) has its own
+    directory only, as a kerchunk JSON virtualize did not write."""
+    roots = info.get("roots")
+    if roots is None:
+        return [os.path.dirname(os.path.realpath(what))]
     if not isinstance(roots, list):
         raise invalid(what, "'roots' is not a list")
     return roots
