@@ -354,3 +354,36 @@ def test_a_cube_without_recorded_roots_reaches_only_its_own_directory(cube, made
         virtualize.open(cube)
     assert kinds(e) == ["reference-not-allowed"]
     assert virtualize.open(cube, allow=[made[1][0].parent])["tas"].shape[0] == 22
+
+
+def test_icechunk_sources_in_several_directories_and_wide_containers(tmp_path, made):
+    ic = pytest.importorskip("icechunk")
+    _, files = made
+    # sources in two directories: the container is their common parent, wider than the roots
+    a, b = tmp_path / "src" / "a", tmp_path / "src" / "b"
+    a.mkdir(parents=True)
+    b.mkdir()
+    mine = [Path(shutil.copy2(f, (a if i < 2 else b) / f.name)) for i, f in enumerate(files)]
+    out = tmp_path / "two.icechunk"
+    virtualize.virtualize(mine, out)
+    assert_same(virtualize.open(out)["tas"][...], source_values(files, "tas", "time", DIMS), "two")
+
+    # a repository whose container is wider than its roots: each chunk's location counts
+    secret = tmp_path / "secret.bin"
+    secret.write_bytes(b"secret")
+    foreign = tmp_path / "inner" / "wide.icechunk"  # no recorded roots: tmp/inner only
+    config = ic.RepositoryConfig.default()
+    config.set_virtual_chunk_container(
+        ic.VirtualChunkContainer(f"file://{tmp_path}/", ic.local_filesystem_store(str(tmp_path))))
+    repo = ic.Repository.create(ic.local_filesystem_storage(str(foreign)), config)
+    repo.save_config()
+    session = repo.writable_session("main")
+    zarr.create_array(session.store, name="a", shape=(4,), chunks=(4,), dtype="u1",
+                      compressors=None)
+    session.store.set_virtual_ref("a/c/0", f"file://{secret}", offset=0, length=4)
+    session.commit("a virtual chunk outside the roots")
+    with pytest.raises(VirtualizeError) as e:
+        virtualize.open(foreign)
+    assert kinds(e) == ["reference-not-allowed"] and str(secret) in e.value.problems[0].message
+    g = virtualize.open(foreign, allow=[tmp_path])
+    assert bytes(g["a"][...]) == b"secr"

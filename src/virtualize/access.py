@@ -156,6 +156,14 @@ class Access:
         return None if why is None else f"virtual chunk container {prefix}: {why}"
 
 
+    def within(self, prefix: str) -> bool:
+        """Does the `file://` container `prefix` hold an allowed root (is it wider)?"""
+        if _URL.match(prefix) and not prefix.lower().startswith("file://"):
+            return False
+        real = os.path.realpath(_file_path(prefix))
+        return any(_under(r, real) for r in self.roots)
+
+
 def _file_path(ref: str) -> str:
     if ref.lower().startswith("file://"):
         rest = ref[len("file://"):]

@@ -176,12 +176,19 @@ def open_icechunk(path: str | os.PathLike, allow=None):
     if not isinstance(roots, list):
         roots = [os.path.dirname(os.path.realpath(path))]
     access = Access(path, roots, allow)
+    broad = False  # a container wider than the roots (sources in several directories)
     for prefix in prefixes:
         why = access.container(prefix)
         if why is not None:
-            raise not_allowed(path, why)
+            if not access.within(prefix):
+                raise not_allowed(path, why)
+            broad = True
     repo = ic.Repository.open(storage, authorize_virtual_chunk_access=_credentials(prefixes) or None)
-    return repo.readonly_session("main").store
+    session = repo.readonly_session("main")
+    if broad:  # then every virtual chunk's location is checked
+        for location in set(session.all_virtual_chunk_locations()):
+            access.check(location)
+    return session.store
 
 
 def _key(prefix: str, key: str) -> str:
