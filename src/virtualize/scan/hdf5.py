@@ -24,7 +24,7 @@ from ..model import (
     empty_refs,
 )
 from ._io import CountingFile
-from ._values import COORD_VALUES_LIMIT, bytes_codec, plain
+from ._values import COORD_VALUES_LIMIT, Unrepresentable, bytes_codec, plain
 
 # Attributes that HDF5 dimension scales and the netCDF-4 library keep for themselves.
 HIDDEN_ATTRS = frozenset({
@@ -65,6 +65,12 @@ class _Scanner:
                 block: tuple[int, ...] | None = None) -> None:
         self.problems.append(Problem(Location(self.path, var, None, block), kind, msg, fatal))
 
+    def _omitted(self, var: str | None, owner: str):
+        def omitted(key: str, why: str) -> None:
+            self.problem(var, "attribute-omitted", f"attribute {key!r} of {owner} is left out: "
+                         f"{why}", fatal=False)
+        return omitted
+
     def run(self, size: int, mtime_ns: int) -> FileInventory:
         self._walk(self.f, "")
         # Dimension scales first, so variables can name their dimensions (each dataset's
@@ -85,7 +91,7 @@ class _Scanner:
                              self.groups, self.dims, self.variables, self.problems)
 
     def _walk(self, g: h5py.Group, prefix: str) -> None:
-        self.groups[prefix] = read_attrs(g.attrs)
+        self.groups[prefix] = read_attrs(g.attrs, self._omitted(prefix or None, "group /" + prefix))
         for key in g.keys():
             name = f"{prefix}/{key}" if prefix else key
             link = g.get(key, getlink=True)
@@ -119,7 +125,7 @@ class _Scanner:
         if shape is None:
             self.problem(name, "unsupported-type", "null dataspace: skipped", fatal=False)
             return None
-        attrs = read_attrs(ds.attrs)
+        attrs = read_attrs(ds.attrs, self._omitted(name, name))
         if enum is not None:
             attrs["_enum"] = {k: int(v) for k, v in enum.items()}
         dims = self._dims(name, ds)
@@ -310,16 +316,46 @@ def _attr_text(v: Any) -> str:
     return v if isinstance(v, str) else ""
 
 
-def read_attrs(attrs: h5py.AttributeManager) -> dict[str, Any]:
-    """Attributes as plain Python (lists, scalars, str), length-1 arrays as scalars, as
-    netCDF4-python and xarray present them."""
+def read_attrs(attrs: h5py.AttributeManager, omitted=None) -> dict[str, Any]:
+    """Attributes as plain, JSON-representable Python (`_values.plain`), length-1 arrays
+    as scalars, as netCDF4-python and xarray present them. An empty (null dataspace)
+    attribute is None; an object or region reference is the path of the object it points
+    to. An attribute h5py cannot read, or whose value has no JSON form, is left out:
+    `omitted(key, why)` is told (the scanner makes it a non-fatal located problem)."""
     out: dict[str, Any] = {}
     for key in attrs.keys():
         if key in HIDDEN_ATTRS:
             continue
         try:
             v = attrs[key]
-        except Exception:  # attribute of a type h5py cannot read
+        except Exception as e:  # attribute of a type h5py cannot read
+            if omitted is not None:
+                omitted(key, f"h5py cannot read it ({e})")
             continue
-        out[key] = plain(v)
+        try:
+            out[key] = plain(_resolve_refs(v, attrs))
+        except (Unrepresentable, ValueError, TypeError, KeyError) as e:
+            if omitted is not None:
+                omitted(key, f"its value has no JSON form ({e})")
     return out
+
+
+def _resolve_refs(v: Any, attrs: h5py.AttributeManager) -> Any:
+    """h5py.Empty as None, object and region references as their target's path."""
+    if isinstance(v, h5py.Empty):
+        return None
+    if isinstance(v, (h5py.Reference, h5py.RegionReference)):
+        if not v:
+            return None  # a null reference
+        return _ref_name(v, attrs)
+    if isinstance(v, np.ndarray) and v.dtype.kind == "O":
+        items = [_resolve_refs(x, attrs) for x in v.reshape(-1)]
+        out = np.empty(len(items), dtype=object)
+        out[:] = items
+        return out.reshape(v.shape)
+    return v
+
+
+def _ref_name(ref, attrs: h5py.AttributeManager) -> str:
+    name = h5py.h5r.get_name(ref, attrs._id)
+    return name.decode("utf-8", errors="replace") if isinstance(name, bytes) else str(name)
