@@ -15,6 +15,7 @@ import zarr
 from .emit import write_cube, write_kerchunk
 from .emit._staging import refuse_existing
 from .emit.cube import SOURCES_NAME
+from .emit.metadata import array_doc, group_doc, omitted_attrs
 from .model import FileInventory, Location, Plan, Problem, VirtualizeError
 from .plan import ConcatOptions, MosaicOptions, plan_concat, plan_mosaic
 from .read import changed_sources, open_cube
@@ -197,10 +198,33 @@ def _check(paths, planner: Planner, progress, materialize_limit: int | None = No
             problems.append(Problem(Location(), "materialize-limit",
                                     f"the plan would copy {copied.bytes} bytes in {copied.blocks} "
                                     f"block(s), more than the limit of {materialize_limit}"))
+    if plan is not None:
+        problems.extend(_render_problems(plan))
     if len(invs) < len(files) and plan is not None:
         notes.append(f"{len(files) - len(invs)} file(s) could not be scanned")
     return Report(files=[os.path.abspath(f) for f in files], problems=problems, plan=plan,
                   notes=notes, bytes_read=bytes_read)
+
+
+def _render_problems(plan: Plan) -> list[Problem]:
+    """Every zarr.json document of the plan rendered as the emitters render it (the same
+    functions, strict JSON), so that `check` refuses what the write could not write; each
+    failure is located at the file the metadata comes from (the first) and the node."""
+    first = plan.sources[0].path if plan.sources else None
+    out: list[Problem] = []
+    nodes = [(g or "/", lambda attrs=attrs: group_doc(attrs)) for g, attrs in plan.groups.items()]
+    nodes += [(name, lambda a=a: array_doc(a)) for name, a in plan.arrays.items()]
+    for name, a in plan.arrays.items():
+        for key, why in omitted_attrs(a.attrs, a.dtype):
+            out.append(Problem(Location(first, name), "attribute-omitted",
+                               f"attribute {key!r} is left out of the cube: {why}", fatal=False))
+    for name, render in nodes:
+        try:
+            json.dumps(render(), allow_nan=False)
+        except (ValueError, TypeError, OverflowError) as e:
+            out.append(Problem(Location(first, name), "metadata-unrenderable",
+                               f"its zarr.json cannot be written: {e}"))
+    return out
 
 
 def _scan_or_problems(path: str) -> FileInventory | list[Problem]:

@@ -97,7 +97,10 @@ def json_attrs(attrs: dict[str, Any], dtype: np.dtype | None) -> dict[str, Any]:
     base64 of a little-endian float64) so xarray masks exactly; other non-finite floats
     become "NaN" / "Infinity" / "-Infinity" strings, as zarr spells fill values."""
     out = {}
+    left_out = dict(omitted_attrs(attrs, dtype))
     for k, v in attrs.items():
+        if k in left_out:
+            continue
         if k == "_FillValue" and dtype is not None:
             out[k] = _xarray_fill(v, np.dtype(dtype))
         else:
@@ -105,20 +108,53 @@ def json_attrs(attrs: dict[str, Any], dtype: np.dtype | None) -> dict[str, Any]:
     return out
 
 
+def omitted_attrs(attrs: dict[str, Any], dtype: np.dtype | None) -> list[tuple[str, str]]:
+    """Attributes `json_attrs` leaves out, and why: a `_FillValue` or `missing_value` an
+    integer array cannot hold (NaN, 1.5, out of range). netCDF4-python exposes it as the
+    float it is and xarray then ignores it (no integer equals it: the values stay integers,
+    unmasked); but from zarr.json xarray cannot decode such a `_FillValue` (it refuses to
+    open the array) and turns the array into floats for such a `missing_value`. Left out,
+    xarray reads the cube as it reads the source."""
+    if dtype is None or np.dtype(dtype).kind not in "iu":
+        return []
+    out = []
+    for key in ("_FillValue", "missing_value"):
+        v = attrs.get(key)
+        values = v if isinstance(v, list) else [v]
+        if v is None or not all(isinstance(x, (int, float)) and not isinstance(x, bool)
+                                for x in values):
+            continue
+        bad = [x for x in values if not _holds(x, np.dtype(dtype))]
+        if bad:
+            out.append((key, f"{_json_value(bad[0])} is not a value of {np.dtype(dtype)} "
+                             "(xarray ignores it reading the source, and could not read it "
+                             "from the cube)"))
+    return out
+
+
 def _xarray_fill(v: Any, dtype: np.dtype) -> Any:
-    if isinstance(v, list):
+    """`_FillValue` as xarray's zarr backend decodes it."""
+    if isinstance(v, (list, str)) or v is None:
         return _json_value(v)
-    if dtype.kind == "f":
+    if dtype.kind == "f" and isinstance(v, (int, float)):
         return base64.standard_b64encode(struct.pack("<d", float(v))).decode()
-    if dtype.kind == "c":
+    if dtype.kind == "c" and isinstance(v, (int, float, complex)):
         c = complex(v)
         return [base64.standard_b64encode(struct.pack("<d", c.real)).decode(),
                 base64.standard_b64encode(struct.pack("<d", c.imag)).decode()]
-    if dtype.kind == "b":
+    if dtype.kind == "b" and isinstance(v, (bool, int)):
         return bool(v)
-    if dtype.kind in "iu":
+    if dtype.kind in "iu" and isinstance(v, (int, float)) and _holds(v, dtype):
         return int(v)
     return _json_value(v)
+
+
+def _holds(v: int | float, dtype: np.dtype) -> bool:
+    """True when integer type `dtype` holds `v` exactly."""
+    if isinstance(v, float) and not (math.isfinite(v) and v.is_integer()):
+        return False
+    info = np.iinfo(dtype)
+    return info.min <= int(v) <= info.max
 
 
 def _json_value(v: Any) -> Any:
