@@ -173,11 +173,16 @@ def open(path: PathLike, *, check_sources: bool = True) -> zarr.Group:  # noqa: 
 
 def _check(paths, planner: Planner, progress, materialize_limit: int | None = None,
            jobs: int = 1) -> Report:
-    files = _paths(paths)
+    empty: list[str] = []
+    files = _paths(paths, empty)
     problems: list[Problem] = []
     invs: list[FileInventory] = []
     bytes_read: dict[str, int] = {}
-    if not files:
+    for d in empty:
+        problems.append(Problem(Location(os.path.abspath(d)), "no-files",
+                                f"the directory {d} holds no files (hidden files and "
+                                "subdirectories are not read)", fatal=not files))
+    if not files and not empty:
         problems.append(Problem(Location(), "no-files", "no input files were given"))
     for i, result in enumerate(_scan_all(files, jobs)):
         if isinstance(result, FileInventory):
@@ -277,16 +282,19 @@ def _write(report: Report, out: PathLike, kind: str, overwrite: bool) -> Report:
     return report
 
 
-def _paths(paths) -> list[str]:
+def _paths(paths, empty: list[str] | None = None) -> list[str]:
     """Files as given; a directory stands for the files in it (sorted, not hidden, not
-    recursive)."""
+    recursive); directories that hold none are added to `empty`."""
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     out: list[str] = []
     for p in map(os.fspath, paths):
         if os.path.isdir(p):
-            out += sorted(os.path.join(p, f) for f in os.listdir(p)
-                          if not f.startswith(".") and os.path.isfile(os.path.join(p, f)))
+            inside = sorted(os.path.join(p, f) for f in os.listdir(p)
+                            if not f.startswith(".") and os.path.isfile(os.path.join(p, f)))
+            if not inside and empty is not None:
+                empty.append(p)
+            out += inside
         else:
             out.append(p)
     return out

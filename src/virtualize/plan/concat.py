@@ -32,6 +32,7 @@ from ..model import (
 )
 from ..scan import read_values
 from ..scan._io import digest_blocks
+from ..scan._values import py
 from ._common import (
     Context,
     can_materialize,
@@ -82,6 +83,7 @@ def plan_concat(inventories: Sequence[FileInventory], options: ConcatOptions | N
     ctx.dim = _choose_concat_dim(ctx)
     if ctx.dim is not None and len(invs) > 1:
         _harmonize_time_units(ctx)
+    if ctx.dim is not None:
         _order_by_coordinate(ctx)
     invs = ctx.invs
     sources = [Source(inv.path, inv.size, inv.mtime_ns) for inv in invs]
@@ -246,11 +248,15 @@ def _reexpress(values: np.ndarray, units: str, units0: str, calendar: str) -> np
 
 
 def _order_by_coordinate(ctx: _Context) -> None:
-    """Sort files by their first coordinate value along the concat dim, then check the
-    coordinate increases strictly across the whole stack."""
+    """Check every file's coordinate along the concat dim increases strictly (one file
+    or many); then, when every file has coordinate values, sort the files by their first
+    value and check the coordinate increases strictly across the whole stack."""
     dim = ctx.dim
     coords = [inv.variables.get(dim) for inv in ctx.invs]
-    if any(c is None or c.values is None for c in coords):
+    for inv, c in zip(ctx.invs, coords):
+        if c is not None and c.values is not None and c.values.size > 1:
+            _check_increasing(ctx, inv.path, np.asarray(c.values).reshape(-1))
+    if any(c is None or c.values is None for c in coords) or len(ctx.invs) < 2:
         return
     # A file without steps (e.g. a netCDF file with 0 records) adds nothing: it keeps its
     # place, the others are ordered and checked around it.
@@ -279,13 +285,6 @@ def _order_by_coordinate(ctx: _Context) -> None:
         vals = c.values
         if not vals.size:
             continue
-        if vals.size > 1:
-            bad = np.flatnonzero(~(np.diff(vals) > 0))
-            if bad.size:
-                i = int(bad[0])
-                ctx.problem(inv.path, dim, "coordinate-not-increasing",
-                            f"{dim} values must increase strictly: index {i} is {vals[i]!r}, "
-                            f"index {i + 1} is {vals[i + 1]!r}", axis=dim)
         key = vals.tobytes()
         if key in seen:
             ctx.problem(inv.path, dim, "duplicate-coordinate",
@@ -293,12 +292,28 @@ def _order_by_coordinate(ctx: _Context) -> None:
                         "the same file given twice?)", axis=dim)
         elif prev_last is not None and not vals[0] > prev_last:
             ctx.problem(inv.path, dim, "coordinate-not-increasing",
-                        f"{dim} starts at {vals[0]!r}, not after the previous file's last "
-                        f"value {prev_last!r} ({prev_path}): the files overlap in {dim}",
+                        f"{dim} starts at {py(vals[0])!r}, not after the previous file's last "
+                        f"value {py(prev_last)!r} ({prev_path}): the files overlap in {dim}",
                         axis=dim)
         seen.setdefault(key, inv.path)
         prev_last = vals[-1]
         prev_path = inv.path
+
+
+def _check_increasing(ctx: _Context, path: str, vals: np.ndarray) -> None:
+    """One file's coordinate must increase strictly: a step back, a repeated value or a
+    NaN is a problem at the index where it breaks."""
+    dim = ctx.dim
+    with np.errstate(invalid="ignore"):
+        bad = np.flatnonzero(~(vals[1:] > vals[:-1]))
+    if bad.size:
+        i = int(bad[0])
+        what = "repeats" if vals[i + 1] == vals[i] else "is not after"
+        more = f" ({bad.size} such places in this file)" if bad.size > 1 else ""
+        ctx.problem(path, dim, "coordinate-not-increasing",
+                    f"{dim} values must increase strictly within the file: index {i + 1} "
+                    f"({py(vals[i + 1])!r}) {what} index {i} ({py(vals[i])!r}){more}",
+                    axis=dim)
 
 
 # -- one variable --------------------------------------------------------------------
