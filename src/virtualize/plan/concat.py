@@ -396,7 +396,11 @@ def _concat_array(ctx: _Context, name: str, vs: list[Variable], k: int) -> Array
             slab = np.take(refs, [j], axis=k)  # every chunk of this padded block's layer
             count = int((slab["length"] > 0).sum())
             nbytes = count * r * math.prod(v.blocks.block_shape) // b * v.dtype.itemsize
-            if ctx.opts.split and k == 0 and is_uncompressed(v.codecs):
+            if not count:
+                # no block of this layer is stored (a variable never written, or of a
+                # zero-length dimension): every chunk reads as the fill value at any length
+                lens[-1] = r
+            elif ctx.opts.split and k == 0 and is_uncompressed(v.codecs):
                 # exact: the first r rows of a C-ordered block are its first bytes
                 row_bytes = math.prod(v.blocks.block_shape[1:]) * v.dtype.itemsize
                 refs["length"][j] = np.where(refs["length"][j] > 0, r * row_bytes, 0)

@@ -60,6 +60,7 @@ class _Scanner:
         self.netcdf4 = "_NCProperties" in f.attrs
         self._datasets: list[tuple[str, h5py.Dataset]] = []
         self._scales: set[str] = set()
+        self._nc_shapes: dict[str, tuple[int, ...]] = {}
 
     def problem(self, var: str | None, kind: str, msg: str, fatal: bool = True,
                 block: tuple[int, ...] | None = None) -> None:
@@ -81,6 +82,8 @@ class _Scanner:
                 self.netcdf4 = self.netcdf4 or "_Netcdf4Dimid" in ds.attrs
                 self.dims[name] = Dimension(name, int(ds.shape[0]) if ds.ndim else 1,
                                             ds.maxshape[0] is None if ds.ndim else False)
+        if self.netcdf4:
+            self._netcdf_lengths()
         for name, ds in self._datasets:
             if name in self._scales and _attr_text(ds.attrs.get("NAME")).startswith(NC_DIM_ONLY):
                 continue  # a netCDF dimension without a variable
@@ -135,9 +138,89 @@ class _Scanner:
         values = None
         if is_coord and shape[0] <= COORD_VALUES_LIMIT:
             values = ds[()]
+        if name in self._nc_shapes and self._nc_shapes[name] != shape:
+            shape, blocks, values = self._netcdf_shape(name, shape, blocks, values, fill)
         return Variable(name=name, dtype=dtype, shape=shape, dims=dims, attrs=attrs,
                         fill_value=fill, codecs=codecs, blocks=blocks, values=values,
                         is_coordinate=is_coord)
+
+    # -- netCDF-4: a variable's shape is its dimensions' lengths ---------------------------
+
+    def _netcdf_lengths(self) -> None:
+        """netCDF-C extends a dataset along an unlimited dimension only when it is written:
+        a variable with fewer records than its dimension (or none: an HDF5 extent of
+        (0, 0) for a netCDF (2, 0) variable) is shorter in HDF5 than netCDF4-python shows
+        it, the missing records reading as the fill value. An unlimited dimension is as
+        long as the longest dataset along it (netCDF-C's rule); `_nc_shapes` holds every
+        variable's netCDF shape."""
+        axes: dict[str, tuple[str | None, ...]] = {}
+        longest: dict[str, int] = {}
+        for name, ds in self._datasets:
+            if not ds.ndim or ds.shape is None:
+                continue
+            scales = self._scale_paths(name, ds)
+            axes[name] = scales
+            for scale, n in zip(scales, ds.shape):
+                if scale is not None:
+                    longest[scale] = max(longest.get(scale, 0), int(n))
+        self._nc_shapes = {}
+        shapes = {name: tuple(int(n) for n in ds.shape) for name, ds in self._datasets
+                  if name in axes}
+        for name, scales in axes.items():
+            self._nc_shapes[name] = tuple(
+                longest[sc] if sc is not None and self.dims[sc].unlimited else n
+                for sc, n in zip(scales, shapes[name]))
+        for sc, n in longest.items():
+            d = self.dims[sc]
+            if d.unlimited and n > d.size:
+                self.dims[sc] = Dimension(d.name, n, True)
+
+    def _scale_paths(self, name: str, ds: h5py.Dataset) -> tuple[str | None, ...]:
+        """The dimension scale (its path) of each axis, where there is one."""
+        if name in self._scales and ds.ndim == 1:
+            return (name,)
+        if "DIMENSION_LIST" not in ds.attrs:
+            return (None,) * ds.ndim
+        out: list[str | None] = []
+        try:
+            dl = ds.attrs["DIMENSION_LIST"]
+        except Exception:
+            return (None,) * ds.ndim
+        for axis in range(ds.ndim):
+            path = None
+            if axis < len(dl) and len(dl[axis]):
+                try:
+                    path = self.f[dl[axis][0]].name.lstrip("/")
+                except Exception:
+                    path = None
+            out.append(path if path in self.dims else None)
+        return tuple(out)
+
+    def _netcdf_shape(self, name: str, shape: tuple[int, ...], blocks, values, fill):
+        """The variable at its netCDF shape: chunks past the HDF5 extent are missing (read
+        as the fill value, as netCDF-C reads them). A chunk that holds both the last
+        written record and unwritten ones cannot be referenced: its unwritten part holds
+        whatever HDF5 put there, where netCDF4-python shows the fill value."""
+        nc = self._nc_shapes[name]
+        if values is not None:
+            grown = np.full(nc, fill, dtype=values.dtype)
+            grown[tuple(slice(0, n) for n in values.shape)] = values
+            values = grown
+        if blocks is None:
+            return nc, blocks, values
+        bs = blocks.block_shape
+        for axis, (n, m, b) in enumerate(zip(shape, nc, bs)):
+            if m > n and n % b:
+                self.problem(name, "partial-records",
+                             f"the variable holds {n} of the {m} records of its unlimited "
+                             f"dimension and its last block ({b} long) holds both written and "
+                             "unwritten records: netCDF reads the unwritten ones as the fill "
+                             "value, the block may hold anything there")
+                return nc, None, values
+        grid = tuple(-(-m // b) for m, b in zip(nc, bs))
+        refs = empty_refs(grid)
+        refs[tuple(slice(0, g) for g in blocks.refs.shape)] = blocks.refs
+        return nc, BlockTable(bs, blocks.padded, refs), values
 
     def _dims(self, name: str, ds: h5py.Dataset) -> tuple[str, ...]:
         if ds.ndim == 0:
