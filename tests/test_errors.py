@@ -18,8 +18,9 @@ import xarray as xr
 import zarr
 
 import virtualize
-from helpers import kerchunk_group, rectilinear, source_values
 from virtualize.model import VirtualizeError
+
+from helpers import kerchunk_group, rectilinear, source_values
 
 # -- writers ---------------------------------------------------------------------------
 
