@@ -385,3 +385,28 @@ def test_direct_zarr_open_of_zero_length_cube(zero_length, tmp_path):
         g = kerchunk_group(tmp_path / "z.json")
         assert g["v"].shape == (6, 0) and g["w"].shape == (6, 2)
     assert isinstance(g, zarr.Group)
+
+
+def test_append_of_an_empty_directory_is_refused_and_named(zero_length, tmp_path):
+    cube = tmp_path / "c.zarr"
+    virtualize.virtualize(zero_length["nc4"][:1], cube)
+    empty = tmp_path / "later"
+    empty.mkdir()
+    with pytest.raises(VirtualizeError) as e:
+        virtualize.append(cube, [empty])
+    (p,) = e.value.problems
+    assert (p.kind, p.loc.file) == ("no-files", str(empty))
+
+
+def test_unwritten_records_inside_a_written_block_are_refused(tmp_path):
+    path = tmp_path / "partial.nc"
+    with netCDF4.Dataset(path, "w") as nc:
+        nc.createDimension("time", None)
+        nc.createVariable("time", "f8", ("time",))[:] = np.arange(4.0)
+        w = nc.createVariable("w", "f4", ("time",), chunksizes=(2,))
+        w[:3] = [1, 2, 3]  # HDF5 extent 3, netCDF length 4: block 1 holds records 2 and 3
+    r = virtualize.check([path])
+    (p,) = [p for p in r.problems if p.kind == "partial-records"]
+    assert (p.loc.file, p.loc.variable, p.fatal) == (str(path), "w", True)
+    inv = virtualize.scan(path)
+    assert inv.variables["w"].shape == (4,) and inv.dimensions["time"].size == 4

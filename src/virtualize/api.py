@@ -127,7 +127,13 @@ def append(cube: PathLike, paths: Iterable[PathLike] | PathLike, *, jobs: int = 
     if changed:
         raise VirtualizeError(changed, f"{cube}: its sources changed since it was written")
     old = [s["path"] for s in info["sources"]]
-    new = [os.path.abspath(p) for p in _paths(paths)]
+    empty: list[str] = []
+    new = [os.path.abspath(p) for p in _paths(paths, empty)]
+    if not new:
+        raise VirtualizeError([Problem(Location(os.path.abspath(d)), "no-files",
+                                       f"the directory {d} holds no files") for d in empty]
+                              or [Problem(Location(), "no-files", "no files to append were given")],
+                              "nothing appended")
     twice = [Problem(Location(p), "already-in-cube", f"{p} is already a source of {cube}")
              for p in new if p in old]
     if twice:
