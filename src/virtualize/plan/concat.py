@@ -256,6 +256,9 @@ def _order_by_coordinate(ctx: _Context) -> None:
     for inv, c in zip(ctx.invs, coords):
         if c is not None and c.values is not None and c.values.size > 1:
             _check_increasing(ctx, inv.path, np.asarray(c.values).reshape(-1))
+        elif c is not None and c.values is None and c.is_coordinate:
+            ctx.notes.append(f"{inv.path}: {dim!r} values were not read (too many), so their "
+                             "order was not checked")
     if any(c is None or c.values is None for c in coords) or len(ctx.invs) < 2:
         return
     # A file without steps (e.g. a netCDF file with 0 records) adds nothing: it keeps its
