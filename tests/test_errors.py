@@ -219,6 +219,9 @@ def odd_attrs(tmp_path_factory):
         ds.attrs["infs"] = np.array([1.0, np.inf, -np.inf])
         ds.attrs["i32"] = np.int32(2)
         ds.attrs["opaque"] = np.void(b"\x01\x02")
+        gone = f.create_group("gone")
+        ds.attrs["dangling"] = gone.ref
+        del f["gone"]
         g.attrs["gempty"] = h5py.Empty("i4")
         f.attrs["root_ref"] = ds.ref
     q = d / "nan.nc"
@@ -243,8 +246,9 @@ def test_h5py_attributes_are_written_and_read_back(odd_attrs, tmp_path):
     path = odd_attrs[0]
     report = virtualize.check([path])
     assert report.ok
-    (p,) = [p for p in report.problems if p.kind == "attribute-omitted"]
-    assert (p.loc.file, p.loc.variable, p.fatal) == (path, "v", False) and "'opaque'" in p.message
+    omitted = [p for p in report.problems if p.kind == "attribute-omitted"]
+    assert [(p.loc.file, p.loc.variable, p.fatal) for p in omitted] == [(path, "v", False)] * 2
+    assert "'dangling'" in omitted[0].message and "'opaque'" in omitted[1].message
     for kind, g in all_outputs([path], tmp_path, "attrs").items():
         with rectilinear():
             assert dict(g["v"].attrs) == EXPECTED_ATTRS, kind

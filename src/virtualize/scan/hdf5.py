@@ -417,9 +417,12 @@ def read_attrs(attrs: h5py.AttributeManager, omitted=None) -> dict[str, Any]:
             continue
         try:
             out[key] = plain(_resolve_refs(v, attrs))
-        except (Unrepresentable, ValueError, TypeError, KeyError) as e:
+        except Unrepresentable as e:
             if omitted is not None:
                 omitted(key, f"its value has no JSON form ({e})")
+        except Exception as e:  # e.g. a reference to an object that is gone
+            if omitted is not None:
+                omitted(key, f"its value cannot be read as JSON ({type(e).__name__}: {e})")
     return out
 
 
@@ -441,4 +444,6 @@ def _resolve_refs(v: Any, attrs: h5py.AttributeManager) -> Any:
 
 def _ref_name(ref, attrs: h5py.AttributeManager) -> str:
     name = h5py.h5r.get_name(ref, attrs._id)
+    if name is None:
+        raise Unrepresentable("a reference to an object that is not in the file")
     return name.decode("utf-8", errors="replace") if isinstance(name, bytes) else str(name)
