@@ -140,7 +140,7 @@ def _write(args, job) -> int:
     """Run a writing job; show its report, or why nothing was written."""
     try:
         report = job()
-    except (FileExistsError, ValueError) as e:
+    except (OSError, ValueError) as e:  # FileExistsError, PermissionError, a full disk, ...
         print(f"virtualize: {e}", file=sys.stderr)
         return 1
     except VirtualizeError as e:
