@@ -124,12 +124,14 @@ def zero_length(tmp_path_factory):
     files = {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        for i in range(2):  # netCDF-4: a fixed dimension of 0, records never written
+        # netCDF-4: a dimension of size 0 (netCDF4-python makes it unlimited; a fixed
+        # one of length 0 is the h5py case below), records never written
+        for i in range(2):
             p = d / f"nc4_{i}.nc"
             with netCDF4.Dataset(p, "w") as nc:
+                nc.createDimension("empty", 0)  # first: still not the concat dim
                 nc.createDimension("time", None)
                 nc.createDimension("a", 2)
-                nc.createDimension("empty", 0)
                 nc.createVariable("time", "f8", ("time",))[:] = np.arange(3) + 3 * i
                 nc.createVariable("v", "f4", ("time", "empty"), zlib=True)
                 nc.createVariable("s", "f4", ("a", "empty"))

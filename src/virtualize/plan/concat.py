@@ -112,7 +112,13 @@ def _choose_concat_dim(ctx: _Context) -> str | None:
         first = invs[0]
         unlimited = [d.name for d in first.dimensions.values() if d.unlimited and "/" not in d.name]
         if unlimited:
-            dim = unlimited[0]
+            # several unlimited dimensions (netCDF4-python makes every dimension created
+            # with size 0 one): `time` if it is one of them, else the first; the report says
+            dim = "time" if "time" in unlimited else unlimited[0]
+            if len(unlimited) > 1:
+                ctx.notes.append(f"the files have several unlimited dimensions "
+                                 f"({', '.join(unlimited)}): concatenated along {dim!r} "
+                                 "(choose another with --concat-dim)")
         elif any("time" in v.dims for v in first.variables.values()):
             dim = "time"
         elif len(invs) > 1:
