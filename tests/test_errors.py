@@ -416,3 +416,20 @@ def test_unwritten_records_inside_a_written_block_are_refused(tmp_path):
     assert (p.loc.file, p.loc.variable, p.fatal) == (str(path), "w", True)
     inv = virtualize.scan(path)
     assert inv.variables["w"].shape == (4,) and inv.dimensions["time"].size == 4
+
+
+def test_fill_values_xarray_cannot_decode_are_left_out(tmp_path):
+    path = tmp_path / "fills.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("text", data=np.arange(3.0)).attrs["_FillValue"] = b"NaN"
+        f.create_dataset("empty", data=np.arange(3.0)).attrs["_FillValue"] = h5py.Empty("f8")
+        f.create_dataset("ok", data=np.arange(3.0)).attrs["_FillValue"] = 1.0
+    report = virtualize.virtualize([path], tmp_path / "fills.zarr")
+    assert sorted(p.loc.variable for p in report.problems if p.kind == "attribute-omitted") == \
+        ["empty", "text"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ds = xr.open_dataset(tmp_path / "fills.zarr", engine="virtualize")
+        src = xr.open_dataset(path, engine="netcdf4")
+        for name in ("text", "empty", "ok"):
+            np.testing.assert_array_equal(ds[name].values, src[name].values)

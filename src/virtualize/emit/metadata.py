@@ -109,27 +109,49 @@ def json_attrs(attrs: dict[str, Any], dtype: np.dtype | None) -> dict[str, Any]:
 
 
 def omitted_attrs(attrs: dict[str, Any], dtype: np.dtype | None) -> list[tuple[str, str]]:
-    """Attributes `json_attrs` leaves out, and why: a `_FillValue` or `missing_value` an
-    integer array cannot hold (NaN, 1.5, out of range). netCDF4-python exposes it as the
-    float it is and xarray then ignores it (no integer equals it: the values stay integers,
-    unmasked); but from zarr.json xarray cannot decode such a `_FillValue` (it refuses to
-    open the array) and turns the array into floats for such a `missing_value`. Left out,
-    xarray reads the cube as it reads the source."""
-    if dtype is None or np.dtype(dtype).kind not in "iu":
+    """Attributes `json_attrs` leaves out, and why.
+
+    A `_FillValue` that is not one number of the array's kind (text, empty, several
+    values; for an integer array NaN, 1.5 or out of range) and an integer array's
+    `missing_value` that it cannot hold: netCDF4-python shows them as they are, xarray
+    reading the source ignores such a `_FillValue` (a NaN one on integers: no integer
+    equals it, the values stay unmasked integers), but from zarr.json xarray cannot decode
+    it (it refuses to open the whole dataset) and turns the integers into floats for such
+    a `missing_value`. Left out, xarray reads the cube as it reads the source."""
+    if dtype is None or np.dtype(dtype).kind not in "biufc":
         return []
+    dtype = np.dtype(dtype)
     out = []
-    for key in ("_FillValue", "missing_value"):
-        v = attrs.get(key)
+    fill = attrs.get("_FillValue", 0)
+    if isinstance(fill, list) and not _fits(fill, dtype):
+        out.append(("_FillValue", f"{_json_value(fill)!r} are several values: xarray masks "
+                                  "them reading the source, but cannot decode several from "
+                                  "zarr.json (it would refuse to open the cube), so reading the "
+                                  "cube they are not masked"))
+    elif not _fits(fill, dtype):
+        out.append(("_FillValue", f"{_json_value(fill)!r} is not a value of {dtype} (xarray "
+                                  "ignores it reading the source, and could not read the cube)"))
+    if dtype.kind in "iu":
+        v = attrs.get("missing_value")
         values = v if isinstance(v, list) else [v]
-        if v is None or not all(isinstance(x, (int, float)) and not isinstance(x, bool)
-                                for x in values):
-            continue
-        bad = [x for x in values if not _holds(x, np.dtype(dtype))]
-        if bad:
-            out.append((key, f"{_json_value(bad[0])} is not a value of {np.dtype(dtype)} "
-                             "(xarray ignores it reading the source, and could not read it "
-                             "from the cube)"))
+        numbers = [x for x in values if isinstance(x, (int, float)) and not isinstance(x, bool)]
+        bad = [x for x in numbers if not _holds(x, dtype)]
+        if v is not None and bad:
+            out.append(("missing_value", f"{_json_value(bad[0])} is not a value of {dtype} "
+                                         "(xarray would read the integers as floats)"))
     return out
+
+
+def _fits(v: Any, dtype: np.dtype) -> bool:
+    """Is `v` one `_FillValue` xarray's zarr backend can decode for `dtype`?"""
+    if isinstance(v, bool) or dtype.kind == "b":
+        return isinstance(v, (bool, int))
+    if dtype.kind == "c":
+        return isinstance(v, (int, float, complex)) or (
+            isinstance(v, list) and len(v) == 2 and all(isinstance(x, (int, float)) for x in v))
+    if not isinstance(v, (int, float)):
+        return False
+    return dtype.kind == "f" or _holds(v, dtype)
 
 
 def _xarray_fill(v: Any, dtype: np.dtype) -> Any:
