@@ -153,23 +153,19 @@ class _Scanner:
         it, the missing records reading as the fill value. An unlimited dimension is as
         long as the longest dataset along it (netCDF-C's rule); `_nc_shapes` holds every
         variable's netCDF shape."""
-        axes: dict[str, tuple[str | None, ...]] = {}
+        axes: dict[str, list[tuple[str | None, int]]] = {}  # (scale, HDF5 extent) per axis
         longest: dict[str, int] = {}
         for name, ds in self._datasets:
             if not ds.ndim or ds.shape is None:
                 continue
-            scales = self._scale_paths(name, ds)
-            axes[name] = scales
-            for scale, n in zip(scales, ds.shape):
+            axes[name] = list(zip(self._scale_paths(name, ds), (int(n) for n in ds.shape)))
+            for scale, n in axes[name]:
                 if scale is not None:
-                    longest[scale] = max(longest.get(scale, 0), int(n))
-        self._nc_shapes = {}
-        shapes = {name: tuple(int(n) for n in ds.shape) for name, ds in self._datasets
-                  if name in axes}
-        for name, scales in axes.items():
-            self._nc_shapes[name] = tuple(
-                longest[sc] if sc is not None and self.dims[sc].unlimited else n
-                for sc, n in zip(scales, shapes[name]))
+                    longest[scale] = max(longest.get(scale, 0), n)
+        self._nc_shapes = {
+            name: tuple(longest[sc] if sc is not None and self.dims[sc].unlimited else n
+                        for sc, n in pairs)
+            for name, pairs in axes.items()}
         for sc, n in longest.items():
             d = self.dims[sc]
             if d.unlimited and n > d.size:
