@@ -155,10 +155,14 @@ class _Scanner:
         variable's netCDF shape."""
         axes: dict[str, list[tuple[str | None, int]]] = {}  # (scale, HDF5 extent) per axis
         longest: dict[str, int] = {}
+        # scales by object identity: a reference is looked up, not named (naming an object
+        # searches the file for it: quadratic in the number of objects)
+        scale_ids = {ds.id: name for name, ds in self._datasets if name in self.dims}
         for name, ds in self._datasets:
             if not ds.ndim or ds.shape is None:
                 continue
-            axes[name] = list(zip(self._scale_paths(name, ds), (int(n) for n in ds.shape)))
+            scales = self._scale_paths(name, ds, scale_ids)
+            axes[name] = list(zip(scales, (int(n) for n in ds.shape)))
             for scale, n in axes[name]:
                 if scale is not None:
                     longest[scale] = max(longest.get(scale, 0), n)
@@ -171,7 +175,8 @@ class _Scanner:
             if d.unlimited and n > d.size:
                 self.dims[sc] = Dimension(d.name, n, True)
 
-    def _scale_paths(self, name: str, ds: h5py.Dataset) -> tuple[str | None, ...]:
+    def _scale_paths(self, name: str, ds: h5py.Dataset, scale_ids: dict
+                     ) -> tuple[str | None, ...]:
         """The dimension scale (its path) of each axis, where there is one."""
         if name in self._scales and ds.ndim == 1:
             return (name,)
@@ -186,10 +191,10 @@ class _Scanner:
             path = None
             if axis < len(dl) and len(dl[axis]):
                 try:
-                    path = self.f[dl[axis][0]].name.lstrip("/")
+                    path = scale_ids.get(h5py.h5r.dereference(dl[axis][0], self.f.id))
                 except Exception:
                     path = None
-            out.append(path if path in self.dims else None)
+            out.append(path)
         return tuple(out)
 
     def _netcdf_shape(self, name: str, shape: tuple[int, ...], blocks, values, fill):
