@@ -416,6 +416,10 @@ def test_unwritten_records_inside_a_written_block_are_refused(tmp_path):
     assert (p.loc.file, p.loc.variable, p.fatal) == (str(path), "w", True)
     inv = virtualize.scan(path)
     assert inv.variables["w"].shape == (4,) and inv.dimensions["time"].size == 4
+    # inlined, the values are read with the file's library and padded as netCDF-C reads them
+    virtualize.virtualize([path], tmp_path / "p.zarr", inline=["w"])
+    got = virtualize.open(tmp_path / "p.zarr")["w"][...]
+    np.testing.assert_array_equal(got, source_values([path], "w", None, ("time",)))
 
 
 def test_fill_values_xarray_cannot_decode_are_left_out(tmp_path):

@@ -220,7 +220,7 @@ def _harmonize_time_units(ctx: _Context) -> None:
             if b is None:
                 continue
             ctx.inline = ctx.inline | {bname}  # every file's bounds go into the cube
-            values = b.values if b.values is not None else read_values(inv.path, bname)
+            values = b.values if b.values is not None else _at_shape(read_values(inv.path, bname), b)
             bconv = _reexpress(np.asarray(values), units, units0, cal0)
             if bconv is None:
                 ctx.problem(inv.path, bname, "attribute-drift",
@@ -495,12 +495,27 @@ def _shared_array(ctx: _Context, name: str, vs: list[Variable]) -> ArrayPlan | N
                      fill_value=first.fill_value, attrs=dict(first.attrs), refs=refs)
 
 
+def _at_shape(values: np.ndarray, v: Variable) -> np.ndarray:
+    """Values read with h5py at the variable's netCDF shape: a netCDF-4 variable with fewer
+    records than its unlimited dimension reads as the fill value past its HDF5 extent (as
+    netCDF-C reads it)."""
+    values = np.asarray(values)
+    if values.shape == tuple(v.shape) or values.ndim != len(v.shape) or \
+            any(a > b for a, b in zip(values.shape, v.shape)):
+        return values
+    fill = v.fill_value if v.fill_value is not None else 0
+    out = np.full(v.shape, fill, dtype=values.dtype)
+    out[tuple(slice(0, n) for n in values.shape)] = values
+    return out
+
+
 def _inline_array(ctx: _Context, name: str, vs: list[Variable], k: int | None) -> ArrayPlan | None:
     """Values stored in the cube itself: coordinates by default, others on request."""
     first = vs[0]
     values = []
     for inv, v in zip(ctx.invs, vs):
-        values.append(v.values if v.values is not None else read_values(inv.path, name))
+        values.append(v.values if v.values is not None else
+                      _at_shape(read_values(inv.path, name), v))
     if k is not None:
         data = np.concatenate(values, axis=k)
     else:

@@ -216,7 +216,8 @@ class _Scanner:
                              f"the variable holds {n} of the {m} records of its unlimited "
                              f"dimension and its last block ({b} long) holds both written and "
                              "unwritten records: netCDF reads the unwritten ones as the fill "
-                             "value, the block may hold anything there")
+                             "value, the block may hold anything there; inline it with "
+                             "--inline")
                 return nc, None, values
         grid = tuple(-(-m // b) for m, b in zip(nc, bs))
         refs = empty_refs(grid)
