@@ -15,6 +15,7 @@ import zarr
 from .emit import write_cube, write_kerchunk
 from .emit._staging import guard_output
 from .emit.cube import SOURCES_NAME
+from .emit.metadata import array_doc, group_doc, omitted_attrs
 from .model import FileInventory, Location, Plan, Problem, VirtualizeError
 from .plan import ConcatOptions, MosaicOptions, plan_concat, plan_mosaic
 from .read import changed_sources, open_cube
@@ -126,7 +127,13 @@ def append(cube: PathLike, paths: Iterable[PathLike] | PathLike, *, jobs: int = 
     if changed:
         raise VirtualizeError(changed, f"{cube}: its sources changed since it was written")
     old = [s["path"] for s in info["sources"]]
-    new = [os.path.abspath(p) for p in _paths(paths)]
+    empty: list[str] = []
+    new = [os.path.abspath(p) for p in _paths(paths, empty)]
+    if not new:
+        raise VirtualizeError([Problem(Location(os.path.abspath(d)), "no-files",
+                                       f"the directory {d} holds no files") for d in empty]
+                              or [Problem(Location(), "no-files", "no files to append were given")],
+                              "nothing appended")
     twice = [Problem(Location(p), "already-in-cube", f"{p} is already a source of {cube}")
              for p in new if p in old]
     if twice:
@@ -176,11 +183,16 @@ def open(path: PathLike, *, check_sources: bool = True, allow=None) -> zarr.Grou
 
 def _check(paths, planner: Planner, progress, materialize_limit: int | None = None,
            jobs: int = 1) -> Report:
-    files = _paths(paths)
+    empty: list[str] = []
+    files = _paths(paths, empty)
     problems: list[Problem] = []
     invs: list[FileInventory] = []
     bytes_read: dict[str, int] = {}
-    if not files:
+    for d in empty:
+        problems.append(Problem(Location(os.path.abspath(d)), "no-files",
+                                f"the directory {d} holds no files (hidden files and "
+                                "subdirectories are not read)", fatal=not files))
+    if not files and not empty:
         problems.append(Problem(Location(), "no-files", "no input files were given"))
     for i, result in enumerate(_scan_all(files, jobs)):
         if isinstance(result, FileInventory):
@@ -201,10 +213,33 @@ def _check(paths, planner: Planner, progress, materialize_limit: int | None = No
             problems.append(Problem(Location(), "materialize-limit",
                                     f"the plan would copy {copied.bytes} bytes in {copied.blocks} "
                                     f"block(s), more than the limit of {materialize_limit}"))
+    if plan is not None:
+        problems.extend(_render_problems(plan))
     if len(invs) < len(files) and plan is not None:
         notes.append(f"{len(files) - len(invs)} file(s) could not be scanned")
     return Report(files=[os.path.abspath(f) for f in files], problems=problems, plan=plan,
                   notes=notes, bytes_read=bytes_read)
+
+
+def _render_problems(plan: Plan) -> list[Problem]:
+    """Every zarr.json document of the plan rendered as the emitters render it (the same
+    functions, strict JSON), so that `check` refuses what the write could not write; each
+    failure is located at the file the metadata comes from (the first) and the node."""
+    first = plan.sources[0].path if plan.sources else None
+    out: list[Problem] = []
+    nodes = [(g or "/", lambda attrs=attrs: group_doc(attrs)) for g, attrs in plan.groups.items()]
+    nodes += [(name, lambda a=a: array_doc(a)) for name, a in plan.arrays.items()]
+    for name, a in plan.arrays.items():
+        for key, why in omitted_attrs(a.attrs, a.dtype):
+            out.append(Problem(Location(first, name), "attribute-omitted",
+                               f"attribute {key!r} is left out of the cube: {why}", fatal=False))
+    for name, render in nodes:
+        try:
+            json.dumps(render(), allow_nan=False)
+        except (ValueError, TypeError, OverflowError) as e:
+            out.append(Problem(Location(first, name), "metadata-unrenderable",
+                               f"its zarr.json cannot be written: {e}"))
+    return out
 
 
 def _scan_or_problems(path: str) -> FileInventory | list[Problem]:
@@ -263,16 +298,19 @@ def _write(report: Report, out: PathLike, kind: str, overwrite: bool) -> Report:
     return report
 
 
-def _paths(paths) -> list[str]:
+def _paths(paths, empty: list[str] | None = None) -> list[str]:
     """Files as given; a directory stands for the files in it (sorted, not hidden, not
-    recursive)."""
+    recursive); directories that hold none are added to `empty`."""
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     out: list[str] = []
     for p in map(os.fspath, paths):
         if os.path.isdir(p):
-            out += sorted(os.path.join(p, f) for f in os.listdir(p)
-                          if not f.startswith(".") and os.path.isfile(os.path.join(p, f)))
+            inside = sorted(os.path.join(p, f) for f in os.listdir(p)
+                            if not f.startswith(".") and os.path.isfile(os.path.join(p, f)))
+            if not inside and empty is not None:
+                empty.append(p)
+            out += inside
         else:
             out.append(p)
     return out

@@ -9,6 +9,7 @@ Exit codes: 0 done (check: the stack can be virtualized), 1 refused (check: it c
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 
@@ -139,7 +140,7 @@ def _write(args, job) -> int:
     """Run a writing job; show its report, or why nothing was written."""
     try:
         report = job()
-    except (FileExistsError, ValueError) as e:
+    except (OSError, ValueError) as e:  # FileExistsError, PermissionError, a full disk, ...
         print(f"virtualize: {e}", file=sys.stderr)
         return 1
     except VirtualizeError as e:
@@ -200,6 +201,20 @@ def build_append_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command line; a reader that stops early (`virtualize check F | head -1`) ends
+    it quietly, as Python's documentation recommends for SIGPIPE."""
+    try:
+        code = _main(argv)
+        sys.stdout.flush()  # a broken pipe shows here, not at exit
+        return code
+    except BrokenPipeError:
+        # point stdout at devnull: Python's own flush at exit would fail again
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
+
+
+def _main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "mosaic":
         return _mosaic(argv[1:])

@@ -35,6 +35,10 @@ class Location:
     axis: str | None = None
     block: tuple[int, ...] | None = None
 
+    def __post_init__(self) -> None:  # numpy integers print as np.int64(3): plain ints
+        if self.block is not None:
+            object.__setattr__(self, "block", tuple(int(b) for b in self.block))
+
     def to_dict(self) -> dict[str, Any]:
         d = {"file": self.file, "variable": self.variable, "axis": self.axis}
         d["block"] = list(self.block) if self.block is not None else None

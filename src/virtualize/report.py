@@ -88,7 +88,13 @@ def to_dict(report: model.Report) -> dict[str, Any]:
 
 
 def to_json(report: model.Report) -> str:
-    return json.dumps(to_dict(report), indent=2, default=str)
+    return json.dumps(to_dict(report), indent=2, default=_json_default)
+
+
+def _json_default(o):
+    """numpy numbers as JSON numbers (not their str), anything else as its str."""
+    v = o.item() if hasattr(o, "item") and getattr(o, "ndim", None) == 0 else o
+    return v if isinstance(v, (int, float, bool, str)) else str(v)
 
 
 # -- text ------------------------------------------------------------------------------
@@ -142,7 +148,8 @@ def format_text(report: model.Report, verbose: bool = False, color: bool = False
             spec = (grid["configuration"].get("chunk_shapes") or
                     grid["configuration"].get("chunk_shape"))
             kind = "inline" if a.inline is not None else grid["name"]
-            lines.append(f"  {name} {tuple(a.dims)} {tuple(a.shape)} {a.dtype.newbyteorder('=').name}"
+            lines.append(f"  {name} {tuple(a.dims)} {tuple(int(n) for n in a.shape)} "
+                         f"{a.dtype.newbyteorder('=').name}"
                          f"  {kind} {json.dumps(spec)}")
     if verbose and report.bytes_read:
         lines.append("")

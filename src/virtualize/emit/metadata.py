@@ -97,7 +97,10 @@ def json_attrs(attrs: dict[str, Any], dtype: np.dtype | None) -> dict[str, Any]:
     base64 of a little-endian float64) so xarray masks exactly; other non-finite floats
     become "NaN" / "Infinity" / "-Infinity" strings, as zarr spells fill values."""
     out = {}
+    left_out = dict(omitted_attrs(attrs, dtype))
     for k, v in attrs.items():
+        if k in left_out:
+            continue
         if k == "_FillValue" and dtype is not None:
             out[k] = _xarray_fill(v, np.dtype(dtype))
         else:
@@ -105,20 +108,75 @@ def json_attrs(attrs: dict[str, Any], dtype: np.dtype | None) -> dict[str, Any]:
     return out
 
 
-def _xarray_fill(v: Any, dtype: np.dtype) -> Any:
-    if isinstance(v, list):
-        return _json_value(v)
-    if dtype.kind == "f":
-        return base64.standard_b64encode(struct.pack("<d", float(v))).decode()
+def omitted_attrs(attrs: dict[str, Any], dtype: np.dtype | None) -> list[tuple[str, str]]:
+    """Attributes `json_attrs` leaves out, and why.
+
+    A `_FillValue` that is not one number of the array's kind (text, empty, several
+    values; for an integer array NaN, 1.5 or out of range) and an integer array's
+    `missing_value` that it cannot hold: netCDF4-python shows them as they are, xarray
+    reading the source ignores such a `_FillValue` (a NaN one on integers: no integer
+    equals it, the values stay unmasked integers), but from zarr.json xarray cannot decode
+    it (it refuses to open the whole dataset) and turns the integers into floats for such
+    a `missing_value`. Left out, xarray reads the cube as it reads the source."""
+    if dtype is None or np.dtype(dtype).kind not in "biufc":
+        return []
+    dtype = np.dtype(dtype)
+    out = []
+    fill = attrs.get("_FillValue", 0)
+    if isinstance(fill, list) and not _fits(fill, dtype):
+        out.append(("_FillValue", f"{_json_value(fill)!r} are several values: xarray masks "
+                                  "them reading the source, but cannot decode several from "
+                                  "zarr.json (it would refuse to open the cube), so reading the "
+                                  "cube they are not masked"))
+    elif not _fits(fill, dtype):
+        out.append(("_FillValue", f"{_json_value(fill)!r} is not a value of {dtype} (xarray "
+                                  "ignores it reading the source, and could not read the cube)"))
+    if dtype.kind in "iu":
+        v = attrs.get("missing_value")
+        values = v if isinstance(v, list) else [v]
+        numbers = [x for x in values if isinstance(x, (int, float)) and not isinstance(x, bool)]
+        bad = [x for x in numbers if not _holds(x, dtype)]
+        if v is not None and bad:
+            out.append(("missing_value", f"{_json_value(bad[0])} is not a value of {dtype} "
+                                         "(xarray would read the integers as floats)"))
+    return out
+
+
+def _fits(v: Any, dtype: np.dtype) -> bool:
+    """Is `v` one `_FillValue` xarray's zarr backend can decode for `dtype`?"""
+    if isinstance(v, bool) or dtype.kind == "b":
+        return isinstance(v, (bool, int))
     if dtype.kind == "c":
+        return isinstance(v, (int, float, complex)) or (
+            isinstance(v, list) and len(v) == 2 and all(isinstance(x, (int, float)) for x in v))
+    if not isinstance(v, (int, float)):
+        return False
+    return dtype.kind == "f" or _holds(v, dtype)
+
+
+def _xarray_fill(v: Any, dtype: np.dtype) -> Any:
+    """`_FillValue` as xarray's zarr backend decodes it."""
+    if isinstance(v, (list, str)) or v is None:
+        return _json_value(v)
+    if dtype.kind == "f" and isinstance(v, (int, float)):
+        return base64.standard_b64encode(struct.pack("<d", float(v))).decode()
+    if dtype.kind == "c" and isinstance(v, (int, float, complex)):
         c = complex(v)
         return [base64.standard_b64encode(struct.pack("<d", c.real)).decode(),
                 base64.standard_b64encode(struct.pack("<d", c.imag)).decode()]
-    if dtype.kind == "b":
+    if dtype.kind == "b" and isinstance(v, (bool, int)):
         return bool(v)
-    if dtype.kind in "iu":
+    if dtype.kind in "iu" and isinstance(v, (int, float)) and _holds(v, dtype):
         return int(v)
     return _json_value(v)
+
+
+def _holds(v: int | float, dtype: np.dtype) -> bool:
+    """True when integer type `dtype` holds `v` exactly."""
+    if isinstance(v, float) and not (math.isfinite(v) and v.is_integer()):
+        return False
+    info = np.iinfo(dtype)
+    return info.min <= int(v) <= info.max
 
 
 def _json_value(v: Any) -> Any:

@@ -22,14 +22,14 @@ from ..model import (
     Variable,
     VariableFigure,
 )
-from ..scan._values import bytes_codec
+from ..scan._values import bytes_codec, py
 
 # Attributes whose drift between files changes what the numbers mean.
 MEANING_ATTRS = ("scale_factor", "add_offset", "units", "calendar", "_FillValue", "missing_value")
 # Problems a scanner raises when a variable's blocks cannot be referenced; inlining
 # (reading the values with the format's own library) resolves them.
 REFERENCE_KINDS = frozenset({"compact-layout", "external-storage", "virtual-dataset",
-                             "unsupported-filter", "filter-mask"})
+                             "unsupported-filter", "filter-mask", "partial-records"})
 
 
 @dataclass
@@ -124,12 +124,13 @@ def consistent(ctx: Context, name: str, vs: list[Variable], free: frozenset[str]
                         f"in {path0}; one array has one codec pipeline")
         if not same_value(v.fill_value, first.fill_value):
             ctx.problem(f, name, "fill-value-differs",
-                        f"fill value {v.fill_value!r} differs from {first.fill_value!r} in {path0}")
+                        f"fill value {py(v.fill_value)!r} differs from {py(first.fill_value)!r} "
+                        f"in {path0}")
         for key in MEANING_ATTRS:
             a, b = v.attrs.get(key), first.attrs.get(key)
             if not same_value(a, b):
                 ctx.problem(f, name, "attribute-drift",
-                            f"attribute {key!r} is {a!r} here but {b!r} in {path0}: the values "
+                            f"attribute {key!r} is {py(a)!r} here but {py(b)!r} in {path0}: the values "
                             "would mean different things in one array")
     return len(ctx.problems) == before
 

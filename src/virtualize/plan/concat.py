@@ -32,6 +32,7 @@ from ..model import (
 )
 from ..scan import read_values
 from ..scan._io import digest_blocks
+from ..scan._values import py
 from ._common import (
     Context,
     can_materialize,
@@ -82,6 +83,7 @@ def plan_concat(inventories: Sequence[FileInventory], options: ConcatOptions | N
     ctx.dim = _choose_concat_dim(ctx)
     if ctx.dim is not None and len(invs) > 1:
         _harmonize_time_units(ctx)
+    if ctx.dim is not None:
         _order_by_coordinate(ctx)
     invs = ctx.invs
     sources = [Source(inv.path, inv.size, inv.mtime_ns) for inv in invs]
@@ -110,7 +112,13 @@ def _choose_concat_dim(ctx: _Context) -> str | None:
         first = invs[0]
         unlimited = [d.name for d in first.dimensions.values() if d.unlimited and "/" not in d.name]
         if unlimited:
-            dim = unlimited[0]
+            # several unlimited dimensions (netCDF4-python makes every dimension created
+            # with size 0 one): `time` if it is one of them, else the first; the report says
+            dim = "time" if "time" in unlimited else unlimited[0]
+            if len(unlimited) > 1:
+                ctx.notes.append(f"the files have several unlimited dimensions "
+                                 f"({', '.join(unlimited)}): concatenated along {dim!r} "
+                                 "(choose another with --concat-dim)")
         elif any("time" in v.dims for v in first.variables.values()):
             dim = "time"
         elif len(invs) > 1:
@@ -212,7 +220,7 @@ def _harmonize_time_units(ctx: _Context) -> None:
             if b is None:
                 continue
             ctx.inline = ctx.inline | {bname}  # every file's bounds go into the cube
-            values = b.values if b.values is not None else read_values(inv.path, bname)
+            values = b.values if b.values is not None else _at_shape(read_values(inv.path, bname), b)
             bconv = _reexpress(np.asarray(values), units, units0, cal0)
             if bconv is None:
                 ctx.problem(inv.path, bname, "attribute-drift",
@@ -246,11 +254,18 @@ def _reexpress(values: np.ndarray, units: str, units0: str, calendar: str) -> np
 
 
 def _order_by_coordinate(ctx: _Context) -> None:
-    """Sort files by their first coordinate value along the concat dim, then check the
-    coordinate increases strictly across the whole stack."""
+    """Check every file's coordinate along the concat dim increases strictly (one file
+    or many); then, when every file has coordinate values, sort the files by their first
+    value and check the coordinate increases strictly across the whole stack."""
     dim = ctx.dim
     coords = [inv.variables.get(dim) for inv in ctx.invs]
-    if any(c is None or c.values is None for c in coords):
+    for inv, c in zip(ctx.invs, coords):
+        if c is not None and c.values is not None and c.values.size > 1:
+            _check_increasing(ctx, inv.path, np.asarray(c.values).reshape(-1))
+        elif c is not None and c.values is None and c.is_coordinate:
+            ctx.notes.append(f"{inv.path}: {dim!r} values were not read (too many), so their "
+                             "order was not checked")
+    if any(c is None or c.values is None for c in coords) or len(ctx.invs) < 2:
         return
     # A file without steps (e.g. a netCDF file with 0 records) adds nothing: it keeps its
     # place, the others are ordered and checked around it.
@@ -279,13 +294,6 @@ def _order_by_coordinate(ctx: _Context) -> None:
         vals = c.values
         if not vals.size:
             continue
-        if vals.size > 1:
-            bad = np.flatnonzero(~(np.diff(vals) > 0))
-            if bad.size:
-                i = int(bad[0])
-                ctx.problem(inv.path, dim, "coordinate-not-increasing",
-                            f"{dim} values must increase strictly: index {i} is {vals[i]!r}, "
-                            f"index {i + 1} is {vals[i + 1]!r}", axis=dim)
         key = vals.tobytes()
         if key in seen:
             ctx.problem(inv.path, dim, "duplicate-coordinate",
@@ -293,12 +301,28 @@ def _order_by_coordinate(ctx: _Context) -> None:
                         "the same file given twice?)", axis=dim)
         elif prev_last is not None and not vals[0] > prev_last:
             ctx.problem(inv.path, dim, "coordinate-not-increasing",
-                        f"{dim} starts at {vals[0]!r}, not after the previous file's last "
-                        f"value {prev_last!r} ({prev_path}): the files overlap in {dim}",
+                        f"{dim} starts at {py(vals[0])!r}, not after the previous file's last "
+                        f"value {py(prev_last)!r} ({prev_path}): the files overlap in {dim}",
                         axis=dim)
         seen.setdefault(key, inv.path)
         prev_last = vals[-1]
         prev_path = inv.path
+
+
+def _check_increasing(ctx: _Context, path: str, vals: np.ndarray) -> None:
+    """One file's coordinate must increase strictly: a step back, a repeated value or a
+    NaN is a problem at the index where it breaks."""
+    dim = ctx.dim
+    with np.errstate(invalid="ignore"):
+        bad = np.flatnonzero(~(vals[1:] > vals[:-1]))
+    if bad.size:
+        i = int(bad[0])
+        what = "repeats" if vals[i + 1] == vals[i] else "is not after"
+        more = f" ({bad.size} such places in this file)" if bad.size > 1 else ""
+        ctx.problem(path, dim, "coordinate-not-increasing",
+                    f"{dim} values must increase strictly within the file: index {i + 1} "
+                    f"({py(vals[i + 1])!r}) {what} index {i} ({py(vals[i])!r}){more}",
+                    axis=dim)
 
 
 # -- one variable --------------------------------------------------------------------
@@ -381,7 +405,11 @@ def _concat_array(ctx: _Context, name: str, vs: list[Variable], k: int) -> Array
             slab = np.take(refs, [j], axis=k)  # every chunk of this padded block's layer
             count = int((slab["length"] > 0).sum())
             nbytes = count * r * math.prod(v.blocks.block_shape) // b * v.dtype.itemsize
-            if ctx.opts.split and k == 0 and is_uncompressed(v.codecs):
+            if not count:
+                # no block of this layer is stored (a variable never written, or of a
+                # zero-length dimension): every chunk reads as the fill value at any length
+                lens[-1] = r
+            elif ctx.opts.split and k == 0 and is_uncompressed(v.codecs):
                 # exact: the first r rows of a C-ordered block are its first bytes
                 row_bytes = math.prod(v.blocks.block_shape[1:]) * v.dtype.itemsize
                 refs["length"][j] = np.where(refs["length"][j] > 0, r * row_bytes, 0)
@@ -467,12 +495,27 @@ def _shared_array(ctx: _Context, name: str, vs: list[Variable]) -> ArrayPlan | N
                      fill_value=first.fill_value, attrs=dict(first.attrs), refs=refs)
 
 
+def _at_shape(values: np.ndarray, v: Variable) -> np.ndarray:
+    """Values read with h5py at the variable's netCDF shape: a netCDF-4 variable with fewer
+    records than its unlimited dimension reads as the fill value past its HDF5 extent (as
+    netCDF-C reads it)."""
+    values = np.asarray(values)
+    if values.shape == tuple(v.shape) or values.ndim != len(v.shape) or \
+            any(a > b for a, b in zip(values.shape, v.shape)):
+        return values
+    fill = v.fill_value if v.fill_value is not None else 0
+    out = np.full(v.shape, fill, dtype=values.dtype)
+    out[tuple(slice(0, n) for n in values.shape)] = values
+    return out
+
+
 def _inline_array(ctx: _Context, name: str, vs: list[Variable], k: int | None) -> ArrayPlan | None:
     """Values stored in the cube itself: coordinates by default, others on request."""
     first = vs[0]
     values = []
     for inv, v in zip(ctx.invs, vs):
-        values.append(v.values if v.values is not None else read_values(inv.path, name))
+        values.append(v.values if v.values is not None else
+                      _at_shape(read_values(inv.path, name), v))
     if k is not None:
         data = np.concatenate(values, axis=k)
     else:

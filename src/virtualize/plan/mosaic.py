@@ -188,10 +188,16 @@ def _georef(ctx: _Ctx, inv: FileInventory) -> Georef | None:
             return None
         step = np.diff(vals.astype("f8"))
         d = float(step[0])
+        if not np.isfinite(vals.astype("f8")).all():
+            i = int(np.flatnonzero(~np.isfinite(vals.astype("f8")))[0])
+            ctx.problem(inv.path, name, "irregular-coordinate",
+                        f"{name!r} has a value that is not a number at index {i} "
+                        f"({float(vals[i])!r}): tiles need a regular grid to be placed")
+            return None
         if d == 0 or np.abs(step - d).max() > ctx.opts.tolerance * abs(d):
             ctx.problem(inv.path, name, "irregular-coordinate",
-                        f"{name!r} is not evenly spaced (steps {step.min()!r} to {step.max()!r}): "
-                        "tiles need a regular grid to be placed")
+                        f"{name!r} is not evenly spaced (steps {float(step.min())!r} to "
+                        f"{float(step.max())!r}): tiles need a regular grid to be placed")
             return None
         edges.append((float(vals[0]) - d / 2, d))
     mapping = next((v.attrs.get("grid_mapping") for v in vs.values()

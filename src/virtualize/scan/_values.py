@@ -18,16 +18,56 @@ def bytes_codec(dtype: np.dtype) -> dict[str, Any]:
     return {"name": "bytes", "configuration": {"endian": endian}}
 
 
+class Unrepresentable(ValueError):
+    """An attribute value with no JSON form (the attribute is left out, with a problem)."""
+
+
 def plain(v: Any) -> Any:
+    """An attribute value as plain, JSON-representable Python, as netCDF4-python and
+    xarray present it: numpy scalars as Python scalars, length-1 arrays as scalars, bytes
+    as str (UTF-8), arrays of strings as lists of str, compound values as dicts (arrays
+    of them as lists of dicts), an empty (null-dataspace) attribute as None. Floats stay
+    floats, NaN and infinities included (the metadata writer spells those "NaN",
+    "Infinity", "-Infinity", as zarr spells fill values). Raises `Unrepresentable` for
+    anything else (h5py references are resolved by the HDF5 scanner before this)."""
+    if isinstance(v, np.void) and v.dtype.names is not None:
+        return {str(k): plain(v[k]) for k in v.dtype.names}
+    if isinstance(v, np.generic):  # (np.float64 and np.str_ are also float and str)
+        if v.dtype.kind not in "biufcSU":
+            raise Unrepresentable(f"a value of type {v.dtype}")
+        return plain(v.item())
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return v
     if isinstance(v, bytes):
         return v.decode("utf-8", errors="replace")
+    if isinstance(v, complex):
+        return [v.real, v.imag]
     if isinstance(v, np.ndarray):
+        if v.dtype.names is not None:  # compound
+            items = [plain(x) for x in v.reshape(-1)]
+            return items[0] if len(items) == 1 else items
         if v.dtype.kind in "SUO":
             items = [plain(x) for x in v.reshape(-1).tolist()]
             return items[0] if len(items) == 1 else items
+        if v.dtype.kind not in "biufc":
+            raise Unrepresentable(f"an array of type {v.dtype}")
         if v.size == 1:
-            return v.reshape(-1)[0].item()
+            return plain(v.reshape(-1)[0])
+        if v.dtype.kind == "c":
+            return [plain(x) for x in v.reshape(-1)]
         return v.tolist()
+    if isinstance(v, (list, tuple)):
+        return [plain(x) for x in v]
+    if isinstance(v, dict):
+        return {str(k): plain(x) for k, x in v.items()}
+    raise Unrepresentable(f"a value of type {type(v).__name__}")
+
+
+def py(v: Any) -> Any:
+    """A value for a message: numpy scalars and 0-d arrays as Python numbers, so messages
+    print `2`, not `np.int32(2)`."""
+    if isinstance(v, np.ndarray) and v.ndim == 0:
+        v = v[()]
     if isinstance(v, np.generic):
         return v.item()
     return v

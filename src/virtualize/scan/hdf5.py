@@ -24,7 +24,7 @@ from ..model import (
     empty_refs,
 )
 from ._io import CountingFile
-from ._values import COORD_VALUES_LIMIT, bytes_codec, plain
+from ._values import COORD_VALUES_LIMIT, Unrepresentable, bytes_codec, plain
 
 # Attributes that HDF5 dimension scales and the netCDF-4 library keep for themselves.
 HIDDEN_ATTRS = frozenset({
@@ -60,10 +60,17 @@ class _Scanner:
         self.netcdf4 = "_NCProperties" in f.attrs
         self._datasets: list[tuple[str, h5py.Dataset]] = []
         self._scales: set[str] = set()
+        self._nc_shapes: dict[str, tuple[int, ...]] = {}
 
     def problem(self, var: str | None, kind: str, msg: str, fatal: bool = True,
                 block: tuple[int, ...] | None = None) -> None:
         self.problems.append(Problem(Location(self.path, var, None, block), kind, msg, fatal))
+
+    def _omitted(self, var: str | None, owner: str):
+        def omitted(key: str, why: str) -> None:
+            self.problem(var, "attribute-omitted", f"attribute {key!r} of {owner} is left out: "
+                         f"{why}", fatal=False)
+        return omitted
 
     def run(self, size: int, mtime_ns: int) -> FileInventory:
         self._walk(self.f, "")
@@ -75,6 +82,8 @@ class _Scanner:
                 self.netcdf4 = self.netcdf4 or "_Netcdf4Dimid" in ds.attrs
                 self.dims[name] = Dimension(name, int(ds.shape[0]) if ds.ndim else 1,
                                             ds.maxshape[0] is None if ds.ndim else False)
+        if self.netcdf4:
+            self._netcdf_lengths()
         for name, ds in self._datasets:
             if name in self._scales and _attr_text(ds.attrs.get("NAME")).startswith(NC_DIM_ONLY):
                 continue  # a netCDF dimension without a variable
@@ -85,7 +94,7 @@ class _Scanner:
                              self.groups, self.dims, self.variables, self.problems)
 
     def _walk(self, g: h5py.Group, prefix: str) -> None:
-        self.groups[prefix] = read_attrs(g.attrs)
+        self.groups[prefix] = read_attrs(g.attrs, self._omitted(prefix or None, "group /" + prefix))
         for key in g.keys():
             name = f"{prefix}/{key}" if prefix else key
             link = g.get(key, getlink=True)
@@ -119,7 +128,7 @@ class _Scanner:
         if shape is None:
             self.problem(name, "unsupported-type", "null dataspace: skipped", fatal=False)
             return None
-        attrs = read_attrs(ds.attrs)
+        attrs = read_attrs(ds.attrs, self._omitted(name, name))
         if enum is not None:
             attrs["_enum"] = {k: int(v) for k, v in enum.items()}
         dims = self._dims(name, ds)
@@ -129,9 +138,91 @@ class _Scanner:
         values = None
         if is_coord and shape[0] <= COORD_VALUES_LIMIT:
             values = ds[()]
+        if name in self._nc_shapes and self._nc_shapes[name] != shape:
+            shape, blocks, values = self._netcdf_shape(name, shape, blocks, values, fill)
         return Variable(name=name, dtype=dtype, shape=shape, dims=dims, attrs=attrs,
                         fill_value=fill, codecs=codecs, blocks=blocks, values=values,
                         is_coordinate=is_coord)
+
+    # -- netCDF-4: a variable's shape is its dimensions' lengths ---------------------------
+
+    def _netcdf_lengths(self) -> None:
+        """netCDF-C extends a dataset along an unlimited dimension only when it is written:
+        a variable with fewer records than its dimension (or none: an HDF5 extent of
+        (0, 0) for a netCDF (2, 0) variable) is shorter in HDF5 than netCDF4-python shows
+        it, the missing records reading as the fill value. An unlimited dimension is as
+        long as the longest dataset along it (netCDF-C's rule); `_nc_shapes` holds every
+        variable's netCDF shape."""
+        axes: dict[str, list[tuple[str | None, int]]] = {}  # (scale, HDF5 extent) per axis
+        longest: dict[str, int] = {}
+        # scales by object identity: a reference is looked up, not named (naming an object
+        # searches the file for it: quadratic in the number of objects)
+        scale_ids = {ds.id: name for name, ds in self._datasets if name in self.dims}
+        for name, ds in self._datasets:
+            if not ds.ndim or ds.shape is None:
+                continue
+            scales = self._scale_paths(name, ds, scale_ids)
+            axes[name] = list(zip(scales, (int(n) for n in ds.shape)))
+            for scale, n in axes[name]:
+                if scale is not None:
+                    longest[scale] = max(longest.get(scale, 0), n)
+        self._nc_shapes = {
+            name: tuple(longest[sc] if sc is not None and self.dims[sc].unlimited else n
+                        for sc, n in pairs)
+            for name, pairs in axes.items()}
+        for sc, n in longest.items():
+            d = self.dims[sc]
+            if d.unlimited and n > d.size:
+                self.dims[sc] = Dimension(d.name, n, True)
+
+    def _scale_paths(self, name: str, ds: h5py.Dataset, scale_ids: dict
+                     ) -> tuple[str | None, ...]:
+        """The dimension scale (its path) of each axis, where there is one."""
+        if name in self._scales and ds.ndim == 1:
+            return (name,)
+        if "DIMENSION_LIST" not in ds.attrs:
+            return (None,) * ds.ndim
+        out: list[str | None] = []
+        try:
+            dl = ds.attrs["DIMENSION_LIST"]
+        except Exception:
+            return (None,) * ds.ndim
+        for axis in range(ds.ndim):
+            path = None
+            if axis < len(dl) and len(dl[axis]):
+                try:
+                    path = scale_ids.get(h5py.h5r.dereference(dl[axis][0], self.f.id))
+                except Exception:
+                    path = None
+            out.append(path)
+        return tuple(out)
+
+    def _netcdf_shape(self, name: str, shape: tuple[int, ...], blocks, values, fill):
+        """The variable at its netCDF shape: chunks past the HDF5 extent are missing (read
+        as the fill value, as netCDF-C reads them). A chunk that holds both the last
+        written record and unwritten ones cannot be referenced: its unwritten part holds
+        whatever HDF5 put there, where netCDF4-python shows the fill value."""
+        nc = self._nc_shapes[name]
+        if values is not None:
+            grown = np.full(nc, fill, dtype=values.dtype)
+            grown[tuple(slice(0, n) for n in values.shape)] = values
+            values = grown
+        if blocks is None:
+            return nc, blocks, values
+        bs = blocks.block_shape
+        for axis, (n, m, b) in enumerate(zip(shape, nc, bs)):
+            if m > n and n % b:
+                self.problem(name, "partial-records",
+                             f"the variable holds {n} of the {m} records of its unlimited "
+                             f"dimension and its last block ({b} long) holds both written and "
+                             "unwritten records: netCDF reads the unwritten ones as the fill "
+                             "value, the block may hold anything there; inline it with "
+                             "--inline")
+                return nc, None, values
+        grid = tuple(-(-m // b) for m, b in zip(nc, bs))
+        refs = empty_refs(grid)
+        refs[tuple(slice(0, g) for g in blocks.refs.shape)] = blocks.refs
+        return nc, BlockTable(bs, blocks.padded, refs), values
 
     def _dims(self, name: str, ds: h5py.Dataset) -> tuple[str, ...]:
         if ds.ndim == 0:
@@ -310,16 +401,51 @@ def _attr_text(v: Any) -> str:
     return v if isinstance(v, str) else ""
 
 
-def read_attrs(attrs: h5py.AttributeManager) -> dict[str, Any]:
-    """Attributes as plain Python (lists, scalars, str), length-1 arrays as scalars, as
-    netCDF4-python and xarray present them."""
+def read_attrs(attrs: h5py.AttributeManager, omitted=None) -> dict[str, Any]:
+    """Attributes as plain, JSON-representable Python (`_values.plain`), length-1 arrays
+    as scalars, as netCDF4-python and xarray present them. An empty (null dataspace)
+    attribute is None; an object or region reference is the path of the object it points
+    to. An attribute h5py cannot read, or whose value has no JSON form, is left out:
+    `omitted(key, why)` is told (the scanner makes it a non-fatal located problem)."""
     out: dict[str, Any] = {}
     for key in attrs.keys():
         if key in HIDDEN_ATTRS:
             continue
         try:
             v = attrs[key]
-        except Exception:  # attribute of a type h5py cannot read
+        except Exception as e:  # attribute of a type h5py cannot read
+            if omitted is not None:
+                omitted(key, f"h5py cannot read it ({e})")
             continue
-        out[key] = plain(v)
+        try:
+            out[key] = plain(_resolve_refs(v, attrs))
+        except Unrepresentable as e:
+            if omitted is not None:
+                omitted(key, f"its value has no JSON form ({e})")
+        except Exception as e:  # e.g. a reference to an object that is gone
+            if omitted is not None:
+                omitted(key, f"its value cannot be read as JSON ({type(e).__name__}: {e})")
     return out
+
+
+def _resolve_refs(v: Any, attrs: h5py.AttributeManager) -> Any:
+    """h5py.Empty as None, object and region references as their target's path."""
+    if isinstance(v, h5py.Empty):
+        return None
+    if isinstance(v, (h5py.Reference, h5py.RegionReference)):
+        if not v:
+            return None  # a null reference
+        return _ref_name(v, attrs)
+    if isinstance(v, np.ndarray) and v.dtype.kind == "O":
+        items = [_resolve_refs(x, attrs) for x in v.reshape(-1)]
+        out = np.empty(len(items), dtype=object)
+        out[:] = items
+        return out.reshape(v.shape)
+    return v
+
+
+def _ref_name(ref, attrs: h5py.AttributeManager) -> str:
+    name = h5py.h5r.get_name(ref, attrs._id)
+    if name is None:
+        raise Unrepresentable("a reference to an object that is not in the file")
+    return name.decode("utf-8", errors="replace") if isinstance(name, bytes) else str(name)
