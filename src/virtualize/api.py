@@ -125,7 +125,8 @@ def append(cube: PathLike, paths: Iterable[PathLike] | PathLike, *, jobs: int = 
     changed = list(changed_sources(info["sources"]))
     if changed:
         raise VirtualizeError(changed, f"{cube}: its sources changed since it was written")
-    old = [s["path"] for s in info["sources"]]
+    # the files given (data files found through reference sets are not inputs)
+    old = [s["path"] for s in info["sources"] if not s.get("referenced_by")]
     new = [os.path.abspath(p) for p in _paths(paths)]
     twice = [Problem(Location(p), "already-in-cube", f"{p} is already a source of {cube}")
              for p in new if p in old]
@@ -133,7 +134,8 @@ def append(cube: PathLike, paths: Iterable[PathLike] | PathLike, *, jobs: int = 
         raise VirtualizeError(twice, "nothing appended")
     recipe.pop("kind")
     report = check(old + new, jobs=jobs, progress=progress, **recipe)
-    if report.plan is not None and [s.path for s in report.plan.sources][: len(old)] != old:
+    if report.plan is not None and \
+            [s.path for s in report.plan.sources if not s.referenced_by][: len(old)] != old:
         report.problems.append(Problem(
             Location(str(cube)), "append-not-at-end",
             f"the new files do not all come after the cube's last {report.plan.concat_dim!r} step; "
@@ -255,12 +257,14 @@ def _write(report: Report, out: PathLike, kind: str, overwrite: bool) -> Report:
 
 def _paths(paths) -> list[str]:
     """Files as given; a directory stands for the files in it (sorted, not hidden, not
-    recursive)."""
+    recursive), unless it is a kerchunk parquet reference set (one input)."""
+    from .scan.kerchunk import is_parquet_references
+
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     out: list[str] = []
     for p in map(os.fspath, paths):
-        if os.path.isdir(p):
+        if os.path.isdir(p) and not is_parquet_references(p):
             out += sorted(os.path.join(p, f) for f in os.listdir(p)
                           if not f.startswith(".") and os.path.isfile(os.path.join(p, f)))
         else:
