@@ -1,0 +1,274 @@
+"""Kerchunk reference sets as sources: per-file references made by kerchunk itself join
+into the same cube as scanning the files, and what they cannot prove is refused, located."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import xarray as xr
+
+import virtualize
+
+from helpers import assert_same, kerchunk_group, source_values
+
+pytest.importorskip("kerchunk")
+
+LEAP_2024 = [31, 29, 31, 30, 31, 30, [31, 2], 30, 31, 30, 31]
+NAMES = ("tas", "time", "lat", "lon")
+
+
+def data_files(refs):
+    d = refs[0].parent.parent
+    return [d / (r.stem + ".nc") for r in refs]
+
+
+def grid(cube, name="tas"):
+    doc = json.loads((cube / name / "zarr.json").read_text())
+    return doc["chunk_grid"]
+
+
+def check_values(group, files):
+    for name in NAMES:
+        dims = tuple(group[name].metadata.dimension_names)
+        assert_same(group[name][...], source_values(files, name, "time", dims), name)
+
+
+def test_months_2024_from_kerchunk_references(case, tmp_path):
+    refs = case("kerchunk_months2024")
+    files = data_files(refs)
+    cube, export = tmp_path / "cube.zarr", tmp_path / "cube.json"
+    report = virtualize.virtualize(refs, cube)
+    virtualize.virtualize(refs, export)
+    assert report.ok and report.plan.concat_dim == "time"
+    assert grid(cube)["configuration"]["chunk_shapes"] == [LEAP_2024, [3], [4]]
+    check_values(virtualize.open(cube), files)
+    check_values(kerchunk_group(export), files)
+    ds = xr.open_dataset(cube, engine="virtualize", mask_and_scale=False, decode_times=False)
+    assert_same(ds["tas"].values, source_values(files, "tas", "time", ("time", "lat", "lon")),
+                "tas via xarray")
+    # the cube references the original data files, and records the reference sets too
+    sources = json.loads((cube / "virtualize.json").read_text())["sources"]
+    assert [s["path"] for s in sources if s.get("referenced_by")] == [str(f) for f in files]
+    assert [s["path"] for s in sources if not s.get("referenced_by")] == [str(r) for r in refs]
+    manifest = np.load(cube / "tas" / "manifest.npy")
+    paths = [sources[i]["path"] for i in manifest["path"].reshape(-1)]
+    assert paths == [str(f) for f in files]
+
+
+def test_same_cube_as_scanning_the_files(case, tmp_path):
+    refs = case("kerchunk_months2024")
+    files = data_files(refs)
+    a = virtualize.virtualize(refs, tmp_path / "refs.zarr").plan
+    b = virtualize.virtualize(files, tmp_path / "files.zarr").plan
+    assert set(a.arrays) == set(b.arrays)
+    for name, x in a.arrays.items():
+        y = b.arrays[name]
+        assert (x.shape, x.dims, x.chunk_lengths, str(x.dtype)) == \
+            (y.shape, y.dims, y.chunk_lengths, str(y.dtype)), name
+        assert x.codecs == y.codecs and x.attrs == y.attrs, name
+    ga, gb = virtualize.open(tmp_path / "refs.zarr"), virtualize.open(tmp_path / "files.zarr")
+    for name in a.arrays:
+        assert_same(ga[name][...], gb[name][...], name)
+    # byte ranges: the same as the scanner found
+    ma = np.load(tmp_path / "refs.zarr" / "tas" / "manifest.npy")
+    mb = np.load(tmp_path / "files.zarr" / "tas" / "manifest.npy")
+    assert np.array_equal(ma[["offset", "length"]], mb[["offset", "length"]])
+
+
+def test_cli_joins_references(case, tmp_path):
+    refs = case("kerchunk_months2024")
+    exe = os.path.join(os.path.dirname(sys.executable), "virtualize")
+    r = subprocess.run([exe, *map(str, refs), "-o", str(tmp_path / "cube.zarr")],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "[[31, 29, 31, 30, 31, 30, [31, 2], 30, 31, 30, 31], [3], [4]]" in r.stdout
+    check_values(virtualize.open(tmp_path / "cube.zarr"), data_files(refs))
+
+
+def test_mixed_stack_references_and_files(case, tmp_path):
+    refs = case("kerchunk_months2024")
+    files = data_files(refs)
+    mixed = [refs[i] if i % 2 else files[i] for i in range(12)]
+    report = virtualize.virtualize(mixed, tmp_path / "cube.zarr")
+    assert report.ok, report.problems
+    check_values(virtualize.open(tmp_path / "cube.zarr"), files)
+
+
+def test_kerchunk_cannot_combine_this_stack(case):
+    """What this is for: kerchunk's own MultiZarrToZarr refuses months of unequal length."""
+    from kerchunk.combine import MultiZarrToZarr
+
+    refs = case("kerchunk_months2024")
+    with pytest.raises(ValueError, match="chunk size mismatch"):
+        MultiZarrToZarr([str(r) for r in refs], concat_dims=["time"],
+                        identical_dims=["lat", "lon"]).translate()
+
+
+def test_padded_references_are_refused_located(case):
+    refs = case("kerchunk_tenday_padded")
+    report = virtualize.check(refs)
+    assert not report.ok
+    padded = [p for p in report.problems if p.kind == "padded-block"]
+    assert len(padded) == 7  # the months of 31 and 29 days but December end padded
+    p = padded[0]
+    assert (p.loc.file, p.loc.variable, p.loc.axis, p.loc.block) == (str(refs[0]), "tas", "time", (3,))
+
+
+def _edit(src, dst, fn):
+    doc = json.loads(src.read_text())
+    fn(doc["refs"])
+    dst.write_text(json.dumps(doc))
+    return dst
+
+
+def test_missing_data_file_is_located(case, tmp_path):
+    refs = case("kerchunk_months2024")
+    gone = tmp_path / "gone.nc"
+
+    def point_away(r):
+        r["tas/0.0.0"][0] = str(gone)
+
+    bad = _edit(refs[1], tmp_path / refs[1].name, point_away)
+    report = virtualize.check([refs[0], bad, refs[2]])
+    assert not report.ok
+    (p,) = [p for p in report.problems if p.fatal]
+    assert (p.kind, p.loc.file, p.loc.variable, p.loc.block) == \
+        ("missing-data-file", str(bad), "tas", (0, 0, 0))
+    assert str(gone) in p.message
+
+
+def test_reference_past_the_end_of_its_data_file(case, tmp_path):
+    refs = case("kerchunk_months2024")
+
+    def shift(r):
+        r["tas/0.0.0"][1] = 10**7
+
+    bad = _edit(refs[0], tmp_path / refs[0].name, shift)
+    (p,) = virtualize.check([bad]).problems
+    assert (p.kind, p.loc.file, p.loc.variable) == ("truncated", str(bad), "tas")
+
+
+def test_partly_inline_variable_needs_inline(case, tmp_path):
+    refs = case("kerchunk_months2024")
+    files = data_files(refs)
+
+    def inline_time(r):  # time both referenced (in file 0) and inline (here)
+        r["tas/0.0.0"] = "base64:" + base64.b64encode(b"x" * 8).decode()
+        r["tas/1.0.0"] = [str(files[0]), 0, 8]
+        z = json.loads(r["tas/.zarray"])
+        z["chunks"] = [16, 3, 4]
+        r["tas/.zarray"] = json.dumps(z)
+
+    bad = _edit(refs[0], tmp_path / refs[0].name, inline_time)
+    (p,) = virtualize.check([bad]).problems
+    assert (p.kind, p.loc.variable, p.loc.block) == ("inline-chunk", "tas", (0, 0, 0))
+    assert p.remedy and "--inline tas" in p.remedy
+
+
+def test_reference_set_changes_make_the_cube_stale(case, tmp_path):
+    refs = case("kerchunk_months2024")
+    d = tmp_path / "copy"
+    shutil.copytree(refs[0].parent.parent, d)
+    mine = sorted((d / "refs").glob("*.json"))[:2]
+    for r in mine:  # point the copies at the copied data files
+        r.write_text(r.read_text().replace(str(refs[0].parent.parent), str(d)))
+    virtualize.virtualize(mine, tmp_path / "cube.zarr")
+    data = d / "tas_day_202402.nc"
+    os.utime(data, ns=(data.stat().st_atime_ns, data.stat().st_mtime_ns + 10**9))
+    with pytest.raises(virtualize.VirtualizeError) as e:
+        virtualize.open(tmp_path / "cube.zarr")
+    assert [(p.kind, p.loc.file) for p in e.value.problems] == [("source-changed", str(data))]
+
+
+def test_append_references(case, tmp_path):
+    refs = case("kerchunk_months2024")
+    cube = tmp_path / "cube.zarr"
+    virtualize.virtualize(refs[:6], cube)
+    assert virtualize.append(cube, refs[6:]).ok
+    assert grid(cube)["configuration"]["chunk_shapes"] == [LEAP_2024, [3], [4]]
+    check_values(virtualize.open(cube), data_files(refs))
+
+
+def test_not_a_reference_set(tmp_path):
+    p = tmp_path / "x.json"
+    p.write_text('{"a": 1}')
+    with pytest.raises(virtualize.VirtualizeError) as e:
+        virtualize.scan(p)
+    assert e.value.problems[0].kind == "unknown-format"
+
+
+# -- zarr v2 layouts and codecs, made by zarr itself --------------------------------------
+
+def _v2_refs(tmp_path, name, data, **kw):
+    """A zarr v2 array written by zarr-python into a directory, and a version 1 reference
+    set whose chunks are [chunk file, 0, size] (as kerchunk would make)."""
+    import zarr
+
+    store = tmp_path / f"{name}.zarr"
+    a = zarr.create_array(str(store), shape=data.shape, dtype=data.dtype, zarr_format=2,
+                          fill_value=7, **kw)
+    a[...] = data
+    refs = {".zgroup": json.dumps({"zarr_format": 2})}
+    for f in sorted(store.rglob("*")):
+        if f.is_file():
+            key = f.relative_to(store).as_posix()
+            if key.startswith("."):
+                refs[f"v/{key}"] = f.read_text()
+            else:
+                refs[f"v/{key}"] = [str(f), 0, f.stat().st_size]
+    attrs = {"_ARRAY_DIMENSIONS": ["y", "x"][-data.ndim:]}
+    refs["v/.zattrs"] = json.dumps(attrs)
+    out = tmp_path / f"{name}.json"
+    out.write_text(json.dumps({"version": 1, "refs": refs}))
+    return out
+
+
+@pytest.mark.parametrize("dtype, kw", [
+    (">i4", dict(order="F", compressors=None)),
+    ("<f8", dict(order="F", compressors={"id": "zstd", "level": 3})),
+    (">f4", dict(filters=[{"id": "shuffle", "elementsize": 4}],
+                 compressors={"id": "blosc", "cname": "lz4", "clevel": 5, "shuffle": 1})),
+    ("<u2", dict(compressors={"id": "gzip", "level": 5})),
+])
+def test_v2_codecs_order_and_byte_order(tmp_path, dtype, kw):
+    import numcodecs
+
+    kw = dict(kw)
+    if "filters" in kw:
+        kw["filters"] = [numcodecs.get_codec(c) for c in kw["filters"]]
+    if isinstance(kw.get("compressors"), dict):
+        kw["compressors"] = numcodecs.get_codec(kw["compressors"])
+    data = (np.arange(7 * 5).reshape(7, 5) * 3 + 1).astype(dtype)
+    refs = _v2_refs(tmp_path, "a", data, chunks=(3, 2), **kw)
+    report = virtualize.virtualize([refs], tmp_path / "cube.zarr")
+    assert report.ok, report.problems
+    got = virtualize.open(tmp_path / "cube.zarr")["v"][...]
+    assert_same(got, data, "v")
+    # the cube references the chunk files (padded edge chunks are the cube's last chunks)
+    assert report.plan.arrays["v"].refs is not None
+
+
+def test_v2_unknown_codec_is_refused(tmp_path):
+    import numcodecs
+
+    data = np.arange(12, dtype="<i4").reshape(3, 4)
+    refs = _v2_refs(tmp_path, "d", data, chunks=(3, 4), filters=[numcodecs.Delta("<i4")],
+                    compressors=None)
+    (p,) = virtualize.check([refs]).problems
+    assert (p.kind, p.loc.file, p.loc.variable) == ("unsupported-filter", str(refs), "v")
+    assert "'delta'" in p.message
+
+
+def test_padded_references_materialized(case, tmp_path):
+    """The materialize remedy decodes the padded blocks through zarr over the references."""
+    refs = case("kerchunk_tenday_padded")
+    report = virtualize.virtualize(refs, tmp_path / "cube.zarr", materialize=True)
+    assert report.ok and report.plan.remedies["materialize"].blocks == 7
+    check_values(virtualize.open(tmp_path / "cube.zarr"), data_files(refs))
