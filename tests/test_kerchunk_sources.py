@@ -272,3 +272,66 @@ def test_padded_references_materialized(case, tmp_path):
     report = virtualize.virtualize(refs, tmp_path / "cube.zarr", materialize=True)
     assert report.ok and report.plan.remedies["materialize"].blocks == 7
     check_values(virtualize.open(tmp_path / "cube.zarr"), data_files(refs))
+
+
+# -- netCDF classic and TIFF references --------------------------------------------------
+
+def test_netcdf_classic_references_alone_and_mixed(case, tmp_path):
+    pytest.importorskip("scipy")  # kerchunk.netCDF3 reads headers with scipy
+    refs = case("kerchunk_nc3_months")
+    files = data_files(refs)
+    for name, stack in (("refs", refs), ("mixed", [refs[0], files[1], refs[2]])):
+        cube = tmp_path / f"{name}.zarr"
+        report = virtualize.virtualize(stack, cube)
+        assert report.ok, report.problems
+        g = virtualize.open(cube)
+        assert set(report.plan.arrays) == {"time", "lat", "lon", "tas", "count", "qc", "orog"}
+        for var in report.plan.arrays:
+            dims = tuple(g[var].metadata.dimension_names)
+            assert_same(g[var][...], source_values(files, var, "time", dims), f"{name}: {var}")
+        # record variables are referenced, one chunk per record; kerchunk's inline
+        # (blosc-compressed) small variables are kept inline in the cube
+        assert report.plan.arrays["tas"].refs is not None
+        assert report.plan.arrays["orog"].inline is not None
+
+
+def _tiff_refs(path, out):
+    """The references kerchunk.tiff.tiff_to_zarr makes (its writer: tifffile's
+    ZarrTiffStore.write_fsspec; tiff_to_zarr itself fails reading tags with this tifffile)."""
+    import io
+
+    import tifffile
+
+    with tifffile.TiffFile(str(path)) as tif, tif.series[0].aszarr() as store:
+        buf = io.StringIO()
+        store.write_fsspec(buf, url=str(path.parent))
+    out.write_text(buf.getvalue())
+    return out
+
+
+@pytest.mark.parametrize("name", ["tiles_padded", "multipage", "bigendian_tiles"])
+def test_tiff_references(case, tmp_path, name):
+    import tifffile
+
+    (tif,) = case(name)[:1]
+    refs = _tiff_refs(tif, tmp_path / "tif.json")
+    report = virtualize.virtualize([refs], tmp_path / "cube.zarr")
+    assert report.ok, report.problems
+    got = virtualize.open(tmp_path / "cube.zarr")["image"][...]  # a root array is 'image'
+    assert_same(got, tifffile.imread(str(tif)), name)
+
+
+def test_zarr_v3_references_virtualizes_own_export(case, tmp_path):
+    """A zarr v3 reference set (virtualize's own kerchunk export of one month, a regular
+    grid) is a source too; a rectilinear one (a whole year) is refused, located."""
+    files = case("months2024")
+    for i in range(3):
+        virtualize.virtualize(files[i:i + 1], tmp_path / f"m{i}.json")
+    report = virtualize.virtualize([tmp_path / f"m{i}.json" for i in range(3)],
+                                   tmp_path / "cube.zarr")
+    assert report.ok, report.problems
+    assert grid(tmp_path / "cube.zarr")["configuration"]["chunk_shapes"] == [[31, 29, 31], [3], [4]]
+    check_values(virtualize.open(tmp_path / "cube.zarr"), files[:3])
+    virtualize.virtualize(files[:2], tmp_path / "two.json")
+    problems = virtualize.check([tmp_path / "two.json"]).problems
+    assert ("unsupported-layout", "tas") in {(p.kind, p.loc.variable) for p in problems}

@@ -159,7 +159,10 @@ def consistent(ctx: Context, name: str, vs: list[Variable], free: frozenset[str]
                             f"block length {v.blocks.block_shape[axis]} along {d!r} differs "
                             f"from {first.blocks.block_shape[axis]} in {path0}; chunks across "
                             f"files must line up on every axis but {axis_role}", axis=d)
+        # (a variable held by value, e.g. a reference set's inline chunks, has no codecs
+        # that matter: it is stored in the cube)
         if name not in ctx.inline and not first.is_coordinate and \
+                v.blocks is not None and first.blocks is not None and \
                 codec_key(v.codecs) != codec_key(first.codecs):
             ctx.problem(f, name, "codecs-differ",
                         f"codecs {codec_names(v.codecs)} differ from {codec_names(first.codecs)} "

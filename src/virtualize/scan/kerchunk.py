@@ -48,7 +48,7 @@ from ._values import COORD_VALUES_LIMIT, bytes_codec, plain
 V2_BYTES_CODECS = {"zlib", "gzip", "bz2", "lzma", "zstd", "lz4", "blosc", "shuffle",
                    "fletcher32"}
 ZARR_KEYS = (".zarray", ".zgroup", ".zattrs", "zarr.json", ".zmetadata")
-INLINE = -1  # a chunk held in the reference set itself
+ROOT_ARRAY = "image"  # the name of an array at the root of a reference set
 
 
 def is_parquet_references(path: str) -> bool:
@@ -213,13 +213,16 @@ class _Scanner:
                 elif doc.get("node_type") == "array":
                     arrays.append((node, doc, attrs, 3))
         self.groups.setdefault("", {})
-        for name, doc, attrs, zf in sorted(arrays):
-            if not name:
-                self.problem(None, "unsupported-object", "an array at the root of the reference "
-                             "set (no variable name): skipped", fatal=False)
+        for node, doc, attrs, zf in sorted(arrays):
+            # one array at the root (tifffile's / kerchunk.tiff's references of a TIFF) is
+            # named as the TIFF scanner names a TIFF's image
+            name = node or ROOT_ARRAY
+            if name in self.groups:
+                self.problem(None, "unsupported-object", f"an array at the root of the reference "
+                             f"set and a group {name!r}: the array is skipped", fatal=False)
                 continue
             try:
-                var = self._variable(name, doc, attrs, zf)
+                var = self._variable(name, node, doc, attrs, zf)
             except (KeyError, TypeError, ValueError) as e:
                 self.problem(name, "corrupt", f"array metadata cannot be read: {type(e).__name__}: "
                              f"{e}")
@@ -239,29 +242,37 @@ class _Scanner:
 
     # -- one array ---------------------------------------------------------------------
 
-    def _variable(self, name: str, doc: dict, attrs: dict, zf: int) -> Variable | None:
+    def _variable(self, name: str, node: str, doc: dict, attrs: dict, zf: int) -> Variable | None:
         base = name.rpartition("/")[2]
         shape = tuple(int(n) for n in doc["shape"])
         if zf == 2:
-            parsed = self._v2(name, doc, attrs)
+            parsed = self._v2(name, node, doc, attrs)
         else:
-            parsed = self._v3(name, doc)
+            parsed = self._v3(name, node, doc)
         if parsed is None:
             return None
         dtype, chunks, codecs, fill, key_of, dims = parsed
+        fv = attrs.get("_FillValue")
+        if zf == 3 and dtype.kind == "f" and isinstance(fv, str):
+            # xarray's zarr v3 convention (virtualize writes it too): base64 of a <f8
+            try:
+                attrs["_FillValue"] = float(np.frombuffer(base64.b64decode(fv), "<f8")[0])
+            except (ValueError, IndexError):
+                pass
         if dims is None:
             dims = attrs.pop("_ARRAY_DIMENSIONS", None)
         attrs.pop("_ARRAY_DIMENSIONS", None)
         if not isinstance(dims, list) or len(dims) != len(shape) or \
                 not all(isinstance(d, str) for d in dims):
-            dims = [f"{base}_dim{a}" for a in range(len(shape))]
+            dims = ["y", "x"] if not node and len(shape) == 2 else \
+                [f"{base}_dim{a}" for a in range(len(shape))]
         dims = tuple(dims)
         blocks = self._blocks(name, shape, chunks, dtype, codecs, key_of)
         is_coord = len(shape) == 1 and dims[0] == base
         values = None
         if blocks == "inline":
             blocks = None
-            values = read_kerchunk_values(self.path, name)
+            values = read_kerchunk_values(self.path, node)
         elif blocks is not None and fill is None and \
                 (blocks.refs["length"] == 0).any():
             i = int(np.flatnonzero(blocks.refs.reshape(-1)["length"] == 0)[0])
@@ -271,14 +282,14 @@ class _Scanner:
                          block=tuple(int(b) for b in np.unravel_index(i, blocks.grid_shape)))
             blocks = None
         elif blocks is not None and is_coord and shape[0] <= COORD_VALUES_LIMIT:
-            values = read_kerchunk_values(self.path, name)
+            values = read_kerchunk_values(self.path, node)
         if blocks is None and values is None:
             return None
         return Variable(name=name, dtype=dtype, shape=shape, dims=dims, attrs=attrs,
                         fill_value=fill, codecs=codecs, blocks=blocks, values=values,
                         is_coordinate=is_coord)
 
-    def _v2(self, name: str, doc: dict, attrs: dict):
+    def _v2(self, name: str, node: str, doc: dict, attrs: dict):
         try:
             dtype = np.dtype(doc["dtype"])
         except TypeError:
@@ -318,11 +329,11 @@ class _Scanner:
 
         def key_of(idx: tuple[int, ...]) -> str:
             tail = sep.join(map(str, idx)) if ndim else "0"
-            return f"{name}/{tail}"
+            return f"{node}/{tail}" if node else tail
 
         return dtype, tuple(int(c) for c in doc["chunks"]), codecs, fill, key_of, None
 
-    def _v3(self, name: str, doc: dict):
+    def _v3(self, name: str, node: str, doc: dict):
         grid = doc.get("chunk_grid") or {}
         if grid.get("name") != "regular":
             self.problem(name, "unsupported-layout",
@@ -353,10 +364,12 @@ class _Scanner:
         sep = sep or ("." if v2keys else "/")
         ndim = len(doc["shape"])
 
+        prefix = f"{node}/" if node else ""
+
         def key_of(idx: tuple[int, ...]) -> str:
             if v2keys:
-                return f"{name}/{sep.join(map(str, idx)) if ndim else '0'}"
-            return f"{name}/c" + "".join(f"{sep}{i}" for i in idx)
+                return prefix + (sep.join(map(str, idx)) if ndim else "0")
+            return prefix + "c" + "".join(f"{sep}{i}" for i in idx)
 
         dims = doc.get("dimension_names")
         if dims is not None and any(d is None for d in dims):
@@ -479,18 +492,25 @@ def _fill_v3(v, dtype: np.dtype):
 # -- reading values ----------------------------------------------------------------------
 
 def open_references(path: str):
-    """The reference set as a read-only zarr group (fsspec `reference://` + zarr)."""
+    """The reference set as a read-only zarr group (or array, when its only array is at
+    the root), through fsspec `reference://` + zarr."""
     import fsspec
     import zarr
     from zarr.storage import FsspecStore
 
     fs = fsspec.filesystem("reference", fo=str(path), asynchronous=True)
-    return zarr.open_group(FsspecStore(fs, read_only=True, path=""), mode="r")
+    return zarr.open(FsspecStore(fs, read_only=True, path=""), mode="r")
 
 
 def read_kerchunk_values(path: str, variable: str, region=None) -> np.ndarray:
     """A variable's values (or a region of them) decoded by zarr over the reference set."""
-    a = open_references(path)[variable]
+    import zarr
+
+    group = open_references(path)
+    if variable in ("", ROOT_ARRAY) and isinstance(group, zarr.Array):
+        a = group
+    else:
+        a = group[variable]
     if region is None:
         return np.asarray(a[...])
     return np.asarray(a[tuple(slice(lo, hi) for lo, hi in region)])
