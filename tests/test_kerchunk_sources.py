@@ -335,3 +335,45 @@ def test_zarr_v3_references_virtualizes_own_export(case, tmp_path):
     virtualize.virtualize(files[:2], tmp_path / "two.json")
     problems = virtualize.check([tmp_path / "two.json"]).problems
     assert ("unsupported-layout", "tas") in {(p.kind, p.loc.variable) for p in problems}
+
+
+def test_parquet_references(case, tmp_path):
+    """kerchunk's parquet form (a directory, read with fsspec's LazyReferenceMapper) of the
+    same per-file references; a directory given as input that is one stays one source."""
+    import fsspec
+
+    pytest.importorskip("pyarrow")
+    from fsspec.implementations.reference import LazyReferenceMapper
+
+    refs = case("kerchunk_months2024")[:3]
+    out = []
+    for r in refs:
+        root = tmp_path / (r.stem + ".parq")
+        m = LazyReferenceMapper.create(root=str(root), fs=fsspec.filesystem("file"),
+                                       record_size=1000, engine="pyarrow")
+        for k, v in sorted(json.loads(r.read_text())["refs"].items()):
+            m[k] = v
+        m.flush()
+        out.append(root)
+    report = virtualize.virtualize(out, tmp_path / "cube.zarr")
+    assert report.ok, report.problems
+    assert report.files == [str(p) for p in out]
+    check_values(virtualize.open(tmp_path / "cube.zarr"), data_files(refs))
+
+
+def test_templates_and_version_0(case, tmp_path):
+    refs = case("kerchunk_months2024")[:2]
+    files = data_files(refs)
+    # January: version 1 with a template for its data file; February: version 0 (bare refs)
+    doc = json.loads(refs[0].read_text())
+    doc["templates"] = {"u": str(files[0])}
+    for k, v in doc["refs"].items():
+        if isinstance(v, list):
+            v[0] = "{{u}}"
+    jan = tmp_path / refs[0].name
+    jan.write_text(json.dumps(doc))
+    feb = tmp_path / refs[1].name
+    feb.write_text(json.dumps(json.loads(refs[1].read_text())["refs"]))
+    report = virtualize.virtualize([jan, feb], tmp_path / "cube.zarr")
+    assert report.ok, report.problems
+    check_values(virtualize.open(tmp_path / "cube.zarr"), files)

@@ -81,17 +81,7 @@ class _Refs:
         self.templates: dict[str, str] = {}
         self.bytes_read = 0
         if self.kind == "parquet":
-            from importlib.util import find_spec
-
-            from fsspec.implementations.reference import LazyReferenceMapper
-
-            engine = "pyarrow" if find_spec("pyarrow") else "fastparquet"
-            if find_spec(engine) is None:
-                raise VirtualizeError([Problem(Location(path), "unreadable",
-                                               "kerchunk parquet references need pyarrow or "
-                                               "fastparquet installed")],
-                                      f"{path}: cannot be read")
-            self.map = LazyReferenceMapper(path, engine=engine)
+            self.map = parquet_mapper(path)
             self.meta = {k: (v if isinstance(v, str) else json.dumps(v))
                          for k, v in self.map.zmetadata.items()}
             return
@@ -140,7 +130,7 @@ class _Refs:
             url = v[0]
             if isinstance(url, bytes):
                 url = url.decode()
-            if url is None:
+            if not url:  # parquet sets list missing chunks with no url
                 return None
             if "{{" in url:
                 for name, value in self.templates.items():
@@ -150,6 +140,21 @@ class _Refs:
                 return (url, int(v[1]), int(v[2]))
             return (url, 0, None)
         return None
+
+
+def parquet_mapper(path: str):
+    """fsspec's reader of kerchunk parquet references, with whichever parquet engine is
+    installed (fsspec's default is fastparquet only)."""
+    from importlib.util import find_spec
+
+    from fsspec.implementations.reference import LazyReferenceMapper
+
+    engine = "pyarrow" if find_spec("pyarrow") else "fastparquet"
+    if find_spec(engine) is None:
+        raise VirtualizeError([Problem(Location(path), "unreadable",
+                                       "kerchunk parquet references need pyarrow or "
+                                       "fastparquet installed")], f"{path}: cannot be read")
+    return LazyReferenceMapper(path, engine=engine)
 
 
 def _not_refs(path: str, what: str) -> VirtualizeError:
@@ -498,7 +503,8 @@ def open_references(path: str):
     import zarr
     from zarr.storage import FsspecStore
 
-    fs = fsspec.filesystem("reference", fo=str(path), asynchronous=True)
+    fo = parquet_mapper(str(path)) if os.path.isdir(path) else str(path)
+    fs = fsspec.filesystem("reference", fo=fo, asynchronous=True, skip_instance_cache=True)
     return zarr.open(FsspecStore(fs, read_only=True, path=""), mode="r")
 
 
