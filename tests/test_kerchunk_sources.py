@@ -377,3 +377,24 @@ def test_templates_and_version_0(case, tmp_path):
     report = virtualize.virtualize([jan, feb], tmp_path / "cube.zarr")
     assert report.ok, report.problems
     check_values(virtualize.open(tmp_path / "cube.zarr"), files)
+
+
+def test_mosaic_of_tiff_references(case, tmp_path):
+    """The mosaic planner maps each tile's data file too; padded edge tiles inside the
+    mosaic are refused, located at the reference set, and materialized on request."""
+    import tifffile
+
+    (tif,) = case("tiles_padded")[:1]
+    other = tmp_path / "b.tif"
+    shutil.copy(tif, other)
+    refs = [_tiff_refs(tif, tmp_path / "a.json"), _tiff_refs(other, tmp_path / "b.json")]
+    with pytest.raises(virtualize.VirtualizeError) as e:
+        virtualize.mosaic(refs, tmp_path / "no.zarr", offsets=[(0, 0), (70, 0)])
+    (p,) = e.value.problems
+    assert (p.kind, p.loc.file, p.loc.variable) == ("padded-block", str(refs[0]), "image")
+    report = virtualize.mosaic(refs, tmp_path / "m.zarr", offsets=[(0, 0), (70, 0)],
+                               materialize=True)
+    assert report.plan.remedies["materialize"].blocks == 4
+    got = virtualize.open(tmp_path / "m.zarr")["image"][...]
+    assert_same(got, np.concatenate([tifffile.imread(str(tif)), tifffile.imread(str(other))]),
+                "mosaic")

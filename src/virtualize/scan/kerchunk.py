@@ -208,9 +208,9 @@ class _Scanner:
                 self.problem(node or None, "corrupt", f"{key} is not valid JSON")
                 continue
             if leaf == ".zgroup":
-                self.groups.setdefault(node, {}).update(self._attrs_v2(node, None))
+                self.groups.setdefault(node, {}).update(self._attrs_v2(node))
             elif leaf == ".zarray":
-                arrays.append((node, doc, self._attrs_v2(node, doc), 2))
+                arrays.append((node, doc, self._attrs_v2(node), 2))
             elif leaf == "zarr.json":
                 attrs = {k: plain(v) for k, v in (doc.get("attributes") or {}).items()}
                 if doc.get("node_type") == "group":
@@ -237,7 +237,7 @@ class _Scanner:
                 for d, n in zip(var.dims, var.shape):
                     self.dims.setdefault(d, Dimension(d, n))
 
-    def _attrs_v2(self, node: str, zarray: dict | None) -> dict[str, Any]:
+    def _attrs_v2(self, node: str) -> dict[str, Any]:
         raw = self.refs.meta.get(f"{node}/.zattrs" if node else ".zattrs")
         try:
             attrs = json.loads(raw) if raw else {}
