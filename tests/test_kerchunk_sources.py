@@ -155,21 +155,33 @@ def test_reference_past_the_end_of_its_data_file(case, tmp_path):
     assert (p.kind, p.loc.file, p.loc.variable) == ("truncated", str(bad), "tas")
 
 
-def test_partly_inline_variable_needs_inline(case, tmp_path):
-    refs = case("kerchunk_months2024")
-    files = data_files(refs)
+def test_partly_inline_variable_is_stored_in_the_cube(case, tmp_path):
+    """kerchunk inlines chunks smaller than its threshold: a variable partly inline keeps
+    its other chunks referenced; the inline ones are decoded and stored in the cube."""
+    from kerchunk.hdf import SingleHdf5ToZarr
 
-    def inline_time(r):  # time both referenced (in file 0) and inline (here)
-        r["tas/0.0.0"] = "base64:" + base64.b64encode(b"x" * 8).decode()
-        r["tas/1.0.0"] = [str(files[0]), 0, 8]
-        z = json.loads(r["tas/.zarray"])
-        z["chunks"] = [16, 3, 4]
-        r["tas/.zarray"] = json.dumps(z)
-
-    bad = _edit(refs[0], tmp_path / refs[0].name, inline_time)
-    (p,) = virtualize.check([bad]).problems
-    assert (p.kind, p.loc.variable, p.loc.block) == ("inline-chunk", "tas", (0, 0, 0))
-    assert p.remedy and "--inline tas" in p.remedy
+    refs = case("kerchunk_tenday_padded")
+    months = [3, 5, 8, 10]  # April, June, September, November: 30 days, 3 whole blocks
+    files = [data_files(refs)[m] for m in months]
+    partial = []
+    for m, f in zip(months, files):
+        sizes = sorted(v[2] for k, v in json.loads(refs[m].read_text())["refs"].items()
+                       if k.startswith("tas/") and isinstance(v, list))
+        threshold = sizes[0] + 1  # this file's smallest tas chunk(s) are inlined
+        r = SingleHdf5ToZarr(str(f), inline_threshold=threshold).translate()
+        out = tmp_path / (f.stem + ".json")
+        out.write_text(json.dumps(r))
+        partial.append(out)
+    for d in partial:
+        kinds = [isinstance(v, str) for k, v in json.loads(d.read_text())["refs"].items()
+                 if k.startswith("tas/") and not k.startswith("tas/.")]
+        assert any(kinds) and not all(kinds)
+    report = virtualize.virtualize(partial, tmp_path / "cube.zarr")
+    assert report.ok, report.problems
+    a = report.plan.arrays["tas"]
+    assert 0 < len(a.materialize) < a.refs.size  # some chunks stored, the rest referenced
+    check_values(virtualize.open(tmp_path / "cube.zarr"), files)
+    assert any("held inline" in n for n in report.notes)
 
 
 def test_reference_set_changes_make_the_cube_stale(case, tmp_path):
@@ -398,3 +410,32 @@ def test_mosaic_of_tiff_references(case, tmp_path):
     got = virtualize.open(tmp_path / "m.zarr")["image"][...]
     assert_same(got, np.concatenate([tifffile.imread(str(tif)), tifffile.imread(str(other))]),
                 "mosaic")
+
+
+def test_partly_inline_shared_variable_compared_by_values(case, tmp_path):
+    """A variable without the concatenation axis, partly inline: compared across files by
+    its decoded values (inline chunks have no bytes to compare), stored in the cube."""
+    refs = case("kerchunk_months2024")[:2]
+    files = data_files(refs)
+
+    def add_orog(doc_refs, data_file):
+        doc_refs["orog/.zarray"] = json.dumps({
+            "shape": [3, 4], "chunks": [1, 4], "dtype": "<f8", "fill_value": None,
+            "order": "C", "filters": None, "compressor": None, "zarr_format": 2})
+        doc_refs["orog/.zattrs"] = json.dumps({"_ARRAY_DIMENSIONS": ["lat", "lon"]})
+        doc_refs["orog/0.0"] = "base64:" + base64.b64encode(np.arange(4.0).tobytes()).decode()
+        off = json.loads(refs[0].read_text())["refs"]["time/0"][1]
+        for r in (1, 2):  # rows 1 and 2: time values of `data_file`, as raw <f8 bytes
+            doc_refs[f"orog/{r}.0"] = [str(data_file), off + 32 * (r - 1), 32]
+
+    jan = _edit(refs[0], tmp_path / "jan.json", lambda r: add_orog(r, files[0]))
+    feb = _edit(refs[1], tmp_path / "feb.json", lambda r: add_orog(r, files[0]))
+    report = virtualize.virtualize([jan, feb], tmp_path / "cube.zarr")
+    assert report.ok, report.problems
+    assert report.plan.arrays["orog"].inline is not None
+    time0 = source_values(files[:1], "time", None, ("time",))
+    expected = np.concatenate([np.arange(4.0), time0[:8]]).reshape(3, 4)
+    assert_same(virtualize.open(tmp_path / "cube.zarr")["orog"][...], expected, "orog")
+    other = _edit(refs[1], tmp_path / "feb2.json", lambda r: add_orog(r, files[1]))
+    (p,) = [p for p in virtualize.check([jan, other]).problems if p.fatal]
+    assert (p.kind, p.loc.file, p.loc.variable) == ("differs-between-files", str(other), "orog")

@@ -101,7 +101,9 @@ class BlockTable:
     full block size with padding, False (TIFF strips, netCDF classic) when it is stored at
     its true length. `refs` has one entry per block (C order over the block grid);
     `path` 0 is the inventory's own file, k > 0 its `data_files[k - 1]` (a reference set
-    points into other files); `length == 0` marks a block never written.
+    points into other files); `length == 0` marks a block never written, unless `path` is
+    MATERIALIZED: a block held by the inventory's file itself (a reference set's inline
+    chunk), with no byte range; the planner stores its values in the cube.
     """
 
     block_shape: tuple[int, ...]

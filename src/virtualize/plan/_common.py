@@ -30,7 +30,7 @@ MEANING_ATTRS = ("scale_factor", "add_offset", "units", "calendar", "_FillValue"
 # Problems a scanner raises when a variable's blocks cannot be referenced; inlining
 # (reading the values with the format's own library) resolves them.
 REFERENCE_KINDS = frozenset({"compact-layout", "external-storage", "virtual-dataset",
-                             "unsupported-filter", "filter-mask", "inline-chunk"})
+                             "unsupported-filter", "filter-mask"})
 
 
 @dataclass

@@ -381,7 +381,10 @@ def _concat_array(ctx: _Context, name: str, vs: list[Variable], k: int) -> Array
         n, b = v.shape[k], v.blocks.block_shape[k]
         lens = block_lengths(n, b, v.blocks.padded)
         refs = v.blocks.refs.copy()
-        refs["path"] = ctx.source_maps[i][refs["path"]]
+        held = refs["path"] == MATERIALIZED  # a reference set's inline chunks
+        refs["path"] = np.where(held, MATERIALIZED, ctx.source_maps[i][np.where(held, 0, refs["path"])])
+        if held.any():
+            _held_cells(ctx, cells, held, v, i, name, k, len(lengths_k))
         if v.blocks.padded and n % b and i != last:
             j, r = len(lens) - 1, n % b
             slab = np.take(refs, [j], axis=k)  # every chunk of this padded block's layer
@@ -445,9 +448,26 @@ def _materialize_layer(cells, refs, v: Variable, source: int, name: str, k: int,
         refs[index] = rec
 
 
+def _held_cells(ctx: _Context, cells, held: np.ndarray, v: Variable, i: int, name: str,
+                k: int | None, offset: int) -> None:
+    """Chunks a reference set holds inline (no byte range): their values are decoded from
+    it and stored in the cube like materialized chunks (re-encoded, checked exact)."""
+    bs, shape = v.blocks.block_shape, v.shape
+    for index in np.argwhere(held).tolist():
+        region = tuple((m * b, min((m + 1) * b, n)) for m, b, n in zip(index, bs, shape))
+        key = tuple(m + offset if a == k else m for a, m in enumerate(index))
+        cells[key] = Cell(int(ctx.source_maps[i][0]), name, region)
+    ctx.notes.append(f"{ctx.invs[i].path}: {int(held.sum())} chunk(s) of {name} are held inline "
+                     "in the reference set: decoded and stored in the cube")
+
+
 def _shared_array(ctx: _Context, name: str, vs: list[Variable]) -> ArrayPlan | None:
     """A variable without the concat dimension: the same in every file, referenced once."""
     first = vs[0]
+    if any((v.blocks.refs["path"] == MATERIALIZED).any() for v in vs):
+        # chunks held inline by a reference set have no bytes to compare: compare values,
+        # and store them in the cube
+        return _inline_array(ctx, name, vs, None)
     total = int(first.blocks.refs["length"].sum())
     if len(vs) > 1:
         if total <= COMPARE_LIMIT:

@@ -302,6 +302,12 @@ def _mosaic_variable(ctx: _Ctx, name: str, ydim: str, xdim: str, height: int, wi
     vs = [inv.variables[name] for inv in ctx.invs]
     if any(v.blocks is None for v in vs):
         return None  # the scanner reported why
+    held = [inv.path for inv, v in zip(ctx.invs, vs) if (v.blocks.refs["path"] == MATERIALIZED).any()]
+    for path in held:
+        ctx.problem(path, name, "inline-chunk", "chunks held inline in the reference set (no byte "
+                    "range) cannot be placed in a mosaic yet")
+    if held:
+        return None
     if not consistent(ctx, name, vs, frozenset({ydim, xdim}), "the tiles' x and y"):
         return None
     first = vs[0]

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from ..model import (
+    MATERIALIZED,
     BlockTable,
     Dimension,
     FileInventory,
@@ -278,9 +279,8 @@ class _Scanner:
         if blocks == "inline":
             blocks = None
             values = read_kerchunk_values(self.path, node)
-        elif blocks is not None and fill is None and \
-                (blocks.refs["length"] == 0).any():
-            i = int(np.flatnonzero(blocks.refs.reshape(-1)["length"] == 0)[0])
+        elif blocks is not None and fill is None and _missing(blocks.refs).any():
+            i = int(np.flatnonzero(_missing(blocks.refs).reshape(-1))[0])
             self.problem(name, "unknown-fill",
                          "the reference set declares no fill value (null) and this chunk has "
                          "no reference: what it reads as is undefined",
@@ -393,6 +393,7 @@ class _Scanner:
                 continue
             if isinstance(ref, bytes):
                 inline.append(idx)
+                flat[i] = (MATERIALIZED, 0, 0)
                 continue
             url, off, length = ref
             k = self._data_file(url)
@@ -407,12 +408,6 @@ class _Scanner:
             referenced += 1
         if inline and not referenced:
             return "inline"
-        if inline:
-            self.problem(name, "inline-chunk",
-                         f"{len(inline)} of {len(inline) + referenced} chunks are stored inline in "
-                         "the reference set (no byte range to reference)", block=inline[0],
-                         remedy=f"store the variable in the cube: --inline {name}")
-            return None
         if not self._check_extent(name, refs, chunks, dtype, codecs):
             return None
         # a short edge chunk is stored (and referenced) at the full chunk size in zarr
@@ -423,7 +418,7 @@ class _Scanner:
         present = flat["length"] > 0
         end = flat["offset"] + flat["length"]
         sizes = np.asarray([0] + [s.size for s in self.data_files], dtype=np.uint64)
-        bad = present & (end > sizes[flat["path"]])
+        bad = present & (end > sizes[np.where(present, flat["path"], 0)])
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
             f = self.data_files[int(flat["path"][i]) - 1]
@@ -462,6 +457,11 @@ class _Scanner:
         self.data_files.append(Source(path, st.st_size, st.st_mtime_ns, referenced_by=self.path))
         k = self._file_index[url] = len(self.data_files)
         return k
+
+
+def _missing(refs: np.ndarray) -> np.ndarray:
+    """Chunks with no reference and not held inline: they read as the fill value."""
+    return (refs["length"] == 0) & (refs["path"] != MATERIALIZED)
 
 
 def _known_v3_codec(name: str) -> bool:
