@@ -432,10 +432,32 @@ def test_partly_inline_shared_variable_compared_by_values(case, tmp_path):
     feb = _edit(refs[1], tmp_path / "feb.json", lambda r: add_orog(r, files[0]))
     report = virtualize.virtualize([jan, feb], tmp_path / "cube.zarr")
     assert report.ok, report.problems
-    assert report.plan.arrays["orog"].inline is not None
+    orog = report.plan.arrays["orog"]  # row 0 stored in the cube, rows 1-2 referenced
+    assert list(orog.materialize) == [(0, 0)] and orog.refs["length"].tolist() == [[0], [32], [32]]
     time0 = source_values(files[:1], "time", None, ("time",))
     expected = np.concatenate([np.arange(4.0), time0[:8]]).reshape(3, 4)
     assert_same(virtualize.open(tmp_path / "cube.zarr")["orog"][...], expected, "orog")
     other = _edit(refs[1], tmp_path / "feb2.json", lambda r: add_orog(r, files[1]))
     (p,) = [p for p in virtualize.check([jan, other]).problems if p.fatal]
     assert (p.kind, p.loc.file, p.loc.variable) == ("differs-between-files", str(other), "orog")
+
+
+def test_mosaic_refuses_inline_chunks(case, tmp_path):
+    (tif,) = case("tiles_padded")[:1]
+    refs = _tiff_refs(tif, tmp_path / "a.json")
+    doc = json.loads(refs.read_text())
+    url, off, n = doc["0.0"]
+    with open(url, "rb") as f:
+        f.seek(off)
+        doc["0.0"] = "base64:" + base64.b64encode(f.read(n)).decode()  # the same bytes, inline
+    refs.write_text(json.dumps(doc))
+    problems = virtualize.check_mosaic([refs], offsets=[(0, 0)]).problems
+    assert [(p.kind, p.loc.file, p.loc.variable) for p in problems] == \
+        [("inline-chunk", str(refs), "image")]
+    # not in a mosaic, the inline chunk is stored in the cube, the others referenced
+    report = virtualize.virtualize([refs], tmp_path / "c.zarr")
+    import tifffile
+
+    assert_same(virtualize.open(tmp_path / "c.zarr")["image"][...], tifffile.imread(str(tif)),
+                "image")
+    assert list(report.plan.arrays["image"].materialize) == [(0, 0)]

@@ -464,12 +464,12 @@ def _held_cells(ctx: _Context, cells, held: np.ndarray, v: Variable, i: int, nam
 def _shared_array(ctx: _Context, name: str, vs: list[Variable]) -> ArrayPlan | None:
     """A variable without the concat dimension: the same in every file, referenced once."""
     first = vs[0]
-    if any((v.blocks.refs["path"] == MATERIALIZED).any() for v in vs):
-        # chunks held inline by a reference set have no bytes to compare: compare values,
-        # and store them in the cube
-        return _inline_array(ctx, name, vs, None)
     total = int(first.blocks.refs["length"].sum())
-    if len(vs) > 1:
+    if any((v.blocks.refs["path"] == MATERIALIZED).any() for v in vs):
+        # chunks held inline by a reference set have no bytes to compare: compare values
+        if len(vs) > 1 and _inline_array(ctx, name, vs, None) is None:
+            return None
+    elif len(vs) > 1:
         if total <= COMPARE_LIMIT:
             # files whose scanner already reported this variable (e.g. truncated) are not
             # compared: their bytes differ for the reason already given
@@ -487,12 +487,17 @@ def _shared_array(ctx: _Context, name: str, vs: list[Variable]) -> ArrayPlan | N
             ctx.notes.append(f"{name}: {total} stored bytes per file, not compared across files "
                              "(taken from the first file)")
     refs = first.blocks.refs.copy()
-    refs["path"] = ctx.source_maps[0][refs["path"]]
+    held = refs["path"] == MATERIALIZED
+    refs["path"] = np.where(held, MATERIALIZED, ctx.source_maps[0][np.where(held, 0, refs["path"])])
+    cells: dict[tuple[int, ...], Cell] = {}
+    if held.any():
+        _held_cells(ctx, cells, held, first, 0, name, None, 0)
     chunk_lengths = tuple(tuple(block_lengths(n, b, first.blocks.padded))
                           for n, b in zip(first.shape, first.blocks.block_shape))
     return ArrayPlan(name=name, dtype=first.dtype, shape=first.shape, dims=first.dims,
                      chunk_lengths=chunk_lengths, codecs=first.codecs,
-                     fill_value=first.fill_value, attrs=dict(first.attrs), refs=refs)
+                     fill_value=first.fill_value, attrs=dict(first.attrs), refs=refs,
+                     materialize=cells)
 
 
 def _data_paths(inv: FileInventory) -> list[str]:
