@@ -461,3 +461,40 @@ def test_mosaic_refuses_inline_chunks(case, tmp_path):
     assert_same(virtualize.open(tmp_path / "c.zarr")["image"][...], tifffile.imread(str(tif)),
                 "image")
     assert list(report.plan.arrays["image"].materialize) == [(0, 0)]
+
+
+def test_default_fill_is_not_an_attribute(tmp_path):
+    """kerchunk writes an HDF5 dataset's own fill value (0 or netCDF's default, e.g. for a
+    scalar grid mapping never written) as fill_value: that is not a _FillValue attribute,
+    so references and scanned files agree; the never-written scalar reads as that fill."""
+    import netCDF4
+    from kerchunk.hdf import SingleHdf5ToZarr
+
+    files, refs = [], []
+    for i in range(2):
+        f = tmp_path / f"g{i}.nc"
+        with netCDF4.Dataset(f, "w") as ds:
+            ds.createDimension("time", None)
+            ds.createDimension("x", 2)
+            t = ds.createVariable("time", "f8", ("time",))
+            t.units = "days since 2000-01-01"
+            t[:] = [2 * i, 2 * i + 1]
+            crs = ds.createVariable("crs", "i4", ())
+            crs.grid_mapping_name = "latitude_longitude"
+            v = ds.createVariable("v", "f4", ("time", "x"))
+            v.grid_mapping = "crs"
+            v[:] = np.arange(4, dtype="f4").reshape(2, 2) + 4 * i
+        r = tmp_path / f"g{i}.json"
+        r.write_text(json.dumps(SingleHdf5ToZarr(str(f)).translate()))
+        files.append(f)
+        refs.append(r)
+    assert json.loads(json.loads(refs[0].read_text())["refs"]["crs/.zarray"])["fill_value"] \
+        == -2147483647
+    for name, stack in (("refs", refs), ("mixed", [refs[0], files[1]])):
+        report = virtualize.virtualize(stack, tmp_path / f"{name}.zarr")
+        assert report.ok, report.problems
+        assert "_FillValue" not in report.plan.arrays["crs"].attrs
+        g = virtualize.open(tmp_path / f"{name}.zarr")
+        for var in ("crs", "v", "time"):
+            dims = tuple(g[var].metadata.dimension_names)
+            assert_same(g[var][...], source_values(files, var, "time", dims), f"{name}: {var}")

@@ -325,9 +325,10 @@ class _Scanner:
             codecs.append({"name": f"numcodecs.{cid}",
                            "configuration": {k: v for k, v in c.items() if k != "id"}})
         fill = _fill_v2(doc.get("fill_value"), dtype)
-        if fill is not None and "_FillValue" not in attrs:
-            # as xarray reads a zarr v2 array: its fill value is the variable's _FillValue
-            # (kerchunk moves netCDF's _FillValue attribute there)
+        if fill is not None and "_FillValue" not in attrs and not _default_fill(fill, dtype):
+            # kerchunk moves netCDF's _FillValue attribute into fill_value (and xarray reads a
+            # zarr v2 fill_value as _FillValue); a fill value that is the HDF5 / netCDF
+            # default (0, netCDF's default fill) is the dataset's own, not an attribute
             attrs["_FillValue"] = fill.item()
         sep = doc.get("dimension_separator") or "."
         ndim = len(doc["shape"])
@@ -457,6 +458,21 @@ class _Scanner:
         self.data_files.append(Source(path, st.st_size, st.st_mtime_ns, referenced_by=self.path))
         k = self._file_index[url] = len(self.data_files)
         return k
+
+
+# netCDF-C's default fill values (what an HDF5 dataset of a netCDF-4 file without
+# _FillValue is created with), by dtype kind and size
+NC_DEFAULT_FILLS = {("i", 1): -127, ("u", 1): 255, ("i", 2): -32767, ("u", 2): 65535,
+                    ("i", 4): -2147483647, ("u", 4): 4294967295, ("i", 8): -9223372036854775806,
+                    ("u", 8): 18446744073709551614, ("f", 4): 9.969209968386869e36,
+                    ("f", 8): 9.969209968386869e36}
+
+
+def _default_fill(fill, dtype: np.dtype) -> bool:
+    """0 (h5py's and zarr's default) or netCDF-C's default fill for the type."""
+    default = NC_DEFAULT_FILLS.get((dtype.kind, dtype.itemsize))
+    values = [0] if default is None else [0, np.asarray(default).astype(dtype.newbyteorder("="))]
+    return any(bool(np.asarray(fill) == v) for v in values)
 
 
 def _missing(refs: np.ndarray) -> np.ndarray:
