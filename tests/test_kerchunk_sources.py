@@ -498,3 +498,20 @@ def test_default_fill_is_not_an_attribute(tmp_path):
         for var in ("crs", "v", "time"):
             dims = tuple(g[var].metadata.dimension_names)
             assert_same(g[var][...], source_values(files, var, "time", dims), f"{name}: {var}")
+
+
+def test_unknown_fill_with_a_missing_chunk_is_refused(case, tmp_path):
+    refs = case("kerchunk_months2024")
+
+    def unwritten(r):
+        z = json.loads(r["tas/.zarray"])
+        z["fill_value"] = None
+        r["tas/.zarray"] = json.dumps(z)
+        del r["tas/0.0.0"]
+
+    bad = _edit(refs[0], tmp_path / refs[0].name, unwritten)
+    (p,) = virtualize.check([bad, refs[1]]).problems
+    assert (p.kind, p.loc.file, p.loc.variable, p.loc.block) == \
+        ("unknown-fill", str(bad), "tas", (0, 0, 0))
+    assert "--drop tas" in p.remedy
+    assert virtualize.check([bad, refs[1]], drop=["tas"]).ok

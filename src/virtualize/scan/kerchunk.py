@@ -284,7 +284,9 @@ class _Scanner:
             self.problem(name, "unknown-fill",
                          "the reference set declares no fill value (null) and this chunk has "
                          "no reference: what it reads as is undefined",
-                         block=tuple(int(b) for b in np.unravel_index(i, blocks.grid_shape)))
+                         block=tuple(int(b) for b in np.unravel_index(i, blocks.grid_shape)),
+                         remedy=f"leave the variable out (--drop {name}), or virtualize the "
+                                "data file itself")
             blocks = None
         elif blocks is not None and is_coord and shape[0] <= COORD_VALUES_LIMIT:
             values = read_kerchunk_values(self.path, node)
