@@ -27,7 +27,8 @@ Planner = Callable[[list[FileInventory]], tuple[Plan, list[Problem]]]
 
 def scan(path: PathLike) -> FileInventory:
     """One file's inventory: variables, dimensions, block tables. Reads no data but
-    small coordinate variables. Raises `VirtualizeError` for unreadable files."""
+    small coordinate variables. A kerchunk reference set's block tables point into the
+    data files it names (`data_files`). Raises `VirtualizeError` for unreadable files."""
     return _scan(path)
 
 

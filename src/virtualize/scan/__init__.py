@@ -29,7 +29,8 @@ def detect_format(path: str) -> str | None:
 
 
 def scan(path: str | os.PathLike) -> FileInventory:
-    """Scan one file (HDF5, netCDF-4, netCDF classic, TIFF) into its inventory.
+    """Scan one file (HDF5, netCDF-4, netCDF classic, TIFF) or kerchunk reference set
+    (whose block tables point into the data files it names) into its inventory.
 
     Raises `VirtualizeError` (carrying one located problem) when the file cannot be read
     at all: missing, unknown format, truncated or corrupt.
