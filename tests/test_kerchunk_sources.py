@@ -248,6 +248,12 @@ def _v2_refs(tmp_path, name, data, **kw):
     (">f4", dict(filters=[{"id": "shuffle", "elementsize": 4}],
                  compressors={"id": "blosc", "cname": "lz4", "clevel": 5, "shuffle": 1})),
     ("<u2", dict(compressors={"id": "gzip", "level": 5})),
+    ("<i4", dict(filters=[{"id": "delta", "dtype": "<i4", "astype": ">i2"}],
+                 compressors={"id": "zlib", "level": 1})),
+    ("<f8", dict(filters=[{"id": "fixedscaleoffset", "offset": 0, "scale": 4, "dtype": "<f8",
+                           "astype": "<u2"}], compressors=None)),
+    ("<i8", dict(filters=[{"id": "astype", "encode_dtype": ">i4", "decode_dtype": "<i8"},
+                          {"id": "shuffle", "elementsize": 4}], compressors=None)),
 ])
 def test_v2_codecs_order_and_byte_order(tmp_path, dtype, kw):
     import numcodecs
@@ -261,8 +267,11 @@ def test_v2_codecs_order_and_byte_order(tmp_path, dtype, kw):
     refs = _v2_refs(tmp_path, "a", data, chunks=(3, 2), **kw)
     report = virtualize.virtualize([refs], tmp_path / "cube.zarr")
     assert report.ok, report.problems
+    import zarr
+
     got = virtualize.open(tmp_path / "cube.zarr")["v"][...]
     assert_same(got, data, "v")
+    assert_same(got, zarr.open_array(str(tmp_path / "a.zarr"), mode="r")[...], "v (zarr v2)")
     # the cube references the chunk files (padded edge chunks are the cube's last chunks)
     assert report.plan.arrays["v"].refs is not None
 
@@ -273,9 +282,12 @@ def test_v2_unknown_codec_is_refused(tmp_path):
     data = np.arange(12, dtype="<i4").reshape(3, 4)
     refs = _v2_refs(tmp_path, "d", data, chunks=(3, 4), filters=[numcodecs.Delta("<i4")],
                     compressors=None)
+    doc = json.loads(refs.read_text())  # a codec not mapped (bitround)
+    doc["refs"]["v/.zarray"] = doc["refs"]["v/.zarray"].replace('"delta"', '"bitround"')
+    refs.write_text(json.dumps(doc))
     (p,) = virtualize.check([refs]).problems
     assert (p.kind, p.loc.file, p.loc.variable) == ("unsupported-filter", str(refs), "v")
-    assert "'delta'" in p.message
+    assert "'bitround'" in p.message
 
 
 def test_padded_references_materialized(case, tmp_path):

@@ -48,6 +48,8 @@ from ._values import COORD_VALUES_LIMIT, bytes_codec, plain
 # bytes exactly: all bytes -> bytes, so they follow the `bytes` codec in encode order.
 V2_BYTES_CODECS = {"zlib", "gzip", "bz2", "lzma", "zstd", "lz4", "blosc", "shuffle",
                    "fletcher32"}
+# ... and array -> array ones (before `bytes`; `astype` / `encode_dtype` is what they store)
+V2_ARRAY_CODECS = {"delta", "fixedscaleoffset", "astype"}
 ZARR_KEYS = (".zarray", ".zgroup", ".zattrs", "zarr.json", ".zmetadata")
 ROOT_ARRAY = "image"  # the name of an array at the root of a reference set
 
@@ -314,18 +316,29 @@ class _Scanner:
         elif order not in ("C", "F"):
             self.problem(name, "unsupported-layout", f"order {order!r} is not C or F")
             return None
-        codecs.append(bytes_codec(dtype))
+        stored = dtype  # the dtype the array codecs hand to `bytes`
+        after: list[dict] = []
         for c in [*(doc.get("filters") or []), doc.get("compressor")]:
             if c is None:
                 continue
             cid = c.get("id") if isinstance(c, dict) else None
-            if cid not in V2_BYTES_CODECS:
+            codec = {"name": f"numcodecs.{cid}",
+                     "configuration": {k: v for k, v in c.items() if k != "id"}}
+            if cid in V2_ARRAY_CODECS and not after and order == "C":
+                # array -> array: before `bytes`, which then writes the type they give
+                codecs.append(codec)
+                out = c.get("astype") or c.get("encode_dtype")
+                stored = np.dtype(out) if out else stored
+            elif cid in V2_BYTES_CODECS:
+                after.append(codec)
+            else:
+                where = ("after a bytes codec" if cid in V2_ARRAY_CODECS and after else
+                         "with order F" if cid in V2_ARRAY_CODECS else "here")
                 self.problem(name, "unsupported-filter",
-                             f"codec {cid!r} has no zarr v3 codec that decodes it exactly here "
-                             f"(supported: {', '.join(sorted(V2_BYTES_CODECS))})")
+                             f"codec {cid!r} has no zarr v3 codec that decodes it exactly {where} "
+                             f"(supported: {', '.join(sorted(V2_BYTES_CODECS | V2_ARRAY_CODECS))})")
                 return None
-            codecs.append({"name": f"numcodecs.{cid}",
-                           "configuration": {k: v for k, v in c.items() if k != "id"}})
+        codecs += [bytes_codec(stored), *after]
         fill = _fill_v2(doc.get("fill_value"), dtype)
         if fill is not None and "_FillValue" not in attrs and not _default_fill(fill, dtype):
             # kerchunk moves netCDF's _FillValue attribute into fill_value (and xarray reads a
