@@ -28,7 +28,8 @@ Planner = Callable[[list[FileInventory]], tuple[Plan, list[Problem]]]
 
 def scan(path: PathLike) -> FileInventory:
     """One file's inventory: variables, dimensions, block tables. Reads no data but
-    small coordinate variables. Raises `VirtualizeError` for unreadable files."""
+    small coordinate variables. A kerchunk reference set's block tables point into the
+    data files it names (`data_files`). Raises `VirtualizeError` for unreadable files."""
     return _scan(path)
 
 
@@ -126,7 +127,8 @@ def append(cube: PathLike, paths: Iterable[PathLike] | PathLike, *, jobs: int = 
     changed = list(changed_sources(info["sources"]))
     if changed:
         raise VirtualizeError(changed, f"{cube}: its sources changed since it was written")
-    old = [s["path"] for s in info["sources"]]
+    # the files given (data files found through reference sets are not inputs)
+    old = [s["path"] for s in info["sources"] if not s.get("referenced_by")]
     empty: list[str] = []
     new = [os.path.abspath(p) for p in _paths(paths, empty)]
     if not new:
@@ -140,7 +142,8 @@ def append(cube: PathLike, paths: Iterable[PathLike] | PathLike, *, jobs: int = 
         raise VirtualizeError(twice, "nothing appended")
     recipe.pop("kind")
     report = check(old + new, jobs=jobs, progress=progress, **recipe)
-    if report.plan is not None and [s.path for s in report.plan.sources][: len(old)] != old:
+    if report.plan is not None and \
+            [s.path for s in report.plan.sources if not s.referenced_by][: len(old)] != old:
         report.problems.append(Problem(
             Location(str(cube)), "append-not-at-end",
             f"the new files do not all come after the cube's last {report.plan.concat_dim!r} step; "
@@ -300,12 +303,15 @@ def _write(report: Report, out: PathLike, kind: str, overwrite: bool) -> Report:
 
 def _paths(paths, empty: list[str] | None = None) -> list[str]:
     """Files as given; a directory stands for the files in it (sorted, not hidden, not
-    recursive); directories that hold none are added to `empty`."""
+    recursive), unless it is a kerchunk parquet reference set (one input); directories
+    that hold none are added to `empty`."""
+    from .scan.kerchunk import is_parquet_references
+
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     out: list[str] = []
     for p in map(os.fspath, paths):
-        if os.path.isdir(p):
+        if os.path.isdir(p) and not is_parquet_references(p):
             inside = sorted(os.path.join(p, f) for f in os.listdir(p)
                             if not f.startswith(".") and os.path.isfile(os.path.join(p, f)))
             if not inside and empty is not None:

@@ -21,7 +21,8 @@ from .report import format_text, to_html, to_json
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("files", nargs="+", metavar="FILE",
-                   help="netCDF-4 / HDF5 / netCDF classic / TIFF files, directories of them, or "
+                   help="netCDF-4 / HDF5 / netCDF classic / TIFF files, kerchunk reference sets "
+                        "(JSON, parquet directories), directories of them, or "
                         "@LIST (a file naming one path per line)")
     p.add_argument("--concat-dim", metavar="DIM",
                    help="dimension to concatenate along (default: the unlimited dimension, else time)")

@@ -128,8 +128,11 @@ class BlockTable:
     ceil(n / b) blocks; the last one is short when b does not divide n. `padded` says how
     a short last block is stored: True (HDF5 chunks, TIFF tiles) when it is stored at the
     full block size with padding, False (TIFF strips, netCDF classic) when it is stored at
-    its true length. `refs` has one entry per block (C order over the block grid) with
-    `path` always 0 (the file itself); `length == 0` marks a block never written.
+    its true length. `refs` has one entry per block (C order over the block grid);
+    `path` 0 is the inventory's own file, k > 0 its `data_files[k - 1]` (a reference set
+    points into other files); `length == 0` marks a block never written, unless `path` is
+    MATERIALIZED: a block held by the inventory's file itself (a reference set's inline
+    chunk), with no byte range; the planner stores its values in the cube.
     """
 
     block_shape: tuple[int, ...]
@@ -185,18 +188,31 @@ class FileInventory:
     variables: dict[str, Variable]
     problems: list[Problem] = field(default_factory=list)
     bytes_read: int = 0
+    # files other than `path` whose bytes the block tables reference (refs path k -> k - 1):
+    # the data files a kerchunk reference set names; empty for a scanned file
+    data_files: list[Source] = field(default_factory=list)
+
+    def sources(self) -> list[Source]:
+        """What refs' `path` indexes: the file itself, then its data files."""
+        return [Source(self.path, self.size, self.mtime_ns), *self.data_files]
 
 
 @dataclass
 class Source:
-    """A file the cube references, with what it looked like when referenced."""
+    """A file the cube references, with what it looked like when referenced.
+    `referenced_by`: the reference set through which a data file was found (it was not
+    given as an input itself)."""
 
     path: str
     size: int
     mtime_ns: int
+    referenced_by: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"path": self.path, "size": self.size, "mtime_ns": self.mtime_ns}
+        d = {"path": self.path, "size": self.size, "mtime_ns": self.mtime_ns}
+        if self.referenced_by is not None:
+            d["referenced_by"] = self.referenced_by
+        return d
 
 
 @dataclass

@@ -4,7 +4,7 @@ checks that variables agree across files."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -19,6 +19,7 @@ from ..model import (
     Location,
     Problem,
     Remedy,
+    Source,
     Variable,
     VariableFigure,
 )
@@ -72,6 +73,47 @@ def carry_scan_problems(ctx: Context) -> None:
                 ctx.reported.add((inv.path, var))
 
 
+def source_table(invs: list[FileInventory]) -> tuple[list[Source], list[np.ndarray]]:
+    """The plan's sources: every inventory's own file, then the data files its references
+    point into (a kerchunk reference set's), each path once. Returns them and, per
+    inventory, the map from its refs' `path` (0 = itself, k = data_files[k - 1]) to the
+    plan's source index."""
+    sources: list[Source] = []
+    index: dict[str, int] = {}
+    maps = []
+    for inv in invs:
+        m = []
+        for k, s in enumerate(inv.sources()):
+            i = index.get(s.path)
+            if i is None:
+                i = index[s.path] = len(sources)
+                sources.append(Source(s.path, s.size, s.mtime_ns, s.referenced_by))
+            elif k == 0:
+                sources[i].referenced_by = None  # given as an input, not only referenced
+            m.append(i)
+        maps.append(np.asarray(m, dtype=np.uint32))
+    return sources, maps
+
+
+def settle_unknown_fills(ctx: Context) -> None:
+    """A reference set may declare no fill value (zarr v2 `null`; the scanner keeps it only
+    when every chunk is present, so it is never read): it takes the fill value the other
+    files of the stack give the variable, so that the stack agrees."""
+    known: dict[str, Variable] = {}
+    for inv in ctx.invs:
+        for name, v in inv.variables.items():
+            if v.fill_value is not None and name not in known:
+                known[name] = v
+    for inv in ctx.invs:
+        if not inv.format.startswith("kerchunk"):
+            continue
+        for name, v in list(inv.variables.items()):
+            k = known.get(name)
+            if v.fill_value is None and k is not None and \
+                    v.dtype.newbyteorder("=") == k.dtype.newbyteorder("="):
+                inv.variables[name] = replace(v, fill_value=k.fill_value)
+
+
 def variable_names(invs: Iterable[FileInventory]) -> list[str]:
     seen: dict[str, None] = {}
     for inv in invs:
@@ -117,7 +159,10 @@ def consistent(ctx: Context, name: str, vs: list[Variable], free: frozenset[str]
                             f"block length {v.blocks.block_shape[axis]} along {d!r} differs "
                             f"from {first.blocks.block_shape[axis]} in {path0}; chunks across "
                             f"files must line up on every axis but {axis_role}", axis=d)
+        # (a variable held by value, e.g. a reference set's inline chunks, has no codecs
+        # that matter: it is stored in the cube)
         if name not in ctx.inline and not first.is_coordinate and \
+                v.blocks is not None and first.blocks is not None and \
                 codec_key(v.codecs) != codec_key(first.codecs):
             ctx.problem(f, name, "codecs-differ",
                         f"codecs {codec_names(v.codecs)} differ from {codec_names(first.codecs)} "

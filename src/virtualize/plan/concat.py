@@ -27,7 +27,6 @@ from ..model import (
     Location,
     Plan,
     Problem,
-    Source,
     Variable,
 )
 from ..scan import read_values
@@ -43,6 +42,8 @@ from ._common import (
     groups_for,
     inline_plan,
     is_uncompressed,
+    settle_unknown_fills,
+    source_table,
     variable_names,
 )
 from .grid import block_lengths
@@ -66,6 +67,8 @@ class _Context(Context):
     opts: ConcatOptions = field(default_factory=ConcatOptions)
     # no file has the concat dim: data variables are stacked along a new leading axis
     new_axis: bool = False
+    # per file: its refs' `path` (0 = itself, k = its k-th data file) -> Plan.sources index
+    source_maps: list[np.ndarray] = field(default_factory=list)
 
 
 def plan_concat(inventories: Sequence[FileInventory], options: ConcatOptions | None = None
@@ -80,13 +83,14 @@ def plan_concat(inventories: Sequence[FileInventory], options: ConcatOptions | N
     invs = [replace(inv, variables=dict(inv.variables)) for inv in inventories]
     ctx = _Context(invs, inline=opts.inline, drop=opts.drop, opts=opts)
     carry_scan_problems(ctx)
+    settle_unknown_fills(ctx)
     ctx.dim = _choose_concat_dim(ctx)
     if ctx.dim is not None and len(invs) > 1:
         _harmonize_time_units(ctx)
     if ctx.dim is not None:
         _order_by_coordinate(ctx)
     invs = ctx.invs
-    sources = [Source(inv.path, inv.size, inv.mtime_ns) for inv in invs]
+    sources, ctx.source_maps = source_table(invs)
     arrays: dict[str, ArrayPlan] = {}
     if ctx.dim is None and len(invs) > 1:
         # without an axis to concatenate along, every variable would only repeat that
@@ -342,8 +346,10 @@ def _plan_variable(ctx: _Context, name: str) -> ArrayPlan | None:
         return None
     vars_: list[Variable] = vs  # type: ignore[assignment]
     inline = name in ctx.inline
-    # a scanner's own variables (TIFF coordinates, grid mappings) come with values, no blocks
-    synthesized = all(v.blocks is None and v.values is not None for v in vars_)
+    # a scanner's own variables (TIFF coordinates, grid mappings, a reference set's inline
+    # chunks) come with values, no blocks
+    synthesized = any(v.blocks is None for v in vars_) and \
+        all(v.values is not None for v in vars_ if v.blocks is None)
     if any(v.blocks is None for v in vars_) and not (inline or synthesized):
         return None  # the scanner reported why
     if ctx.new_axis and _stacks(ctx, vars_[0]):
@@ -399,7 +405,10 @@ def _concat_array(ctx: _Context, name: str, vs: list[Variable], k: int) -> Array
         n, b = v.shape[k], v.blocks.block_shape[k]
         lens = block_lengths(n, b, v.blocks.padded)
         refs = v.blocks.refs.copy()
-        refs["path"] = i
+        held = refs["path"] == MATERIALIZED  # a reference set's inline chunks
+        refs["path"] = np.where(held, MATERIALIZED, ctx.source_maps[i][np.where(held, 0, refs["path"])])
+        if held.any():
+            _held_cells(ctx, cells, held, v, i, name, k, len(lengths_k))
         if v.blocks.padded and n % b and i != last:
             j, r = len(lens) - 1, n % b
             slab = np.take(refs, [j], axis=k)  # every chunk of this padded block's layer
@@ -417,7 +426,8 @@ def _concat_array(ctx: _Context, name: str, vs: list[Variable], k: int) -> Array
                 ctx.use_remedy("split", count, 0)
             elif ctx.opts.materialize and can_materialize(v.codecs):
                 lens[-1] = r
-                _materialize_layer(cells, refs, v, i, name, k, j, len(lengths_k) + j)
+                _materialize_layer(cells, refs, v, int(ctx.source_maps[i][0]), name, k, j,
+                                   len(lengths_k) + j)
                 ctx.use_remedy("materialize", count, nbytes)
             else:
                 remedy = (f"materialize {count} block(s), {nbytes} bytes (--materialize)"
@@ -466,19 +476,37 @@ def _materialize_layer(cells, refs, v: Variable, source: int, name: str, k: int,
         refs[index] = rec
 
 
+def _held_cells(ctx: _Context, cells, held: np.ndarray, v: Variable, i: int, name: str,
+                k: int | None, offset: int) -> None:
+    """Chunks a reference set holds inline (no byte range): their values are decoded from
+    it and stored in the cube like materialized chunks (re-encoded, checked exact)."""
+    bs, shape = v.blocks.block_shape, v.shape
+    for index in np.argwhere(held).tolist():
+        region = tuple((m * b, min((m + 1) * b, n)) for m, b, n in zip(index, bs, shape))
+        key = tuple(m + offset if a == k else m for a, m in enumerate(index))
+        cells[key] = Cell(int(ctx.source_maps[i][0]), name, region)
+    ctx.notes.append(f"{ctx.invs[i].path}: {int(held.sum())} chunk(s) of {name} are held inline "
+                     "in the reference set: decoded and stored in the cube")
+
+
 def _shared_array(ctx: _Context, name: str, vs: list[Variable]) -> ArrayPlan | None:
     """A variable without the concat dimension: the same in every file, referenced once."""
     first = vs[0]
     total = int(first.blocks.refs["length"].sum())
-    if len(vs) > 1:
+    if any((v.blocks.refs["path"] == MATERIALIZED).any() for v in vs):
+        # chunks held inline by a reference set have no bytes to compare: compare values
+        if len(vs) > 1 and _inline_array(ctx, name, vs, None) is None:
+            return None
+    elif len(vs) > 1:
         if total <= COMPARE_LIMIT:
             # files whose scanner already reported this variable (e.g. truncated) are not
             # compared: their bytes differ for the reason already given
-            usable = [(inv.path, v) for inv, v in zip(ctx.invs, vs)
+            usable = [(inv.path, inv, v) for inv, v in zip(ctx.invs, vs)
                       if (inv.path, name) not in ctx.reported]
-            d0 = digest_blocks(usable[0][0], usable[0][1].blocks.refs) if usable else None
-            for path, v in usable[1:]:
-                if digest_blocks(path, v.blocks.refs) != d0:
+            d0 = digest_blocks(_data_paths(usable[0][1]), usable[0][2].blocks.refs) \
+                if usable else None
+            for path, inv, v in usable[1:]:
+                if digest_blocks(_data_paths(inv), v.blocks.refs) != d0:
                     ctx.problem(path, name, "differs-between-files",
                                 f"{name!r} has no {ctx.dim!r} axis, so it must be the same in "
                                 f"every file, but its stored bytes differ from {usable[0][0]}")
@@ -487,12 +515,21 @@ def _shared_array(ctx: _Context, name: str, vs: list[Variable]) -> ArrayPlan | N
             ctx.notes.append(f"{name}: {total} stored bytes per file, not compared across files "
                              "(taken from the first file)")
     refs = first.blocks.refs.copy()
-    refs["path"] = 0
+    held = refs["path"] == MATERIALIZED
+    refs["path"] = np.where(held, MATERIALIZED, ctx.source_maps[0][np.where(held, 0, refs["path"])])
+    cells: dict[tuple[int, ...], Cell] = {}
+    if held.any():
+        _held_cells(ctx, cells, held, first, 0, name, None, 0)
     chunk_lengths = tuple(tuple(block_lengths(n, b, first.blocks.padded))
                           for n, b in zip(first.shape, first.blocks.block_shape))
     return ArrayPlan(name=name, dtype=first.dtype, shape=first.shape, dims=first.dims,
                      chunk_lengths=chunk_lengths, codecs=first.codecs,
-                     fill_value=first.fill_value, attrs=dict(first.attrs), refs=refs)
+                     fill_value=first.fill_value, attrs=dict(first.attrs), refs=refs,
+                     materialize=cells)
+
+
+def _data_paths(inv: FileInventory) -> list[str]:
+    return [s.path for s in inv.sources()]
 
 
 def _at_shape(values: np.ndarray, v: Variable) -> np.ndarray:

@@ -28,7 +28,6 @@ from ..model import (
     MosaicFigure,
     Plan,
     Problem,
-    Source,
     VariableFigure,
     empty_refs,
 )
@@ -42,6 +41,8 @@ from ._common import (
     groups_for,
     inline_plan,
     is_uncompressed,
+    settle_unknown_fills,
+    source_table,
 )
 from .grid import block_lengths
 
@@ -92,6 +93,8 @@ class _Ctx(Context):
     tiles: list[_Tile] = field(default_factory=list)
     overlaps: list[tuple[int, int, int, int]] = field(default_factory=list)
     mosaic: MosaicFigure | None = None
+    # per tile: its refs' `path` (0 = itself, k = its k-th data file) -> Plan.sources index
+    source_maps: list[np.ndarray] = field(default_factory=list)
 
 
 def plan_mosaic(inventories: Sequence[FileInventory], options: MosaicOptions | None = None
@@ -102,7 +105,8 @@ def plan_mosaic(inventories: Sequence[FileInventory], options: MosaicOptions | N
     ctx = _Ctx(invs, drop=opts.drop, opts=opts)
     ctx.tiles = [_Tile(i, inv) for i, inv in enumerate(invs)]
     carry_scan_problems(ctx)
-    sources = [Source(inv.path, inv.size, inv.mtime_ns) for inv in invs]
+    settle_unknown_fills(ctx)
+    sources, ctx.source_maps = source_table(invs)
     if opts.overlap not in (None, "last", "first"):
         raise ValueError(f"overlap must be None, 'last' or 'first', not {opts.overlap!r}")
     georefs = None
@@ -304,6 +308,12 @@ def _mosaic_variable(ctx: _Ctx, name: str, ydim: str, xdim: str, height: int, wi
     vs = [inv.variables[name] for inv in ctx.invs]
     if any(v.blocks is None for v in vs):
         return None  # the scanner reported why
+    held = [inv.path for inv, v in zip(ctx.invs, vs) if (v.blocks.refs["path"] == MATERIALIZED).any()]
+    for path in held:
+        ctx.problem(path, name, "inline-chunk", "chunks held inline in the reference set (no byte "
+                    "range) cannot be placed in a mosaic yet")
+    if held:
+        return None
     if not consistent(ctx, name, vs, frozenset({ydim, xdim}), "the tiles' x and y"):
         return None
     first = vs[0]
@@ -373,7 +383,7 @@ def _mosaic_variable(ctx: _Ctx, name: str, ydim: str, xdim: str, height: int, wi
             continue
         by, bx = ya.idx[rows, cols], xa.idx[rows, cols]
         src = np.moveaxis(v.blocks.refs, (iy, ix), (0, 1))[by, bx].copy()
-        src["path"] = t.index
+        src["path"] = ctx.source_maps[t.index][src["path"]]
         piece = split[rows, cols]
         if piece.any():
             # rows [a, z) of a C-ordered uncompressed block are one byte range
@@ -493,7 +503,7 @@ def _copied_cells(ctx, name, vs, copy, ycuts, xcuts, iy, ix, chunk_lengths, owne
             for a, m in zip(other_axes, rest):
                 b = v.blocks.block_shape[a]
                 index[a], region[a] = m, (m * b, min((m + 1) * b, v.shape[a]))
-            cells[tuple(index)] = Cell(t.index, name, tuple(region))
+            cells[tuple(index)] = Cell(int(ctx.source_maps[t.index][0]), name, tuple(region))
             nbytes += int(np.prod([hi - lo for lo, hi in region])) * v.dtype.itemsize
     ctx.use_remedy("materialize", len(cells), nbytes)
     return cells

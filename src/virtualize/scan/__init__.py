@@ -12,15 +12,25 @@ from ._io import find_hdf5_signature, sniff
 
 
 def detect_format(path: str) -> str | None:
+    """'hdf5', 'netcdf3', 'tiff', 'kerchunk' (a reference set: a file starting with '{',
+    i.e. JSON, or a kerchunk parquet directory) or None."""
+    from .kerchunk import is_parquet_references, looks_like_json
+
+    if os.path.isdir(path) and is_parquet_references(path):
+        return "kerchunk"
     with open(path, "rb") as f:
-        fmt = sniff(f.read(8))
+        head = f.read(8)
+        fmt = sniff(head)
         if fmt is None and find_hdf5_signature(f):
             fmt = "hdf5"
+        if fmt is None and looks_like_json(head):
+            fmt = "kerchunk"
     return fmt
 
 
 def scan(path: str | os.PathLike) -> FileInventory:
-    """Scan one file (HDF5, netCDF-4, netCDF classic, TIFF) into its inventory.
+    """Scan one file (HDF5, netCDF-4, netCDF classic, TIFF) or kerchunk reference set
+    (whose block tables point into the data files it names) into its inventory.
 
     Raises `VirtualizeError` (carrying one located problem) when the file cannot be read
     at all: missing, unknown format, truncated or corrupt.
@@ -41,13 +51,16 @@ def scan(path: str | os.PathLike) -> FileInventory:
         if fmt == "tiff":
             from .tiff import scan_tiff
             return _check_extent(scan_tiff(path))
+        if fmt == "kerchunk":  # its blocks are in other files: it checks their extents
+            from .kerchunk import scan_kerchunk
+            return scan_kerchunk(path)
     except VirtualizeError:
         raise
     except Exception as e:  # a library's own error: name the file and what it said
         raise VirtualizeError([Problem(Location(path), "corrupt", f"{type(e).__name__}: {e}")],
                               f"{path}: cannot be scanned") from None
     what = ("an empty file (0 bytes)" if os.path.getsize(path) == 0 else
-            "not an HDF5, netCDF-4, netCDF classic or TIFF file")
+            "not an HDF5, netCDF-4, netCDF classic or TIFF file, nor a kerchunk reference set")
     raise VirtualizeError([Problem(Location(path), "unknown-format", what)], f"{path}: {what}")
 
 
@@ -84,6 +97,9 @@ def read_values(path: str, variable: str):
     if fmt == "tiff":
         from .tiff import read_tiff_values
         return read_tiff_values(path, variable)
+    if fmt == "kerchunk":  # zarr over the references, reading the data files
+        from .kerchunk import read_kerchunk_values
+        return read_kerchunk_values(path, variable)
     raise ValueError(f"{path}: cannot read {variable}")
 
 
@@ -116,4 +132,7 @@ class SourceReader:
         if self.fmt == "netcdf3":  # a strided view of the mapped file, cut before copying
             from .netcdf3 import read_netcdf3_values
             return read_netcdf3_values(self.path, variable, region)
+        if self.fmt == "kerchunk":  # zarr decodes the referenced chunks
+            from .kerchunk import read_kerchunk_values
+            return read_kerchunk_values(self.path, variable, region)
         raise ValueError(f"{self.path}: cannot read regions of {self.fmt} files")

@@ -53,20 +53,28 @@ def find_hdf5_signature(f) -> bool:
     return False
 
 
-def digest_blocks(path: str, refs) -> str:
+def digest_blocks(paths: str | list[str], refs) -> str:
     """SHA-256 over the stored bytes of every referenced block, in manifest order.
 
     Used to check that a variable without the concatenation axis holds the same stored
-    bytes in every file; reads exactly the referenced ranges.
+    bytes in every file; reads exactly the referenced ranges. `paths`: what refs' `path`
+    indexes (one path: every block is in that file).
     """
+    import contextlib
     import hashlib
 
+    paths = [paths] if isinstance(paths, str) else list(paths)
     h = hashlib.sha256()
     flat = refs.reshape(-1)
-    with open(path, "rb") as f:
-        for off, n in zip(flat["offset"].tolist(), flat["length"].tolist()):
+    with contextlib.ExitStack() as stack:
+        files: dict[int, object] = {}
+        for p, off, n in zip(flat["path"].tolist(), flat["offset"].tolist(),
+                             flat["length"].tolist()):
             h.update(n.to_bytes(8, "little"))
             if n:
+                f = files.get(p)
+                if f is None:
+                    f = files[p] = stack.enter_context(open(paths[p], "rb"))
                 f.seek(off)
                 h.update(f.read(n))
     return h.hexdigest()
