@@ -29,7 +29,7 @@ from .model import MATERIALIZED, REF_DTYPE, Location, Problem, VirtualizeError
 
 _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 # never opened on a cube's say-so: only when the caller allows them
-_SYSTEM = ("/etc", "/proc", "/sys", "/dev", "/boot", "/root", "/run", "/var/run", "/var/log",
+_SYSTEM = ("/etc", "/proc", "/sys", "/dev", "/boot", "/run", "/var/run", "/var/log",
            "/var/lib", "/var/spool", "/var/mail", "/usr", "/bin", "/sbin", "/lib", "/lib64",
            "/lib32", "/snap")
 _HOME_SECRETS = (".ssh", ".gnupg", ".aws", ".azure", ".kube", ".docker", ".netrc", ".pgpass",
@@ -39,7 +39,9 @@ _HOME_SECRETS = (".ssh", ".gnupg", ".aws", ".azure", ".kube", ".docker", ".netrc
 
 def _system_locations() -> list[str]:
     locs = list(_SYSTEM)
-    homes = {os.path.expanduser("~")}
+    # /root is a home like any other (containers work there as root): only its secrets are
+    # refused, as in every home
+    homes = {os.path.expanduser("~"), "/root"}
     for base in ("/home", "/Users"):
         try:
             homes.update(os.path.join(base, d) for d in os.listdir(base))
