@@ -25,6 +25,7 @@ block is a row range of an uncompressed block, the split remedy).
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -102,42 +103,85 @@ def _choose(a: ArrayPlan, select: str, out: DecodeCheck) -> list[_Sample]:
     if refs.ndim == 0:  # a scalar: one chunk
         rec = refs[()]
         return [_Sample((), int(rec["path"]), int(rec["offset"]), int(rec["length"]))]
+    classes = [_axis_classes(lens, n) for lens, n in zip(a.chunk_lengths, a.shape)]
     if select == "all":
         chosen = flat
+    elif select == "groups":
+        chosen = _group_ends(a, classes, stored, out)
+        if chosen is None:  # a group's end chunk is missing: look at every stored chunk
+            chosen = _by_key(a, classes, flat, None, out)
+        chosen = np.unique(np.concatenate([chosen, flat[[0, -1]]]))
     else:
-        # per axis, a class per chunk position: its (length, reaches past the end) pair
-        grid = refs.shape
-        classes, counts = [], []
-        for lens, n in zip(a.chunk_lengths, a.shape):
-            lens = np.asarray(lens, dtype=np.int64)
-            ends = np.cumsum(lens)
-            pairs = np.stack([lens, ends > n], axis=1)
-            _, cls = np.unique(pairs, axis=0, return_inverse=True)
-            cls = cls.reshape(-1)
-            classes.append(cls)
-            counts.append(int(cls.max()) + 1 if cls.size else 1)
-        idx = np.unravel_index(flat, grid)
-        key = np.zeros(flat.size, dtype=np.int64)
-        for axis, cls in enumerate(classes):
-            key = key * counts[axis] + cls[idx[axis]]
-        if select == "sources":
-            key = key * (int(refs["path"].reshape(-1)[flat].max()) + 1) + \
-                refs["path"].reshape(-1)[flat].astype(np.int64)
-        # each group's first and last chunk (content-dependent failures, such as WebP
-        # tiles whose opaque alpha was dropped, then need two tiles to be missed)
-        _, first = np.unique(key, return_index=True)
-        _, last = np.unique(key[::-1], return_index=True)
-        order = np.argsort(first)
-        first, last = first[order], (key.size - 1 - last)[order]
-        if first.size > MAX_GROUPS:
-            out.notes.append(f"{a.name}: {first.size} distinct chunk shapes; the decode check "
-                             f"took the first {MAX_GROUPS}")
-            first, last = first[:MAX_GROUPS], last[:MAX_GROUPS]
-        chosen = np.unique(np.concatenate([flat[first], flat[last], flat[[0, -1]]]))
+        chosen = np.unique(np.concatenate([_by_key(a, classes, flat, refs["path"], out),
+                                           flat[[0, -1]]]))
     view = refs.reshape(-1)
     return [_Sample(tuple(int(i) for i in np.unravel_index(int(f), refs.shape)),
                     int(view["path"][f]), int(view["offset"][f]), int(view["length"][f]))
             for f in chosen]
+
+
+def _axis_classes(lens, n: int) -> np.ndarray:
+    """Per chunk position along one axis, a class: its (length, reaches past the end)."""
+    lens = np.asarray(lens, dtype=np.int64)
+    if lens.size and (lens == lens[0]).all():  # regular: no sorting
+        cls = np.zeros(lens.size, dtype=np.int64)
+        if int(lens.sum()) > n:
+            cls[-1] = 1
+        return cls
+    code = lens * 2 + (np.cumsum(lens) > n)
+    return np.unique(code, return_inverse=True)[1].reshape(-1)
+
+
+def _too_many(a: ArrayPlan, count: int, out: DecodeCheck) -> None:
+    out.notes.append(f"{a.name}: {count} distinct chunk shapes; the decode check took the "
+                     f"first {MAX_GROUPS}")
+
+
+def _group_ends(a: ArrayPlan, classes, stored: np.ndarray, out: DecodeCheck):
+    """Flat indices of each shape group's first and last chunk, from the axes alone (no
+    pass over the chunks), or None when one of them holds no stored block."""
+    firsts, lasts = [], []
+    for cls in classes:
+        k = int(cls.max()) + 1 if cls.size else 1
+        first = np.full(k, -1, dtype=np.int64)
+        last = np.full(k, -1, dtype=np.int64)
+        first[cls[::-1]] = np.arange(cls.size - 1, -1, -1)  # the earliest write wins
+        last[cls] = np.arange(cls.size)
+        firsts.append(first)
+        lasts.append(last)
+    combos = list(itertools.islice(itertools.product(*(range(len(f)) for f in firsts)),
+                                   MAX_GROUPS + 1))
+    if len(combos) > MAX_GROUPS:
+        _too_many(a, math.prod(len(f) for f in firsts), out)
+        combos = combos[:MAX_GROUPS]
+    chosen = []
+    for combo in combos:
+        for ends in (firsts, lasts):
+            index = tuple(int(e[c]) for e, c in zip(ends, combo))
+            if not stored[index]:
+                return None
+            chosen.append(int(np.ravel_multi_index(index, stored.shape)))
+    return np.asarray(chosen, dtype=np.int64)
+
+
+def _by_key(a: ArrayPlan, classes, flat: np.ndarray, paths, out: DecodeCheck) -> np.ndarray:
+    """Flat indices of the first and last stored chunk of each shape group (and source,
+    with `paths`): one pass over the stored chunks."""
+    idx = np.unravel_index(flat, a.refs.shape)
+    key = np.zeros(flat.size, dtype=np.int64)
+    for axis, cls in enumerate(classes):
+        key = key * (int(cls.max()) + 1 if cls.size else 1) + cls[idx[axis]]
+    if paths is not None:
+        p = paths.reshape(-1)[flat].astype(np.int64)
+        key = key * (int(p.max()) + 1) + p
+    _, first = np.unique(key, return_index=True)
+    _, last = np.unique(key[::-1], return_index=True)
+    order = np.argsort(first)
+    first, last = first[order], (key.size - 1 - last)[order]
+    if paths is None and first.size > MAX_GROUPS:
+        _too_many(a, first.size, out)
+        first, last = first[:MAX_GROUPS], last[:MAX_GROUPS]
+    return np.concatenate([flat[first], flat[last]])
 
 
 # -- one array -----------------------------------------------------------------------
