@@ -33,6 +33,7 @@ import time
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -77,24 +78,29 @@ def decode_check(plan: Plan, inventories: Iterable[FileInventory], *, select: st
     out = DecodeCheck()
     invs = {inv.path: inv for inv in inventories}
     skipped = set(skip)
+    converted: dict[int, np.ndarray] = {}
     for name, a in plan.arrays.items():
         if arrays is not None and name not in arrays:
             continue
         if a.refs is None or a.inline is not None or not a.refs.size:
             continue
-        samples = _choose(a, select, out)
+        lengths = [converted.get(id(lens)) if id(lens) in converted else
+                   converted.setdefault(id(lens), np.fromiter(lens, np.int64, len(lens)))
+                   for lens in a.chunk_lengths]  # arrays of a stack share their time axis
+        samples = _choose(a, lengths, select, out)
         samples = [s for s in samples
                    if (plan.sources[s.source].path, None) not in skipped
                    and (plan.sources[s.source].path, name) not in skipped]
         if samples:
-            _ArrayCheck(plan, a, invs, out).run(samples)
+            _ArrayCheck(plan, a, lengths, invs, out).run(samples)
     out.seconds = time.perf_counter() - t0
     return out
 
 
 # -- which chunks --------------------------------------------------------------------
 
-def _choose(a: ArrayPlan, select: str, out: DecodeCheck) -> list[_Sample]:
+def _choose(a: ArrayPlan, lengths: list[np.ndarray], select: str, out: DecodeCheck
+            ) -> list[_Sample]:
     refs = a.refs
     stored = (refs["length"] > 0) & (refs["path"] != MATERIALIZED)
     flat = np.flatnonzero(stored.reshape(-1))
@@ -103,7 +109,7 @@ def _choose(a: ArrayPlan, select: str, out: DecodeCheck) -> list[_Sample]:
     if refs.ndim == 0:  # a scalar: one chunk
         rec = refs[()]
         return [_Sample((), int(rec["path"]), int(rec["offset"]), int(rec["length"]))]
-    classes = [_axis_classes(lens, n) for lens, n in zip(a.chunk_lengths, a.shape)]
+    classes = [_axis_classes(lens, n) for lens, n in zip(lengths, a.shape)]
     if select == "all":
         chosen = flat
     elif select == "groups":
@@ -120,9 +126,8 @@ def _choose(a: ArrayPlan, select: str, out: DecodeCheck) -> list[_Sample]:
             for f in chosen]
 
 
-def _axis_classes(lens, n: int) -> np.ndarray:
+def _axis_classes(lens: np.ndarray, n: int) -> np.ndarray:
     """Per chunk position along one axis, a class: its (length, reaches past the end)."""
-    lens = np.asarray(lens, dtype=np.int64)
     if lens.size and (lens == lens[0]).all():  # regular: no sorting
         cls = np.zeros(lens.size, dtype=np.int64)
         if int(lens.sum()) > n:
@@ -147,8 +152,8 @@ def _group_ends(a: ArrayPlan, classes, stored: np.ndarray, out: DecodeCheck):
         last = np.full(k, -1, dtype=np.int64)
         first[cls[::-1]] = np.arange(cls.size - 1, -1, -1)  # the earliest write wins
         last[cls] = np.arange(cls.size)
-        firsts.append(first)
-        lasts.append(last)
+        firsts.append(first[first >= 0])  # the classes that occur
+        lasts.append(last[last >= 0])
     combos = list(itertools.islice(itertools.product(*(range(len(f)) for f in firsts)),
                                    MAX_GROUPS + 1))
     if len(combos) > MAX_GROUPS:
@@ -186,171 +191,195 @@ def _by_key(a: ArrayPlan, classes, flat: np.ndarray, paths, out: DecodeCheck) ->
 
 # -- one array -----------------------------------------------------------------------
 
+@dataclass
+class _Job:
+    """One sample on its way: where it is in its file, and what zarr decoded."""
+
+    sample: _Sample
+    path: str
+    block: tuple[int, ...] | None = None
+    region: tuple[tuple[int, int], ...] = ()  # in the file, as far as the cube chunk holds
+    new_axis: bool = False
+    extents: list[int] = field(default_factory=list)  # values compared, per cube axis
+    key: str = ""
+    data: bytes = b""
+    doc: dict | None = None  # a one-chunk array of its own (leading rows of a large chunk)
+    got: Any = None  # decoded values, or the exception zarr raised
+
+
 class _ArrayCheck:
-    def __init__(self, plan: Plan, a: ArrayPlan, invs: dict[str, FileInventory],
-                 out: DecodeCheck):
+    def __init__(self, plan: Plan, a: ArrayPlan, lengths: list[np.ndarray],
+                 invs: dict[str, FileInventory], out: DecodeCheck):
         self.plan, self.a, self.invs, self.out = plan, a, invs, out
-        self.starts = [np.concatenate([[0], np.cumsum(lens)]) for lens in a.chunk_lengths]
+        self.lengths = lengths
+        self.starts = [np.concatenate([[0], np.cumsum(lens)]) for lens in lengths]
         self.names = "[" + ", ".join(c["name"] for c in a.codecs) + "]"
-        self._arr = None  # (store, zarr array) over the array's zarr.json, opened once
 
     def run(self, samples: list[_Sample]) -> None:
-        by_source: dict[int, list[_Sample]] = defaultdict(list)
+        jobs = []
         for s in samples:
-            by_source[s.source].append(s)
+            job = self._prepare(s, self.plan.sources[s.source].path)
+            if job is not None:
+                jobs.append(job)
+        self._decode(jobs)
+        by_source: dict[str, list[_Job]] = defaultdict(list)
+        for job in jobs:
+            by_source[job.path].append(job)
         from .scan import SourceReader
 
-        for source, group in by_source.items():
-            path = self.plan.sources[source].path
-            located = [(s, self._locate(s, path)) for s in group]
+        for path, group in by_source.items():
             try:
                 reader = SourceReader(path).__enter__()
             except Exception as e:
-                for s, _ in located:
-                    self._problem(path, None, s, f"the source cannot be opened to compare "
+                for job in group:
+                    self._problem(job, f"the source cannot be opened to compare "
                                   f"({type(e).__name__}: {e})")
                 continue
             try:
-                for s, where in located:
-                    if isinstance(where, str):
-                        self._problem(path, None, s, where)
-                    else:
-                        self._check(path, reader, s, *where)
+                for job in group:
+                    self._compare(job, reader)
             finally:
                 reader.__exit__(None, None, None)
 
-    def _locate(self, s: _Sample, path: str):
-        """(file block index, file region, cube region, new axis) of a sample, or why not."""
-        a = self.a
+    # -- locate the chunk in its file and read its bytes ---------------------------------
+
+    def _prepare(self, s: _Sample, path: str) -> _Job | None:
+        from .emit.materialize import chunk_key
+        from .emit.metadata import array_doc
+        from .plan._common import is_uncompressed
+
+        a, job = self.a, _Job(s, path)
         inv = self.invs.get(path)
         v = inv.variables.get(a.name) if inv is not None else None
         if v is None or v.blocks is None:
-            return f"{a.name!r} has no block table in this source to compare the chunk with"
-        new_axis = len(a.shape) == len(v.shape) + 1
-        cube = []
-        for axis, i in enumerate(s.index):
-            lo = int(self.starts[axis][i])
-            hi = min(lo + int(a.chunk_lengths[axis][i]), int(a.shape[axis]))
-            cube.append((lo, hi))
+            return self._problem(job, f"{a.name!r} has no block table in this source to "
+                                 "compare the chunk with")
+        job.new_axis = len(a.shape) == len(v.shape) + 1
+        starts = [int(self.starts[axis][i]) for axis, i in enumerate(s.index)]
+        job.extents = [min(lo + int(self.lengths[axis][i]), int(a.shape[axis])) - lo
+                       for axis, (lo, i) in enumerate(zip(starts, s.index))]
         frefs = v.blocks.refs.reshape(-1)
         off, ln = frefs["offset"], frefs["length"]
         hit = np.flatnonzero((ln > 0) & (off <= s.offset) & (s.offset < off + ln))
         if not hit.size:
-            return (f"chunk {s.index} refers to bytes {s.offset}..{s.offset + s.length - 1}, "
-                    "which are not inside any block of this variable in this file")
-        extents = [hi - lo for lo, hi in cube][1 if new_axis else 0:]
+            return self._problem(job, "its bytes are not inside any block of this variable in "
+                                 "this file")
+        file_extents = job.extents[1:] if job.new_axis else job.extents
         bs = v.blocks.block_shape
-        best = None
-        for h in hit.tolist():
+        for h in hit.tolist():  # blocks sharing bytes decode alike: prefer one that fits
             block = tuple(int(b) for b in np.unravel_index(h, v.blocks.refs.shape))
             start = [b * n for b, n in zip(block, bs)]
             skip = s.offset - int(off[h])
             if skip:  # rows of an uncompressed block (the split remedy)
-                row_bytes = math.prod(bs[1:]) * v.dtype.itemsize
-                start[0] += skip // row_bytes
-            region = tuple((lo, lo + e) for lo, e in zip(start, extents))
-            best = best or (block, region)
+                start[0] += skip // (math.prod(bs[1:]) * v.dtype.itemsize)
+            region = tuple((lo, lo + e) for lo, e in zip(start, file_extents))
+            if job.block is None or all(hi <= n for (_, hi), n in zip(region, v.shape)):
+                job.block, job.region = block, region
             if all(hi <= n for (_, hi), n in zip(region, v.shape)):
-                best = (block, region)
                 break
-        block, region = best
-        return block, region, tuple(cube), new_axis
-
-    def _check(self, path, reader, s: _Sample, block, region, cube, new_axis) -> None:
-        a = self.a
-        extents = [hi - lo for lo, hi in cube]
-        if any(hi > n for (_, hi), n in zip(region, self.invs[path].variables[a.name].shape)):
-            self._problem(path, block, s, f"the chunk covers {tuple(extents)} values of the "
-                          f"cube, more than its block holds in the file (region {region})")
-            return
-        try:
-            decoded = self._decode(path, s, extents)
-        except Exception as e:
-            self._problem(path, block, s, f"decoding it through the cube's codecs {self.names} "
-                          f"fails: {type(e).__name__}: {e}")
-            return
-        if decoded is None:
-            return
-        got, extents = decoded
-        file_extents = extents[1:] if new_axis else extents
-        src_region = tuple((lo, lo + e) for (lo, _), e in zip(region, file_extents))
-        try:
-            want = np.asarray(reader.read(a.name, src_region))
-        except Exception as e:
-            self._problem(path, block, s, f"the source library cannot read this block "
-                          f"({type(e).__name__}: {e}), so the cube's chunk cannot be checked")
-            return
-        if new_axis:
-            want = want[None]
-        why = _differs(got, want)
-        if why:
-            self._problem(path, block, s, f"decoded through the cube's codecs {self.names} it "
-                          f"{why} the source library's read of the same region {src_region}")
-
-    def _decode(self, path: str, s: _Sample, extents: list[int]):
-        """The chunk's values as zarr reads them from the cube's own `zarr.json` (its
-        leading `extents` per axis), and the extents read; None when too large to check."""
-        import zarr
-        from zarr.core.buffer import cpu
-        from zarr.storage import MemoryStore
-
-        from .emit.materialize import chunk_key
-        from .emit.metadata import array_doc
-        from .plan._common import is_uncompressed
-        from .read import rectilinear_enabled
-
-        a = self.a
+        if any(hi > n for (_, hi), n in zip(job.region, v.shape)):
+            return self._problem(job, f"the chunk covers {tuple(job.extents)} values of the "
+                                 f"cube, more than its block holds in the file ({job.region})")
         shape = a.chunk_shape(s.index)
-        doc = None
-        key = chunk_key(s.index)
-        start = [int(self.starts[axis][i]) for axis, i in enumerate(s.index)]
         length = s.length
+        job.key = chunk_key(s.index)
         if math.prod(shape) * a.dtype.itemsize > DECODE_LIMIT:
             if not is_uncompressed(a.codecs) or not shape:
                 self.out.notes.append(f"{a.name}: chunk {s.index} decodes to more than "
                                       f"{DECODE_LIMIT} bytes: not decode-checked")
                 return None
-            # an uncompressed chunk's leading bytes are its leading rows along the first
-            # axis longer than 1: checked as a chunk of its own, in an array of its own
+            # an uncompressed chunk's leading bytes are its leading rows along its first
+            # axis longer than 1: checked as a one-chunk array of their own
             j = next((i for i, n in enumerate(shape) if n > 1), len(shape) - 1)
             row_bytes = math.prod(shape[j + 1:]) * a.dtype.itemsize
-            rows = max(1, min(DECODE_LIMIT // max(row_bytes, 1), extents[j]))
+            rows = max(1, min(DECODE_LIMIT // max(row_bytes, 1), job.extents[j]))
             shape = (*shape[:j], rows, *shape[j + 1:])
-            extents = [*extents[:j], rows, *extents[j + 1:]]
+            job.extents[j] = rows
             length = min(length, rows * row_bytes)
-            doc = dict(array_doc(a), shape=list(shape), chunk_grid={
+            job.doc = dict(array_doc(a), shape=list(shape), chunk_grid={
                 "name": "regular", "configuration": {"chunk_shape": list(shape)}})
-            key = chunk_key((0,) * len(shape))
-            start = [0] * len(shape)
-        sel = tuple(slice(lo, lo + e) for lo, e in zip(start, extents))
+            job.key = chunk_key((0,) * len(shape))
+            fe = job.extents[1:] if job.new_axis else job.extents
+            job.region = tuple((lo, lo + e) for (lo, _), e in zip(job.region, fe))
         with open(path, "rb") as f:
-            data = os.pread(f.fileno(), length, s.offset)
-        self.out.bytes_read += len(data)
+            job.data = os.pread(f.fileno(), length, s.offset)
+        self.out.bytes_read += len(job.data)
         self.out.chunks += 1
-        if len(data) != length:
-            raise OSError(f"the file ends after {len(data)} of the chunk's {length} bytes")
-        if doc is None and self._arr is not None:  # the array's own metadata: opened once
-            store, arr = self._arr
-        else:
-            store = {"zarr.json": cpu.Buffer.from_bytes(json.dumps(doc or array_doc(a)).encode())}
-            with rectilinear_enabled():
-                arr = zarr.open_array(MemoryStore(store, read_only=True), mode="r",
-                                      zarr_format=3)
-            if doc is None:
-                self._arr = (store, arr)
-        store[key] = cpu.Buffer.from_bytes(data)
-        try:
-            with rectilinear_enabled():
-                return np.asarray(arr[sel]), extents
-        finally:
-            del store[key]
+        if len(job.data) != length:
+            return self._problem(job, f"the file ends after {len(job.data)} of the chunk's "
+                                 f"{length} bytes")
+        return job
 
-    def _problem(self, path: str, block, s: _Sample, why: str) -> None:
+    # -- decode through zarr ------------------------------------------------------------
+
+    def _decode(self, jobs: list[_Job]) -> None:
+        """Every job's chunk read by zarr from an in-memory store holding the array's own
+        `zarr.json` and the chunk: the chunks of the array concurrently, in one call."""
+        import asyncio
+
+        import zarr
+        from zarr.core.buffer import cpu
+        from zarr.core.sync import sync
+        from zarr.storage import MemoryStore
+
+        from .emit.metadata import array_doc
+        from .read import rectilinear_enabled
+
+        def sel(job: _Job, start) -> tuple[slice, ...]:
+            return tuple(slice(lo, lo + e) for lo, e in zip(start, job.extents))
+
+        def open_(doc: dict, chunks: dict):
+            store = {"zarr.json": cpu.Buffer.from_bytes(json.dumps(doc).encode())}
+            store.update({k: cpu.Buffer.from_bytes(v) for k, v in chunks.items()})
+            return zarr.open_array(MemoryStore(store, read_only=True), mode="r", zarr_format=3)
+
+        async def read_all(pairs):
+            return await asyncio.gather(*(arr._async_array.getitem(sl) for arr, sl in pairs),
+                                        return_exceptions=True)
+
+        shared = [j for j in jobs if j.doc is None]
+        pairs = []
+        with rectilinear_enabled():
+            if shared:
+                arr = open_(array_doc(self.a), {j.key: j.data for j in shared})
+                pairs += [(arr, sel(j, [int(self.starts[axis][i])
+                                        for axis, i in enumerate(j.sample.index)]))
+                          for j in shared]
+            own = [j for j in jobs if j.doc is not None]
+            pairs += [(open_(j.doc, {j.key: j.data}), sel(j, [0] * len(j.extents))) for j in own]
+            results = sync(read_all(pairs)) if pairs else []
+        for job, got in zip(shared + own, results):
+            job.got = got
+
+    # -- compare with the source library ------------------------------------------------
+
+    def _compare(self, job: _Job, reader) -> None:
+        if isinstance(job.got, BaseException):
+            e = job.got
+            self._problem(job, f"decoding it through the cube's codecs {self.names} fails: "
+                          f"{type(e).__name__}: {e}")
+            return
+        try:
+            want = np.asarray(reader.read(self.a.name, job.region))
+        except Exception as e:
+            self._problem(job, f"the source library cannot read this block ({type(e).__name__}: "
+                          f"{e}), so the cube's chunk cannot be checked")
+            return
+        if job.new_axis:
+            want = want[None]
+        why = _differs(np.asarray(job.got), want)
+        if why:
+            self._problem(job, f"decoded through the cube's codecs {self.names} it {why} the "
+                          f"source library's read of the same region {job.region}")
+
+    def _problem(self, job: _Job, why: str) -> None:
+        s = job.sample
         self.out.problems.append(Problem(
-            Location(path, self.a.name, None, block), "decode-mismatch",
+            Location(job.path, self.a.name, None, job.block), "decode-mismatch",
             f"chunk {s.index} of {self.a.name!r} (bytes {s.offset}..{s.offset + s.length - 1} "
             f"of this file): {why}; a cube that reads differently from its sources is not "
             "written"))
+        return None
 
 
 def _differs(got: np.ndarray, want: np.ndarray) -> str | None:
