@@ -29,6 +29,7 @@ import itertools
 import json
 import math
 import os
+import re
 import time
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
@@ -92,7 +93,10 @@ def decode_check(plan: Plan, inventories: Iterable[FileInventory], *, select: st
                    if (plan.sources[s.source].path, None) not in skipped
                    and (plan.sources[s.source].path, name) not in skipped]
         if samples:
+            before = len(out.problems)
             _ArrayCheck(plan, a, lengths, invs, out).run(samples)
+            if len(out.problems) > before and name in plan.figures:
+                plan.figures[name].refused = True  # the report counts it refused
     out.seconds = time.perf_counter() - t0
     return out
 
@@ -357,7 +361,7 @@ class _ArrayCheck:
         if isinstance(job.got, BaseException):
             e = job.got
             self._problem(job, f"decoding it through the cube's codecs {self.names} fails: "
-                          f"{type(e).__name__}: {e}")
+                          f"{type(e).__name__}: {e}{_explain(e, self.a, job)}")
             return
         try:
             want = np.asarray(reader.read(self.a.name, job.region))
@@ -380,6 +384,18 @@ class _ArrayCheck:
             f"of this file): {why}; a cube that reads differently from its sources is not "
             "written"))
         return None
+
+
+def _explain(e: BaseException, a: ArrayPlan, job: _Job) -> str:
+    """What a reshape failure means: the stored block holds another number of values than
+    the cube's chunk (a last strip stored at full height, a WebP tile without its alpha)."""
+    m = re.search(r"cannot reshape array of size (\d+) into shape", str(e))
+    if not m:
+        return ""
+    n = int(m.group(1))
+    want = math.prod(a.chunk_shape(job.sample.index))
+    return (f" (the stored block decodes to {n} values, the chunk holds {want}: it was "
+            "written at another size than its place in the grid, which zarr cannot read)")
 
 
 def _differs(got: np.ndarray, want: np.ndarray) -> str | None:

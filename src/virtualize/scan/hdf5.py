@@ -117,8 +117,7 @@ class _Scanner:
             return None
         odd = stored_type_differs(ds.id.get_type(), dtype)
         if odd:  # numbers that would read wrong: refused, unless the user drops them
-            self.problems.append(Problem(Location(self.path, name), "unsupported-type", odd,
-                                         remedy=f"leave it out with --drop {name}"))
+            self.problem(name, "unsupported-type", f"{odd}; --drop {name} leaves it out")
             return None
         shape = tuple(int(n) for n in ds.shape) if ds.shape is not None else None
         if shape is None:
