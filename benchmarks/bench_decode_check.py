@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """What the decode check costs: `virtualize.check` with and without it, on the inputs of
 bench_hdf5.py and bench_netcdf3.py (reused from --workdir), on a longer monthly stack
-written the same way, and on a stack of tiled TIFFs.
+written the same way, on one file of 100 variables, and on a stack of tiled TIFFs.
 
     python benchmarks/bench_decode_check.py            # full-size inputs, median of 5
     python benchmarks/bench_decode_check.py --quick    # small inputs, median of 3
@@ -45,6 +45,26 @@ def tiff_stack(workdir: Path, n: int, size: int) -> list[str]:
             tifffile.imwrite(p, data, tile=(256, 256), compression="zlib", predictor=2)
         paths.append(str(p))
     return paths
+
+
+def wide_file(workdir: Path, n: int) -> str:
+    """One netCDF-4 file with n variables (24 x 50 x 50 f4, one chunk a step, shuffle +
+    deflate): the decode check's cost grows with arrays, not files."""
+    import netCDF4
+    import numpy as np
+
+    path = workdir / f"wide_{n}.nc"
+    if not path.exists():
+        rng = np.random.default_rng(1)
+        with netCDF4.Dataset(path, "w") as nc:
+            nc.createDimension("time", None)
+            nc.createDimension("y", 50)
+            nc.createDimension("x", 50)
+            for i in range(n):
+                v = nc.createVariable(f"v{i}", "f4", ("time", "y", "x"), chunksizes=(1, 50, 50),
+                                      zlib=True, complevel=1, shuffle=True)
+                v[:] = rng.standard_normal((24, 50, 50)).astype("f4")
+    return str(path)
 
 
 def median_time(fn, repeats: int) -> tuple[float, object]:
@@ -97,6 +117,7 @@ def main(argv=None) -> int:
         measure("hdf5 stack, 12 files", h5["stack"], repeats),
         measure(f"hdf5 stack, {n_stack} files", h5_many["stack"], repeats),
         measure("netCDF classic, records", nc3["big"], repeats),
+        measure("netCDF-4 one file, 100 variables", wide_file(workdir, 100), repeats),
         measure("tiff stack, 12 files (new time axis)", tifs, repeats, concat_dim="time"),
     ]
     print(f"{'case':40} {'files':>5} {'chunks':>8} {'scan+plan s':>11} {'decode s':>9} "

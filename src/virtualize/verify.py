@@ -10,11 +10,12 @@ problem located at the source file, variable and block: fatal, so nothing is wri
 
 Which chunks: `select="groups"` (the default) groups an array's stored chunks by shape
 (per axis the chunk's length and whether it reaches past the array's end: edge and short
-chunks are where reshape bugs live) and takes each group's first and last chunk -- a
-handful per stack, whatever its number of files, since one array has one codec chain.
-`select="sources"` does so per shape and source file, `select="all"` takes every stored
-chunk (for `virtualize verify --decode`). A sample cannot catch a failure that depends on
-a chunk's content (a WebP tile whose all-opaque alpha was dropped); "all" can.
+chunks are where reshape bugs live) and takes each group's first chunk -- and its last
+one too for image codecs (JPEG, WebP, LERC), whose failures depend on a chunk's content
+(a WebP tile whose all-opaque alpha was dropped) -- plus the array's last chunk when
+another file holds it: a handful per stack, whatever its number of files, since one
+array has one codec chain. `select="sources"` takes the first and last chunk per shape
+and source file, `select="all"` every stored chunk (for `virtualize verify --decode`).
 Materialized chunks are not taken: they are decoded, re-encoded and checked when written
 (emit/materialize.py).
 
@@ -45,6 +46,8 @@ from .model import MATERIALIZED, ArrayPlan, FileInventory, Location, Plan, Probl
 DECODE_LIMIT = 64 * 2**20
 # At most this many distinct chunk shapes of one array are checked ("groups", "sources").
 MAX_GROUPS = 32
+# Codecs whose decoding can fail on one chunk and not on another of the same shape.
+CONTENT_DEPENDENT = frozenset({"imagecodecs_jpeg", "imagecodecs_webp", "imagecodecs_lerc"})
 
 
 @dataclass
@@ -80,6 +83,7 @@ def decode_check(plan: Plan, inventories: Iterable[FileInventory], *, select: st
     invs = {inv.path: inv for inv in inventories}
     skipped = set(skip)
     converted: dict[int, np.ndarray] = {}
+    jobs: list[_Job] = []
     for name, a in plan.arrays.items():
         if arrays is not None and name not in arrays:
             continue
@@ -93,10 +97,13 @@ def decode_check(plan: Plan, inventories: Iterable[FileInventory], *, select: st
                    if (plan.sources[s.source].path, None) not in skipped
                    and (plan.sources[s.source].path, name) not in skipped]
         if samples:
-            before = len(out.problems)
-            _ArrayCheck(plan, a, lengths, invs, out).run(samples)
-            if len(out.problems) > before and name in plan.figures:
-                plan.figures[name].refused = True  # the report counts it refused
+            check = _ArrayCheck(plan, a, lengths, invs, out)
+            jobs += [job for job in map(check.prepare, samples) if job is not None]
+    _decode(jobs)
+    _compare(jobs)
+    refused = {p.loc.variable for p in out.problems}
+    for name in refused & set(plan.figures):
+        plan.figures[name].refused = True  # the report counts the array refused
     out.seconds = time.perf_counter() - t0
     return out
 
@@ -117,10 +124,15 @@ def _choose(a: ArrayPlan, lengths: list[np.ndarray], select: str, out: DecodeChe
     if select == "all":
         chosen = flat
     elif select == "groups":
-        chosen = _group_ends(a, classes, stored, out)
+        # image codecs fail by content (an all-opaque WebP tile loses its alpha): each
+        # group's last chunk too; the array's last chunk when another file holds it
+        both = any(c["name"] in CONTENT_DEPENDENT for c in a.codecs)
+        chosen = _group_ends(a, classes, stored, out, both)
         if chosen is None:  # a group's end chunk is missing: look at every stored chunk
-            chosen = _by_key(a, classes, flat, None, out)
-        chosen = np.unique(np.concatenate([chosen, flat[[0, -1]]]))
+            chosen = _by_key(a, classes, flat, None, out, both)
+        paths = refs["path"].reshape(-1)
+        ends = flat[[0, -1]] if both or paths[flat[0]] != paths[flat[-1]] else flat[:1]
+        chosen = np.unique(np.concatenate([chosen, ends]))
     else:
         chosen = np.unique(np.concatenate([_by_key(a, classes, flat, refs["path"], out),
                                            flat[[0, -1]]]))
@@ -146,7 +158,7 @@ def _too_many(a: ArrayPlan, count: int, out: DecodeCheck) -> None:
                      f"first {MAX_GROUPS}")
 
 
-def _group_ends(a: ArrayPlan, classes, stored: np.ndarray, out: DecodeCheck):
+def _group_ends(a: ArrayPlan, classes, stored: np.ndarray, out: DecodeCheck, both: bool):
     """Flat indices of each shape group's first and last chunk, from the axes alone (no
     pass over the chunks), or None when one of them holds no stored block."""
     firsts, lasts = [], []
@@ -165,7 +177,7 @@ def _group_ends(a: ArrayPlan, classes, stored: np.ndarray, out: DecodeCheck):
         combos = combos[:MAX_GROUPS]
     chosen = []
     for combo in combos:
-        for ends in (firsts, lasts):
+        for ends in (firsts, lasts) if both else (firsts,):
             index = tuple(int(e[c]) for e, c in zip(ends, combo))
             if not stored[index]:
                 return None
@@ -173,7 +185,8 @@ def _group_ends(a: ArrayPlan, classes, stored: np.ndarray, out: DecodeCheck):
     return np.asarray(chosen, dtype=np.int64)
 
 
-def _by_key(a: ArrayPlan, classes, flat: np.ndarray, paths, out: DecodeCheck) -> np.ndarray:
+def _by_key(a: ArrayPlan, classes, flat: np.ndarray, paths, out: DecodeCheck,
+            both: bool = True) -> np.ndarray:
     """Flat indices of the first and last stored chunk of each shape group (and source,
     with `paths`): one pass over the stored chunks."""
     idx = np.unravel_index(flat, a.refs.shape)
@@ -190,7 +203,7 @@ def _by_key(a: ArrayPlan, classes, flat: np.ndarray, paths, out: DecodeCheck) ->
     if paths is None and first.size > MAX_GROUPS:
         _too_many(a, first.size, out)
         first, last = first[:MAX_GROUPS], last[:MAX_GROUPS]
-    return np.concatenate([flat[first], flat[last]])
+    return np.concatenate([flat[first], flat[last]] if both else [flat[first]])
 
 
 # -- one array -----------------------------------------------------------------------
@@ -199,6 +212,7 @@ def _by_key(a: ArrayPlan, classes, flat: np.ndarray, paths, out: DecodeCheck) ->
 class _Job:
     """One sample on its way: where it is in its file, and what zarr decoded."""
 
+    check: _ArrayCheck
     sample: _Sample
     path: str
     block: tuple[int, ...] | None = None
@@ -219,40 +233,15 @@ class _ArrayCheck:
         self.starts = [np.concatenate([[0], np.cumsum(lens)]) for lens in lengths]
         self.names = "[" + ", ".join(c["name"] for c in a.codecs) + "]"
 
-    def run(self, samples: list[_Sample]) -> None:
-        jobs = []
-        for s in samples:
-            job = self._prepare(s, self.plan.sources[s.source].path)
-            if job is not None:
-                jobs.append(job)
-        self._decode(jobs)
-        by_source: dict[str, list[_Job]] = defaultdict(list)
-        for job in jobs:
-            by_source[job.path].append(job)
-        from .scan import SourceReader
-
-        for path, group in by_source.items():
-            try:
-                reader = SourceReader(path).__enter__()
-            except Exception as e:
-                for job in group:
-                    self._problem(job, f"the source cannot be opened to compare "
-                                  f"({type(e).__name__}: {e})")
-                continue
-            try:
-                for job in group:
-                    self._compare(job, reader)
-            finally:
-                reader.__exit__(None, None, None)
-
     # -- locate the chunk in its file and read its bytes ---------------------------------
 
-    def _prepare(self, s: _Sample, path: str) -> _Job | None:
+    def prepare(self, s: _Sample) -> _Job | None:
         from .emit.materialize import chunk_key
         from .emit.metadata import array_doc
         from .plan._common import is_uncompressed
 
-        a, job = self.a, _Job(s, path)
+        path = self.plan.sources[s.source].path
+        a, job = self.a, _Job(self, s, path)
         inv = self.invs.get(path)
         v = inv.variables.get(a.name) if inv is not None else None
         if v is None or v.blocks is None:
@@ -314,50 +303,9 @@ class _ArrayCheck:
                                  f"{length} bytes")
         return job
 
-    # -- decode through zarr ------------------------------------------------------------
-
-    def _decode(self, jobs: list[_Job]) -> None:
-        """Every job's chunk read by zarr from an in-memory store holding the array's own
-        `zarr.json` and the chunk: the chunks of the array concurrently, in one call."""
-        import asyncio
-
-        import zarr
-        from zarr.core.buffer import cpu
-        from zarr.core.sync import sync
-        from zarr.storage import MemoryStore
-
-        from .emit.metadata import array_doc
-        from .read import rectilinear_enabled
-
-        def sel(job: _Job, start) -> tuple[slice, ...]:
-            return tuple(slice(lo, lo + e) for lo, e in zip(start, job.extents))
-
-        def open_(doc: dict, chunks: dict):
-            store = {"zarr.json": cpu.Buffer.from_bytes(json.dumps(doc).encode())}
-            store.update({k: cpu.Buffer.from_bytes(v) for k, v in chunks.items()})
-            return zarr.open_array(MemoryStore(store, read_only=True), mode="r", zarr_format=3)
-
-        async def read_all(pairs):
-            return await asyncio.gather(*(arr._async_array.getitem(sl) for arr, sl in pairs),
-                                        return_exceptions=True)
-
-        shared = [j for j in jobs if j.doc is None]
-        pairs = []
-        with rectilinear_enabled():
-            if shared:
-                arr = open_(array_doc(self.a), {j.key: j.data for j in shared})
-                pairs += [(arr, sel(j, [int(self.starts[axis][i])
-                                        for axis, i in enumerate(j.sample.index)]))
-                          for j in shared]
-            own = [j for j in jobs if j.doc is not None]
-            pairs += [(open_(j.doc, {j.key: j.data}), sel(j, [0] * len(j.extents))) for j in own]
-            results = sync(read_all(pairs)) if pairs else []
-        for job, got in zip(shared + own, results):
-            job.got = got
-
     # -- compare with the source library ------------------------------------------------
 
-    def _compare(self, job: _Job, reader) -> None:
+    def compare(self, job: _Job, reader) -> None:
         if isinstance(job.got, BaseException):
             e = job.got
             self._problem(job, f"decoding it through the cube's codecs {self.names} fails: "
@@ -384,6 +332,90 @@ class _ArrayCheck:
             f"of this file): {why}; a cube that reads differently from its sources is not "
             "written"))
         return None
+
+
+def _decode(jobs: list[_Job]) -> None:
+    """Every job's chunk read by zarr from an in-memory store holding the chunk, through an
+    array made from its array's own `zarr.json` (parsed once for every array that decodes
+    alike: same document but for attributes and dimension names): all arrays and chunks
+    concurrently, in one call into zarr's event loop."""
+    import asyncio
+
+    from zarr.core.array import AsyncArray
+    from zarr.core.buffer import cpu
+    from zarr.core.metadata.v3 import ArrayV3Metadata
+    from zarr.core.sync import sync
+    from zarr.storage import MemoryStore, StorePath
+
+    from .emit.metadata import array_doc
+    from .read import rectilinear_enabled
+
+    # one array per checked array (its chunks side by side), one per large chunk's rows
+    groups: dict[int, tuple[dict, dict, list]] = {}
+    for job in jobs:
+        if job.doc is None:
+            key = id(job.check)
+            if key not in groups:
+                groups[key] = (array_doc(job.check.a), {}, [])
+            start = [int(job.check.starts[axis][i]) for axis, i in enumerate(job.sample.index)]
+        else:
+            key = id(job)
+            groups[key] = (job.doc, {}, [])
+            start = [0] * len(job.extents)
+        groups[key][1][job.key] = job.data
+        groups[key][2].append((job, tuple(slice(lo, lo + e) for lo, e in zip(start, job.extents))))
+    if not groups:
+        return
+    parsed: dict[str, Any] = {}
+
+    def metadata(doc: dict):
+        plain = dict(doc, attributes={}, dimension_names=None)
+        sig = json.dumps(plain, sort_keys=True)
+        if sig not in parsed:  # from a copy: codecs' from_dict may change what they get
+            parsed[sig] = ArrayV3Metadata.from_dict(json.loads(sig))
+        return parsed[sig]
+
+    async def one(doc, chunks, items):
+        try:
+            meta = metadata(doc)
+            store = MemoryStore({k: cpu.Buffer.from_bytes(v) for k, v in chunks.items()},
+                                read_only=True)
+            arr = AsyncArray(meta, StorePath(store, ""))
+        except Exception as e:
+            return [e] * len(items)
+        return await asyncio.gather(*(arr.getitem(sel) for _, sel in items),
+                                    return_exceptions=True)
+
+    async def every():
+        return await asyncio.gather(*(one(*g) for g in groups.values()))
+
+    with rectilinear_enabled():
+        results = sync(every())
+    for (_, _, items), got in zip(groups.values(), results):
+        for (job, _), value in zip(items, got):
+            job.got = value
+
+
+def _compare(jobs: list[_Job]) -> None:
+    """Each decoded chunk against the source library's read, one open per source."""
+    from .scan import SourceReader
+
+    by_source: dict[str, list[_Job]] = defaultdict(list)
+    for job in jobs:
+        by_source[job.path].append(job)
+    for path, group in by_source.items():
+        try:
+            reader = SourceReader(path).__enter__()
+        except Exception as e:
+            for job in group:
+                job.check._problem(job, f"the source cannot be opened to compare "
+                                   f"({type(e).__name__}: {e})")
+            continue
+        try:
+            for job in group:
+                job.check.compare(job, reader)
+        finally:
+            reader.__exit__(None, None, None)
 
 
 def _explain(e: BaseException, a: ArrayPlan, job: _Job) -> str:
