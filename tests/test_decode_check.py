@@ -206,3 +206,19 @@ def test_large_chunks_are_checked_on_their_leading_rows(case, monkeypatch):
     files = case("filters_gzip_shuffle")
     report = virtualize.check(files)
     assert report.ok and any("not decode-checked" in n for n in report.notes)
+
+
+def test_every_chunk_in_bounded_batches(case, monkeypatch):
+    """select="all" (for `verify --decode`) decodes in batches, not all chunks at once."""
+    from virtualize import verify
+
+    calls = []
+    real = verify._decode
+    monkeypatch.setattr(verify, "BATCH_CHUNKS", 2)
+    monkeypatch.setattr(verify, "_decode", lambda jobs: (calls.append(len(jobs)), real(jobs)))
+    files = case("appended_batches")
+    report = virtualize.check(files)
+    calls.clear()
+    every = decode_check(report.plan, [virtualize.scan(f) for f in files], select="all")
+    assert every.problems == [] and every.chunks == sum(calls) > 2
+    assert max(calls) <= 2

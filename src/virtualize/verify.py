@@ -46,6 +46,9 @@ from .model import MATERIALIZED, ArrayPlan, FileInventory, Location, Plan, Probl
 DECODE_LIMIT = 64 * 2**20
 # At most this many distinct chunk shapes of one array are checked ("groups", "sources").
 MAX_GROUPS = 32
+# Chunks decoded together (one call into zarr), at most this many or this many bytes.
+BATCH_CHUNKS = 512
+BATCH_BYTES = 256 * 2**20
 # Codecs whose decoding can fail on one chunk and not on another of the same shape.
 CONTENT_DEPENDENT = frozenset({"imagecodecs_jpeg", "imagecodecs_webp", "imagecodecs_lerc"})
 
@@ -84,6 +87,7 @@ def decode_check(plan: Plan, inventories: Iterable[FileInventory], *, select: st
     skipped = set(skip)
     converted: dict[int, np.ndarray] = {}
     jobs: list[_Job] = []
+    held = 0
     for name, a in plan.arrays.items():
         if arrays is not None and name not in arrays:
             continue
@@ -98,7 +102,15 @@ def decode_check(plan: Plan, inventories: Iterable[FileInventory], *, select: st
                    and (plan.sources[s.source].path, name) not in skipped]
         if samples:
             check = _ArrayCheck(plan, a, lengths, invs, out)
-            jobs += [job for job in map(check.prepare, samples) if job is not None]
+            for job in map(check.prepare, samples):
+                if job is None:
+                    continue
+                jobs.append(job)
+                held += len(job.data)
+                if len(jobs) >= BATCH_CHUNKS or held >= BATCH_BYTES:  # ("all": bounded memory)
+                    _decode(jobs)
+                    _compare(jobs)
+                    jobs, held = [], 0
     _decode(jobs)
     _compare(jobs)
     refused = {p.loc.variable for p in out.problems}
