@@ -21,7 +21,8 @@ Materialized chunks are not taken: they are decoded, re-encoded and checked when
 
 Locating a chunk in its source needs that file's block table: the chunk's reference
 (source, offset) is looked up among the blocks of the file's variable (an offset inside a
-block is a row range of an uncompressed block, the split remedy).
+block is a row range of an uncompressed block, the split remedy). So the check verifies
+how a chunk decodes, not where the planner placed it in the grid.
 """
 
 from __future__ import annotations
