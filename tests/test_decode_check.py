@@ -222,3 +222,40 @@ def test_every_chunk_in_bounded_batches(case, monkeypatch):
     every = decode_check(report.plan, [virtualize.scan(f) for f in files], select="all")
     assert every.problems == [] and every.chunks == sum(calls) > 2
     assert max(calls) <= 2
+
+
+def _stack(d, bad_day: int) -> list:
+    d.mkdir()
+    data = np.arange(H * W, dtype="u2").reshape(H, W)
+    files = []
+    for day in (1, 2, 3):
+        path = d / f"2024-01-0{day}.tif"
+        if day == bad_day:
+            full_height_last_strip(path, data + day)
+        else:
+            tifffile.imwrite(path, data + day, compression="lzw", rowsperstrip=RPS,
+                             photometric="minisblack")
+        files.append(path)
+    return files
+
+
+def test_in_a_stack_the_problem_names_the_file(tmp_path):
+    """Three files along a new time axis, the last one written with a full-height last
+    strip: the array's last chunk (from another file than its first) is checked, and the
+    problem names that file and its own block."""
+    files = _stack(tmp_path / "last", bad_day=3)
+    report = virtualize.check(files, concat_dim="time")
+    assert [(p.kind, p.loc.file, p.loc.block) for p in report.problems] == [
+        ("decode-mismatch", str(files[2]), (4, 0))]
+    assert report.plan.figures["image"].refused
+
+
+def test_a_file_in_the_middle_needs_a_check_per_source(tmp_path):
+    """The sample is a handful per stack, not one per file: a bad file in the middle is
+    found by `select="sources"` (what `virtualize verify --decode` is for)."""
+    files = _stack(tmp_path / "middle", bad_day=2)
+    report = virtualize.check(files, concat_dim="time")
+    assert report.ok
+    per_source = decode_check(report.plan, [virtualize.scan(f) for f in files],
+                              select="sources")
+    assert [(p.loc.file, p.loc.block) for p in per_source.problems] == [(str(files[1]), (4, 0))]
