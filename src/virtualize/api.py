@@ -21,6 +21,7 @@ from .plan import ConcatOptions, MosaicOptions, plan_concat, plan_mosaic
 from .read import changed_sources, open_cube
 from .report import Report
 from .scan import scan as _scan
+from .verify import decode_check
 
 PathLike = str | os.PathLike
 Planner = Callable[[list[FileInventory]], tuple[Plan, list[Problem]]]
@@ -216,8 +217,13 @@ def _check(paths, planner: Planner, progress, materialize_limit: int | None = No
             problems.append(Problem(Location(), "materialize-limit",
                                     f"the plan would copy {copied.bytes} bytes in {copied.blocks} "
                                     f"block(s), more than the limit of {materialize_limit}"))
-    if plan is not None:
+        # every zarr.json rendered as the write renders it (check and write agree)
         problems.extend(_render_problems(plan))
+        # a few stored chunks decoded through the cube's codecs, compared with the sources
+        checked = decode_check(plan, invs, skip={(p.loc.file, p.loc.variable)
+                                                 for p in problems if p.fatal})
+        problems.extend(checked.problems)
+        notes.extend(checked.notes)
     if len(invs) < len(files) and plan is not None:
         notes.append(f"{len(files) - len(invs)} file(s) could not be scanned")
     return Report(files=[os.path.abspath(f) for f in files], problems=problems, plan=plan,

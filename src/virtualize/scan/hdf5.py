@@ -124,6 +124,10 @@ class _Scanner:
                          f"data type {ds.dtype} (string, compound, vlen or reference) is not "
                          "supported: variable skipped", fatal=False)
             return None
+        odd = stored_type_differs(ds.id.get_type(), dtype)
+        if odd:  # numbers that would read wrong: refused, unless the user drops them
+            self.problem(name, "unsupported-type", f"{odd}; --drop {name} leaves it out")
+            return None
         shape = tuple(int(n) for n in ds.shape) if ds.shape is not None else None
         if shape is None:
             self.problem(name, "unsupported-type", "null dataspace: skipped", fatal=False)
@@ -358,8 +362,10 @@ def hdf5_filter_codec(code: int, values: tuple[int, ...], dtype: np.dtype) -> di
         return {"name": "numcodecs.shuffle", "configuration": {"elementsize": int(dtype.itemsize)}}
     if code == h5py.h5z.FILTER_FLETCHER32:
         return {"name": "numcodecs.fletcher32", "configuration": {}}
-    if code == 32015:  # zstd: plain zstd frames
-        return {"name": "numcodecs.zstd", "configuration": {"level": int(values[0]) if values else 0}}
+    if code == 32015:  # zstd: plain zstd frames; the level (a C int, stored as unsigned) only
+        # matters for encoding, but is written as the signed number it is
+        level = int(np.array(values[0] if values else 0, dtype=np.uint32).view(np.int32))
+        return {"name": "numcodecs.zstd", "configuration": {"level": level}}
     if code == 32001:  # blosc: standard blosc1 frames; parameters live in each frame
         return {"name": "numcodecs.blosc", "configuration": {}}
     # szip (4), nbit (5), scaleoffset (6), lz4 (32004, own framing), bitshuffle (32008, own
@@ -377,6 +383,51 @@ def _numeric_dtype(dt: np.dtype) -> tuple[np.dtype | None, dict | None]:
     if dt.kind in "biufc" and dt.fields is None and h5py.check_vlen_dtype(dt) is None:
         return np.dtype(dt.str if dt.kind != "b" else bool), None
     return None, None
+
+
+def stored_type_differs(tid, dtype: np.dtype) -> str | None:
+    """Why the bytes HDF5 stores for type `tid` are not the bytes of numpy `dtype` (so a
+    zarr `bytes` codec would misread them), or None when they are. h5py maps types by
+    class and size and lets HDF5 convert on read: a bfloat16 (2 bytes, 8-bit exponent)
+    reads as float32, a 12-bit integer in 2 bytes as int16; neither is what its stored
+    bytes decode to as a zarr data type."""
+    dtype = np.dtype(dtype)
+    cls = tid.get_class()
+    if cls == h5py.h5t.ENUM:
+        tid = tid.get_super()
+        cls = tid.get_class()
+    if cls == h5py.h5t.COMPOUND and dtype.kind == "c":  # h5py's complex: {r, i}
+        half = dtype.itemsize // 2
+        if tid.get_size() != dtype.itemsize or tid.get_nmembers() != 2:
+            return f"complex stored as a {tid.get_size()}-byte compound, not {dtype.itemsize} bytes"
+        for i in range(2):
+            why = stored_type_differs(tid.get_member_type(i), np.dtype(f"{dtype.byteorder}f{half}"))
+            if why or tid.get_member_offset(i) != i * half:
+                return f"complex parts are not two adjacent IEEE floats ({why or 'offsets'})"
+        return None
+    if cls not in (h5py.h5t.INTEGER, h5py.h5t.FLOAT, h5py.h5t.BITFIELD):
+        return None
+    size, precision, offset = tid.get_size(), tid.get_precision(), tid.get_offset()
+    if cls == h5py.h5t.FLOAT:
+        std = {2: h5py.h5t.IEEE_F16LE, 4: h5py.h5t.IEEE_F32LE, 8: h5py.h5t.IEEE_F64LE}.get(size)
+        layout = (tid.get_fields(), tid.get_ebias(), tid.get_norm(), precision, offset)
+        if std is None or layout != (std.get_fields(), std.get_ebias(), std.get_norm(),
+                                     std.get_precision(), std.get_offset()):
+            _spos, _epos, esize, _mpos, msize = tid.get_fields()
+            what = " (bfloat16)" if (size, esize, msize) == (2, 8, 7) else ""
+            return (f"a {8 * size}-bit float with {esize} exponent and {msize} mantissa bits"
+                    f"{what} is not an IEEE float zarr has a data type for (h5py "
+                    f"reads it as {dtype}, HDF5 converting each value)")
+    if size != dtype.itemsize:
+        return (f"HDF5 stores {size} byte(s) per value, but h5py reads it as {dtype} "
+                f"({dtype.itemsize} bytes; HDF5 converts each value on read): zarr has no data "
+                "type for the stored values")
+    if precision != 8 * size or offset != 0:
+        return (f"a {precision}-bit number at bit offset {offset} in {size} byte(s) (h5py reads "
+                f"it as {dtype}, HDF5 converting each value): zarr has no such data type")
+    if tid.get_order() not in (h5py.h5t.ORDER_LE, h5py.h5t.ORDER_BE, h5py.h5t.ORDER_NONE):
+        return "byte order is neither little- nor big-endian"
+    return None
 
 
 def _fill_value(ds: h5py.Dataset, dtype: np.dtype):

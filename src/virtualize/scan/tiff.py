@@ -333,18 +333,12 @@ def tiff_codecs(page, dtype: np.dtype) -> tuple[list[dict], str | None]:
         if pred != 1:
             return [], f"predictor {pred} with {comp.name} compression"
         if comp == C.JPEG:
-            conf: dict[str, Any] = {}
-            if page.jpegtables:
-                import base64
-                conf["tables"] = base64.b64encode(bytes(page.jpegtables)).decode()
-            if page.photometric == tifffile.PHOTOMETRIC.YCBCR:
-                conf["colorspace_jpeg"] = "YCBCR"
-                conf["colorspace_data"] = "RGB"
-            elif page.photometric == tifffile.PHOTOMETRIC.RGB:
-                conf["colorspace_jpeg"] = "RGB"
-                conf["colorspace_data"] = "RGB"
-            return [{"name": "imagecodecs_jpeg", "configuration": conf}], None
+            return _jpeg_codec(page)
         if comp == C.WEBP:
+            if page.samplesperpixel == 4:
+                # a WebP segment whose alpha is all opaque is stored without its alpha
+                # channel (libwebp drops it); decode RGBA regardless, as tifffile does
+                return [{"name": "imagecodecs_webp", "configuration": {"hasalpha": True}}], None
             return [{"name": "imagecodecs_webp", "configuration": {}}], None
         return [{"name": "imagecodecs_lerc", "configuration": {}}], None
     if comp not in BYTES_CODECS:
@@ -365,6 +359,39 @@ def tiff_codecs(page, dtype: np.dtype) -> tuple[list[dict], str | None]:
     if make is not None:
         codecs.append(make())
     return codecs, None
+
+
+def _jpeg_codec(page) -> tuple[list[dict], str | None]:
+    """JPEG segments decoded with the colour spaces tifffile decodes them with
+    (`tifffile.tifffile.jpeg_decode_colorspace`): with extra samples (RGB + alpha) the
+    components are returned as stored; YCbCr becomes RGB; RGB without a JFIF marker is
+    RGB (Adobe-style); planar-separate planes are single grey components."""
+    P = tifffile.PHOTOMETRIC
+    photometric = int(page.photometric)
+    conf: dict[str, Any] = {}
+    if page.jpegtables:
+        import base64
+        conf["tables"] = base64.b64encode(bytes(page.jpegtables)).decode()
+    jpeg_cs: str | None = None
+    data_cs: str | None = None
+    if not page.extrasamples:
+        if photometric == P.YCBCR:
+            data_cs = "RGB"
+        elif photometric == P.RGB:
+            if not page.is_jfif:
+                jpeg_cs = "RGB"
+            data_cs = "RGB"
+        elif photometric == P.SEPARATED:
+            data_cs = "CMYK"
+        elif photometric > 3:
+            return [], f"JPEG with photometric {page.photometric.name} has no exact zarr decoding"
+    if page.planarconfig != tifffile.PLANARCONFIG.CONTIG:
+        data_cs = "GRAYSCALE"
+    if jpeg_cs is not None:
+        conf["colorspace_jpeg"] = jpeg_cs
+    if data_cs is not None:
+        conf["colorspace_data"] = data_cs
+    return [{"name": "imagecodecs_jpeg", "configuration": conf}], None
 
 
 def _georeference(page) -> dict | None:
