@@ -84,7 +84,12 @@ def decode_check(plan: Plan, inventories: Iterable[FileInventory], *, select: st
         raise ValueError(f"select must be 'groups', 'sources' or 'all', not {select!r}")
     t0 = time.perf_counter()
     out = DecodeCheck()
-    invs = {inv.path: inv for inv in inventories}
+    # which inventories' block tables hold a source's bytes, and under which local path
+    # index: a file's own (0), or a reference set's data file (k)
+    invs: dict[str, list[tuple[FileInventory, int]]] = defaultdict(list)
+    for inv in inventories:
+        for k, src in enumerate(inv.sources()):
+            invs[src.path].append((inv, k))
     skipped = set(skip)
     converted: dict[int, np.ndarray] = {}
     jobs: list[_Job] = []
@@ -228,6 +233,7 @@ class _Job:
     check: _ArrayCheck
     sample: _Sample
     path: str
+    reader: str | None = None  # the file whose library reads the region (default: path)
     block: tuple[int, ...] | None = None
     region: tuple[tuple[int, int], ...] = ()  # in the file, as far as the cube chunk holds
     new_axis: bool = False
@@ -240,7 +246,7 @@ class _Job:
 
 class _ArrayCheck:
     def __init__(self, plan: Plan, a: ArrayPlan, lengths: list[np.ndarray],
-                 invs: dict[str, FileInventory], out: DecodeCheck):
+                 invs: dict[str, list[tuple[FileInventory, int]]], out: DecodeCheck):
         self.plan, self.a, self.invs, self.out = plan, a, invs, out
         self.lengths = lengths
         self.starts = [np.concatenate([[0], np.cumsum(lens)]) for lens in lengths]
@@ -255,21 +261,24 @@ class _ArrayCheck:
 
         path = self.plan.sources[s.source].path
         a, job = self.a, _Job(self, s, path)
-        inv = self.invs.get(path)
-        v = inv.variables.get(a.name) if inv is not None else None
-        if v is None or v.blocks is None:
+        held = [(inv.variables.get(a.name), k, inv) for inv, k in self.invs.get(path, ())]
+        held = [(v, k, inv) for v, k, inv in held if v is not None and v.blocks is not None]
+        if not held:
             return self._problem(job, f"{a.name!r} has no block table in this source to "
                                  "compare the chunk with")
+        v, k, inv = next((h for h in held if self._holds(h[0], h[1], s.offset)), held[0])
+        if k:  # a reference set's data file: its own reader is zarr over the references
+            job.reader = inv.path
         job.new_axis = len(a.shape) == len(v.shape) + 1
         starts = [int(self.starts[axis][i]) for axis, i in enumerate(s.index)]
         job.extents = [min(lo + int(self.lengths[axis][i]), int(a.shape[axis])) - lo
                        for axis, (lo, i) in enumerate(zip(starts, s.index))]
-        frefs = v.blocks.refs.reshape(-1)
-        off, ln = frefs["offset"], frefs["length"]
-        hit = np.flatnonzero((ln > 0) & (off <= s.offset) & (s.offset < off + ln))
+        hit = self._hits(v, k, s.offset)
         if not hit.size:
             return self._problem(job, "its bytes are not inside any block of this variable in "
                                  "this file")
+        frefs = v.blocks.refs.reshape(-1)
+        off = frefs["offset"]
         file_extents = job.extents[1:] if job.new_axis else job.extents
         bs = v.blocks.block_shape
         for h in hit.tolist():  # blocks sharing bytes decode alike: prefer one that fits
@@ -315,6 +324,17 @@ class _ArrayCheck:
             return self._problem(job, f"the file ends after {len(job.data)} of the chunk's "
                                  f"{length} bytes")
         return job
+
+    @staticmethod
+    def _hits(v, k: int, offset: int) -> np.ndarray:
+        """Flat indices of `v`'s blocks in local path `k` whose bytes hold `offset`."""
+        frefs = v.blocks.refs.reshape(-1)
+        off, ln = frefs["offset"], frefs["length"]
+        return np.flatnonzero((ln > 0) & (frefs["path"] == k) & (off <= offset) &
+                              (offset < off + ln))
+
+    def _holds(self, v, k: int, offset: int) -> bool:
+        return bool(self._hits(v, k, offset).size)
 
     # -- compare with the source library ------------------------------------------------
 
@@ -415,7 +435,7 @@ def _compare(jobs: list[_Job]) -> None:
 
     by_source: dict[str, list[_Job]] = defaultdict(list)
     for job in jobs:
-        by_source[job.path].append(job)
+        by_source[job.reader or job.path].append(job)
     for path, group in by_source.items():
         try:
             reader = SourceReader(path).__enter__()
