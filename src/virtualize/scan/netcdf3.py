@@ -468,8 +468,7 @@ def scan_netcdf3(path: str) -> FileInventory:
             truncated = end > st.st_size
             if truncated:
                 problems.append(Problem(Location(path, v.name), "truncated",
-                                        f"the header places this variable's data up to byte "
-                                        f"{end}, but the file has only {st.st_size} bytes"))
+                                        _truncated_message(h, v, end, st.st_size)))
             dims = tuple(dim_names[d] for d in v.dimids)
             is_coord = len(dims) == 1 and dims[0] == v.name
             values = None
@@ -478,12 +477,25 @@ def scan_netcdf3(path: str) -> FileInventory:
             variables[v.name] = Variable(
                 name=v.name, dtype=v.dtype, shape=v.shape, dims=dims, attrs=v.attrs,
                 fill_value=fill_value(v), codecs=[bytes_codec(v.dtype)],
-                blocks=block_table(h, v), values=values, is_coordinate=is_coord)
+                # a record variable cut short has no block table: numrecs may be corrupt
+                # (2**62 records would be a 2**62-row table), and the problem is fatal
+                blocks=None if truncated and v.is_record else block_table(h, v),
+                values=values, is_coordinate=is_coord)
         bytes_read = f.bytes_read
     dimensions = {name: Dimension(name, h.numrecs if n == 0 else n, n == 0)
                   for name, n in h.dims}
     return FileInventory(path, FORMATS[h.version], st.st_size, st.st_mtime_ns, {"": h.gatts},
                          dimensions, variables, problems, bytes_read)
+
+
+def _truncated_message(h: NcHeader, v: NcVar, end: int, size: int) -> str:
+    msg = f"the header places this variable's data up to byte {end}, but the file has only {size} bytes"
+    if not v.is_record:
+        return msg
+    room = max(size - v.begin, 0) // h.recsize if h.recsize else 0
+    where = "numrecs (byte offset 4)" if not h.streaming else "the file size"
+    return (f"{msg}: {where} gives {h.numrecs} records of {h.recsize} bytes, the file has room "
+            f"for {room} (a corrupt numrecs, or a truncated file)")
 
 
 def read_netcdf3_values(path: str, variable: str,
