@@ -58,6 +58,7 @@ def scan_tiff(path: str) -> FileInventory:
     st = os.stat(path)
     with CountingFile(path) as fh, _tifffile_warnings() as warnings:
         check_ifd_chain(fh, path, st.st_size)
+        fh.seek(0)  # tifffile starts reading where the handle is
         with tifffile.TiffFile(fh, is_shaped=False, is_ome=False, is_imagej=False) as tif:
             inv = _TiffScanner(path, tif, st.st_size).run(st.st_mtime_ns)
         inv.bytes_read = fh.bytes_read
