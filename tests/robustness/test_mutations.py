@@ -24,7 +24,7 @@ The rule every outcome must follow (`_oracle.judge`):
   into a `scan-timeout` refusal, which is fine), a refusal not naming the file.
 
 Budget: a fixed number of derandomized examples per source (`VIRTUALIZE_MUTATIONS`,
-default 12), so the directory stays within about a minute on 2 cores. Maintainers run
+default 30), so the directory stays within about a minute on 2 cores. Maintainers run
 longer, e.g. ``VIRTUALIZE_MUTATIONS=500 pytest tests/robustness``; the counts of mutated
 files, formats and outcomes are printed at the end of the session (conftest.py).
 """
@@ -44,7 +44,7 @@ from virtualize.scan import scan
 from ._oracle import judge
 from .conftest import OUTCOMES
 
-EXAMPLES = int(os.environ.get("VIRTUALIZE_MUTATIONS", "12"))
+EXAMPLES = int(os.environ.get("VIRTUALIZE_MUTATIONS", "30"))
 
 # (label, fixture case, file index): every scanner and the layouts it handles
 SOURCES = [
