@@ -78,6 +78,7 @@ class _Worker:
                                 name="virtualize-scan")
         self.proc.start()
         child.close()
+        self.owner = os.getpid()  # a forked caller must not use its parent's workers
         self.path: str | None = None
         self.deadline = 0.0
 
@@ -111,6 +112,8 @@ def _take() -> _Worker:
     with _lock:
         while _idle:
             w = _idle.pop()
+            if w.owner != os.getpid():
+                continue
             if w.proc.is_alive():
                 return w
             w.conn.close()
@@ -127,7 +130,8 @@ def _shutdown() -> None:
     with _lock:
         workers, _idle[:] = list(_idle), []
     for w in workers:
-        w.close()
+        if w.owner == os.getpid():
+            w.close()
 
 
 def timed_out(path: str, timeout: float) -> list[Problem]:

@@ -198,9 +198,14 @@ class _Cursor:
 
     def name(self, what: str) -> str:
         n = self.non_neg(f"the name length of {what}")
+        at = self.pos
         raw = self.take(n, f"the name of {what}")
         self.skip_padding(n, f"the name of {what}")
-        return raw.decode("utf-8", errors="replace")
+        try:  # the spec: names are UTF-8 (netCDF-C and netCDF4-python refuse others)
+            return raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise corrupt(self.path, f"the name of {what} at byte offset {at} is not valid "
+                                     f"UTF-8 (byte {at + e.start})") from None
 
     def nc_type(self, what: str) -> int:
         at = self.pos
