@@ -70,8 +70,9 @@ def _serve(conn) -> None:  # the worker's main loop
 class _Worker:
     def __init__(self) -> None:
         # fork is cheap and safe while the caller has no other threads; zarr's event-loop
-        # thread (or the caller's own) makes it unsafe, then the forkserver starts us
-        method = "fork" if threading.active_count() == 1 else "forkserver"
+        # thread, a Rust runtime's (icechunk) or the caller's own make it unsafe, then the
+        # forkserver starts us
+        method = "fork" if _threads() == 1 else "forkserver"
         ctx = multiprocessing.get_context(method)
         self.conn, child = ctx.Pipe()
         self.proc = ctx.Process(target=_serve, args=(child,), daemon=True,
@@ -102,6 +103,14 @@ class _Worker:
             self.proc.kill()
             self.proc.join()
         self.conn.close()
+
+
+def _threads() -> int:
+    """Threads of this process, the ones Python did not start included (Linux)."""
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return threading.active_count()
 
 
 _idle: list[_Worker] = []
