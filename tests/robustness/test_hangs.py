@@ -218,3 +218,37 @@ def test_corrupt_numrecs_names_the_field(case, tmp_path, case_name, width):
     assert bad and all(p.loc.file == str(path) and p.fatal for p in bad)
     assert "numrecs (byte offset 4)" in bad[0].message and "room for" in bad[0].message
     assert judge(path, tmp_path / "cube.zarr") == "refused"
+
+
+def test_absurd_fixed_dimension_is_truncated_not_an_overflow(case, tmp_path):
+    """A fixed dimension length of 2**32 - 1 makes a variable need more than 2**64 bytes:
+    a located truncated problem, no block table (it would not fit a reference)."""
+    src = case("nc3_months_classic")[0]
+    b = bytearray(src.read_bytes())
+    # dimension list: magic 4, numrecs 4, tag 4, count 4; dimension 0: name length, name
+    # (padded), length; the second dimension follows
+    at = 16
+    for _ in range(2):
+        n = int.from_bytes(b[at:at + 4], "big")
+        at += 4 + n + (-n % 4) + 4
+    b[at - 4:at] = (2**32 - 1).to_bytes(4, "big")  # the length of dimension 1
+    path = tmp_path / "dim.nc"
+    path.write_bytes(b)
+    inv = scan(path)
+    bad = [p for p in inv.problems if p.kind == "truncated"]
+    assert bad and all(p.loc.file == str(path) for p in bad)
+    assert all(inv.variables[p.loc.variable].blocks is None for p in bad)
+    assert judge(path, tmp_path / "cube.zarr") == "refused"
+
+
+def test_huge_chunk_grid_is_a_located_problem(tmp_path):
+    """A dataspace of 2**40 chunks (corrupt, or just huge): refused before allocating its
+    block table, naming the variable."""
+    path = tmp_path / "huge.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("big", shape=(2**20, 2**20), chunks=(1, 1), dtype="u1")
+        f.create_dataset("small", data=np.arange(10))
+    inv = scan(path)
+    [p] = inv.problems
+    assert (p.loc.file, p.loc.variable, p.kind, p.fatal) == (str(path), "big", "too-many-blocks", True)
+    assert inv.variables["big"].blocks is None

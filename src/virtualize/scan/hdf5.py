@@ -7,6 +7,7 @@ variables, whose values the planner checks and inlines.
 
 from __future__ import annotations
 
+import math
 import os
 from array import array
 from typing import Any
@@ -15,6 +16,7 @@ import h5py
 import numpy as np
 
 from ..model import (
+    REF_DTYPE,
     BlockTable,
     Dimension,
     FileInventory,
@@ -33,6 +35,9 @@ HIDDEN_ATTRS = frozenset({
     "_IsNetcdf4",
 })
 NC_DIM_ONLY = "This is a netCDF dimension but not a netCDF variable"
+# Chunks per dataset beyond which no block table is built (dense references, 20 bytes each:
+# 2**27 chunks are 2.5 GiB); a corrupt dataspace would otherwise ask for petabytes.
+MAX_BLOCKS = 1 << 27
 
 
 def scan_hdf5(path: str) -> FileInventory:
@@ -192,6 +197,13 @@ class _Scanner:
             return None, codecs
         codecs += filters
         grid = tuple(-(-n // c) for n, c in zip(shape, chunks))
+        cells = math.prod(grid)
+        if cells > MAX_BLOCKS:  # checked before allocating (a corrupt dataspace, or just huge)
+            self.problem(name, "too-many-blocks",
+                         f"shape {shape} in chunks of {chunks} is {cells} chunks: its block table "
+                         f"would take {cells * REF_DTYPE.itemsize} bytes (the limit is "
+                         f"{MAX_BLOCKS} chunks)")
+            return None, codecs
         refs = empty_refs(grid)
         if all(grid):
             idx, offsets, sizes, masks = _walk_chunk_index(ds.id, len(shape))

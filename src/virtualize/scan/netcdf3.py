@@ -482,9 +482,10 @@ def scan_netcdf3(path: str) -> FileInventory:
             variables[v.name] = Variable(
                 name=v.name, dtype=v.dtype, shape=v.shape, dims=dims, attrs=v.attrs,
                 fill_value=fill_value(v), codecs=[bytes_codec(v.dtype)],
-                # a record variable cut short has no block table: numrecs may be corrupt
-                # (2**62 records would be a 2**62-row table), and the problem is fatal
-                blocks=None if truncated and v.is_record else block_table(h, v),
+                # a variable cut short has no block table: numrecs or a dimension length
+                # may be corrupt (2**62 records would be a 2**62-row table, a 2**64-byte
+                # block does not fit a reference), and the problem is fatal
+                blocks=None if truncated else block_table(h, v),
                 values=values, is_coordinate=is_coord)
         bytes_read = f.bytes_read
     dimensions = {name: Dimension(name, h.numrecs if n == 0 else n, n == 0)
