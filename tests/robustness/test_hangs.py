@@ -112,24 +112,28 @@ def test_one_strip_bytecount_is_resolved_as_tifffile_does(tmp_path, count):
     assert np.array_equal(virtualize.open(tmp_path / "cube.zarr")["image"][...], data)
 
 
-def test_zero_count_strip_of_several_reads_as_fill_like_tifffile(tmp_path):
-    """With several strips, tifffile treats a 0-byte strip as missing (fill): so does the cube."""
+def test_zero_count_with_an_offset_is_refused(tmp_path):
+    """With several strips, a strip with an offset but byte count 0 is neither stored nor
+    sparse (offset 0, count 0). tifffile consolidates reads of strips that follow each
+    other and slices the buffer by the counts, so the strips after it are read from
+    shifted positions (wrong pixels, or a decode error): refused, naming the strip."""
     path = tmp_path / "strips.tif"
     data = np.arange(40 * 30, dtype="u2").reshape(40, 30) + 1
     tifffile.imwrite(path, data, rowsperstrip=10, photometric="minisblack", metadata=None)
     with tifffile.TiffFile(path) as t:
-        counts_at = t.pages[0].tags["StripByteCounts"].valueoffset
+        tag = t.pages[0].tags["StripByteCounts"]
+        at, width = tag.valueoffset, 2 if tag.dtype == 3 else 4  # SHORT or LONG
     b = bytearray(path.read_bytes())
-    struct.pack_into("<I", b, counts_at + 4, 0)  # strip 1
+    b[at + width:at + 2 * width] = bytes(width)  # strip 1
     path.write_bytes(b)
     with tifffile.TiffFile(path) as t:
-        zero = [i for i, n in enumerate(t.pages[0].databytecounts) if n == 0]
-    assert zero and 0 not in zero
-    expected = tifffile.imread(path)
-    for i in zero:
-        assert (expected[10 * i:10 * i + 10] == 0).all()
-    assert np.array_equal(expected[:10], data[:10])
-    assert judge(path, tmp_path / "cube.zarr") == "accepted"
+        assert t.pages[0].databytecounts[1] == 0 and t.pages[0].dataoffsets[1] > 0
+    assert not np.array_equal(tifffile.imread(path)[20:30], data[20:30])  # shifted
+    inv = scan(path)
+    [p] = [p for p in inv.problems if p.fatal]
+    assert (p.kind, p.loc.variable, p.loc.block) == ("corrupt", "image", (1, 0))
+    assert "strip/tile 1 has offset" in p.message
+    assert judge(path, tmp_path / "cube.zarr") == "refused"
 
 
 # -- HDF5: a flipped byte in a global heap ------------------------------------------------------
@@ -252,3 +256,43 @@ def test_huge_chunk_grid_is_a_located_problem(tmp_path):
     [p] = inv.problems
     assert (p.loc.file, p.loc.variable, p.kind, p.fatal) == (str(path), "big", "too-many-blocks", True)
     assert inv.variables["big"].blocks is None
+
+
+# -- netCDF classic: what the mutation suite found ------------------------------------------------
+
+def _nc3_with(case, tmp_path, old: bytes, new: bytes):
+    b = case("nc3_months_classic")[0].read_bytes()
+    assert b.count(old) >= 1
+    path = tmp_path / "m.nc"
+    path.write_bytes(b.replace(old, new, 1))
+    return path
+
+
+@pytest.mark.parametrize("new", [b"t/as", b"t\x00as", b"t\xf4as"])
+def test_names_follow_the_spec(case, tmp_path, new):
+    """A name with '/' or a control character (a cube path component), or not UTF-8: a
+    corrupt header naming the offset, not a cube with a mangled name."""
+    path = _nc3_with(case, tmp_path, b"\x00\x00\x00\x03tas\x00", b"\x00\x00\x00\x04" + new)
+    with pytest.raises(VirtualizeError) as ei:
+        scan(path)
+    p = ei.value.problems[0]
+    assert p.kind == "corrupt" and p.loc.file == str(path) and "name of variable" in p.message
+
+
+def test_overlapping_begin_offsets_are_refused_as_netcdf_c_does(case, tmp_path):
+    """A variable beginning inside the previous variable's data: netCDF-C refuses the file
+    (NC_check_voffs), so does the scan, naming the variable."""
+    import netCDF4
+
+    src = case("nc3_months_classic")[0]
+    inv = scan(src)
+    lat = int(inv.variables["lat"].blocks.refs.ravel()[0]["offset"])
+    lon = int(inv.variables["lon"].blocks.refs.ravel()[0]["offset"])
+    assert lon > lat
+    path = _nc3_with(case, tmp_path, lon.to_bytes(4, "big"), (lat + 4).to_bytes(4, "big"))
+    with pytest.raises(OSError):
+        netCDF4.Dataset(path)
+    with pytest.raises(VirtualizeError) as ei:
+        scan(path)
+    p = ei.value.problems[0]
+    assert p.kind == "corrupt" and "'lon'" in p.message and "before the end of" in p.message

@@ -202,10 +202,16 @@ class _Cursor:
         raw = self.take(n, f"the name of {what}")
         self.skip_padding(n, f"the name of {what}")
         try:  # the spec: names are UTF-8 (netCDF-C and netCDF4-python refuse others)
-            return raw.decode("utf-8")
+            name = raw.decode("utf-8")
         except UnicodeDecodeError as e:
             raise corrupt(self.path, f"the name of {what} at byte offset {at} is not valid "
                                      f"UTF-8 (byte {at + e.start})") from None
+        bad = [c for c in name if c == "/" or ord(c) < 0x20 or ord(c) == 0x7F]
+        if not name or bad:  # the spec's name grammar; a '/' or NUL would also break paths
+            raise corrupt(self.path, f"the name of {what} at byte offset {at} is "
+                                     + (f"{name!r}: {bad[0]!r} is not allowed in names" if bad
+                                        else "empty"))
+        return name
 
     def nc_type(self, what: str) -> int:
         at = self.pos
@@ -351,6 +357,7 @@ def _layout(h: NcHeader, path: str, size: int) -> None:
         h.recsize = records[0].nbytes
     else:
         h.recsize = sum(v.nbytes + (-v.nbytes % 4) for v in records)
+    _check_offsets(h, path)
     if h.streaming:
         first = min((v.begin for v in records), default=size)
         h.numrecs = max(size - first, 0) // h.recsize if h.recsize else 0
@@ -360,6 +367,25 @@ def _layout(h: NcHeader, path: str, size: int) -> None:
         if v.is_record:
             sizes[0] = h.numrecs
         v.shape = tuple(sizes)
+
+
+def _check_offsets(h: NcHeader, path: str) -> None:
+    """The begin offsets netCDF-C accepts (NC_computeshapes, NC_check_voffs): fixed-size
+    variables in header order, each after the previous one's data, then the record
+    variables, likewise. netCDF-C refuses other files ("Unknown file format")."""
+    def end(v: NcVar) -> int:  # netCDF-C's len: the data rounded up to 4 bytes
+        return v.begin + v.nbytes + (-v.nbytes % 4)
+
+    fixed = [v for v in h.variables if not v.is_record]
+    records = [v for v in h.variables if v.is_record]
+    prev, prev_name = h.header_len, "the header"
+    for group in (fixed, records):
+        for v in group:
+            if v.begin < prev:
+                raise corrupt(path, f"variable {v.name!r} (header entry at byte offset "
+                                    f"{v.header_offset}) begins at byte {v.begin}, before the end "
+                                    f"of {prev_name} (byte {prev})")
+            prev, prev_name = end(v), f"variable {v.name!r}'s data"
 
 
 def data_end(h: NcHeader, v: NcVar) -> int:

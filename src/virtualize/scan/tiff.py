@@ -212,13 +212,34 @@ class _TiffScanner:
             self.problem(name, "unsupported-tiff", f"{where}: block layout {page.chunked} does not "
                          f"match shape {page.shape}")
             return
+        contiguous = np.asarray([bool(p.is_contiguous) and p.compression == C.NONE for p in pages])
+        for k, p in enumerate(pages):
+            # tifffile stands in for a missing or damaged byte-count tag (one count for the
+            # whole image): only a contiguous uncompressed image reads right without it
+            counts_tag = p.tags.get(325 if p.is_tiled else 279)
+            if len(p.databytecounts) != len(p.dataoffsets) or (counts_tag is None
+                                                               and not contiguous[k]):
+                self.problem(name, "corrupt", f"{where}: page {k}: the "
+                             f"{'TileByteCounts' if p.is_tiled else 'StripByteCounts'} tag is "
+                             f"missing or damaged ({len(p.databytecounts)} counts for "
+                             f"{len(p.dataoffsets)} offsets)")
+                return
         offsets = np.asarray([p.dataoffsets for p in pages], dtype=np.uint64)
         counts = np.asarray([p.databytecounts for p in pages], dtype=np.uint64)
         if offsets.shape[1] != math.prod(grid):
             self.problem(name, "corrupt", f"{where}: {offsets.shape[1]} strips/tiles listed, "
                          f"{math.prod(grid)} expected for shape {shape}")
             return
-        contiguous = np.asarray([bool(p.is_contiguous) and p.compression == C.NONE for p in pages])
+        half = (offsets > 0) & (counts == 0) & ~contiguous[:, None]
+        if half.any():
+            # neither stored nor sparse (sparse is offset 0 and count 0): tifffile reads the
+            # segments after such an entry from shifted positions when the others follow
+            # each other in the file, so no reading of it is the library's: refused
+            k, i = (int(x[0]) for x in np.nonzero(half))
+            self.problem(name, "corrupt", f"{where}: page {k}: strip/tile {i} has offset "
+                         f"{int(offsets[k, i])} but byte count 0",
+                         block=tuple(int(b) for b in np.unravel_index(i, grid)))
+            return
         if contiguous.any():
             # tifffile reads a contiguous image (one uncompressed strip, or strips that
             # follow each other) as nbytes from the first offset, whatever the byte counts
