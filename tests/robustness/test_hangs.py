@@ -224,9 +224,12 @@ def test_corrupt_numrecs_names_the_field(case, tmp_path, case_name, width):
     assert judge(path, tmp_path / "cube.zarr") == "refused"
 
 
-def test_absurd_fixed_dimension_is_truncated_not_an_overflow(case, tmp_path):
-    """A fixed dimension length of 2**32 - 1 makes a variable need more than 2**64 bytes:
-    a located truncated problem, no block table (it would not fit a reference)."""
+def test_absurd_fixed_dimension_is_located_not_an_overflow(case, tmp_path):
+    """A fixed dimension length of 2**32 - 1 makes a variable need more than 2**64 bytes
+    (which no block reference holds): its data now runs over the next variable's begin,
+    which netCDF-C refuses too; the scan says which variable, never an OverflowError."""
+    import netCDF4
+
     src = case("nc3_months_classic")[0]
     b = bytearray(src.read_bytes())
     # dimension list: magic 4, numrecs 4, tag 4, count 4; dimension 0: name length, name
@@ -238,10 +241,12 @@ def test_absurd_fixed_dimension_is_truncated_not_an_overflow(case, tmp_path):
     b[at - 4:at] = (2**32 - 1).to_bytes(4, "big")  # the length of dimension 1
     path = tmp_path / "dim.nc"
     path.write_bytes(b)
-    inv = scan(path)
-    bad = [p for p in inv.problems if p.kind == "truncated"]
-    assert bad and all(p.loc.file == str(path) for p in bad)
-    assert all(inv.variables[p.loc.variable].blocks is None for p in bad)
+    with pytest.raises(OSError):
+        netCDF4.Dataset(path)
+    with pytest.raises(VirtualizeError) as ei:
+        scan(path)
+    p = ei.value.problems[0]
+    assert p.kind == "corrupt" and p.loc.file == str(path) and "before the end of" in p.message
     assert judge(path, tmp_path / "cube.zarr") == "refused"
 
 
