@@ -301,3 +301,23 @@ def test_overlapping_begin_offsets_are_refused_as_netcdf_c_does(case, tmp_path):
         scan(path)
     p = ei.value.problems[0]
     assert p.kind == "corrupt" and "'lon'" in p.message and "before the end of" in p.message
+
+
+def test_samples_per_pixel_zero_is_refused(case, tmp_path):
+    """SamplesPerPixel 0 (a damaged tag): tifffile cannot decode the tiles (it expects
+    empty ones), so the cube must not read them as one sample per pixel."""
+    src = case("tiles_padded")[0]
+    b = bytearray(src.read_bytes())
+    ifd = struct.unpack_from("<I", b, 4)[0]
+    for i in range(struct.unpack_from("<H", b, ifd)[0]):
+        at = ifd + 2 + 12 * i
+        if struct.unpack_from("<H", b, at)[0] == 277:  # SamplesPerPixel
+            struct.pack_into("<H", b, at + 8, 0)
+    path = tmp_path / "spp0.tif"
+    path.write_bytes(b)
+    with pytest.raises(Exception):
+        tifffile.imread(path)
+    inv = scan(path)
+    [p] = [p for p in inv.problems if p.fatal]
+    assert p.kind == "corrupt" and "SamplesPerPixel 0" in p.message
+    assert judge(path, tmp_path / "cube.zarr") == "refused"

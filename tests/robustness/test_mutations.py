@@ -62,6 +62,9 @@ SOURCES = [
     ("bigtiff", "bigtiff_strips", 0),
     ("geotiff", "geotiff_tifffile", 0),
     ("tiff-multipage", "multipage", 0),
+    ("tiff-tiffcp", "tiffcp_tiles", 0),  # libtiff: IFD after the data
+    ("cog-gdal", "cog", 0),  # GDAL COG: overviews, ghost header
+    ("netcdf4-groups", "groups", 0),
 ]
 
 
@@ -111,7 +114,16 @@ def _ifd_offsets(b: bytes) -> list[int]:
 
 @pytest.fixture(scope="module")
 def sources(case):
-    return {label: Source(label, case(name)[index]) for label, name, index in SOURCES}
+    """label -> Source, built on first use (a case whose writer is missing skips its test)."""
+    built: dict[str, Source] = {}
+
+    def get(label: str) -> Source:
+        if label not in built:
+            name, index = next((n, i) for lab, n, i in SOURCES if lab == label)
+            built[label] = Source(label, case(name)[index])
+        return built[label]
+
+    return get
 
 
 def mutate(src: Source, data) -> tuple[bytes, str]:
@@ -136,7 +148,7 @@ def mutate(src: Source, data) -> tuple[bytes, str]:
 
 @pytest.mark.parametrize("label", [s[0] for s in SOURCES])
 def test_mutated_files_are_read_exactly_or_refused(sources, label, tmp_path_factory):
-    src = sources[label]
+    src = sources(label)
     work = tmp_path_factory.mktemp(f"mut-{label}")
     suffix = src.path.suffix
 

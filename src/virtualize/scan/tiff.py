@@ -195,6 +195,11 @@ class _TiffScanner:
         name = f"{group}/{base}" if group else base
         page = pages[0]
         where = f"{name}" + (f" (level {level})" if level else "")
+        if page.samplesperpixel < 1 or math.prod(page.shaped) != math.prod(page.shape):
+            # a damaged tag tifffile decodes with (it cannot read such a page): refused
+            self.problem(name, "corrupt", f"{where}: inconsistent tags: SamplesPerPixel "
+                         f"{page.samplesperpixel}, shape {page.shape}, stored as {page.shaped}")
+            return
         reason = _unsupported(page)
         if reason:
             self.problem(name, "unsupported-tiff", f"{where}: {reason}")
