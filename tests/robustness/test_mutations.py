@@ -24,7 +24,7 @@ The rule every outcome must follow (`_oracle.judge`):
   into a `scan-timeout` refusal, which is fine), a refusal not naming the file.
 
 Budget: a fixed number of derandomized examples per source (`VIRTUALIZE_MUTATIONS`,
-default 60: 720 mutated files, about 15 s), so the directory stays well within a minute
+default 60: 900 mutated files over 15 sources, about 20 s), so the directory stays well within a minute
 on 2 cores. Maintainers run longer, e.g. ``VIRTUALIZE_MUTATIONS=500 pytest
 tests/robustness``, and other examples with ``VIRTUALIZE_MUTATIONS_SEED=N``; the counts of
 mutated files, formats and outcomes are printed at the end of the session (conftest.py).
