@@ -321,3 +321,26 @@ def test_samples_per_pixel_zero_is_refused(case, tmp_path):
     [p] = [p for p in inv.problems if p.fatal]
     assert p.kind == "corrupt" and "SamplesPerPixel 0" in p.message
     assert judge(path, tmp_path / "cube.zarr") == "refused"
+
+
+# -- HDF5: a chunk index entry with an address but 0 bytes (found by the mutation suite) ---------
+
+def test_chunk_with_zero_stored_bytes_is_refused(tmp_path):
+    """The chunk index lists a chunk at an address with 0 stored bytes: h5py reads
+    uninitialised memory for it (not even the fill value), so no reading is the library's:
+    refused, naming the chunk."""
+    import struct as st
+
+    path = tmp_path / "zero.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("v", data=np.arange(20, dtype="i4"), chunks=(10,))
+    b = bytearray(path.read_bytes())
+    key = st.pack("<IIQQ", 40, 0, 0, 0)  # v1 B-tree key of chunk 0: size, filter mask, offsets
+    assert b.count(key) == 1
+    at = b.find(key)
+    b[at:at + 4] = bytes(4)
+    path.write_bytes(b)
+    inv = scan(path)
+    [p] = [p for p in inv.problems if p.fatal]
+    assert (p.kind, p.loc.variable, p.loc.block) == ("corrupt", "v", (0,))
+    assert "0 stored bytes" in p.message
