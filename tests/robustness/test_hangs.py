@@ -344,3 +344,24 @@ def test_chunk_with_zero_stored_bytes_is_refused(tmp_path):
     [p] = [p for p in inv.problems if p.fatal]
     assert (p.kind, p.loc.variable, p.loc.block) == ("corrupt", "v", (0,))
     assert "0 stored bytes" in p.message
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # fork in a threaded test process
+def test_a_crashing_scan_is_a_located_problem(tmp_path, monkeypatch):
+    """A worker that dies mid-scan (a C library crash, the memory cap) is the fatal
+    problem scan-crashed for that file; the next scan gets a fresh worker."""
+    import os
+
+    from virtualize.scan import _worker
+
+    _worker._shutdown()  # no idle worker: the next one is forked with the patch below
+    monkeypatch.setattr(_worker, "_threads", lambda: 1)
+    monkeypatch.setattr(_worker, "scan_or_problems", lambda path: os._exit(3))
+    path = str(tmp_path / "x.nc")
+    [result] = list(_worker.scan_bounded([path], 10))
+    monkeypatch.undo()
+    [p] = result
+    assert (p.kind, p.loc.file, p.fatal) == ("scan-crashed", path, True)
+    assert "exit code 3" in p.message
+    report = virtualize.check([path], scan_timeout=10)
+    assert [p.kind for p in report.problems] == ["unreadable"]
