@@ -9,7 +9,7 @@ of a C library (reported as a located `scan-crashed` problem, not the caller's d
 
 Cost: the workers are started once per process and reused for every later scan (a scan
 costs one pipe round trip, well under a millisecond, plus pickling its inventory). A
-worker is forked when the caller has no other threads (about 20 ms), else started by the
+worker is forked when the caller has no other Python threads (about 20 ms), else started by the
 forkserver (about a second: it imports virtualize afresh). A worker that timed out is
 killed and replaced on the next scan.
 """
@@ -21,6 +21,7 @@ import multiprocessing
 import os
 import threading
 import time
+import warnings
 from collections.abc import Iterable, Iterator
 from multiprocessing.connection import wait
 
@@ -69,15 +70,17 @@ def _serve(conn) -> None:  # the worker's main loop
 
 class _Worker:
     def __init__(self) -> None:
-        # fork is cheap and safe while the caller has no other threads; zarr's event-loop
-        # thread, a Rust runtime's (icechunk) or the caller's own make it unsafe, then the
-        # forkserver starts us
+        # fork is cheap and safe while the caller has no other Python threads; zarr's
+        # event-loop thread (or the caller's own) makes it unsafe, then the forkserver
+        # starts us
         method = "fork" if _threads() == 1 else "forkserver"
         ctx = multiprocessing.get_context(method)
         self.conn, child = ctx.Pipe()
         self.proc = ctx.Process(target=_serve, args=(child,), daemon=True,
                                 name="virtualize-scan")
-        self.proc.start()
+        with warnings.catch_warnings():  # (a thread Python counts differently, in exit)
+            warnings.simplefilter("ignore", DeprecationWarning)
+            self.proc.start()
         child.close()
         self.owner = os.getpid()  # a forked caller must not use its parent's workers
         self.path: str | None = None
@@ -106,11 +109,11 @@ class _Worker:
 
 
 def _threads() -> int:
-    """Threads of this process, the ones Python did not start included (Linux)."""
-    try:
-        return len(os.listdir("/proc/self/task"))
-    except OSError:
-        return threading.active_count()
+    """Python threads of this process. Threads of C libraries (OpenBLAS's pool, started
+    when numpy is imported) are not counted: they register fork handlers and the worker
+    never calls into them; a Python thread (zarr's event loop) may hold a lock the child
+    would need."""
+    return threading.active_count()
 
 
 _idle: list[_Worker] = []
