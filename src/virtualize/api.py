@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import multiprocessing
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import zarr
@@ -21,10 +19,13 @@ from .plan import ConcatOptions, MosaicOptions, plan_concat, plan_mosaic
 from .read import changed_sources, open_cube
 from .report import Report
 from .scan import scan as _scan
+from .scan._worker import scan_bounded, scan_or_problems
 from .verify import decode_check
 
 PathLike = str | os.PathLike
 Planner = Callable[[list[FileInventory]], tuple[Plan, list[Problem]]]
+# Seconds one file's scan may take before it is stopped and reported (`scan-timeout`).
+DEFAULT_SCAN_TIMEOUT = 60.0
 
 
 def scan(path: PathLike) -> FileInventory:
@@ -37,20 +38,22 @@ def scan(path: PathLike) -> FileInventory:
 def check(paths: Iterable[PathLike] | PathLike, concat_dim: str | None = None, *,
           inline: Iterable[str] = (), drop: Iterable[str] = (), sort: bool = True,
           split: bool = True, materialize: bool = False, materialize_limit: int | None = None,
-          jobs: int = 1, progress=None) -> Report:
+          jobs: int = 1, progress=None, scan_timeout: float | None = DEFAULT_SCAN_TIMEOUT) -> Report:
     """Can this stack be virtualized (concatenated along `concat_dim`)? Scans every file
     and plans the cube, collecting every problem of every file. Writes nothing.
 
     Remedies: `split` (default on) trims padded uncompressed blocks to their valid rows;
     `materialize` copies blocks that cannot be referenced into the cube (at most
-    `materialize_limit` bytes)."""
+    `materialize_limit` bytes). Each file is scanned in a worker process within
+    `scan_timeout` seconds (None or 0: in this process, no limit)."""
     opts = ConcatOptions(concat_dim=concat_dim, inline=frozenset(_names(inline)),
                          drop=frozenset(_names(drop)), sort=sort, split=split,
                          materialize=materialize)
     recipe = {"kind": "concat", "concat_dim": concat_dim, "inline": sorted(opts.inline),
               "drop": sorted(opts.drop), "sort": sort, "split": split,
               "materialize": materialize, "materialize_limit": materialize_limit}
-    report = _check(paths, lambda invs: plan_concat(invs, opts), progress, materialize_limit, jobs)
+    report = _check(paths, lambda invs: plan_concat(invs, opts), progress, materialize_limit, jobs,
+                    scan_timeout)
     if report.plan is not None:
         report.plan.recipe = recipe
     return report
@@ -60,7 +63,8 @@ def check_mosaic(paths: Iterable[PathLike] | PathLike, *,
                  offsets: Sequence[tuple[int, int]] | None = None, overlap: str | None = None,
                  drop: Iterable[str] = (), tolerance: float = 1e-3, split: bool = True,
                  materialize: bool = False, materialize_limit: int | None = None,
-                 jobs: int = 1, progress=None) -> Report:
+                 jobs: int = 1, progress=None,
+                 scan_timeout: float | None = DEFAULT_SCAN_TIMEOUT) -> Report:
     """Can these tiles be placed into one mosaic? By georeferencing (GeoTIFF transform,
     or 1-D x/y / lon/lat coordinates), or by explicit `offsets` [(row, col), ...] in pixels.
     `overlap`: None (overlaps are problems), "last" or "first" (which tile wins).
@@ -68,7 +72,8 @@ def check_mosaic(paths: Iterable[PathLike] | PathLike, *,
     copies cells no block fits."""
     opts = MosaicOptions(offsets=offsets, overlap=overlap, tolerance=tolerance,
                          drop=frozenset(_names(drop)), split=split, materialize=materialize)
-    report = _check(paths, lambda invs: plan_mosaic(invs, opts), progress, materialize_limit, jobs)
+    report = _check(paths, lambda invs: plan_mosaic(invs, opts), progress, materialize_limit, jobs,
+                    scan_timeout)
     if report.plan is not None:
         report.plan.recipe = {"kind": "mosaic", "overlap": overlap, "tolerance": tolerance,
                               "offsets": [list(o) for o in offsets] if offsets else None,
@@ -81,7 +86,8 @@ def virtualize(paths: Iterable[PathLike] | PathLike, out: PathLike, concat_dim: 
                *, overwrite: bool = False, inline: Iterable[str] = (), drop: Iterable[str] = (),
                sort: bool = True, split: bool = True, materialize: bool = False,
                materialize_limit: int | None = None, format: str | None = None,
-               jobs: int = 1, progress=None) -> Report:
+               jobs: int = 1, progress=None,
+               scan_timeout: float | None = DEFAULT_SCAN_TIMEOUT) -> Report:
     """Virtualize a stack into `out`: a cube directory, a kerchunk reference JSON
     (`format="kerchunk"` or `out` ending in `.json`) or an Icechunk repository
     (`format="icechunk"` or `.icechunk`). Nothing is written unless every file
@@ -89,7 +95,7 @@ def virtualize(paths: Iterable[PathLike] | PathLike, out: PathLike, concat_dim: 
     kind = _output_kind(out, format, overwrite, paths)
     report = check(paths, concat_dim, inline=inline, drop=drop, sort=sort, split=split,
                    materialize=materialize, materialize_limit=materialize_limit,
-                   jobs=jobs, progress=progress)
+                   jobs=jobs, progress=progress, scan_timeout=scan_timeout)
     return _write(report, out, kind, overwrite)
 
 
@@ -98,18 +104,19 @@ def mosaic(paths: Iterable[PathLike] | PathLike, out: PathLike, *,
            drop: Iterable[str] = (), tolerance: float = 1e-3, split: bool = True,
            materialize: bool = False, materialize_limit: int | None = None,
            overwrite: bool = False, format: str | None = None, jobs: int = 1,
-           progress=None) -> Report:
+           progress=None, scan_timeout: float | None = DEFAULT_SCAN_TIMEOUT) -> Report:
     """Place tiles into one mosaic cube at `out` (see `check_mosaic`); nothing is written
     unless every cell is exactly one block of one tile or a gap."""
     kind = _output_kind(out, format, overwrite, paths)
     report = check_mosaic(paths, offsets=offsets, overlap=overlap, drop=drop,
                           tolerance=tolerance, split=split, materialize=materialize,
-                          materialize_limit=materialize_limit, jobs=jobs, progress=progress)
+                          materialize_limit=materialize_limit, jobs=jobs, progress=progress,
+                          scan_timeout=scan_timeout)
     return _write(report, out, kind, overwrite)
 
 
 def append(cube: PathLike, paths: Iterable[PathLike] | PathLike, *, jobs: int = 1,
-           progress=None) -> Report:
+           progress=None, scan_timeout: float | None = DEFAULT_SCAN_TIMEOUT) -> Report:
     """Add files to the end of a cube directory or Icechunk repository written by
     `virtualize`: the grown stack is planned as the cube was (its recorded recipe) and
     checked whole; a cube directory is replaced in one rename when complete, an Icechunk
@@ -142,7 +149,7 @@ def append(cube: PathLike, paths: Iterable[PathLike] | PathLike, *, jobs: int = 
     if twice:
         raise VirtualizeError(twice, "nothing appended")
     recipe.pop("kind")
-    report = check(old + new, jobs=jobs, progress=progress, **recipe)
+    report = check(old + new, jobs=jobs, progress=progress, scan_timeout=scan_timeout, **recipe)
     if report.plan is not None and \
             [s.path for s in report.plan.sources if not s.referenced_by][: len(old)] != old:
         report.problems.append(Problem(
@@ -186,7 +193,7 @@ def open(path: PathLike, *, check_sources: bool = True, allow=None) -> zarr.Grou
 # -- the shared steps ------------------------------------------------------------------
 
 def _check(paths, planner: Planner, progress, materialize_limit: int | None = None,
-           jobs: int = 1) -> Report:
+           jobs: int = 1, scan_timeout: float | None = DEFAULT_SCAN_TIMEOUT) -> Report:
     empty: list[str] = []
     files = _paths(paths, empty)
     problems: list[Problem] = []
@@ -198,7 +205,7 @@ def _check(paths, planner: Planner, progress, materialize_limit: int | None = No
                                 "subdirectories are not read)", fatal=not files))
     if not files and not empty:
         problems.append(Problem(Location(), "no-files", "no input files were given"))
-    for i, result in enumerate(_scan_all(files, jobs)):
+    for i, result in enumerate(_scan_all(files, jobs, scan_timeout)):
         if isinstance(result, FileInventory):
             invs.append(result)
             bytes_read[result.path] = result.bytes_read
@@ -251,23 +258,17 @@ def _render_problems(plan: Plan) -> list[Problem]:
     return out
 
 
-def _scan_or_problems(path: str) -> FileInventory | list[Problem]:
-    try:
-        return _scan(path)
-    except VirtualizeError as e:
-        return list(e.problems)
-
-
-def _scan_all(files: list[str], jobs: int) -> Iterator[FileInventory | list[Problem]]:
-    """Scan in file order; with jobs > 1 (0: one per core) in worker processes."""
+def _scan_all(files: list[str], jobs: int,
+              scan_timeout: float | None) -> Iterator[FileInventory | list[Problem]]:
+    """Scan in file order. With a time limit (or jobs > 1; 0: one per core) in worker
+    processes, each file within `scan_timeout` seconds (see scan/_worker.py)."""
     jobs = jobs or os.cpu_count() or 1
-    if jobs <= 1 or len(files) < 2:
-        yield from map(_scan_or_problems, files)
+    if scan_timeout is not None and scan_timeout < 0:
+        raise ValueError(f"scan_timeout must be positive (or None / 0 for no limit), not {scan_timeout}")
+    if not scan_timeout and jobs <= 1:
+        yield from map(scan_or_problems, files)
         return
-    # forkserver: zarr runs an event-loop thread, and forking a threaded process can deadlock
-    ctx = multiprocessing.get_context("forkserver")
-    with ProcessPoolExecutor(max_workers=min(jobs, len(files)), mp_context=ctx) as pool:
-        yield from pool.map(_scan_or_problems, files, chunksize=max(1, len(files) // (8 * jobs)))
+    yield from scan_bounded(files, scan_timeout or None, min(jobs, max(1, len(files))))
 
 
 def _output_kind(out: PathLike, format: str | None, overwrite: bool, paths=None) -> str:

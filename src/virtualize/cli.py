@@ -14,7 +14,7 @@ import sys
 import time
 
 from . import __version__
-from .api import append, check, check_mosaic, mosaic, virtualize
+from .api import DEFAULT_SCAN_TIMEOUT, append, check, check_mosaic, mosaic, virtualize
 from .model import VirtualizeError
 from .report import format_text, to_html, to_json
 
@@ -58,14 +58,28 @@ def _bytes_arg(text: str) -> int:
 
 
 def _remedies(args) -> dict:
-    """The remedy options, and the scan's worker count, as keyword arguments."""
+    """The remedy options, and the scan's worker count and time limit, as keyword arguments."""
     return dict(split=not args.no_split, materialize=args.materialize,
-                materialize_limit=args.materialize_limit, jobs=args.jobs)
+                materialize_limit=args.materialize_limit, jobs=args.jobs,
+                scan_timeout=args.scan_timeout)
+
+
+def _seconds(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        v = -1.0
+    if not v >= 0:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}")
+    return v
 
 
 def _report_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("-j", "--jobs", type=int, default=1, metavar="N",
                    help="scan files in N worker processes (0: one per core; default 1)")
+    p.add_argument("--scan-timeout", type=_seconds, default=DEFAULT_SCAN_TIMEOUT, metavar="SECONDS",
+                   help="stop scanning a file after SECONDS and report it (scan-timeout); "
+                        f"0: no limit, scan in this process (default {DEFAULT_SCAN_TIMEOUT:g})")
     p.add_argument("--json", action="store_true", help="print the report as JSON (docs/report.md)")
     p.add_argument("--html", metavar="FILE", help="also write the report as one HTML page")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
@@ -222,7 +236,8 @@ def _main(argv: list[str] | None = None) -> int:
     if argv and argv[0] == "append":
         args = build_append_parser().parse_args(argv[1:])
         return _write(args, lambda: append(args.output, args.files, jobs=args.jobs,
-                                           progress=_progress(args)))
+                                           progress=_progress(args),
+                                           scan_timeout=args.scan_timeout))
     if argv and argv[0] == "check":
         args = build_check_parser().parse_args(argv[1:])
         report = check(args.files, args.concat_dim, inline=args.inline, drop=args.drop,

@@ -7,6 +7,7 @@ variables, whose values the planner checks and inlines.
 
 from __future__ import annotations
 
+import math
 import os
 from array import array
 from typing import Any
@@ -15,6 +16,7 @@ import h5py
 import numpy as np
 
 from ..model import (
+    REF_DTYPE,
     BlockTable,
     Dimension,
     FileInventory,
@@ -33,6 +35,9 @@ HIDDEN_ATTRS = frozenset({
     "_IsNetcdf4",
 })
 NC_DIM_ONLY = "This is a netCDF dimension but not a netCDF variable"
+# Chunks per dataset beyond which no block table is built (dense references, 20 bytes each:
+# 2**27 chunks are 2.5 GiB); a corrupt dataspace would otherwise ask for petabytes.
+MAX_BLOCKS = 1 << 27
 
 
 def scan_hdf5(path: str) -> FileInventory:
@@ -277,6 +282,13 @@ class _Scanner:
             refs = empty_refs(tuple(1 for _ in shape))
             offset = ds.id.get_offset()
             nbytes = ds.id.get_storage_size()
+            expected = math.prod(shape) * dtype.itemsize
+            if offset is not None and nbytes != expected and expected:
+                # libhdf5 reads the dataset's size from the address whatever the layout
+                # message says (uninitialised memory where it says 0): refused
+                self.problem(name, "corrupt", f"contiguous data at byte offset {offset} is "
+                             f"stored as {nbytes} bytes, {expected} expected for shape {shape}")
+                return None, codecs
             if offset is not None and nbytes:
                 refs[(0,) * len(shape)] = (0, offset, nbytes)
             return BlockTable(block_shape, padded=False, refs=refs), codecs
@@ -287,6 +299,13 @@ class _Scanner:
             return None, codecs
         codecs += filters
         grid = tuple(-(-n // c) for n, c in zip(shape, chunks))
+        cells = math.prod(grid)
+        if cells > MAX_BLOCKS:  # checked before allocating (a corrupt dataspace, or just huge)
+            self.problem(name, "too-many-blocks",
+                         f"shape {shape} in chunks of {chunks} is {cells} chunks: its block table "
+                         f"would take {cells * REF_DTYPE.itemsize} bytes (the limit is "
+                         f"{MAX_BLOCKS} chunks)")
+            return None, codecs
         refs = empty_refs(grid)
         if all(grid):
             idx, offsets, sizes, masks = _walk_chunk_index(ds.id, len(shape))
@@ -297,6 +316,17 @@ class _Scanner:
         inside = (idx < np.asarray(grid, dtype=np.int64)).all(axis=1)
         if not inside.all():  # chunks left allocated past a shrunken extent hold no data of it
             idx, offsets, sizes, masks = idx[inside], offsets[inside], sizes[inside], masks[inside]
+        # a chunk with an address holds bytes: unfiltered exactly one chunk's, filtered at
+        # least one (libhdf5 reads a 0-byte chunk as uninitialised memory)
+        full = math.prod(chunks) * dtype.itemsize
+        odd = (sizes != full) if len(codecs) == 1 else (sizes == 0)
+        if odd.any():
+            i = int(np.flatnonzero(odd)[0])
+            self.problem(name, "corrupt", f"the chunk index lists {int(sizes[i])} stored bytes at "
+                         f"byte offset {int(offsets[i])}"
+                         + (f", {full} expected (no filters)" if len(codecs) == 1 else ""),
+                         block=tuple(int(b) for b in idx[i]))
+            return None, codecs
         if len(offsets):
             flat = np.ravel_multi_index(tuple(idx.T), grid)
             view = refs.reshape(-1)

@@ -198,9 +198,20 @@ class _Cursor:
 
     def name(self, what: str) -> str:
         n = self.non_neg(f"the name length of {what}")
+        at = self.pos
         raw = self.take(n, f"the name of {what}")
         self.skip_padding(n, f"the name of {what}")
-        return raw.decode("utf-8", errors="replace")
+        try:  # the spec: names are UTF-8 (netCDF-C and netCDF4-python refuse others)
+            name = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise corrupt(self.path, f"the name of {what} at byte offset {at} is not valid "
+                                     f"UTF-8 (byte {at + e.start})") from None
+        bad = [c for c in name if c == "/" or ord(c) < 0x20 or ord(c) == 0x7F]
+        if not name or bad:  # the spec's name grammar; a '/' or NUL would also break paths
+            raise corrupt(self.path, f"the name of {what} at byte offset {at} is "
+                                     + (f"{name!r}: {bad[0]!r} is not allowed in names" if bad
+                                        else "empty"))
+        return name
 
     def nc_type(self, what: str) -> int:
         at = self.pos
@@ -346,6 +357,7 @@ def _layout(h: NcHeader, path: str, size: int) -> None:
         h.recsize = records[0].nbytes
     else:
         h.recsize = sum(v.nbytes + (-v.nbytes % 4) for v in records)
+    _check_offsets(h, path)
     if h.streaming:
         first = min((v.begin for v in records), default=size)
         h.numrecs = max(size - first, 0) // h.recsize if h.recsize else 0
@@ -355,6 +367,25 @@ def _layout(h: NcHeader, path: str, size: int) -> None:
         if v.is_record:
             sizes[0] = h.numrecs
         v.shape = tuple(sizes)
+
+
+def _check_offsets(h: NcHeader, path: str) -> None:
+    """The begin offsets netCDF-C accepts (NC_computeshapes, NC_check_voffs): fixed-size
+    variables in header order, each after the previous one's data, then the record
+    variables, likewise. netCDF-C refuses other files ("Unknown file format")."""
+    def end(v: NcVar) -> int:  # netCDF-C's len: the data rounded up to 4 bytes
+        return v.begin + v.nbytes + (-v.nbytes % 4)
+
+    fixed = [v for v in h.variables if not v.is_record]
+    records = [v for v in h.variables if v.is_record]
+    prev, prev_name = h.header_len, "the header"
+    for group in (fixed, records):
+        for v in group:
+            if v.begin < prev:
+                raise corrupt(path, f"variable {v.name!r} (header entry at byte offset "
+                                    f"{v.header_offset}) begins at byte {v.begin}, before the end "
+                                    f"of {prev_name} (byte {prev})")
+            prev, prev_name = end(v), f"variable {v.name!r}'s data"
 
 
 def data_end(h: NcHeader, v: NcVar) -> int:
@@ -468,8 +499,7 @@ def scan_netcdf3(path: str) -> FileInventory:
             truncated = end > st.st_size
             if truncated:
                 problems.append(Problem(Location(path, v.name), "truncated",
-                                        f"the header places this variable's data up to byte "
-                                        f"{end}, but the file has only {st.st_size} bytes"))
+                                        _truncated_message(h, v, end, st.st_size)))
             dims = tuple(dim_names[d] for d in v.dimids)
             is_coord = len(dims) == 1 and dims[0] == v.name
             values = None
@@ -478,12 +508,26 @@ def scan_netcdf3(path: str) -> FileInventory:
             variables[v.name] = Variable(
                 name=v.name, dtype=v.dtype, shape=v.shape, dims=dims, attrs=v.attrs,
                 fill_value=fill_value(v), codecs=[bytes_codec(v.dtype)],
-                blocks=block_table(h, v), values=values, is_coordinate=is_coord)
+                # a variable cut short has no block table: numrecs or a dimension length
+                # may be corrupt (2**62 records would be a 2**62-row table, a 2**64-byte
+                # block does not fit a reference), and the problem is fatal
+                blocks=None if truncated else block_table(h, v),
+                values=values, is_coordinate=is_coord)
         bytes_read = f.bytes_read
     dimensions = {name: Dimension(name, h.numrecs if n == 0 else n, n == 0)
                   for name, n in h.dims}
     return FileInventory(path, FORMATS[h.version], st.st_size, st.st_mtime_ns, {"": h.gatts},
                          dimensions, variables, problems, bytes_read)
+
+
+def _truncated_message(h: NcHeader, v: NcVar, end: int, size: int) -> str:
+    msg = f"the header places this variable's data up to byte {end}, but the file has only {size} bytes"
+    if not v.is_record:
+        return msg
+    room = max(size - v.begin, 0) // h.recsize if h.recsize else 0
+    where = "numrecs (byte offset 4)" if not h.streaming else "the file size"
+    return (f"{msg}: {where} gives {h.numrecs} records of {h.recsize} bytes, the file has room "
+            f"for {room} (a corrupt numrecs, or a truncated file)")
 
 
 def read_netcdf3_values(path: str, variable: str,

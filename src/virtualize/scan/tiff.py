@@ -20,12 +20,21 @@ import contextlib
 import logging
 import math
 import os
+import struct
 from typing import Any
 
 import numpy as np
 import tifffile
 
-from ..model import BlockTable, FileInventory, Location, Problem, Variable, empty_refs
+from ..model import (
+    BlockTable,
+    FileInventory,
+    Location,
+    Problem,
+    Variable,
+    VirtualizeError,
+    empty_refs,
+)
 from ._io import CountingFile
 from ._values import bytes_codec
 
@@ -48,12 +57,51 @@ IMAGE_CODECS = {C.JPEG, C.WEBP, C.LERC}
 def scan_tiff(path: str) -> FileInventory:
     st = os.stat(path)
     with CountingFile(path) as fh, _tifffile_warnings() as warnings:
+        check_ifd_chain(fh, path, st.st_size)
+        fh.seek(0)  # tifffile starts reading where the handle is
         with tifffile.TiffFile(fh, is_shaped=False, is_ome=False, is_imagej=False) as tif:
             inv = _TiffScanner(path, tif, st.st_size).run(st.st_mtime_ns)
         inv.bytes_read = fh.bytes_read
     # what tifffile only logged (a damaged tag it skipped, ...) belongs in the report
     inv.problems += [Problem(Location(path), "tiff-warning", w, fatal=False) for w in warnings]
     return inv
+
+
+def check_ifd_chain(fh, path: str, size: int) -> int:
+    """Follow the chain of IFDs (each one's next-IFD offset) before tifffile does, and
+    refuse a chain that loops: tifffile walks it page by page while we iterate and only
+    looks for a loop when it indexes all pages at once, so a next-IFD offset pointing back
+    to an earlier IFD made the scan run forever, its memory growing with every page.
+    Returns the number of IFDs; each offset is checked against the file size first.
+    """
+    fh.seek(0)
+    head = fh.read(16)
+    order = "<" if head[:2] == b"II" else ">"
+    big = int.from_bytes(head[2:4], "little" if order == "<" else "big") == 43
+    off_fmt, off_size = (order + "Q", 8) if big else (order + "I", 4)
+    cnt_fmt, cnt_size, tag_size = (order + "Q", 8, 20) if big else (order + "H", 2, 12)
+    offset = struct.unpack_from(off_fmt, head, 8 if big else 4)[0] if len(head) >= 16 else 0
+    seen: dict[int, int] = {}
+    while 0 < offset < size:
+        if offset in seen:
+            raise VirtualizeError([Problem(Location(path), "corrupt",
+                                           f"the IFD chain loops: IFD {len(seen) - 1} points back "
+                                           f"to IFD {seen[offset]} at byte offset {offset}")],
+                                  f"{path}: corrupt TIFF (IFD chain loops)")
+        seen[offset] = len(seen)
+        fh.seek(offset)
+        raw = fh.read(cnt_size)
+        if len(raw) < cnt_size:
+            break
+        ntags = struct.unpack(cnt_fmt, raw)[0]
+        if ntags > 4096:  # tifffile stops here too ("suspicious number of tags")
+            break
+        fh.seek(offset + cnt_size + ntags * tag_size)
+        raw = fh.read(off_size)
+        if len(raw) < off_size:
+            break
+        offset = struct.unpack(off_fmt, raw)[0]
+    return len(seen)
 
 
 @contextlib.contextmanager
@@ -147,6 +195,11 @@ class _TiffScanner:
         name = f"{group}/{base}" if group else base
         page = pages[0]
         where = f"{name}" + (f" (level {level})" if level else "")
+        if page.samplesperpixel < 1 or math.prod(page.shaped) != math.prod(page.shape):
+            # a damaged tag tifffile decodes with (it cannot read such a page): refused
+            self.problem(name, "corrupt", f"{where}: inconsistent tags: SamplesPerPixel "
+                         f"{page.samplesperpixel}, shape {page.shape}, stored as {page.shaped}")
+            return
         reason = _unsupported(page)
         if reason:
             self.problem(name, "unsupported-tiff", f"{where}: {reason}")
@@ -164,17 +217,49 @@ class _TiffScanner:
             self.problem(name, "unsupported-tiff", f"{where}: block layout {page.chunked} does not "
                          f"match shape {page.shape}")
             return
+        contiguous = np.asarray([bool(p.is_contiguous) and p.compression == C.NONE for p in pages])
+        for k, p in enumerate(pages):
+            # tifffile stands in for a missing or damaged byte-count tag (one count for the
+            # whole image): only a contiguous uncompressed image reads right without it
+            counts_tag = p.tags.get(325 if p.is_tiled else 279)
+            if len(p.databytecounts) != len(p.dataoffsets) or (counts_tag is None
+                                                               and not contiguous[k]):
+                self.problem(name, "corrupt", f"{where}: page {k}: the "
+                             f"{'TileByteCounts' if p.is_tiled else 'StripByteCounts'} tag is "
+                             f"missing or damaged ({len(p.databytecounts)} counts for "
+                             f"{len(p.dataoffsets)} offsets)")
+                return
         offsets = np.asarray([p.dataoffsets for p in pages], dtype=np.uint64)
         counts = np.asarray([p.databytecounts for p in pages], dtype=np.uint64)
         if offsets.shape[1] != math.prod(grid):
             self.problem(name, "corrupt", f"{where}: {offsets.shape[1]} strips/tiles listed, "
                          f"{math.prod(grid)} expected for shape {shape}")
             return
+        half = (offsets > 0) & (counts == 0) & ~contiguous[:, None]
+        if half.any():
+            # neither stored nor sparse (sparse is offset 0 and count 0): tifffile reads the
+            # segments after such an entry from shifted positions when the others follow
+            # each other in the file, so no reading of it is the library's: refused
+            k, i = (int(x[0]) for x in np.nonzero(half))
+            self.problem(name, "corrupt", f"{where}: page {k}: strip/tile {i} has offset "
+                         f"{int(offsets[k, i])} but byte count 0",
+                         block=tuple(int(b) for b in np.unravel_index(i, grid)))
+            return
+        if contiguous.any():
+            # tifffile reads a contiguous image (one uncompressed strip, or strips that
+            # follow each other) as nbytes from the first offset, whatever the byte counts
+            # say (0, short or long): refer to exactly those bytes
+            expected = _expected_bytes(page, dtype, shape, block_shape, grid).reshape(-1)
+            starts = np.concatenate([[0], np.cumsum(expected)[:-1]]).astype(np.uint64)
+            offsets[contiguous] = offsets[contiguous][:, :1] + starts
+            counts[contiguous] = expected
         counts = self._check_segments(name, page, dtype, offsets, counts, block_shape, shape, grid)
         if counts is None:
             return
         refs = empty_refs((len(pages), *grid))
-        present = (offsets > 0) & (counts > 0)  # offset 0 / count 0: a sparse block, reads as fill
+        # offset 0 / count 0: a sparse block, reads as fill (but tifffile reads a contiguous
+        # image from its first offset even when that is 0)
+        present = ((offsets > 0) | contiguous[:, None]) & (counts > 0)
         refs["offset"] = np.where(present, offsets, 0).reshape(refs.shape)
         refs["length"] = np.where(present, counts, 0).reshape(refs.shape)
         if len(pages) == 1:
@@ -209,13 +294,7 @@ class _TiffScanner:
             return None
         if page.compression != C.NONE:
             return counts
-        # expected bytes of each block: rows along each axis, the last one short for strips
-        expected = np.ones(grid, dtype=np.uint64) * dtype.itemsize
-        for axis, (n, b, g) in enumerate(zip(shape, block_shape, grid)):
-            lens = np.full(g, b, dtype=np.uint64)
-            if not page.is_tiled and n % b:
-                lens[-1] = n % b
-            expected = expected * lens.reshape([-1 if i == axis else 1 for i in range(len(grid))])
+        expected = _expected_bytes(page, dtype, shape, block_shape, grid)
         expected = np.broadcast_to(expected.reshape(-1), counts.shape)
         short = (counts > 0) & (counts < expected)
         if short.any():
@@ -278,6 +357,17 @@ class _TiffScanner:
 
 
 # -- pure helpers --------------------------------------------------------------------
+
+def _expected_bytes(page, dtype, shape, block_shape, grid) -> np.ndarray:
+    """Bytes of each uncompressed block: rows along each axis, the last one short for strips."""
+    expected = np.ones(grid, dtype=np.uint64) * dtype.itemsize
+    for axis, (n, b, g) in enumerate(zip(shape, block_shape, grid)):
+        lens = np.full(g, b, dtype=np.uint64)
+        if not page.is_tiled and n % b:
+            lens[-1] = n % b
+        expected = expected * lens.reshape([-1 if i == axis else 1 for i in range(len(grid))])
+    return expected
+
 
 def _inline_variable(name, values, dims, attrs, coordinate=False) -> Variable:
     values = np.asarray(values)

@@ -1,0 +1,113 @@
+"""Shared by the robustness tests: run virtualize on one (mutated) file and judge the outcome
+against the format's own library."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import h5py
+import netCDF4
+import numpy as np
+import tifffile
+import zarr
+
+import virtualize
+from virtualize.model import VirtualizeError
+
+# A mutated file's scan runs in a worker and is stopped after this many seconds (every
+# scan here takes well under a second; a stuck one is reported as scan-timeout).
+SCAN_TIMEOUT = 20.0
+
+
+def library_read(path: Path, name: str) -> np.ndarray:
+    """`name` as the format's own library reads it from `path` (raises when it cannot)."""
+    with open(path, "rb") as f:
+        head = f.read(4)
+    if head[:3] == b"CDF":
+        with netCDF4.Dataset(path) as nc:
+            v = nc[name]
+            v.set_auto_maskandscale(False)
+            return np.asarray(v[...])
+    if head[:2] in (b"II", b"MM"):
+        with tifffile.TiffFile(path, is_shaped=False, is_ome=False, is_imagej=False) as tif:
+            main = [p for p in tif.pages if isinstance(p, tifffile.TiffPage)
+                    and not (p.subfiletype & 0b101)]
+            if name == "image":
+                from virtualize.scan.tiff import _signature
+                stack = [p.asarray() for p in main if _signature(p) == _signature(main[0])]
+                return stack[0] if len(stack) == 1 else np.stack(stack)
+            k = int(name.split("/")[1])
+            return tif.series[0].levels[k].keyframe.asarray()
+    with h5py.File(path, "r") as h:
+        return h[name][()]
+
+
+def same(a: np.ndarray, b: np.ndarray) -> bool:
+    a, b = np.asarray(a), np.asarray(b)
+    if a.shape != b.shape or a.dtype.newbyteorder("=") != b.dtype.newbyteorder("="):
+        return False
+    if a.dtype.kind in "fc":  # bit-exact, NaN payloads included
+        n = a.dtype.itemsize
+        return np.array_equal(np.ascontiguousarray(a).view(f"u{n}"),
+                              np.ascontiguousarray(b.astype(a.dtype)).view(f"u{n}"))
+    return np.array_equal(a, b)
+
+
+def cube_arrays(group: zarr.Group, prefix: str = ""):
+    for name, obj in group.members():
+        full = f"{prefix}{name}"
+        if isinstance(obj, zarr.Group):
+            yield from cube_arrays(obj, full + "/")
+        else:
+            yield full, obj
+
+
+# TIFF variables computed from tags (pixel-centre coordinates, the CRS variable), not read
+# from blocks: the library has no array to compare them with.
+DERIVED = {"x", "y", "spatial_ref"}
+
+
+def judge(path: Path, out: Path) -> str:
+    """Virtualize `path` alone into `out` and judge the outcome. Returns
+
+    - "refused": a `VirtualizeError` naming the file (always acceptable: refusing is safe);
+    - "accepted": a cube whose every referenced array reads back equal to the library's
+      read of the same file;
+    - "unreadable-consistent": accepted, but an array's stored bytes are damaged so that
+      the library cannot decode it, and reading it through the cube fails as well (the
+      scan reads no data, so it cannot know; what matters is that no values are invented).
+
+    Raises AssertionError for anything else: another exception type, a refusal that does
+    not name the file, an accepted array that differs from the library's read, or an
+    accepted array the library cannot read but the cube can (the cube would be inventing
+    values).
+    """
+    shutil.rmtree(out, ignore_errors=True)
+    try:
+        virtualize.virtualize([path], out, scan_timeout=SCAN_TIMEOUT)
+    except VirtualizeError as e:
+        files = {p.loc.file for p in e.problems}
+        assert files and files <= {str(path), None, ""} and str(path) in files, \
+            f"{path}: refusal does not name the file: {e}"
+        return "refused"
+    cube = virtualize.open(out)
+    outcome = "accepted"
+    for name, arr in cube_arrays(cube):
+        if name.rpartition("/")[2] in DERIVED:
+            continue
+        try:
+            expected = library_read(path, name)
+        except Exception as e:  # noqa: BLE001 - any library error
+            # the library cannot decode it (a block's bytes are damaged): the cube must not
+            # produce values either
+            try:
+                arr[...]
+            except Exception:  # noqa: BLE001
+                outcome = "unreadable-consistent"
+                continue
+            raise AssertionError(f"{path}: {name} reads through the cube, but the library "
+                                 f"cannot read it ({type(e).__name__}: {e})") from None
+        got = arr[...]
+        assert same(got, expected), f"{path}: {name} reads differently through the cube"
+    return outcome
