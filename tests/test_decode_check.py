@@ -97,7 +97,7 @@ def test_a_wrong_codec_mapping_is_caught(rgba_opaque, monkeypatch):
         return [dict(c, configuration={}) for c in codecs], why
 
     monkeypatch.setattr(scan_tiff, "tiff_codecs", without_alpha)
-    report = virtualize.check([rgba_opaque])
+    report = virtualize.check([rgba_opaque], scan_timeout=None)  # in-process: patched
     assert {p.kind for p in report.problems} == {"decode-mismatch"}
     assert all(p.loc.variable == "image" and p.loc.block is not None for p in report.problems)
     assert any("fails" in p.message for p in report.problems)
@@ -117,7 +117,7 @@ def test_values_that_differ_are_caught(case, monkeypatch):
         return codec
 
     monkeypatch.setattr(scan_hdf5, "hdf5_filter_codec", wrong_shuffle)
-    report = virtualize.check(files)
+    report = virtualize.check(files, scan_timeout=None)
     bad = [p for p in report.problems if p.kind == "decode-mismatch"]
     assert bad and not report.ok
     assert any("differs in" in p.message for p in bad)
@@ -197,7 +197,7 @@ def test_large_chunks_are_checked_on_their_leading_rows(case, monkeypatch):
 
     monkeypatch.setattr(verify, "DECODE_LIMIT", 64)
     files = case("contiguous")
-    report = virtualize.check(files)
+    report = virtualize.check(files, scan_timeout=None)
     assert report.ok
     invs = [virtualize.scan(f) for f in files]
     every = decode_check(report.plan, invs, select="all")
@@ -217,7 +217,7 @@ def test_every_chunk_in_bounded_batches(case, monkeypatch):
     monkeypatch.setattr(verify, "BATCH_CHUNKS", 2)
     monkeypatch.setattr(verify, "_decode", lambda jobs: (calls.append(len(jobs)), real(jobs)))
     files = case("appended_batches")
-    report = virtualize.check(files)
+    report = virtualize.check(files, scan_timeout=None)
     calls.clear()
     every = decode_check(report.plan, [virtualize.scan(f) for f in files], select="all")
     assert every.problems == [] and every.chunks == sum(calls) > 2

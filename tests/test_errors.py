@@ -318,19 +318,20 @@ def test_check_renders_every_document_as_the_write_does(odd_attrs, monkeypatch, 
     in `check`, and the write refuses before writing anything."""
     from virtualize import api
 
-    real = api._scan
+    real = api.scan_or_problems
 
     def scan_with_a_bad_attribute(path):
         inv = real(path)
         inv.variables["v"].attrs["bad"] = object()
         return inv
 
-    monkeypatch.setattr(api, "_scan", scan_with_a_bad_attribute)
-    report = virtualize.check([odd_attrs[0]])
+    # scanned in this process (no time limit), so that the patched scan is the one used
+    monkeypatch.setattr(api, "scan_or_problems", scan_with_a_bad_attribute)
+    report = virtualize.check([odd_attrs[0]], scan_timeout=None)
     (p,) = [p for p in report.problems if p.kind == "metadata-unrenderable"]
     assert (p.loc.file, p.loc.variable, p.fatal) == (odd_attrs[0], "v", True)
     with pytest.raises(VirtualizeError):
-        virtualize.virtualize([odd_attrs[0]], tmp_path / "bad.zarr")
+        virtualize.virtualize([odd_attrs[0]], tmp_path / "bad.zarr", scan_timeout=None)
     assert not (tmp_path / "bad.zarr").exists()
 
 

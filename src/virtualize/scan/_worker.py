@@ -48,6 +48,8 @@ def _serve(conn) -> None:  # the worker's main loop
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the caller decides; Ctrl-C kills us
+    parent = os.getppid()
+    _die_with_parent()
     _soft, hard = resource.getrlimit(resource.RLIMIT_AS)
     cap = WORKER_MEMORY if hard == resource.RLIM_INFINITY else min(WORKER_MEMORY, hard)
     try:
@@ -55,6 +57,12 @@ def _serve(conn) -> None:  # the worker's main loop
     except (ValueError, OSError):
         pass
     while True:
+        # a worker never outlives its caller: a forked child also holds the caller's end of
+        # the pipe (no EOF when the caller dies) and its stdout/stderr (a `subprocess.run`
+        # of a killed caller would wait for them forever)
+        while not conn.poll(1.0):
+            if os.getppid() != parent:
+                return
         try:
             path = conn.recv()
         except EOFError:
@@ -66,6 +74,18 @@ def _serve(conn) -> None:  # the worker's main loop
             conn.send(result)
         except Exception as e:  # an inventory that cannot be sent back (should not happen)
             conn.send([Problem(Location(path), "corrupt", f"{type(e).__name__}: {e}")])
+
+
+def _die_with_parent() -> None:
+    """Linux: be killed when the process that started us dies (prctl PR_SET_PDEATHSIG)."""
+    import ctypes
+    import signal
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
 
 
 class _Worker:

@@ -559,10 +559,24 @@ def read_tiff_region(path: str, name: str, region: tuple[tuple[int, int], ...]) 
         raise KeyError(name)
     with tifffile.TiffFile(path, is_shaped=False, is_ome=False, is_imagej=False) as tif:
         main = [p for p in tif.pages if isinstance(p, tifffile.TiffPage) and not (p.subfiletype & 0b101)]
-        keys = [p.index for p in main if _signature(p) == _signature(main[0])]
-    if len(keys) == 1:
-        return tifffile.imread(path, key=keys[0], selection=sel)
-    return np.stack([tifffile.imread(path, key=k, selection=sel[1:]) for k in keys[sel[0]]])
+        pages = [p for p in main if _signature(p) == _signature(main[0])]
+        if len(pages) == 1:
+            return _page_region(path, pages[0], sel)
+        return np.stack([_page_region(path, p, sel[1:]) for p in pages[sel[0]]])
+
+
+def _page_region(path: str, page, sel: tuple[slice, ...]) -> np.ndarray:
+    """One page's region as tifffile's `asarray` reads it. A contiguous uncompressed image
+    is read from its first offset whatever its byte counts say (as `asarray` does, and as
+    the scanner references it; `selection` would take a zero byte count as a sparse
+    strip), through a memory map cut before copying; other pages through `selection`."""
+    if page.compression == C.NONE and page.is_contiguous:
+        dtype = np.dtype(page.parent.byteorder + page.dtype.char) if page.dtype.itemsize > 1 \
+            else np.dtype(page.dtype)
+        mm = np.memmap(path, dtype=dtype, mode="r", offset=int(page.dataoffsets[0]),
+                       shape=page.shape)
+        return np.array(mm[sel])
+    return tifffile.imread(path, key=page.index, selection=sel)
 
 
 def read_tiff_values(path: str, name: str) -> np.ndarray:
