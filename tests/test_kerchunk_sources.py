@@ -212,7 +212,7 @@ def test_not_a_reference_set(tmp_path):
     p = tmp_path / "x.json"
     p.write_text('{"a": 1}')
     with pytest.raises(virtualize.VirtualizeError) as e:
-        virtualize.scan(p)
+        virtualize.inventory(p)
     assert e.value.problems[0].kind == "unknown-format"
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import html
 import json
+import os
 from collections import defaultdict
 from typing import Any
 
@@ -24,7 +25,58 @@ YES, REMEDIES, NO = "yes", "yes with remedies", "no"
 
 
 class Report(model.Report):
-    """`model.Report` with its presentations: `.to_json()`, `.to_html()`, `.to_text()`."""
+    """`model.Report` with its presentations (`.to_json()`, `.to_html()`, `.to_text()`,
+    `_repr_html_` for notebooks), its `.verdict`, and its plan opened in memory
+    (`.to_store()`, `.to_xarray()`) without writing anything."""
+
+    @property
+    def verdict(self) -> str:
+        """"yes", "yes with remedies" or "no" (docs/report.md)."""
+        return verdict(self)
+
+    def __repr__(self) -> str:
+        s = summary(self)
+        out = f", wrote {self.output['kind']} {self.output['path']}" if self.output else ""
+        return (f"<virtualize.Report {verdict(self)}: {s['files']} file(s), {s['variables']} "
+                f"variable(s), {s['problems']} problem(s), {s['warnings']} warning(s){out}>")
+
+    def _repr_html_(self) -> str:
+        return to_html(self)
+
+    def to_store(self, *, allow=None):
+        """The plan as a read-only in-memory zarr store (metadata and inline values in
+        memory, chunks read from the sources by byte range); nothing is written. Raises
+        `VirtualizeError` with the problems when the stack cannot be virtualized."""
+        from .read import plan_store
+
+        if not self.ok:
+            raise model.VirtualizeError([p for p in self.problems if p.fatal] or
+                                        [model.Problem(model.Location(), "no-files",
+                                                       "nothing to open")],
+                                        "the plan cannot be opened: the stack cannot be "
+                                        "virtualized", report=self)
+        return plan_store(self.plan, allow=allow)
+
+    def to_zarr(self, *, allow=None):
+        """The plan as a read-only zarr group (see `to_store`)."""
+        import zarr
+
+        from .read import rectilinear_enabled
+
+        with rectilinear_enabled():
+            return zarr.open_group(self.to_store(allow=allow), mode="r", zarr_format=3)
+
+    def to_xarray(self, *, allow=None, **kwargs):
+        """The plan as an xarray Dataset read lazily from the sources (needs the `xarray`
+        extra); `kwargs` go to `xarray.open_dataset`."""
+        import xarray as xr
+
+        from .read import rectilinear_enabled
+
+        store = self.to_store(allow=allow)
+        with rectilinear_enabled():
+            return xr.open_dataset(store, engine="zarr", zarr_format=3, consolidated=False,
+                                   **kwargs)
 
     def to_json(self) -> str:
         return to_json(self)
@@ -82,9 +134,27 @@ def to_dict(report: model.Report) -> dict[str, Any]:
             doc["arrays"][name]["chunk_grid"] = chunk_grid(a)
             doc["arrays"][name]["bytes_referenced"] = (
                 int(a.refs["length"].sum()) if a.refs is not None else 0)
+        for name, fig in report.plan.figures.items():
+            if name not in doc["arrays"]:
+                doc["arrays"][name] = {"status": "refused", "dims": [ax.dim for ax in fig.axes],
+                                       "shape": [int(ax.extent) for ax in fig.axes]}
+            elif fig.refused:
+                doc["arrays"][name]["status"] = "refused"
         doc["concat_dim"] = report.plan.concat_dim
-        doc["remedies"] = [r.to_dict() for r in report.plan.remedies.values()]
+        doc["remedies"] = [dict(r.to_dict(), words=_remedy_words(r))
+                           for r in report.plan.remedies.values()]
+    for p in report.problems:
+        if p.kind == "unsupported-type" and not p.fatal and p.loc.variable \
+                and p.loc.variable not in doc["arrays"]:
+            doc["arrays"][p.loc.variable] = {"status": "skipped"}
     return doc
+
+
+def _remedy_words(r) -> str:
+    return (f"{r.kind}: {r.blocks} block(s), "
+            + (f"{_size(r.bytes)} copied into the cube" if r.kind == "materialize"
+               else "nothing copied (exact byte ranges)")
+            + ("" if r.enabled else f" -- not enabled: pass --{r.kind}"))
 
 
 def to_json(report: model.Report) -> str:
@@ -106,9 +176,50 @@ def _c(text: str, code: str, color: bool) -> str:
     return f"\033[{code}m{text}\033[0m" if color else text
 
 
-def format_text(report: model.Report, verbose: bool = False, color: bool = False) -> str:
-    lines: list[str] = []
+def summary_line(report: model.Report) -> str:
+    """An accepted stack in one line: verdict, counts, remedies used, what was skipped."""
     v = verdict(report)
+    s = summary(report)
+    line = f"{v}: {s['files']} file(s) can be virtualized"
+    if report.plan is not None and s["variables"]:
+        line += (f": {s['variables']} variable(s), {s['chunks']} chunk(s), {s['references']} "
+                 f"reference(s) to {_size(s['bytes_referenced'])}")
+    for r in (report.plan.remedies.values() if report.plan else ()):
+        if r.enabled and r.blocks:
+            line += f"; {_remedy_words(r)}"
+    groups = _grouped([p for p in report.problems if not p.fatal])
+    skipped = [(p, files) for p, files in groups if p.kind == "unsupported-type"]
+    if skipped:
+        line += "; skipped " + ", ".join(
+            f"{p.loc.variable} ({p.kind}, {_in_files(files)})" for p, files in skipped[:3])
+        line += ", ..." if len(skipped) > 3 else ""
+    others = len(groups) - len(skipped) + len(report.notes)
+    if others:
+        line += f"; {others} note(s) (-v)"
+    return line
+
+
+def _in_files(files: list[str | None]) -> str:
+    return f"in {len(files)} files" if len(files) > 1 else "in 1 file"
+
+
+def _grouped(problems) -> list[tuple[model.Problem, list[str | None]]]:
+    """Problems that are the same but for their file, once each with their files."""
+    groups: dict[tuple, tuple[model.Problem, list[str | None]]] = {}
+    for p in problems:
+        key = (p.loc.variable, p.loc.axis, p.loc.block, p.kind, p.message, p.fatal, p.remedy)
+        groups.setdefault(key, (p, []))[1].append(p.loc.file)
+    return list(groups.values())
+
+
+def format_text(report: model.Report, verbose: bool = False, color: bool = False) -> str:
+    """The report for a terminal: an accepted stack in one line (everything with
+    `verbose`); a refused one with its verdict, counts, remedies and every problem,
+    identical problems of several files once with their file count."""
+    v = verdict(report)
+    if report.ok and not verbose:
+        return _c(summary_line(report), COLORS[v], color)
+    lines: list[str] = []
     s = summary(report)
     n = s["files"]
     if v == YES or (v == REMEDIES and report.ok):
@@ -135,7 +246,8 @@ def format_text(report: model.Report, verbose: bool = False, color: bool = False
                      + ("" if r.enabled else f" -- not enabled: pass --{r.kind}"))
     if report.problems:
         lines.append("")
-        lines.extend(_problem_table(sorted(report.problems, key=lambda p: not p.fatal), color))
+        lines.extend(_problem_table(sorted(report.problems, key=lambda p: not p.fatal), color,
+                                    verbose))
     if report.notes:
         lines.append("")
         lines.extend(f"note: {t}" for t in report.notes)
@@ -159,13 +271,24 @@ def format_text(report: model.Report, verbose: bool = False, color: bool = False
     return "\n".join(lines)
 
 
-def _problem_table(problems, color: bool) -> list[str]:
+def _problem_table(problems, color: bool, verbose: bool = False) -> list[str]:
+    """By file; a problem several files share (the same variable, kind and message) is
+    listed once under "(in N files)", with the files named when `verbose`."""
     by_file: dict[str, list] = defaultdict(list)
-    for p in problems:
-        by_file[p.loc.file or "(stack)"].append(p)
+    shared: dict[str, list[str | None]] = {}
+    for p, files in _grouped(problems):
+        if len(files) > 1:
+            names = [os.path.basename(f or "") for f in files]
+            head = f"(in {len(files)} files: {names[0]} ... {names[-1]})"
+            shared[head] = files
+            by_file[head].append(p)
+        else:
+            by_file[files[0] or "(stack)"].append(p)
     out = []
     for f, ps in by_file.items():
         out.append(f)
+        if f in shared and verbose:
+            out.extend(f"  {name}" for name in shared[f])
         rows = [("variable", "axis", "block", "kind", "problem")]
         for p in ps:
             msg = p.message + (f" [remedy: {p.remedy}]" if p.remedy else "")
