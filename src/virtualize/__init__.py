@@ -15,7 +15,7 @@ The Python API (the CLI is a thin layer over it):
   `mosaic(tiles, out, ...)`: map tiles placed side by side by their georeferencing (or
   explicit pixel offsets) into one array, cut at every tile edge and block boundary.
 - `append(cube, files)`: add files to the end of a cube, planned as before.
-- `verify(cube, decode=False) -> [Problem]`: have the cube's sources changed?
+- `verify_cube(cube, decode=False) -> [Problem]`: have the cube's sources changed?
 - `export(cube, out)`: the same cube as another kind (directory, kerchunk, Icechunk).
 - `open(path) -> zarr.Group`: a read-only zarr group over a cube.
 
@@ -34,7 +34,7 @@ from .api import (  # noqa: E402
     inventory,
     mosaic,
     open,
-    verify,
+    verify_cube,
     virtualize,
 )
 from .model import (  # noqa: E402
@@ -48,4 +48,4 @@ from .report import Report  # noqa: E402
 
 __all__ = ["OutputExistsError", "Problem", "Report", "UnsafeOutputError", "UsageError",
            "VirtualizeError", "append", "check", "check_mosaic", "export", "inventory", "mosaic",
-           "open", "verify", "virtualize"]
+           "open", "verify_cube", "virtualize"]

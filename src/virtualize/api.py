@@ -227,7 +227,7 @@ def _replan(cube: Path, info: dict, *, jobs: int = 1, progress=None, decode: str
     return report
 
 
-def verify(cube: PathLike, *, decode: bool = False, jobs: int = 1, progress=None) -> list[Problem]:
+def verify_cube(cube: PathLike, *, decode: bool = False, jobs: int = 1, progress=None) -> list[Problem]:
     """Re-check a cube's sources: each one's size and modification time against what the
     cube recorded (`source-changed` / `source-missing` problems name each one). With
     `decode`, the stack is also scanned and planned again from the cube's recorded

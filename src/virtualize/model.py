@@ -273,8 +273,7 @@ class Remedy:
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "blocks": self.blocks, "bytes": self.bytes,
-                "enabled": self.enabled, "option": REMEDY_OPTIONS.get(self.kind),
-                "copies": self.kind == "materialize"}
+                "enabled": self.enabled}
 
 
 # the command-line option that turns a remedy on (split is on unless --no-split)

@@ -141,7 +141,8 @@ def to_dict(report: model.Report) -> dict[str, Any]:
             elif fig.refused:
                 doc["arrays"][name]["status"] = "refused"
         doc["concat_dim"] = report.plan.concat_dim
-        doc["remedies"] = [dict(r.to_dict(), words=_remedy_words(r))
+        doc["remedies"] = [dict(r.to_dict(), option=model.REMEDY_OPTIONS.get(r.kind),
+                                copies=r.kind == "materialize", words=_remedy_words(r))
                            for r in report.plan.remedies.values()]
     for p in report.problems:
         if p.kind == "unsupported-type" and not p.fatal and p.loc.variable \
@@ -177,10 +178,14 @@ def _c(text: str, code: str, color: bool) -> str:
 
 
 def summary_line(report: model.Report) -> str:
-    """An accepted stack in one line: verdict, counts, remedies used, what was skipped."""
+    """An accepted stack in one line: verdict, counts, remedies used, what was skipped
+    (after a write: where to)."""
     v = verdict(report)
     s = summary(report)
     line = f"{v}: {s['files']} file(s) can be virtualized"
+    if report.output:
+        line = (f"{v}: {s['files']} file(s) virtualized into {report.output['kind']} "
+                f"{report.output['path']}")
     if report.plan is not None and s["variables"]:
         line += (f": {s['variables']} variable(s), {s['chunks']} chunk(s), {s['references']} "
                  f"reference(s) to {_size(s['bytes_referenced'])}")
