@@ -304,7 +304,7 @@ def _check(paths, planner: Planner, progress, materialize_limit: int | None = No
     if invs and not unknown:
         plan, plan_problems = planner(invs)
         problems.extend(plan_problems)
-        notes = list(plan.notes)
+        notes.extend(plan.notes)
         copied = plan.remedies.get("materialize")
         if copied and materialize_limit is not None and copied.bytes > materialize_limit:
             problems.append(Problem(Location(), "materialize-limit",

@@ -224,8 +224,7 @@ def build_parser() -> argparse.ArgumentParser:
                       "Icechunk repository (its sources are planned again with its recipe).")
     p.add_argument("cube", metavar="CUBE")
     _output_options(p, required=True)
-    _scan_options(p)
-    _verbosity(p)
+    _report_options(p, html=False)
 
     p = cmd("help", "Help on a command.")
     p.add_argument("topic", nargs="?", metavar="COMMAND")
@@ -480,7 +479,7 @@ def _show(report, args, wrote: dict | None = None, failed: bool = False) -> None
     if getattr(args, "html", None):
         with open(args.html, "w", encoding="utf-8") as f:
             f.write(to_html(report))
-    if args.json:
+    if getattr(args, "json", False):
         print(to_json(report))
         return
     if report.ok and args.quiet:

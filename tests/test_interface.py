@@ -1,0 +1,245 @@
+"""The command line and API people expect (issue 14): subcommands, exit codes, quiet
+success, inputs, inspect / verify / export, the in-memory plan, the report's surface."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import pytest
+
+import virtualize
+
+
+def run(*args, cwd=None, stdin=None, env=None):
+    exe = os.path.join(os.path.dirname(sys.executable), "virtualize")
+    return subprocess.run([exe, *map(str, args)], capture_output=True, text=True, cwd=cwd,
+                          input=stdin, env=env)
+
+
+@pytest.fixture(scope="module")
+def months(case, tmp_path_factory):
+    """The 2024 months in their own directory, with side-cars that are not data."""
+    d = tmp_path_factory.mktemp("months")
+    for f in case("months2024"):
+        shutil.copy(f, d / f.name)
+    (d / "tas_day_202401.nc.aux.xml").write_text("<PAMDataset></PAMDataset>\n")
+    (d / "SHA256SUMS.md5").write_text("0123 tas_day_202401.nc\n")
+    return d
+
+
+def data_files(d):
+    return sorted(p for p in d.iterdir() if p.suffix == ".nc")
+
+
+# -- commands and usage -----------------------------------------------------------------
+
+def test_help_lists_every_command():
+    r = run("--help")
+    assert r.returncode == 0
+    for name in ("create", "check", "mosaic", "append", "inspect", "verify", "export", "help"):
+        assert f"    {name} " in r.stdout, name
+    assert "exit codes" in r.stdout
+    h = run("help", "verify")
+    assert h.returncode == 0 and "--decode" in h.stdout
+
+
+def test_usage_errors_give_usage_not_a_scan(months, tmp_path):
+    for args in (["chek", *data_files(months)], ["help", "nope"], [*data_files(months)],
+                 ["check", "-j", "0", months], ["check", "-j", "x", months], []):
+        r = run(*args)
+        assert r.returncode == 2, (args, r.stderr)
+        assert "usage:" in r.stderr and "Traceback" not in r.stderr
+    assert "did you mean 'check'" in run("chek", months).stderr
+    # an unwritable --html is refused before anything is scanned
+    r = run("check", "--html", tmp_path / "no" / "such" / "dir.html", tmp_path / "missing.nc")
+    assert r.returncode == 2 and "--html" in r.stderr and "missing.nc" not in r.stdout
+
+
+def test_exit_codes_are_distinct(months, tmp_path):
+    files = data_files(months)
+    out = tmp_path / "c.zarr"
+    assert run(*files, "-o", out).returncode == 0
+    assert run(*files, "-o", out).returncode == 3  # exists
+    assert run("check", *files, tmp_path / "missing.nc").returncode == 1
+    assert run("verify", tmp_path).returncode == 3  # not a cube
+
+
+# -- quiet success ------------------------------------------------------------------------
+
+def test_accepted_stack_prints_one_line_and_groups_skipped_variables(case, tmp_path):
+    import h5py
+
+    files = []
+    for f in case("months2024"):
+        dst = tmp_path / f.name
+        shutil.copy(f, dst)
+        with h5py.File(dst, "a") as h:
+            h["station_name"] = np.array([b"abc", b"de"])
+        files.append(dst)
+    r = run("check", *files)
+    assert r.returncode == 0
+    assert r.stdout.count("\n") == 1
+    assert "station_name (unsupported-type, in 12 files)" in r.stdout
+    v = run("check", "-v", *files)
+    assert v.stdout.count("unsupported-type") == 1 and "(in 12 files: " in v.stdout
+    q = run("check", "-q", *files)
+    assert q.returncode == 0 and q.stdout == ""
+    # colour only on a terminal, never with NO_COLOR (a pipe here: never)
+    env = dict(os.environ, NO_COLOR="1")
+    assert "\033[" not in run("check", *files, env=env).stdout + r.stdout
+
+
+# -- inputs ---------------------------------------------------------------------------
+
+def test_lists_stdin_globs_and_directories(months, tmp_path):
+    files = data_files(months)
+    listing = tmp_path / "list.txt"
+    listing.write_text("# the 2024 months\n\n" + "\n".join(map(str, files[:6])) + "\n\n")
+    r = run("check", "--json", f"@{listing}")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert len(json.loads(r.stdout)["files"]) == 6
+    r = run("check", "--json", "-", stdin="\n".join(map(str, files[6:])) + "\n# done\n")
+    assert r.returncode == 0 and len(json.loads(r.stdout)["files"]) == 6
+    r = run("check", "--json", str(months / "tas_day_2024*.nc"))  # quoted: expanded by virtualize
+    assert r.returncode == 0 and len(json.loads(r.stdout)["files"]) == 12
+    assert len(virtualize.check(str(months / "*.nc")).files) == 12
+    # a directory: its data files, the side-cars skipped with one note
+    doc = json.loads(run("check", "--json", months).stdout)
+    assert doc["ok"] and len(doc["files"]) == 12
+    notes = [n for n in doc["notes"] if n.startswith("skipped 2 file(s)")]
+    assert len(notes) == 1 and "SHA256SUMS.md5" in notes[0] and ".aux.xml" in notes[0]
+
+
+def test_names_no_file_has_are_errors_listing_the_names(months):
+    files = data_files(months)
+    for option, name in (("--drop", "orgo"), ("--inline", "orgo"), ("--concat-dim", "tme")):
+        r = run("check", "--json", *files, option, name)
+        assert r.returncode == 1
+        doc = json.loads(r.stdout)
+        assert [p["kind"] for p in doc["problems"]] == ["unknown-name"]
+        msg = doc["problems"][0]["message"]
+        assert name in msg and ("tas" in msg if option != "--concat-dim" else "time" in msg)
+
+
+# -- inspect, verify, export --------------------------------------------------------------
+
+def test_inspect_shows_a_files_block_tables(months):
+    f = data_files(months)[0]
+    r = run("inspect", f)
+    assert r.returncode == 0 and "tas" in r.stdout and "padded" in r.stdout
+    doc = json.loads(run("inspect", "--json", f).stdout)
+    tas = next(v for v in doc["variables"] if v["name"] == "tas")
+    assert tas["shape"] == [31, 3, 4] and tas["blocks"]["count"] >= 1
+    assert tas["blocks"]["end_offset"] <= doc["size"]
+    assert run("inspect", months / "SHA256SUMS.md5").returncode == 1
+
+
+def test_verify_names_changed_and_missing_sources(months, tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    files = []
+    for f in data_files(months)[:3]:
+        files.append(shutil.copy(f, src / f.name))
+    out = tmp_path / "c.zarr"
+    assert run(*files, "-o", out).returncode == 0
+    ok = run("verify", out)
+    assert ok.returncode == 0 and ok.stdout.startswith("ok")
+    d = run("verify", "--decode", out)
+    assert d.returncode == 0, d.stdout + d.stderr
+    os.utime(files[1], ns=(1, 1))
+    os.remove(files[2])
+    r = run("verify", out)
+    assert r.returncode == 1
+    assert "source-changed" in r.stdout and os.path.basename(files[1]) in r.stdout
+    assert "source-missing" in r.stdout and os.path.basename(files[2]) in r.stdout
+
+
+def test_export_between_kinds_and_kerchunk_is_a_cube(months, tmp_path):
+    files = data_files(months)
+    refs = tmp_path / "refs"  # no .json suffix: recognised by its content
+    r = run(*files[:6], "-o", refs, "--format", "kerchunk")
+    assert r.returncode == 0, r.stderr
+    want = virtualize.check(files[:6]).to_zarr()["tas"][...]
+    assert np.array_equal(virtualize.open(refs)["tas"][...], want)
+    r = run("export", refs, "-o", tmp_path / "c.zarr")
+    assert r.returncode == 0, r.stderr
+    assert np.array_equal(virtualize.open(tmp_path / "c.zarr")["tas"][...], want)
+    r = run("export", tmp_path / "c.zarr", "-o", tmp_path / "back.json")
+    assert r.returncode == 0, r.stderr
+    assert np.array_equal(virtualize.open(tmp_path / "back.json")["tas"][...], want)
+    # a kerchunk JSON virtualize wrote records its recipe: append works on it
+    r = run("append", refs, *files[6:])
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert virtualize.open(refs)["tas"].shape == (366, 3, 4)
+    assert run("export", tmp_path / "c.zarr", "-o", tmp_path / "back.json").returncode == 3
+
+
+# -- the Python API ---------------------------------------------------------------------
+
+def test_report_surface_and_in_memory_plan(months, tmp_path):
+    files = data_files(months)
+    report = virtualize.check(files)
+    assert report.verdict == "yes"
+    assert repr(report).startswith("<virtualize.Report yes: 12 file(s)")
+    assert report._repr_html_().startswith("<!DOCTYPE html>")
+    g = report.to_zarr()
+    ds = report.to_xarray()
+    virtualize.virtualize(files, tmp_path / "c.zarr")
+    on_disk = virtualize.open(tmp_path / "c.zarr")
+    assert np.array_equal(g["tas"][...], on_disk["tas"][...])
+    assert np.array_equal(ds["tas"].values, on_disk["tas"][...])
+    assert not (tmp_path / "c2.zarr").exists()
+    store = report.to_store()
+    assert store.read_only
+    refused = virtualize.check(files + [tmp_path / "missing.nc"])
+    with pytest.raises(virtualize.VirtualizeError):
+        refused.to_store()
+
+
+def test_json_states_the_output_after_a_write(months, tmp_path):
+    out = tmp_path / "c.json"
+    r = run(*data_files(months), "-o", out, "--json")
+    doc = json.loads(r.stdout)
+    assert doc["output"] == {"path": str(out), "kind": "kerchunk"}
+    assert doc["arrays"]["tas"]["status"] == "virtual"
+
+
+def test_scan_subpackage_imports_and_errors_are_virtualize_errors(months, tmp_path):
+    import virtualize.scan.hdf5 as m
+
+    assert callable(m.scan_hdf5)
+    f = data_files(months)[0]
+    assert virtualize.inventory(f).variables["tas"].shape == (31, 3, 4)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        assert virtualize.scan(f).path == str(f)
+    assert any(issubclass(x.category, DeprecationWarning) for x in w)
+    with pytest.raises(virtualize.UsageError) as e:
+        virtualize.virtualize(data_files(months), tmp_path / "x", format="nope")
+    assert isinstance(e.value, virtualize.VirtualizeError) and isinstance(e.value, ValueError)
+    assert issubclass(virtualize.OutputExistsError, virtualize.VirtualizeError)
+
+
+def test_xarray_backend_recognises_cubes_without_engine(months, tmp_path):
+    xr = pytest.importorskip("xarray")
+    from virtualize.xarray_backend import VirtualizeBackendEntrypoint
+
+    out = tmp_path / "c.zarr"
+    virtualize.virtualize(data_files(months), out)
+    backend = VirtualizeBackendEntrypoint()
+    assert backend.guess_can_open(out) and backend.guess_can_open(str(out))
+    assert backend.guess_can_open(tmp_path / "x.icechunk")
+    assert not backend.guess_can_open(months)
+    assert "docs/reading.md" in backend.url
+    ds = xr.open_dataset(out)
+    assert ds["tas"].shape == (366, 3, 4)
+    virtualize.virtualize(data_files(months), tmp_path / "refs.json")
+    assert backend.guess_can_open(tmp_path / "refs.json")
+    # (kerchunk's own backend, when installed, claims .json files first)
+    assert xr.open_dataset(tmp_path / "refs.json", engine="virtualize")["tas"].shape == (366, 3, 4)
