@@ -243,3 +243,40 @@ def test_xarray_backend_recognises_cubes_without_engine(months, tmp_path):
     assert backend.guess_can_open(tmp_path / "refs.json")
     # (kerchunk's own backend, when installed, claims .json files first)
     assert xr.open_dataset(tmp_path / "refs.json", engine="virtualize")["tas"].shape == (366, 3, 4)
+
+
+# -- mosaic ------------------------------------------------------------------------------
+
+def test_mosaic_offsets_on_the_command_line_and_remedies_in_json(case, tmp_path):
+    import make_mosaic as mm
+
+    files = case("mosaic_offsets_plain")
+    offsets = [f"{r},{c}" for r, c, _, _ in mm.LAYOUT["mosaic_offsets_plain"]]
+    assert run("mosaic", "--check", *files).returncode == 1
+    r = run("mosaic", "--check", *files, "--offsets", *offsets)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert run("mosaic", "--check", *files, "--offsets", offsets[0]).returncode == 2
+    doc = json.loads(run("mosaic", "--check", "--json", *case("mosaic_staggered_misaligned")).stdout)
+    assert doc["remedies"], doc["problems"][:2]
+    for rem in doc["remedies"]:
+        assert {"kind", "blocks", "bytes", "enabled", "option", "words"} <= set(rem)
+        assert rem["kind"] != "materialize" or rem["option"] == "--materialize"
+
+
+def test_crs_mismatch_is_named_by_epsg_code(case, tmp_path):
+    import h5py
+
+    pyproj = pytest.importorskip("pyproj")
+    tiles = [shutil.copy(f, tmp_path / f.name) for f in case("mosaic_netcdf")]
+    with h5py.File(tiles[1], "a") as h:
+        for name, obj in h.items():
+            if "crs_wkt" in obj.attrs:
+                wkt = pyproj.CRS.from_epsg(32634).to_wkt()
+                obj.attrs["crs_wkt"] = wkt
+                if "spatial_ref" in obj.attrs:
+                    obj.attrs["spatial_ref"] = wkt
+                if "epsg_code" in obj.attrs:
+                    obj.attrs["epsg_code"] = "EPSG:32634"
+    report = virtualize.check_mosaic(tiles)
+    (p,) = [p for p in report.problems if p.kind == "needs-warping"]
+    assert "EPSG:32634 vs EPSG:32633" in p.message and len(p.message) < 400
