@@ -280,3 +280,21 @@ def test_crs_mismatch_is_named_by_epsg_code(case, tmp_path):
     report = virtualize.check_mosaic(tiles)
     (p,) = [p for p in report.problems if p.kind == "needs-warping"]
     assert "EPSG:32634 vs EPSG:32633" in p.message and len(p.message) < 400
+
+
+# -- the HTML report -------------------------------------------------------------------
+
+def test_html_problems_first_title_and_legend(case, months):
+    refused = virtualize.check(case("tenday_padded")).to_html()
+    assert refused.index('id="problems"') < refused.index("Chunk grids")
+    assert "<title>virtualize: yes with remedies -- 12 file(s) in " in refused
+    assert "tas_day_202401.nc ... tas_day_202412.nc" in refused
+    ok = virtualize.check(data_files(months)).to_html()
+    assert "<title>virtualize: yes -- 12 file(s)" in ok
+    legend = ok[ok.index('<div class="legend">'):]
+    legend = legend[: legend.index("</div>")]
+    assert "refused block" not in legend and "gap (no tile)" not in legend
+    # the dashed end line is drawn (and explained) only where a padded block overhangs
+    assert ("stroke-dasharray=\"3,2\"" in ok) == ("end of the array" in legend)
+    # a short final chunk (December's 31 after 30s and 29) is not drawn as a warning
+    assert "#f2a541" not in ok

@@ -319,7 +319,7 @@ def _size(n: int) -> str:
 
 # -- HTML ------------------------------------------------------------------------------
 
-MARK_COLORS = {OK: "#4c78a8", SHORT: "#f2a541", OVERHANG: "#9c6ade", REFUSED: "#d62728",
+MARK_COLORS = {OK: "#4c78a8", SHORT: "#9ecae9", OVERHANG: "#9c6ade", REFUSED: "#d62728",
                GAP: "#d9d9d9"}
 MARK_NAMES = {OK: "chunk", SHORT: "short chunk", OVERHANG: "padded last block (overhang)",
               REFUSED: "refused block", GAP: "gap (no tile)"}
@@ -348,7 +348,8 @@ def to_html(report: model.Report) -> str:
     s = summary(report)
     cls = {YES: "yes", REMEDIES: "remedies", NO: "no"}[v]
     parts = ["<!DOCTYPE html><html lang=en><head><meta charset=utf-8>",
-             "<title>virtualize report</title>", f"<style>{CSS}</style></head><body>",
+             f"<title>{html.escape(_page_title(report, v))}</title>",
+             f"<style>{CSS}</style></head><body>",
              "<h1>Can this stack be virtualized?</h1>",
              f'<div class="verdict {cls}" id="verdict">{html.escape(v)}</div>',
              '<table class="counts">']
@@ -361,13 +362,19 @@ def to_html(report: model.Report) -> str:
         state = "" if r.enabled else " — not enabled"
         parts.append(f'<p class="remedy"><b>remedy {html.escape(r.kind)}</b>: {r.blocks} '
                      f"block(s), {cost}{state}</p>")
+    # why a refused stack is refused, above the pictures
+    parts.append(_problems_html(report))
     plan = report.plan
     if plan is not None and plan.mosaic is not None:
         parts.append("<h2>Mosaic</h2>")
         parts.append(_mosaic_svg(plan.mosaic))
     if plan is not None and plan.figures:
         parts.append("<h2>Chunk grids</h2>")
-        parts.append(_legend())
+        used = {_shown_mark(m, i, len(ax.marks)) for fig in plan.figures.values()
+                for ax in fig.axes for i, m in enumerate(ax.marks.tolist())}
+        overhang = any(int(ax.lengths.sum()) > ax.extent for fig in plan.figures.values()
+                       for ax in fig.axes)
+        parts.append(_legend(used, overhang))
         for name, fig in plan.figures.items():
             a = plan.arrays.get(name)
             kind = ("refused" if fig.refused or a is None else
@@ -377,7 +384,6 @@ def to_html(report: model.Report) -> str:
             for axis in fig.axes:
                 parts.append(_band(axis))
             parts.append("</section>")
-    parts.append(_problems_html(report))
     if report.notes:
         parts.append("<h2>Notes</h2><ul class=notes>")
         parts += [f"<li>{html.escape(n)}</li>" for n in report.notes]
@@ -403,9 +409,30 @@ def _problems_html(report: model.Report) -> str:
     return "\n".join(rows)
 
 
-def _legend() -> str:
+def _page_title(report: model.Report, v: str) -> str:
+    """The stack and the verdict: "virtualize: yes -- 12 files in /data (a.nc ... l.nc)"."""
+    files = report.files
+    if not files:
+        return f"virtualize: {v}"
+    names = [os.path.basename(f) for f in files]
+    where = os.path.dirname(os.path.commonpath(files)) if len(files) == 1 else \
+        os.path.commonpath(files)
+    span = names[0] if len(names) == 1 else f"{names[0]} ... {names[-1]}"
+    return f"virtualize: {v} -- {len(files)} file(s) in {where} ({span})"
+
+
+def _shown_mark(mark: str, i: int, n: int) -> str:
+    """A short chunk at the end of an axis is the usual remainder: drawn as a chunk."""
+    return OK if mark == SHORT and i == n - 1 else mark
+
+
+def _legend(used: set[str] | None = None, overhang: bool = False) -> str:
+    """The marks the page uses (all when `used` is None), and the dashed line when drawn."""
     items = "".join(f'<span><i style="background:{c}"></i>{MARK_NAMES[m]}</span>'
-                    for m, c in MARK_COLORS.items())
+                    for m, c in MARK_COLORS.items() if used is None or m in used)
+    if overhang:
+        items += ('<span><i style="border-left:2px dashed #222;width:0"></i>end of the array, '
+                  "where a padded last block reaches past it</span>")
     return f'<div class="legend">{items}</div>'
 
 
@@ -413,6 +440,8 @@ def _band(axis) -> str:
     """One axis as a horizontal band: each run of equal chunks one rectangle, chunk
     boundaries drawn as ticks while there are few enough to see."""
     runs = axis.runs()
+    if runs and runs[-1][1] == SHORT and runs[-1][2] == 1:  # the usual remainder at the end
+        runs[-1] = (runs[-1][0], _shown_mark(SHORT, 0, 1), 1)
     total = max(int(axis.lengths.sum()), axis.extent, 1)
     scale = BAND_WIDTH / total
     h, y = 26, 4
@@ -439,9 +468,11 @@ def _band(axis) -> str:
         rest = sum(n for _, _, n in runs[MAX_RUNS:])
         svg.append(f'<text x="{min(x, BAND_WIDTH - 160):.2f}" y="{y + h + 14}" font-size="11">'
                    f"… {rest} more chunks in {len(runs) - MAX_RUNS} runs</text>")
-    ext = axis.extent * scale
-    svg.append(f'<line x1="{ext:.2f}" y1="0" x2="{ext:.2f}" y2="{h + 8}" stroke="#222" '
-               'stroke-dasharray="3,2"><title>end of the array</title></line>')
+    if int(axis.lengths.sum()) > axis.extent:  # a padded last block overhangs the end
+        ext = axis.extent * scale
+        svg.append(f'<line x1="{ext:.2f}" y1="0" x2="{ext:.2f}" y2="{h + 8}" stroke="#222" '
+                   'stroke-dasharray="3,2"><title>end of the array (the last block is padded '
+                   "past it)</title></line>")
     svg.append("</svg>")
     spec = json.dumps([r[0] if r[2] == 1 else [r[0], r[2]] for r in runs[:12]])
     more = " …" if len(runs) > 12 else ""

@@ -12,9 +12,8 @@ the winner's blocks cover the overlapped cells exactly.
 
 from __future__ import annotations
 
-import re
-
 import itertools
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
