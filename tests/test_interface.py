@@ -298,3 +298,31 @@ def test_html_problems_first_title_and_legend(case, months):
     assert ("stroke-dasharray=\"3,2\"" in ok) == ("end of the array" in legend)
     # a short final chunk (December's 31 after 30s and 29) is not drawn as a warning
     assert "#f2a541" not in ok
+
+
+def test_colour_on_a_terminal_unless_no_color(months):
+    import pty
+
+    exe = os.path.join(os.path.dirname(sys.executable), "virtualize")
+
+    def on_tty(env):
+        master, slave = pty.openpty()
+        p = subprocess.run([exe, "check", str(months)], stdout=slave, stderr=subprocess.DEVNULL,
+                           env=env)
+        os.close(slave)
+        out = b""
+        while True:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            out += chunk
+        os.close(master)
+        assert p.returncode == 0
+        return out.decode()
+
+    env = {k: v for k, v in os.environ.items() if k != "NO_COLOR"}
+    assert "\033[32m" in on_tty(env)
+    assert "\033[" not in on_tty(dict(env, NO_COLOR="1"))

@@ -456,7 +456,9 @@ def _unknown_names(invs: list[FileInventory], drop, inline, concat_dim) -> list[
     alike): problems listing the names that exist."""
     import difflib
 
+    # and those a scanner could not take (named by its problems: --drop is their remedy)
     variables = {n for inv in invs for n in inv.variables}
+    variables |= {p.loc.variable for inv in invs for p in inv.problems if p.loc.variable}
     variables |= {n.rpartition("/")[2] for n in variables}
     dims = {d for inv in invs for v in inv.variables.values() for d in v.dims}
     out = []
