@@ -326,3 +326,24 @@ def test_colour_on_a_terminal_unless_no_color(months):
     env = {k: v for k, v in os.environ.items() if k != "NO_COLOR"}
     assert "\033[32m" in on_tty(env)
     assert "\033[" not in on_tty(dict(env, NO_COLOR="1"))
+
+
+def test_verify_decode_finds_bytes_changed_behind_the_same_size_and_mtime(months, tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    files = [shutil.copy(f, src / f.name) for f in data_files(months)[:3]]
+    out = tmp_path / "c.zarr"
+    virtualize.virtualize(files, out)
+    inv = virtualize.inventory(files[1])
+    ref = inv.variables["tas"].blocks.refs.reshape(-1)[0]
+    st = os.stat(files[1])
+    with open(files[1], "r+b") as f:  # flip the stored bytes of tas's first block
+        f.seek(int(ref["offset"]))
+        data = bytearray(f.read(int(ref["length"])))
+        f.seek(int(ref["offset"]))
+        f.write(bytes(b ^ 0x5A for b in data))
+    os.utime(files[1], ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert run("verify", out).returncode == 0  # size and mtime as recorded
+    r = run("verify", "--decode", out)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert os.path.basename(files[1]) in r.stdout
