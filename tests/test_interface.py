@@ -187,7 +187,11 @@ def test_report_surface_and_in_memory_plan(months, tmp_path):
     report = virtualize.check(files)
     assert report.verdict == "yes"
     assert repr(report).startswith("<virtualize.Report yes: 12 file(s)")
-    assert report._repr_html_().startswith("<!DOCTYPE html>")
+    import html as _html
+
+    shown = report._repr_html_()
+    assert shown.startswith("<iframe") and _html.unescape(shown).count("<!DOCTYPE html>") == 1
+    assert 'id="verdict">yes</div>' in _html.unescape(shown)
     g = report.to_zarr()
     ds = report.to_xarray()
     virtualize.virtualize(files, tmp_path / "c.zarr")

@@ -41,7 +41,9 @@ class Report(model.Report):
                 f"variable(s), {s['problems']} problem(s), {s['warnings']} warning(s){out}>")
 
     def _repr_html_(self) -> str:
-        return to_html(self)
+        """The HTML report in a notebook, in an iframe so that its styles stay its own."""
+        return (f'<iframe class="virtualize-report" srcdoc="{html.escape(to_html(self))}" '
+                'style="width:100%;height:640px;border:1px solid #ddd"></iframe>')
 
     def to_store(self, *, allow=None):
         """The plan as a read-only in-memory zarr store (metadata and inline values in
