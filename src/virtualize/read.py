@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 import zarr
+from zarr.abc.buffer import Buffer, BufferPrototype
 from zarr.abc.store import (
     ByteRequest,
     OffsetByteRequest,
@@ -32,7 +33,7 @@ from zarr.abc.store import (
     Store,
     SuffixByteRequest,
 )
-from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
+from zarr.buffer import default_buffer_prototype
 from zarr.storage import WrapperStore
 
 from .access import Access, check_refs, grid_shape, inside, invalid, read_inside
