@@ -351,3 +351,17 @@ def test_verify_decode_finds_bytes_changed_behind_the_same_size_and_mtime(months
     r = run("verify", "--decode", out)
     assert r.returncode == 1, r.stdout + r.stderr
     assert os.path.basename(files[1]) in r.stdout
+
+
+def test_export_to_and_from_icechunk(months, tmp_path):
+    pytest.importorskip("icechunk")
+    files = data_files(months)[:3]
+    virtualize.virtualize(files, tmp_path / "c.zarr")
+    want = virtualize.open(tmp_path / "c.zarr")["tas"][...]
+    r = run("export", tmp_path / "c.zarr", "-o", tmp_path / "c.icechunk")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert np.array_equal(virtualize.open(tmp_path / "c.icechunk")["tas"][...], want)
+    r = run("export", tmp_path / "c.icechunk", "-o", tmp_path / "c.json", "--json")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert json.loads(r.stdout)["output"]["kind"] == "kerchunk"
+    assert np.array_equal(virtualize.open(tmp_path / "c.json")["tas"][...], want)
