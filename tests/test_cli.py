@@ -19,8 +19,12 @@ def test_virtualize_writes_a_cube_and_says_so(case, tmp_path):
     files = case("months2024")
     r = run(*files, "-o", tmp_path / "cube.zarr")
     assert r.returncode == 0, r.stderr
-    assert r.stdout.startswith("yes: 12 file(s)")
+    # quiet success: one line, saying what was written where
+    assert r.stdout.startswith("yes: 12 file(s) virtualized into cube ")
+    assert r.stdout.count("\n") == 1 and "cube.zarr" in r.stdout
+    r = run(*files, "-o", tmp_path / "cube2.zarr", "-v")
     assert "[[31, 29, 31, 30, 31, 30, [31, 2], 30, 31, 30, 31], [3], [4]]" in r.stdout
+    assert r.stdout.rstrip().endswith("cube2.zarr")
     assert virtualize.open(tmp_path / "cube.zarr")["tas"].shape == (366, 3, 4)
 
 
@@ -37,7 +41,12 @@ def test_refusal_exits_1_prints_every_problem_and_writes_nothing(case, tmp_path)
     # every padded block could be copied into the cube (--materialize), which is not enabled
     assert r.stdout.startswith("yes with remedies: 7 problem(s)")
     assert "remedy materialize: 7 block(s)" in r.stdout and "not enabled" in r.stdout
-    assert r.stdout.count("padded-block") == 7
+    # the same block of 6 files is listed once, with its file count; -v names the files
+    assert r.stdout.count("padded-block") == 2 and "(in 6 files: " in r.stdout
+    v = run("check", "-v", *case("tenday_padded"))
+    assert all(str(f) in v.stdout for f in case("tenday_padded")[:10] if f.name != "tas_day_202412.nc"
+               and f.name not in ("tas_day_202404.nc", "tas_day_202406.nc", "tas_day_202409.nc",
+                                  "tas_day_202411.nc"))
     assert "nothing was written" in r.stderr
     assert not (tmp_path / "cube.zarr").exists()
 
@@ -64,7 +73,7 @@ def test_existing_output_is_refused_then_replaced_with_overwrite(case, tmp_path)
     out = tmp_path / "cube.zarr"
     assert run(*files, "-o", out).returncode == 0
     again = run(*files[:2], "-o", out)
-    assert again.returncode == 1 and "exists" in again.stderr
+    assert again.returncode == 3 and "exists" in again.stderr
     assert virtualize.open(out)["tas"].shape[0] == 28
     assert run(*files[:2], "-o", out, "--overwrite").returncode == 0
     assert virtualize.open(out)["tas"].shape[0] == 10

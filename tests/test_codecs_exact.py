@@ -111,7 +111,7 @@ def test_image_codecs_read_like_tifffile(images, tmp_path, name):
 
 def test_webp_rgba_decodes_with_alpha(images):
     """libwebp drops an all-opaque alpha channel: the codec must ask for RGBA anyway."""
-    inv = virtualize.scan(images["webp_rgba_opaque"])
+    inv = virtualize.inventory(images["webp_rgba_opaque"])
     assert inv.variables["image"].codecs == [
         {"name": "imagecodecs_webp", "configuration": {"hasalpha": True}}]
 
@@ -119,11 +119,11 @@ def test_webp_rgba_decodes_with_alpha(images):
 @needs("gdal_translate")
 def test_jpeg_rgb_plus_alpha_keeps_its_components(images):
     """RGB + alpha JPEG has 4 components: no colour conversion (tifffile does none)."""
-    conf = virtualize.scan(images["jpeg_gdal_rgba_tiles"]).variables["image"].codecs[0]
+    conf = virtualize.inventory(images["jpeg_gdal_rgba_tiles"]).variables["image"].codecs[0]
     assert conf["name"] == "imagecodecs_jpeg"
     assert "colorspace_jpeg" not in conf["configuration"]
     assert "colorspace_data" not in conf["configuration"]
-    sep = virtualize.scan(images["jpeg_gdal_rgba_separate"]).variables["image"]
+    sep = virtualize.inventory(images["jpeg_gdal_rgba_separate"]).variables["image"]
     assert sep.codecs[0]["configuration"]["colorspace_data"] == "GRAYSCALE"
 
 

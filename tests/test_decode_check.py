@@ -133,7 +133,7 @@ def test_a_handful_per_stack_not_one_per_file(case):
     files = case("months2024")  # 12 monthly files: chunk lengths 29, 30, 31 along time
     report = virtualize.check(files)
     assert report.ok
-    invs = [virtualize.scan(f) for f in files]
+    invs = [virtualize.inventory(f) for f in files]
     groups = decode_check(report.plan, invs)
     stored = sum(_stored(a) for a in report.plan.arrays.values() if a.refs is not None)
     assert groups.problems == [] and 0 < groups.chunks < stored
@@ -164,7 +164,7 @@ def test_every_chunk_is_located_in_its_source(case, name, kind):
     report = (virtualize.check_mosaic(files) if name.startswith("mosaic") else
               virtualize.check(files, concat_dim="time" if name == "stack_dates" else None))
     assert report.ok, report.problems
-    invs = [virtualize.scan(f) for f in files]
+    invs = [virtualize.inventory(f) for f in files]
     every = decode_check(report.plan, invs, select="all")
     assert every.problems == [], every.problems
     assert every.chunks == sum(_stored(a) for a in report.plan.arrays.values()
@@ -177,7 +177,7 @@ def test_materialized_chunks_are_left_to_the_writer(case):
     assert report.ok
     a = report.plan.arrays["tas"]
     assert a.materialize
-    every = decode_check(report.plan, [virtualize.scan(f) for f in files], select="all")
+    every = decode_check(report.plan, [virtualize.inventory(f) for f in files], select="all")
     assert every.problems == [] and every.chunks == _stored(a) + sum(
         _stored(b) for n, b in report.plan.arrays.items()
         if n != "tas" and b.refs is not None and b.inline is None)
@@ -199,7 +199,7 @@ def test_large_chunks_are_checked_on_their_leading_rows(case, monkeypatch):
     files = case("contiguous")
     report = virtualize.check(files, scan_timeout=None)
     assert report.ok
-    invs = [virtualize.scan(f) for f in files]
+    invs = [virtualize.inventory(f) for f in files]
     every = decode_check(report.plan, invs, select="all")
     assert every.problems == [] and every.chunks > 0
     assert every.bytes_read <= 64 * every.chunks
@@ -219,7 +219,7 @@ def test_every_chunk_in_bounded_batches(case, monkeypatch):
     files = case("appended_batches")
     report = virtualize.check(files, scan_timeout=None)
     calls.clear()
-    every = decode_check(report.plan, [virtualize.scan(f) for f in files], select="all")
+    every = decode_check(report.plan, [virtualize.inventory(f) for f in files], select="all")
     assert every.problems == [] and every.chunks == sum(calls) > 2
     assert max(calls) <= 2
 
@@ -256,6 +256,6 @@ def test_a_file_in_the_middle_needs_a_check_per_source(tmp_path):
     files = _stack(tmp_path / "middle", bad_day=2)
     report = virtualize.check(files, concat_dim="time")
     assert report.ok
-    per_source = decode_check(report.plan, [virtualize.scan(f) for f in files],
+    per_source = decode_check(report.plan, [virtualize.inventory(f) for f in files],
                               select="sources")
     assert [(p.loc.file, p.loc.block) for p in per_source.problems] == [(str(files[1]), (4, 0))]

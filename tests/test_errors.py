@@ -415,7 +415,7 @@ def test_unwritten_records_inside_a_written_block_are_refused(tmp_path):
     r = virtualize.check([path])
     (p,) = [p for p in r.problems if p.kind == "partial-records"]
     assert (p.loc.file, p.loc.variable, p.fatal) == (str(path), "w", True)
-    inv = virtualize.scan(path)
+    inv = virtualize.inventory(path)
     assert inv.variables["w"].shape == (4,) and inv.dimensions["time"].size == 4
     # inlined, the values are read with the file's library and padded as netCDF-C reads them
     virtualize.virtualize([path], tmp_path / "p.zarr", inline=["w"])

@@ -16,7 +16,7 @@ def test_block_table_matches_the_chunk_index(tmp_path):
     with h5py.File(p, "w") as f:
         d = f.create_dataset("x", shape=(25, 7), chunks=(10, 4), dtype="<i4", compression="gzip")
         d[...] = np.arange(25 * 7).reshape(25, 7)
-    inv = virtualize.scan(p)
+    inv = virtualize.inventory(p)
     bt = inv.variables["x"].blocks
     assert bt.block_shape == (10, 4) and bt.padded and bt.grid_shape == (3, 2)
     with h5py.File(p, "r") as f:
@@ -32,7 +32,7 @@ def test_never_written_chunks_read_as_fill(tmp_path):
     with h5py.File(p, "w") as f:
         d = f.create_dataset("x", shape=(4, 6), chunks=(2, 3), dtype="f4", fillvalue=-5.0)
         d[0:2, 3:6] = 1.5
-    inv = virtualize.scan(p)
+    inv = virtualize.inventory(p)
     refs = inv.variables["x"].blocks.refs
     assert (refs["length"] > 0).sum() == 1
     virtualize.virtualize([p], tmp_path / "c.zarr")
@@ -44,7 +44,7 @@ def test_never_written_contiguous_dataset_reads_as_fill(tmp_path):
     p = tmp_path / "empty.h5"
     with h5py.File(p, "w") as f:
         f.create_dataset("x", shape=(3,), dtype="i2", fillvalue=7)
-    inv = virtualize.scan(p)
+    inv = virtualize.inventory(p)
     assert inv.variables["x"].blocks.refs["length"].sum() == 0
     virtualize.virtualize([p], tmp_path / "c.zarr")
     assert virtualize.open(tmp_path / "c.zarr")["x"][...].tolist() == [7, 7, 7]
@@ -57,7 +57,7 @@ def test_chunk_with_a_filter_mask_is_a_located_problem(tmp_path):
         d[...] = 3
         # the second chunk stored raw, with the deflate filter marked as skipped
         d.id.write_direct_chunk((2, 0), np.full((2, 4), 9, "u1").tobytes(), filter_mask=1)
-    inv = virtualize.scan(p)
+    inv = virtualize.inventory(p)
     (prob,) = [q for q in inv.problems if q.kind == "filter-mask"]
     assert (prob.loc.file, prob.loc.variable, prob.loc.block) == (str(p), "x", (1, 0))
     assert not virtualize.check([p]).ok
@@ -119,7 +119,7 @@ def test_anonymous_axes_get_stable_names(tmp_path):
     p = tmp_path / "a.h5"
     with h5py.File(p, "w") as f:
         f["g/x"] = np.zeros((6, 6))
-    assert virtualize.scan(p).variables["g/x"].dims == ("x_dim0", "x_dim1")
+    assert virtualize.inventory(p).variables["g/x"].dims == ("x_dim0", "x_dim1")
 
 
 def test_attributes_are_plain_python(tmp_path):
@@ -130,13 +130,13 @@ def test_attributes_are_plain_python(tmp_path):
         d.attrs["scale_factor"] = np.float32(0.5)
         d.attrs["valid_range"] = np.array([0, 10], "i2")
         d.attrs["bytes"] = np.bytes_(b"abc")
-    attrs = virtualize.scan(p).variables["x"].attrs
+    attrs = virtualize.inventory(p).variables["x"].attrs
     assert attrs == {"units": "K", "scale_factor": 0.5, "valid_range": [0, 10], "bytes": "abc"}
 
 
 def test_bytes_read_are_counted(case):
     f = case("months2024")[0]
-    inv = virtualize.scan(f)
+    inv = virtualize.inventory(f)
     import os
     assert 0 < inv.bytes_read < os.path.getsize(f) + 1
 
@@ -210,7 +210,7 @@ def test_bool_and_enum_types(tmp_path):
     with h5py.File(p, "w") as f:
         f.create_dataset("flag", data=np.array([True, False, True]))
         f.create_dataset("cloud", data=np.array([0, 1, 7, 1], "u1"), dtype=cloud)
-    inv = virtualize.scan(p)
+    inv = virtualize.inventory(p)
     assert inv.variables["flag"].dtype == np.dtype(bool)
     assert inv.variables["cloud"].attrs["_enum"] == {"clear": 0, "cloudy": 1, "unknown": 7}
     virtualize.virtualize([p], tmp_path / "c.zarr")
@@ -225,7 +225,7 @@ def test_empty_and_unwritten_chunked_datasets(tmp_path):
     with h5py.File(p, "w") as f:
         f.create_dataset("empty", shape=(0, 4), maxshape=(None, 4), chunks=(2, 4), dtype="f4")
         f.create_dataset("unwritten", shape=(5, 4), chunks=(2, 4), dtype="f4", fillvalue=3)
-    inv = virtualize.scan(p)
+    inv = virtualize.inventory(p)
     assert inv.variables["empty"].blocks.refs.shape == (0, 1)
     assert inv.variables["unwritten"].blocks.refs["length"].sum() == 0
     virtualize.virtualize([p], tmp_path / "c.zarr")
@@ -240,7 +240,7 @@ def test_shrunken_dataset_keeps_only_chunks_inside_its_extent(tmp_path):
         d = f.create_dataset("x", data=np.arange(40, dtype="i4").reshape(10, 4), chunks=(2, 4),
                              maxshape=(None, 4))
         d.resize((5, 4))
-    inv = virtualize.scan(p)
+    inv = virtualize.inventory(p)
     assert inv.variables["x"].blocks.grid_shape == (3, 1)
     virtualize.virtualize([p], tmp_path / "c.zarr")
     with h5py.File(p) as f:
@@ -265,7 +265,7 @@ def test_blocks_past_the_end_of_a_file_are_truncated(tmp_path):
     p = tmp_path / "a.h5"
     with h5py.File(p, "w") as f:
         f.create_dataset("x", data=np.arange(40, dtype="f8").reshape(10, 4), chunks=(5, 4))
-    inv = virtualize.scan(p)
+    inv = virtualize.inventory(p)
     inv.size = int(inv.variables["x"].blocks.refs["offset"].max())  # as if cut mid-block
     _check_extent(inv)
     (prob,) = [q for q in inv.problems if q.kind == "truncated"]

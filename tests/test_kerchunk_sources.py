@@ -85,7 +85,7 @@ def test_same_cube_as_scanning_the_files(case, tmp_path):
 def test_cli_joins_references(case, tmp_path):
     refs = case("kerchunk_months2024")
     exe = os.path.join(os.path.dirname(sys.executable), "virtualize")
-    r = subprocess.run([exe, *map(str, refs), "-o", str(tmp_path / "cube.zarr")],
+    r = subprocess.run([exe, *map(str, refs), "-o", str(tmp_path / "cube.zarr"), "-v"],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert "[[31, 29, 31, 30, 31, 30, [31, 2], 30, 31, 30, 31], [3], [4]]" in r.stdout
@@ -212,7 +212,7 @@ def test_not_a_reference_set(tmp_path):
     p = tmp_path / "x.json"
     p.write_text('{"a": 1}')
     with pytest.raises(virtualize.VirtualizeError) as e:
-        virtualize.scan(p)
+        virtualize.inventory(p)
     assert e.value.problems[0].kind == "unknown-format"
 
 

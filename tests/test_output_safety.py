@@ -71,7 +71,7 @@ def test_overwrite_never_touches_a_source_cli(tree, out, capsys):
                  [tmp / "data" / "nc", "-o", target, "--overwrite"],
                  ["mosaic", *files[:3], "-o", target, "--overwrite"]):
         r = cli(capsys, *args)
-        assert r.returncode == 1, r.stdout + r.stderr
+        assert r.returncode == 3, r.stdout + r.stderr
         assert "output-is-source" in r.stderr and "Traceback" not in r.stderr
         assert len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert digest(files) == before
@@ -84,12 +84,12 @@ def test_the_issue_command_line_deletes_nothing(tree):
     tmp, files = tree
     before = digest(files)
     r = run(*files, "-o", tmp / "data" / "nc", "--overwrite")
-    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert r.returncode == 3 and "Traceback" not in r.stderr
     assert r.stderr.strip().splitlines() == [
         f"virtualize: {tmp / 'data' / 'nc'}: output-is-source: contains the source {files[0]}; "
         "choose another output path"]
     r = run(*files, "-o", files[1], "--overwrite")
-    assert r.returncode == 1 and "output-is-source" in r.stderr
+    assert r.returncode == 3 and "output-is-source" in r.stderr
     assert digest(files) == before
 
 
@@ -145,7 +145,7 @@ def test_foreign_outputs_are_never_replaced(tree, what, capsys):
             virtualize.virtualize(files[:2], foreign, overwrite=True, format=fmt)
         assert e.value.problems[0].kind == "output-not-ours"
         r = cli(capsys, *files[:2], "-o", foreign, "--overwrite", "--format", fmt)
-        assert r.returncode == 1 and "output-not-ours" in r.stderr
+        assert r.returncode == 3 and "output-not-ours" in r.stderr
         assert len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert sorted(str(p) for p in tmp.rglob("*")) == snapshot
 

@@ -58,8 +58,15 @@ def test_json_follows_its_schema(case, tmp_path):
     doc = json.loads(virtualize.check(files).to_json())
     assert doc["verdict"] == "yes with remedies"
     # January keeps 1 valid day of its last 10-day block, February 9: 12 values of 4 bytes each
-    assert doc["remedies"] == [{"kind": "materialize", "blocks": 2, "bytes": (1 + 9) * 12 * 4,
-                                "enabled": False}]
+    assert [{k: r[k] for k in ("kind", "blocks", "bytes", "enabled", "option", "copies")}
+            for r in doc["remedies"]] == [{"kind": "materialize", "blocks": 2,
+                                           "bytes": (1 + 9) * 12 * 4, "enabled": False,
+                                           "option": "--materialize", "copies": True}]
+    assert "not enabled" in doc["remedies"][0]["words"]
+    # refused and skipped variables are listed with their status
+    assert doc["arrays"]["tas"]["status"] == "refused"
+    assert doc["arrays"]["station"]["status"] == "skipped"
+    assert doc["output"] is None
     assert {(p["kind"], p["loc"]["block"] and tuple(p["loc"]["block"])) for p in doc["problems"]} == {
         ("padded-block", (3,)), ("padded-block", (2,)), ("unsupported-type", None)}
     assert doc["summary"]["unsupported_variables_skipped"] == 1

@@ -105,7 +105,7 @@ def assert_nothing_written(files, tmp_path):
 @pytest.mark.parametrize("name", RECORD_STACKS)
 def test_record_stacks_one_chunk_per_record(case, tmp_path, name):
     files = case(name)
-    assert [virtualize.scan(f).format for f in files] == RECORD_STACKS[name]
+    assert [virtualize.inventory(f).format for f in files] == RECORD_STACKS[name]
     report = roundtrip(files, tmp_path)
     assert report.ok and report.problems == [] and report.plan.concat_dim == "time"
     cube = tmp_path / "cube.zarr"
@@ -186,7 +186,7 @@ def test_cdf5_unsigned_and_64_bit_types(case, tmp_path):
 @needs("ncgen")
 def test_ncgen_stack(case, tmp_path):
     files = case("nc3_ncgen")
-    assert [virtualize.scan(f).format for f in files] == ["netcdf3-cdf2"] * 2
+    assert [virtualize.inventory(f).format for f in files] == ["netcdf3-cdf2"] * 2
     report = roundtrip(files, tmp_path)
     assert report.ok and report.problems == []
     assert report.plan.arrays["tas"].shape == (60, 3, 4)
@@ -343,7 +343,7 @@ def test_many_records_read_through_in_windows(tmp_path):
         tas[:] = mf.pattern(0, n, 4, 4).astype("f4")
     h = header(path)
     assert h.recsize == 72 and n * h.recsize > WINDOW  # more than one window
-    inv = virtualize.scan(path)
+    inv = virtualize.inventory(path)
     per = WINDOW // h.recsize
     windows = [min(per, n - r0) for r0 in range(0, n, per)]
     assert len(windows) == 2

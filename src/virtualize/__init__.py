@@ -1,25 +1,51 @@
-"""virtualize: stacks of netCDF / HDF5 files as one virtual Zarr v3 cube.
+"""virtualize: stacks of netCDF / HDF5 / TIFF files as one virtual Zarr v3 cube.
 
 The Python API (the CLI is a thin layer over it):
 
-- `scan(path) -> FileInventory`: one file's variables and block tables.
+- `inventory(path) -> FileInventory`: one file's variables and block tables (the
+  `virtualize.scan` subpackage holds the scanners).
 - `check(paths, concat_dim=None) -> Report`: can this stack be virtualized? `.ok`,
-  `.problems` (every problem of every file, located), `.plan`.
+  `.verdict`, `.problems` (every problem of every file, located), `.plan`;
+  `.to_store()` / `.to_xarray()` open the plan in memory without writing anything.
 - `virtualize(paths, out, concat_dim=None, overwrite=False) -> Report`: write a cube
-  directory (or a kerchunk reference JSON when `out` ends in `.json`); raises
-  `VirtualizeError` carrying every problem when the stack cannot be virtualized.
+  directory (or a kerchunk reference JSON when `out` ends in `.json`, or an Icechunk
+  repository for `.icechunk`); raises `VirtualizeError` carrying every problem when the
+  stack cannot be virtualized.
 - `check_mosaic(tiles, offsets=None, overlap=None) -> Report` and
   `mosaic(tiles, out, ...)`: map tiles placed side by side by their georeferencing (or
   explicit pixel offsets) into one array, cut at every tile edge and block boundary.
-- `append(cube, files)`: add files to the end of a cube directory, planned as before.
+- `append(cube, files)`: add files to the end of a cube, planned as before.
+- `verify_cube(cube, decode=False) -> [Problem]`: have the cube's sources changed?
+- `export(cube, out)`: the same cube as another kind (directory, kerchunk, Icechunk).
 - `open(path) -> zarr.Group`: a read-only zarr group over a cube.
+
+`progress`: every function that scans takes `progress=callable(done, total, inventory)`,
+called in the calling process after each file (`inventory` is None for a file that could
+not be scanned). Every exception raised on purpose is a `VirtualizeError`.
 """
 
 __version__ = "0.1.0"
 
-from .api import append, check, check_mosaic, mosaic, open, scan, virtualize  # noqa: E402
-from .model import Problem, VirtualizeError  # noqa: E402
+from .api import (  # noqa: E402
+    append,
+    check,
+    check_mosaic,
+    export,
+    inventory,
+    mosaic,
+    open,
+    verify_cube,
+    virtualize,
+)
+from .model import (  # noqa: E402
+    OutputExistsError,
+    Problem,
+    UnsafeOutputError,
+    UsageError,
+    VirtualizeError,
+)
 from .report import Report  # noqa: E402
 
-__all__ = ["Problem", "Report", "VirtualizeError", "append", "check", "check_mosaic", "mosaic",
-           "open", "scan", "virtualize"]
+__all__ = ["OutputExistsError", "Problem", "Report", "UnsafeOutputError", "UsageError",
+           "VirtualizeError", "append", "check", "check_mosaic", "export", "inventory", "mosaic",
+           "open", "verify_cube", "virtualize"]

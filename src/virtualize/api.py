@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import builtins
+import glob
 import importlib.util
 import json
 import os
@@ -14,7 +16,7 @@ from .emit import write_cube, write_kerchunk
 from .emit._staging import guard_output
 from .emit.cube import SOURCES_NAME
 from .emit.metadata import array_doc, group_doc, omitted_attrs
-from .model import FileInventory, Location, Plan, Problem, VirtualizeError
+from .model import FileInventory, Location, Plan, Problem, UsageError, VirtualizeError
 from .plan import ConcatOptions, MosaicOptions, plan_concat, plan_mosaic
 from .read import changed_sources, open_cube
 from .report import Report
@@ -28,10 +30,12 @@ Planner = Callable[[list[FileInventory]], tuple[Plan, list[Problem]]]
 DEFAULT_SCAN_TIMEOUT = 60.0
 
 
-def scan(path: PathLike) -> FileInventory:
+def inventory(path: PathLike) -> FileInventory:
     """One file's inventory: variables, dimensions, block tables. Reads no data but
     small coordinate variables. A kerchunk reference set's block tables point into the
-    data files it names (`data_files`). Raises `VirtualizeError` for unreadable files."""
+    data files it names (`data_files`). Raises `VirtualizeError` for unreadable files.
+    (Called `virtualize.scan(path)` before 0.2, a name that hid the `virtualize.scan`
+    subpackage; that call still works, with a DeprecationWarning.)"""
     return _scan(path)
 
 
@@ -53,7 +57,8 @@ def check(paths: Iterable[PathLike] | PathLike, concat_dim: str | None = None, *
               "drop": sorted(opts.drop), "sort": sort, "split": split,
               "materialize": materialize, "materialize_limit": materialize_limit}
     report = _check(paths, lambda invs: plan_concat(invs, opts), progress, materialize_limit, jobs,
-                    scan_timeout)
+                    scan_timeout,
+                    names=lambda invs: _unknown_names(invs, opts.drop, opts.inline, concat_dim))
     if report.plan is not None:
         report.plan.recipe = recipe
     return report
@@ -72,8 +77,10 @@ def check_mosaic(paths: Iterable[PathLike] | PathLike, *,
     copies cells no block fits."""
     opts = MosaicOptions(offsets=offsets, overlap=overlap, tolerance=tolerance,
                          drop=frozenset(_names(drop)), split=split, materialize=materialize)
+    if overlap not in (None, "last", "first"):
+        raise UsageError(f"overlap must be None, 'last' or 'first', not {overlap!r}")
     report = _check(paths, lambda invs: plan_mosaic(invs, opts), progress, materialize_limit, jobs,
-                    scan_timeout)
+                    scan_timeout, names=lambda invs: _unknown_names(invs, opts.drop, (), None))
     if report.plan is not None:
         report.plan.recipe = {"kind": "mosaic", "overlap": overlap, "tolerance": tolerance,
                               "offsets": [list(o) for o in offsets] if offsets else None,
@@ -123,10 +130,9 @@ def append(cube: PathLike, paths: Iterable[PathLike] | PathLike, *, jobs: int = 
     repository gets a new commit. Refused (nothing changed) when a source of the cube
     changed, a file is already in it, or a new file does not come after its last step."""
     cube = Path(cube)
-    from .emit.icechunk import is_icechunk_repo
-
-    icechunk = is_icechunk_repo(cube)
-    info = _recorded(cube, icechunk)
+    kind = _cube_kind(cube)
+    icechunk = kind == "icechunk"
+    info = _recorded(cube, kind)
     recipe = dict(info.get("recipe") or {})
     if recipe.get("kind") != "concat":
         raise VirtualizeError([Problem(Location(str(cube)), "not-appendable",
@@ -161,22 +167,106 @@ def append(cube: PathLike, paths: Iterable[PathLike] | PathLike, *, jobs: int = 
         from .emit.icechunk import append_icechunk
         append_icechunk(report.plan, cube, added=len(new))
         return report
-    return _write(report, cube, "cube", overwrite=True)
+    return _write(report, cube, kind, overwrite=True)
 
 
-def _recorded(cube: Path, icechunk: bool) -> dict:
-    """What a cube recorded about how it was made: sources and recipe."""
-    if icechunk:
+def _cube_kind(cube: Path) -> str:
+    """"icechunk", "kerchunk" (a file: a reference JSON) or "cube" (a directory)."""
+    from .emit.icechunk import is_icechunk_repo
+
+    if is_icechunk_repo(cube):
+        return "icechunk"
+    return "kerchunk" if cube.is_file() else "cube"
+
+
+def _recorded(cube: Path, kind: str | bool) -> dict:
+    """What a cube recorded about how it was made: sources and recipe (a kerchunk JSON
+    written by virtualize: its `virtualize` section)."""
+    info = None
+    if kind is True or kind == "icechunk":
         from .emit.icechunk import recorded
         info = recorded(cube)
+    elif kind == "kerchunk":
+        try:
+            with builtins.open(cube, "rb") as f:
+                info = json.load(f).get("virtualize")
+        except (OSError, ValueError, AttributeError):
+            info = None
     else:
         path = cube / SOURCES_NAME
         info = json.loads(path.read_text()) if path.is_file() else None
-    if not info:
+    if not isinstance(info, dict) or not isinstance(info.get("sources"), list):
         raise VirtualizeError([Problem(Location(str(cube)), "not-a-cube",
-                                       "not a cube directory or Icechunk repository written by "
-                                       "virtualize")])
+                                       "not a cube directory, kerchunk JSON or Icechunk "
+                                       "repository written by virtualize")])
     return info
+
+
+def _replan(cube: Path, info: dict, *, jobs: int = 1, progress=None, decode: str = "groups",
+            extra: Sequence[str] = (),
+            scan_timeout: float | None = DEFAULT_SCAN_TIMEOUT) -> Report:
+    """The cube's stack planned again from its recorded inputs and recipe."""
+    recipe = dict(info.get("recipe") or {})
+    kind = recipe.pop("kind", None)
+    inputs = [s["path"] for s in info["sources"] if not s.get("referenced_by")] + list(extra)
+    if kind == "concat":
+        opts = ConcatOptions(concat_dim=recipe.get("concat_dim"),
+                             inline=frozenset(recipe.get("inline") or ()),
+                             drop=frozenset(recipe.get("drop") or ()), sort=recipe.get("sort", True),
+                             split=recipe.get("split", True),
+                             materialize=recipe.get("materialize", False))
+        planner = lambda invs: plan_concat(invs, opts)  # noqa: E731
+    elif kind == "mosaic":
+        offsets = recipe.get("offsets")
+        opts = MosaicOptions(offsets=[tuple(o) for o in offsets] if offsets else None,
+                             overlap=recipe.get("overlap"), tolerance=recipe.get("tolerance", 1e-3),
+                             drop=frozenset(recipe.get("drop") or ()), split=recipe.get("split", True),
+                             materialize=recipe.get("materialize", False))
+        planner = lambda invs: plan_mosaic(invs, opts)  # noqa: E731
+    else:
+        raise VirtualizeError([Problem(Location(str(cube)), "not-appendable",
+                                       "the cube records no recipe (written by an older "
+                                       "virtualize): re-run virtualize with its files")])
+    report = _check(inputs, planner, progress, recipe.get("materialize_limit"), jobs,
+                    scan_timeout, decode=decode)
+    if report.plan is not None:
+        report.plan.recipe = dict(info.get("recipe") or {})
+    return report
+
+
+def verify_cube(cube: PathLike, *, decode: bool = False, jobs: int = 1, progress=None,
+                scan_timeout: float | None = DEFAULT_SCAN_TIMEOUT) -> list[Problem]:
+    """Re-check a cube's sources: each one's size and modification time against what the
+    cube recorded (`source-changed` / `source-missing` problems name each one). With
+    `decode`, the stack is also scanned and planned again from the cube's recorded
+    inputs and recipe, and one chunk per source is decoded through the cube's codecs and
+    compared with the source library's read (`decode-mismatch`). [] when all is well."""
+    cube = Path(cube)
+    info = _recorded(cube, _cube_kind(cube))
+    changed = list(changed_sources(info["sources"]))
+    if changed or not decode:
+        return changed
+    report = _replan(cube, info, jobs=jobs, progress=progress, decode="sources",
+                     scan_timeout=scan_timeout)
+    return [p for p in report.problems if p.fatal]
+
+
+def export(cube: PathLike, out: PathLike, *, format: str | None = None,
+           overwrite: bool = False, jobs: int = 1, progress=None,
+           scan_timeout: float | None = DEFAULT_SCAN_TIMEOUT) -> Report:
+    """Write a cube (directory, kerchunk JSON or Icechunk repository written by
+    virtualize) as another kind: `format` or `out`'s suffix as for `virtualize`. Its
+    recorded inputs are scanned and planned again with its recorded recipe (after
+    checking that none changed), so the export holds the same references."""
+    cube = Path(cube)
+    info = _recorded(cube, _cube_kind(cube))
+    changed = list(changed_sources(info["sources"]))
+    if changed:
+        raise VirtualizeError(changed, f"{cube}: its sources changed since it was written")
+    kind = _output_kind(out, format, overwrite,
+                        [s["path"] for s in info["sources"] if not s.get("referenced_by")])
+    return _write(_replan(cube, info, jobs=jobs, progress=progress, scan_timeout=scan_timeout),
+                  out, kind, overwrite)
 
 
 def open(path: PathLike, *, check_sources: bool = True, allow=None) -> zarr.Group:  # noqa: A001
@@ -193,9 +283,13 @@ def open(path: PathLike, *, check_sources: bool = True, allow=None) -> zarr.Grou
 # -- the shared steps ------------------------------------------------------------------
 
 def _check(paths, planner: Planner, progress, materialize_limit: int | None = None,
-           jobs: int = 1, scan_timeout: float | None = DEFAULT_SCAN_TIMEOUT) -> Report:
+           jobs: int = 1, scan_timeout: float | None = DEFAULT_SCAN_TIMEOUT, names=None,
+           decode: str = "groups") -> Report:
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 0:
+        raise UsageError(f"jobs must be a whole number >= 1 (0: one per core), not {jobs!r}")
     empty: list[str] = []
-    files = _paths(paths, empty)
+    skipped: dict[str, list[str]] = {}
+    files = _paths(paths, empty, skipped)
     problems: list[Problem] = []
     invs: list[FileInventory] = []
     bytes_read: dict[str, int] = {}
@@ -214,11 +308,15 @@ def _check(paths, planner: Planner, progress, materialize_limit: int | None = No
         if progress is not None:
             progress(i + 1, len(files), result if isinstance(result, FileInventory) else None)
     plan = None
-    notes: list[str] = []
-    if invs:
+    notes: list[str] = [f"skipped {len(fs)} file(s) in {d} of no format virtualize reads: "
+                        + ", ".join(fs[:5]) + (", ..." if len(fs) > 5 else "")
+                        for d, fs in skipped.items()]
+    unknown = names(invs) if names is not None and invs else []
+    problems.extend(unknown)
+    if invs and not unknown:
         plan, plan_problems = planner(invs)
         problems.extend(plan_problems)
-        notes = list(plan.notes)
+        notes.extend(plan.notes)
         copied = plan.remedies.get("materialize")
         if copied and materialize_limit is not None and copied.bytes > materialize_limit:
             problems.append(Problem(Location(), "materialize-limit",
@@ -227,8 +325,8 @@ def _check(paths, planner: Planner, progress, materialize_limit: int | None = No
         # every zarr.json rendered as the write renders it (check and write agree)
         problems.extend(_render_problems(plan))
         # a few stored chunks decoded through the cube's codecs, compared with the sources
-        checked = decode_check(plan, invs, skip={(p.loc.file, p.loc.variable)
-                                                 for p in problems if p.fatal})
+        checked = decode_check(plan, invs, select=decode,
+                               skip={(p.loc.file, p.loc.variable) for p in problems if p.fatal})
         problems.extend(checked.problems)
         notes.extend(checked.notes)
     if len(invs) < len(files) and plan is not None:
@@ -278,9 +376,9 @@ def _output_kind(out: PathLike, format: str | None, overwrite: bool, paths=None)
     out = Path(out)
     kind = format or {".json": "kerchunk", ".icechunk": "icechunk"}.get(out.suffix, "cube")
     if kind not in ("cube", "kerchunk", "icechunk"):
-        raise ValueError(f"unknown output format {kind!r} (cube, kerchunk or icechunk)")
+        raise UsageError(f"unknown output format {kind!r} (cube, kerchunk or icechunk)")
     if kind == "icechunk" and importlib.util.find_spec("icechunk") is None:
-        raise ValueError("the icechunk output needs the icechunk package: "
+        raise UsageError("the icechunk output needs the icechunk package: "
                          "pip install 'virtualize[icechunk]'")
     sources = _paths(paths) if isinstance(paths, (str, os.PathLike, list, tuple)) else []
     guard_output(out, overwrite, sources)  # before any scanning: fail fast, lose nothing
@@ -305,27 +403,84 @@ def _write(report: Report, out: PathLike, kind: str, overwrite: bool) -> Report:
         write_icechunk(report.plan, out, overwrite)
     else:
         write_cube(report.plan, out, overwrite)
+    report.output = {"path": os.path.abspath(out), "kind": kind}
     return report
 
 
-def _paths(paths, empty: list[str] | None = None) -> list[str]:
-    """Files as given; a directory stands for the files in it (sorted, not hidden, not
-    recursive), unless it is a kerchunk parquet reference set (one input); directories
-    that hold none are added to `empty`."""
+# names of files a directory argument takes without looking inside (a damaged one is then
+# reported, not skipped); any other file is taken when its first bytes are of a format read
+DATA_SUFFIXES = (".nc", ".nc4", ".nc3", ".cdf", ".netcdf", ".h5", ".hdf5", ".he5", ".hdf",
+                 ".tif", ".tiff", ".gtiff", ".json")
+
+
+def _paths(paths, empty: list[str] | None = None,
+           skipped: dict[str, list[str]] | None = None) -> list[str]:
+    """Files as given; a pattern with * ? [ that names no file is expanded (sorted, as a
+    shell would); a directory stands for the files in it (sorted, not hidden, not
+    recursive) of formats virtualize reads (others, such as .aux.xml side-cars and
+    checksums, are added to `skipped` by directory), unless it is a kerchunk parquet
+    reference set (one input); directories that hold none are added to `empty`."""
     from .scan.kerchunk import is_parquet_references
 
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     out: list[str] = []
     for p in map(os.fspath, paths):
+        if glob.has_magic(p) and not os.path.exists(p):
+            matched = sorted(glob.glob(p))
+            if matched:
+                out += _paths(matched, empty, skipped)
+                continue
         if os.path.isdir(p) and not is_parquet_references(p):
             inside = sorted(os.path.join(p, f) for f in os.listdir(p)
                             if not f.startswith(".") and os.path.isfile(os.path.join(p, f)))
-            if not inside and empty is not None:
+            taken = [f for f in inside if _readable_format(f)]
+            if len(taken) < len(inside) and skipped is not None:
+                skipped[p] = [os.path.basename(f) for f in inside if f not in taken]
+            if not taken and empty is not None:
                 empty.append(p)
-            out += inside
+            out += taken
         else:
             out.append(p)
+    return out
+
+
+def _readable_format(path: str) -> bool:
+    from .scan import detect_format
+
+    if path.lower().endswith(DATA_SUFFIXES):
+        return True
+    try:
+        return detect_format(path) is not None
+    except OSError:
+        return True  # unreadable: reported by the scan
+
+
+def _unknown_names(invs: list[FileInventory], drop, inline, concat_dim) -> list[Problem]:
+    """`drop`/`inline` names no file has, and a `concat_dim` no file has where a new axis
+    makes no sense (some file has an unlimited dimension, or a dimension spelled almost
+    alike): problems listing the names that exist."""
+    import difflib
+
+    # and those a scanner could not take (named by its problems: --drop is their remedy)
+    variables = {n for inv in invs for n in inv.variables}
+    variables |= {p.loc.variable for inv in invs for p in inv.problems if p.loc.variable}
+    variables |= {n.rpartition("/")[2] for n in variables}
+    dims = {d for inv in invs for v in inv.variables.values() for d in v.dims}
+    out = []
+    for option, wanted in (("--drop", drop), ("--inline", inline)):
+        for name in sorted(set(wanted) - variables):
+            out.append(Problem(Location(None, name), "unknown-name",
+                               f"{option} {name}: no file has a variable {name!r}; the variables "
+                               f"are: {', '.join(sorted(variables)) or '(none)'}"))
+    if concat_dim is not None and concat_dim not in dims:
+        unlimited = any(d.unlimited for inv in invs for d in inv.dimensions.values())
+        close = difflib.get_close_matches(concat_dim, sorted(dims), n=3, cutoff=0.6)
+        if unlimited or close:
+            out.append(Problem(Location(None, None, concat_dim), "unknown-name",
+                               f"--concat-dim {concat_dim}: no file has a dimension "
+                               f"{concat_dim!r}; the dimensions are: {', '.join(sorted(dims))}"
+                               + (f" (did you mean {close[0]!r}?)" if close else "")))
     return out
 
 

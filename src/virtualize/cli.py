@@ -1,29 +1,72 @@
-"""Command line: `virtualize FILES... -o OUT`, `virtualize check FILES...`,
-`virtualize mosaic TILES... -o OUT` / `virtualize mosaic --check TILES...` and
-`virtualize append CUBE FILES...`.
+"""Command line: `virtualize COMMAND ...` (`virtualize --help` lists the commands);
+`virtualize FILES... -o OUT` is short for `virtualize create FILES... -o OUT`.
 
-Exit codes: 0 done (check: the stack can be virtualized), 1 refused (check: it cannot),
-2 usage error.
+Exit codes (docs/report.md): 0 done (check: the stack can be virtualized), 1 refused
+(problems; check: it cannot; verify: a source changed), 2 usage error, 3 any other
+error (I/O, an existing or unsafe output, not a cube).
 """
 
 from __future__ import annotations
 
 import argparse
+import difflib
+import json
 import os
 import sys
 import time
 
 from . import __version__
-from .api import DEFAULT_SCAN_TIMEOUT, append, check, check_mosaic, mosaic, virtualize
-from .model import VirtualizeError
+from .api import (
+    DEFAULT_SCAN_TIMEOUT,
+    append,
+    check,
+    check_mosaic,
+    export,
+    inventory,
+    mosaic,
+    verify_cube,
+    virtualize,
+)
+from .model import OutputExistsError, UnsafeOutputError, UsageError, VirtualizeError
 from .report import format_text, to_html, to_json
 
+DONE, REFUSED, USAGE, ERROR = 0, 1, 2, 3
 
-def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("files", nargs="+", metavar="FILE",
+COMMANDS = {
+    "create": "write a cube from FILES (the short form: virtualize FILES -o OUT)",
+    "check": "can FILES be virtualized? writes nothing (exit 0 yes, 1 no)",
+    "mosaic": "place map tiles side by side into one cube (--check: report only)",
+    "append": "add FILES to the end of a cube",
+    "inspect": "one file's variables, dimensions and block tables",
+    "verify": "have a cube's sources changed? (--decode: decode one chunk per source)",
+    "export": "write a cube as another kind: directory, kerchunk JSON, Icechunk",
+    "help": "help on a command",
+}
+
+
+class _Parser(argparse.ArgumentParser):
+    """@LIST files: one argument a line; blank lines and lines starting with # are skipped."""
+
+    def __init__(self, *a, **kw):
+        kw.setdefault("fromfile_prefix_chars", "@")
+        super().__init__(*a, **kw)
+
+    def convert_arg_line_to_args(self, arg_line: str) -> list[str]:
+        line = arg_line.strip()
+        return [] if not line or line.startswith("#") else [line]
+
+
+# -- option builders -------------------------------------------------------------------
+
+def _files(p: argparse.ArgumentParser, metavar: str = "FILE") -> None:
+    p.add_argument("files", nargs="+", metavar=metavar,
                    help="netCDF-4 / HDF5 / netCDF classic / TIFF files, kerchunk reference sets "
-                        "(JSON, parquet directories), directories of them, or "
-                        "@LIST (a file naming one path per line)")
+                        "(JSON, parquet directories), directories of them (other files skipped), "
+                        "quoted globs ('data/*.nc'), @LIST (a file naming one path per line; "
+                        "blank lines and # comments skipped) or - (paths read from stdin)")
+
+
+def _concat_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--concat-dim", metavar="DIM",
                    help="dimension to concatenate along (default: the unlimited dimension, else time)")
     p.add_argument("--inline", metavar="VAR", action="append", default=[],
@@ -33,8 +76,6 @@ def _common(p: argparse.ArgumentParser) -> None:
                    help="leave this variable out; repeatable")
     p.add_argument("--no-sort", action="store_true",
                    help="keep the files in the order given instead of sorting by coordinate")
-    _remedy_options(p)
-    _report_options(p)
 
 
 def _remedy_options(p: argparse.ArgumentParser) -> None:
@@ -47,6 +88,42 @@ def _remedy_options(p: argparse.ArgumentParser) -> None:
                    help="do not cut uncompressed blocks into exact row ranges")
 
 
+def _scan_options(p: argparse.ArgumentParser) -> None:
+    """Options of the scan itself (the one place to add another)."""
+    p.add_argument("-j", "--jobs", type=_jobs_arg, default=1, metavar="N",
+                   help="scan files in N worker processes (default 1)")
+    p.add_argument("--scan-timeout", type=_seconds, default=DEFAULT_SCAN_TIMEOUT, metavar="SECONDS",
+                   help="stop scanning a file after SECONDS and report it (scan-timeout); "
+                        f"0: no limit, scan in this process (default {DEFAULT_SCAN_TIMEOUT:g})")
+
+
+def _report_options(p: argparse.ArgumentParser, html: bool = True) -> None:
+    _scan_options(p)
+    p.add_argument("--json", action="store_true", help="print the report as JSON (docs/report.md)")
+    if html:
+        p.add_argument("--html", metavar="FILE", help="also write the report as one HTML page")
+    _verbosity(p)
+
+
+def _verbosity(p: argparse.ArgumentParser) -> None:
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("-q", "--quiet", action="store_true",
+                   help="print nothing but errors (and no progress bar)")
+    g.add_argument("-v", "--verbose", action="store_true",
+                   help="the whole report: arrays, grids, every problem's files, bytes read")
+
+
+def _output_options(p: argparse.ArgumentParser, required: bool) -> None:
+    p.add_argument("-o", "--output", required=required, metavar="OUT",
+                   help="cube directory (e.g. cube.zarr), a kerchunk reference file (*.json) "
+                        "or an Icechunk repository (*.icechunk)")
+    p.add_argument("--format", choices=["cube", "kerchunk", "icechunk"],
+                   help="output kind (default: by OUT's suffix: .json kerchunk, .icechunk "
+                        "icechunk, else cube)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace OUT if it exists (only an output virtualize wrote)")
+
+
 def _bytes_arg(text: str) -> int:
     units = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
     t = text.strip().upper().rstrip("B").rstrip("I")
@@ -57,11 +134,14 @@ def _bytes_arg(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not a size: {text!r}") from None
 
 
-def _remedies(args) -> dict:
-    """The remedy options, and the scan's worker count and time limit, as keyword arguments."""
-    return dict(split=not args.no_split, materialize=args.materialize,
-                materialize_limit=args.materialize_limit, jobs=args.jobs,
-                scan_timeout=args.scan_timeout)
+def _jobs_arg(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be a number of processes >= 1, not {n}")
+    return n
 
 
 def _seconds(text: str) -> float:
@@ -74,57 +154,54 @@ def _seconds(text: str) -> float:
     return v
 
 
-def _report_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-j", "--jobs", type=int, default=1, metavar="N",
-                   help="scan files in N worker processes (0: one per core; default 1)")
-    p.add_argument("--scan-timeout", type=_seconds, default=DEFAULT_SCAN_TIMEOUT, metavar="SECONDS",
-                   help="stop scanning a file after SECONDS and report it (scan-timeout); "
-                        f"0: no limit, scan in this process (default {DEFAULT_SCAN_TIMEOUT:g})")
-    p.add_argument("--json", action="store_true", help="print the report as JSON (docs/report.md)")
-    p.add_argument("--html", metavar="FILE", help="also write the report as one HTML page")
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
-    p.add_argument("-v", "--verbose", action="store_true", help="show arrays, grids and bytes read")
-
-
-def _output_options(p: argparse.ArgumentParser, required: bool) -> None:
-    p.add_argument("-o", "--output", required=required, metavar="OUT",
-                   help="cube directory (e.g. cube.zarr), a kerchunk reference file (*.json) "
-                        "or an Icechunk repository (*.icechunk)")
-    p.add_argument("--format", choices=["cube", "kerchunk", "icechunk"],
-                   help="output kind (default: by OUT's suffix: .json kerchunk, .icechunk "
-                        "icechunk, else cube)")
-    p.add_argument("--overwrite", action="store_true", help="replace OUT if it exists")
-
-
-def build_check_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="virtualize check", fromfile_prefix_chars="@",
-                                description="Can this stack be virtualized? Writes nothing.")
-    _common(p)
-    return p
+def _offset_arg(text: str) -> tuple[int, int]:
+    try:
+        r, c = (int(x) for x in text.replace(":", ",").split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not ROW,COL: {text!r}") from None
+    return r, c
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="virtualize", fromfile_prefix_chars="@",
+    top = _Parser(
+        prog="virtualize",
         description="Turn a stack of netCDF / HDF5 / TIFF files into one virtual Zarr v3 cube "
-                    "(chunks are byte ranges in the files). `virtualize check FILES...` "
-                    "reports whether a stack can be virtualized without writing anything.")
-    _common(p)
+                    "(chunks are byte ranges in the files). `virtualize FILES -o OUT` is short "
+                    "for `virtualize create FILES -o OUT`.",
+        epilog="exit codes: 0 done, 1 refused (problems; check: cannot be virtualized; "
+               "verify: a source changed), 2 usage error, 3 other error (I/O, existing output, "
+               "not a cube). Docs: docs/report.md, docs/reading.md.",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    top.add_argument("--version", action="version", version=f"virtualize {__version__}")
+    sub = top.add_subparsers(dest="command", metavar="COMMAND", title="commands")
+
+    def cmd(name: str, description: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=COMMANDS[name], description=description)
+
+    p = cmd("create", "Write a cube from a stack of files (nothing is written unless every "
+                      "file can be referenced exactly).")
+    _files(p)
     _output_options(p, required=True)
-    p.add_argument("--version", action="version", version=f"virtualize {__version__}")
-    return p
+    _concat_options(p)
+    _remedy_options(p)
+    _report_options(p)
 
+    p = cmd("check", "Can this stack be virtualized? Writes nothing.")
+    _files(p)
+    _concat_options(p)
+    _remedy_options(p)
+    _report_options(p)
 
-def build_mosaic_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="virtualize mosaic", fromfile_prefix_chars="@",
-        description="Place map tiles (GeoTIFFs, or netCDF/HDF5 with 1-D x/y coordinates) into "
-                    "one virtual cube by their georeferencing. The grid is cut at every tile "
-                    "edge and block boundary; every cell must be one whole block of one tile.")
-    p.add_argument("files", nargs="+", metavar="TILE",
-                   help="tiles, directories of them, or @LIST (one path per line)")
+    p = cmd("mosaic", "Place map tiles (GeoTIFFs, or netCDF/HDF5 with 1-D x/y coordinates) into "
+                      "one virtual cube by their georeferencing (or --offsets). The grid is cut "
+                      "at every tile edge and block boundary; every cell must be one whole "
+                      "block of one tile.")
+    _files(p, "TILE")
     _output_options(p, required=False)
     p.add_argument("--check", action="store_true", help="report only; write nothing")
+    p.add_argument("--offsets", nargs="+", type=_offset_arg, metavar="ROW,COL",
+                   help="each tile's pixel offset (row, column of its top-left pixel), in the "
+                        "order of the tiles, instead of their georeferencing")
     p.add_argument("--overlap", choices=["last", "first"],
                    help="settle overlapping tiles block by block: the last (GDAL VRT's rule) "
                         "or the first listed tile wins; default: overlaps are problems")
@@ -133,52 +210,303 @@ def build_mosaic_parser() -> argparse.ArgumentParser:
     p.add_argument("--drop", metavar="VAR", action="append", default=[])
     _remedy_options(p)
     _report_options(p)
-    return p
+
+    p = cmd("append", "Add files to the end of a cube (directory, kerchunk JSON or Icechunk "
+                      "repository written by virtualize): the grown stack is planned as the "
+                      "cube was, and the cube replaced when complete.")
+    p.add_argument("output", metavar="CUBE")
+    _files(p)
+    _report_options(p)
+
+    p = cmd("inspect", "One file's variables, dimensions and block tables (block shape and "
+                       "count, padded or not, codecs, byte ranges). Writes nothing.")
+    p.add_argument("file", metavar="FILE")
+    p.add_argument("--json", action="store_true", help="as JSON")
+
+    p = cmd("verify", "Re-check a cube's sources (size and modification time): exit 1 naming "
+                      "each changed or missing source. --decode also scans and plans the "
+                      "sources again with the cube's recipe and decodes one chunk per source "
+                      "through the cube's codecs, compared with the source library's read.")
+    p.add_argument("cube", metavar="CUBE")
+    p.add_argument("--decode", action="store_true",
+                   help="also decode one chunk per source and compare with the source")
+    p.add_argument("--json", action="store_true", help="the problems as JSON")
+    _scan_options(p)
+    _verbosity(p)
+
+    p = cmd("export", "Write a cube as another kind: cube directory, kerchunk JSON or "
+                      "Icechunk repository (its sources are planned again with its recipe).")
+    p.add_argument("cube", metavar="CUBE")
+    _output_options(p, required=True)
+    _report_options(p, html=False)
+
+    p = cmd("help", "Help on a command.")
+    p.add_argument("topic", nargs="?", metavar="COMMAND")
+    return top
 
 
-def _mosaic(argv: list[str]) -> int:
-    parser = build_mosaic_parser()
+# -- running ---------------------------------------------------------------------------
+
+def main(argv: list[str] | None = None) -> int:
+    """The command line; a reader that stops early (`virtualize check F | head -1`) ends
+    it quietly, as Python's documentation recommends for SIGPIPE."""
+    try:
+        code = _main(argv)
+        sys.stdout.flush()  # a broken pipe shows here, not at exit
+        return code
+    except BrokenPipeError:
+        # point stdout at devnull: Python's own flush at exit would fail again
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return REFUSED
+    except KeyboardInterrupt:
+        print("virtualize: interrupted", file=sys.stderr)
+        return 130
+
+
+def _main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    if not argv:
+        parser.print_usage(sys.stderr)
+        print("virtualize: error: no command or files given (virtualize --help lists the "
+              "commands)", file=sys.stderr)
+        return USAGE
+    first = argv[0]
+    if first not in COMMANDS and first not in ("-h", "--help", "--version"):
+        if _looks_like_command(first):
+            close = difflib.get_close_matches(first, list(COMMANDS), n=1)
+            parser.print_usage(sys.stderr)
+            print(f"virtualize: error: unknown command {first!r}"
+                  + (f" (did you mean {close[0]!r}?)" if close else "")
+                  + "; virtualize --help lists the commands", file=sys.stderr)
+            return USAGE
+        argv.insert(0, "create")  # the short form: virtualize FILES -o OUT
     args = parser.parse_args(argv)
+    if args.command == "help":
+        if args.topic and args.topic not in COMMANDS:
+            parser.error(f"unknown command {args.topic!r}")
+        parser.parse_args([args.topic, "--help"] if args.topic else ["--help"])
+        return DONE
+    if hasattr(args, "files"):
+        args.files = _stdin_paths(args.files)
+    html = getattr(args, "html", None)
+    if html:
+        why = _unwritable(html)
+        if why:  # before any scanning
+            parser.error(f"--html {html}: {why}")
+    try:
+        return COMMAND_RUNNERS[args.command](args)
+    except UsageError as e:
+        parser.error(str(e))
+    except (OutputExistsError, UnsafeOutputError) as e:
+        _err(str(e))
+        return ERROR
+    except VirtualizeError as e:
+        _err(str(e))
+        return ERROR if {p.kind for p in e.problems} <= {"not-a-cube", "usage"} else REFUSED
+    except OSError as e:  # PermissionError, a full disk, ...
+        _err(str(e))
+        return ERROR
+
+
+def _looks_like_command(word: str) -> bool:
+    """A first word that is no existing path and looks like no path: a mistyped command."""
+    return (word.isidentifier() and not os.path.exists(word)
+            and not any(c in word for c in "*?[@."))
+
+
+def _stdin_paths(files: list[str]) -> list[str]:
+    """`-` stands for the paths read from stdin, one a line (blank lines and # comments
+    skipped)."""
+    if "-" not in files:
+        return files
+    read = [line.strip() for line in sys.stdin]
+    read = [line for line in read if line and not line.startswith("#")]
+    out: list[str] = []
+    for f in files:
+        out += read if f == "-" else [f]
+    return out
+
+
+def _unwritable(path: str) -> str | None:
+    if os.path.isdir(path):
+        return "is a directory"
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        return f"its directory {parent} does not exist"
+    if os.path.exists(path) and not os.access(path, os.W_OK) or \
+            not os.path.exists(path) and not os.access(parent, os.W_OK):
+        return "cannot be written (permission denied)"
+    return None
+
+
+def _err(text: str) -> None:
+    print(f"virtualize: {text}", file=sys.stderr)
+
+
+def _color() -> bool:
+    return sys.stdout.isatty() and not os.environ.get("NO_COLOR")
+
+
+def _kw(args) -> dict:
+    """The remedy options and the scan's options, as keyword arguments."""
+    kw = dict(jobs=args.jobs, scan_timeout=args.scan_timeout, progress=_progress(args))
+    if hasattr(args, "materialize"):
+        kw.update(split=not args.no_split, materialize=args.materialize,
+                  materialize_limit=args.materialize_limit)
+    return kw
+
+
+def _concat_kw(args) -> dict:
+    return dict(inline=args.inline, drop=args.drop, sort=not args.no_sort)
+
+
+def _create(args) -> int:
+    return _write(args, lambda: virtualize(args.files, args.output, args.concat_dim,
+                                           overwrite=args.overwrite, format=args.format,
+                                           **_concat_kw(args), **_kw(args)))
+
+
+def _check(args) -> int:
+    report = check(args.files, args.concat_dim, **_concat_kw(args), **_kw(args))
+    _show(report, args)
+    return DONE if report.ok else REFUSED
+
+
+def _mosaic(args) -> int:
     kw = dict(overlap=args.overlap, drop=args.drop, tolerance=args.tolerance,
-              progress=_progress(args), **_remedies(args))
+              offsets=args.offsets, **_kw(args))
+    if args.offsets is not None and len(args.offsets) != len(args.files):
+        raise UsageError(f"--offsets: {len(args.offsets)} offset(s) for {len(args.files)} "
+                         "tile(s); give one ROW,COL per tile, in their order")
     if args.check:
         report = check_mosaic(args.files, **kw)
         _show(report, args)
-        return 0 if report.ok else 1
+        return DONE if report.ok else REFUSED
     if not args.output:
-        parser.error("-o/--output is required unless --check")
+        raise UsageError("-o/--output is required unless --check")
     return _write(args, lambda: mosaic(args.files, args.output, overwrite=args.overwrite,
                                        format=args.format, **kw))
+
+
+def _append(args) -> int:
+    return _write(args, lambda: append(args.output, args.files, **_kw(args)))
+
+
+def _export(args) -> int:
+    return _write(args, lambda: export(args.cube, args.output, format=args.format,
+                                       overwrite=args.overwrite, **_kw(args)))
+
+
+def _verify(args) -> int:
+    problems = verify_cube(args.cube, decode=args.decode, **_kw(args))
+    if args.json:
+        print(json.dumps({"cube": os.path.abspath(args.cube), "ok": not problems,
+                          "decode": args.decode, "problems": [p.to_dict() for p in problems]},
+                         indent=2))
+    elif problems:
+        for p in problems:
+            print(str(p))
+    elif not args.quiet:
+        print(f"ok: the sources of {args.cube} are as recorded"
+              + ("; one chunk per source decodes as the source library reads it"
+                 if args.decode else ""))
+    return REFUSED if problems else DONE
+
+
+def _inspect(args) -> int:
+    inv = inventory(args.file)
+    doc = _inventory_dict(inv)
+    if args.json:
+        print(json.dumps(doc, indent=2, default=str))
+        return DONE
+    print(f"{doc['path']}: {doc['format']}, {doc['size']} bytes")
+    if doc["dimensions"]:
+        print("dimensions: " + ", ".join(
+            f"{d['name']}={d['size']}" + (" (unlimited)" if d["unlimited"] else "")
+            for d in doc["dimensions"]))
+    rows = [("variable", "dims", "shape", "dtype", "blocks", "block shape", "padded", "codecs",
+             "bytes")]
+    for v in doc["variables"]:
+        b = v["blocks"]
+        rows.append((v["name"], ",".join(v["dims"]), "x".join(map(str, v["shape"])) or "-",
+                     v["dtype"], f"{b['stored']}/{b['count']}" if b else "-",
+                     "x".join(map(str, b["block_shape"])) if b else "-",
+                     ("yes" if b["padded"] else "no") if b else "-",
+                     "+".join(v["codecs"]) or "-",
+                     f"{b['bytes']} @ {b['first_offset']}..{b['end_offset']}" if b and b["stored"]
+                     else "-"))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    for r in rows:
+        print("  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1])
+    for p in inv.problems:
+        print(f"problem: {p}")
+    return DONE
+
+
+def _inventory_dict(inv) -> dict:
+    out = {"path": inv.path, "format": inv.format, "size": inv.size,
+           "dimensions": [{"name": d.name, "size": d.size, "unlimited": d.unlimited}
+                          for d in inv.dimensions.values()],
+           "variables": [], "problems": [p.to_dict() for p in inv.problems],
+           "data_files": [s.path for s in inv.data_files]}
+    for v in inv.variables.values():
+        b = None
+        if v.blocks is not None:
+            refs = v.blocks.refs.reshape(-1)
+            stored = refs[refs["length"] > 0]
+            b = {"block_shape": list(v.blocks.block_shape), "grid": list(v.blocks.grid_shape),
+                 "count": int(refs.size), "stored": int(stored.size), "padded": v.blocks.padded,
+                 "bytes": int(stored["length"].sum()),
+                 "first_offset": int(stored["offset"].min()) if stored.size else None,
+                 "end_offset": int((stored["offset"] + stored["length"]).max())
+                 if stored.size else None}
+        out["variables"].append({"name": v.name, "dims": list(v.dims), "shape": list(v.shape),
+                                 "dtype": str(v.dtype), "fill_value": v.fill_value,
+                                 "codecs": [c.get("name", "?") for c in v.codecs],
+                                 "coordinate": v.is_coordinate, "blocks": b})
+    return out
+
+
+COMMAND_RUNNERS = {"create": _create, "check": _check, "mosaic": _mosaic, "append": _append,
+                   "inspect": _inspect, "verify": _verify, "export": _export}
 
 
 def _write(args, job) -> int:
     """Run a writing job; show its report, or why nothing was written."""
     try:
         report = job()
-    except (OSError, ValueError) as e:  # FileExistsError, PermissionError, a full disk, ...
-        print(f"virtualize: {e}", file=sys.stderr)
-        return 1
     except VirtualizeError as e:
-        if e.report is None:
-            print(f"virtualize: {e}", file=sys.stderr)
-            return 1
-        _show(e.report, args)
-        print(f"virtualize: nothing was written to {args.output}", file=sys.stderr)
-        return 1
-    _show(report, args)
-    if not args.json:
-        print(f"wrote {args.output}")
-    return 0
+        if e.report is None or isinstance(e, (OutputExistsError, UnsafeOutputError, UsageError)):
+            raise
+        _show(e.report, args, failed=True)
+        _err(f"nothing was written to {args.output}")
+        return REFUSED
+    _show(report, args, wrote=report.output)
+    return DONE
 
 
-def _show(report, args) -> None:
-    if args.html:
+def _show(report, args, wrote: dict | None = None, failed: bool = False) -> None:
+    """The report: JSON, or text (accepted: one line unless -v; -q: only a refusal's
+    problems); and the HTML page when asked."""
+    if getattr(args, "html", None):
         with open(args.html, "w", encoding="utf-8") as f:
             f.write(to_html(report))
-    if args.json:
+    if getattr(args, "json", False):
         print(to_json(report))
-    else:
-        print(format_text(report, args.verbose, color=sys.stdout.isatty()))
+        return
+    if report.ok and args.quiet:
+        return
+    if report.ok and not args.verbose:
+        print(format_text(report, color=_color()))
+        return
+    text = format_text(report, args.verbose, color=_color())
+    if args.quiet:  # nothing but the problems that keep it from being written
+        text = "\n".join(line for line in text.splitlines() if line)
+    print(text)
+    if wrote:
+        print(f"wrote {wrote['kind']} {args.output}")
 
 
 class _Progress:
@@ -201,54 +529,8 @@ class _Progress:
 
 
 def _progress(args):
-    return _Progress() if sys.stderr.isatty() and not args.quiet and not args.json else None
-
-
-def build_append_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="virtualize append", fromfile_prefix_chars="@",
-        description="Add files to the end of a cube directory: the grown stack is planned as "
-                    "the cube was, and the cube replaced when complete.")
-    p.add_argument("output", metavar="CUBE")
-    p.add_argument("files", nargs="+", metavar="FILE")
-    _report_options(p)
-    return p
-
-
-def main(argv: list[str] | None = None) -> int:
-    """The command line; a reader that stops early (`virtualize check F | head -1`) ends
-    it quietly, as Python's documentation recommends for SIGPIPE."""
-    try:
-        code = _main(argv)
-        sys.stdout.flush()  # a broken pipe shows here, not at exit
-        return code
-    except BrokenPipeError:
-        # point stdout at devnull: Python's own flush at exit would fail again
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        return 1
-
-
-def _main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] == "mosaic":
-        return _mosaic(argv[1:])
-    if argv and argv[0] == "append":
-        args = build_append_parser().parse_args(argv[1:])
-        return _write(args, lambda: append(args.output, args.files, jobs=args.jobs,
-                                           progress=_progress(args),
-                                           scan_timeout=args.scan_timeout))
-    if argv and argv[0] == "check":
-        args = build_check_parser().parse_args(argv[1:])
-        report = check(args.files, args.concat_dim, inline=args.inline, drop=args.drop,
-                       sort=not args.no_sort, progress=_progress(args), **_remedies(args))
-        _show(report, args)
-        return 0 if report.ok else 1
-    args = build_parser().parse_args(argv)
-    return _write(args, lambda: virtualize(
-        args.files, args.output, args.concat_dim, overwrite=args.overwrite, inline=args.inline,
-        drop=args.drop, sort=not args.no_sort, format=args.format, progress=_progress(args),
-        **_remedies(args)))
+    quiet = args.quiet or getattr(args, "json", False)
+    return _Progress() if sys.stderr.isatty() and not quiet else None
 
 
 if __name__ == "__main__":

@@ -95,6 +95,18 @@ class VirtualizeError(Exception):
         super().__init__("\n".join(lines))
 
 
+class UsageError(VirtualizeError, ValueError):
+    """An API call was given arguments it cannot use (an unknown output format, a missing
+    optional package, a name no file has). A `ValueError` too, for callers that caught that."""
+
+    def __init__(self, message: str, problems: list[Problem] | tuple[Problem, ...] = ()):
+        super().__init__(list(problems) or [Problem(Location(), "usage", message)], message)
+        self.args = (message,)
+
+    def __str__(self) -> str:
+        return self.args[0]
+
+
 class OutputExistsError(VirtualizeError, FileExistsError):
     """The output exists and `overwrite` was not given (a `FileExistsError` too, for
     callers that caught that). Its message is one line: the located problem."""
@@ -264,6 +276,10 @@ class Remedy:
                 "enabled": self.enabled}
 
 
+# the command-line option that turns a remedy on (split is on unless --no-split)
+REMEDY_OPTIONS = {"materialize": "--materialize", "split": None}
+
+
 # Marks on a chunk in a figure: how it is stored and whether it can be referenced.
 OK, SHORT, OVERHANG, REFUSED, GAP = "ok", "short", "overhang", "refused", "gap"
 
@@ -337,6 +353,8 @@ class Report:
     plan: Plan | None
     notes: list[str] = field(default_factory=list)
     bytes_read: dict[str, int] = field(default_factory=dict)
+    # after a write: {"path": ..., "kind": "cube" | "kerchunk" | "icechunk"}; None before
+    output: dict[str, str] | None = None
 
     @property
     def ok(self) -> bool:
@@ -350,6 +368,7 @@ class Report:
             "problems": [p.to_dict() for p in self.problems],
             "notes": list(self.notes),
             "bytes_read": dict(self.bytes_read),
+            "output": dict(self.output) if self.output else None,
             "arrays": {
                 name: {
                     "shape": list(a.shape),
@@ -357,6 +376,7 @@ class Report:
                     "dtype": str(a.dtype),
                     "chunks": int(np.prod(a.grid_shape)) if a.grid_shape else 1,
                     "inline": a.inline is not None,
+                    "status": "inline" if a.inline is not None else "virtual",
                 }
                 for name, a in (plan.arrays.items() if plan else ())
             },

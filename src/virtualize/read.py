@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 import zarr
+from zarr.abc.buffer import Buffer, BufferPrototype
 from zarr.abc.store import (
     ByteRequest,
     OffsetByteRequest,
@@ -32,7 +33,7 @@ from zarr.abc.store import (
     Store,
     SuffixByteRequest,
 )
-from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
+from zarr.buffer import default_buffer_prototype
 from zarr.storage import WrapperStore
 
 from .access import Access, check_refs, grid_shape, inside, invalid, read_inside
@@ -324,7 +325,8 @@ def open_cube(path: str | os.PathLike, *, check_sources: bool = True, allow=None
 def open_store(path: str | os.PathLike, *, check_sources: bool = True, allow=None) -> Store:
     """The read-only zarr store of a cube of any of the three kinds (checked and confined)."""
     path = Path(path)
-    if path.suffix == ".json" and not path.is_dir():
+    if path.is_file() or (path.suffix == ".json" and not path.is_dir()):
+        # a file is a kerchunk reference JSON, whatever its name (`--format kerchunk -o refs`)
         return kerchunk_store(path, check_sources=check_sources, allow=allow)
     from .emit.icechunk import is_icechunk_repo, open_icechunk
     if is_icechunk_repo(path):
@@ -337,11 +339,6 @@ def kerchunk_store(path: str | os.PathLike, *, check_sources: bool = True, allow
     virtualize, it records its sources (checked for changes, like a cube directory's) and
     its allowed roots; any other reference set may only reach files under its own
     directory or `allow`. Every reference is checked before the store is returned."""
-    from fsspec.implementations.asyn_wrapper import AsyncFileSystemWrapper
-    from fsspec.implementations.local import LocalFileSystem
-    from fsspec.implementations.reference import ReferenceFileSystem
-    from zarr.storage import FsspecStore
-
     path = Path(path)
     try:
         raw = path.read_bytes()
@@ -365,6 +362,17 @@ def kerchunk_store(path: str | os.PathLike, *, check_sources: bool = True, allow
         if problems:
             raise VirtualizeError(problems, f"{path}: its source files changed since it was "
                                   "written; re-run virtualize")
+    return reference_store(doc, path, access, sources if section else None)
+
+
+def reference_store(doc: dict, path: Path, access: Access, sources):
+    """A read-only zarr store over a kerchunk reference dict, every reference checked
+    against `access` (and, when `sources` is given, against that source table)."""
+    from fsspec.implementations.asyn_wrapper import AsyncFileSystemWrapper
+    from fsspec.implementations.local import LocalFileSystem
+    from fsspec.implementations.reference import ReferenceFileSystem
+    from zarr.storage import FsspecStore
+
     local = AsyncFileSystemWrapper(LocalFileSystem(), asynchronous=True)
     try:
         # given only the local file system, building it opens nothing and imports no
@@ -373,10 +381,23 @@ def kerchunk_store(path: str | os.PathLike, *, check_sources: bool = True, allow
                                  skip_instance_cache=True)
     except Exception as e:  # noqa: BLE001 - any malformed reference set
         raise invalid(path, f"not a kerchunk reference set: {e}") from None
-    remote = _check_references(path, fs.references, access, sources if section else None)
+    remote = _check_references(path, fs.references, access, sources)
     if remote:  # allowed by the caller: the file systems of their protocols too
         fs = ReferenceFileSystem(doc, asynchronous=True, skip_instance_cache=True)
     return FsspecStore(fs, read_only=True, path="")
+
+
+def plan_store(plan, allow=None):
+    """A read-only in-memory zarr store of a plan (nothing written): its metadata and
+    inline values in memory, its chunks read from the sources by byte range, as the
+    kerchunk export would serve them; confined to the sources' directories and `allow`."""
+    from .emit.cube import source_roots
+    from .emit.kerchunk import kerchunk_refs
+
+    doc = kerchunk_refs(plan)
+    sources = [s.to_dict() for s in plan.sources]
+    access = Access("(in-memory plan)", source_roots([s["path"] for s in sources]), allow)
+    return reference_store(doc, Path("(in-memory plan)"), access, sources)
 
 
 def _check_references(path: Path, refs, access: Access, sources) -> bool:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import html
 import json
+import os
 from collections import defaultdict
 from typing import Any
 
@@ -24,7 +25,60 @@ YES, REMEDIES, NO = "yes", "yes with remedies", "no"
 
 
 class Report(model.Report):
-    """`model.Report` with its presentations: `.to_json()`, `.to_html()`, `.to_text()`."""
+    """`model.Report` with its presentations (`.to_json()`, `.to_html()`, `.to_text()`,
+    `_repr_html_` for notebooks), its `.verdict`, and its plan opened in memory
+    (`.to_store()`, `.to_xarray()`) without writing anything."""
+
+    @property
+    def verdict(self) -> str:
+        """"yes", "yes with remedies" or "no" (docs/report.md)."""
+        return verdict(self)
+
+    def __repr__(self) -> str:
+        s = summary(self)
+        out = f", wrote {self.output['kind']} {self.output['path']}" if self.output else ""
+        return (f"<virtualize.Report {verdict(self)}: {s['files']} file(s), {s['variables']} "
+                f"variable(s), {s['problems']} problem(s), {s['warnings']} warning(s){out}>")
+
+    def _repr_html_(self) -> str:
+        """The HTML report in a notebook, in an iframe so that its styles stay its own."""
+        return (f'<iframe class="virtualize-report" srcdoc="{html.escape(to_html(self))}" '
+                'style="width:100%;height:640px;border:1px solid #ddd"></iframe>')
+
+    def to_store(self, *, allow=None):
+        """The plan as a read-only in-memory zarr store (metadata and inline values in
+        memory, chunks read from the sources by byte range); nothing is written. Raises
+        `VirtualizeError` with the problems when the stack cannot be virtualized."""
+        from .read import plan_store
+
+        if not self.ok:
+            raise model.VirtualizeError([p for p in self.problems if p.fatal] or
+                                        [model.Problem(model.Location(), "no-files",
+                                                       "nothing to open")],
+                                        "the plan cannot be opened: the stack cannot be "
+                                        "virtualized", report=self)
+        return plan_store(self.plan, allow=allow)
+
+    def to_zarr(self, *, allow=None):
+        """The plan as a read-only zarr group (see `to_store`)."""
+        import zarr
+
+        from .read import rectilinear_enabled
+
+        with rectilinear_enabled():
+            return zarr.open_group(self.to_store(allow=allow), mode="r", zarr_format=3)
+
+    def to_xarray(self, *, allow=None, **kwargs):
+        """The plan as an xarray Dataset read lazily from the sources (needs the `xarray`
+        extra); `kwargs` go to `xarray.open_dataset`."""
+        import xarray as xr
+
+        from .read import rectilinear_enabled
+
+        store = self.to_store(allow=allow)
+        with rectilinear_enabled():
+            return xr.open_dataset(store, engine="zarr", zarr_format=3, consolidated=False,
+                                   **kwargs)
 
     def to_json(self) -> str:
         return to_json(self)
@@ -82,9 +136,28 @@ def to_dict(report: model.Report) -> dict[str, Any]:
             doc["arrays"][name]["chunk_grid"] = chunk_grid(a)
             doc["arrays"][name]["bytes_referenced"] = (
                 int(a.refs["length"].sum()) if a.refs is not None else 0)
+        for name, fig in report.plan.figures.items():
+            if name not in doc["arrays"]:
+                doc["arrays"][name] = {"status": "refused", "dims": [ax.dim for ax in fig.axes],
+                                       "shape": [int(ax.extent) for ax in fig.axes]}
+            elif fig.refused:
+                doc["arrays"][name]["status"] = "refused"
         doc["concat_dim"] = report.plan.concat_dim
-        doc["remedies"] = [r.to_dict() for r in report.plan.remedies.values()]
+        doc["remedies"] = [dict(r.to_dict(), option=model.REMEDY_OPTIONS.get(r.kind),
+                                copies=r.kind == "materialize", words=_remedy_words(r))
+                           for r in report.plan.remedies.values()]
+    for p in report.problems:
+        if p.kind == "unsupported-type" and not p.fatal and p.loc.variable \
+                and p.loc.variable not in doc["arrays"]:
+            doc["arrays"][p.loc.variable] = {"status": "skipped"}
     return doc
+
+
+def _remedy_words(r) -> str:
+    return (f"{r.kind}: {r.blocks} block(s), "
+            + (f"{_size(r.bytes)} copied into the cube" if r.kind == "materialize"
+               else "nothing copied (exact byte ranges)")
+            + ("" if r.enabled else f" -- not enabled: pass --{r.kind}"))
 
 
 def to_json(report: model.Report) -> str:
@@ -106,9 +179,54 @@ def _c(text: str, code: str, color: bool) -> str:
     return f"\033[{code}m{text}\033[0m" if color else text
 
 
-def format_text(report: model.Report, verbose: bool = False, color: bool = False) -> str:
-    lines: list[str] = []
+def summary_line(report: model.Report) -> str:
+    """An accepted stack in one line: verdict, counts, remedies used, what was skipped
+    (after a write: where to)."""
     v = verdict(report)
+    s = summary(report)
+    line = f"{v}: {s['files']} file(s) can be virtualized"
+    if report.output:
+        line = (f"{v}: {s['files']} file(s) virtualized into {report.output['kind']} "
+                f"{report.output['path']}")
+    if report.plan is not None and s["variables"]:
+        line += (f": {s['variables']} variable(s), {s['chunks']} chunk(s), {s['references']} "
+                 f"reference(s) to {_size(s['bytes_referenced'])}")
+    for r in (report.plan.remedies.values() if report.plan else ()):
+        if r.enabled and r.blocks:
+            line += f"; {_remedy_words(r)}"
+    groups = _grouped([p for p in report.problems if not p.fatal])
+    skipped = [(p, files) for p, files in groups if p.kind == "unsupported-type"]
+    if skipped:
+        line += "; skipped " + ", ".join(
+            f"{p.loc.variable} ({p.kind}, {_in_files(files)})" for p, files in skipped[:3])
+        line += ", ..." if len(skipped) > 3 else ""
+    others = len(groups) - len(skipped) + len(report.notes)
+    if others:
+        line += f"; {others} note(s) (-v)"
+    return line
+
+
+def _in_files(files: list[str | None]) -> str:
+    return f"in {len(files)} files" if len(files) > 1 else "in 1 file"
+
+
+def _grouped(problems) -> list[tuple[model.Problem, list[str | None]]]:
+    """Problems that are the same but for their file, once each with their files."""
+    groups: dict[tuple, tuple[model.Problem, list[str | None]]] = {}
+    for p in problems:
+        key = (p.loc.variable, p.loc.axis, p.loc.block, p.kind, p.message, p.fatal, p.remedy)
+        groups.setdefault(key, (p, []))[1].append(p.loc.file)
+    return list(groups.values())
+
+
+def format_text(report: model.Report, verbose: bool = False, color: bool = False) -> str:
+    """The report for a terminal: an accepted stack in one line (everything with
+    `verbose`); a refused one with its verdict, counts, remedies and every problem,
+    identical problems of several files once with their file count."""
+    v = verdict(report)
+    if report.ok and not verbose:
+        return _c(summary_line(report), COLORS[v], color)
+    lines: list[str] = []
     s = summary(report)
     n = s["files"]
     if v == YES or (v == REMEDIES and report.ok):
@@ -135,7 +253,8 @@ def format_text(report: model.Report, verbose: bool = False, color: bool = False
                      + ("" if r.enabled else f" -- not enabled: pass --{r.kind}"))
     if report.problems:
         lines.append("")
-        lines.extend(_problem_table(sorted(report.problems, key=lambda p: not p.fatal), color))
+        lines.extend(_problem_table(sorted(report.problems, key=lambda p: not p.fatal), color,
+                                    verbose))
     if report.notes:
         lines.append("")
         lines.extend(f"note: {t}" for t in report.notes)
@@ -159,13 +278,24 @@ def format_text(report: model.Report, verbose: bool = False, color: bool = False
     return "\n".join(lines)
 
 
-def _problem_table(problems, color: bool) -> list[str]:
+def _problem_table(problems, color: bool, verbose: bool = False) -> list[str]:
+    """By file; a problem several files share (the same variable, kind and message) is
+    listed once under "(in N files)", with the files named when `verbose`."""
     by_file: dict[str, list] = defaultdict(list)
-    for p in problems:
-        by_file[p.loc.file or "(stack)"].append(p)
+    shared: dict[str, list[str | None]] = {}
+    for p, files in _grouped(problems):
+        if len(files) > 1:
+            names = [os.path.basename(f or "") for f in files]
+            head = f"(in {len(files)} files: {names[0]} ... {names[-1]})"
+            shared[head] = files
+            by_file[head].append(p)
+        else:
+            by_file[files[0] or "(stack)"].append(p)
     out = []
     for f, ps in by_file.items():
         out.append(f)
+        if f in shared and verbose:
+            out.extend(f"  {name}" for name in shared[f])
         rows = [("variable", "axis", "block", "kind", "problem")]
         for p in ps:
             msg = p.message + (f" [remedy: {p.remedy}]" if p.remedy else "")
@@ -191,7 +321,7 @@ def _size(n: int) -> str:
 
 # -- HTML ------------------------------------------------------------------------------
 
-MARK_COLORS = {OK: "#4c78a8", SHORT: "#f2a541", OVERHANG: "#9c6ade", REFUSED: "#d62728",
+MARK_COLORS = {OK: "#4c78a8", SHORT: "#9ecae9", OVERHANG: "#9c6ade", REFUSED: "#d62728",
                GAP: "#d9d9d9"}
 MARK_NAMES = {OK: "chunk", SHORT: "short chunk", OVERHANG: "padded last block (overhang)",
               REFUSED: "refused block", GAP: "gap (no tile)"}
@@ -220,7 +350,8 @@ def to_html(report: model.Report) -> str:
     s = summary(report)
     cls = {YES: "yes", REMEDIES: "remedies", NO: "no"}[v]
     parts = ["<!DOCTYPE html><html lang=en><head><meta charset=utf-8>",
-             "<title>virtualize report</title>", f"<style>{CSS}</style></head><body>",
+             f"<title>{html.escape(_page_title(report, v))}</title>",
+             f"<style>{CSS}</style></head><body>",
              "<h1>Can this stack be virtualized?</h1>",
              f'<div class="verdict {cls}" id="verdict">{html.escape(v)}</div>',
              '<table class="counts">']
@@ -233,13 +364,19 @@ def to_html(report: model.Report) -> str:
         state = "" if r.enabled else " — not enabled"
         parts.append(f'<p class="remedy"><b>remedy {html.escape(r.kind)}</b>: {r.blocks} '
                      f"block(s), {cost}{state}</p>")
+    # why a refused stack is refused, above the pictures
+    parts.append(_problems_html(report))
     plan = report.plan
     if plan is not None and plan.mosaic is not None:
         parts.append("<h2>Mosaic</h2>")
         parts.append(_mosaic_svg(plan.mosaic))
     if plan is not None and plan.figures:
         parts.append("<h2>Chunk grids</h2>")
-        parts.append(_legend())
+        used = {_shown_mark(m, i, len(ax.marks)) for fig in plan.figures.values()
+                for ax in fig.axes for i, m in enumerate(ax.marks.tolist())}
+        overhang = any(int(ax.lengths.sum()) > ax.extent for fig in plan.figures.values()
+                       for ax in fig.axes)
+        parts.append(_legend(used, overhang))
         for name, fig in plan.figures.items():
             a = plan.arrays.get(name)
             kind = ("refused" if fig.refused or a is None else
@@ -249,7 +386,6 @@ def to_html(report: model.Report) -> str:
             for axis in fig.axes:
                 parts.append(_band(axis))
             parts.append("</section>")
-    parts.append(_problems_html(report))
     if report.notes:
         parts.append("<h2>Notes</h2><ul class=notes>")
         parts += [f"<li>{html.escape(n)}</li>" for n in report.notes]
@@ -275,9 +411,30 @@ def _problems_html(report: model.Report) -> str:
     return "\n".join(rows)
 
 
-def _legend() -> str:
+def _page_title(report: model.Report, v: str) -> str:
+    """The stack and the verdict: "virtualize: yes -- 12 files in /data (a.nc ... l.nc)"."""
+    files = report.files
+    if not files:
+        return f"virtualize: {v}"
+    names = [os.path.basename(f) for f in files]
+    where = os.path.dirname(os.path.commonpath(files)) if len(files) == 1 else \
+        os.path.commonpath(files)
+    span = names[0] if len(names) == 1 else f"{names[0]} ... {names[-1]}"
+    return f"virtualize: {v} -- {len(files)} file(s) in {where} ({span})"
+
+
+def _shown_mark(mark: str, i: int, n: int) -> str:
+    """A short chunk at the end of an axis is the usual remainder: drawn as a chunk."""
+    return OK if mark == SHORT and i == n - 1 else mark
+
+
+def _legend(used: set[str] | None = None, overhang: bool = False) -> str:
+    """The marks the page uses (all when `used` is None), and the dashed line when drawn."""
     items = "".join(f'<span><i style="background:{c}"></i>{MARK_NAMES[m]}</span>'
-                    for m, c in MARK_COLORS.items())
+                    for m, c in MARK_COLORS.items() if used is None or m in used)
+    if overhang:
+        items += ('<span><i style="border-left:2px dashed #222;width:0"></i>end of the array, '
+                  "where a padded last block reaches past it</span>")
     return f'<div class="legend">{items}</div>'
 
 
@@ -285,6 +442,8 @@ def _band(axis) -> str:
     """One axis as a horizontal band: each run of equal chunks one rectangle, chunk
     boundaries drawn as ticks while there are few enough to see."""
     runs = axis.runs()
+    if runs and runs[-1][1] == SHORT and runs[-1][2] == 1:  # the usual remainder at the end
+        runs[-1] = (runs[-1][0], _shown_mark(SHORT, 0, 1), 1)
     total = max(int(axis.lengths.sum()), axis.extent, 1)
     scale = BAND_WIDTH / total
     h, y = 26, 4
@@ -311,9 +470,11 @@ def _band(axis) -> str:
         rest = sum(n for _, _, n in runs[MAX_RUNS:])
         svg.append(f'<text x="{min(x, BAND_WIDTH - 160):.2f}" y="{y + h + 14}" font-size="11">'
                    f"… {rest} more chunks in {len(runs) - MAX_RUNS} runs</text>")
-    ext = axis.extent * scale
-    svg.append(f'<line x1="{ext:.2f}" y1="0" x2="{ext:.2f}" y2="{h + 8}" stroke="#222" '
-               'stroke-dasharray="3,2"><title>end of the array</title></line>')
+    if int(axis.lengths.sum()) > axis.extent:  # a padded last block overhangs the end
+        ext = axis.extent * scale
+        svg.append(f'<line x1="{ext:.2f}" y1="0" x2="{ext:.2f}" y2="{h + 8}" stroke="#222" '
+                   'stroke-dasharray="3,2"><title>end of the array (the last block is padded '
+                   "past it)</title></line>")
     svg.append("</svg>")
     spec = json.dumps([r[0] if r[2] == 1 else [r[0], r[2]] for r in runs[:12]])
     more = " …" if len(runs) > 12 else ""

@@ -11,8 +11,10 @@ from .read import open_store, rectilinear_enabled
 
 
 class VirtualizeBackendEntrypoint(BackendEntrypoint):
-    description = "Open a virtualize cube (or its kerchunk reference JSON) with xarray"
-    url = "https://example.invalid/virtualize/docs"
+    description = ("Open a virtualize cube (directory, kerchunk reference JSON or Icechunk "
+                   "repository) with xarray")
+    # the project has no published address yet: the page in its repository
+    url = "docs/reading.md in the virtualize repository (the xarray section)"
     open_dataset_parameters = ("filename_or_obj", "drop_variables", "group", "mask_and_scale",
                                "decode_times", "decode_timedelta", "use_cftime", "concat_characters",
                                "decode_coords")
@@ -32,7 +34,24 @@ class VirtualizeBackendEntrypoint(BackendEntrypoint):
                 decode_coords=decode_coords, zarr_format=3, consolidated=False)
 
     def guess_can_open(self, filename_or_obj) -> bool:
+        """A cube directory (it holds virtualize.json), an Icechunk repository (`.icechunk`,
+        as xarray's zarr backend goes by `.zarr`) or a kerchunk JSON virtualize wrote (its
+        `virtualize` section comes first)."""
         try:
-            return os.path.isfile(os.path.join(os.fspath(filename_or_obj), "virtualize.json"))
+            path = os.fspath(filename_or_obj)
         except TypeError:
             return False
+        if not isinstance(path, str) or "://" in path:
+            return False
+        if os.path.isfile(os.path.join(path, "virtualize.json")):
+            return True
+        if path.rstrip("/").endswith(".icechunk"):
+            return True
+        if os.path.isfile(path):
+            try:
+                with open(path, "rb") as f:
+                    head = f.read(64)
+            except OSError:
+                return False
+            return head.replace(b" ", b"").startswith(b'{"version":1,"virtualize":')
+        return False

@@ -58,6 +58,7 @@ def kerchunk_refs(plan: Plan) -> dict:
 def kerchunk_section(plan: Plan) -> dict:
     return {"format": "virtualize-kerchunk", "version": CUBE_FORMAT_VERSION,
             "created_by": f"virtualize {__version__}",
+            "recipe": plan.recipe,
             "sources": [s.to_dict() for s in plan.sources],
             "roots": source_roots([s.path for s in plan.sources])}
 

@@ -13,6 +13,7 @@ the winner's blocks cover the overlapped cells exactly.
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
@@ -219,6 +220,30 @@ def _crs_key(attrs: dict) -> str | None:
     return None
 
 
+def crs_name(key: str | None) -> str:
+    """A CRS as a reader knows it: "EPSG:32633" (from an EPSG code, or a WKT's last
+    AUTHORITY / ID, or through pyproj when installed), else its name, else the start of
+    its text -- not kilobytes of WKT."""
+    if key is None:
+        return "none"
+    kind, _, text = key.partition("=")
+    if kind in ("epsg", "epsg_code"):
+        return f"EPSG:{text.split(':')[-1].strip()}"
+    found = re.findall(r'(?:AUTHORITY|ID)\[\s*"EPSG"\s*,\s*"?(\d+)"?\s*\]', text)
+    if found:
+        return f"EPSG:{found[-1]}"
+    try:
+        import pyproj
+
+        crs = pyproj.CRS.from_user_input(text)
+        epsg = crs.to_epsg()
+        return f"EPSG:{epsg}" if epsg else crs.name
+    except Exception:  # noqa: BLE001 - no pyproj, or text it cannot read
+        pass
+    name = re.match(r'\s*[A-Z_]+\[\s*"([^"]+)"', text)
+    return repr(name.group(1)) if name else repr(text[:60] + ("..." if len(text) > 60 else ""))
+
+
 def _plain_axes(ctx: _Ctx) -> tuple[str, str]:
     """Without georeferencing: the last two axes of the first multi-dimensional variable
     (TIFF: y, x)."""
@@ -239,7 +264,8 @@ def _place(ctx: _Ctx, georefs: list[Georef]) -> bool:
         where = tile.inv.path
         if g.crs != ref.crs:
             ctx.problem(where, None, "needs-warping",
-                        f"CRS differs from {ctx.invs[0].path}: {g.crs or 'none'} vs {ref.crs or 'none'}")
+                        f"CRS differs from {ctx.invs[0].path}: {crs_name(g.crs)} vs "
+                        f"{crs_name(ref.crs)}")
             ok = False
             continue
         n = max(tile.width, tile.height, 1)
@@ -372,6 +398,10 @@ def _mosaic_variable(ctx: _Ctx, name: str, ydim: str, xdim: str, height: int, wi
     if split.any():
         ctx.use_remedy("split", int(split.sum()) * others, 0)
     cells = _copied_cells(ctx, name, vs, copy, ycuts, xcuts, iy, ix, chunk_lengths, owner)
+    if not ctx.opts.materialize:  # what --materialize would copy, as the concat report says
+        could = bad & np.array([can_materialize(v.codecs) for v in vs])[safe]
+        _copied_cells(ctx, name, vs, could, ycuts, xcuts, iy, ix, chunk_lengths, owner,
+                      enabled=False)
     if failed:
         return None
     grid = tuple(len(c) for c in chunk_lengths)
@@ -485,7 +515,8 @@ def _report_cells(ctx, name, dim, bad, c: _AxisCells, owner, cuts, tiles, block,
                      "of the mosaic on its axis", dim, k, remedy)
 
 
-def _copied_cells(ctx, name, vs, copy, ycuts, xcuts, iy, ix, chunk_lengths, owner):
+def _copied_cells(ctx, name, vs, copy, ycuts, xcuts, iy, ix, chunk_lengths, owner,
+                  enabled: bool = True):
     """Cells to materialize: chunk index -> the tile region that fills it."""
     cells: dict[tuple[int, ...], Cell] = {}
     if not copy.any():
@@ -505,7 +536,7 @@ def _copied_cells(ctx, name, vs, copy, ycuts, xcuts, iy, ix, chunk_lengths, owne
                 index[a], region[a] = m, (m * b, min((m + 1) * b, v.shape[a]))
             cells[tuple(index)] = Cell(int(ctx.source_maps[t.index][0]), name, tuple(region))
             nbytes += int(np.prod([hi - lo for lo, hi in region])) * v.dtype.itemsize
-    ctx.use_remedy("materialize", len(cells), nbytes)
+    ctx.use_remedy("materialize", len(cells), nbytes, enabled)
     return cells
 
 

@@ -4,6 +4,7 @@ reading its data (only headers, block indexes, and small coordinate variables)."
 from __future__ import annotations
 
 import os
+import sys
 
 import numpy as np
 
@@ -136,3 +137,19 @@ class SourceReader:
             from .kerchunk import read_kerchunk_values
             return read_kerchunk_values(self.path, variable, region)
         raise ValueError(f"{self.path}: cannot read regions of {self.fmt} files")
+
+
+class _CallableModule(type(os)):
+    """`virtualize.scan(path)` (the API function's name before 0.2) still works, with a
+    DeprecationWarning: the name is this subpackage, so `import virtualize.scan.hdf5`
+    works too. Use `virtualize.inventory(path)`."""
+
+    def __call__(self, path: str | os.PathLike) -> FileInventory:
+        import warnings
+
+        warnings.warn("virtualize.scan(path) is deprecated: use virtualize.inventory(path)",
+                      DeprecationWarning, stacklevel=2)
+        return scan(path)
+
+
+sys.modules[__name__].__class__ = _CallableModule
