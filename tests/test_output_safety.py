@@ -5,9 +5,11 @@ the next run cleans up; published outputs follow the umask."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -202,9 +204,13 @@ def test_leftovers_of_killed_runs_are_cleaned_up(tree):
     out = tmp / "cube.zarr"
     virtualize.virtualize(files[:2], out)
     pid = dead_pid()
-    (tmp / f".cube.zarr.staging-{pid}-abc_123").mkdir()
+    (tmp / f".cube.zarr.staging-{pid}-abc_123").mkdir()  # a cube being written: its mark
     (tmp / f".cube.zarr.staging-{pid}-abc_123" / "zarr.json").write_text("{}")
-    (tmp / f".cube.zarr.staging-{pid}-x1y2z3").write_text("half a kerchunk json")
+    (tmp / f".cube.zarr.staging-{pid}-abc_123" / _staging.STAGING_MARK).write_text(
+        json.dumps({"host": socket.gethostname(), "pid": pid}))
+    (tmp / f".cube.zarr.staging-{pid}-x1y2z3").write_bytes(  # half a kerchunk JSON of ours
+        _staging.KERCHUNK_HEAD + b', "sources": [')
+    (tmp / f".cube.zarr.staging-{pid}-empty0").write_bytes(b"")  # killed before writing
     shutil.copytree(out, tmp / f".cube.zarr.replaced-{pid}")
     alive = tmp / f".cube.zarr.staging-{os.getppid()}-running"  # a run still going
     alive.mkdir()
@@ -214,6 +220,27 @@ def test_leftovers_of_killed_runs_are_cleaned_up(tree):
     assert sorted(p.name for p in tmp.iterdir() if p.name.startswith(".")) == sorted(
         [alive.name, other.name])
     assert virtualize.open(out)["tas"].shape[0] == 22
+
+
+def test_files_named_like_leftovers_are_never_touched(tree):
+    """Only what virtualize left is cleaned up: a user's file (here: sources) named like a
+    staging or replaced leftover of OUT, a staging directory without virtualize's mark or
+    with another host's, are neither removed nor moved into OUT's place."""
+    tmp, files = tree
+    pid = dead_pid()
+    staged = Path(shutil.copy2(files[0], tmp / f".out.zarr.staging-{pid}-x"))
+    replaced = Path(shutil.copy2(files[1], tmp / f".out.zarr.replaced-{pid + 1}"))
+    foreign = tmp / f".out.zarr.staging-{pid}-dir"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("mine")
+    elsewhere = tmp / f".out.zarr.staging-{pid}-host"
+    elsewhere.mkdir()
+    (elsewhere / _staging.STAGING_MARK).write_text(json.dumps({"host": "another-host", "pid": pid}))
+    before = digest([staged, replaced, foreign / "notes.txt"])
+    virtualize.virtualize([staged, replaced], tmp / "out.zarr")
+    assert digest([staged, replaced, foreign / "notes.txt"]) == before
+    assert elsewhere.is_dir()
+    assert virtualize.open(tmp / "out.zarr")["tas"].shape[0] == 10
 
 
 def test_a_replaced_output_whose_successor_never_came_is_restored(tree):

@@ -22,6 +22,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import stat
 import tempfile
 from collections.abc import Iterable, Iterator
@@ -29,6 +30,7 @@ from pathlib import Path
 
 from ..model import Location, OutputExistsError, Problem, UnsafeOutputError
 
+STAGING_MARK = ".virtualize-staging"  # inside a staging directory until it is published
 CUBE_FILES = {"zarr.json", "virtualize.json", "manifest.npy"}
 # a kerchunk JSON written by virtualize begins with this (its `virtualize` section first)
 KERCHUNK_HEAD = b'{"version":1,"virtualize":{"format":"virtualize-kerchunk"'
@@ -124,7 +126,8 @@ def guard_output(dest: str | os.PathLike, overwrite: bool,
     """Raise unless writing `dest` is safe: it must not exist, or (with `overwrite`) be an
     output virtualize wrote; and it must not be, contain or sit in a source."""
     dest = Path(os.path.abspath(os.fspath(dest)))
-    recover(dest)
+    sources = list(sources)
+    recover(dest, sources)
     refuse_sources(dest, sources)
     if not os.path.lexists(dest):
         return
@@ -147,17 +150,26 @@ def refuse_existing(dest: Path, overwrite: bool) -> None:
 
 @contextlib.contextmanager
 def staged_dir(dest: str | os.PathLike, overwrite: bool,
-               sources: Iterable[str | os.PathLike] = ()) -> Iterator[Path]:
+               sources: Iterable[str | os.PathLike] = (), mark: bool = True) -> Iterator[Path]:
     """Yield a fresh directory beside `dest`; on success it replaces `dest` in one step
     (the old one, if replacing, is removed only after the new one is in place); on any
-    error the staging directory is removed and `dest` is untouched."""
+    error the staging directory is removed and `dest` is untouched. `mark`: it holds
+    virtualize's mark until published (not for writers that need it empty, Icechunk: a
+    leftover of theirs is recognised by its layout)."""
     dest = Path(os.path.abspath(os.fspath(dest)))
     sources = list(sources)
     guard_output(dest, overwrite, sources)
     dest.parent.mkdir(parents=True, exist_ok=True)
     stage = Path(tempfile.mkdtemp(prefix=_stage_prefix(dest), dir=dest.parent))
     try:
+        # what tells a later run that this directory is a leftover of ours (and of which
+        # host: a process id means nothing on another machine sharing the directory)
+        if mark:
+            (stage / STAGING_MARK).write_text(json.dumps({"host": socket.gethostname(),
+                                                          "pid": os.getpid()}))
         yield stage
+        if mark:
+            (stage / STAGING_MARK).unlink()
         os.chmod(stage, 0o777 & ~_umask())
         _publish(stage, dest, overwrite, sources)
     except BaseException:
@@ -288,11 +300,16 @@ def _rename_noreplace(stage: Path, dest: Path) -> bool:
 
 # -- leftovers of killed runs -------------------------------------------------------------
 
-def recover(dest: str | os.PathLike) -> list[str]:
+def recover(dest: str | os.PathLike, sources: Iterable[str | os.PathLike] = ()) -> list[str]:
     """Clean up after runs for `dest` that were killed (their process is gone): put back
     an old output whose replacement never arrived (`.OUT.replaced-PID` while OUT is
-    missing), remove replaced outputs and staging leftovers. Returns what was done."""
+    missing), remove replaced outputs and staging leftovers. Only what virtualize itself
+    left is touched: a replaced output is one of its outputs, a staging directory holds
+    its mark (written by this host) or is a whole output, a staging file is empty or a
+    kerchunk JSON of its own; a file merely named like a leftover, or a source of this
+    run, is never moved or removed. Returns what was done."""
     dest = Path(os.path.abspath(os.fspath(dest)))
+    keep = {_real(s) for s in sources}
     try:
         names = os.listdir(dest.parent)
     except OSError:
@@ -303,21 +320,42 @@ def recover(dest: str | os.PathLike) -> list[str]:
     done = []
     for n in sorted(names):
         m = replaced.fullmatch(n)
-        if m and not _alive(int(m.group(1))):
-            p = dest.parent / n
+        p = dest.parent / n
+        if m and not _alive(int(m.group(1))) and _real(p) not in keep and \
+                output_kind(p) is not None:
             if not os.path.lexists(dest):
                 if _rename_noreplace(p, dest):
                     done.append(f"restored {dest} from {p}")
                     continue
-            if output_kind(p) is not None:
-                _remove(p)
-                done.append(f"removed {p}")
+            _remove(p)
+            done.append(f"removed {p}")
     for n in sorted(names):
         m = staging.fullmatch(n)
-        if m and not _alive(int(m.group(1))):
-            _remove(dest.parent / n)
-            done.append(f"removed {dest.parent / n}")
+        p = dest.parent / n
+        if m and not _alive(int(m.group(1))) and _real(p) not in keep and _our_stage(p):
+            _remove(p)
+            done.append(f"removed {p}")
     return done
+
+
+def _our_stage(p: Path) -> bool:
+    """A staging leftover virtualize made on this host (see `recover`)."""
+    try:
+        if os.path.islink(p):
+            return False
+        if p.is_dir():
+            mark = p / STAGING_MARK
+            if mark.is_file():
+                return json.loads(mark.read_text()).get("host") == socket.gethostname()
+            return output_kind(p) is not None
+        if p.is_file():
+            if os.path.getsize(p) == 0:
+                return True
+            with open(p, "rb") as f:
+                return f.read(len(KERCHUNK_HEAD)) == KERCHUNK_HEAD
+    except (OSError, ValueError, AttributeError):
+        return False
+    return False
 
 
 def _alive(pid: int) -> bool:

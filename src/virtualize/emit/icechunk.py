@@ -36,7 +36,7 @@ def write_icechunk(plan: Plan, dest: str | Path, overwrite: bool = False) -> Pat
 
     dest = Path(dest)
     prefix = container_prefix(plan)
-    with staged_dir(dest, overwrite, [s.path for s in plan.sources]) as stage:
+    with staged_dir(dest, overwrite, [s.path for s in plan.sources], mark=False) as stage:
         config = ic.RepositoryConfig.default()
         config.set_virtual_chunk_container(_container(prefix))
         repo = ic.Repository.create(ic.local_filesystem_storage(str(stage)), config,
