@@ -527,3 +527,52 @@ def test_unknown_fill_with_a_missing_chunk_is_refused(case, tmp_path):
         ("unknown-fill", str(bad), "tas", (0, 0, 0))
     assert "--drop tas" in p.remedy
     assert virtualize.check([bad, refs[1]], drop=["tas"]).ok
+
+
+def test_a_reference_set_cannot_copy_system_files_into_a_cube(tmp_path):
+    """A reference set given as an input is scanned on its word: one pointing into a
+    system location (here /etc/passwd, as a small 1-D coordinate, which is inlined) is
+    refused, never copied into the output."""
+    n = os.path.getsize("/etc/passwd")
+    doc = {"version": 1, "refs": {
+        ".zgroup": json.dumps({"zarr_format": 2}),
+        "x/.zarray": json.dumps({"chunks": [n], "compressor": None, "dtype": "|u1",
+                                 "fill_value": 0, "filters": None, "order": "C", "shape": [n],
+                                 "zarr_format": 2}),
+        "x/.zattrs": json.dumps({"_ARRAY_DIMENSIONS": ["x"]}),
+        "x/0": ["/etc/passwd", 0, n]}}
+    evil = tmp_path / "evil.json"
+    evil.write_text(json.dumps(doc))
+    with pytest.raises(virtualize.VirtualizeError) as e:
+        virtualize.virtualize([evil], tmp_path / "out.json")
+    assert {p.kind for p in e.value.problems} == {"reference-not-allowed"}
+    assert not (tmp_path / "out.json").exists()
+
+
+def test_references_gone_stale_before_the_cube_is_made_are_caught(tmp_path):
+    """A data file rewritten after its reference set was made (same size, its datasets
+    laid out in another order) would read other values through the references: the
+    decode check reads the data file with its own library, and refuses."""
+    import h5py
+    from kerchunk.hdf import SingleHdf5ToZarr
+
+    path = tmp_path / "x.h5"
+    # (larger than kerchunk's inline threshold: the chunks are referenced, not copied)
+    a, b = np.full((40, 50), 280.0, "f4"), np.full((40, 50), 0.001, "f4")
+
+    def write(order):
+        with h5py.File(path, "w") as f:
+            for name in order:
+                f.create_dataset(name, data={"a": a, "b": b}[name])
+
+    write("ab")
+    refs = tmp_path / "x.json"
+    refs.write_text(json.dumps(SingleHdf5ToZarr(str(path)).translate()))
+    assert virtualize.check([refs]).ok
+    size = path.stat().st_size
+    write("ba")
+    assert path.stat().st_size == size
+    report = virtualize.check([refs])
+    bad = [p for p in report.problems if p.kind == "decode-mismatch"]
+    assert bad and not report.ok, report.problems
+    assert {p.loc.variable for p in bad} == {"a", "b"}

@@ -26,35 +26,9 @@ from pathlib import Path
 import numpy as np
 
 from .model import MATERIALIZED, REF_DTYPE, Location, Problem, VirtualizeError
+from .scan._io import system_locations
 
 _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
-# never opened on a cube's say-so: only when the caller allows them
-_SYSTEM = ("/etc", "/proc", "/sys", "/dev", "/boot", "/run", "/var/run", "/var/log",
-           "/var/lib", "/var/spool", "/var/mail", "/usr", "/bin", "/sbin", "/lib", "/lib64",
-           "/lib32", "/snap")
-_HOME_SECRETS = (".ssh", ".gnupg", ".aws", ".azure", ".kube", ".docker", ".netrc", ".pgpass",
-                 ".git-credentials", ".config", ".local/share/keyrings", ".password-store",
-                 ".mozilla", ".bash_history", ".python_history")
-
-
-def _system_locations() -> list[str]:
-    locs = list(_SYSTEM)
-    # /root is a home like any other (containers work there as root): only its secrets are
-    # refused, as in every home
-    homes = {os.path.expanduser("~"), "/root"}
-    for base in ("/home", "/Users"):
-        try:
-            homes.update(os.path.join(base, d) for d in os.listdir(base))
-        except OSError:
-            pass
-    for home in homes:
-        if home and home != "/":
-            locs += [os.path.join(home, s) for s in _HOME_SECRETS]
-    out = set()
-    for loc in locs:
-        out.add(os.path.normpath(loc))
-        out.add(os.path.realpath(loc))
-    return sorted(out)
 
 
 def _under(path: str, root: str) -> bool:
@@ -87,7 +61,7 @@ class Access:
 
     def __init__(self, what: str | os.PathLike, recorded: Iterable[str], allow=None):
         self.what = str(what)
-        self.system = _system_locations()
+        self.system = system_locations()
         self.urls: list[str] = []  # allowed URL prefixes (non-file)
         self.allowed: list[str] = []  # caller's local roots (resolved)
         for a in allow_list(allow):

@@ -234,6 +234,8 @@ class _Job:
     sample: _Sample
     path: str
     reader: str | None = None  # the file whose library reads the region (default: path)
+    fallback: str | None = None  # ... when that library cannot: a reference set's reader
+    retry: bool = False
     block: tuple[int, ...] | None = None
     region: tuple[tuple[int, int], ...] = ()  # in the file, as far as the cube chunk holds
     new_axis: bool = False
@@ -267,8 +269,10 @@ class _ArrayCheck:
             return self._problem(job, f"{a.name!r} has no block table in this source to "
                                  "compare the chunk with")
         v, k, inv = next((h for h in held if self._holds(h[0], h[1], s.offset)), held[0])
-        if k:  # a reference set's data file: its own reader is zarr over the references
-            job.reader = inv.path
+        if k:  # a reference set's data file: read by its own library where it has one (an
+            # independent check: stale references decode to other values), else by zarr
+            # over the reference set
+            job.fallback = inv.path
         job.new_axis = len(a.shape) == len(v.shape) + 1
         starts = [int(self.starts[axis][i]) for axis, i in enumerate(s.index)]
         job.extents = [min(lo + int(self.lengths[axis][i]), int(a.shape[axis])) - lo
@@ -347,6 +351,9 @@ class _ArrayCheck:
         try:
             want = np.asarray(reader.read(self.a.name, job.region))
         except Exception as e:
+            if job.fallback and (job.reader or job.path) != job.fallback:
+                job.reader, job.retry = job.fallback, True  # compared again by it
+                return
             self._problem(job, f"the source library cannot read this block ({type(e).__name__}: "
                           f"{e}), so the cube's chunk cannot be checked")
             return
@@ -435,6 +442,14 @@ def _compare(jobs: list[_Job]) -> None:
 
     by_source: dict[str, list[_Job]] = defaultdict(list)
     for job in jobs:
+        if job.fallback and (job.reader or job.path) != job.fallback:
+            from .scan import detect_format
+            try:
+                known = detect_format(job.path) is not None
+            except OSError:
+                known = False
+            if not known:  # zarr chunk files and the like: only the references describe them
+                job.reader = job.fallback
         by_source[job.reader or job.path].append(job)
     for path, group in by_source.items():
         try:
@@ -449,6 +464,11 @@ def _compare(jobs: list[_Job]) -> None:
                 job.check.compare(job, reader)
         finally:
             reader.__exit__(None, None, None)
+    again = [job for job in jobs if job.retry]
+    for job in again:
+        job.retry = False
+    if again:
+        _compare(again)
 
 
 def _explain(e: BaseException, a: ArrayPlan, job: _Job) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import io
 import os
 
@@ -78,3 +79,48 @@ def digest_blocks(paths: str | list[str], refs) -> str:
                 f.seek(off)
                 h.update(f.read(n))
     return h.hexdigest()
+
+
+# never opened on a cube's say-so: only when the caller allows them
+_SYSTEM = ("/etc", "/proc", "/sys", "/dev", "/boot", "/run", "/var/run", "/var/log",
+           "/var/lib", "/var/spool", "/var/mail", "/usr", "/bin", "/sbin", "/lib", "/lib64",
+           "/lib32", "/snap")
+_HOME_SECRETS = (".ssh", ".gnupg", ".aws", ".azure", ".kube", ".docker", ".netrc", ".pgpass",
+                 ".git-credentials", ".config", ".local/share/keyrings", ".password-store",
+                 ".mozilla", ".bash_history", ".python_history")
+
+
+def system_locations() -> list[str]:
+    """System locations and secrets in every home, as named and with symlinks resolved."""
+    locs = list(_SYSTEM)
+    # /root is a home like any other (containers work there as root): only its secrets are
+    # refused, as in every home
+    homes = {os.path.expanduser("~"), "/root"}
+    for base in ("/home", "/Users"):
+        try:
+            homes.update(os.path.join(base, d) for d in os.listdir(base))
+        except OSError:
+            pass
+    for home in homes:
+        if home and home != "/":
+            locs += [os.path.join(home, s) for s in _HOME_SECRETS]
+    out = set()
+    for loc in locs:
+        out.add(os.path.normpath(loc))
+        out.add(os.path.realpath(loc))
+    return sorted(out)
+
+
+def system_location(path: str) -> str | None:
+    """The system location (`/etc`, `~/.ssh`, ...) `path` lies in, symlinks resolved, or
+    None. Nothing there is read on a file's say-so: not through a cube's references, and
+    not through a kerchunk reference set given as an input (which would copy it into the
+    cube)."""
+    real = os.path.realpath(path)
+    return next((s for s in _system_cache() if real == s or real.startswith(s.rstrip('/') + '/')),
+                None)
+
+
+@functools.cache
+def _system_cache() -> tuple[str, ...]:
+    return tuple(system_locations())

@@ -42,6 +42,7 @@ from ..model import (
     VirtualizeError,
     empty_refs,
 )
+from ._io import system_location
 from ._values import COORD_VALUES_LIMIT, bytes_codec, plain
 
 # numcodecs ids (zarr v2 `compressor` / `filters`) whose zarr v3 codec decodes the same
@@ -189,6 +190,7 @@ class _Scanner:
         self.data_files: list[Source] = []
         self._file_index: dict[str, int] = {}  # data file path -> refs path (1-based)
         self._missing: dict[str, str] = {}  # data file -> why it cannot be used
+        self._refused: set[str] = set()  # ... because it lies where nothing is read
         self._zgroup = None
 
     def problem(self, var: str | None, kind: str, msg: str, fatal: bool = True,
@@ -414,7 +416,8 @@ class _Scanner:
             url, off, length = ref
             k = self._data_file(url)
             if k is None:
-                self.problem(name, "missing-data-file",
+                self.problem(name, "reference-not-allowed" if url in self._refused
+                             else "missing-data-file",
                              f"chunk {key_of(idx)!r} refers to {url}: {self._missing[url]}",
                              block=idx)
                 return None
@@ -465,6 +468,12 @@ class _Scanner:
             self._missing[url] = "a remote URL: only local data files are read so far"
             return None
         path = os.path.abspath(path)
+        where = system_location(path)
+        if where is not None:  # a reference set must not make us copy /etc/passwd into a cube
+            self._missing[url] = (f"it lies in a system location ({where}), which a reference "
+                                  "set may not point into")
+            self._refused.add(url)
+            return None
         try:
             st = os.stat(path)
         except OSError as e:
