@@ -387,3 +387,21 @@ def test_icechunk_sources_in_several_directories_and_wide_containers(tmp_path, m
     assert kinds(e) == ["reference-not-allowed"] and str(secret) in e.value.problems[0].message
     g = virtualize.open(foreign, allow=[tmp_path])
     assert bytes(g["a"][...]) == b"secr"
+
+
+def test_a_missing_chunk_file_of_the_cube_is_an_error_not_fill(case, tmp_path):
+    """A chunk the cube itself holds (an inline coordinate, a materialized block) whose
+    file was deleted would read as the fill value: it is a located error instead."""
+    files = case("tenday_padded")
+    out = tmp_path / "cube.zarr"
+    virtualize.virtualize(files, out, materialize=True)
+    copied = sorted((out / "tas" / "c").rglob("*"))
+    copied = [p for p in copied if p.is_file()]
+    assert copied
+    copied[0].unlink()
+    with pytest.raises(VirtualizeError) as e:
+        virtualize.open(out)["tas"][...]
+    assert e.value.problems[0].kind == "invalid-cube"
+    (out / "lat" / "c" / "0").unlink()
+    with pytest.raises(VirtualizeError):
+        virtualize.open(out)["lat"][...]

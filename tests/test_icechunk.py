@@ -65,7 +65,11 @@ def test_icechunk_refuses_a_changed_source(case, tmp_path):
     later = max(time.time_ns(), st.st_mtime_ns) + 5 * 10**9
     os.utime(files[2], ns=(st.st_atime_ns, later))
     try:
-        g = virtualize.open(out)
+        # virtualize.open refuses at open, as for cube directories (Icechunk itself, at read,
+        # compares whole seconds only); without the check, Icechunk refuses the chunk
+        with pytest.raises(virtualize.VirtualizeError, match="changed"):
+            virtualize.open(out)
+        g = virtualize.open(out, check_sources=False)
         with pytest.raises(Exception, match="checksum|changed|modified"):
             g["tas"][...]
     finally:

@@ -89,6 +89,7 @@ class CubeStore(Store):
         self.sizes = [s["size"] for s in sources]
         self.virtual = sorted((n for n, kind in arrays.items() if kind == "virtual"),
                               key=len, reverse=True)
+        self.inline = [n for n, kind in arrays.items() if kind == "inline"]
         self.access = Access(self.root, _roots(self.root, info), allow)
         for s in self.sources:  # before anything is opened
             self.access.check(s)
@@ -131,7 +132,13 @@ class CubeStore(Store):
             prefix = f"{name}/c"
             if key == prefix or key.startswith(prefix + "/"):
                 return self._chunk(name, key[len(prefix):].lstrip("/"))
-        return read_inside(self.root, self.root / key)
+        data = read_inside(self.root, self.root / key)
+        if data is None:
+            for name in self.inline:  # an inline array's one chunk: never missing
+                if key == f"{name}/c" or key.startswith(f"{name}/c/"):
+                    raise invalid(self.root, f"{key}: the values of the inline array {name!r} "
+                                  "are missing from the cube", name)
+        return data
 
     def _manifest(self, name: str) -> np.ndarray:
         """The array's manifest, memory-mapped, checked once against the chunk grid and
@@ -161,7 +168,11 @@ class CubeStore(Store):
             return None
         rec = m[idx]
         if int(rec["path"]) == MATERIALIZED:  # copied into the cube: a native chunk file
-            return read_inside(self.root, self.root / name / ("c/" + rest if rest else "c"))
+            data = read_inside(self.root, self.root / name / ("c/" + rest if rest else "c"))
+            if data is None:  # would read as fill: the cube is damaged
+                raise invalid(self.root, f"chunk {name}/c/{rest} is stored in the cube (its "
+                              "manifest says so) but its file is missing", name, idx)
+            return data
         length = int(rec["length"])
         if length == 0:
             return None
@@ -330,7 +341,15 @@ def open_store(path: str | os.PathLike, *, check_sources: bool = True, allow=Non
         return kerchunk_store(path, check_sources=check_sources, allow=allow)
     from .emit.icechunk import is_icechunk_repo, open_icechunk
     if is_icechunk_repo(path):
-        return ConsolidatedView(open_icechunk(path, allow=allow))
+        store = open_icechunk(path, allow=allow)
+        if check_sources:  # as for cube directories: refused at open, not at a chunk's read
+            from .emit.icechunk import recorded
+            info = recorded(path) or {}
+            problems = list(changed_sources(info.get("sources") or []))
+            if problems:
+                raise VirtualizeError(problems, f"{path}: its source files changed since "
+                                      "the repository was written; re-run virtualize")
+        return ConsolidatedView(store)
     return ConsolidatedView(CubeStore(path, check_sources=check_sources, allow=allow))
 
 
