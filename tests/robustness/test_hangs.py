@@ -365,3 +365,17 @@ def test_a_crashing_scan_is_a_located_problem(tmp_path, monkeypatch):
     assert "exit code 3" in p.message
     report = virtualize.check([path], scan_timeout=10)
     assert [p.kind for p in report.problems] == ["unreadable"]
+
+
+def test_a_multipage_tiff_cut_short_is_refused(tmp_path):
+    """A 3-page TIFF cut in half: tifffile warns that the next page's offset is invalid and
+    sees only the first page; the file is refused as truncated, not taken for one page."""
+    path = tmp_path / "multi.tif"
+    tifffile.imwrite(path, np.arange(3 * 100 * 80, dtype="u2").reshape(3, 100, 80),
+                     photometric="minisblack", metadata=None)
+    b = path.read_bytes()
+    path.write_bytes(b[: len(b) // 2])
+    report = virtualize.check([path])
+    assert not report.ok
+    assert [p.kind for p in report.problems if p.fatal] == ["truncated"]
+    assert "<tifffile" not in report.problems[0].message

@@ -20,6 +20,7 @@ import contextlib
 import logging
 import math
 import os
+import re
 import struct
 from typing import Any
 
@@ -63,7 +64,7 @@ def scan_tiff(path: str) -> FileInventory:
             inv = _TiffScanner(path, tif, st.st_size).run(st.st_mtime_ns)
         inv.bytes_read = fh.bytes_read
     # what tifffile only logged (a damaged tag it skipped, ...) belongs in the report
-    inv.problems += [Problem(Location(path), "tiff-warning", w, fatal=False) for w in warnings]
+    inv.problems += [_warning_problem(path, w) for w in warnings]
     return inv
 
 
@@ -102,6 +103,20 @@ def check_ifd_chain(fh, path: str, size: int) -> int:
             break
         offset = struct.unpack(off_fmt, raw)[0]
     return len(seen)
+
+
+# tifffile warnings that mean pages of the file are lost (an IFD offset past the end or
+# inside garbage): the file holds more than the scan could see, so it is refused
+LOST_PAGES = ("invalid page offset", "failed to read")
+
+
+def _warning_problem(path: str, message: str) -> Problem:
+    message = re.sub(r"<tifffile\.[^>]*>\s*", "", message).strip()  # not the object's repr
+    if any(w in message.lower() for w in LOST_PAGES):
+        return Problem(Location(path), "truncated",
+                       f"tifffile could not follow the file's page chain ({message}): pages "
+                       "after it are missing or damaged, so the image cannot be referenced whole")
+    return Problem(Location(path), "tiff-warning", message, fatal=False)
 
 
 @contextlib.contextmanager
