@@ -438,3 +438,20 @@ def test_fill_values_xarray_cannot_decode_are_left_out(tmp_path):
         src = xr.open_dataset(path, engine="netcdf4")
         for name in ("text", "empty", "ok"):
             np.testing.assert_array_equal(ds[name].values, src[name].values)
+
+
+def test_a_stack_with_nothing_to_virtualize_is_refused(tmp_path):
+    """Files whose every variable is skipped would give an empty cube with a "yes":
+    refused instead (no-arrays), naming what was skipped; nothing is written."""
+    import h5py
+
+    path = tmp_path / "strings.h5"
+    with h5py.File(path, "w") as f:
+        f["names"] = np.array([b"a", b"bc"], dtype=h5py.string_dtype())
+    report = virtualize.check([path])
+    assert not report.ok
+    (p,) = [p for p in report.problems if p.fatal]
+    assert p.kind == "no-arrays" and "names" in p.message
+    with pytest.raises(VirtualizeError):
+        virtualize.virtualize([path], tmp_path / "out.zarr")
+    assert not (tmp_path / "out.zarr").exists()

@@ -322,6 +322,12 @@ def _check(paths, planner: Planner, progress, materialize_limit: int | None = No
             problems.append(Problem(Location(), "materialize-limit",
                                     f"the plan would copy {copied.bytes} bytes in {copied.blocks} "
                                     f"block(s), more than the limit of {materialize_limit}"))
+        if not plan.arrays and not any(p.fatal for p in problems):
+            skipped = sorted({p.loc.variable for p in problems if p.loc.variable})
+            problems.append(Problem(
+                Location(), "no-arrays",
+                "no variable of these files can be virtualized, so a cube would be empty"
+                + (f" (skipped: {', '.join(skipped)})" if skipped else "")))
         # every zarr.json rendered as the write renders it (check and write agree)
         problems.extend(_render_problems(plan))
         # a few stored chunks decoded through the cube's codecs, compared with the sources
