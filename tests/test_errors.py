@@ -350,6 +350,7 @@ def test_closed_stdout_ends_quietly(tmp_path):
     err = p.stderr.read().decode()
     p.wait()
     assert "Traceback" not in err and "BrokenPipe" not in err, err
+    assert p.returncode == 0  # the answer was "yes": a reader that stopped changes nothing
 
 
 def test_messages_print_plain_numbers(tmp_path):

@@ -250,6 +250,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """The command line; a reader that stops early (`virtualize check F | head -1`) ends
     it quietly, as Python's documentation recommends for SIGPIPE."""
+    _OUTCOME.clear()
     try:
         code = _main(argv)
         sys.stdout.flush()  # a broken pipe shows here, not at exit
@@ -258,7 +259,9 @@ def main(argv: list[str] | None = None) -> int:
         # point stdout at devnull: Python's own flush at exit would fail again
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
-        return REFUSED
+        # the job's own outcome when it was decided before its report was cut short (a
+        # cube written, a check answered "yes"), not a failure
+        return _OUTCOME[-1] if _OUTCOME else REFUSED
     except KeyboardInterrupt:
         print("virtualize: interrupted", file=sys.stderr)
         return 130
@@ -305,6 +308,8 @@ def _main(argv: list[str] | None = None) -> int:
     except VirtualizeError as e:
         _err(str(e))
         return ERROR if {p.kind for p in e.problems} <= {"not-a-cube", "usage"} else REFUSED
+    except BrokenPipeError:  # the reader stopped: main() ends quietly
+        raise
     except OSError as e:  # PermissionError, a full disk, ...
         _err(str(e))
         return ERROR
@@ -487,9 +492,14 @@ def _write(args, job) -> int:
     return DONE
 
 
+# the exit code of the job whose report is being printed (for a reader that stops early)
+_OUTCOME: list[int] = []
+
+
 def _show(report, args, wrote: dict | None = None, failed: bool = False) -> None:
     """The report: JSON, or text (accepted: one line unless -v; -q: only a refusal's
     problems); and the HTML page when asked."""
+    _OUTCOME.append(DONE if report.ok and not failed else REFUSED)
     if getattr(args, "html", None):
         with open(args.html, "w", encoding="utf-8") as f:
             f.write(to_html(report))
