@@ -10,6 +10,7 @@ from pathlib import Path
 
 import zarr
 
+from . import storage
 from .emit import write_cube, write_kerchunk
 from .emit._staging import guard_output
 from .emit.cube import SOURCES_NAME
@@ -38,7 +39,8 @@ def scan(path: PathLike) -> FileInventory:
 def check(paths: Iterable[PathLike] | PathLike, concat_dim: str | None = None, *,
           inline: Iterable[str] = (), drop: Iterable[str] = (), sort: bool = True,
           split: bool = True, materialize: bool = False, materialize_limit: int | None = None,
-          jobs: int = 1, progress=None, scan_timeout: float | None = DEFAULT_SCAN_TIMEOUT) -> Report:
+          jobs: int = 1, progress=None, scan_timeout: float | None = DEFAULT_SCAN_TIMEOUT,
+          storage_options: dict | None = None) -> Report:
     """Can this stack be virtualized (concatenated along `concat_dim`)? Scans every file
     and plans the cube, collecting every problem of every file. Writes nothing.
 
@@ -46,6 +48,7 @@ def check(paths: Iterable[PathLike] | PathLike, concat_dim: str | None = None, *
     `materialize` copies blocks that cannot be referenced into the cube (at most
     `materialize_limit` bytes). Each file is scanned in a worker process within
     `scan_timeout` seconds (None or 0: in this process, no limit)."""
+    _storage(storage_options)
     opts = ConcatOptions(concat_dim=concat_dim, inline=frozenset(_names(inline)),
                          drop=frozenset(_names(drop)), sort=sort, split=split,
                          materialize=materialize)
@@ -64,12 +67,14 @@ def check_mosaic(paths: Iterable[PathLike] | PathLike, *,
                  drop: Iterable[str] = (), tolerance: float = 1e-3, split: bool = True,
                  materialize: bool = False, materialize_limit: int | None = None,
                  jobs: int = 1, progress=None,
-                 scan_timeout: float | None = DEFAULT_SCAN_TIMEOUT) -> Report:
+                 scan_timeout: float | None = DEFAULT_SCAN_TIMEOUT,
+                 storage_options: dict | None = None) -> Report:
     """Can these tiles be placed into one mosaic? By georeferencing (GeoTIFF transform,
     or 1-D x/y / lon/lat coordinates), or by explicit `offsets` [(row, col), ...] in pixels.
     `overlap`: None (overlaps are problems), "last" or "first" (which tile wins).
     Remedies as in `check`: `split` cuts uncompressed blocks into row ranges, `materialize`
     copies cells no block fits."""
+    _storage(storage_options)
     opts = MosaicOptions(offsets=offsets, overlap=overlap, tolerance=tolerance,
                          drop=frozenset(_names(drop)), split=split, materialize=materialize)
     report = _check(paths, lambda invs: plan_mosaic(invs, opts), progress, materialize_limit, jobs,
@@ -87,11 +92,13 @@ def virtualize(paths: Iterable[PathLike] | PathLike, out: PathLike, concat_dim: 
                sort: bool = True, split: bool = True, materialize: bool = False,
                materialize_limit: int | None = None, format: str | None = None,
                jobs: int = 1, progress=None,
-               scan_timeout: float | None = DEFAULT_SCAN_TIMEOUT) -> Report:
+               scan_timeout: float | None = DEFAULT_SCAN_TIMEOUT,
+               storage_options: dict | None = None) -> Report:
     """Virtualize a stack into `out`: a cube directory, a kerchunk reference JSON
     (`format="kerchunk"` or `out` ending in `.json`) or an Icechunk repository
     (`format="icechunk"` or `.icechunk`). Nothing is written unless every file
     can be referenced exactly; then `VirtualizeError` carries every problem."""
+    _storage(storage_options)
     kind = _output_kind(out, format, overwrite, paths)
     report = check(paths, concat_dim, inline=inline, drop=drop, sort=sort, split=split,
                    materialize=materialize, materialize_limit=materialize_limit,
@@ -104,9 +111,11 @@ def mosaic(paths: Iterable[PathLike] | PathLike, out: PathLike, *,
            drop: Iterable[str] = (), tolerance: float = 1e-3, split: bool = True,
            materialize: bool = False, materialize_limit: int | None = None,
            overwrite: bool = False, format: str | None = None, jobs: int = 1,
-           progress=None, scan_timeout: float | None = DEFAULT_SCAN_TIMEOUT) -> Report:
+           progress=None, scan_timeout: float | None = DEFAULT_SCAN_TIMEOUT,
+           storage_options: dict | None = None) -> Report:
     """Place tiles into one mosaic cube at `out` (see `check_mosaic`); nothing is written
     unless every cell is exactly one block of one tile or a gap."""
+    _storage(storage_options)
     kind = _output_kind(out, format, overwrite, paths)
     report = check_mosaic(paths, offsets=offsets, overlap=overlap, drop=drop,
                           tolerance=tolerance, split=split, materialize=materialize,
@@ -138,7 +147,7 @@ def append(cube: PathLike, paths: Iterable[PathLike] | PathLike, *, jobs: int = 
     # the files given (data files found through reference sets are not inputs)
     old = [s["path"] for s in info["sources"] if not s.get("referenced_by")]
     empty: list[str] = []
-    new = [os.path.abspath(p) for p in _paths(paths, empty)]
+    new = [storage.normalize(p) for p in _paths(paths, empty)]
     if not new:
         raise VirtualizeError([Problem(Location(os.path.abspath(d)), "no-files",
                                        f"the directory {d} holds no files") for d in empty]
@@ -179,7 +188,8 @@ def _recorded(cube: Path, icechunk: bool) -> dict:
     return info
 
 
-def open(path: PathLike, *, check_sources: bool = True, allow=None) -> zarr.Group:  # noqa: A001
+def open(path: PathLike, *, check_sources: bool = True, allow=None,  # noqa: A001
+         storage_options: dict | None = None) -> zarr.Group:
     """A cube (directory, kerchunk JSON or Icechunk repository) as a read-only zarr
     group. Rectilinear grids
     are enabled for the open only; the caller's zarr config is left as it was.
@@ -187,7 +197,15 @@ def open(path: PathLike, *, check_sources: bool = True, allow=None) -> zarr.Grou
     The reader follows only references inside the roots recorded when the cube was
     written (its sources' directories) or in `allow` (paths, or URL prefixes such as
     "s3://bucket/"): docs/reading.md, Confinement."""
+    _storage(storage_options)
     return open_cube(path, check_sources=check_sources, allow=allow)
+
+
+def _storage(options: dict | None) -> None:
+    """Storage options of remote sources and outputs: {protocol: {key: value}} or one flat
+    {key: value} for every protocol (storage.py)."""
+    if options is not None:
+        storage.set_options(options)
 
 
 # -- the shared steps ------------------------------------------------------------------
@@ -233,7 +251,7 @@ def _check(paths, planner: Planner, progress, materialize_limit: int | None = No
         notes.extend(checked.notes)
     if len(invs) < len(files) and plan is not None:
         notes.append(f"{len(files) - len(invs)} file(s) could not be scanned")
-    return Report(files=[os.path.abspath(f) for f in files], problems=problems, plan=plan,
+    return Report(files=[storage.normalize(f) for f in files], problems=problems, plan=plan,
                   notes=notes, bytes_read=bytes_read)
 
 
@@ -318,7 +336,18 @@ def _paths(paths, empty: list[str] | None = None) -> list[str]:
         paths = [paths]
     out: list[str] = []
     for p in map(os.fspath, paths):
-        if os.path.isdir(p) and not is_parquet_references(p):
+        if storage.is_url(p):
+            storage.normalize(p)  # an unknown scheme is refused here
+            if storage.has_magic(p):
+                out += storage.glob(p)
+            elif p.endswith("/") and storage.isdir(p):
+                inside = storage.listdir(p)
+                if not inside and empty is not None:
+                    empty.append(p)
+                out += inside
+            else:
+                out.append(p)
+        elif os.path.isdir(p) and not is_parquet_references(p):
             inside = sorted(os.path.join(p, f) for f in os.listdir(p)
                             if not f.startswith(".") and os.path.isfile(os.path.join(p, f)))
             if not inside and empty is not None:

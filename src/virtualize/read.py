@@ -39,6 +39,8 @@ from .access import Access, check_refs, grid_shape, inside, invalid, read_inside
 from .emit.cube import SOURCES_NAME
 from .emit.metadata import MANIFEST_FIELD
 from .model import MATERIALIZED, Location, Problem, VirtualizeError
+from .storage import is_url, read_range
+from .storage import stat as source_stat
 
 
 @functools.cache
@@ -165,8 +167,11 @@ class CubeStore(Store):
         if length == 0:
             return None
         src = int(rec["path"])
-        fd = self._fd(src)
-        data = os.pread(fd, length, int(rec["offset"]))
+        if is_url(self.sources[src]):
+            self.access.check(self.sources[src])
+            data = read_range(self.sources[src], int(rec["offset"]), length)
+        else:
+            data = os.pread(self._fd(src), length, int(rec["offset"]))
         if len(data) != length:
             raise VirtualizeError([Problem(
                 Location(self.sources[src], name, None, idx), "source-changed",
@@ -274,6 +279,17 @@ def _roots(what: Path, info: dict) -> list[str]:
 
 def changed_sources(sources: list[dict[str, Any]]):
     for s in sources:
+        if is_url(s["path"]):
+            try:
+                st = source_stat(s["path"])
+            except VirtualizeError as e:
+                yield from e.problems
+                continue
+            if st.st_size != s["size"] or (s.get("etag") is not None and st.etag != s["etag"]):
+                yield Problem(Location(s["path"]), "source-changed",
+                              f"size {st.st_size} / ETag {st.etag} differ from the recorded "
+                              f"{s['size']} / {s.get('etag')}")
+            continue
         try:
             st = os.stat(s["path"])
         except OSError as e:

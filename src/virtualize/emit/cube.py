@@ -74,14 +74,22 @@ def source_roots(paths: list[str]) -> list[str]:
     """The directories a reader of this output may open files in: each source's
     directory (as named and with symlinks resolved), nested ones folded into their
     parent. Recorded with the output; see docs/reading.md (confinement)."""
+    from ..storage import dirname, is_url
+
     dirs = set()
+    urls = sorted({dirname(p) for p in paths if is_url(p)})
     for p in paths:
+        if is_url(p):
+            continue
         dirs.add(os.path.dirname(os.path.abspath(p)))
         dirs.add(os.path.dirname(os.path.realpath(p)))
     roots: list[str] = []
     for d in sorted(dirs):
         if not any(d == r or d.startswith(r.rstrip("/") + "/") for r in roots):
             roots.append(d)
+    for u in urls:  # URL prefixes ('s3://bucket/tas/'), nested ones folded
+        if not any(u.startswith(r) for r in roots):
+            roots.append(u)
     return roots
 
 

@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import storage
 from ..model import (
     BlockTable,
     Dimension,
@@ -39,7 +40,6 @@ from ..model import (
     VirtualizeError,
     empty_refs,
 )
-from ._io import CountingFile
 from ._values import COORD_VALUES_LIMIT, bytes_codec, plain
 
 MAGIC = b"CDF"
@@ -478,8 +478,8 @@ def read_data(f, h: NcHeader, v: NcVar) -> np.ndarray:
 
 def scan_netcdf3(path: str) -> FileInventory:
     """Scan one netCDF classic file. Content problems are returned; a broken header raises."""
-    st = os.stat(path)
-    with CountingFile(path) as f:
+    st = storage.stat(path)
+    with storage.open_source(path, st.st_size) as f:
         h = parse_header(f, path, st.st_size)
         problems: list[Problem] = []
         if h.partial_bytes:
@@ -513,11 +513,13 @@ def scan_netcdf3(path: str) -> FileInventory:
                 # block does not fit a reference), and the problem is fatal
                 blocks=None if truncated else block_table(h, v),
                 values=values, is_coordinate=is_coord)
-        bytes_read = f.bytes_read
+        bytes_read, requests = f.bytes_read, f.requests
     dimensions = {name: Dimension(name, h.numrecs if n == 0 else n, n == 0)
                   for name, n in h.dims}
-    return FileInventory(path, FORMATS[h.version], st.st_size, st.st_mtime_ns, {"": h.gatts},
-                         dimensions, variables, problems, bytes_read)
+    inv = FileInventory(path, FORMATS[h.version], st.st_size, st.st_mtime_ns, {"": h.gatts},
+                        dimensions, variables, problems, bytes_read)
+    inv.requests, inv.etag = requests, st.etag
+    return inv
 
 
 def _truncated_message(h: NcHeader, v: NcVar, end: int, size: int) -> str:

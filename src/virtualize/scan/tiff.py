@@ -19,13 +19,13 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-import os
 import struct
 from typing import Any
 
 import numpy as np
 import tifffile
 
+from .. import storage
 from ..model import (
     BlockTable,
     FileInventory,
@@ -35,7 +35,6 @@ from ..model import (
     VirtualizeError,
     empty_refs,
 )
-from ._io import CountingFile
 from ._values import bytes_codec
 
 C = tifffile.COMPRESSION
@@ -55,13 +54,13 @@ IMAGE_CODECS = {C.JPEG, C.WEBP, C.LERC}
 
 
 def scan_tiff(path: str) -> FileInventory:
-    st = os.stat(path)
-    with CountingFile(path) as fh, _tifffile_warnings() as warnings:
+    st = storage.stat(path)
+    with storage.open_source(path, st.st_size) as fh, _tifffile_warnings() as warnings:
         check_ifd_chain(fh, path, st.st_size)
         fh.seek(0)  # tifffile starts reading where the handle is
         with tifffile.TiffFile(fh, is_shaped=False, is_ome=False, is_imagej=False) as tif:
             inv = _TiffScanner(path, tif, st.st_size).run(st.st_mtime_ns)
-        inv.bytes_read = fh.bytes_read
+        inv.bytes_read, inv.requests, inv.etag = fh.bytes_read, fh.requests, st.etag
     # what tifffile only logged (a damaged tag it skipped, ...) belongs in the report
     inv.problems += [Problem(Location(path), "tiff-warning", w, fatal=False) for w in warnings]
     return inv
