@@ -217,6 +217,7 @@ def _check(paths, planner: Planner, progress, materialize_limit: int | None = No
     problems: list[Problem] = []
     invs: list[FileInventory] = []
     bytes_read: dict[str, int] = {}
+    requests: dict[str, int] = {}
     for d in empty:
         problems.append(Problem(Location(os.path.abspath(d)), "no-files",
                                 f"the directory {d} holds no files (hidden files and "
@@ -227,6 +228,7 @@ def _check(paths, planner: Planner, progress, materialize_limit: int | None = No
         if isinstance(result, FileInventory):
             invs.append(result)
             bytes_read[result.path] = result.bytes_read
+            requests[result.path] = result.requests
         else:
             problems.extend(result)
         if progress is not None:
@@ -252,7 +254,7 @@ def _check(paths, planner: Planner, progress, materialize_limit: int | None = No
     if len(invs) < len(files) and plan is not None:
         notes.append(f"{len(files) - len(invs)} file(s) could not be scanned")
     return Report(files=[storage.normalize(f) for f in files], problems=problems, plan=plan,
-                  notes=notes, bytes_read=bytes_read)
+                  notes=notes, bytes_read=bytes_read, requests=requests)
 
 
 def _render_problems(plan: Plan) -> list[Problem]:

@@ -84,6 +84,23 @@ def _report_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--html", metavar="FILE", help="also write the report as one HTML page")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     p.add_argument("-v", "--verbose", action="store_true", help="show arrays, grids and bytes read")
+    p.add_argument("--storage-option", action=_StorageOption, default=[], metavar="KEY=VALUE",
+                   help="an option of remote storage (s3://, https://, ...): KEY=VALUE for every "
+                        "protocol or PROTOCOL.KEY=VALUE (s3.endpoint_url=http://...); repeatable")
+
+
+class _StorageOption(argparse.Action):
+    """--storage-option KEY=VALUE: collected, and in effect for this run (storage.py)."""
+
+    def __call__(self, parser, namespace, value, option_string=None):
+        from . import storage
+
+        pairs = [*getattr(namespace, self.dest, []), value]
+        try:
+            storage.set_options(storage.options_from_pairs(pairs))
+        except ValueError as e:
+            parser.error(str(e))
+        setattr(namespace, self.dest, pairs)
 
 
 def _output_options(p: argparse.ArgumentParser, required: bool) -> None:

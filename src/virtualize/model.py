@@ -342,6 +342,7 @@ class Report:
     plan: Plan | None
     notes: list[str] = field(default_factory=list)
     bytes_read: dict[str, int] = field(default_factory=dict)
+    requests: dict[str, int] = field(default_factory=dict)  # read requests per scanned file
 
     @property
     def ok(self) -> bool:
@@ -355,6 +356,7 @@ class Report:
             "problems": [p.to_dict() for p in self.problems],
             "notes": list(self.notes),
             "bytes_read": dict(self.bytes_read),
+            "requests": dict(self.requests),
             "arrays": {
                 name: {
                     "shape": list(a.shape),
