@@ -129,7 +129,11 @@ class RangeHTTPServer(ThreadingHTTPServer):
 
 def start_moto():
     """moto's S3 server on 127.0.0.1 (a free port): (server, endpoint URL)."""
+    import logging
+
     from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
 
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()

@@ -278,6 +278,9 @@ def _roots(what: Path, info: dict) -> list[str]:
 
 
 def changed_sources(sources: list[dict[str, Any]]):
+    from .storage import forget
+
+    forget()  # nothing remembered from a scan: ask the servers now
     for s in sources:
         if is_url(s["path"]):
             try:
@@ -390,8 +393,15 @@ def kerchunk_store(path: str | os.PathLike, *, check_sources: bool = True, allow
     except Exception as e:  # noqa: BLE001 - any malformed reference set
         raise invalid(path, f"not a kerchunk reference set: {e}") from None
     remote = _check_references(path, fs.references, access, sources if section else None)
-    if remote:  # allowed by the caller: the file systems of their protocols too
-        fs = ReferenceFileSystem(doc, asynchronous=True, skip_instance_cache=True)
+    if remote:  # allowed: the file systems of their protocols too, with their options
+        from . import storage
+        protos = {storage.protocol(s["path"]) for s in sources if storage.is_url(s["path"])}
+        extra = {}
+        if len(protos) == 1:
+            proto = protos.pop()
+            extra = {"remote_protocol": proto,
+                     "remote_options": {**storage.options_for(proto), "asynchronous": True}}
+        fs = ReferenceFileSystem(doc, asynchronous=True, skip_instance_cache=True, **extra)
     return FsspecStore(fs, read_only=True, path="")
 
 

@@ -111,7 +111,7 @@ def options_from_pairs(pairs: list[str] | None) -> dict[str, Any]:
     return out
 
 
-def _options_for(proto: str) -> dict[str, Any]:
+def options_for(proto: str) -> dict[str, Any]:
     flat = {k: v for k, v in _options.items() if not isinstance(v, dict) or k not in SUPPORTED}
     own = _options.get(proto)
     opts = dict(flat)
@@ -137,12 +137,39 @@ def filesystem(p: str):
     proto = protocol(p) or "file"
     if proto not in SUPPORTED:
         raise unsupported(p)
+    opts = options_for(proto)
+    key = (proto, repr(sorted(opts.items())), tuple(sorted(environment().items())))
+    with _lock:
+        fs = _filesystems.get(key)
+    if fs is not None:
+        return fs
     try:
-        return fsspec.filesystem(proto, **_options_for(proto))
+        fs = fsspec.filesystem(proto, skip_instance_cache=True, **opts)
     except ImportError as e:
         raise VirtualizeError([Problem(Location(p), "unsupported-scheme",
                                        f"{proto}:// needs a package that is not installed: {e}")],
                               f"{p}: {proto}:// is not available") from None
+    with _lock:
+        _filesystems[key] = fs
+    return fs
+
+
+_ENV_PREFIXES = ("AWS_", "GOOGLE_", "GCS", "AZURE_", "FSSPEC_")
+_filesystems: dict[tuple, Any] = {}
+
+
+def environment() -> dict[str, str]:
+    """The environment variables remote filesystems read (credentials, endpoints)."""
+    return {k: v for k, v in os.environ.items() if k.startswith(_ENV_PREFIXES)}
+
+
+def set_environment(env: dict[str, str]) -> None:
+    """Make this process's storage environment `env` (a scan worker takes its caller's,
+    as it is when each file is submitted)."""
+    for k in list(os.environ):
+        if k.startswith(_ENV_PREFIXES) and k not in env:
+            del os.environ[k]
+    os.environ.update(env)
 
 
 def _fs_path(fs, p: str) -> str:
@@ -160,7 +187,12 @@ class Stat:
 def _problem(p: str, e: BaseException) -> VirtualizeError:
     """A failed remote request as a located problem: missing, forbidden, or unreadable."""
     text = f"{type(e).__name__}: {e}"
-    if isinstance(e, FileNotFoundError) or "404" in text or "NoSuchKey" in text:
+    status = getattr(e, "status", None)
+    if status is not None:
+        text = f"HTTP {status}: {getattr(e, 'message', '') or type(e).__name__}"
+    if status in (401, 403):
+        kind, what = "source-forbidden", "access is forbidden"
+    elif status == 404 or isinstance(e, FileNotFoundError) or "404" in text or "NoSuchKey" in text:
         kind, what = "source-missing", "does not exist"
     elif isinstance(e, PermissionError) or "403" in text or "AccessDenied" in text \
             or "Forbidden" in text:
@@ -171,12 +203,41 @@ def _problem(p: str, e: BaseException) -> VirtualizeError:
                            f"{p}: {what}")
 
 
+# what the current scan learned about its objects (sizes, first blocks), so that sniffing the
+# format and scanning do not fetch the same bytes twice; `forget` starts afresh (each scan)
+_recent_info: dict[str, dict[str, Any]] = {}
+_recent_blocks: dict[str, tuple[int, dict[int, bytes], int, int]] = {}
+
+
+def forget() -> None:
+    _recent_info.clear()
+    _recent_blocks.clear()
+
+
 def remote_info(p: str) -> dict[str, Any]:
+    info = _recent_info.get(p)
+    if info is not None:
+        return info
+    info = _remote_info(p)
+    if len(_recent_info) > 64:
+        _recent_info.clear()
+    _recent_info[p] = info
+    return info
+
+
+def _remote_info(p: str) -> dict[str, Any]:
     fs = filesystem(p)
     try:
         info = fs.info(_fs_path(fs, p))
     except VirtualizeError:
         raise
+    except FileNotFoundError as e:
+        if protocol(p) in ("http", "https"):  # fsspec says 404 for any refusal: ask once
+            try:
+                fs.cat_file(p, start=0, end=1)
+            except Exception as e2:
+                raise _problem(p, e2) from None
+        raise _problem(p, e) from None
     except Exception as e:
         raise _problem(p, e) from None
     if info.get("type") == "directory":
@@ -231,7 +292,19 @@ class RemoteFile(io.RawIOBase):
         self.pos = 0
         self.requests = 0
         self.bytes_read = 0
+        recent = _recent_blocks.get(url)
         self._blocks: dict[int, bytes] = {}
+        if recent and recent[0] == self.size:  # the same object, just sniffed: its cost counts
+            self._blocks = dict(recent[1])
+            self.requests, self.bytes_read = recent[2], recent[3]
+
+    def close(self) -> None:
+        if not self.closed and self._blocks:
+            if len(_recent_blocks) >= 4:
+                _recent_blocks.pop(next(iter(_recent_blocks)))
+            _recent_blocks[self.url] = (self.size, dict(list(self._blocks.items())[:16]),
+                                        self.requests, self.bytes_read)
+        super().close()
 
     def readable(self) -> bool:
         return True

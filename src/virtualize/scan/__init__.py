@@ -37,6 +37,7 @@ def scan(path: str | os.PathLike) -> FileInventory:
     at all: missing, unknown format, truncated or corrupt.
     """
     path = storage.normalize(path)
+    storage.forget()  # what an earlier scan saw of any object is not trusted
     try:
         fmt = detect_format(path)
     except VirtualizeError:

@@ -69,9 +69,10 @@ def _serve(conn) -> None:  # the worker's main loop
             return
         if job is None:
             return
-        path, options = job
+        path, options, env = job
         from .. import storage
         storage.set_options(options)
+        storage.set_environment(env)
         result = scan_or_problems(path)
         try:
             conn.send(result)
@@ -113,7 +114,7 @@ class _Worker:
         self.path = path
         self.deadline = time.monotonic() + timeout if timeout else float("inf")
         from .. import storage
-        self.conn.send((path, storage.get_options()))
+        self.conn.send((path, storage.get_options(), storage.environment()))
 
     def kill(self) -> None:
         self.proc.kill()
