@@ -16,7 +16,7 @@ from servers import RangeHTTPServer, start_moto
 from zarr.storage import FsspecStore
 
 import virtualize
-from virtualize.model import VirtualizeError
+from virtualize.model import OutputExistsError, UnsafeOutputError, VirtualizeError
 
 from helpers import assert_same
 
@@ -225,3 +225,39 @@ def test_several_mb_netcdf4_scan_and_write_fetch_under_10_percent(served, tmp_pa
     with netCDF4.Dataset(path) as nc:
         expected = nc["tas"][7].data
     assert_same(virtualize.open(tmp_path / "cube")["tas"][7], expected, "tas[7]")
+
+
+@pytest.mark.parametrize("out", ["cube.zarr", "refs.json"])
+def test_output_to_s3_reads_back_and_is_guarded(served, s3, out, tmp_path):
+    client, _ = s3
+    _srv, local = served
+    url = f"s3://{BUCKET}/out/{out}"
+    virtualize.virtualize(f"s3://{BUCKET}/months2024/*.nc", url)
+    virtualize.virtualize(local["months2024"], tmp_path / "local")
+    gl = virtualize.open(tmp_path / "local")
+    g = virtualize.open(url)
+    assert_same(g["tas"][...], gl["tas"][...], f"tas via {out} on S3")
+    if out == "cube.zarr":  # the root documents were uploaded last
+        keys = [o["Key"] for o in client.list_objects_v2(Bucket=BUCKET, Prefix="out/cube.zarr/")
+                ["Contents"]]
+        assert "out/cube.zarr/virtualize.json" in keys
+    with pytest.raises(OutputExistsError):
+        virtualize.virtualize(f"s3://{BUCKET}/months2024/*.nc", url)
+    virtualize.virtualize(f"s3://{BUCKET}/months2024/*.nc", url, overwrite=True)
+    # something virtualize did not write is never replaced
+    client.put_object(Bucket=BUCKET, Key=f"foreign/{out}", Body=b"not ours")
+    with pytest.raises(UnsafeOutputError):
+        virtualize.virtualize(f"s3://{BUCKET}/months2024/*.nc", f"s3://{BUCKET}/foreign/{out}",
+                              overwrite=True)
+
+
+def test_cli_s3_glob_to_s3_cube(served, s3, tmp_path):
+    r = subprocess.run([os.path.join(os.path.dirname(sys.executable), "virtualize"),
+                        f"s3://{BUCKET}/nc3_months_classic/*.nc", "-o",
+                        f"s3://{BUCKET}/cli/cube.zarr", "-v", "-q"],
+                       capture_output=True, text=True, env=dict(os.environ))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "requests" in r.stdout
+    assert not (tmp_path / "s3:").exists() and not os.path.exists("s3:")
+    g = virtualize.open(f"s3://{BUCKET}/cli/cube.zarr")
+    assert g["tas"].shape[0] == 91

@@ -295,14 +295,22 @@ def _output_kind(out: PathLike, format: str | None, overwrite: bool, paths=None)
     """The output's kind; refuses early (before any scanning) an output that exists
     without `overwrite`, that virtualize did not write, or that is, holds or sits in one
     of `paths` (when given as a path or a list: an iterator is checked at writing)."""
-    out = Path(out)
-    kind = format or {".json": "kerchunk", ".icechunk": "icechunk"}.get(out.suffix, "cube")
+    remote = storage.is_url(out)
+    if remote:
+        storage.normalize(out)  # an unknown scheme is refused before anything is scanned
+    out = os.fspath(out) if remote else Path(out)
+    suffix = os.path.splitext(str(out).rstrip("/"))[1]
+    kind = format or {".json": "kerchunk", ".icechunk": "icechunk"}.get(suffix, "cube")
     if kind not in ("cube", "kerchunk", "icechunk"):
         raise ValueError(f"unknown output format {kind!r} (cube, kerchunk or icechunk)")
     if kind == "icechunk" and importlib.util.find_spec("icechunk") is None:
         raise ValueError("the icechunk output needs the icechunk package: "
                          "pip install 'virtualize[icechunk]'")
     sources = _paths(paths) if isinstance(paths, (str, os.PathLike, list, tuple)) else []
+    if remote:
+        from .emit.remote import guard_remote
+        guard_remote(out, overwrite, sources)
+        return kind
     guard_output(out, overwrite, sources)  # before any scanning: fail fast, lose nothing
     return kind
 
@@ -317,6 +325,17 @@ def _refuse_unless_ok(report: Report) -> None:
 def _write(report: Report, out: PathLike, kind: str, overwrite: bool) -> Report:
     _refuse_unless_ok(report)
     # every file named, scanned or not, is protected (the writers check their plan's too)
+    if storage.is_url(out):  # object storage: built here, uploaded root documents last
+        from .emit.remote import write_remote
+        url = storage.normalize(out)
+        if kind == "kerchunk":
+            write_remote(write_kerchunk, report.plan, url, kind, overwrite)
+        elif kind == "icechunk":
+            from .emit.icechunk import write_icechunk
+            write_remote(write_icechunk, report.plan, url, kind, overwrite)
+        else:
+            write_remote(write_cube, report.plan, url, kind, overwrite)
+        return report
     guard_output(out, overwrite, report.files)
     if kind == "kerchunk":
         write_kerchunk(report.plan, out, overwrite)

@@ -342,6 +342,14 @@ def open_cube(path: str | os.PathLike, *, check_sources: bool = True, allow=None
 
 def open_store(path: str | os.PathLike, *, check_sources: bool = True, allow=None) -> Store:
     """The read-only zarr store of a cube of any of the three kinds (checked and confined)."""
+    from .storage import is_url, normalize
+    if is_url(path):  # an output on object storage: its documents and manifests copied here
+        import tempfile
+
+        from .emit.remote import download
+        tmp = tempfile.mkdtemp(prefix="virtualize-open-")
+        local = download(normalize(path), tmp)
+        return open_store(local, check_sources=check_sources, allow=allow)
     path = Path(path)
     if path.suffix == ".json" and not path.is_dir():
         return kerchunk_store(path, check_sources=check_sources, allow=allow)
