@@ -261,3 +261,15 @@ def test_cli_s3_glob_to_s3_cube(served, s3, tmp_path):
     assert not (tmp_path / "s3:").exists() and not os.path.exists("s3:")
     g = virtualize.open(f"s3://{BUCKET}/cli/cube.zarr")
     assert g["tas"].shape[0] == 91
+
+
+@pytest.mark.parametrize("where", ["http", "s3"])
+def test_icechunk_of_remote_sources_reads_back(served, s3, where, tmp_path):
+    pytest.importorskip("icechunk")
+    srv, local = served
+    src = ([f"{srv.url}/months2024/{f.name}" for f in local["months2024"]] if where == "http"
+           else f"s3://{BUCKET}/months2024/*.nc")
+    virtualize.virtualize(src, tmp_path / "repo.icechunk")
+    virtualize.virtualize(local["months2024"], tmp_path / "local")
+    g, gl = virtualize.open(tmp_path / "repo.icechunk"), virtualize.open(tmp_path / "local")
+    assert_same(g["tas"][...], gl["tas"][...], f"tas via Icechunk ({where} containers)")

@@ -179,7 +179,7 @@ class Access:
     def within(self, prefix: str) -> bool:
         """Does the `file://` container `prefix` hold an allowed root (is it wider)?"""
         if _URL.match(prefix) and not prefix.lower().startswith("file://"):
-            return False
+            return _safe_url(prefix) is None and any(r.startswith(prefix) for r in self.url_roots)
         real = os.path.realpath(_file_path(prefix))
         return any(_under(r, real) for r in self.roots)
 
