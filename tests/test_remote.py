@@ -23,7 +23,8 @@ from helpers import assert_same
 pytest.importorskip("s3fs")
 pytest.importorskip("moto")
 
-CASES = {"months2024": ".nc", "nc3_months_classic": ".nc", "strips_short_last": ".tif"}
+CASES = {"months2024": ".nc", "nc3_months_classic": ".nc", "strips_short_last": ".tif",
+         "tiles_padded": ".tif", "cog": ".tif"}
 BUCKET = "archive"
 
 

@@ -560,6 +560,8 @@ def read_tiff_region(path: str, name: str, region: tuple[tuple[int, int], ...]) 
 
 
 def _read_tiff_region(path, name: str, sel: tuple[slice, ...]) -> np.ndarray:
+    if not isinstance(path, (str, os.PathLike)):
+        path.seek(0)
     if name.startswith("overview/") and name.endswith("/image"):
         return tifffile.imread(path, level=int(name.split("/")[1]), selection=sel)
     if name != "image":
@@ -590,6 +592,8 @@ def _page_region(path, page, sel: tuple[slice, ...]) -> np.ndarray:
         mm = np.memmap(path, dtype=dtype, mode="r", offset=int(page.dataoffsets[0]),
                        shape=page.shape)
         return np.array(mm[sel])
+    if not isinstance(path, (str, os.PathLike)):
+        path.seek(0)  # tifffile reads a file object from where it stands
     return tifffile.imread(path, key=page.index, selection=sel)
 
 
