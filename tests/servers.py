@@ -50,6 +50,10 @@ class _Handler(SimpleHTTPRequestHandler):
     def _refuse(self) -> bool:
         rel = self.path.split("?")[0].lstrip("/")
         code = self.server.status.get(rel)
+        with self.server.lock:
+            if self.server.flaky.get(rel, 0) > 0:  # a transient failure
+                self.server.flaky[rel] -= 1
+                code = 503
         if code is None and self._target() is None:
             code = 404
         if code is None:
@@ -99,7 +103,8 @@ class _Handler(SimpleHTTPRequestHandler):
 
 class RangeHTTPServer(ThreadingHTTPServer):
     """Serves `root` on 127.0.0.1 with Range requests; `status` maps a path to a forced
-    status code (403, ...); counts requests and bytes (per path too)."""
+    status code (403, ...), `flaky` a number of 503 answers before it serves; counts
+    requests and bytes (per path too)."""
 
     daemon_threads = True
 
@@ -108,6 +113,7 @@ class RangeHTTPServer(ThreadingHTTPServer):
         self.root = Path(root)
         self.lock = threading.Lock()
         self.status: dict[str, int] = {}
+        self.flaky: dict[str, int] = {}  # path -> how many requests answer 503 first
         self.reset()
         self.thread = threading.Thread(target=self.serve_forever, daemon=True)
         self.thread.start()

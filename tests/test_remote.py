@@ -274,3 +274,12 @@ def test_icechunk_of_remote_sources_reads_back(served, s3, where, tmp_path):
     virtualize.virtualize(local["months2024"], tmp_path / "local")
     g, gl = virtualize.open(tmp_path / "repo.icechunk"), virtualize.open(tmp_path / "local")
     assert_same(g["tas"][...], gl["tas"][...], f"tas via Icechunk ({where} containers)")
+
+
+def test_transient_errors_are_retried(served):
+    srv, local = served
+    f = local["nc3_months_classic"][0]
+    srv.flaky[f"nc3_months_classic/{f.name}"] = 2  # two 503s, then the file
+    report = virtualize.check([f"{srv.url}/nc3_months_classic/{f.name}"], scan_timeout=None)
+    assert report.ok, report.problems
+    assert srv.flaky[f"nc3_months_classic/{f.name}"] == 0

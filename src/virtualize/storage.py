@@ -184,6 +184,32 @@ class Stat:
     etag: str | None = None
 
 
+RETRIES = 3  # tries of a request that failed transiently (connection, timeout, 5xx, 429)
+
+
+def _transient(e: BaseException) -> bool:
+    if isinstance(e, (FileNotFoundError, PermissionError, IsADirectoryError, VirtualizeError)):
+        return False
+    status = getattr(e, "status", None)
+    if isinstance(status, int):
+        return status >= 500 or status == 429
+    return isinstance(e, (ConnectionError, TimeoutError, OSError)) or "Timeout" in type(e).__name__ \
+        or "Connection" in type(e).__name__
+
+
+def retrying(call, *args, **kw):
+    """`call(*args, **kw)`, tried again (after 0.2 s, 0.8 s) when it fails transiently."""
+    import time
+
+    for attempt in range(RETRIES):
+        try:
+            return call(*args, **kw)
+        except Exception as e:
+            if attempt == RETRIES - 1 or not _transient(e):
+                raise
+            time.sleep(0.2 * 4 ** attempt)
+
+
 def _problem(p: str, e: BaseException) -> VirtualizeError:
     """A failed remote request as a located problem: missing, forbidden, or unreadable."""
     text = f"{type(e).__name__}: {e}"
@@ -228,16 +254,19 @@ def remote_info(p: str) -> dict[str, Any]:
 def _remote_info(p: str) -> dict[str, Any]:
     fs = filesystem(p)
     try:
-        info = fs.info(_fs_path(fs, p))
+        info = retrying(fs.info, _fs_path(fs, p))
     except VirtualizeError:
         raise
     except FileNotFoundError as e:
-        if protocol(p) in ("http", "https"):  # fsspec says 404 for any refusal: ask once
-            try:
-                fs.cat_file(p, start=0, end=1)
-            except Exception as e2:
-                raise _problem(p, e2) from None
-        raise _problem(p, e) from None
+        if protocol(p) not in ("http", "https"):
+            raise _problem(p, e) from None
+        # fsspec's HTTP says "not found" for any failed HEAD + GET: ask for one byte to
+        # learn the status (retried when transient), then again for the size
+        try:
+            retrying(fs.cat_file, p, start=0, end=1)
+            info = retrying(fs.info, p)
+        except Exception as e2:
+            raise _problem(p, e2) from None
     except Exception as e:
         raise _problem(p, e) from None
     if info.get("type") == "directory":
@@ -325,7 +354,7 @@ class RemoteFile(io.RawIOBase):
         if end <= start:
             return b""
         try:
-            data = self.fs.cat_file(self._path, start=start, end=end)
+            data = retrying(self.fs.cat_file, self._path, start=start, end=end)
         except Exception as e:
             raise _problem(self.url, e) from None
         self.requests += 1
@@ -421,7 +450,7 @@ def read_range(p: str, offset: int, length: int) -> bytes:
             return os.pread(f.fileno(), length, offset)
     fs = filesystem(p)
     try:
-        return fs.cat_file(_fs_path(fs, p), start=offset, end=offset + length)
+        return retrying(fs.cat_file, _fs_path(fs, p), start=offset, end=offset + length)
     except Exception as e:
         raise _problem(p, e) from None
 
