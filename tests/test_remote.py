@@ -283,3 +283,34 @@ def test_transient_errors_are_retried(served):
     report = virtualize.check([f"{srv.url}/nc3_months_classic/{f.name}"], scan_timeout=None)
     assert report.ok, report.problems
     assert srv.flaky[f"nc3_months_classic/{f.name}"] == 0
+
+
+def test_relative_cube_moves_with_its_files(case, tmp_path):
+    base = tmp_path / "archive"
+    (base / "data").mkdir(parents=True)
+    files = []
+    for f in case("months2024")[:3]:
+        shutil.copy2(f, base / "data" / f.name)
+        files.append(base / "data" / f.name)
+    virtualize.virtualize(files, base / "cube.zarr", relative=True)
+    info = json.loads((base / "cube.zarr" / "virtualize.json").read_text())
+    assert [s["path"] for s in info["sources"]] == [f"../data/{f.name}" for f in files]
+    assert info["roots"] == ["../data"]
+    expected = virtualize.open(base / "cube.zarr")["tas"][...]
+    moved = tmp_path / "mirror"
+    shutil.move(base, moved)  # cube and files together: still reads
+    assert_same(virtualize.open(moved / "cube.zarr")["tas"][...], expected, "moved cube")
+    with pytest.raises(ValueError):
+        virtualize.virtualize(list((moved / "data").iterdir()), tmp_path / "x.json", relative=True)
+
+
+def test_relative_cube_on_s3_resolves_against_its_url(served, s3):
+    virtualize.virtualize(f"s3://{BUCKET}/nc3_months_classic/*.nc",
+                          f"s3://{BUCKET}/nc3_months_classic/cube.zarr", relative=True)
+    client, _ = s3
+    info = json.loads(client.get_object(Bucket=BUCKET,
+                                        Key="nc3_months_classic/cube.zarr/virtualize.json")
+                      ["Body"].read())
+    assert all(s["path"].startswith("../tas_day_") for s in info["sources"])
+    g = virtualize.open(f"s3://{BUCKET}/nc3_months_classic/cube.zarr")
+    assert g["tas"].shape[0] == 91

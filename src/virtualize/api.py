@@ -93,17 +93,20 @@ def virtualize(paths: Iterable[PathLike] | PathLike, out: PathLike, concat_dim: 
                materialize_limit: int | None = None, format: str | None = None,
                jobs: int = 1, progress=None,
                scan_timeout: float | None = DEFAULT_SCAN_TIMEOUT,
-               storage_options: dict | None = None) -> Report:
+               storage_options: dict | None = None,
+               relative: bool = False) -> Report:
     """Virtualize a stack into `out`: a cube directory, a kerchunk reference JSON
     (`format="kerchunk"` or `out` ending in `.json`) or an Icechunk repository
     (`format="icechunk"` or `.icechunk`). Nothing is written unless every file
-    can be referenced exactly; then `VirtualizeError` carries every problem."""
+    can be referenced exactly; then `VirtualizeError` carries every problem.
+    `relative`: record the sources relative to the cube directory (a relocatable cube, to
+    be moved or mirrored together with its files; cube directories only)."""
     _storage(storage_options)
     kind = _output_kind(out, format, overwrite, paths)
     report = check(paths, concat_dim, inline=inline, drop=drop, sort=sort, split=split,
                    materialize=materialize, materialize_limit=materialize_limit,
                    jobs=jobs, progress=progress, scan_timeout=scan_timeout)
-    return _write(report, out, kind, overwrite)
+    return _write(report, out, kind, overwrite, relative)
 
 
 def mosaic(paths: Iterable[PathLike] | PathLike, out: PathLike, *,
@@ -112,7 +115,8 @@ def mosaic(paths: Iterable[PathLike] | PathLike, out: PathLike, *,
            materialize: bool = False, materialize_limit: int | None = None,
            overwrite: bool = False, format: str | None = None, jobs: int = 1,
            progress=None, scan_timeout: float | None = DEFAULT_SCAN_TIMEOUT,
-           storage_options: dict | None = None) -> Report:
+           storage_options: dict | None = None,
+           relative: bool = False) -> Report:
     """Place tiles into one mosaic cube at `out` (see `check_mosaic`); nothing is written
     unless every cell is exactly one block of one tile or a gap."""
     _storage(storage_options)
@@ -121,7 +125,7 @@ def mosaic(paths: Iterable[PathLike] | PathLike, out: PathLike, *,
                           tolerance=tolerance, split=split, materialize=materialize,
                           materialize_limit=materialize_limit, jobs=jobs, progress=progress,
                           scan_timeout=scan_timeout)
-    return _write(report, out, kind, overwrite)
+    return _write(report, out, kind, overwrite, relative)
 
 
 def append(cube: PathLike, paths: Iterable[PathLike] | PathLike, *, jobs: int = 1,
@@ -181,6 +185,10 @@ def _recorded(cube: Path, icechunk: bool) -> dict:
     else:
         path = cube / SOURCES_NAME
         info = json.loads(path.read_text()) if path.is_file() else None
+        if isinstance(info, dict) and isinstance(info.get("sources"), list):
+            info["sources"] = [dict(s, path=storage.resolve(s["path"], os.path.abspath(cube)))
+                               if isinstance(s, dict) and isinstance(s.get("path"), str) else s
+                               for s in info["sources"]]
     if not info:
         raise VirtualizeError([Problem(Location(str(cube)), "not-a-cube",
                                        "not a cube directory or Icechunk repository written by "
@@ -322,7 +330,10 @@ def _refuse_unless_ok(report: Report) -> None:
                               "problem(s); nothing was written", report=report)
 
 
-def _write(report: Report, out: PathLike, kind: str, overwrite: bool) -> Report:
+def _write(report: Report, out: PathLike, kind: str, overwrite: bool,
+           relative: bool = False) -> Report:
+    if relative and kind != "cube":
+        raise ValueError("relative=True: only a cube directory records relative sources")
     _refuse_unless_ok(report)
     # every file named, scanned or not, is protected (the writers check their plan's too)
     if storage.is_url(out):  # object storage: built here, uploaded root documents last
@@ -334,7 +345,9 @@ def _write(report: Report, out: PathLike, kind: str, overwrite: bool) -> Report:
             from .emit.icechunk import write_icechunk
             write_remote(write_icechunk, report.plan, url, kind, overwrite)
         else:
-            write_remote(write_cube, report.plan, url, kind, overwrite)
+            def write(plan, local, over):
+                return write_cube(plan, local, over, relative_to=url if relative else None)
+            write_remote(write, report.plan, url, kind, overwrite)
         return report
     guard_output(out, overwrite, report.files)
     if kind == "kerchunk":
@@ -343,7 +356,8 @@ def _write(report: Report, out: PathLike, kind: str, overwrite: bool) -> Report:
         from .emit.icechunk import write_icechunk
         write_icechunk(report.plan, out, overwrite)
     else:
-        write_cube(report.plan, out, overwrite)
+        write_cube(report.plan, out, overwrite,
+                   relative_to=os.path.abspath(out) if relative else None)
     return report
 
 

@@ -71,9 +71,13 @@ class CubeStore(Store):
     supports_partial_writes = False
     supports_listing = True
 
-    def __init__(self, root: str | os.PathLike, *, check_sources: bool = True, allow=None):
+    def __init__(self, root: str | os.PathLike, *, check_sources: bool = True, allow=None,
+                 base: str | None = None):
         super().__init__(read_only=True)
         self.root = Path(root)
+        # relative sources and roots (a relocatable cube) resolve against the cube's own
+        # location: its directory, or the URL it was read from (`base`)
+        self.base = base or os.path.abspath(self.root)
         self._manifests: dict[str, np.ndarray] = {}
         self._fds: dict[int, int] = {}
         info_path = self.root / SOURCES_NAME
@@ -82,7 +86,12 @@ class CubeStore(Store):
                                            f"no {SOURCES_NAME}: not a cube written by virtualize")],
                                   f"{self.root}: not a virtualize cube")
         info = _load_json(self.root, read_inside(self.root, info_path), SOURCES_NAME)
-        sources = _source_table(self.root, info)
+        from .storage import resolve
+        sources = [dict(s, path=resolve(s["path"], self.base))
+                   for s in _source_table(self.root, info)]
+        if isinstance(info.get("roots"), list):
+            info["roots"] = [resolve(r, self.base) if isinstance(r, str) else r
+                             for r in info["roots"]]
         arrays = info.get("arrays")
         if not isinstance(arrays, dict):
             raise invalid(self.root, f"{SOURCES_NAME} has no 'arrays' table")
@@ -349,6 +358,9 @@ def open_store(path: str | os.PathLike, *, check_sources: bool = True, allow=Non
         from .emit.remote import download
         tmp = tempfile.mkdtemp(prefix="virtualize-open-")
         local = download(normalize(path), tmp)
+        if local.is_dir() and (local / SOURCES_NAME).is_file():
+            return ConsolidatedView(CubeStore(local, check_sources=check_sources, allow=allow,
+                                              base=normalize(path)))
         return open_store(local, check_sources=check_sources, allow=allow)
     path = Path(path)
     if path.suffix == ".json" and not path.is_dir():

@@ -503,3 +503,36 @@ def dirname(p: str) -> str:
     if is_url(p):
         return p.rsplit("/", 1)[0] + "/"
     return os.path.dirname(p)
+
+
+def relative(p: str, base: str) -> str:
+    """`p` relative to the directory or URL prefix `base` (POSIX `..` steps) when both are
+    local or both on the same scheme and host; else `p` unchanged (absolute)."""
+    import posixpath
+    from urllib.parse import urlsplit
+
+    if not is_url(p) and not is_url(base):
+        return os.path.relpath(p, base)
+    if is_url(p) and is_url(base):
+        a, b = urlsplit(p), urlsplit(base)
+        if (a.scheme, a.netloc) == (b.scheme, b.netloc) and not a.query and not b.query:
+            rel = posixpath.relpath(a.path, b.path.rstrip("/") or "/")
+            return rel + "/" if a.path.endswith("/") and not rel.endswith("/") else rel
+    return p
+
+
+def resolve(p: str, base: str) -> str:
+    """A recorded path: absolute paths and URLs as they are, relative ones against `base`
+    (the cube's own directory or URL)."""
+    import posixpath
+    from urllib.parse import urlsplit, urlunsplit
+
+    if protocol(p) is not None or os.path.isabs(p):
+        return p
+    if is_url(base):
+        b = urlsplit(base)
+        path = posixpath.normpath(posixpath.join(b.path.rstrip("/") + "/", p))
+        if p.endswith("/") and not path.endswith("/"):  # a prefix stays a prefix
+            path += "/"
+        return urlunsplit((b.scheme, b.netloc, path, "", ""))
+    return os.path.normpath(os.path.join(os.path.abspath(base), p))
