@@ -228,7 +228,7 @@ def test_several_mb_netcdf4_scan_and_write_fetch_under_10_percent(served, tmp_pa
     assert_same(virtualize.open(tmp_path / "cube")["tas"][7], expected, "tas[7]")
 
 
-@pytest.mark.parametrize("out", ["cube.zarr", "refs.json"])
+@pytest.mark.parametrize("out", ["cube.zarr", "refs.json", "repo.icechunk"])
 def test_output_to_s3_reads_back_and_is_guarded(served, s3, out, tmp_path):
     client, _ = s3
     _srv, local = served

@@ -357,11 +357,21 @@ def open_store(path: str | os.PathLike, *, check_sources: bool = True, allow=Non
 
         from .emit.remote import download
         tmp = tempfile.mkdtemp(prefix="virtualize-open-")
-        local = download(normalize(path), tmp)
-        if local.is_dir() and (local / SOURCES_NAME).is_file():
-            return ConsolidatedView(CubeStore(local, check_sources=check_sources, allow=allow,
-                                              base=normalize(path)))
-        return open_store(local, check_sources=check_sources, allow=allow)
+        import shutil
+        import weakref
+
+        try:
+            local = download(normalize(path), tmp)
+            if local.is_dir() and (local / SOURCES_NAME).is_file():
+                store = ConsolidatedView(CubeStore(local, check_sources=check_sources,
+                                                   allow=allow, base=normalize(path)))
+            else:
+                store = open_store(local, check_sources=check_sources, allow=allow)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        weakref.finalize(store, shutil.rmtree, tmp, True)  # the copy goes with the store
+        return store
     path = Path(path)
     if path.suffix == ".json" and not path.is_dir():
         return kerchunk_store(path, check_sources=check_sources, allow=allow)
