@@ -314,3 +314,25 @@ def test_relative_cube_on_s3_resolves_against_its_url(served, s3):
     assert all(s["path"].startswith("../tas_day_") for s in info["sources"])
     g = virtualize.open(f"s3://{BUCKET}/nc3_months_classic/cube.zarr")
     assert g["tas"].shape[0] == 91
+
+
+@pytest.mark.parametrize("json_where", ["local", "http"])
+def test_kerchunk_reference_sets_of_remote_files_as_sources(served, json_where, tmp_path):
+    pytest.importorskip("kerchunk")
+    from kerchunk.hdf import SingleHdf5ToZarr
+
+    srv, local = served
+    refs = []
+    for f in local["months2024"][:3]:
+        url = f"{srv.url}/months2024/{f.name}"
+        doc = SingleHdf5ToZarr(url, inline_threshold=0).translate()
+        out = srv.root / "refs" / f"{f.stem}.json"
+        out.parent.mkdir(exist_ok=True)
+        out.write_text(json.dumps(doc))
+        refs.append(str(out) if json_where == "local" else f"{srv.url}/refs/{out.name}")
+    virtualize.virtualize(refs, tmp_path / "cube")
+    virtualize.virtualize(local["months2024"][:3], tmp_path / "local")
+    info = json.loads((tmp_path / "cube" / "virtualize.json").read_text())
+    assert any(s["path"].startswith(srv.url) and s.get("referenced_by") for s in info["sources"])
+    assert_same(virtualize.open(tmp_path / "cube")["tas"][...],
+                virtualize.open(tmp_path / "local")["tas"][...], "tas via remote references")
