@@ -63,6 +63,7 @@ class Access:
         self.what = str(what)
         self.system = system_locations()
         self.urls: list[str] = []  # allowed URL prefixes (non-file)
+        self.url_roots: list[str] = []  # recorded URL prefixes honoured
         self.allowed: list[str] = []  # caller's local roots (resolved)
         for a in allow_list(allow):
             m = _URL.match(a)
@@ -73,6 +74,12 @@ class Access:
         self.roots: list[str] = list(self.allowed)
         self.ignored: list[str] = []  # recorded roots not honoured
         for r in recorded:
+            if isinstance(r, str) and _URL.match(r) and not r.lower().startswith("file://"):
+                if r.endswith("/") and _safe_url(r) is None and ".." not in r.split("/"):
+                    self.url_roots.append(r)
+                elif not any(r.startswith(u) for u in self.urls):
+                    self.ignored.append(r)
+                continue
             if not isinstance(r, str) or not os.path.isabs(r) or _URL.match(r):
                 self.ignored.append(str(r))
                 continue
@@ -104,8 +111,17 @@ class Access:
         if m and m.group(1).lower() != "file":
             if any(ref.startswith(u) for u in self.urls):
                 return None
-            return (f"reference {ref} is a {m.group(1)} URL: not followed unless allowed "
-                    f"(allow=[{_prefix(ref)!r}])")
+            if any(seg in ("..", ".") for seg in ref[m.end():].split("/")):
+                return f"reference {ref} has '.' or '..' segments: not followed"
+            unsafe = _safe_url(ref)
+            if unsafe is not None:
+                return (f"reference {ref} {unsafe}: not followed unless the caller allows it "
+                        f"(allow=[{_prefix(ref)!r}])")
+            if any(ref.startswith(u) for u in self.url_roots):
+                return None
+            roots = ", ".join(self.url_roots) or "none"
+            return (f"reference {ref} is a {m.group(1)} URL outside the recorded URL roots "
+                    f"({roots}): not followed unless allowed (allow=[{_prefix(ref)!r}])")
         real = os.path.realpath(_file_path(ref))
         explicitly = any(_under(real, a) for a in self.allowed)
         if not explicitly and any(_under(real, s) for s in self.system):
@@ -124,6 +140,8 @@ class Access:
         if m and m.group(1).lower() != "file":
             if any(prefix.startswith(u) for u in self.urls):
                 return None
+            if _safe_url(prefix) is None and any(prefix.startswith(u) for u in self.url_roots):
+                return None
             return f"virtual chunk container {prefix} is not allowed (allow=[{prefix!r}])"
         path = _file_path(prefix)
         if not os.path.isabs(path):
@@ -135,9 +153,37 @@ class Access:
     def within(self, prefix: str) -> bool:
         """Does the `file://` container `prefix` hold an allowed root (is it wider)?"""
         if _URL.match(prefix) and not prefix.lower().startswith("file://"):
-            return False
+            return _safe_url(prefix) is None and any(r.startswith(prefix) for r in self.url_roots)
         real = os.path.realpath(_file_path(prefix))
         return any(_under(r, real) for r in self.roots)
+
+
+_METADATA_HOSTS = ("metadata.google.internal", "metadata", "instance-data",
+                   "metadata.azure.internal")
+
+
+def _safe_url(url: str) -> str | None:
+    """Why a URL taken from a cube is never followed on its say-so (None: it may be):
+    link-local and cloud metadata addresses (169.254.0.0/16, fe80::/10, fd00:ec2::254,
+    metadata.google.internal, ...), where a cube could make its reader fetch credentials."""
+    import ipaddress
+    from urllib.parse import urlsplit
+
+    try:
+        host = (urlsplit(url).hostname or "").lower().rstrip(".")
+    except ValueError:
+        return "is not a valid URL"
+    if host in _METADATA_HOSTS or host.endswith(".internal") and "metadata" in host:
+        return f"names a cloud metadata host ({host})"
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return None
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    if ip.is_link_local or str(ip) in ("fd00:ec2::254", "100.100.100.200"):
+        return f"names a link-local or cloud metadata address ({ip})"
+    return None
 
 
 def _file_path(ref: str) -> str:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import zarr
 
+from . import storage
 from .emit import write_cube, write_kerchunk
 from .emit._staging import guard_output
 from .emit.cube import SOURCES_NAME
@@ -42,7 +43,8 @@ def inventory(path: PathLike) -> FileInventory:
 def check(paths: Iterable[PathLike] | PathLike, concat_dim: str | None = None, *,
           inline: Iterable[str] = (), drop: Iterable[str] = (), sort: bool = True,
           split: bool = True, materialize: bool = False, materialize_limit: int | None = None,
-          jobs: int = 1, progress=None, scan_timeout: float | None = DEFAULT_SCAN_TIMEOUT) -> Report:
+          jobs: int = 1, progress=None, scan_timeout: float | None = DEFAULT_SCAN_TIMEOUT,
+          storage_options: dict | None = None) -> Report:
     """Can this stack be virtualized (concatenated along `concat_dim`)? Scans every file
     and plans the cube, collecting every problem of every file. Writes nothing.
 
@@ -50,6 +52,7 @@ def check(paths: Iterable[PathLike] | PathLike, concat_dim: str | None = None, *
     `materialize` copies blocks that cannot be referenced into the cube (at most
     `materialize_limit` bytes). Each file is scanned in a worker process within
     `scan_timeout` seconds (None or 0: in this process, no limit)."""
+    _storage(storage_options)
     opts = ConcatOptions(concat_dim=concat_dim, inline=frozenset(_names(inline)),
                          drop=frozenset(_names(drop)), sort=sort, split=split,
                          materialize=materialize)
@@ -69,12 +72,14 @@ def check_mosaic(paths: Iterable[PathLike] | PathLike, *,
                  drop: Iterable[str] = (), tolerance: float = 1e-3, split: bool = True,
                  materialize: bool = False, materialize_limit: int | None = None,
                  jobs: int = 1, progress=None,
-                 scan_timeout: float | None = DEFAULT_SCAN_TIMEOUT) -> Report:
+                 scan_timeout: float | None = DEFAULT_SCAN_TIMEOUT,
+                 storage_options: dict | None = None) -> Report:
     """Can these tiles be placed into one mosaic? By georeferencing (GeoTIFF transform,
     or 1-D x/y / lon/lat coordinates), or by explicit `offsets` [(row, col), ...] in pixels.
     `overlap`: None (overlaps are problems), "last" or "first" (which tile wins).
     Remedies as in `check`: `split` cuts uncompressed blocks into row ranges, `materialize`
     copies cells no block fits."""
+    _storage(storage_options)
     opts = MosaicOptions(offsets=offsets, overlap=overlap, tolerance=tolerance,
                          drop=frozenset(_names(drop)), split=split, materialize=materialize)
     if overlap not in (None, "last", "first"):
@@ -94,16 +99,21 @@ def virtualize(paths: Iterable[PathLike] | PathLike, out: PathLike, concat_dim: 
                sort: bool = True, split: bool = True, materialize: bool = False,
                materialize_limit: int | None = None, format: str | None = None,
                jobs: int = 1, progress=None,
-               scan_timeout: float | None = DEFAULT_SCAN_TIMEOUT) -> Report:
+               scan_timeout: float | None = DEFAULT_SCAN_TIMEOUT,
+               storage_options: dict | None = None,
+               relative: bool = False) -> Report:
     """Virtualize a stack into `out`: a cube directory, a kerchunk reference JSON
     (`format="kerchunk"` or `out` ending in `.json`) or an Icechunk repository
     (`format="icechunk"` or `.icechunk`). Nothing is written unless every file
-    can be referenced exactly; then `VirtualizeError` carries every problem."""
+    can be referenced exactly; then `VirtualizeError` carries every problem.
+    `relative`: record the sources relative to the cube directory (a relocatable cube, to
+    be moved or mirrored together with its files; cube directories only)."""
+    _storage(storage_options)
     kind = _output_kind(out, format, overwrite, paths)
     report = check(paths, concat_dim, inline=inline, drop=drop, sort=sort, split=split,
                    materialize=materialize, materialize_limit=materialize_limit,
                    jobs=jobs, progress=progress, scan_timeout=scan_timeout)
-    return _write(report, out, kind, overwrite)
+    return _write(report, out, kind, overwrite, relative)
 
 
 def mosaic(paths: Iterable[PathLike] | PathLike, out: PathLike, *,
@@ -111,15 +121,18 @@ def mosaic(paths: Iterable[PathLike] | PathLike, out: PathLike, *,
            drop: Iterable[str] = (), tolerance: float = 1e-3, split: bool = True,
            materialize: bool = False, materialize_limit: int | None = None,
            overwrite: bool = False, format: str | None = None, jobs: int = 1,
-           progress=None, scan_timeout: float | None = DEFAULT_SCAN_TIMEOUT) -> Report:
+           progress=None, scan_timeout: float | None = DEFAULT_SCAN_TIMEOUT,
+           storage_options: dict | None = None,
+           relative: bool = False) -> Report:
     """Place tiles into one mosaic cube at `out` (see `check_mosaic`); nothing is written
     unless every cell is exactly one block of one tile or a gap."""
+    _storage(storage_options)
     kind = _output_kind(out, format, overwrite, paths)
     report = check_mosaic(paths, offsets=offsets, overlap=overlap, drop=drop,
                           tolerance=tolerance, split=split, materialize=materialize,
                           materialize_limit=materialize_limit, jobs=jobs, progress=progress,
                           scan_timeout=scan_timeout)
-    return _write(report, out, kind, overwrite)
+    return _write(report, out, kind, overwrite, relative)
 
 
 def append(cube: PathLike, paths: Iterable[PathLike] | PathLike, *, jobs: int = 1,
@@ -144,7 +157,7 @@ def append(cube: PathLike, paths: Iterable[PathLike] | PathLike, *, jobs: int = 
     # the files given (data files found through reference sets are not inputs)
     old = [s["path"] for s in info["sources"] if not s.get("referenced_by")]
     empty: list[str] = []
-    new = [os.path.abspath(p) for p in _paths(paths, empty)]
+    new = [storage.normalize(p) for p in _paths(paths, empty)]
     if not new:
         raise VirtualizeError([Problem(Location(os.path.abspath(d)), "no-files",
                                        f"the directory {d} holds no files") for d in empty]
@@ -195,6 +208,10 @@ def _recorded(cube: Path, kind: str | bool) -> dict:
     else:
         path = cube / SOURCES_NAME
         info = json.loads(path.read_text()) if path.is_file() else None
+        if isinstance(info, dict) and isinstance(info.get("sources"), list):
+            info["sources"] = [dict(s, path=storage.resolve(s["path"], os.path.abspath(cube)))
+                               if isinstance(s, dict) and isinstance(s.get("path"), str) else s
+                               for s in info["sources"]]
     if not isinstance(info, dict) or not isinstance(info.get("sources"), list):
         raise VirtualizeError([Problem(Location(str(cube)), "not-a-cube",
                                        "not a cube directory, kerchunk JSON or Icechunk "
@@ -269,7 +286,8 @@ def export(cube: PathLike, out: PathLike, *, format: str | None = None,
                   out, kind, overwrite)
 
 
-def open(path: PathLike, *, check_sources: bool = True, allow=None) -> zarr.Group:  # noqa: A001
+def open(path: PathLike, *, check_sources: bool = True, allow=None,  # noqa: A001
+         storage_options: dict | None = None) -> zarr.Group:
     """A cube (directory, kerchunk JSON or Icechunk repository) as a read-only zarr
     group. Rectilinear grids
     are enabled for the open only; the caller's zarr config is left as it was.
@@ -277,7 +295,15 @@ def open(path: PathLike, *, check_sources: bool = True, allow=None) -> zarr.Grou
     The reader follows only references inside the roots recorded when the cube was
     written (its sources' directories) or in `allow` (paths, or URL prefixes such as
     "s3://bucket/"): docs/reading.md, Confinement."""
+    _storage(storage_options)
     return open_cube(path, check_sources=check_sources, allow=allow)
+
+
+def _storage(options: dict | None) -> None:
+    """Storage options of remote sources and outputs: {protocol: {key: value}} or one flat
+    {key: value} for every protocol (storage.py)."""
+    if options is not None:
+        storage.set_options(options)
 
 
 # -- the shared steps ------------------------------------------------------------------
@@ -293,6 +319,7 @@ def _check(paths, planner: Planner, progress, materialize_limit: int | None = No
     problems: list[Problem] = []
     invs: list[FileInventory] = []
     bytes_read: dict[str, int] = {}
+    requests: dict[str, int] = {}
     for d in empty:
         problems.append(Problem(Location(os.path.abspath(d)), "no-files",
                                 f"the directory {d} holds no files (hidden files and "
@@ -303,6 +330,7 @@ def _check(paths, planner: Planner, progress, materialize_limit: int | None = No
         if isinstance(result, FileInventory):
             invs.append(result)
             bytes_read[result.path] = result.bytes_read
+            requests[result.path] = result.requests
         else:
             problems.extend(result)
         if progress is not None:
@@ -337,8 +365,8 @@ def _check(paths, planner: Planner, progress, materialize_limit: int | None = No
         notes.extend(checked.notes)
     if len(invs) < len(files) and plan is not None:
         notes.append(f"{len(files) - len(invs)} file(s) could not be scanned")
-    return Report(files=[os.path.abspath(f) for f in files], problems=problems, plan=plan,
-                  notes=notes, bytes_read=bytes_read)
+    return Report(files=[storage.normalize(f) for f in files], problems=problems, plan=plan,
+                  notes=notes, bytes_read=bytes_read, requests=requests)
 
 
 def _render_problems(plan: Plan) -> list[Problem]:
@@ -379,14 +407,22 @@ def _output_kind(out: PathLike, format: str | None, overwrite: bool, paths=None)
     """The output's kind; refuses early (before any scanning) an output that exists
     without `overwrite`, that virtualize did not write, or that is, holds or sits in one
     of `paths` (when given as a path or a list: an iterator is checked at writing)."""
-    out = Path(out)
-    kind = format or {".json": "kerchunk", ".icechunk": "icechunk"}.get(out.suffix, "cube")
+    remote = storage.is_url(out)
+    if remote:
+        storage.normalize(out)  # an unknown scheme is refused before anything is scanned
+    out = os.fspath(out) if remote else Path(out)
+    suffix = os.path.splitext(str(out).rstrip("/"))[1]
+    kind = format or {".json": "kerchunk", ".icechunk": "icechunk"}.get(suffix, "cube")
     if kind not in ("cube", "kerchunk", "icechunk"):
         raise UsageError(f"unknown output format {kind!r} (cube, kerchunk or icechunk)")
     if kind == "icechunk" and importlib.util.find_spec("icechunk") is None:
         raise UsageError("the icechunk output needs the icechunk package: "
                          "pip install 'virtualize[icechunk]'")
     sources = _paths(paths) if isinstance(paths, (str, os.PathLike, list, tuple)) else []
+    if remote:
+        from .emit.remote import guard_remote
+        guard_remote(out, overwrite, sources)
+        return kind
     guard_output(out, overwrite, sources)  # before any scanning: fail fast, lose nothing
     return kind
 
@@ -398,9 +434,26 @@ def _refuse_unless_ok(report: Report) -> None:
                               "problem(s); nothing was written", report=report)
 
 
-def _write(report: Report, out: PathLike, kind: str, overwrite: bool) -> Report:
+def _write(report: Report, out: PathLike, kind: str, overwrite: bool,
+           relative: bool = False) -> Report:
+    if relative and kind != "cube":
+        raise ValueError("relative=True: only a cube directory records relative sources")
     _refuse_unless_ok(report)
     # every file named, scanned or not, is protected (the writers check their plan's too)
+    if storage.is_url(out):  # object storage: built here, uploaded root documents last
+        from .emit.remote import write_remote
+        url = storage.normalize(out)
+        if kind == "kerchunk":
+            write_remote(write_kerchunk, report.plan, url, kind, overwrite)
+        elif kind == "icechunk":
+            from .emit.icechunk import write_icechunk
+            write_remote(write_icechunk, report.plan, url, kind, overwrite)
+        else:
+            def write(plan, local, over):
+                return write_cube(plan, local, over, relative_to=url if relative else None)
+            write_remote(write, report.plan, url, kind, overwrite)
+        report.output = {"path": url, "kind": kind}
+        return report
     guard_output(out, overwrite, report.files)
     if kind == "kerchunk":
         write_kerchunk(report.plan, out, overwrite)
@@ -408,7 +461,8 @@ def _write(report: Report, out: PathLike, kind: str, overwrite: bool) -> Report:
         from .emit.icechunk import write_icechunk
         write_icechunk(report.plan, out, overwrite)
     else:
-        write_cube(report.plan, out, overwrite)
+        write_cube(report.plan, out, overwrite,
+                   relative_to=os.path.abspath(out) if relative else None)
     report.output = {"path": os.path.abspath(out), "kind": kind}
     return report
 
@@ -432,6 +486,18 @@ def _paths(paths, empty: list[str] | None = None,
         paths = [paths]
     out: list[str] = []
     for p in map(os.fspath, paths):
+        if storage.is_url(p):
+            storage.normalize(p)  # an unknown scheme is refused here
+            if storage.has_magic(p):
+                out += storage.glob(p)
+            elif p.endswith("/") and storage.isdir(p):
+                inside = storage.listdir(p)
+                if not inside and empty is not None:
+                    empty.append(p)
+                out += inside
+            else:
+                out.append(p)
+            continue
         if glob.has_magic(p) and not os.path.exists(p):
             matched = sorted(glob.glob(p))
             if matched:

@@ -95,6 +95,9 @@ def _scan_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scan-timeout", type=_seconds, default=DEFAULT_SCAN_TIMEOUT, metavar="SECONDS",
                    help="stop scanning a file after SECONDS and report it (scan-timeout); "
                         f"0: no limit, scan in this process (default {DEFAULT_SCAN_TIMEOUT:g})")
+    p.add_argument("--storage-option", action=_StorageOption, default=[], metavar="KEY=VALUE",
+                   help="an option of remote storage (s3://, https://, ...): KEY=VALUE for every "
+                        "protocol or PROTOCOL.KEY=VALUE (s3.endpoint_url=http://...); repeatable")
 
 
 def _report_options(p: argparse.ArgumentParser, html: bool = True) -> None:
@@ -160,6 +163,20 @@ def _offset_arg(text: str) -> tuple[int, int]:
     except ValueError:
         raise argparse.ArgumentTypeError(f"not ROW,COL: {text!r}") from None
     return r, c
+
+
+class _StorageOption(argparse.Action):
+    """--storage-option KEY=VALUE: collected, and in effect for this run (storage.py)."""
+
+    def __call__(self, parser, namespace, value, option_string=None):
+        from . import storage
+
+        pairs = [*getattr(namespace, self.dest, []), value]
+        try:
+            storage.set_options(storage.options_from_pairs(pairs))
+        except ValueError as e:
+            parser.error(str(e))
+        setattr(namespace, self.dest, pairs)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -200,13 +200,15 @@ class FileInventory:
     variables: dict[str, Variable]
     problems: list[Problem] = field(default_factory=list)
     bytes_read: int = 0
+    requests: int = 0  # read requests the scan made (ranged GETs for a remote source)
+    etag: str | None = None  # a remote source's ETag (or Last-Modified): its staleness key
     # files other than `path` whose bytes the block tables reference (refs path k -> k - 1):
     # the data files a kerchunk reference set names; empty for a scanned file
     data_files: list[Source] = field(default_factory=list)
 
     def sources(self) -> list[Source]:
         """What refs' `path` indexes: the file itself, then its data files."""
-        return [Source(self.path, self.size, self.mtime_ns), *self.data_files]
+        return [Source(self.path, self.size, self.mtime_ns, etag=self.etag), *self.data_files]
 
 
 @dataclass
@@ -219,9 +221,12 @@ class Source:
     size: int
     mtime_ns: int
     referenced_by: str | None = None
+    etag: str | None = None  # a remote source's ETag (or Last-Modified)
 
     def to_dict(self) -> dict[str, Any]:
         d = {"path": self.path, "size": self.size, "mtime_ns": self.mtime_ns}
+        if self.etag is not None:
+            d["etag"] = self.etag
         if self.referenced_by is not None:
             d["referenced_by"] = self.referenced_by
         return d
@@ -355,6 +360,7 @@ class Report:
     bytes_read: dict[str, int] = field(default_factory=dict)
     # after a write: {"path": ..., "kind": "cube" | "kerchunk" | "icechunk"}; None before
     output: dict[str, str] | None = None
+    requests: dict[str, int] = field(default_factory=dict)  # read requests per scanned file
 
     @property
     def ok(self) -> bool:
@@ -369,6 +375,7 @@ class Report:
             "notes": list(self.notes),
             "bytes_read": dict(self.bytes_read),
             "output": dict(self.output) if self.output else None,
+            "requests": dict(self.requests),
             "arrays": {
                 name: {
                     "shape": list(a.shape),

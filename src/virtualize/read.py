@@ -40,6 +40,8 @@ from .access import Access, check_refs, grid_shape, inside, invalid, read_inside
 from .emit.cube import SOURCES_NAME
 from .emit.metadata import MANIFEST_FIELD
 from .model import MATERIALIZED, Location, Problem, VirtualizeError
+from .storage import is_url, read_range
+from .storage import stat as source_stat
 
 
 @functools.cache
@@ -70,9 +72,13 @@ class CubeStore(Store):
     supports_partial_writes = False
     supports_listing = True
 
-    def __init__(self, root: str | os.PathLike, *, check_sources: bool = True, allow=None):
+    def __init__(self, root: str | os.PathLike, *, check_sources: bool = True, allow=None,
+                 base: str | None = None):
         super().__init__(read_only=True)
         self.root = Path(root)
+        # relative sources and roots (a relocatable cube) resolve against the cube's own
+        # location: its directory, or the URL it was read from (`base`)
+        self.base = base or os.path.abspath(self.root)
         self._manifests: dict[str, np.ndarray] = {}
         self._fds: dict[int, int] = {}
         info_path = self.root / SOURCES_NAME
@@ -81,7 +87,12 @@ class CubeStore(Store):
                                            f"no {SOURCES_NAME}: not a cube written by virtualize")],
                                   f"{self.root}: not a virtualize cube")
         info = _load_json(self.root, read_inside(self.root, info_path), SOURCES_NAME)
-        sources = _source_table(self.root, info)
+        from .storage import resolve
+        sources = [dict(s, path=resolve(s["path"], self.base))
+                   for s in _source_table(self.root, info)]
+        if isinstance(info.get("roots"), list):
+            info["roots"] = [resolve(r, self.base) if isinstance(r, str) else r
+                             for r in info["roots"]]
         arrays = info.get("arrays")
         if not isinstance(arrays, dict):
             raise invalid(self.root, f"{SOURCES_NAME} has no 'arrays' table")
@@ -177,8 +188,11 @@ class CubeStore(Store):
         if length == 0:
             return None
         src = int(rec["path"])
-        fd = self._fd(src)
-        data = os.pread(fd, length, int(rec["offset"]))
+        if is_url(self.sources[src]):
+            self.access.check(self.sources[src])
+            data = read_range(self.sources[src], int(rec["offset"]), length)
+        else:
+            data = os.pread(self._fd(src), length, int(rec["offset"]))
         if len(data) != length:
             raise VirtualizeError([Problem(
                 Location(self.sources[src], name, None, idx), "source-changed",
@@ -285,7 +299,21 @@ def _roots(what: Path, info: dict) -> list[str]:
 
 
 def changed_sources(sources: list[dict[str, Any]]):
+    from .storage import forget
+
+    forget()  # nothing remembered from a scan: ask the servers now
     for s in sources:
+        if is_url(s["path"]):
+            try:
+                st = source_stat(s["path"])
+            except VirtualizeError as e:
+                yield from e.problems
+                continue
+            if st.st_size != s["size"] or (s.get("etag") is not None and st.etag != s["etag"]):
+                yield Problem(Location(s["path"]), "source-changed",
+                              f"size {st.st_size} / ETag {st.etag} differ from the recorded "
+                              f"{s['size']} / {s.get('etag')}")
+            continue
         try:
             st = os.stat(s["path"])
         except OSError as e:
@@ -335,6 +363,27 @@ def open_cube(path: str | os.PathLike, *, check_sources: bool = True, allow=None
 
 def open_store(path: str | os.PathLike, *, check_sources: bool = True, allow=None) -> Store:
     """The read-only zarr store of a cube of any of the three kinds (checked and confined)."""
+    from .storage import is_url, normalize
+    if is_url(path):  # an output on object storage: its documents and manifests copied here
+        import tempfile
+
+        from .emit.remote import download
+        tmp = tempfile.mkdtemp(prefix="virtualize-open-")
+        import shutil
+        import weakref
+
+        try:
+            local = download(normalize(path), tmp)
+            if local.is_dir() and (local / SOURCES_NAME).is_file():
+                store = ConsolidatedView(CubeStore(local, check_sources=check_sources,
+                                                   allow=allow, base=normalize(path)))
+            else:
+                store = open_store(local, check_sources=check_sources, allow=allow)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        weakref.finalize(store, shutil.rmtree, tmp, True)  # the copy goes with the store
+        return store
     path = Path(path)
     if path.is_file() or (path.suffix == ".json" and not path.is_dir()):
         # a file is a kerchunk reference JSON, whatever its name (`--format kerchunk -o refs`)
@@ -401,8 +450,15 @@ def reference_store(doc: dict, path: Path, access: Access, sources):
     except Exception as e:  # noqa: BLE001 - any malformed reference set
         raise invalid(path, f"not a kerchunk reference set: {e}") from None
     remote = _check_references(path, fs.references, access, sources)
-    if remote:  # allowed by the caller: the file systems of their protocols too
-        fs = ReferenceFileSystem(doc, asynchronous=True, skip_instance_cache=True)
+    if remote:  # allowed: the file systems of their protocols too, with their options
+        from . import storage
+        protos = {storage.protocol(s["path"]) for s in sources or () if storage.is_url(s["path"])}
+        extra = {}
+        if len(protos) == 1:
+            proto = protos.pop()
+            extra = {"remote_protocol": proto,
+                     "remote_options": {**storage.options_for(proto), "asynchronous": True}}
+        fs = ReferenceFileSystem(doc, asynchronous=True, skip_instance_cache=True, **extra)
     return FsspecStore(fs, read_only=True, path="")
 
 

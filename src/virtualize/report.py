@@ -122,6 +122,7 @@ def summary(report: model.Report) -> dict[str, int]:
         "problems": sum(p.fatal for p in report.problems),
         "warnings": sum(not p.fatal for p in report.problems),
         "bytes_read": int(sum(report.bytes_read.values())),
+        "requests": int(sum(report.requests.values())),
     }
 
 
@@ -274,7 +275,8 @@ def format_text(report: model.Report, verbose: bool = False, color: bool = False
         lines.append("")
         lines.append(f"bytes read while scanning: {s['bytes_read']} in {len(report.bytes_read)} file(s)")
         for path, b in report.bytes_read.items():
-            lines.append(f"  {b:>12}  {path}")
+            r = report.requests.get(path)
+            lines.append(f"  {b:>12}  {path}" + (f"  ({r} requests)" if r is not None else ""))
     return "\n".join(lines)
 
 

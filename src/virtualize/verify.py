@@ -30,7 +30,6 @@ from __future__ import annotations
 import itertools
 import json
 import math
-import os
 import re
 import time
 from collections import defaultdict
@@ -320,8 +319,8 @@ class _ArrayCheck:
             job.key = chunk_key((0,) * len(shape))
             fe = job.extents[1:] if job.new_axis else job.extents
             job.region = tuple((lo, lo + e) for (lo, _), e in zip(job.region, fe))
-        with open(path, "rb") as f:
-            job.data = os.pread(f.fileno(), length, s.offset)
+        from .storage import read_range
+        job.data = read_range(path, s.offset, length)
         self.out.bytes_read += len(job.data)
         self.out.chunks += 1
         if len(job.data) != length:

@@ -102,9 +102,21 @@ def _under(path: str, root: str) -> bool:
 def refuse_sources(dest: str | os.PathLike, sources: Iterable[str | os.PathLike]) -> None:
     """The destination may never be a source, contain one, or sit inside one (a source
     directory), whichever way symlinks point."""
+    from ..storage import is_url
+
+    if is_url(dest):
+        d = os.fspath(dest).rstrip("/")
+        for s in map(os.fspath, sources):
+            if s == d or s.startswith(d + "/"):
+                raise UnsafeOutputError(Problem(Location(d), "output-is-source",
+                                                f"is or contains the source {s}; choose another "
+                                                "output location"))
+        return
     d_abs = os.path.abspath(os.fspath(dest))
     d_real = _real(dest)
     for s in sources:
+        if is_url(s):  # an object is never a local output's file
+            continue
         s_abs = os.path.abspath(os.fspath(s))
         s_real = _real(s)
         for d in {d_abs, d_real}:

@@ -21,6 +21,7 @@ import numpy as np
 
 from .. import __version__
 from ..model import REF_DTYPE, ArrayPlan, Plan
+from ..storage import relative
 from ._staging import staged_dir
 from .materialize import materialized_chunks
 from .metadata import array_doc, group_doc
@@ -30,7 +31,11 @@ MANIFEST_NAME = "manifest.npy"
 SOURCES_NAME = "virtualize.json"
 
 
-def write_cube(plan: Plan, dest: str | Path, overwrite: bool = False) -> Path:
+def write_cube(plan: Plan, dest: str | Path, overwrite: bool = False, *,
+               relative_to: str | None = None) -> Path:
+    """The cube directory at `dest`. `relative_to`: the cube's final location (a path or
+    URL); sources and roots are then recorded relative to it where they can be (a
+    relocatable cube: move or mirror it together with its files)."""
     dest = Path(dest)
     with staged_dir(dest, overwrite, [s.path for s in plan.sources]) as stage:
         for group, attrs in plan.groups.items():
@@ -60,8 +65,9 @@ def write_cube(plan: Plan, dest: str | Path, overwrite: bool = False) -> Path:
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "concat_dim": plan.concat_dim,
             "recipe": plan.recipe,
-            "sources": [s.to_dict() for s in plan.sources],
-            "roots": source_roots([s.path for s in plan.sources]),
+            "sources": _relative_sources(plan, relative_to),
+            "roots": [relative(r, relative_to) if relative_to else r
+                      for r in source_roots([s.path for s in plan.sources])],
             "arrays": {name: ("inline" if a.inline is not None else "virtual")
                        for name, a in plan.arrays.items()},
             "remedies": [r.to_dict() for r in plan.remedies.values() if r.enabled],
@@ -70,18 +76,36 @@ def write_cube(plan: Plan, dest: str | Path, overwrite: bool = False) -> Path:
     return dest
 
 
+def _relative_sources(plan: Plan, base: str | None) -> list[dict]:
+    out = []
+    for s in plan.sources:
+        d = s.to_dict()
+        if base:
+            d["path"] = relative(s.path, base)
+        out.append(d)
+    return out
+
+
 def source_roots(paths: list[str]) -> list[str]:
     """The directories a reader of this output may open files in: each source's
     directory (as named and with symlinks resolved), nested ones folded into their
     parent. Recorded with the output; see docs/reading.md (confinement)."""
+    from ..storage import dirname, is_url
+
     dirs = set()
+    urls = sorted({dirname(p) for p in paths if is_url(p)})
     for p in paths:
+        if is_url(p):
+            continue
         dirs.add(os.path.dirname(os.path.abspath(p)))
         dirs.add(os.path.dirname(os.path.realpath(p)))
     roots: list[str] = []
     for d in sorted(dirs):
         if not any(d == r or d.startswith(r.rstrip("/") + "/") for r in roots):
             roots.append(d)
+    for u in urls:  # URL prefixes ('s3://bucket/tas/'), nested ones folded
+        if not any(u.startswith(r) for r in roots):
+            roots.append(u)
     return roots
 
 

@@ -17,7 +17,9 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import storage
 from ..model import MATERIALIZED, Plan
+from ..storage import is_url
 from ._staging import staged_dir
 from .cube import inline_chunks, source_roots
 from .materialize import materialized_chunks
@@ -25,9 +27,24 @@ from .metadata import array_doc, group_doc
 
 
 def container_prefix(plan: Plan) -> str:
-    """`file:///common/dir/` of every source: Icechunk needs a prefix with a path."""
-    common = os.path.commonpath([os.path.dirname(s.path) for s in plan.sources] or ["/"])
+    """`file:///common/dir/` of every local source: Icechunk needs a prefix with a path."""
+    local = [s.path for s in plan.sources if not is_url(s.path)]
+    common = os.path.commonpath([os.path.dirname(p) for p in local] or ["/"])
     return "file://" + common.rstrip("/") + "/"
+
+
+def container_prefixes(plan: Plan) -> list[str]:
+    """One container per bucket or host of the URL sources (`s3://bucket/`,
+    `http://host:port/`), and one for the local ones."""
+    out = sorted({_url_prefix(s.path) for s in plan.sources if is_url(s.path)})
+    if any(not is_url(s.path) for s in plan.sources):
+        out.append(container_prefix(plan))
+    return out
+
+
+def _url_prefix(url: str) -> str:
+    scheme, _, rest = url.partition("://")
+    return f"{scheme}://{rest.split('/', 1)[0]}/"
 
 
 def write_icechunk(plan: Plan, dest: str | Path, overwrite: bool = False) -> Path:
@@ -35,12 +52,13 @@ def write_icechunk(plan: Plan, dest: str | Path, overwrite: bool = False) -> Pat
     import icechunk as ic
 
     dest = Path(dest)
-    prefix = container_prefix(plan)
+    prefixes = container_prefixes(plan)
     with staged_dir(dest, overwrite, [s.path for s in plan.sources], mark=False) as stage:
         config = ic.RepositoryConfig.default()
-        config.set_virtual_chunk_container(_container(prefix))
+        for prefix in prefixes:
+            config.set_virtual_chunk_container(_container(prefix))
         repo = ic.Repository.create(ic.local_filesystem_storage(str(stage)), config,
-                                    authorize_virtual_chunk_access=credentials(prefix))
+                                    authorize_virtual_chunk_access=_credentials(prefixes))
         _commit(repo, plan, f"virtualize: {len(plan.arrays)} arrays from "
                             f"{len(plan.sources)} files")
     return dest
@@ -109,6 +127,16 @@ def _commit(repo, plan: Plan, message: str) -> None:
 def _container(prefix: str):
     import icechunk as ic
 
+    if prefix.startswith(("s3://", "s3a://")):
+        opts = storage.options_for("s3")
+        endpoint = opts.get("endpoint_url") or (opts.get("client_kwargs") or {}).get("endpoint_url")
+        region = (opts.get("client_kwargs") or {}).get("region_name") or "us-east-1"
+        store = ic.s3_store(region=region, endpoint_url=endpoint,
+                            allow_http=bool(endpoint and str(endpoint).startswith("http://")),
+                            force_path_style=bool(endpoint))
+        return ic.VirtualChunkContainer(prefix, store)
+    if prefix.startswith(("http://", "https://")):
+        return ic.VirtualChunkContainer(prefix, ic.http_store())
     return ic.VirtualChunkContainer(prefix, ic.local_filesystem_store(prefix[len("file://"):]))
 
 
@@ -134,11 +162,14 @@ def _virtual_refs(store, plan: Plan, name: str, refs: np.ndarray) -> None:
         hi = [int(w.max()) + 1 for w in where]
         box = tuple(slice(a, b) for a, b in zip(lo, hi))
         sub, sel = refs[box], mine[box]
-        url = "file://" + src.path
+        url = src.path if is_url(src.path) else "file://" + src.path
         locations = np.where(sel.reshape(-1), url, "").tolist()
         # Icechunk refuses a chunk whose object was modified after this time, compared at
-        # whole seconds (an If-Unmodified-Since date): round the mtime up to the second
+        # whole seconds (an If-Unmodified-Since date): round the mtime up to the second;
+        # an object's ETag when it has one (If-Match)
         mtime = datetime.datetime.fromtimestamp(-(-src.mtime_ns // 10**9), tz=datetime.UTC)
+        if is_url(src.path) and src.etag:
+            mtime = src.etag
         failed = store.set_virtual_refs_arr(
             name, tuple(b - a for a, b in zip(lo, hi)), locations,
             np.array(sub["offset"], dtype=np.uint64).reshape(-1),  # aligned copies of packed fields
@@ -151,6 +182,10 @@ def _virtual_refs(store, plan: Plan, name: str, refs: np.ndarray) -> None:
 def credentials(prefix: str) -> dict:
     import icechunk as ic
 
+    if prefix.startswith(("s3://", "s3a://")):
+        return ic.containers_credentials({prefix: ic.s3_credentials(from_env=True)})
+    if prefix.startswith(("http://", "https://")):
+        return ic.containers_credentials({prefix: None})
     return ic.containers_credentials({prefix: ic.Credentials.LocalFileSystemAccess()})
 
 

@@ -87,7 +87,7 @@ def source_table(invs: list[FileInventory]) -> tuple[list[Source], list[np.ndarr
             i = index.get(s.path)
             if i is None:
                 i = index[s.path] = len(sources)
-                sources.append(Source(s.path, s.size, s.mtime_ns, s.referenced_by))
+                sources.append(Source(s.path, s.size, s.mtime_ns, s.referenced_by, s.etag))
             elif k == 0:
                 sources[i].referenced_by = None  # given as an input, not only referenced
             m.append(i)

@@ -8,6 +8,7 @@ import sys
 
 import numpy as np
 
+from .. import storage
 from ..model import FileInventory, Location, Problem, VirtualizeError
 from ._io import find_hdf5_signature, sniff
 
@@ -17,9 +18,9 @@ def detect_format(path: str) -> str | None:
     i.e. JSON, or a kerchunk parquet directory) or None."""
     from .kerchunk import is_parquet_references, looks_like_json
 
-    if os.path.isdir(path) and is_parquet_references(path):
+    if not storage.is_url(path) and os.path.isdir(path) and is_parquet_references(path):
         return "kerchunk"
-    with open(path, "rb") as f:
+    with storage.open_source(path) as f:
         head = f.read(8)
         fmt = sniff(head)
         if fmt is None and find_hdf5_signature(f):
@@ -36,9 +37,12 @@ def scan(path: str | os.PathLike) -> FileInventory:
     Raises `VirtualizeError` (carrying one located problem) when the file cannot be read
     at all: missing, unknown format, truncated or corrupt.
     """
-    path = os.path.abspath(os.fspath(path))
+    path = storage.normalize(path)
+    storage.forget()  # what an earlier scan saw of any object is not trusted
     try:
         fmt = detect_format(path)
+    except VirtualizeError:
+        raise
     except OSError as e:
         raise VirtualizeError([Problem(Location(path), "unreadable", str(e.strerror or e))],
                               f"{path}: cannot be read") from None
@@ -60,7 +64,7 @@ def scan(path: str | os.PathLike) -> FileInventory:
     except Exception as e:  # a library's own error: name the file and what it said
         raise VirtualizeError([Problem(Location(path), "corrupt", f"{type(e).__name__}: {e}")],
                               f"{path}: cannot be scanned") from None
-    what = ("an empty file (0 bytes)" if os.path.getsize(path) == 0 else
+    what = ("an empty file (0 bytes)" if storage.stat(path).st_size == 0 else
             "not an HDF5, netCDF-4, netCDF classic or TIFF file, nor a kerchunk reference set")
     raise VirtualizeError([Problem(Location(path), "unknown-format", what)], f"{path}: {what}")
 
@@ -90,7 +94,10 @@ def read_values(path: str, variable: str):
     fmt = detect_format(path)
     if fmt == "hdf5":
         import h5py
-        with h5py.File(path, "r") as f:
+        if not storage.is_url(path):
+            with h5py.File(path, "r") as f:
+                return f[variable][()]
+        with storage.open_source(path) as fobj, h5py.File(fobj, "r") as f:
             return f[variable][()]
     if fmt == "netcdf3":
         from .netcdf3 import read_netcdf3_values
@@ -112,16 +119,21 @@ class SourceReader:
         self.path = path
         self.fmt = detect_format(path)
         self._h5 = None
+        self._fobj = None
 
     def __enter__(self) -> "SourceReader":
         if self.fmt == "hdf5":
             import h5py
-            self._h5 = h5py.File(self.path, "r")
+            if storage.is_url(self.path):
+                self._fobj = storage.open_source(self.path)
+            self._h5 = h5py.File(self._fobj or self.path, "r")
         return self
 
     def __exit__(self, *_exc) -> None:
         if self._h5 is not None:
             self._h5.close()
+        if self._fobj is not None:
+            self._fobj.close()
 
     def read(self, variable: str, region: tuple[tuple[int, int], ...]):
         slices = tuple(slice(a, b) for a, b in region)

@@ -44,7 +44,9 @@ def sniff(head: bytes) -> str | None:
 
 def find_hdf5_signature(f) -> bool:
     """True when an HDF5 superblock signature sits at 512 * 2**k bytes (a user block)."""
-    size = os.fstat(f.fileno()).st_size
+    from ..storage import file_size
+
+    size = file_size(f)
     pos = 512
     while pos + 8 <= size:
         f.seek(pos)
@@ -64,6 +66,8 @@ def digest_blocks(paths: str | list[str], refs) -> str:
     import contextlib
     import hashlib
 
+    from ..storage import open_source
+
     paths = [paths] if isinstance(paths, str) else list(paths)
     h = hashlib.sha256()
     flat = refs.reshape(-1)
@@ -75,9 +79,8 @@ def digest_blocks(paths: str | list[str], refs) -> str:
             if n:
                 f = files.get(p)
                 if f is None:
-                    f = files[p] = stack.enter_context(open(paths[p], "rb"))
-                f.seek(off)
-                h.update(f.read(n))
+                    f = files[p] = stack.enter_context(open_source(paths[p]))
+                h.update(f.pread(n, off))
     return h.hexdigest()
 
 

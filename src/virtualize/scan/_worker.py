@@ -64,11 +64,15 @@ def _serve(conn) -> None:  # the worker's main loop
             if os.getppid() != parent:
                 return
         try:
-            path = conn.recv()
+            job = conn.recv()
         except EOFError:
             return
-        if path is None:
+        if job is None:
             return
+        path, options, env = job
+        from .. import storage
+        storage.set_options(options)
+        storage.set_environment(env)
         result = scan_or_problems(path)
         try:
             conn.send(result)
@@ -109,7 +113,8 @@ class _Worker:
     def submit(self, path: str, timeout: float | None) -> None:
         self.path = path
         self.deadline = time.monotonic() + timeout if timeout else float("inf")
-        self.conn.send(path)
+        from .. import storage
+        self.conn.send((path, storage.get_options(), storage.environment()))
 
     def kill(self) -> None:
         self.proc.kill()
@@ -183,7 +188,8 @@ def crashed(path: str, code: int | None) -> list[Problem]:
 def scan_bounded(paths: Iterable[str], timeout: float | None, jobs: int = 1) -> Iterator[Result]:
     """Scan `paths` in worker processes (`jobs` at a time), each within `timeout` seconds
     (None: no limit), yielding each file's result in the order given."""
-    paths = [os.path.abspath(p) for p in paths]
+    from .. import storage
+    paths = [storage.normalize(p) for p in paths]
     results: dict[int, Result] = {}
     busy: dict[int, _Worker] = {}  # file index -> its worker
     nxt = done = 0

@@ -8,13 +8,13 @@ variables, whose values the planner checks and inlines.
 from __future__ import annotations
 
 import math
-import os
 from array import array
 from typing import Any
 
 import h5py
 import numpy as np
 
+from .. import storage
 from ..model import (
     REF_DTYPE,
     BlockTable,
@@ -25,7 +25,6 @@ from ..model import (
     Variable,
     empty_refs,
 )
-from ._io import CountingFile
 from ._values import COORD_VALUES_LIMIT, Unrepresentable, bytes_codec, plain
 
 # Attributes that HDF5 dimension scales and the netCDF-4 library keep for themselves.
@@ -42,15 +41,15 @@ MAX_BLOCKS = 1 << 27
 
 def scan_hdf5(path: str) -> FileInventory:
     """Scan one HDF5 / netCDF-4 file. Never raises for content problems: they are returned."""
-    st = os.stat(path)
-    with CountingFile(path) as fobj:
+    st = storage.stat(path)
+    with storage.open_source(path, st.st_size) as fobj:
         try:
             f = h5py.File(fobj, "r")
         except Exception as e:  # h5py raises OSError / RuntimeError with HDF5's text
             raise OSError(f"{path}: not a readable HDF5 file ({e})") from e
         with f:
             inv = _Scanner(path, f).run(st.st_size, st.st_mtime_ns)
-        inv.bytes_read = fobj.bytes_read
+        inv.bytes_read, inv.requests, inv.etag = fobj.bytes_read, fobj.requests, st.etag
     return inv
 
 

@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import storage
 from ..model import (
     MATERIALIZED,
     BlockTable,
@@ -81,7 +82,7 @@ class _Refs:
 
     def __init__(self, path: str):
         self.path = path
-        self.kind = "parquet" if os.path.isdir(path) else "json"
+        self.kind = "parquet" if not storage.is_url(path) and os.path.isdir(path) else "json"
         self.templates: dict[str, str] = {}
         self.bytes_read = 0
         if self.kind == "parquet":
@@ -89,7 +90,7 @@ class _Refs:
             self.meta = {k: (v if isinstance(v, str) else json.dumps(v))
                          for k, v in self.map.zmetadata.items()}
             return
-        with open(path, "rb") as f:
+        with storage.open_source(path) as f:
             raw = f.read()
         self.bytes_read = len(raw)
         try:
@@ -169,13 +170,14 @@ def _not_refs(path: str, what: str) -> VirtualizeError:
 
 def scan_kerchunk(path: str) -> FileInventory:
     """One reference set's inventory. Raises `VirtualizeError` when it is not one."""
-    st = os.stat(path)
+    st = storage.stat(path)
     refs = _Refs(path)
     s = _Scanner(path, refs)
     s.run()
     fmt = f"kerchunk-{refs.kind}"
     inv = FileInventory(path, fmt, st.st_size, st.st_mtime_ns, s.groups, s.dims, s.variables,
                         s.problems, bytes_read=refs.bytes_read, data_files=s.data_files)
+    inv.etag = st.etag
     return inv
 
 
@@ -463,9 +465,20 @@ class _Scanner:
         k = self._file_index.get(url)
         if k is not None or url in self._missing:
             return k
+        if storage.is_url(url):  # an object: its size and ETag, as for a scanned URL
+            try:
+                storage.normalize(url)
+                st = storage.stat(url)
+            except VirtualizeError as e:
+                self._missing[url] = e.problems[0].message
+                return None
+            self.data_files.append(Source(url, st.st_size, st.st_mtime_ns,
+                                          referenced_by=self.path, etag=st.etag))
+            k = self._file_index[url] = len(self.data_files)
+            return k
         path = url[len("file://"):] if url.startswith("file://") else url
-        if "://" in path or path.startswith(("s3:", "gs:", "gcs:", "az:", "abfs:", "http")):
-            self._missing[url] = "a remote URL: only local data files are read so far"
+        if path.startswith(("s3:", "gs:", "gcs:", "az:", "abfs:", "http")):
+            self._missing[url] = "not a supported URL"
             return None
         path = os.path.abspath(path)
         where = system_location(path)
@@ -543,9 +556,36 @@ def open_references(path: str):
     import zarr
     from zarr.storage import FsspecStore
 
-    fo = parquet_mapper(str(path)) if os.path.isdir(path) else str(path)
-    fs = fsspec.filesystem("reference", fo=fo, asynchronous=True, skip_instance_cache=True)
+    remote = storage.is_url(path)
+    fo = parquet_mapper(str(path)) if not remote and os.path.isdir(path) else str(path)
+    extra: dict = {}
+    proto = _data_protocol(fo) if isinstance(fo, str) else None
+    if proto is not None:  # remote data files: their file system, asynchronous, with options
+        extra = {"remote_protocol": proto,
+                 "remote_options": {**storage.options_for(proto), "asynchronous": True}}
+    if remote:
+        extra["target_options"] = storage.options_for(storage.protocol(path))
+    fs = fsspec.filesystem("reference", fo=fo, asynchronous=True, skip_instance_cache=True,
+                           **extra)
     return zarr.open(FsspecStore(fs, read_only=True, path=""), mode="r")
+
+
+def _data_protocol(path: str) -> str | None:
+    """The protocol of a JSON reference set's first remote data file (None: local)."""
+    with storage.open_source(path) as f:
+        try:
+            doc = json.loads(f.read())
+        except ValueError:
+            return None
+    refs = doc.get("refs", doc) if isinstance(doc, dict) else {}
+    templates = doc.get("templates") or {} if isinstance(doc, dict) else {}
+    for v in refs.values() if isinstance(refs, dict) else ():
+        if isinstance(v, list) and v and isinstance(v[0], str):
+            url = v[0]
+            for k, t in templates.items():
+                url = url.replace("{{" + k + "}}", str(t))
+            return storage.protocol(url) if storage.is_url(url) else None
+    return None
 
 
 def read_kerchunk_values(path: str, variable: str, region=None) -> np.ndarray:

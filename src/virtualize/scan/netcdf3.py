@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import storage
 from ..model import (
     BlockTable,
     Dimension,
@@ -39,7 +40,6 @@ from ..model import (
     VirtualizeError,
     empty_refs,
 )
-from ._io import CountingFile
 from ._values import COORD_VALUES_LIMIT, bytes_codec, plain
 
 MAGIC = b"CDF"
@@ -478,8 +478,8 @@ def read_data(f, h: NcHeader, v: NcVar) -> np.ndarray:
 
 def scan_netcdf3(path: str) -> FileInventory:
     """Scan one netCDF classic file. Content problems are returned; a broken header raises."""
-    st = os.stat(path)
-    with CountingFile(path) as f:
+    st = storage.stat(path)
+    with storage.open_source(path, st.st_size) as f:
         h = parse_header(f, path, st.st_size)
         problems: list[Problem] = []
         if h.partial_bytes:
@@ -513,11 +513,13 @@ def scan_netcdf3(path: str) -> FileInventory:
                 # block does not fit a reference), and the problem is fatal
                 blocks=None if truncated else block_table(h, v),
                 values=values, is_coordinate=is_coord)
-        bytes_read = f.bytes_read
+        bytes_read, requests = f.bytes_read, f.requests
     dimensions = {name: Dimension(name, h.numrecs if n == 0 else n, n == 0)
                   for name, n in h.dims}
-    return FileInventory(path, FORMATS[h.version], st.st_size, st.st_mtime_ns, {"": h.gatts},
-                         dimensions, variables, problems, bytes_read)
+    inv = FileInventory(path, FORMATS[h.version], st.st_size, st.st_mtime_ns, {"": h.gatts},
+                        dimensions, variables, problems, bytes_read)
+    inv.requests, inv.etag = requests, st.etag
+    return inv
 
 
 def _truncated_message(h: NcHeader, v: NcVar, end: int, size: int) -> str:
@@ -533,7 +535,10 @@ def _truncated_message(h: NcHeader, v: NcVar, end: int, size: int) -> str:
 def read_netcdf3_values(path: str, variable: str,
                         region: tuple[tuple[int, int], ...] | None = None) -> np.ndarray:
     """Decode one variable (or the `region` [start, stop) per axis of it): a big-endian
-    array (NC_CHAR gives 'S1'). Only the region's bytes are copied out of the mapped file."""
+    array (NC_CHAR gives 'S1'). Only the region's bytes are copied out of the mapped file
+    (of a remote file: only the rows of its first axis are fetched)."""
+    if storage.is_url(path):
+        return _read_remote_values(path, variable, region)
     size = os.path.getsize(path)
     with open(path, "rb") as f:
         h = parse_header(f, path, size)
@@ -559,3 +564,35 @@ def read_netcdf3_values(path: str, variable: str,
                                   strides=tuple(strides))
                 return np.array(view[cut] if cut else view)  # (a 0-d [()] gives a native scalar)
     raise KeyError(f"{path}: no variable {variable!r}")
+
+
+def _read_remote_values(path: str, variable: str,
+                        region: tuple[tuple[int, int], ...] | None) -> np.ndarray:
+    """`read_netcdf3_values` of a URL: the header, then the region's rows along the first
+    axis (one range per record of a record variable, one range otherwise)."""
+    with storage.open_source(path) as f:
+        size = f.size
+        h = parse_header(f, path, size)
+        v = next((v for v in h.variables if v.name == variable), None)
+        if v is None:
+            raise KeyError(f"{path}: no variable {variable!r}")
+        end = data_end(h, v)
+        if end > size:
+            raise VirtualizeError([Problem(
+                Location(path, variable), "truncated",
+                f"the header places this variable's data up to byte {end}, but the "
+                f"file has only {size} bytes")])
+        cut = tuple(slice(a, b) for a, b in region) if region is not None else ()
+        if not v.nbytes or not all(v.shape):
+            return np.zeros(v.shape, dtype=v.dtype)[cut] if cut else np.zeros(v.shape, v.dtype)
+        if not v.shape:
+            return np.frombuffer(f.pread(v.dtype.itemsize, v.begin), dtype=v.dtype).reshape(())
+        a0, b0 = region[0] if region is not None else (0, v.shape[0])
+        row = v.dtype.itemsize * math.prod(v.shape[1:])
+        if v.is_record:
+            raw = b"".join(f.pread(row, v.begin + r * h.recsize) for r in range(a0, b0))
+        else:
+            raw = f.pread((b0 - a0) * row, v.begin + a0 * row)
+        out = np.frombuffer(raw, dtype=v.dtype).reshape((b0 - a0, *v.shape[1:]))
+        rest = cut[1:] if cut else ()
+        return np.array(out[(slice(None), *rest)])

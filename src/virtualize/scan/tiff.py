@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import tifffile
 
+from .. import storage
 from ..model import (
     BlockTable,
     FileInventory,
@@ -36,7 +37,6 @@ from ..model import (
     VirtualizeError,
     empty_refs,
 )
-from ._io import CountingFile
 from ._values import bytes_codec
 
 C = tifffile.COMPRESSION
@@ -56,13 +56,13 @@ IMAGE_CODECS = {C.JPEG, C.WEBP, C.LERC}
 
 
 def scan_tiff(path: str) -> FileInventory:
-    st = os.stat(path)
-    with CountingFile(path) as fh, _tifffile_warnings() as warnings:
+    st = storage.stat(path)
+    with storage.open_source(path, st.st_size) as fh, _tifffile_warnings() as warnings:
         check_ifd_chain(fh, path, st.st_size)
         fh.seek(0)  # tifffile starts reading where the handle is
         with tifffile.TiffFile(fh, is_shaped=False, is_ome=False, is_imagej=False) as tif:
             inv = _TiffScanner(path, tif, st.st_size).run(st.st_mtime_ns)
-        inv.bytes_read = fh.bytes_read
+        inv.bytes_read, inv.requests, inv.etag = fh.bytes_read, fh.requests, st.etag
     # what tifffile only logged (a damaged tag it skipped, ...) belongs in the report
     inv.problems += [_warning_problem(path, w) for w in warnings]
     return inv
@@ -568,6 +568,15 @@ def read_tiff_region(path: str, name: str, region: tuple[tuple[int, int], ...]) 
     """Decode one region of an image with tifffile, touching only the strips or tiles it
     overlaps (tifffile's `selection`)."""
     sel = tuple(slice(a, b) for a, b in region)
+    if storage.is_url(path):  # tifffile reads through the ranged file object
+        with storage.open_source(path) as fobj:
+            return _read_tiff_region(fobj, name, sel)
+    return _read_tiff_region(path, name, sel)
+
+
+def _read_tiff_region(path, name: str, sel: tuple[slice, ...]) -> np.ndarray:
+    if not isinstance(path, (str, os.PathLike)):
+        path.seek(0)
     if name.startswith("overview/") and name.endswith("/image"):
         return tifffile.imread(path, level=int(name.split("/")[1]), selection=sel)
     if name != "image":
@@ -580,7 +589,7 @@ def read_tiff_region(path: str, name: str, region: tuple[tuple[int, int], ...]) 
         return np.stack([_page_region(path, p, sel[1:]) for p in pages[sel[0]]])
 
 
-def _page_region(path: str, page, sel: tuple[slice, ...]) -> np.ndarray:
+def _page_region(path, page, sel: tuple[slice, ...]) -> np.ndarray:
     """One page's region as tifffile's `asarray` reads it. A contiguous uncompressed image
     is read from its first offset whatever its byte counts say (as `asarray` does, and as
     the scanner references it; `selection` would take a zero byte count as a sparse
@@ -588,14 +597,26 @@ def _page_region(path: str, page, sel: tuple[slice, ...]) -> np.ndarray:
     if page.compression == C.NONE and page.is_contiguous:
         dtype = np.dtype(page.parent.byteorder + page.dtype.char) if page.dtype.itemsize > 1 \
             else np.dtype(page.dtype)
+        if not isinstance(path, (str, os.PathLike)):  # a remote file: its rows, one range
+            rows = range(page.shape[0])[sel[0] if sel else slice(None)]
+            a, b = (rows.start, rows.stop) if len(rows) else (0, 0)
+            row = dtype.itemsize * int(np.prod(page.shape[1:]))
+            raw = path.pread((b - a) * row, int(page.dataoffsets[0]) + a * row)
+            out = np.frombuffer(raw, dtype=dtype).reshape((b - a, *page.shape[1:]))
+            return np.array(out[(slice(None), *sel[1:])])
         mm = np.memmap(path, dtype=dtype, mode="r", offset=int(page.dataoffsets[0]),
                        shape=page.shape)
         return np.array(mm[sel])
+    if not isinstance(path, (str, os.PathLike)):
+        path.seek(0)  # tifffile reads a file object from where it stands
     return tifffile.imread(path, key=page.index, selection=sel)
 
 
 def read_tiff_values(path: str, name: str) -> np.ndarray:
     """Decode one image (for inlining) with tifffile."""
+    if storage.is_url(path):
+        with storage.open_source(path) as fobj:
+            return read_tiff_values(fobj, name)
     with tifffile.TiffFile(path, is_shaped=False, is_ome=False, is_imagej=False) as tif:
         main = [p for p in tif.pages if isinstance(p, tifffile.TiffPage) and not (p.subfiletype & 0b101)]
         if name == "image":

@@ -1,0 +1,114 @@
+"""Outputs on object storage (OUT is a URL): a cube directory, kerchunk JSON or Icechunk
+repository written where the data is.
+
+Object stores have no rename, so publishing is ordered instead: the output is built
+locally (by the same writers, in a temporary directory), its objects are uploaded data
+first and root documents last (`virtualize.json` then the root `zarr.json` of a cube; the
+JSON itself, one PUT, for kerchunk; `repo` of an Icechunk repository), so a reader finds
+either no output or a complete one. Replacing (`overwrite`) an existing OUT is allowed
+only when it is virtualize's own; objects of the old output that the new one does not
+have are deleted after the new root documents are in place.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from .. import storage
+from ..model import Location, OutputExistsError, Problem, UnsafeOutputError
+
+# uploaded last, in this order: what makes a reader see the output
+ROOT_DOCUMENTS = ("virtualize.json", "zarr.json", "repo")
+
+
+def _fs(url: str):
+    fs = storage.filesystem(url)
+    return fs, fs._strip_protocol(url).rstrip("/")
+
+
+def remote_kind(url: str) -> str | None:
+    """"cube", "kerchunk" or "icechunk" when `url` holds an output virtualize wrote;
+    "other" when it holds something else; None when nothing is there."""
+    fs, base = _fs(url)
+    try:
+        if fs.isfile(base):
+            head = fs.cat_file(base, start=0, end=200)
+            return "kerchunk" if head.startswith(b'{"version":1,"virtualize":') else "other"
+        if fs.exists(base + "/virtualize.json"):
+            info = json.loads(fs.cat_file(base + "/virtualize.json"))
+            return "cube" if isinstance(info, dict) and info.get("format") == "virtualize-cube" \
+                else "other"
+        if fs.exists(base + "/repo"):
+            return "icechunk"
+        return "other" if fs.find(base, maxdepth=1) else None
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+def guard_remote(url: str, overwrite: bool, sources=()) -> None:
+    from ._staging import refuse_sources
+
+    refuse_sources(url, sources)
+    kind = remote_kind(url)
+    if kind is None:
+        return
+    if not overwrite:
+        raise OutputExistsError(Problem(Location(url), "output-exists",
+                                        "exists; pass overwrite=True (--overwrite) to replace it"))
+    if kind == "other":
+        raise UnsafeOutputError(Problem(
+            Location(url), "output-not-ours",
+            "exists and was not written by virtualize (not a cube directory, kerchunk JSON "
+            "or Icechunk repository it made): not replaced, even with --overwrite"))
+
+
+def write_remote(write, plan, url: str, kind: str, overwrite: bool) -> str:
+    """Build the output with `write(plan, local_path, overwrite)` locally, then upload it
+    to `url`, root documents last."""
+    guard_remote(url, overwrite, [s.path for s in plan.sources])
+    fs, base = _fs(url)
+    with tempfile.TemporaryDirectory(prefix="virtualize-out-") as tmp:
+        local = Path(tmp) / (os.path.basename(base) or "out")
+        write(plan, local, False)
+        old = set()
+        if overwrite and kind != "kerchunk":
+            try:
+                old = {p for p in fs.find(base)}
+            except FileNotFoundError:
+                old = set()
+        if local.is_file():
+            fs.put_file(str(local), base)
+            return url
+        files = sorted(p.relative_to(local).as_posix() for p in local.rglob("*") if p.is_file())
+        rank = {name: i for i, name in enumerate(ROOT_DOCUMENTS)}
+        files.sort(key=lambda f: (rank.get(f, -1), f))  # root documents last, in order
+        for f in files:
+            fs.put_file(str(local / f), f"{base}/{f}")
+        stale = sorted(old - {f"{base}/{f}" for f in files})
+        if stale:
+            fs.rm(stale)
+    return url
+
+
+def download(url: str, into: str | os.PathLike) -> Path:
+    """A copy of a remote output in `into` (for reading): the object, or every object
+    under the prefix."""
+    fs, base = _fs(url)
+    dest = Path(into) / (os.path.basename(base) or "out")
+    if fs.isfile(base):
+        fs.get_file(base, str(dest))
+        return dest
+    found = fs.find(base)
+    if not found:
+        from ..model import VirtualizeError
+        raise VirtualizeError([Problem(Location(url), "not-a-cube", "nothing is there")],
+                              f"{url}: not found")
+    for obj in found:
+        rel = obj[len(base):].lstrip("/")
+        target = dest / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fs.get_file(obj, str(target))
+    return dest

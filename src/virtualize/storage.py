@@ -1,0 +1,538 @@
+"""Where sources and outputs live: local paths, or URLs (s3://, gs://, az://, http(s)://).
+
+One small layer every other module uses for source I/O:
+
+- `is_url(p)`, `normalize(p)`: a URL stays as given (`file://` becomes a local path); a local
+  path becomes absolute; an unknown scheme is refused (`unsupported-scheme`).
+- `stat(p)`: size, mtime_ns and, for objects, the ETag (or Last-Modified), the staleness key.
+- `open_source(p)`: a read-only file object with exact range reads, counting requests and
+  bytes. Local files are plain `io.FileIO`; remote objects are read through a small block
+  cache (`BLOCK` bytes per block, neighbouring missing blocks fetched in one request), never
+  read ahead as a whole.
+- `read_range(p, offset, length)`: one range (os.pread locally, one ranged GET remotely).
+- `glob(pattern)`, `listdir(p)`.
+
+fsspec does the remote work; the options of each protocol come from `storage_options`
+({protocol: {key: value}} or a flat {key: value} for every protocol), set by the API's
+`storage_options=` and the CLI's `--storage-option KEY=VALUE`, and from the environment
+variables the filesystems read themselves (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, ...).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from .model import Location, Problem, VirtualizeError
+
+_URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+BLOCK = 64 << 10  # remote reads are cached in blocks of this size
+MAX_BLOCKS = 1024  # per open file (64 MiB); the oldest blocks are dropped beyond it
+# protocols a source or output may use (fsspec implements them; the package of each must
+# be installed: s3fs, gcsfs, adlfs, aiohttp)
+SUPPORTED = ("s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "http", "https", "memory")
+
+_options: dict[str, dict[str, Any]] = {}
+_lock = threading.Lock()
+
+
+def protocol(p: str) -> str | None:
+    m = _URL.match(p)
+    return m.group(1).lower() if m else None
+
+
+def is_url(p: str | os.PathLike) -> bool:
+    """A remote location (any scheme but file://)."""
+    proto = protocol(os.fspath(p)) if isinstance(p, (str, os.PathLike)) else None
+    return proto is not None and proto != "file"
+
+
+def unsupported(p: str) -> VirtualizeError:
+    proto = protocol(p)
+    return VirtualizeError([Problem(Location(p), "unsupported-scheme",
+                                    f"{proto}:// is not a supported location (use a local path or "
+                                    f"one of {', '.join(s + '://' for s in SUPPORTED)})")],
+                           f"{p}: unsupported scheme {proto}://")
+
+
+def normalize(p: str | os.PathLike) -> str:
+    """A source or output location as recorded: URLs as given, local paths absolute."""
+    p = os.fspath(p)
+    proto = protocol(p)
+    if proto is None:
+        return os.path.abspath(p)
+    if proto == "file":
+        rest = p[len("file://"):]
+        return os.path.abspath(rest[len("localhost"):] if rest.startswith("localhost/") else rest)
+    if proto not in SUPPORTED:
+        raise unsupported(p)
+    return p
+
+
+def set_options(options: dict[str, Any] | None) -> None:
+    """Storage options for the remote filesystems of this process (replaces the previous)."""
+    global _options
+    _options = dict(options or {})
+
+
+def get_options() -> dict[str, Any]:
+    return dict(_options)
+
+
+def parse_option(text: str) -> tuple[str, Any]:
+    """`KEY=VALUE` (or `PROTOCOL.KEY=VALUE`) from the command line; true/false/ints/JSON
+    values are converted."""
+    import json
+
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise ValueError(f"--storage-option wants KEY=VALUE, not {text!r}")
+    try:
+        parsed = json.loads(value)
+    except ValueError:
+        parsed = value
+    return key, parsed
+
+
+def options_from_pairs(pairs: list[str] | None) -> dict[str, Any]:
+    """{protocol: {key: value}} from `PROTOCOL.KEY=VALUE` / `KEY=VALUE` (every protocol)."""
+    out: dict[str, Any] = {}
+    for text in pairs or []:
+        key, value = parse_option(text)
+        proto, dot, k = key.partition(".")
+        if dot and proto in SUPPORTED:
+            out.setdefault(proto, {})[k] = value
+        else:
+            out[key] = value
+    return out
+
+
+def options_for(proto: str) -> dict[str, Any]:
+    flat = {k: v for k, v in _options.items() if not isinstance(v, dict) or k not in SUPPORTED}
+    own = _options.get(proto)
+    opts = dict(flat)
+    if isinstance(own, dict):
+        opts.update(own)
+    if proto in ("s3", "s3a"):
+        # the endpoint and plain-HTTP switch as the AWS tools read them
+        endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+        if endpoint and "endpoint_url" not in opts:
+            opts["endpoint_url"] = endpoint
+        region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+        if region and "region_name" not in opts.get("client_kwargs", {}):
+            opts["client_kwargs"] = {**opts.get("client_kwargs", {}), "region_name": region}
+        if os.environ.get("AWS_ALLOW_HTTP", "").lower() in ("1", "true") and "use_ssl" not in opts:
+            opts["use_ssl"] = False
+    return opts
+
+
+def filesystem(p: str):
+    """The fsspec filesystem of URL `p` (cached per protocol and options)."""
+    import fsspec
+
+    proto = protocol(p) or "file"
+    if proto not in SUPPORTED:
+        raise unsupported(p)
+    opts = options_for(proto)
+    key = (proto, repr(sorted(opts.items())), tuple(sorted(environment().items())))
+    with _lock:
+        fs = _filesystems.get(key)
+    if fs is not None:
+        return fs
+    try:
+        fs = fsspec.filesystem(proto, skip_instance_cache=True, **opts)
+    except ImportError as e:
+        raise VirtualizeError([Problem(Location(p), "unsupported-scheme",
+                                       f"{proto}:// needs a package that is not installed: {e}")],
+                              f"{p}: {proto}:// is not available") from None
+    with _lock:
+        _filesystems[key] = fs
+    return fs
+
+
+_ENV_PREFIXES = ("AWS_", "GOOGLE_", "GCS", "AZURE_", "FSSPEC_")
+_filesystems: dict[tuple, Any] = {}
+
+
+def environment() -> dict[str, str]:
+    """The environment variables remote filesystems read (credentials, endpoints)."""
+    return {k: v for k, v in os.environ.items() if k.startswith(_ENV_PREFIXES)}
+
+
+def set_environment(env: dict[str, str]) -> None:
+    """Make this process's storage environment `env` (a scan worker takes its caller's,
+    as it is when each file is submitted)."""
+    for k in list(os.environ):
+        if k.startswith(_ENV_PREFIXES) and k not in env:
+            del os.environ[k]
+    os.environ.update(env)
+
+
+def _fs_path(fs, p: str) -> str:
+    """What the filesystem calls `p` (http keeps the whole URL, object stores drop it)."""
+    return p if protocol(p) in ("http", "https") else fs._strip_protocol(p)
+
+
+@dataclass
+class Stat:
+    st_size: int
+    st_mtime_ns: int
+    etag: str | None = None
+
+
+RETRIES = 3  # tries of a request that failed transiently (connection, timeout, 5xx, 429)
+
+
+def _transient(e: BaseException) -> bool:
+    if isinstance(e, (FileNotFoundError, PermissionError, IsADirectoryError, VirtualizeError)):
+        return False
+    status = getattr(e, "status", None)
+    if isinstance(status, int):
+        return status >= 500 or status == 429
+    return isinstance(e, (ConnectionError, TimeoutError, OSError)) or "Timeout" in type(e).__name__ \
+        or "Connection" in type(e).__name__
+
+
+def retrying(call, *args, **kw):
+    """`call(*args, **kw)`, tried again (after 0.2 s, 0.8 s) when it fails transiently."""
+    import time
+
+    for attempt in range(RETRIES):
+        try:
+            return call(*args, **kw)
+        except Exception as e:
+            if attempt == RETRIES - 1 or not _transient(e):
+                raise
+            time.sleep(0.2 * 4 ** attempt)
+
+
+def _problem(p: str, e: BaseException) -> VirtualizeError:
+    """A failed remote request as a located problem: missing, forbidden, or unreadable."""
+    text = f"{type(e).__name__}: {e}"
+    status = getattr(e, "status", None)
+    if status is not None:
+        text = f"HTTP {status}: {getattr(e, 'message', '') or type(e).__name__}"
+    if status in (401, 403):
+        kind, what = "source-forbidden", "access is forbidden"
+    elif status == 404 or isinstance(e, FileNotFoundError) or "404" in text or "NoSuchKey" in text:
+        kind, what = "source-missing", "does not exist"
+    elif isinstance(e, PermissionError) or "403" in text or "AccessDenied" in text \
+            or "Forbidden" in text:
+        kind, what = "source-forbidden", "access is forbidden"
+    else:
+        kind, what = "unreadable", "cannot be read"
+    return VirtualizeError([Problem(Location(p), kind, f"{what} ({text[:300]})")],
+                           f"{p}: {what}")
+
+
+# what the current scan learned about its objects (sizes, first blocks), so that sniffing the
+# format and scanning do not fetch the same bytes twice; `forget` starts afresh (each scan)
+_recent_info: dict[str, dict[str, Any]] = {}
+_recent_blocks: dict[str, tuple[int, dict[int, bytes], int, int]] = {}
+
+
+def forget() -> None:
+    _recent_info.clear()
+    _recent_blocks.clear()
+
+
+def remote_info(p: str) -> dict[str, Any]:
+    info = _recent_info.get(p)
+    if info is not None:
+        return info
+    info = _remote_info(p)
+    if len(_recent_info) > 64:
+        _recent_info.clear()
+    _recent_info[p] = info
+    return info
+
+
+def _remote_info(p: str) -> dict[str, Any]:
+    fs = filesystem(p)
+    try:
+        info = retrying(fs.info, _fs_path(fs, p))
+    except VirtualizeError:
+        raise
+    except FileNotFoundError as e:
+        if protocol(p) not in ("http", "https"):
+            raise _problem(p, e) from None
+        # fsspec's HTTP says "not found" for any failed HEAD + GET: ask for one byte to
+        # learn the status (retried when transient), then again for the size
+        try:
+            retrying(fs.cat_file, p, start=0, end=1)
+            info = retrying(fs.info, p)
+        except Exception as e2:
+            raise _problem(p, e2) from None
+    except Exception as e:
+        raise _problem(p, e) from None
+    if info.get("type") == "directory":
+        raise VirtualizeError([Problem(Location(p), "unreadable", "is a directory, not an object")],
+                              f"{p}: is a directory")
+    if info.get("size") is None:
+        raise VirtualizeError([Problem(Location(p), "unreadable",
+                                       "the server does not tell its size (no Content-Length)")],
+                              f"{p}: size unknown")
+    return info
+
+
+def _etag(info: dict[str, Any]) -> str | None:
+    for k in ("ETag", "etag", "Etag", "md5", "Last-Modified", "LastModified", "last_modified"):
+        v = info.get(k)
+        if v:
+            return str(v)
+    return None
+
+
+def _mtime_ns(info: dict[str, Any]) -> int:
+    import datetime
+
+    v = info.get("LastModified") or info.get("last_modified") or info.get("mtime")
+    if isinstance(v, datetime.datetime):
+        return int(v.timestamp() * 1e9)
+    if isinstance(v, (int, float)):
+        return int(v * 1e9)
+    return 0
+
+
+def stat(p: str) -> Stat:
+    """Size, modification time and (remote) ETag of a source; raises OSError locally and a
+    located VirtualizeError remotely."""
+    if not is_url(p):
+        st = os.stat(p)
+        return Stat(st.st_size, st.st_mtime_ns)
+    info = remote_info(p)
+    return Stat(int(info["size"]), _mtime_ns(info), _etag(info))
+
+
+class RemoteFile(io.RawIOBase):
+    """A read-only, seekable file over one object: exact ranged reads through a block
+    cache, counting `requests` and `bytes_read` (bytes fetched from the server)."""
+
+    def __init__(self, url: str, size: int | None = None):
+        super().__init__()
+        self.url = url
+        self.fs = filesystem(url)
+        self._path = _fs_path(self.fs, url)
+        self.size = int(remote_info(url)["size"]) if size is None else size
+        self.pos = 0
+        self.requests = 0
+        self.bytes_read = 0
+        recent = _recent_blocks.get(url)
+        self._blocks: dict[int, bytes] = {}
+        if recent and recent[0] == self.size:  # the same object, just sniffed: its cost counts
+            self._blocks = dict(recent[1])
+            self.requests, self.bytes_read = recent[2], recent[3]
+
+    def close(self) -> None:
+        if not self.closed and self._blocks:
+            if len(_recent_blocks) >= 4:
+                _recent_blocks.pop(next(iter(_recent_blocks)))
+            _recent_blocks[self.url] = (self.size, dict(list(self._blocks.items())[:16]),
+                                        self.requests, self.bytes_read)
+        super().close()
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self.pos
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        base = {0: 0, 1: self.pos, 2: self.size}[whence]
+        self.pos = max(0, base + offset)
+        return self.pos
+
+    def fetch(self, start: int, end: int) -> bytes:
+        """One ranged request for [start, end)."""
+        if end <= start:
+            return b""
+        try:
+            data = retrying(self.fs.cat_file, self._path, start=start, end=end)
+        except Exception as e:
+            raise _problem(self.url, e) from None
+        self.requests += 1
+        self.bytes_read += len(data)
+        return data
+
+    def _load(self, first: int, last: int) -> None:
+        """Blocks first..last in the cache, missing runs fetched one request each."""
+        b = first
+        while b <= last:
+            if b in self._blocks:
+                b += 1
+                continue
+            e = b
+            while e + 1 <= last and e + 1 not in self._blocks:
+                e += 1
+            data = self.fetch(b * BLOCK, min((e + 1) * BLOCK, self.size))
+            for k in range(b, e + 1):
+                self._blocks[k] = data[(k - b) * BLOCK:(k - b + 1) * BLOCK]
+            b = e + 1
+        while len(self._blocks) > MAX_BLOCKS:
+            self._blocks.pop(next(iter(self._blocks)))
+
+    def pread(self, n: int, offset: int) -> bytes:
+        end = min(offset + max(n, 0), self.size)
+        if end <= offset:
+            return b""
+        if end - offset >= 4 * BLOCK:  # a large read goes straight through, uncached
+            return self.fetch(offset, end)
+        first, last = offset // BLOCK, (end - 1) // BLOCK
+        self._load(first, last)
+        parts = [self._blocks[k] for k in range(first, last + 1)]
+        buf = b"".join(parts) if len(parts) > 1 else parts[0]
+        return buf[offset - first * BLOCK:end - first * BLOCK]
+
+    def read(self, n: int = -1) -> bytes:
+        if n is None or n < 0:
+            n = self.size - self.pos
+        data = self.pread(n, self.pos)
+        self.pos += len(data)
+        return data
+
+    def readinto(self, b) -> int:
+        data = self.read(len(b))
+        b[:len(data)] = data
+        return len(data)
+
+    def readall(self) -> bytes:
+        return self.read(-1)
+
+
+class LocalFile(io.FileIO):
+    """A local read-only file counting bytes and reads (`requests`)."""
+
+    def __init__(self, path: str | os.PathLike):
+        super().__init__(os.fspath(path), "rb")
+        self.bytes_read = 0
+        self.requests = 0
+
+    def readinto(self, b):  # type: ignore[override]
+        n = super().readinto(b)
+        self.bytes_read += n or 0
+        self.requests += 1
+        return n
+
+    def read(self, size: int = -1) -> bytes:  # type: ignore[override]
+        data = super().read(size)
+        self.bytes_read += len(data or b"")
+        self.requests += 1
+        return data
+
+    def pread(self, n: int, offset: int) -> bytes:
+        return os.pread(self.fileno(), n, offset)
+
+
+def open_source(p: str, size: int | None = None):
+    """A source opened for reading: a LocalFile, or a RemoteFile for a URL."""
+    if is_url(p):
+        return RemoteFile(p, size)
+    return LocalFile(p)
+
+
+def file_size(f) -> int:
+    if isinstance(f, RemoteFile):
+        return f.size
+    return os.fstat(f.fileno()).st_size
+
+
+def read_range(p: str, offset: int, length: int) -> bytes:
+    """`length` bytes at `offset` (fewer at the end of the file)."""
+    if not is_url(p):
+        with open(p, "rb") as f:
+            return os.pread(f.fileno(), length, offset)
+    fs = filesystem(p)
+    try:
+        return retrying(fs.cat_file, _fs_path(fs, p), start=offset, end=offset + length)
+    except Exception as e:
+        raise _problem(p, e) from None
+
+
+def has_magic(p: str) -> bool:
+    return any(c in p for c in "*?[")
+
+
+def glob(pattern: str) -> list[str]:
+    """The objects matching a URL pattern, as URLs, sorted."""
+    fs = filesystem(pattern)
+    proto = protocol(pattern)
+    try:
+        found = fs.glob(_fs_path(fs, pattern))
+    except Exception as e:
+        raise _problem(pattern, e) from None
+    out = []
+    for f in found:
+        out.append(f if protocol(f) else f"{proto}://{f}")
+    return sorted(out)
+
+
+def isdir(p: str) -> bool:
+    if not is_url(p):
+        return os.path.isdir(p)
+    if protocol(p) in ("http", "https"):
+        return False
+    fs = filesystem(p)
+    try:
+        return fs.isdir(_fs_path(fs, p))
+    except Exception:
+        return False
+
+
+def listdir(p: str) -> list[str]:
+    """Objects directly under the URL prefix `p` (not hidden), sorted."""
+    fs = filesystem(p)
+    proto = protocol(p)
+    out = []
+    for info in fs.ls(_fs_path(fs, p), detail=True):
+        name = info["name"]
+        if info.get("type") == "directory" or name.rsplit("/", 1)[-1].startswith("."):
+            continue
+        out.append(name if protocol(name) else f"{proto}://{name}")
+    return sorted(out)
+
+
+def dirname(p: str) -> str:
+    """The URL prefix (ending in '/') or directory holding `p`."""
+    if is_url(p):
+        return p.rsplit("/", 1)[0] + "/"
+    return os.path.dirname(p)
+
+
+def relative(p: str, base: str) -> str:
+    """`p` relative to the directory or URL prefix `base` (POSIX `..` steps) when both are
+    local or both on the same scheme and host; else `p` unchanged (absolute)."""
+    import posixpath
+    from urllib.parse import urlsplit
+
+    if not is_url(p) and not is_url(base):
+        return os.path.relpath(p, base)
+    if is_url(p) and is_url(base):
+        a, b = urlsplit(p), urlsplit(base)
+        if (a.scheme, a.netloc) == (b.scheme, b.netloc) and not a.query and not b.query:
+            rel = posixpath.relpath(a.path, b.path.rstrip("/") or "/")
+            return rel + "/" if a.path.endswith("/") and not rel.endswith("/") else rel
+    return p
+
+
+def resolve(p: str, base: str) -> str:
+    """A recorded path: absolute paths and URLs as they are, relative ones against `base`
+    (the cube's own directory or URL)."""
+    import posixpath
+    from urllib.parse import urlsplit, urlunsplit
+
+    if protocol(p) is not None or os.path.isabs(p):
+        return p
+    if is_url(base):
+        b = urlsplit(base)
+        path = posixpath.normpath(posixpath.join(b.path.rstrip("/") + "/", p))
+        if p.endswith("/") and not path.endswith("/"):  # a prefix stays a prefix
+            path += "/"
+        return urlunsplit((b.scheme, b.netloc, path, "", ""))
+    return os.path.normpath(os.path.join(os.path.abspath(base), p))

@@ -1,0 +1,338 @@
+"""Remote archives (issue 11): sources on HTTP and S3 (moto), read back; located errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import fsspec
+import numpy as np
+import pytest
+import zarr
+from servers import RangeHTTPServer, start_moto
+from zarr.storage import FsspecStore
+
+import virtualize
+from virtualize.model import OutputExistsError, UnsafeOutputError, VirtualizeError
+
+from helpers import assert_same
+
+pytest.importorskip("s3fs")
+pytest.importorskip("moto")
+
+CASES = {"months2024": ".nc", "nc3_months_classic": ".nc", "strips_short_last": ".tif",
+         "tiles_padded": ".tif", "cog": ".tif"}
+BUCKET = "archive"
+
+
+@pytest.fixture(scope="module")
+def served(case, tmp_path_factory):
+    """Every case's files copied under one directory, served over HTTP."""
+    root = tmp_path_factory.mktemp("served")
+    local = {}
+    for name in CASES:
+        d = root / name
+        d.mkdir()
+        local[name] = []
+        for f in case(name):
+            shutil.copy2(f, d / f.name)
+            local[name].append(d / f.name)
+    srv = RangeHTTPServer(root)
+    yield srv, local
+    srv.stop()
+
+
+@pytest.fixture(scope="module")
+def s3(served):
+    """moto's S3 server with the cases uploaded to s3://archive/<case>/; AWS_* set."""
+    _srv, local = served
+    server, endpoint = start_moto()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("AWS_ENDPOINT_URL", endpoint)
+        mp.setenv("AWS_ACCESS_KEY_ID", "testing")
+        mp.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+        mp.setenv("AWS_REGION", "us-east-1")
+        mp.delenv("AWS_PROFILE", raising=False)
+        import boto3
+        client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
+        client.create_bucket(Bucket=BUCKET)
+        for name, files in local.items():
+            for f in files:
+                client.upload_file(str(f), BUCKET, f"{name}/{f.name}")
+        yield client, endpoint
+    server.stop()
+
+
+def _manifests(cube) -> dict:
+    out = {}
+    for d in sorted(os.listdir(cube)):
+        m = cube / d / "manifest.npy"
+        if m.is_file():
+            out[d] = np.load(m)
+    return out
+
+
+def _same_cube(remote, local) -> None:
+    """Identical manifests (up to source paths), identical values."""
+    rm, lm = _manifests(remote), _manifests(local)
+    assert rm.keys() == lm.keys() and rm
+    for k in rm:
+        assert np.array_equal(rm[k], lm[k]), k
+    ri = json.loads((remote / "virtualize.json").read_text())
+    li = json.loads((local / "virtualize.json").read_text())
+    assert [s["size"] for s in ri["sources"]] == [s["size"] for s in li["sources"]]
+    assert [os.path.basename(s["path"]) for s in ri["sources"]] == \
+        [os.path.basename(s["path"]) for s in li["sources"]]
+    g, gl = virtualize.open(remote), virtualize.open(local)
+    names = sorted(n for n, _ in gl.arrays())
+    assert names == sorted(n for n, _ in g.arrays())
+    for n in names:
+        assert_same(g[n][...], gl[n][...], n)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_http_stack_equals_local(served, name, tmp_path):
+    srv, local = served
+    urls = [f"{srv.url}/{name}/{f.name}" for f in local[name]]
+    srv.reset()
+    report = virtualize.virtualize(urls, tmp_path / "remote")
+    assert srv.requests > 0
+    assert sum(report.requests.values()) > 0
+    assert all(p.startswith("http://127.0.0.1") for p in report.files)
+    virtualize.virtualize(local[name], tmp_path / "local")
+    _same_cube(tmp_path / "remote", tmp_path / "local")
+    info = json.loads((tmp_path / "remote" / "virtualize.json").read_text())
+    assert all(s.get("etag") for s in info["sources"])  # the staleness key of an object
+    assert info["roots"] == [f"{srv.url}/{name}/"]
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_s3_glob_stack_equals_local(served, s3, name, tmp_path):
+    _srv, local = served
+    ext = CASES[name]
+    report = virtualize.virtualize(f"s3://{BUCKET}/{name}/*{ext}", tmp_path / "remote")
+    assert report.files == [f"s3://{BUCKET}/{name}/{f.name}" for f in sorted(local[name])]
+    virtualize.virtualize(local[name], tmp_path / "local")
+    _same_cube(tmp_path / "remote", tmp_path / "local")
+
+
+def test_kerchunk_json_of_remote_sources_reads_with_fsspec_and_xarray(served, s3, tmp_path):
+    import xarray as xr
+
+    _srv, local = served
+    out = tmp_path / "refs.json"
+    virtualize.virtualize(f"s3://{BUCKET}/months2024/*.nc", out)
+    refs = json.loads(out.read_text())["refs"]
+    assert any(isinstance(v, list) and v[0].startswith(f"s3://{BUCKET}/") for v in refs.values())
+    virtualize.virtualize(local["months2024"], tmp_path / "local")
+    gl = virtualize.open(tmp_path / "local")
+    # plain fsspec + zarr, as a user opens a reference set of S3 objects
+    fs = fsspec.filesystem("reference", fo=str(out), remote_protocol="s3",
+                           remote_options={"asynchronous": True}, asynchronous=True)
+    with zarr.config.set({"array.rectilinear_chunks": True}):
+        g = zarr.open_group(FsspecStore(fs, read_only=True, path=""), mode="r", zarr_format=3)
+        assert_same(g["tas"][...], gl["tas"][...], "tas via fsspec+zarr")
+    assert_same(virtualize.open(out)["tas"][...], gl["tas"][...], "tas via virtualize.open")
+    ds = xr.open_dataset(tmp_path / "local", engine="virtualize")
+    virtualize.virtualize(f"s3://{BUCKET}/months2024/*.nc", tmp_path / "cube")
+    dr = xr.open_dataset(tmp_path / "cube", engine="virtualize")
+    assert_same(dr["tas"].values, ds["tas"].values, "tas via xarray")
+
+
+def test_missing_and_forbidden_objects_are_located_problems(served, s3):
+    srv, local = served
+    srv.status["months2024/forbidden.nc"] = 403
+    good = f"{srv.url}/months2024/{local['months2024'][0].name}"
+    missing = f"{srv.url}/months2024/nope.nc"
+    forbidden = f"{srv.url}/months2024/forbidden.nc"
+    report = virtualize.check([good, missing, forbidden])
+    kinds = {p.loc.file: p.kind for p in report.problems if p.fatal}
+    assert kinds[missing] == "source-missing"
+    assert kinds[forbidden] == "source-forbidden"
+    report = virtualize.check([f"s3://{BUCKET}/months2024/nope.nc"])
+    assert [p.kind for p in report.problems] == ["source-missing"]
+
+
+def test_changed_object_is_detected_on_open(served, s3, tmp_path):
+    client, _ = s3
+    _srv, local = served
+    key = "changing/a.nc"
+    f = local["months2024"][0]
+    client.upload_file(str(f), BUCKET, key)
+    virtualize.virtualize(f"s3://{BUCKET}/{key}", tmp_path / "cube")
+    virtualize.open(tmp_path / "cube")
+    data = bytearray(f.read_bytes())
+    data[-1] ^= 0xFF  # same size, new ETag
+    client.put_object(Bucket=BUCKET, Key=key, Body=bytes(data))
+    with pytest.raises(VirtualizeError) as e:
+        virtualize.open(tmp_path / "cube")
+    assert [p.kind for p in e.value.problems] == ["source-changed"]
+
+
+def test_unknown_scheme_is_refused_clearly(tmp_path):
+    with pytest.raises(VirtualizeError) as e:
+        virtualize.check(["foo://host/a.nc"])
+    assert e.value.problems[0].kind == "unsupported-scheme"
+    r = subprocess.run([sys.executable, "-m", "virtualize.cli", "foo://host/a.nc", "-o",
+                        str(tmp_path / "c")], capture_output=True, text=True, cwd=tmp_path)
+    assert r.returncode != 0 and "foo://" in r.stdout + r.stderr
+    assert "Traceback" not in r.stderr
+    assert not (tmp_path / "foo:").exists()
+
+
+def test_recorded_url_roots_are_honoured_but_not_metadata_addresses():
+    from virtualize.access import Access
+
+    a = Access("cube", ["s3://bucket/tas/", "http://169.254.169.254/latest/",
+                        "http://metadata.google.internal/x/"])
+    assert a.refusal("s3://bucket/tas/a.nc") is None
+    assert a.refusal("s3://bucket/other/a.nc") is not None
+    assert a.refusal("s3://bucket/tas/../secret") is not None
+    assert a.refusal("http://169.254.169.254/latest/meta-data") is not None
+    assert a.refusal("http://metadata.google.internal/x/y") is not None
+    allowed = Access("cube", [], allow=["http://169.254.169.254/latest/"])
+    assert allowed.refusal("http://169.254.169.254/latest/meta-data") is None
+
+
+def test_several_mb_netcdf4_scan_and_write_fetch_under_10_percent(served, tmp_path):
+    import netCDF4
+
+    srv, _ = served
+    path = srv.root / "big" / "big.nc"
+    path.parent.mkdir(exist_ok=True)
+    with netCDF4.Dataset(path, "w") as nc:
+        nc.createDimension("time", None)
+        nc.createDimension("lat", 90)
+        nc.createDimension("lon", 180)
+        t = nc.createVariable("time", "f8", ("time",))
+        t.units = "days since 2024-01-01"
+        nc.createVariable("lat", "f4", ("lat",))[:] = np.linspace(-89, 89, 90)
+        nc.createVariable("lon", "f4", ("lon",))[:] = np.linspace(0, 358, 180)
+        v = nc.createVariable("tas", "f4", ("time", "lat", "lon"), chunksizes=(1, 90, 180))
+        rng = np.random.default_rng(0)
+        for i in range(60):
+            t[i] = i
+            v[i] = rng.random((90, 180), dtype=np.float32)
+    size = path.stat().st_size
+    assert size > 3_000_000
+    srv.reset()
+    report = virtualize.virtualize(f"{srv.url}/big/big.nc", tmp_path / "cube")
+    fetched = srv.bytes_sent
+    assert fetched <= 0.10 * size, (fetched, size, srv.requests)
+    assert sum(report.bytes_read.values()) <= fetched
+    with netCDF4.Dataset(path) as nc:
+        expected = nc["tas"][7].data
+    assert_same(virtualize.open(tmp_path / "cube")["tas"][7], expected, "tas[7]")
+
+
+@pytest.mark.parametrize("out", ["cube.zarr", "refs.json", "repo.icechunk"])
+def test_output_to_s3_reads_back_and_is_guarded(served, s3, out, tmp_path):
+    client, _ = s3
+    _srv, local = served
+    url = f"s3://{BUCKET}/out/{out}"
+    virtualize.virtualize(f"s3://{BUCKET}/months2024/*.nc", url)
+    virtualize.virtualize(local["months2024"], tmp_path / "local")
+    gl = virtualize.open(tmp_path / "local")
+    g = virtualize.open(url)
+    assert_same(g["tas"][...], gl["tas"][...], f"tas via {out} on S3")
+    if out == "cube.zarr":  # the root documents were uploaded last
+        keys = [o["Key"] for o in client.list_objects_v2(Bucket=BUCKET, Prefix="out/cube.zarr/")
+                ["Contents"]]
+        assert "out/cube.zarr/virtualize.json" in keys
+    with pytest.raises(OutputExistsError):
+        virtualize.virtualize(f"s3://{BUCKET}/months2024/*.nc", url)
+    virtualize.virtualize(f"s3://{BUCKET}/months2024/*.nc", url, overwrite=True)
+    # something virtualize did not write is never replaced
+    client.put_object(Bucket=BUCKET, Key=f"foreign/{out}", Body=b"not ours")
+    with pytest.raises(UnsafeOutputError):
+        virtualize.virtualize(f"s3://{BUCKET}/months2024/*.nc", f"s3://{BUCKET}/foreign/{out}",
+                              overwrite=True)
+
+
+def test_cli_s3_glob_to_s3_cube(served, s3, tmp_path):
+    r = subprocess.run([os.path.join(os.path.dirname(sys.executable), "virtualize"),
+                        f"s3://{BUCKET}/nc3_months_classic/*.nc", "-o",
+                        f"s3://{BUCKET}/cli/cube.zarr", "-v", "-q"],
+                       capture_output=True, text=True, env=dict(os.environ))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "requests" in r.stdout
+    assert not (tmp_path / "s3:").exists() and not os.path.exists("s3:")
+    g = virtualize.open(f"s3://{BUCKET}/cli/cube.zarr")
+    assert g["tas"].shape[0] == 91
+
+
+@pytest.mark.parametrize("where", ["http", "s3"])
+def test_icechunk_of_remote_sources_reads_back(served, s3, where, tmp_path):
+    pytest.importorskip("icechunk")
+    srv, local = served
+    src = ([f"{srv.url}/months2024/{f.name}" for f in local["months2024"]] if where == "http"
+           else f"s3://{BUCKET}/months2024/*.nc")
+    virtualize.virtualize(src, tmp_path / "repo.icechunk")
+    virtualize.virtualize(local["months2024"], tmp_path / "local")
+    g, gl = virtualize.open(tmp_path / "repo.icechunk"), virtualize.open(tmp_path / "local")
+    assert_same(g["tas"][...], gl["tas"][...], f"tas via Icechunk ({where} containers)")
+
+
+def test_transient_errors_are_retried(served):
+    srv, local = served
+    f = local["nc3_months_classic"][0]
+    srv.flaky[f"nc3_months_classic/{f.name}"] = 2  # two 503s, then the file
+    report = virtualize.check([f"{srv.url}/nc3_months_classic/{f.name}"], scan_timeout=None)
+    assert report.ok, report.problems
+    assert srv.flaky[f"nc3_months_classic/{f.name}"] == 0
+
+
+def test_relative_cube_moves_with_its_files(case, tmp_path):
+    base = tmp_path / "archive"
+    (base / "data").mkdir(parents=True)
+    files = []
+    for f in case("months2024")[:3]:
+        shutil.copy2(f, base / "data" / f.name)
+        files.append(base / "data" / f.name)
+    virtualize.virtualize(files, base / "cube.zarr", relative=True)
+    info = json.loads((base / "cube.zarr" / "virtualize.json").read_text())
+    assert [s["path"] for s in info["sources"]] == [f"../data/{f.name}" for f in files]
+    assert info["roots"] == ["../data"]
+    expected = virtualize.open(base / "cube.zarr")["tas"][...]
+    moved = tmp_path / "mirror"
+    shutil.move(base, moved)  # cube and files together: still reads
+    assert_same(virtualize.open(moved / "cube.zarr")["tas"][...], expected, "moved cube")
+    with pytest.raises(ValueError):
+        virtualize.virtualize(list((moved / "data").iterdir()), tmp_path / "x.json", relative=True)
+
+
+def test_relative_cube_on_s3_resolves_against_its_url(served, s3):
+    virtualize.virtualize(f"s3://{BUCKET}/nc3_months_classic/*.nc",
+                          f"s3://{BUCKET}/nc3_months_classic/cube.zarr", relative=True)
+    client, _ = s3
+    info = json.loads(client.get_object(Bucket=BUCKET,
+                                        Key="nc3_months_classic/cube.zarr/virtualize.json")
+                      ["Body"].read())
+    assert all(s["path"].startswith("../tas_day_") for s in info["sources"])
+    g = virtualize.open(f"s3://{BUCKET}/nc3_months_classic/cube.zarr")
+    assert g["tas"].shape[0] == 91
+
+
+@pytest.mark.parametrize("json_where", ["local", "http"])
+def test_kerchunk_reference_sets_of_remote_files_as_sources(served, json_where, tmp_path):
+    pytest.importorskip("kerchunk")
+    from kerchunk.hdf import SingleHdf5ToZarr
+
+    srv, local = served
+    refs = []
+    for f in local["months2024"][:3]:
+        url = f"{srv.url}/months2024/{f.name}"
+        doc = SingleHdf5ToZarr(url, inline_threshold=0).translate()
+        out = srv.root / "refs" / f"{f.stem}.json"
+        out.parent.mkdir(exist_ok=True)
+        out.write_text(json.dumps(doc))
+        refs.append(str(out) if json_where == "local" else f"{srv.url}/refs/{out.name}")
+    virtualize.virtualize(refs, tmp_path / "cube")
+    virtualize.virtualize(local["months2024"][:3], tmp_path / "local")
+    info = json.loads((tmp_path / "cube" / "virtualize.json").read_text())
+    assert any(s["path"].startswith(srv.url) and s.get("referenced_by") for s in info["sources"])
+    assert_same(virtualize.open(tmp_path / "cube")["tas"][...],
+                virtualize.open(tmp_path / "local")["tas"][...], "tas via remote references")
