@@ -255,7 +255,7 @@ def test_output_to_s3_reads_back_and_is_guarded(served, s3, out, tmp_path):
 def test_cli_s3_glob_to_s3_cube(served, s3, tmp_path):
     r = subprocess.run([os.path.join(os.path.dirname(sys.executable), "virtualize"),
                         f"s3://{BUCKET}/nc3_months_classic/*.nc", "-o",
-                        f"s3://{BUCKET}/cli/cube.zarr", "-v", "-q"],
+                        f"s3://{BUCKET}/cli/cube.zarr", "-v"],
                        capture_output=True, text=True, env=dict(os.environ))
     assert r.returncode == 0, r.stdout + r.stderr
     assert "requests" in r.stdout
