@@ -412,7 +412,7 @@ def test_unwritten_records_inside_a_written_block_are_refused(tmp_path):
         nc.createVariable("time", "f8", ("time",))[:] = np.arange(4.0)
         w = nc.createVariable("w", "f4", ("time",), chunksizes=(2,))
         w[:3] = [1, 2, 3]  # HDF5 extent 3, netCDF length 4: block 1 holds records 2 and 3
-    r = virtualize.check([path])
+    r = virtualize.check([path], inline_threshold=0)
     (p,) = [p for p in r.problems if p.kind == "partial-records"]
     assert (p.loc.file, p.loc.variable, p.fatal) == (str(path), "w", True)
     inv = virtualize.scan(path)
@@ -438,3 +438,18 @@ def test_fill_values_xarray_cannot_decode_are_left_out(tmp_path):
         src = xr.open_dataset(path, engine="netcdf4")
         for name in ("text", "empty", "ok"):
             np.testing.assert_array_equal(ds[name].values, src[name].values)
+
+
+def test_one_file_is_never_given_a_new_axis(tmp_path):
+    """A single file whose unlimited dimension no variable uses (or a --concat-dim it
+    lacks) keeps every variable's shape: no leading length-1 axis."""
+    path = tmp_path / "one.nc"
+    with netCDF4.Dataset(path, "w") as nc:
+        nc.createDimension("time", None)
+        nc.createDimension("x", 3)
+        nc.createVariable("v", "f4", ("x",))[:] = [1, 2, 3]
+    for kw in ({}, {"concat_dim": "time"}):
+        report = virtualize.virtualize([path], tmp_path / "c.zarr", overwrite=True, **kw)
+        assert not any("new leading" in n for n in report.notes)
+        cube = virtualize.open(tmp_path / "c.zarr")
+        assert cube["v"].shape == (3,) and cube["v"][...].tolist() == [1, 2, 3]

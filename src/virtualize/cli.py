@@ -29,6 +29,9 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--inline", metavar="VAR", action="append", default=[],
                    help="store this variable's values in the cube instead of referencing them "
                         "(coordinates are inlined by default); repeatable")
+    p.add_argument("--inline-threshold", type=_bytes_arg, metavar="BYTES", default=64 * 1024,
+                   help="inline variables that cannot be referenced when they take at most this "
+                        "many decoded bytes per file (default 64K; 0: refuse them instead)")
     p.add_argument("--drop", metavar="VAR", action="append", default=[],
                    help="leave this variable out; repeatable")
     p.add_argument("--no-sort", action="store_true",
@@ -241,14 +244,15 @@ def _main(argv: list[str] | None = None) -> int:
     if argv and argv[0] == "check":
         args = build_check_parser().parse_args(argv[1:])
         report = check(args.files, args.concat_dim, inline=args.inline, drop=args.drop,
-                       sort=not args.no_sort, progress=_progress(args), **_remedies(args))
+                       sort=not args.no_sort, progress=_progress(args),
+                       inline_threshold=args.inline_threshold, **_remedies(args))
         _show(report, args)
         return 0 if report.ok else 1
     args = build_parser().parse_args(argv)
     return _write(args, lambda: virtualize(
         args.files, args.output, args.concat_dim, overwrite=args.overwrite, inline=args.inline,
         drop=args.drop, sort=not args.no_sort, format=args.format, progress=_progress(args),
-        **_remedies(args)))
+        inline_threshold=args.inline_threshold, **_remedies(args)))
 
 
 if __name__ == "__main__":

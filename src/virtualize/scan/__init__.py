@@ -88,7 +88,7 @@ def read_values(path: str, variable: str):
     """Decode one variable's full data with the format's own library (for inlining)."""
     fmt = detect_format(path)
     if fmt == "hdf5":
-        import h5py
+        from .hdf5 import h5py  # with hdf5plugin's filters registered
         with h5py.File(path, "r") as f:
             return f[variable][()]
     if fmt == "netcdf3":
@@ -114,7 +114,7 @@ class SourceReader:
 
     def __enter__(self) -> "SourceReader":
         if self.fmt == "hdf5":
-            import h5py
+            from .hdf5 import h5py  # with hdf5plugin's filters registered
             self._h5 = h5py.File(self.path, "r")
         return self
 
