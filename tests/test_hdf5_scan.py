@@ -103,10 +103,27 @@ def test_virtual_and_external_datasets_are_refused(tmp_path):
     report = virtualize.check([p], inline_threshold=0)
     found = {(q.loc.variable, q.kind, q.fatal) for q in report.problems}
     assert found == {("vds", "virtual-dataset", True), ("ext", "external-storage", True),
-                     ("link", "external-link", True), ("soft", "soft-link", False)}
+                     ("link", "external-link", True), ("soft", "virtual-dataset", True)}
 
 
-def test_strings_and_compounds_are_skipped_not_fatal(tmp_path):
+def test_soft_links_to_datasets_are_virtualized_under_both_names(tmp_path):
+    p = tmp_path / "s.h5"
+    with h5py.File(p, "w") as f:
+        f.create_dataset("g/data", data=np.arange(12, dtype="i2").reshape(3, 4), chunks=(2, 2),
+                         compression="gzip")
+        f["alias"] = h5py.SoftLink("/g/data")
+        f["grp_alias"] = h5py.SoftLink("/g")
+        f["dangling"] = h5py.SoftLink("/nowhere")
+    report = virtualize.virtualize([p], tmp_path / "c.zarr")
+    assert {q.loc.variable for q in report.problems if q.kind == "soft-link"} == \
+        {"grp_alias", "dangling"}
+    cube = virtualize.open(tmp_path / "c.zarr")
+    with h5py.File(p) as f:
+        for name in ("g/data", "alias"):
+            assert_same(cube[name][...], f[name][()], name)
+
+
+def test_strings_are_inlined_and_compounds_skipped_not_fatal(tmp_path):
     p = tmp_path / "s.h5"
     with h5py.File(p, "w") as f:
         f["names"] = np.array([b"a", b"bc"])
@@ -114,9 +131,9 @@ def test_strings_and_compounds_are_skipped_not_fatal(tmp_path):
         f["vals"] = np.arange(3, dtype="i8")
     report = virtualize.check([p])
     assert report.ok
-    assert {(q.loc.variable, q.kind) for q in report.problems} == {
-        ("names", "unsupported-type"), ("rec", "unsupported-type")}
-    assert list(report.plan.arrays) == ["vals"]
+    assert {(q.loc.variable, q.kind) for q in report.problems} == {("rec", "unsupported-type")}
+    assert sorted(report.plan.arrays) == ["names", "vals"]
+    assert report.plan.arrays["names"].inline.tolist() == ["a", "bc"]
 
 
 def test_anonymous_axes_get_stable_names(tmp_path):
@@ -355,3 +372,56 @@ def test_blocks_past_the_end_of_a_file_are_truncated(tmp_path):
     _check_extent(inv)
     (prob,) = [q for q in inv.problems if q.kind == "truncated"]
     assert prob.loc.variable == "x" and prob.loc.block is not None
+
+
+def test_objects_hdf5_cannot_open_are_refused_alone(tmp_path, monkeypatch):
+    """A link h5py cannot follow ("Unknown link type") is skipped, a dataset it cannot
+    describe ("Insufficient precision") refused, each named; the rest of the file is
+    virtualized (with --drop for the refused one)."""
+    from virtualize.scan import hdf5 as scan_hdf5
+
+    p = tmp_path / "odd.h5"
+    with h5py.File(p, "w") as f:
+        f["ok"] = np.arange(4.0)
+        f["weird"] = np.arange(3)
+        f["broken"] = np.arange(2)
+    real_get, real_dims = h5py.Group.get, scan_hdf5._Scanner._dims
+
+    def get(self, key, *a, **kw):
+        if key == "weird" and kw.get("getlink"):
+            raise OSError("Unknown link type")
+        return real_get(self, key, *a, **kw)
+
+    def dims(self, name, ds):
+        if name == "broken":
+            raise OSError("Insufficient precision")
+        return real_dims(self, name, ds)
+
+    monkeypatch.setattr(h5py.Group, "get", get)
+    monkeypatch.setattr(scan_hdf5._Scanner, "_dims", dims)
+    report = virtualize.check([p], scan_timeout=None)
+    found = {(q.loc.variable, q.kind, q.fatal) for q in report.problems}
+    assert found == {("weird", "unsupported-object", False), ("broken", "corrupt", True)}
+    assert "Unknown link type" in str(report.problems) and "--drop broken" in str(report.problems)
+    virtualize.virtualize([p], tmp_path / "c.zarr", drop=["broken"], scan_timeout=None)
+    assert virtualize.open(tmp_path / "c.zarr")["ok"][...].tolist() == [0, 1, 2, 3]
+
+
+def test_bitfields_and_half_floats_round_trip(tmp_path):
+    """HDF5 bitfields (h5py reads them as unsigned integers of their size, either byte
+    order) and 16-bit floats are referenced exactly."""
+    p = tmp_path / "b.h5"
+    with h5py.File(p, "w") as f:
+        sid = h5py.h5s.create_simple((4,))
+        for name, tid, data in [(b"bits", h5py.h5t.STD_B8LE, np.array([1, 2, 255, 0], "u1")),
+                                (b"bits16", h5py.h5t.STD_B16BE,
+                                 np.array([1, 2, 65535, 256], ">u2"))]:
+            ds = h5py.h5d.create(f.id, name, tid.copy(), sid)
+            ds.write(h5py.h5s.ALL, h5py.h5s.ALL, data, mtype=tid)
+        f.create_dataset("half", data=np.array([1.5, -2, np.inf, np.nan], "f2"), chunks=(2,))
+    report = virtualize.virtualize([p], tmp_path / "c.zarr")
+    assert report.problems == [] and all(a.inline is None for a in report.plan.arrays.values())
+    cube = virtualize.open(tmp_path / "c.zarr")
+    with h5py.File(p) as f:
+        for name in ("bits", "bits16", "half"):
+            assert_same(cube[name][...], f[name][()], name)

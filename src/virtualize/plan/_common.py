@@ -122,6 +122,10 @@ def _way_through(inv: FileInventory, p: Problem) -> Problem:
                              f"cube: {nbytes} bytes from this file) or --drop {v.name}")
 
 
+def _native(dtype: np.dtype) -> np.dtype:
+    return dtype if dtype.kind == "T" else dtype.newbyteorder("=")
+
+
 def carry_scan_problems(ctx: Context, materialize: bool = False) -> None:
     """The scanners' problems, less those the user's choices resolve: dropped variables,
     inlined ones, and with `materialize` chunks the scanner held for copying (HDF5 chunks
@@ -217,7 +221,7 @@ def consistent(ctx: Context, name: str, vs: list[Variable], free: frozenset[str]
             ctx.problem(f, name, "dims-differ",
                         f"dimensions {v.dims} differ from {first.dims} in {path0}")
             continue
-        if v.dtype.newbyteorder("=") != first.dtype.newbyteorder("="):
+        if _native(v.dtype) != _native(first.dtype):
             ctx.problem(f, name, "dtype-differs", f"data type {v.dtype} differs from "
                         f"{first.dtype} in {path0}")
         for axis, (d, a, b) in enumerate(zip(v.dims, v.shape, first.shape)):
@@ -293,6 +297,12 @@ def can_materialize(codecs: list[dict]) -> bool:
 
 def inline_plan(name: str, values: np.ndarray, dims, attrs: dict, fill_value=None) -> ArrayPlan:
     """An array stored in the cube itself: one chunk, little-endian, C order."""
+    if values.dtype.kind == "T":  # text: zarr's `string` data type, vlen-utf8 codec
+        data = np.asarray(values).copy(order="C")
+        return ArrayPlan(name=name, dtype=data.dtype, shape=tuple(data.shape), dims=tuple(dims),
+                         chunk_lengths=tuple((max(n, 1),) for n in data.shape),
+                         codecs=[{"name": "vlen-utf8", "configuration": {}}],
+                         fill_value=None, attrs=dict(attrs), refs=None, inline=data)
     dtype = values.dtype.newbyteorder("<") if values.dtype.itemsize > 1 else values.dtype
     data = np.asarray(values, dtype=dtype).copy(order="C")  # (ascontiguousarray makes 0-d 1-d)
     return ArrayPlan(name=name, dtype=dtype, shape=tuple(data.shape), dims=tuple(dims),

@@ -33,7 +33,14 @@ from ..model import (
     empty_refs,
 )
 from ._io import CountingFile
-from ._values import COORD_VALUES_LIMIT, Unrepresentable, bytes_codec, plain
+from ._values import (
+    COORD_VALUES_LIMIT,
+    TEXT_LIMIT,
+    Unrepresentable,
+    bytes_codec,
+    chars_to_text,
+    plain,
+)
 
 # Attributes that HDF5 dimension scales and the netCDF-4 library keep for themselves.
 HIDDEN_ATTRS = frozenset({
@@ -100,7 +107,12 @@ class _Scanner:
         for name, ds in self._datasets:
             if name in self._scales and _attr_text(ds.attrs.get("NAME")).startswith(NC_DIM_ONLY):
                 continue  # a netCDF dimension without a variable
-            var = self._variable(name, ds)
+            try:
+                var = self._variable(name, ds)
+            except Exception as e:  # HDF5 cannot describe it (e.g. "Insufficient precision")
+                self.problem(name, "corrupt", f"h5py cannot read this dataset's description "
+                             f"({type(e).__name__}: {e}); --drop {name} virtualizes the rest")
+                continue
             if var is not None:
                 self.variables[name] = var
         return FileInventory(self.path, "netcdf4" if self.netcdf4 else "hdf5", size, mtime_ns,
@@ -110,16 +122,36 @@ class _Scanner:
         self.groups[prefix] = read_attrs(g.attrs, self._omitted(prefix or None, "group /" + prefix))
         for key in g.keys():
             name = f"{prefix}/{key}" if prefix else key
-            link = g.get(key, getlink=True)
+            try:
+                link = g.get(key, getlink=True)
+            except Exception as e:  # e.g. "Unknown link type": this object only
+                self.problem(name, "unsupported-object", f"h5py cannot open this link "
+                             f"({type(e).__name__}: {e}): skipped", fatal=False)
+                continue
             if isinstance(link, h5py.ExternalLink):
                 self.problem(name, "external-link",
                              f"external link to {link.filename}:{link.path} cannot be referenced")
                 continue
             if isinstance(link, h5py.SoftLink):
-                self.problem(name, "soft-link", f"soft link to {link.path}: skipped "
-                             "(the target is virtualized under its own name)", fatal=False)
+                # a soft link to a dataset is a second name for it (h5py and xarray show
+                # both): virtualized under both; to a group or nothing: skipped
+                try:
+                    target = g.get(key)
+                except Exception:
+                    target = None
+                if isinstance(target, h5py.Dataset) and not _is_dimension_scale(target):
+                    self._datasets.append((name, target))
+                else:
+                    self.problem(name, "soft-link", f"soft link to {link.path}: skipped "
+                                 "(a group, a dimension scale or nothing; a target is "
+                                 "virtualized under its own name)", fatal=False)
                 continue
-            obj = g.get(key)
+            try:
+                obj = g.get(key)
+            except Exception as e:
+                self.problem(name, "unsupported-object", f"h5py cannot open this object "
+                             f"({type(e).__name__}: {e}): skipped", fatal=False)
+                continue
             if isinstance(obj, h5py.Group):
                 self._walk(obj, name)
             elif isinstance(obj, h5py.Dataset):
@@ -131,6 +163,8 @@ class _Scanner:
     # -- one dataset -------------------------------------------------------------------
 
     def _variable(self, name: str, ds: h5py.Dataset) -> Variable | None:
+        if h5py.check_string_dtype(ds.dtype) is not None and ds.shape is not None:
+            return self._text(name, ds)
         dtype, enum = _numeric_dtype(ds.dtype)
         if dtype is None:
             self.problem(name, "unsupported-type",
@@ -164,6 +198,35 @@ class _Scanner:
         return Variable(name=name, dtype=dtype, shape=shape, dims=dims, attrs=attrs,
                         fill_value=fill, codecs=codecs, blocks=blocks, values=values,
                         is_coordinate=is_coord)
+
+    def _text(self, name: str, ds: h5py.Dataset) -> Variable | None:
+        """Strings (HDF5 variable- or fixed-length, netCDF-4 `string`, netCDF-4 `char`
+        arrays) are read at scan time and stored in the cube as zarr `string` (text), as
+        netCDF4-python / xarray decode them: a `char` array (1-byte strings) along its
+        last dimension joined into one string per row, as xarray does; the text decoded
+        with the variable's `_Encoding` (netCDF) or its HDF5 character set. Large ones
+        are skipped (not fatal)."""
+        info = h5py.check_string_dtype(ds.dtype)
+        dims = self._dims(name, ds)
+        attrs = read_attrs(ds.attrs, self._omitted(name, name))
+        nbytes = ds.size * (info.length or 64)
+        if nbytes > TEXT_LIMIT:
+            self.problem(name, "unsupported-type", f"{ds.size} strings (about {nbytes} bytes) are "
+                         f"more than the {TEXT_LIMIT} bytes of text inlined: variable skipped",
+                         fatal=False)
+            return None
+        encoding = attrs.pop("_Encoding", None) or info.encoding
+        chars = info.length == 1 and ds.ndim >= 1 and self.netcdf4
+        try:
+            values = chars_to_text(ds[()], encoding, chars)
+        except Exception as e:  # undecodable bytes, a damaged heap
+            self.problem(name, "unsupported-type", f"its strings cannot be read as {encoding} "
+                         f"text ({type(e).__name__}: {e}): variable skipped", fatal=False)
+            return None
+        if chars:  # the string length axis is gone
+            dims = dims[:-1]
+        return Variable(name=name, dtype=values.dtype, shape=values.shape, dims=dims, attrs=attrs,
+                        fill_value=None, codecs=[], blocks=None, values=values)
 
     # -- netCDF-4: a variable's shape is its dimensions' lengths ---------------------------
 
@@ -502,7 +565,11 @@ def stored_type_differs(tid, dtype: np.dtype) -> str | None:
             if why or tid.get_member_offset(i) != i * half:
                 return f"complex parts are not two adjacent IEEE floats ({why or 'offsets'})"
         return None
-    if cls not in (h5py.h5t.INTEGER, h5py.h5t.FLOAT, h5py.h5t.BITFIELD):
+    if cls == h5py.h5t.BITFIELD:  # h5py reads a bitfield as the unsigned integer of its size
+        if tid.get_size() != dtype.itemsize:
+            return f"a {tid.get_size()}-byte bitfield read as {dtype}"
+        return None
+    if cls not in (h5py.h5t.INTEGER, h5py.h5t.FLOAT):
         return None
     size, precision, offset = tid.get_size(), tid.get_precision(), tid.get_offset()
     if cls == h5py.h5t.FLOAT:

@@ -40,7 +40,7 @@ from ..model import (
     empty_refs,
 )
 from ._io import CountingFile
-from ._values import COORD_VALUES_LIMIT, bytes_codec, plain
+from ._values import COORD_VALUES_LIMIT, TEXT_LIMIT, bytes_codec, chars_to_text, plain
 
 MAGIC = b"CDF"
 FORMATS = {1: "netcdf3-cdf1", 2: "netcdf3-cdf2", 5: "netcdf3-cdf5"}
@@ -490,13 +490,13 @@ def scan_netcdf3(path: str) -> FileInventory:
         variables: dict[str, Variable] = {}
         dim_names = [name for name, _ in h.dims]
         for v in h.variables:
-            if v.nc_type == NC_CHAR:
-                problems.append(Problem(Location(path, v.name), "unsupported-type",
-                                        "NC_CHAR (character array) variables are not "
-                                        "supported: variable skipped", fatal=False))
-                continue
             end = data_end(h, v)
             truncated = end > st.st_size
+            if v.nc_type == NC_CHAR:
+                var = _text_variable(f, h, v, dim_names, truncated, problems, path)
+                if var is not None:
+                    variables[v.name] = var
+                continue
             if truncated:
                 problems.append(Problem(Location(path, v.name), "truncated",
                                         _truncated_message(h, v, end, st.st_size)))
@@ -518,6 +518,36 @@ def scan_netcdf3(path: str) -> FileInventory:
                   for name, n in h.dims}
     return FileInventory(path, FORMATS[h.version], st.st_size, st.st_mtime_ns, {"": h.gatts},
                          dimensions, variables, problems, bytes_read)
+
+
+def _text_variable(f, h: NcHeader, v: NcVar, dim_names, truncated: bool, problems,
+                   path: str) -> Variable | None:
+    """An NC_CHAR variable as text (zarr `string`), as xarray decodes it: one string per
+    row of its last dimension, decoded with its `_Encoding` (UTF-8 when it has none),
+    trailing NULs dropped; read when scanned, stored in the cube. Skipped (not fatal)
+    when larger than TEXT_LIMIT bytes or not decodable; refused when truncated."""
+    if truncated:
+        problems.append(Problem(Location(path, v.name), "truncated",
+                                "NC_CHAR variable: its data lies past the end of the file"))
+        return None
+    nbytes = math.prod(v.shape)
+    if nbytes > TEXT_LIMIT:
+        problems.append(Problem(Location(path, v.name), "unsupported-type",
+                                f"NC_CHAR variable of {nbytes} bytes: more text than the "
+                                f"{TEXT_LIMIT} bytes inlined; variable skipped", fatal=False))
+        return None
+    attrs = dict(v.attrs)
+    encoding = str(attrs.pop("_Encoding", None) or "utf-8")
+    try:
+        values = chars_to_text(read_data(f, h, v), encoding, chars=True)
+    except Exception as e:  # undecodable bytes, an unknown encoding
+        problems.append(Problem(Location(path, v.name), "unsupported-type",
+                                f"NC_CHAR data cannot be read as {encoding} text "
+                                f"({type(e).__name__}: {e}): variable skipped", fatal=False))
+        return None
+    dims = tuple(dim_names[d] for d in v.dimids)[:-1] if v.shape else ()
+    return Variable(name=v.name, dtype=values.dtype, shape=values.shape, dims=dims, attrs=attrs,
+                    fill_value=None, codecs=[], blocks=None, values=values)
 
 
 def _truncated_message(h: NcHeader, v: NcVar, end: int, size: int) -> str:
