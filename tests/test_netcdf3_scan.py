@@ -609,3 +609,27 @@ def test_region_reads(tmp_path):
     with SourceReader(path) as r:
         assert r.read("a", ((2, 5), (1, 4))).tolist() == (np.arange(35).reshape(7, 5)[2:5, 1:4]).tolist()
         assert r.read("b", ((3, 5),)).tolist() == [4.5, 6.0]
+
+
+@pytest.mark.parametrize("char,escaped", [(b"/", "ab%2Fcd"), (b"\x00", "ab%00cd"),
+                                          (b"\x01", "ab%01cd"), (b"%", "ab%25cd")])
+def test_names_a_path_cannot_hold_are_escaped_reversibly(tmp_path, char, escaped):
+    """netCDF-C reads classic files whose names hold '/', NUL or control characters
+    (the spec forbids them): such names are percent-encoded for the cube path ('%' too,
+    so that unquoting gives the name back), the original kept in an attribute."""
+    from urllib.parse import unquote
+
+    import virtualize
+
+    src = tmp_path / "n.nc"
+    with netCDF4.Dataset(src, "w", format="NETCDF3_CLASSIC") as nc:
+        nc.createDimension("x", 2)
+        nc.createVariable("abXcd", "f4", ("x",))[:] = [1, 2]
+    p = tmp_path / "odd.nc"
+    p.write_bytes(src.read_bytes().replace(b"abXcd", b"ab" + char + b"cd"))
+    virtualize.virtualize([p], tmp_path / "c.zarr")
+    cube = virtualize.open(tmp_path / "c.zarr")
+    arr = cube[escaped]
+    assert arr[...].tolist() == [1, 2]
+    original = arr.attrs["_virtualize_original_name"]
+    assert original == "ab" + char.decode() + "cd" == unquote(escaped)

@@ -206,11 +206,8 @@ class _Cursor:
         except UnicodeDecodeError as e:
             raise corrupt(self.path, f"the name of {what} at byte offset {at} is not valid "
                                      f"UTF-8 (byte {at + e.start})") from None
-        bad = [c for c in name if c == "/" or ord(c) < 0x20 or ord(c) == 0x7F]
-        if not name or bad:  # the spec's name grammar; a '/' or NUL would also break paths
-            raise corrupt(self.path, f"the name of {what} at byte offset {at} is "
-                                     + (f"{name!r}: {bad[0]!r} is not allowed in names" if bad
-                                        else "empty"))
+        if not name:
+            raise corrupt(self.path, f"the name of {what} at byte offset {at} is empty")
         return name
 
     def nc_type(self, what: str) -> int:
@@ -271,6 +268,20 @@ def _read_attrs(cur: _Cursor, owner: str) -> tuple[dict[str, Any], dict[str, Any
     return attrs, raw
 
 
+def escape_name(name: str) -> str:
+    """A variable or dimension name as a cube path can hold it: '%', '/' and control
+    characters (NUL included; the netCDF spec forbids them, netCDF-C reads them) are
+    percent-encoded, reversibly (`urllib.parse.unquote` gives the name back); the
+    original is kept in the variable's `ORIGINAL_NAME_ATTR` attribute."""
+    if not any(c in "%/" or ord(c) < 0x20 or ord(c) == 0x7F for c in name):
+        return name
+    return "".join(f"%{ord(c):02X}" if c in "%/" or ord(c) < 0x20 or ord(c) == 0x7F else c
+                   for c in name)
+
+
+ORIGINAL_NAME_ATTR = "_virtualize_original_name"
+
+
 def parse_header(f, path: str, size: int) -> NcHeader:
     """Parse the header from the open file `f` (`size` bytes long) and lay out the data."""
     cur = _Cursor(f, path, size)
@@ -288,7 +299,7 @@ def parse_header(f, path: str, size: int) -> NcHeader:
 
     dims: list[tuple[str, int]] = []
     for i in range(cur.list_header(NC_DIMENSION, "dimensions")):
-        name = cur.name(f"dimension {i}")
+        name = escape_name(cur.name(f"dimension {i}"))
         dims.append((name, cur.non_neg(f"the length of dimension {i} ({name!r})")))
     _check_unique(path, [d[0] for d in dims], "dimension")
     if sum(1 for _, n in dims if n == 0) > 1:
@@ -300,7 +311,8 @@ def parse_header(f, path: str, size: int) -> NcHeader:
     variables: list[NcVar] = []
     for i in range(cur.list_header(NC_VARIABLE, "variables")):
         start = cur.pos
-        name = cur.name(f"variable {i}")
+        original = cur.name(f"variable {i}")
+        name = escape_name(original)
         what = f"variable {name!r}"
         at = cur.pos
         ndims = cur.fits(cur.non_neg(f"the number of dimensions of {what}"),
@@ -314,6 +326,8 @@ def parse_header(f, path: str, size: int) -> NcHeader:
                                     f"but the file defines {len(dims)} dimensions")
             dimids.append(d)
         attrs, raw = _read_attrs(cur, what)
+        if name != original:
+            attrs[ORIGINAL_NAME_ATTR] = original
         t = cur.nc_type(what)
         cur.non_neg(f"the vsize of {what}")  # redundant (and capped in CDF-2): recomputed
         begin = cur.offset(f"the begin offset of {what}")
