@@ -59,6 +59,13 @@ def assert_same(actual, expected, what: str) -> None:
     actual = np.asarray(actual)
     expected = np.asarray(expected)
     assert actual.shape == expected.shape, f"{what}: shape {actual.shape} != {expected.shape}"
+    if actual.dtype.kind == "T" or expected.dtype.kind in "TOSU" and actual.dtype.kind in "TO":
+        # text: the cube holds str; a source library may give str or UTF-8 bytes objects
+        def text(a):
+            return [x.decode("utf-8") if isinstance(x, bytes) else str(x)
+                    for x in np.asarray(a, dtype=object).reshape(-1)]
+        assert text(actual) == text(expected), f"{what}: text differs"
+        return
     assert actual.dtype == expected.dtype.newbyteorder("="), \
         f"{what}: dtype {actual.dtype} != {expected.dtype}"
     if expected.dtype.kind in "fc":

@@ -113,3 +113,15 @@ def test_parallel_scan_gives_the_same_report(case, tmp_path):
     assert one.bytes_read == two.bytes_read
     r = run("check", "-j", "2", *case("months2024"))
     assert r.returncode == 0 and r.stdout.startswith("yes: 12 file(s)")
+
+
+def test_inline_threshold_option(case, tmp_path):
+    """Small data that cannot be referenced (a compact dataset) is inlined by default with
+    a note; --inline-threshold 0 refuses it, naming --inline and --drop."""
+    files = case("h5py_plain")
+    r = run("check", *files, "--concat-dim", "data_dim0")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "small: cannot be referenced (compact-layout)" in r.stdout
+    r = run("check", *files, "--concat-dim", "data_dim0", "--inline-threshold", "0")
+    assert r.returncode == 1 and "compact-layout" in r.stdout
+    assert "--inline small" in r.stdout and "--drop small" in r.stdout

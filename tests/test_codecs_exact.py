@@ -257,21 +257,36 @@ def odd_types(tmp_path_factory):
 
 
 def test_types_without_a_zarr_data_type_are_refused(odd_types, tmp_path):
-    report = virtualize.check([odd_types])
+    report = virtualize.check([odd_types], inline_threshold=0)
     assert not report.ok
     refused = {p.loc.variable: p for p in report.problems}
     assert set(refused) == {f"{k}_{c}" for k in ("bfloat16", "int12", "uint12")
                             for c in ("chunked", "contiguous")}
     for name, p in refused.items():
         assert p.kind == "unsupported-type" and p.fatal and p.loc.file == str(odd_types)
-        assert f"--drop {name}" in p.message and p.remedy is None  # dropping is no remedy
+        assert f"--inline {name}" in p.remedy and f"--drop {name}" in p.remedy
     assert "bfloat16" in refused["bfloat16_chunked"].message
     assert "12-bit" in refused["int12_contiguous"].message
     out = tmp_path / "c.zarr"
     with pytest.raises(virtualize.VirtualizeError):
-        virtualize.virtualize([odd_types], out)
+        virtualize.virtualize([odd_types], out, inline_threshold=0)
     assert not out.exists()
     # dropped, the rest is virtualized and reads like h5py
-    virtualize.virtualize([odd_types], out, drop=list(refused))
+    virtualize.virtualize([odd_types], out, drop=list(refused), inline_threshold=0)
     assert_same(virtualize.open(out)["plain"][...], np.arange(6, dtype="f4").reshape(2, 3),
                 "plain")
+
+
+def test_types_without_a_zarr_data_type_are_inlined_as_h5py_reads_them(odd_types, tmp_path):
+    """Small, they are inlined automatically with the type h5py reads them as (bfloat16
+    as float32, which holds every bfloat16 exactly; 12-bit integers as int16 / uint16),
+    each with a note."""
+    out = tmp_path / "c.zarr"
+    report = virtualize.virtualize([odd_types], out)
+    cube = virtualize.open(out)
+    with h5py.File(odd_types) as f:
+        names = [n for n in f if n != "plain"]
+        for name in names:
+            assert_same(cube[name][...], f[name][()], name)
+            assert any(n.startswith(f"{name}: ") and "inlined" in n for n in report.notes)
+    assert cube["bfloat16_chunked"].dtype == np.float32

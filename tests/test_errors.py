@@ -413,7 +413,7 @@ def test_unwritten_records_inside_a_written_block_are_refused(tmp_path):
         nc.createVariable("time", "f8", ("time",))[:] = np.arange(4.0)
         w = nc.createVariable("w", "f4", ("time",), chunksizes=(2,))
         w[:3] = [1, 2, 3]  # HDF5 extent 3, netCDF length 4: block 1 holds records 2 and 3
-    r = virtualize.check([path])
+    r = virtualize.check([path], inline_threshold=0)
     (p,) = [p for p in r.problems if p.kind == "partial-records"]
     assert (p.loc.file, p.loc.variable, p.fatal) == (str(path), "w", True)
     inv = virtualize.inventory(path)
@@ -448,11 +448,26 @@ def test_a_stack_with_nothing_to_virtualize_is_refused(tmp_path):
 
     path = tmp_path / "strings.h5"
     with h5py.File(path, "w") as f:
-        f["names"] = np.array([b"a", b"bc"], dtype=h5py.string_dtype())
+        f["pairs"] = np.zeros(2, dtype=[("a", "i4"), ("b", "f8")])  # compound: skipped
     report = virtualize.check([path])
     assert not report.ok
     (p,) = [p for p in report.problems if p.fatal]
-    assert p.kind == "no-arrays" and "names" in p.message
+    assert p.kind == "no-arrays" and "pairs" in p.message
     with pytest.raises(VirtualizeError):
         virtualize.virtualize([path], tmp_path / "out.zarr")
     assert not (tmp_path / "out.zarr").exists()
+
+
+def test_one_file_is_never_given_a_new_axis(tmp_path):
+    """A single file whose unlimited dimension no variable uses (or a --concat-dim it
+    lacks) keeps every variable's shape: no leading length-1 axis."""
+    path = tmp_path / "one.nc"
+    with netCDF4.Dataset(path, "w") as nc:
+        nc.createDimension("time", None)
+        nc.createDimension("x", 3)
+        nc.createVariable("v", "f4", ("x",))[:] = [1, 2, 3]
+    for kw in ({}, {"concat_dim": "time"}):
+        report = virtualize.virtualize([path], tmp_path / "c.zarr", overwrite=True, **kw)
+        assert not any("new leading" in n for n in report.notes)
+        cube = virtualize.open(tmp_path / "c.zarr")
+        assert cube["v"].shape == (3,) and cube["v"][...].tolist() == [1, 2, 3]

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+
 import h5py
 import numpy as np
 import pytest
@@ -60,7 +63,7 @@ def test_chunk_with_a_filter_mask_is_a_located_problem(tmp_path):
     inv = virtualize.inventory(p)
     (prob,) = [q for q in inv.problems if q.kind == "filter-mask"]
     assert (prob.loc.file, prob.loc.variable, prob.loc.block) == (str(p), "x", (1, 0))
-    assert not virtualize.check([p]).ok
+    assert not virtualize.check([p], inline_threshold=0).ok
     # inlining reads the values through HDF5 itself, which honours the mask
     virtualize.virtualize([p], tmp_path / "c.zarr", inline=["x"])
     with h5py.File(p) as f:
@@ -74,9 +77,10 @@ def test_chunk_with_a_filter_mask_is_a_located_problem(tmp_path):
 def test_filters_without_an_exact_codec_are_refused(tmp_path, kw, label):
     p = tmp_path / "f.h5"
     with h5py.File(p, "w") as f:
-        f.create_dataset("x", data=np.linspace(0, 1, 40, dtype="f4").reshape(8, 5), chunks=(4, 5), **kw)
+        # compressible: an optional filter that cannot shrink a chunk is skipped for it
+        f.create_dataset("x", data=np.zeros((80, 5), "f4"), chunks=(40, 5), **kw)
         f.create_dataset("ok", data=np.arange(5, dtype="i4"))
-    report = virtualize.check([p])
+    report = virtualize.check([p], inline_threshold=0)
     (prob,) = [q for q in report.problems if q.kind == "unsupported-filter"]
     assert prob.loc.variable == "x" and prob.fatal
     assert "ok" in report.plan.arrays and "x" not in report.plan.arrays
@@ -96,13 +100,30 @@ def test_virtual_and_external_datasets_are_refused(tmp_path):
         f.create_dataset("ext", shape=(4,), dtype="<i4", external=[(str(raw), 0, 16)])
         f["link"] = h5py.ExternalLink(str(src), "a")
         f["soft"] = h5py.SoftLink("/vds")
-    report = virtualize.check([p])
+    report = virtualize.check([p], inline_threshold=0)
     found = {(q.loc.variable, q.kind, q.fatal) for q in report.problems}
     assert found == {("vds", "virtual-dataset", True), ("ext", "external-storage", True),
-                     ("link", "external-link", True), ("soft", "soft-link", False)}
+                     ("link", "external-link", True), ("soft", "virtual-dataset", True)}
 
 
-def test_strings_and_compounds_are_skipped_not_fatal(tmp_path):
+def test_soft_links_to_datasets_are_virtualized_under_both_names(tmp_path):
+    p = tmp_path / "s.h5"
+    with h5py.File(p, "w") as f:
+        f.create_dataset("g/data", data=np.arange(12, dtype="i2").reshape(3, 4), chunks=(2, 2),
+                         compression="gzip")
+        f["alias"] = h5py.SoftLink("/g/data")
+        f["grp_alias"] = h5py.SoftLink("/g")
+        f["dangling"] = h5py.SoftLink("/nowhere")
+    report = virtualize.virtualize([p], tmp_path / "c.zarr")
+    assert {q.loc.variable for q in report.problems if q.kind == "soft-link"} == \
+        {"grp_alias", "dangling"}
+    cube = virtualize.open(tmp_path / "c.zarr")
+    with h5py.File(p) as f:
+        for name in ("g/data", "alias"):
+            assert_same(cube[name][...], f[name][()], name)
+
+
+def test_strings_are_inlined_and_compounds_skipped_not_fatal(tmp_path):
     p = tmp_path / "s.h5"
     with h5py.File(p, "w") as f:
         f["names"] = np.array([b"a", b"bc"])
@@ -110,9 +131,9 @@ def test_strings_and_compounds_are_skipped_not_fatal(tmp_path):
         f["vals"] = np.arange(3, dtype="i8")
     report = virtualize.check([p])
     assert report.ok
-    assert {(q.loc.variable, q.kind) for q in report.problems} == {
-        ("names", "unsupported-type"), ("rec", "unsupported-type")}
-    assert list(report.plan.arrays) == ["vals"]
+    assert {(q.loc.variable, q.kind) for q in report.problems} == {("rec", "unsupported-type")}
+    assert sorted(report.plan.arrays) == ["names", "vals"]
+    assert report.plan.arrays["names"].inline.tolist() == ["a", "bc"]
 
 
 def test_anonymous_axes_get_stable_names(tmp_path):
@@ -183,25 +204,106 @@ def test_plugin_filters_with_exact_codecs_round_trip(tmp_path, flt):
     assert_same(virtualize.open(tmp_path / "c.zarr")["x"][...], expected, "plugin filter")
 
 
-def test_optional_filter_skipped_on_incompressible_chunks_is_a_filter_mask(tmp_path):
+MIXED_MASKS = """
+import sys, h5py, hdf5plugin, numpy as np
+data = np.zeros((40, 120), "u1")
+data[10:20] = np.random.default_rng(0).integers(0, 256, (10, 120))  # blosc is skipped
+with h5py.File(sys.argv[1], "w") as f:
+    f.create_dataset("x", data=data, chunks=(10, 60), **hdf5plugin.Blosc(cname="lz4"))
+    f.create_dataset("noise", data=data[10:20], chunks=(5, 60), **hdf5plugin.Blosc(cname="lz4"))
+"""
+
+
+def test_optional_filter_skipped_on_some_chunks_is_a_filter_mask_materialized(tmp_path):
     """Blosc is an optional filter: on chunks it cannot shrink HDF5 stores the bytes raw
-    and sets the chunk's filter mask. Those chunks would decode wrongly with the
-    dataset's codecs, so they are refused, each named."""
+    and sets the chunk's filter mask. Where every chunk skips it (`noise`) the cube's
+    pipeline leaves blosc out; where only some do (`x`), those chunks are refused, each
+    named, with --materialize as the remedy, which copies them exactly."""
+    import os
+    import sys
+
     p = tmp_path / "a.h5"
-    write_with_plugin(p, 8, 0, "hdf5plugin.Blosc(cname='lz4')")
-    report = virtualize.check([p])
+    env = {k: v for k, v in os.environ.items() if k != "HDF5_PLUGIN_PATH"}
+    subprocess.run([sys.executable, "-c", MIXED_MASKS, str(p)], check=True, env=env)
+    report = virtualize.check([p], inline_threshold=0)
     masked = [q for q in report.problems if q.kind == "filter-mask"]
-    assert masked and not report.ok
-    assert {q.loc.block for q in masked} <= {(0, 0), (0, 1), (1, 0), (1, 1)}
+    assert {q.loc.block for q in masked} == {(1, 0), (1, 1)} and not report.ok
+    assert all(q.fatal and "--materialize" in q.remedy for q in masked)
+    assert {q.loc.variable for q in report.problems if q.kind == "filter-skipped"} == {"noise"}
+    assert report.plan.remedies["materialize (not enabled)"].blocks == 2
+    virtualize.virtualize([p], tmp_path / "c.zarr", materialize=True, inline_threshold=0)
+    cube = virtualize.open(tmp_path / "c.zarr")
+    with h5py.File(p) as f:
+        for name in ("x", "noise"):
+            assert_same(cube[name][...], f[name][()], name)
+    doc = json.loads((tmp_path / "c.zarr" / "noise" / "zarr.json").read_text())
+    assert [c["name"] for c in doc["codecs"]] == ["bytes"]
 
 
-@pytest.mark.parametrize("flt", ["hdf5plugin.LZ4()", "hdf5plugin.Bitshuffle()"],
-                         ids=["lz4", "bitshuffle"])
-def test_plugin_filters_with_own_framing_are_refused(tmp_path, flt):
+@pytest.mark.parametrize("flt,why", [
+    ("hdf5plugin.Bitshuffle()", "imagecodecs_bitshuffle"),
+    ("hdf5plugin.Bitshuffle(cname='none')", "imagecodecs_bitshuffle"),
+    ("hdf5plugin.Blosc2()", "Blosc2 NDim frame"),
+    ("hdf5plugin.Zfp(reversible=True)", "zfp header"),
+], ids=["bitshuffle-lz4", "bitshuffle-none", "blosc2", "zfp"])
+def test_plugin_filters_without_an_exact_codec_are_refused_saying_why(tmp_path, flt, why):
     p = tmp_path / "a.h5"
-    write_with_plugin(p, 8, 0, flt)
-    report = virtualize.check([p])
-    assert [q.kind for q in report.problems] == ["unsupported-filter"]
+    write_with_plugin(p, 8, 0, flt, "compressible")
+    report = virtualize.check([p], inline_threshold=0)
+    (prob,) = report.problems
+    assert (prob.kind, prob.loc.variable, prob.fatal) == ("unsupported-filter", "x", True)
+    assert why in prob.message
+
+
+@pytest.mark.parametrize("flt", ["hdf5plugin.LZ4()", "hdf5plugin.LZ4(nbytes=64)"],
+                         ids=["lz4", "lz4-small-blocks"])
+def test_hdf5_lz4_filter_decodes_with_imagecodecs_lz4h5(tmp_path, flt):
+    """HDF5's LZ4 filter (32004, its own block framing) is imagecodecs' lz4h5: a stack
+    written by hdf5plugin reads back as h5py + hdf5plugin read it (the small block size
+    makes every chunk several LZ4 blocks, incompressible ones stored raw)."""
+    files = []
+    for i, n in enumerate([6, 8]):
+        files.append(tmp_path / f"{i}.h5")
+        write_with_plugin(files[-1], n, i, flt, *(["compressible"] if i else []))
+    virtualize.virtualize(files, tmp_path / "c.zarr", concat_dim="x_dim0")
+    doc = json.loads((tmp_path / "c.zarr" / "x" / "zarr.json").read_text())
+    assert [c["name"] for c in doc["codecs"]][-1] == "imagecodecs_lz4h5"
+    expected = np.concatenate([h5py.File(p)["x"][()] for p in files])
+    assert_same(virtualize.open(tmp_path / "c.zarr")["x"][...], expected, "lz4")
+
+
+def _szip_by_h5py(path, data):
+    with h5py.File(path, "w") as f:
+        f.create_dataset("x", data=data, chunks=(7, 10), compression="szip",
+                         compression_opts=("nn", 8))
+
+
+def _szip_by_h5repack(path, data):
+    plain = str(path) + ".plain.h5"
+    with h5py.File(plain, "w") as f:
+        f.create_dataset("x", data=data, chunks=(7, 10))
+    subprocess.run(["h5repack", "-f", "x:SZIP=8,EC", plain, str(path)], check=True)
+
+
+@pytest.mark.skipif(not h5py.h5z.filter_avail(h5py.h5z.FILTER_SZIP), reason="HDF5 without szip")
+@pytest.mark.parametrize("writer", [_szip_by_h5py, _szip_by_h5repack], ids=["h5py", "h5repack"])
+@pytest.mark.parametrize("dtype", ["<f4", "<i2", ">f8", "u1"])
+def test_szip_decodes_with_imagecodecs_szip(tmp_path, writer, dtype):
+    """szip (filter 4, NASA's HDF-EOS / netCDF-4 products) is imagecodecs' szip with the
+    parameters HDF5 stored; big-endian values too (the options mask carries the order);
+    edge chunks are padded to full size as every HDF5 chunk."""
+    rng = np.random.default_rng(3)
+    files = []
+    for i, rows in enumerate([21, 23]):  # the last file's edge chunk is padded
+        files.append(tmp_path / f"{i}.h5")
+        data = (rng.integers(0, 50, (rows, 33)) + np.arange(33)).astype(dtype)
+        writer(files[-1], data)
+    virtualize.virtualize(files, tmp_path / "c.zarr", concat_dim="x_dim0")
+    doc = json.loads((tmp_path / "c.zarr" / "x" / "zarr.json").read_text())
+    # szip leaves 8-bit values alone (every chunk's filter mask skips it)
+    assert [c["name"] for c in doc["codecs"]][-1] == ("bytes" if dtype == "u1" else "imagecodecs_szip")
+    expected = np.concatenate([h5py.File(p)["x"][()] for p in files])
+    assert_same(virtualize.open(tmp_path / "c.zarr")["x"][...], expected, "szip")
 
 
 def test_bool_and_enum_types(tmp_path):
@@ -270,3 +372,56 @@ def test_blocks_past_the_end_of_a_file_are_truncated(tmp_path):
     _check_extent(inv)
     (prob,) = [q for q in inv.problems if q.kind == "truncated"]
     assert prob.loc.variable == "x" and prob.loc.block is not None
+
+
+def test_objects_hdf5_cannot_open_are_refused_alone(tmp_path, monkeypatch):
+    """A link h5py cannot follow ("Unknown link type") is skipped, a dataset it cannot
+    describe ("Insufficient precision") refused, each named; the rest of the file is
+    virtualized (with --drop for the refused one)."""
+    from virtualize.scan import hdf5 as scan_hdf5
+
+    p = tmp_path / "odd.h5"
+    with h5py.File(p, "w") as f:
+        f["ok"] = np.arange(4.0)
+        f["weird"] = np.arange(3)
+        f["broken"] = np.arange(2)
+    real_get, real_dims = h5py.Group.get, scan_hdf5._Scanner._dims
+
+    def get(self, key, *a, **kw):
+        if key == "weird" and kw.get("getlink"):
+            raise OSError("Unknown link type")
+        return real_get(self, key, *a, **kw)
+
+    def dims(self, name, ds):
+        if name == "broken":
+            raise OSError("Insufficient precision")
+        return real_dims(self, name, ds)
+
+    monkeypatch.setattr(h5py.Group, "get", get)
+    monkeypatch.setattr(scan_hdf5._Scanner, "_dims", dims)
+    report = virtualize.check([p], scan_timeout=None)
+    found = {(q.loc.variable, q.kind, q.fatal) for q in report.problems}
+    assert found == {("weird", "unsupported-object", False), ("broken", "corrupt", True)}
+    assert "Unknown link type" in str(report.problems) and "--drop broken" in str(report.problems)
+    virtualize.virtualize([p], tmp_path / "c.zarr", drop=["broken"], scan_timeout=None)
+    assert virtualize.open(tmp_path / "c.zarr")["ok"][...].tolist() == [0, 1, 2, 3]
+
+
+def test_bitfields_and_half_floats_round_trip(tmp_path):
+    """HDF5 bitfields (h5py reads them as unsigned integers of their size, either byte
+    order) and 16-bit floats are referenced exactly."""
+    p = tmp_path / "b.h5"
+    with h5py.File(p, "w") as f:
+        sid = h5py.h5s.create_simple((4,))
+        for name, tid, data in [(b"bits", h5py.h5t.STD_B8LE, np.array([1, 2, 255, 0], "u1")),
+                                (b"bits16", h5py.h5t.STD_B16BE,
+                                 np.array([1, 2, 65535, 256], ">u2"))]:
+            ds = h5py.h5d.create(f.id, name, tid.copy(), sid)
+            ds.write(h5py.h5s.ALL, h5py.h5s.ALL, data, mtype=tid)
+        f.create_dataset("half", data=np.array([1.5, -2, np.inf, np.nan], "f2"), chunks=(2,))
+    report = virtualize.virtualize([p], tmp_path / "c.zarr")
+    assert report.problems == [] and all(a.inline is None for a in report.plan.arrays.values())
+    cube = virtualize.open(tmp_path / "c.zarr")
+    with h5py.File(p) as f:
+        for name in ("bits", "bits16", "half"):
+            assert_same(cube[name][...], f[name][()], name)

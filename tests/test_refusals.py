@@ -77,11 +77,19 @@ def test_scale_factor_drift_is_refused(case):
 
 def test_compact_dataset_is_refused_unless_dropped_or_inlined(case, tmp_path):
     files = case("h5py_plain")
-    report = virtualize.check(files, concat_dim="data_dim0")
+    report = virtualize.check(files, concat_dim="data_dim0", inline_threshold=0)
     compact = [p for p in report.problems if p.kind == "compact-layout"]
     assert [(p.loc.file, p.loc.variable) for p in compact] == [(str(f), "small") for f in files]
-    assert_refused(files, tmp_path, concat_dim="data_dim0")
-    assert virtualize.check(files, concat_dim="data_dim0", drop=["small"]).ok
+    assert all("--inline small" in p.remedy and "--drop small" in p.remedy for p in compact)
+    assert_refused(files, tmp_path, concat_dim="data_dim0", inline_threshold=0)
+    assert virtualize.check(files, concat_dim="data_dim0", drop=["small"],
+                            inline_threshold=0).ok
+    # small (a compact dataset is at most 64 KiB): inlined by default, with a note
+    report = virtualize.check(files, concat_dim="data_dim0")
+    assert report.ok and report.plan.arrays["small"].inline is not None
+    assert any(n.startswith("small: ") and "compact-layout" in n for n in report.notes)
+    # a threshold below its size keeps the refusal
+    assert not virtualize.check(files, concat_dim="data_dim0", inline_threshold=1).ok
 
 
 def test_missing_concat_dim_is_a_problem(case):

@@ -122,11 +122,14 @@ def test_groups_are_kept(case, tmp_path):
     assert dict(g["surface"].attrs) == {k: src["surface"].getncattr(k) for k in src["surface"].ncattrs()}
 
 
-def test_every_numeric_type_and_skipped_string(case, tmp_path):
-    report = roundtrip(case("dtypes"), tmp_path)
-    skipped = [p for p in report.problems if p.kind == "unsupported-type"]
-    assert skipped and all(not p.fatal and p.loc.variable == "station_name" for p in skipped)
-    assert "station_name" not in report.plan.arrays
+def test_every_numeric_type_and_inlined_string(case, tmp_path):
+    files = case("dtypes")
+    report = roundtrip(files, tmp_path)
+    assert not [p for p in report.problems if p.kind == "unsupported-type"]
+    station = report.plan.arrays["station_name"]  # netCDF-4 `string`: inlined as text
+    assert station.inline is not None and station.dtype.kind == "T"
+    with netCDF4.Dataset(files[0]) as nc:
+        assert station.inline.tolist() == list(nc["station_name"][...])
     assert "crs" in report.plan.arrays  # the scalar variable
 
 

@@ -19,6 +19,7 @@ from .emit.cube import SOURCES_NAME
 from .emit.metadata import array_doc, group_doc, omitted_attrs
 from .model import FileInventory, Location, Plan, Problem, UsageError, VirtualizeError
 from .plan import ConcatOptions, MosaicOptions, plan_concat, plan_mosaic
+from .plan._common import DEFAULT_INLINE_THRESHOLD
 from .read import changed_sources, open_cube
 from .report import Report
 from .scan import scan as _scan
@@ -44,21 +45,25 @@ def check(paths: Iterable[PathLike] | PathLike, concat_dim: str | None = None, *
           inline: Iterable[str] = (), drop: Iterable[str] = (), sort: bool = True,
           split: bool = True, materialize: bool = False, materialize_limit: int | None = None,
           jobs: int = 1, progress=None, scan_timeout: float | None = DEFAULT_SCAN_TIMEOUT,
-          storage_options: dict | None = None) -> Report:
+          storage_options: dict | None = None,
+          inline_threshold: int = DEFAULT_INLINE_THRESHOLD) -> Report:
     """Can this stack be virtualized (concatenated along `concat_dim`)? Scans every file
     and plans the cube, collecting every problem of every file. Writes nothing.
 
     Remedies: `split` (default on) trims padded uncompressed blocks to their valid rows;
     `materialize` copies blocks that cannot be referenced into the cube (at most
     `materialize_limit` bytes). Each file is scanned in a worker process within
-    `scan_timeout` seconds (None or 0: in this process, no limit)."""
+    `scan_timeout` seconds (None or 0: in this process, no limit). Variables that cannot be
+    referenced are inlined when they take at most `inline_threshold` decoded bytes per
+    file (0: refused instead)."""
     _storage(storage_options)
     opts = ConcatOptions(concat_dim=concat_dim, inline=frozenset(_names(inline)),
                          drop=frozenset(_names(drop)), sort=sort, split=split,
-                         materialize=materialize)
+                         materialize=materialize, inline_threshold=inline_threshold)
     recipe = {"kind": "concat", "concat_dim": concat_dim, "inline": sorted(opts.inline),
               "drop": sorted(opts.drop), "sort": sort, "split": split,
-              "materialize": materialize, "materialize_limit": materialize_limit}
+              "materialize": materialize, "materialize_limit": materialize_limit,
+              "inline_threshold": inline_threshold}
     report = _check(paths, lambda invs: plan_concat(invs, opts), progress, materialize_limit, jobs,
                     scan_timeout,
                     names=lambda invs: _unknown_names(invs, opts.drop, opts.inline, concat_dim))
@@ -101,7 +106,8 @@ def virtualize(paths: Iterable[PathLike] | PathLike, out: PathLike, concat_dim: 
                jobs: int = 1, progress=None,
                scan_timeout: float | None = DEFAULT_SCAN_TIMEOUT,
                storage_options: dict | None = None,
-               relative: bool = False) -> Report:
+               relative: bool = False,
+               inline_threshold: int = DEFAULT_INLINE_THRESHOLD) -> Report:
     """Virtualize a stack into `out`: a cube directory, a kerchunk reference JSON
     (`format="kerchunk"` or `out` ending in `.json`) or an Icechunk repository
     (`format="icechunk"` or `.icechunk`). Nothing is written unless every file
@@ -112,7 +118,8 @@ def virtualize(paths: Iterable[PathLike] | PathLike, out: PathLike, concat_dim: 
     kind = _output_kind(out, format, overwrite, paths)
     report = check(paths, concat_dim, inline=inline, drop=drop, sort=sort, split=split,
                    materialize=materialize, materialize_limit=materialize_limit,
-                   jobs=jobs, progress=progress, scan_timeout=scan_timeout)
+                   jobs=jobs, progress=progress, scan_timeout=scan_timeout,
+                   inline_threshold=inline_threshold)
     return _write(report, out, kind, overwrite, relative)
 
 
@@ -231,7 +238,8 @@ def _replan(cube: Path, info: dict, *, jobs: int = 1, progress=None, decode: str
                              inline=frozenset(recipe.get("inline") or ()),
                              drop=frozenset(recipe.get("drop") or ()), sort=recipe.get("sort", True),
                              split=recipe.get("split", True),
-                             materialize=recipe.get("materialize", False))
+                             materialize=recipe.get("materialize", False),
+                             inline_threshold=recipe.get("inline_threshold", 0))
         planner = lambda invs: plan_concat(invs, opts)  # noqa: E731
     elif kind == "mosaic":
         offsets = recipe.get("offsets")

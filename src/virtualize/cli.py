@@ -72,6 +72,9 @@ def _concat_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--inline", metavar="VAR", action="append", default=[],
                    help="store this variable's values in the cube instead of referencing them "
                         "(coordinates are inlined by default); repeatable")
+    p.add_argument("--inline-threshold", type=_bytes_arg, metavar="BYTES", default=64 * 1024,
+                   help="inline variables that cannot be referenced when they take at most this "
+                        "many decoded bytes per file (default 64K; 0: refuse them instead)")
     p.add_argument("--drop", metavar="VAR", action="append", default=[],
                    help="leave this variable out; repeatable")
     p.add_argument("--no-sort", action="store_true",
@@ -381,7 +384,8 @@ def _kw(args) -> dict:
 
 
 def _concat_kw(args) -> dict:
-    return dict(inline=args.inline, drop=args.drop, sort=not args.no_sort)
+    return dict(inline=args.inline, drop=args.drop, sort=not args.no_sort,
+                inline_threshold=args.inline_threshold)
 
 
 def _create(args) -> int:

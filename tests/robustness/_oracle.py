@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from urllib.parse import unquote
 
 import h5py
 import netCDF4
@@ -26,8 +27,18 @@ def library_read(path: Path, name: str) -> np.ndarray:
         head = f.read(4)
     if head[:3] == b"CDF":
         with netCDF4.Dataset(path) as nc:
-            v = nc[name]
+            # names a path cannot hold are percent-encoded in the cube; netCDF-C ends a
+            # name at a NUL
+            original = unquote(name)
+            v = nc[original if original in nc.variables else original.split("\x00")[0]]
             v.set_auto_maskandscale(False)
+            if v.dtype == np.dtype("S1"):  # text, as xarray joins and decodes it
+                v.set_auto_chartostring(False)
+                enc = v.__dict__.get("_Encoding", "utf-8")
+                raw = np.asarray(v[...])
+                if not raw.ndim:
+                    return np.asarray(raw.tobytes().rstrip(b"\x00").decode(enc))
+                return np.asarray(netCDF4.chartostring(raw, encoding=enc))
             return np.asarray(v[...])
     if head[:2] in (b"II", b"MM"):
         with tifffile.TiffFile(path, is_shaped=False, is_ome=False, is_imagej=False) as tif:
@@ -45,6 +56,11 @@ def library_read(path: Path, name: str) -> np.ndarray:
 
 def same(a: np.ndarray, b: np.ndarray) -> bool:
     a, b = np.asarray(a), np.asarray(b)
+    if a.dtype.kind == "T" or b.dtype.kind == "T":  # text: the cube holds str
+        def text(x):
+            return [y.decode("utf-8") if isinstance(y, bytes) else str(y)
+                    for y in np.asarray(x, dtype=object).reshape(-1)]
+        return a.shape == b.shape and text(a) == text(b)
     if a.shape != b.shape or a.dtype.newbyteorder("=") != b.dtype.newbyteorder("="):
         return False
     if a.dtype.kind in "fc":  # bit-exact, NaN payloads included

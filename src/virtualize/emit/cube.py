@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import struct
 import time
 from pathlib import Path
 
@@ -116,6 +117,11 @@ def inline_chunks(a: ArrayPlan):
     if data is None or data.size == 0:
         return
     key = "c" if data.ndim == 0 else "c/" + "/".join("0" for _ in range(data.ndim))
+    if data.dtype.kind == "T":  # zarr's vlen-utf8: item count, then each length and bytes
+        items = [str(x).encode("utf-8") for x in data.reshape(-1)]
+        yield key, b"".join([struct.pack("<I", len(items)),
+                             *(struct.pack("<I", len(b)) + b for b in items)])
+        return
     yield key, data.tobytes(order="C")
 
 

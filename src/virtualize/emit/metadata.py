@@ -55,6 +55,8 @@ def chunk_grid(a: ArrayPlan) -> dict[str, Any]:
 
 
 def data_type(dtype: np.dtype) -> str:
+    if np.dtype(dtype).kind == "T":  # numpy's StringDType: text, zarr's `string`
+        return "string"
     name = np.dtype(dtype).newbyteorder("=").name
     if name not in {"bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
                     "uint64", "float16", "float32", "float64", "complex64", "complex128"}:
@@ -73,6 +75,8 @@ def _float_json(x: float) -> float | str:
 def fill_json(value: Any, dtype: np.dtype) -> Any:
     """A fill value as the zarr v3 spec spells it for the data type."""
     dtype = np.dtype(dtype)
+    if dtype.kind == "T":
+        return "" if value is None else str(value)
     v = np.asarray(value if value is not None else 0).astype(dtype)[()]
     if dtype.kind == "b":
         return bool(v)

@@ -3,12 +3,14 @@ checks that variables agree across files."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from ..model import (
+    MATERIALIZED,
     OK,
     OVERHANG,
     REFUSED,
@@ -60,15 +62,91 @@ class Context:
         r.bytes += nbytes
 
 
-def carry_scan_problems(ctx: Context) -> None:
+DEFAULT_INLINE_THRESHOLD = 64 * 1024  # decoded bytes per file inlined automatically
+
+
+def _inlinable(inv: FileInventory, p: Problem) -> bool:
+    """A fatal scanner problem that inlining resolves: the variable is in the inventory
+    without blocks (or with chunks held for copying) and h5py / the format's library
+    decodes it (a stored type zarr has no data type for is read as the library reads it)."""
+    var = p.loc.variable
+    if not p.fatal or var is None or var not in inv.variables:
+        return False
+    return p.kind in REFERENCE_KINDS or p.kind == "unsupported-type"
+
+
+def auto_inline(ctx: Context, threshold: int) -> None:
+    """Variables that cannot be referenced, but whose decoded values are small, are
+    inlined (read by the source library, stored in the cube) without being asked: at most
+    `threshold` decoded bytes per file, smallest first; each gets a note. Larger ones keep
+    their refusal, which names the ways through (--inline, --drop)."""
+    wanted: dict[str, set[str]] = {}  # variable -> problem kinds
+    blocked: set[str] = set()  # variables with a problem inlining does not resolve
     for inv in ctx.invs:
+        for p in inv.problems:
+            var = p.loc.variable
+            if var is None or not p.fatal or var in ctx.drop or var in ctx.inline:
+                continue
+            if _inlinable(inv, p):
+                wanted.setdefault(var, set()).add(p.kind)
+            else:
+                blocked.add(var)
+    if threshold <= 0 or not wanted:
+        return
+    used = [0] * len(ctx.invs)
+    chosen = []
+
+    def size(v: Variable | None) -> int:
+        return math.prod(v.shape) * v.dtype.itemsize if v is not None else 0
+
+    for var in sorted(set(wanted) - blocked,
+                      key=lambda n: max(size(inv.variables.get(n)) for inv in ctx.invs)):
+        sizes = [size(inv.variables.get(var)) for inv in ctx.invs]
+        if all(u + n <= threshold for u, n in zip(used, sizes)):
+            used = [u + n for u, n in zip(used, sizes)]
+            chosen.append(var)
+            ctx.notes.append(f"{var}: cannot be referenced ({', '.join(sorted(wanted[var]))}) "
+                             f"but is small ({max(sizes)} bytes per file at most): inlined "
+                             "(decoded by the source library, stored in the cube; "
+                             "--inline-threshold 0 refuses it instead)")
+    ctx.inline = ctx.inline | frozenset(chosen)
+
+
+def _way_through(inv: FileInventory, p: Problem) -> Problem:
+    """A refusal that inlining would resolve, with the ways through named."""
+    if p.remedy or not _inlinable(inv, p):
+        return p
+    v = inv.variables[p.loc.variable]
+    nbytes = math.prod(v.shape) * v.dtype.itemsize
+    return replace(p, remedy=f"--inline {v.name} (decoded by the source library and stored in the "
+                             f"cube: {nbytes} bytes from this file) or --drop {v.name}")
+
+
+def _native(dtype: np.dtype) -> np.dtype:
+    return dtype if dtype.kind == "T" else dtype.newbyteorder("=")
+
+
+def carry_scan_problems(ctx: Context, materialize: bool = False) -> None:
+    """The scanners' problems, less those the user's choices resolve: dropped variables,
+    inlined ones, and with `materialize` chunks the scanner held for copying (HDF5 chunks
+    with a different filter mask: their block tables mark them MATERIALIZED)."""
+    for inv in ctx.invs:
+        held: dict[str, int] = {}
         for p in inv.problems:
             var = p.loc.variable
             if var is not None and var in ctx.drop:
                 continue
-            if var is not None and var in ctx.inline and p.kind in REFERENCE_KINDS:
+            if var is not None and var in ctx.inline and _inlinable(inv, p):
                 continue
-            ctx.problems.append(p)
+            if p.kind == "filter-mask" and p.remedy and var in inv.variables:
+                v = inv.variables[var]
+                if v.blocks is not None and var not in held:
+                    held[var] = int((v.blocks.refs["path"] == MATERIALIZED).sum())
+                    nbytes = held[var] * math.prod(v.blocks.block_shape) * v.dtype.itemsize
+                    ctx.use_remedy("materialize", held[var], nbytes, enabled=materialize)
+                if materialize:
+                    continue
+            ctx.problems.append(_way_through(inv, p))
             if var is not None and p.fatal:
                 ctx.reported.add((inv.path, var))
 
@@ -143,7 +221,7 @@ def consistent(ctx: Context, name: str, vs: list[Variable], free: frozenset[str]
             ctx.problem(f, name, "dims-differ",
                         f"dimensions {v.dims} differ from {first.dims} in {path0}")
             continue
-        if v.dtype.newbyteorder("=") != first.dtype.newbyteorder("="):
+        if _native(v.dtype) != _native(first.dtype):
             ctx.problem(f, name, "dtype-differs", f"data type {v.dtype} differs from "
                         f"{first.dtype} in {path0}")
         for axis, (d, a, b) in enumerate(zip(v.dims, v.shape, first.shape)):
@@ -219,6 +297,12 @@ def can_materialize(codecs: list[dict]) -> bool:
 
 def inline_plan(name: str, values: np.ndarray, dims, attrs: dict, fill_value=None) -> ArrayPlan:
     """An array stored in the cube itself: one chunk, little-endian, C order."""
+    if values.dtype.kind == "T":  # text: zarr's `string` data type, vlen-utf8 codec
+        data = np.asarray(values).copy(order="C")
+        return ArrayPlan(name=name, dtype=data.dtype, shape=tuple(data.shape), dims=tuple(dims),
+                         chunk_lengths=tuple((max(n, 1),) for n in data.shape),
+                         codecs=[{"name": "vlen-utf8", "configuration": {}}],
+                         fill_value=None, attrs=dict(attrs), refs=None, inline=data)
     dtype = values.dtype.newbyteorder("<") if values.dtype.itemsize > 1 else values.dtype
     data = np.asarray(values, dtype=dtype).copy(order="C")  # (ascontiguousarray makes 0-d 1-d)
     return ArrayPlan(name=name, dtype=dtype, shape=tuple(data.shape), dims=tuple(dims),

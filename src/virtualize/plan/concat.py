@@ -33,7 +33,9 @@ from ..scan import read_values
 from ..scan._io import digest_blocks
 from ..scan._values import py
 from ._common import (
+    DEFAULT_INLINE_THRESHOLD,
     Context,
+    auto_inline,
     can_materialize,
     carry_scan_problems,
     consistent,
@@ -59,6 +61,9 @@ class ConcatOptions:
     sort: bool = True
     split: bool = True  # trim padded uncompressed blocks to their valid rows (exact, no copy)
     materialize: bool = False  # copy blocks that cannot be referenced into the cube
+    # variables that cannot be referenced are inlined when their decoded values take at
+    # most this many bytes per file (0: never)
+    inline_threshold: int = DEFAULT_INLINE_THRESHOLD
 
 
 @dataclass
@@ -82,7 +87,8 @@ def plan_concat(inventories: Sequence[FileInventory], options: ConcatOptions | N
     # shallow copies: planning may add or re-express variables, never in the caller's objects
     invs = [replace(inv, variables=dict(inv.variables)) for inv in inventories]
     ctx = _Context(invs, inline=opts.inline, drop=opts.drop, opts=opts)
-    carry_scan_problems(ctx)
+    auto_inline(ctx, opts.inline_threshold)
+    carry_scan_problems(ctx, materialize=opts.materialize)
     settle_unknown_fills(ctx)
     ctx.dim = _choose_concat_dim(ctx)
     if ctx.dim is not None and len(invs) > 1:
@@ -133,6 +139,9 @@ def _choose_concat_dim(ctx: _Context) -> str | None:
         else:
             return None
     lacking = [inv for inv in invs if not any(dim in v.dims for v in inv.variables.values())]
+    if len(lacking) == len(invs) and len(invs) == 1:
+        # one file is never given a new axis: every variable keeps its shape
+        return None
     if len(lacking) == len(invs):
         ctx.new_axis = True
         ctx.notes.append(f"no file has a {dim!r} dimension: data variables are stacked along a "
@@ -485,8 +494,10 @@ def _held_cells(ctx: _Context, cells, held: np.ndarray, v: Variable, i: int, nam
         region = tuple((m * b, min((m + 1) * b, n)) for m, b, n in zip(index, bs, shape))
         key = tuple(m + offset if a == k else m for a, m in enumerate(index))
         cells[key] = Cell(int(ctx.source_maps[i][0]), name, region)
-    ctx.notes.append(f"{ctx.invs[i].path}: {int(held.sum())} chunk(s) of {name} are held inline "
-                     "in the reference set: decoded and stored in the cube")
+    where = ("are held inline in the reference set" if ctx.invs[i].format.startswith("kerchunk") else
+             "cannot be referenced (stored with a different HDF5 filter mask)")
+    ctx.notes.append(f"{ctx.invs[i].path}: {int(held.sum())} chunk(s) of {name} {where}: decoded "
+                     "and stored in the cube")
 
 
 def _shared_array(ctx: _Context, name: str, vs: list[Variable]) -> ArrayPlan | None:
@@ -551,8 +562,16 @@ def _inline_array(ctx: _Context, name: str, vs: list[Variable], k: int | None) -
     first = vs[0]
     values = []
     for inv, v in zip(ctx.invs, vs):
-        values.append(v.values if v.values is not None else
-                      _at_shape(read_values(inv.path, name), v))
+        if v.values is not None:
+            values.append(v.values)
+            continue
+        try:
+            values.append(_at_shape(read_values(inv.path, name), v))
+        except Exception as e:  # the library cannot decode it (a damaged block, a filter
+            # it has no plugin for): refused, located, like a scanner's corrupt data
+            ctx.problem(inv.path, name, "corrupt", f"cannot be inlined: the source library "
+                        f"cannot read it ({type(e).__name__}: {e})")
+            return None
     if k is not None:
         data = np.concatenate(values, axis=k)
     else:

@@ -93,7 +93,7 @@ def read_values(path: str, variable: str):
     """Decode one variable's full data with the format's own library (for inlining)."""
     fmt = detect_format(path)
     if fmt == "hdf5":
-        import h5py
+        from .hdf5 import h5py  # with hdf5plugin's filters registered
         if not storage.is_url(path):
             with h5py.File(path, "r") as f:
                 return f[variable][()]
@@ -123,7 +123,7 @@ class SourceReader:
 
     def __enter__(self) -> "SourceReader":
         if self.fmt == "hdf5":
-            import h5py
+            from .hdf5 import h5py  # with hdf5plugin's filters registered
             if storage.is_url(self.path):
                 self._fobj = storage.open_source(self.path)
             self._h5 = h5py.File(self._fobj or self.path, "r")

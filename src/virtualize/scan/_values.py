@@ -71,3 +71,23 @@ def py(v: Any) -> Any:
     if isinstance(v, np.generic):
         return v.item()
     return v
+
+
+# Strings are read when scanned and stored in the cube: at most this many bytes per variable.
+TEXT_LIMIT = 1 << 20
+
+
+def chars_to_text(raw: np.ndarray, encoding: str, chars: bool) -> np.ndarray:
+    """Strings as text (numpy StringDType, zarr's `string`), as xarray decodes them: a
+    netCDF `char` array (`chars`, 1-byte strings) joined along its last axis into one
+    string per row, trailing NULs dropped; bytes decoded with `encoding` (raises
+    UnicodeDecodeError when they are not)."""
+    raw = np.asarray(raw)
+    if chars and raw.ndim:
+        n = raw.shape[-1]
+        raw = np.ascontiguousarray(raw).view(f"S{n}")[..., 0] if n else \
+            np.zeros(raw.shape[:-1], "S1")
+    flat = [x if isinstance(x, bytes) else str(x).encode("utf-8")
+            for x in np.asarray(raw, dtype=object).reshape(-1)]
+    text = [x.rstrip(b"\x00").decode(encoding) for x in flat]
+    return np.array(text, dtype=np.dtypes.StringDType()).reshape(raw.shape)

@@ -14,8 +14,15 @@ from typing import Any
 import h5py
 import numpy as np
 
+try:  # hdf5plugin registers its filters with HDF5: h5py (the decode check's reference,
+    # `--inline`) can then read data that plugin filters wrote
+    import hdf5plugin  # noqa: F401
+except ImportError:  # pragma: no cover
+    pass
+
 from .. import storage
 from ..model import (
+    MATERIALIZED,
     REF_DTYPE,
     BlockTable,
     Dimension,
@@ -25,7 +32,14 @@ from ..model import (
     Variable,
     empty_refs,
 )
-from ._values import COORD_VALUES_LIMIT, Unrepresentable, bytes_codec, plain
+from ._values import (
+    COORD_VALUES_LIMIT,
+    TEXT_LIMIT,
+    Unrepresentable,
+    bytes_codec,
+    chars_to_text,
+    plain,
+)
 
 # Attributes that HDF5 dimension scales and the netCDF-4 library keep for themselves.
 HIDDEN_ATTRS = frozenset({
@@ -67,8 +81,9 @@ class _Scanner:
         self._nc_shapes: dict[str, tuple[int, ...]] = {}
 
     def problem(self, var: str | None, kind: str, msg: str, fatal: bool = True,
-                block: tuple[int, ...] | None = None) -> None:
-        self.problems.append(Problem(Location(self.path, var, None, block), kind, msg, fatal))
+                block: tuple[int, ...] | None = None, remedy: str | None = None) -> None:
+        self.problems.append(Problem(Location(self.path, var, None, block), kind, msg, fatal,
+                                     remedy))
 
     def _omitted(self, var: str | None, owner: str):
         def omitted(key: str, why: str) -> None:
@@ -91,7 +106,12 @@ class _Scanner:
         for name, ds in self._datasets:
             if name in self._scales and _attr_text(ds.attrs.get("NAME")).startswith(NC_DIM_ONLY):
                 continue  # a netCDF dimension without a variable
-            var = self._variable(name, ds)
+            try:
+                var = self._variable(name, ds)
+            except Exception as e:  # HDF5 cannot describe it (e.g. "Insufficient precision")
+                self.problem(name, "corrupt", f"h5py cannot read this dataset's description "
+                             f"({type(e).__name__}: {e}); --drop {name} virtualizes the rest")
+                continue
             if var is not None:
                 self.variables[name] = var
         return FileInventory(self.path, "netcdf4" if self.netcdf4 else "hdf5", size, mtime_ns,
@@ -101,16 +121,36 @@ class _Scanner:
         self.groups[prefix] = read_attrs(g.attrs, self._omitted(prefix or None, "group /" + prefix))
         for key in g.keys():
             name = f"{prefix}/{key}" if prefix else key
-            link = g.get(key, getlink=True)
+            try:
+                link = g.get(key, getlink=True)
+            except Exception as e:  # e.g. "Unknown link type": this object only
+                self.problem(name, "unsupported-object", f"h5py cannot open this link "
+                             f"({type(e).__name__}: {e}): skipped", fatal=False)
+                continue
             if isinstance(link, h5py.ExternalLink):
                 self.problem(name, "external-link",
                              f"external link to {link.filename}:{link.path} cannot be referenced")
                 continue
             if isinstance(link, h5py.SoftLink):
-                self.problem(name, "soft-link", f"soft link to {link.path}: skipped "
-                             "(the target is virtualized under its own name)", fatal=False)
+                # a soft link to a dataset is a second name for it (h5py and xarray show
+                # both): virtualized under both; to a group or nothing: skipped
+                try:
+                    target = g.get(key)
+                except Exception:
+                    target = None
+                if isinstance(target, h5py.Dataset) and not _is_dimension_scale(target):
+                    self._datasets.append((name, target))
+                else:
+                    self.problem(name, "soft-link", f"soft link to {link.path}: skipped "
+                                 "(a group, a dimension scale or nothing; a target is "
+                                 "virtualized under its own name)", fatal=False)
                 continue
-            obj = g.get(key)
+            try:
+                obj = g.get(key)
+            except Exception as e:
+                self.problem(name, "unsupported-object", f"h5py cannot open this object "
+                             f"({type(e).__name__}: {e}): skipped", fatal=False)
+                continue
             if isinstance(obj, h5py.Group):
                 self._walk(obj, name)
             elif isinstance(obj, h5py.Dataset):
@@ -122,20 +162,26 @@ class _Scanner:
     # -- one dataset -------------------------------------------------------------------
 
     def _variable(self, name: str, ds: h5py.Dataset) -> Variable | None:
+        if h5py.check_string_dtype(ds.dtype) is not None and ds.shape is not None:
+            return self._text(name, ds)
         dtype, enum = _numeric_dtype(ds.dtype)
         if dtype is None:
             self.problem(name, "unsupported-type",
                          f"data type {ds.dtype} (string, compound, vlen or reference) is not "
                          "supported: variable skipped", fatal=False)
             return None
-        odd = stored_type_differs(ds.id.get_type(), dtype)
-        if odd:  # numbers that would read wrong: refused, unless the user drops them
-            self.problem(name, "unsupported-type", f"{odd}; --drop {name} leaves it out")
-            return None
         shape = tuple(int(n) for n in ds.shape) if ds.shape is not None else None
         if shape is None:
             self.problem(name, "unsupported-type", "null dataspace: skipped", fatal=False)
             return None
+        odd = stored_type_differs(ds.id.get_type(), dtype)
+        if odd:  # numbers whose bytes would read wrong: refused unless inlined (as h5py reads
+            # them: bfloat16 as float32, n-bit integers as their h5py type) or dropped
+            self.problem(name, "unsupported-type", f"{odd}; inlined it reads as h5py reads it")
+            return Variable(name=name, dtype=dtype, shape=shape, dims=self._dims(name, ds),
+                            attrs=read_attrs(ds.attrs, self._omitted(name, name)),
+                            fill_value=_fill_value(ds, dtype), codecs=[bytes_codec(dtype)],
+                            blocks=None)
         attrs = read_attrs(ds.attrs, self._omitted(name, name))
         if enum is not None:
             attrs["_enum"] = {k: int(v) for k, v in enum.items()}
@@ -151,6 +197,35 @@ class _Scanner:
         return Variable(name=name, dtype=dtype, shape=shape, dims=dims, attrs=attrs,
                         fill_value=fill, codecs=codecs, blocks=blocks, values=values,
                         is_coordinate=is_coord)
+
+    def _text(self, name: str, ds: h5py.Dataset) -> Variable | None:
+        """Strings (HDF5 variable- or fixed-length, netCDF-4 `string`, netCDF-4 `char`
+        arrays) are read at scan time and stored in the cube as zarr `string` (text), as
+        netCDF4-python / xarray decode them: a `char` array (1-byte strings) along its
+        last dimension joined into one string per row, as xarray does; the text decoded
+        with the variable's `_Encoding` (netCDF) or its HDF5 character set. Large ones
+        are skipped (not fatal)."""
+        info = h5py.check_string_dtype(ds.dtype)
+        dims = self._dims(name, ds)
+        attrs = read_attrs(ds.attrs, self._omitted(name, name))
+        nbytes = ds.size * (info.length or 64)
+        if nbytes > TEXT_LIMIT:
+            self.problem(name, "unsupported-type", f"{ds.size} strings (about {nbytes} bytes) are "
+                         f"more than the {TEXT_LIMIT} bytes of text inlined: variable skipped",
+                         fatal=False)
+            return None
+        encoding = attrs.pop("_Encoding", None) or info.encoding
+        chars = info.length == 1 and ds.ndim >= 1 and self.netcdf4
+        try:
+            values = chars_to_text(ds[()], encoding, chars)
+        except Exception as e:  # undecodable bytes, a damaged heap
+            self.problem(name, "unsupported-type", f"its strings cannot be read as {encoding} "
+                         f"text ({type(e).__name__}: {e}): variable skipped", fatal=False)
+            return None
+        if chars:  # the string length axis is gone
+            dims = dims[:-1]
+        return Variable(name=name, dtype=values.dtype, shape=values.shape, dims=dims, attrs=attrs,
+                        fill_value=None, codecs=[], blocks=None, values=values)
 
     # -- netCDF-4: a variable's shape is its dimensions' lengths ---------------------------
 
@@ -293,10 +368,7 @@ class _Scanner:
             return BlockTable(block_shape, padded=False, refs=refs), codecs
         # chunked
         chunks = tuple(int(c) for c in ds.chunks)
-        filters, ok = self._filters(name, dcpl, dtype)
-        if not ok:
-            return None, codecs
-        codecs += filters
+        pipeline = self._filters(dcpl, dtype)
         grid = tuple(-(-n // c) for n, c in zip(shape, chunks))
         cells = math.prod(grid)
         if cells > MAX_BLOCKS:  # checked before allocating (a corrupt dataspace, or just huge)
@@ -315,15 +387,32 @@ class _Scanner:
         inside = (idx < np.asarray(grid, dtype=np.int64)).all(axis=1)
         if not inside.all():  # chunks left allocated past a shrunken extent hold no data of it
             idx, offsets, sizes, masks = idx[inside], offsets[inside], sizes[inside], masks[inside]
+        # The filter mask: bit i set says filter i was skipped for that chunk (an optional
+        # filter that could not shrink it). The pipeline is the one most chunks were
+        # stored with; chunks stored otherwise are odd (copied by --materialize).
+        mask = 0
+        if masks.any():
+            values, counts = np.unique(masks, return_counts=True)
+            mask = int(values[np.argmax(counts)])
+        used = [(i, f) for i, f in enumerate(pipeline) if not mask >> i & 1]
+        missing = [(code, label, why) for _i, (code, label, codec, why) in used if codec is None]
+        for code, label, why in missing:
+            self.problem(name, "unsupported-filter",
+                         f"HDF5 filter {code} ({label}) has no zarr codec that decodes it "
+                         "exactly" + (f" ({why})" if why else ""))
+        if missing:
+            return None, codecs
+        filters = [codec for _i, (_code, _label, codec, _why) in used]
+        codecs += filters
         # a chunk with an address holds bytes: unfiltered exactly one chunk's, filtered at
         # least one (libhdf5 reads a 0-byte chunk as uninitialised memory)
         full = math.prod(chunks) * dtype.itemsize
-        odd = (sizes != full) if len(codecs) == 1 else (sizes == 0)
+        odd = ((sizes != full) & (masks == mask)) if not filters else (sizes == 0)
         if odd.any():
             i = int(np.flatnonzero(odd)[0])
             self.problem(name, "corrupt", f"the chunk index lists {int(sizes[i])} stored bytes at "
                          f"byte offset {int(offsets[i])}"
-                         + (f", {full} expected (no filters)" if len(codecs) == 1 else ""),
+                         + (f", {full} expected (no filters)" if not filters else ""),
                          block=tuple(int(b) for b in idx[i]))
             return None, codecs
         if len(offsets):
@@ -331,34 +420,46 @@ class _Scanner:
             view = refs.reshape(-1)
             view["offset"][flat] = offsets
             view["length"][flat] = sizes
-            if masks.any():
-                odd = idx[masks != 0]
-                for b in odd[:20]:
-                    self.problem(name, "filter-mask",
-                                 "this chunk was stored with part of the filter pipeline "
-                                 "skipped (HDF5 filter mask), so it decodes differently from "
-                                 "the others", block=tuple(int(i) for i in b))
-                if len(odd) > 20:
-                    self.problem(name, "filter-mask",
-                                 f"... and {len(odd) - 20} more chunks with a filter mask")
-                return None, codecs
+            other = masks != mask
+            if other.any():
+                self._masked_chunks(name, view, flat[other], idx[other], masks[other], mask,
+                                    full)
+        if mask:
+            skipped = ", ".join(str(pipeline[i][0]) for i in range(len(pipeline)) if mask >> i & 1)
+            self.problem(name, "filter-skipped",
+                         f"every stored chunk skips HDF5 filter(s) {skipped} (filter mask "
+                         f"{mask:#x}): the cube decodes them without it", fatal=False)
         return BlockTable(chunks, padded=True, refs=refs), codecs
 
-    def _filters(self, name: str, dcpl, dtype: np.dtype) -> tuple[list[dict], bool]:
-        out: list[dict] = []
-        ok = True
+    def _masked_chunks(self, name: str, view, flat, idx, masks, mask: int, full: int) -> None:
+        """Chunks stored with a filter mask other than the dataset's usual one decode
+        differently: they cannot be referenced. They are marked held (MATERIALIZED: no
+        byte range; h5py, which honours the mask, reads their values) and refused as
+        `filter-mask` problems whose remedy is to copy them (`--materialize`)."""
+        view["path"][flat] = MATERIALIZED
+        view["offset"][flat] = 0
+        view["length"][flat] = 0
+        remedy = (f"materialize {len(flat)} block(s), {len(flat) * full} bytes decoded "
+                  "(--materialize)")
+        for b, m in list(zip(idx, masks))[:20]:
+            self.problem(name, "filter-mask",
+                         f"this chunk was stored with filter mask {int(m):#x} where the others "
+                         f"have {mask:#x} (part of the filter pipeline skipped), so it decodes "
+                         "differently from them", block=tuple(int(i) for i in b), remedy=remedy)
+        if len(flat) > 20:
+            self.problem(name, "filter-mask", f"... and {len(flat) - 20} more chunks with a "
+                         "different filter mask", remedy=remedy)
+
+    def _filters(self, dcpl, dtype: np.dtype) -> list[tuple[int, str, dict | None, str | None]]:
+        """The filter pipeline: per filter its id, name, codec (None: no exact codec) and
+        why there is none."""
+        out = []
         for i in range(dcpl.get_nfilters()):
             code, _flags, values, fname = dcpl.get_filter(i)
-            codec = hdf5_filter_codec(code, tuple(values), dtype)
-            if codec is None:
-                label = fname.decode(errors="replace") if isinstance(fname, bytes) else fname
-                self.problem(name, "unsupported-filter",
-                             f"HDF5 filter {code} ({label}) has no zarr codec that decodes it "
-                             "exactly")
-                ok = False
-            else:
-                out.append(codec)
-        return out, ok
+            label = fname.decode(errors="replace") if isinstance(fname, bytes) else fname
+            out.append((code, label, hdf5_filter_codec(code, tuple(values), dtype),
+                        NO_EXACT_CODEC.get(code)))
+        return out
 
 
 def _walk_chunk_index(dsid, ndim: int):
@@ -383,8 +484,27 @@ def _walk_chunk_index(dsid, ndim: int):
 
 # -- helpers, pure ---------------------------------------------------------------------
 
+# Why known filters without an exact codec are refused (the problem message says it).
+NO_EXACT_CODEC = {
+    4: "szip without its four parameters",
+    5: "nbit packs values in fewer bits: no zarr codec unpacks HDF5's layout",
+    6: "scaleoffset: no zarr codec undoes HDF5's scale-offset packing",
+    32000: "imagecodecs_lzf cannot be told a chunk's decoded size and fails on chunks that "
+           "compress more than about 2:1",
+    32008: "imagecodecs_bitshuffle unshuffles the chunk as 1-byte items (wrong for wider "
+           "types), and with LZ4 or zstd the filter frames its blocks in a way no zarr codec "
+           "reads exactly",
+    32026: "hdf5-blosc2 stores each chunk as a Blosc2 NDim frame: imagecodecs_blosc2 does not "
+           "read frames and imagecodecs_b2nd decodes them to void items zarr cannot use",
+    32013: "H5Z-ZFP keeps the zfp header in the filter's parameters, which imagecodecs_zfp "
+           "cannot be given",
+}
+
+
 def hdf5_filter_codec(code: int, values: tuple[int, ...], dtype: np.dtype) -> dict | None:
-    """The zarr v3 codec that decodes HDF5 filter `code` exactly, or None."""
+    """The zarr v3 codec that decodes HDF5 filter `code` exactly, or None. Codecs named
+    `imagecodecs_*` are imagecodecs' zarr 3 codecs: a reader registers them with
+    `imagecodecs.zarr.register_codecs()` (`virtualize.open` does)."""
     if code == h5py.h5z.FILTER_DEFLATE:  # HDF5 stores zlib streams (not gzip)
         return {"name": "numcodecs.zlib", "configuration": {"level": int(values[0]) if values else 1}}
     if code == h5py.h5z.FILTER_SHUFFLE:
@@ -397,8 +517,18 @@ def hdf5_filter_codec(code: int, values: tuple[int, ...], dtype: np.dtype) -> di
         return {"name": "numcodecs.zstd", "configuration": {"level": level}}
     if code == 32001:  # blosc: standard blosc1 frames; parameters live in each frame
         return {"name": "numcodecs.blosc", "configuration": {}}
-    # szip (4), nbit (5), scaleoffset (6), lz4 (32004, own framing), bitshuffle (32008, own
-    # header) and unknown filters have no exact zarr codec.
+    if code == h5py.h5z.FILTER_SZIP and len(values) >= 4:
+        # HDF5's szip framing: a 4-byte little-endian decoded size, then the AEC stream;
+        # the parameters are the ones HDF5 stored after `set_local` (options mask with the
+        # byte order flags, pixels per block, bits per pixel, pixels per scanline)
+        return {"name": "imagecodecs_szip", "configuration": {
+            "options_mask": int(values[0]), "pixels_per_block": int(values[1]),
+            "bits_per_pixel": int(values[2]), "pixels_per_scanline": int(values[3]),
+            "header": True}}
+    if code == 32004:  # HDF5's LZ4 filter framing (sizes, then blocks): imagecodecs' lz4h5
+        return {"name": "imagecodecs_lz4h5"}
+    # nbit (5), scaleoffset (6), lzf (32000), bitshuffle (32008), zfp (32013),
+    # blosc2 (32026) and unknown filters have no exact zarr codec (NO_EXACT_CODEC says why).
     return None
 
 
@@ -434,7 +564,11 @@ def stored_type_differs(tid, dtype: np.dtype) -> str | None:
             if why or tid.get_member_offset(i) != i * half:
                 return f"complex parts are not two adjacent IEEE floats ({why or 'offsets'})"
         return None
-    if cls not in (h5py.h5t.INTEGER, h5py.h5t.FLOAT, h5py.h5t.BITFIELD):
+    if cls == h5py.h5t.BITFIELD:  # h5py reads a bitfield as the unsigned integer of its size
+        if tid.get_size() != dtype.itemsize:
+            return f"a {tid.get_size()}-byte bitfield read as {dtype}"
+        return None
+    if cls not in (h5py.h5t.INTEGER, h5py.h5t.FLOAT):
         return None
     size, precision, offset = tid.get_size(), tid.get_precision(), tid.get_offset()
     if cls == h5py.h5t.FLOAT:

@@ -40,7 +40,7 @@ from ..model import (
     VirtualizeError,
     empty_refs,
 )
-from ._values import COORD_VALUES_LIMIT, bytes_codec, plain
+from ._values import COORD_VALUES_LIMIT, TEXT_LIMIT, bytes_codec, chars_to_text, plain
 
 MAGIC = b"CDF"
 FORMATS = {1: "netcdf3-cdf1", 2: "netcdf3-cdf2", 5: "netcdf3-cdf5"}
@@ -206,11 +206,8 @@ class _Cursor:
         except UnicodeDecodeError as e:
             raise corrupt(self.path, f"the name of {what} at byte offset {at} is not valid "
                                      f"UTF-8 (byte {at + e.start})") from None
-        bad = [c for c in name if c == "/" or ord(c) < 0x20 or ord(c) == 0x7F]
-        if not name or bad:  # the spec's name grammar; a '/' or NUL would also break paths
-            raise corrupt(self.path, f"the name of {what} at byte offset {at} is "
-                                     + (f"{name!r}: {bad[0]!r} is not allowed in names" if bad
-                                        else "empty"))
+        if not name:
+            raise corrupt(self.path, f"the name of {what} at byte offset {at} is empty")
         return name
 
     def nc_type(self, what: str) -> int:
@@ -271,6 +268,20 @@ def _read_attrs(cur: _Cursor, owner: str) -> tuple[dict[str, Any], dict[str, Any
     return attrs, raw
 
 
+def escape_name(name: str) -> str:
+    """A variable or dimension name as a cube path can hold it: '%', '/' and control
+    characters (NUL included; the netCDF spec forbids them, netCDF-C reads them) are
+    percent-encoded, reversibly (`urllib.parse.unquote` gives the name back); the
+    original is kept in the variable's `ORIGINAL_NAME_ATTR` attribute."""
+    if not any(c in "%/" or ord(c) < 0x20 or ord(c) == 0x7F for c in name):
+        return name
+    return "".join(f"%{ord(c):02X}" if c in "%/" or ord(c) < 0x20 or ord(c) == 0x7F else c
+                   for c in name)
+
+
+ORIGINAL_NAME_ATTR = "_virtualize_original_name"
+
+
 def parse_header(f, path: str, size: int) -> NcHeader:
     """Parse the header from the open file `f` (`size` bytes long) and lay out the data."""
     cur = _Cursor(f, path, size)
@@ -288,7 +299,7 @@ def parse_header(f, path: str, size: int) -> NcHeader:
 
     dims: list[tuple[str, int]] = []
     for i in range(cur.list_header(NC_DIMENSION, "dimensions")):
-        name = cur.name(f"dimension {i}")
+        name = escape_name(cur.name(f"dimension {i}"))
         dims.append((name, cur.non_neg(f"the length of dimension {i} ({name!r})")))
     _check_unique(path, [d[0] for d in dims], "dimension")
     if sum(1 for _, n in dims if n == 0) > 1:
@@ -300,7 +311,8 @@ def parse_header(f, path: str, size: int) -> NcHeader:
     variables: list[NcVar] = []
     for i in range(cur.list_header(NC_VARIABLE, "variables")):
         start = cur.pos
-        name = cur.name(f"variable {i}")
+        original = cur.name(f"variable {i}")
+        name = escape_name(original)
         what = f"variable {name!r}"
         at = cur.pos
         ndims = cur.fits(cur.non_neg(f"the number of dimensions of {what}"),
@@ -314,6 +326,8 @@ def parse_header(f, path: str, size: int) -> NcHeader:
                                     f"but the file defines {len(dims)} dimensions")
             dimids.append(d)
         attrs, raw = _read_attrs(cur, what)
+        if name != original:
+            attrs[ORIGINAL_NAME_ATTR] = original
         t = cur.nc_type(what)
         cur.non_neg(f"the vsize of {what}")  # redundant (and capped in CDF-2): recomputed
         begin = cur.offset(f"the begin offset of {what}")
@@ -490,13 +504,13 @@ def scan_netcdf3(path: str) -> FileInventory:
         variables: dict[str, Variable] = {}
         dim_names = [name for name, _ in h.dims]
         for v in h.variables:
-            if v.nc_type == NC_CHAR:
-                problems.append(Problem(Location(path, v.name), "unsupported-type",
-                                        "NC_CHAR (character array) variables are not "
-                                        "supported: variable skipped", fatal=False))
-                continue
             end = data_end(h, v)
             truncated = end > st.st_size
+            if v.nc_type == NC_CHAR:
+                var = _text_variable(f, h, v, dim_names, truncated, problems, path)
+                if var is not None:
+                    variables[v.name] = var
+                continue
             if truncated:
                 problems.append(Problem(Location(path, v.name), "truncated",
                                         _truncated_message(h, v, end, st.st_size)))
@@ -520,6 +534,36 @@ def scan_netcdf3(path: str) -> FileInventory:
                         dimensions, variables, problems, bytes_read)
     inv.requests, inv.etag = requests, st.etag
     return inv
+
+
+def _text_variable(f, h: NcHeader, v: NcVar, dim_names, truncated: bool, problems,
+                   path: str) -> Variable | None:
+    """An NC_CHAR variable as text (zarr `string`), as xarray decodes it: one string per
+    row of its last dimension, decoded with its `_Encoding` (UTF-8 when it has none),
+    trailing NULs dropped; read when scanned, stored in the cube. Skipped (not fatal)
+    when larger than TEXT_LIMIT bytes or not decodable; refused when truncated."""
+    if truncated:
+        problems.append(Problem(Location(path, v.name), "truncated",
+                                "NC_CHAR variable: its data lies past the end of the file"))
+        return None
+    nbytes = math.prod(v.shape)
+    if nbytes > TEXT_LIMIT:
+        problems.append(Problem(Location(path, v.name), "unsupported-type",
+                                f"NC_CHAR variable of {nbytes} bytes: more text than the "
+                                f"{TEXT_LIMIT} bytes inlined; variable skipped", fatal=False))
+        return None
+    attrs = dict(v.attrs)
+    encoding = str(attrs.pop("_Encoding", None) or "utf-8")
+    try:
+        values = chars_to_text(read_data(f, h, v), encoding, chars=True)
+    except Exception as e:  # undecodable bytes, an unknown encoding
+        problems.append(Problem(Location(path, v.name), "unsupported-type",
+                                f"NC_CHAR data cannot be read as {encoding} text "
+                                f"({type(e).__name__}: {e}): variable skipped", fatal=False))
+        return None
+    dims = tuple(dim_names[d] for d in v.dimids)[:-1] if v.shape else ()
+    return Variable(name=v.name, dtype=values.dtype, shape=values.shape, dims=dims, attrs=attrs,
+                    fill_value=None, codecs=[], blocks=None, values=values)
 
 
 def _truncated_message(h: NcHeader, v: NcVar, end: int, size: int) -> str:
