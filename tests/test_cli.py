@@ -119,7 +119,7 @@ def test_inline_threshold_option(case, tmp_path):
     """Small data that cannot be referenced (a compact dataset) is inlined by default with
     a note; --inline-threshold 0 refuses it, naming --inline and --drop."""
     files = case("h5py_plain")
-    r = run("check", *files, "--concat-dim", "data_dim0")
+    r = run("check", *files, "--concat-dim", "data_dim0", "-v")  # notes: -v
     assert r.returncode == 0, r.stdout + r.stderr
     assert "small: cannot be referenced (compact-layout)" in r.stdout
     r = run("check", *files, "--concat-dim", "data_dim0", "--inline-threshold", "0")

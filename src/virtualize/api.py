@@ -547,6 +547,7 @@ def _unknown_names(invs: list[FileInventory], drop, inline, concat_dim) -> list[
     variables |= {p.loc.variable for inv in invs for p in inv.problems if p.loc.variable}
     variables |= {n.rpartition("/")[2] for n in variables}
     dims = {d for inv in invs for v in inv.variables.values() for d in v.dims}
+    dims |= {d.rpartition("/")[2] for inv in invs for d in inv.dimensions}  # unused ones too
     out = []
     for option, wanted in (("--drop", drop), ("--inline", inline)):
         for name in sorted(set(wanted) - variables):
