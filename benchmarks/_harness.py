@@ -20,8 +20,8 @@ import subprocess
 import sys
 import tempfile
 import time
-import tracemalloc
 import traceback
+import tracemalloc
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Iterator, Sequence

@@ -322,7 +322,8 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true",
                     help="small run: 10,000 chunks, 1 repeat")
     _harness.add_selection(ap, TOOLS, CASES)
-    ap.add_argument("--json", action="store_true", help="print results as JSON on stdout (the table goes to stderr)")
+    ap.add_argument("--json", action="store_true",
+                    help="print results as JSON on stdout (the table goes to stderr)")
     ap.add_argument("--profile", action="store_true",
                     help="also cProfile virtualize.scan on the big file")
     args = _harness.parse_args(ap, argv, tool_ops, FIELDS, quick={"chunks": 10_000})

@@ -13,10 +13,10 @@ import tempfile
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "fixtures"))
 
+import virtualize  # noqa: E402
+
 import make_fixtures  # noqa: E402
 import make_mosaic  # noqa: E402
-
-import virtualize  # noqa: E402
 
 OUT = ROOT / "docs" / "report"
 CASES = {
