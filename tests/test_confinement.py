@@ -405,3 +405,22 @@ def test_a_missing_chunk_file_of_the_cube_is_an_error_not_fill(case, tmp_path):
     (out / "lat" / "c" / "0").unlink()
     with pytest.raises(VirtualizeError):
         virtualize.open(out)["lat"][...]
+
+
+def test_an_uncompressed_chunk_of_the_wrong_length_is_refused(case, tmp_path):
+    """An uncompressed chunk's reference must be exactly its chunk's bytes: a shorter one
+    (edited manifest) is refused, located, instead of failing inside zarr's decoding."""
+    files = case("appended_batches")
+    out = tmp_path / "cube.zarr"
+    virtualize.virtualize(files, out)
+    doc = json.loads((out / "tas" / "zarr.json").read_text())
+    if [c["name"] for c in doc["codecs"]] != ["bytes"]:
+        pytest.skip("this stack's tas is compressed")
+    p = out / "tas" / "manifest.npy"
+    m = np.load(p)
+    m.reshape(-1)[0]["length"] = 10
+    np.save(p, m)
+    with pytest.raises(VirtualizeError) as e:
+        virtualize.open(out)["tas"][...]
+    assert e.value.problems[0].kind == "invalid-reference"
+    assert "uncompressed" in e.value.problems[0].message

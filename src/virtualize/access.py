@@ -232,8 +232,10 @@ def read_inside(root: Path, path: Path) -> bytes | None:
 
 
 def check_refs(what: str | os.PathLike, name: str, m: np.ndarray, sources: list[str],
-               sizes: list[int], grid: tuple[int, ...] | None) -> None:
-    """Every reference of array `name` lies inside its (recorded) source: vectorized."""
+               sizes: list[int], grid: tuple[int, ...] | None,
+               expected: np.ndarray | None = None) -> None:
+    """Every reference of array `name` lies inside its (recorded) source, and (with
+    `expected`, for uncompressed arrays) is as long as its chunk: vectorized."""
     if m.dtype != REF_DTYPE:
         raise invalid(what, f"manifest has dtype {m.dtype}, not {REF_DTYPE}", name)
     if grid is not None and tuple(m.shape) != tuple(grid):
@@ -250,7 +252,10 @@ def check_refs(what: str | os.PathLike, name: str, m: np.ndarray, sources: list[
     idx = np.where(virt & ~bad_path, path, 0).astype(np.intp)
     sz = size[idx] if len(size) else np.zeros(len(flat), dtype=np.uint64)
     bad_range = virt & ~bad_path & ((off > sz) | (length > sz - np.minimum(off, sz)))
-    bad = np.flatnonzero(bad_path | bad_range)
+    bad_length = np.zeros_like(virt)
+    if expected is not None and expected.size == length.size:
+        bad_length = virt & (length != expected.reshape(-1))
+    bad = np.flatnonzero(bad_path | bad_range | bad_length)
     if not bad.size:
         return
     problems = []
@@ -260,6 +265,9 @@ def check_refs(what: str | os.PathLike, name: str, m: np.ndarray, sources: list[
         p = int(path[i])
         if bad_path[i]:
             msg = f"chunk {name}/{key} names source #{p}; the cube has {len(sources)}"
+        elif bad_length[i]:
+            msg = (f"chunk {name}/{key} is uncompressed and holds {int(expected.reshape(-1)[i])} "
+                   f"bytes, but its reference is {int(length[i])} bytes long")
         else:
             msg = (f"chunk {name}/{key} wants {int(length[i])} bytes at {int(off[i])} of "
                    f"{sources[p]}, which has {int(size[p])} bytes")
@@ -291,3 +299,37 @@ def grid_shape(doc: dict) -> tuple[int, ...] | None:
     except (KeyError, TypeError, ValueError, IndexError):
         return None
     return None
+
+
+def stored_chunk_bytes(doc: dict) -> np.ndarray | None:
+    """For an array whose only codec is `bytes` (uncompressed), the byte length every
+    stored chunk must have (over the chunk grid), else None: a manifest length that
+    differs would make zarr fail to reshape, or read past the chunk."""
+    try:
+        codecs = doc.get("codecs") or []
+        if len(codecs) != 1 or codecs[0].get("name") != "bytes":
+            return None
+        itemsize = np.dtype(doc["data_type"]).itemsize
+        shape = [int(n) for n in doc["shape"]]
+        grid = doc["chunk_grid"]
+        conf = grid["configuration"]
+        lengths = []
+        for axis, n in enumerate(shape):
+            spec = (conf["chunk_shape"][axis] if grid["name"] == "regular"
+                    else conf["chunk_shapes"][axis])
+            if isinstance(spec, int):
+                lengths.append([spec] * (-(-n // spec) if spec > 0 else 0))
+                continue
+            axis_lengths: list[int] = []
+            for item in spec:
+                axis_lengths += [int(item[0])] * int(item[1]) if isinstance(item, list) \
+                    else [int(item)]
+            lengths.append(axis_lengths)
+        out = np.ones([len(x) for x in lengths], dtype=np.uint64) * np.uint64(itemsize)
+        for axis, lens in enumerate(lengths):
+            shape_ = [1] * len(lengths)
+            shape_[axis] = len(lens)
+            out = out * np.asarray(lens, dtype=np.uint64).reshape(shape_)
+        return out
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError):
+        return None

@@ -36,7 +36,15 @@ from zarr.abc.store import (
 from zarr.buffer import default_buffer_prototype
 from zarr.storage import WrapperStore
 
-from .access import Access, check_refs, grid_shape, inside, invalid, read_inside
+from .access import (
+    Access,
+    check_refs,
+    grid_shape,
+    inside,
+    invalid,
+    read_inside,
+    stored_chunk_bytes,
+)
 from .emit.cube import SOURCES_NAME
 from .emit.metadata import MANIFEST_FIELD
 from .model import MATERIALIZED, Location, Problem, VirtualizeError
@@ -163,9 +171,11 @@ class CubeStore(Store):
             except (OSError, ValueError, EOFError) as e:
                 raise invalid(self.root, f"{name}/manifest.npy cannot be read: {e}", name) from None
             doc_bytes = read_inside(self.root, self.root / name / "zarr.json")
-            grid = grid_shape(_load_json(self.root, doc_bytes, f"{name}/zarr.json")) \
+            doc = _load_json(self.root, doc_bytes, f"{name}/zarr.json") \
                 if doc_bytes is not None else None
-            check_refs(self.root, name, m, self.sources, self.sizes, grid)
+            grid = grid_shape(doc) if doc is not None else None
+            check_refs(self.root, name, m, self.sources, self.sizes, grid,
+                       stored_chunk_bytes(doc) if doc is not None else None)
             self._manifests[name] = m
         return m
 
@@ -284,6 +294,8 @@ def _source_table(what, info: dict) -> list[dict[str, Any]]:
                 and isinstance(s.get("size"), int) and not isinstance(s.get("size"), bool)
                 and s["size"] >= 0 and isinstance(s.get("mtime_ns"), int)):
             raise invalid(what, f"source #{i} is not {{path, size, mtime_ns}}: {s!r:.200}")
+        if "\x00" in s["path"]:
+            raise invalid(what, f"source #{i}'s path holds a NUL byte: {s['path']!r:.200}")
     return sources
 
 
@@ -357,8 +369,14 @@ def open_cube(path: str | os.PathLike, *, check_sources: bool = True, allow=None
     by virtualize as a read-only zarr group. `allow`: more roots (paths, or URL prefixes)
     the reader may open files in (docs/reading.md, Confinement)."""
     with rectilinear_enabled():
-        return zarr.open_group(open_store(path, check_sources=check_sources, allow=allow),
-                               mode="r", zarr_format=3)
+        store = open_store(path, check_sources=check_sources, allow=allow)
+        try:
+            return zarr.open_group(store, mode="r", zarr_format=3)
+        except VirtualizeError:
+            raise
+        except (ValueError, TypeError, KeyError) as e:  # metadata zarr cannot take (edited)
+            raise invalid(path, f"its metadata cannot be opened by zarr: {type(e).__name__}: "
+                                f"{e}") from None
 
 
 def open_store(path: str | os.PathLike, *, check_sources: bool = True, allow=None) -> Store:
