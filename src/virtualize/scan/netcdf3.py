@@ -588,12 +588,7 @@ def read_netcdf3_values(path: str, variable: str,
         h = parse_header(f, path, size)
         for v in h.variables:
             if v.name == variable:
-                end = data_end(h, v)
-                if end > size:
-                    raise VirtualizeError([Problem(
-                        Location(path, variable), "truncated",
-                        f"the header places this variable's data up to byte {end}, but the "
-                        f"file has only {size} bytes")])
+                _refuse_truncated(h, v, path, size)
                 cut = tuple(slice(a, b) for a, b in region) if region is not None else ()
                 if not v.nbytes or not all(v.shape):
                     return np.zeros(v.shape, dtype=v.dtype)[cut] if cut else np.zeros(v.shape, v.dtype)
@@ -610,6 +605,15 @@ def read_netcdf3_values(path: str, variable: str,
     raise KeyError(f"{path}: no variable {variable!r}")
 
 
+def _refuse_truncated(h: NcHeader, v: NcVar, path: str, size: int) -> None:
+    end = data_end(h, v)
+    if end > size:
+        raise VirtualizeError([Problem(
+            Location(path, v.name), "truncated",
+            f"the header places this variable's data up to byte {end}, but the "
+            f"file has only {size} bytes")])
+
+
 def _read_remote_values(path: str, variable: str,
                         region: tuple[tuple[int, int], ...] | None) -> np.ndarray:
     """`read_netcdf3_values` of a URL: the header, then the region's rows along the first
@@ -620,12 +624,7 @@ def _read_remote_values(path: str, variable: str,
         v = next((v for v in h.variables if v.name == variable), None)
         if v is None:
             raise KeyError(f"{path}: no variable {variable!r}")
-        end = data_end(h, v)
-        if end > size:
-            raise VirtualizeError([Problem(
-                Location(path, variable), "truncated",
-                f"the header places this variable's data up to byte {end}, but the "
-                f"file has only {size} bytes")])
+        _refuse_truncated(h, v, path, size)
         cut = tuple(slice(a, b) for a, b in region) if region is not None else ()
         if not v.nbytes or not all(v.shape):
             return np.zeros(v.shape, dtype=v.dtype)[cut] if cut else np.zeros(v.shape, v.dtype)
