@@ -265,12 +265,12 @@ def check_refs(what: str | os.PathLike, name: str, m: np.ndarray, sources: list[
         p = int(path[i])
         if bad_path[i]:
             msg = f"chunk {name}/{key} names source #{p}; the cube has {len(sources)}"
-        elif bad_length[i]:
-            msg = (f"chunk {name}/{key} is uncompressed and holds {int(expected.reshape(-1)[i])} "
-                   f"bytes, but its reference is {int(length[i])} bytes long")
-        else:
+        elif bad_range[i]:
             msg = (f"chunk {name}/{key} wants {int(length[i])} bytes at {int(off[i])} of "
                    f"{sources[p]}, which has {int(size[p])} bytes")
+        else:
+            msg = (f"chunk {name}/{key} is uncompressed and holds {int(expected.reshape(-1)[i])} "
+                   f"bytes, but its reference is {int(length[i])} bytes long")
         problems.append(Problem(Location(str(what), name, None, block), "invalid-reference", msg))
     raise VirtualizeError(problems, f"{what}: {bad.size} reference(s) of {name} lie outside "
                                     "their sources: the manifest was edited or damaged")
