@@ -8,8 +8,8 @@
 # Needs s3fs and moto[server] (pip install -e '.[test]').
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PY=${PY:-.venv/bin/python}
-[ -x "$PY" ] || PY=/work/main/.venv/bin/python
+bash scripts/setup.sh >/dev/null  # .venv with the test extras (s3fs, moto[server])
+PY=.venv/bin/python
 VIRTUALIZE="$(dirname "$PY")/virtualize"
 work=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$work"' EXIT
@@ -41,7 +41,7 @@ export AWS_ACCESS_KEY_ID=demo AWS_SECRET_ACCESS_KEY=demo AWS_REGION=us-east-1
 files=($(ls "$data"))
 
 echo "== virtualize 's3://bucket/path/*.nc' -o s3://bucket/cube.zarr -v   (S3 at $AWS_ENDPOINT_URL)"
-"$VIRTUALIZE" 's3://bucket/path/*.nc' -o s3://bucket/cube.zarr -v -q | sed -n '/bytes read/,$p'
+"$VIRTUALIZE" 's3://bucket/path/*.nc' -o s3://bucket/cube.zarr -v | sed -n '/bytes read/,$p'
 echo
 echo "== virtualize $HTTP/${files[0]} $HTTP/${files[1]} -o cube.json"
 "$VIRTUALIZE" "$HTTP/${files[0]}" "$HTTP/${files[1]}" -o "$work/cube.json" -q
