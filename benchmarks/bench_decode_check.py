@@ -85,7 +85,7 @@ def measure(name: str, files, repeats: int, **kw) -> dict:
     finally:
         virtualize.api.decode_check = real
     assert report.ok, report.problems
-    invs = [virtualize.scan(f) for f in (files if isinstance(files, list) else [files])]
+    invs = [virtualize.inventory(f) for f in (files if isinstance(files, list) else [files])]
     t_dc, dc = median_time(lambda: decode_check(report.plan, invs), repeats)
     assert not dc.problems, dc.problems
     chunks = sum(int((a.refs["length"] > 0).sum()) for a in report.plan.arrays.values()

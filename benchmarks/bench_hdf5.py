@@ -5,12 +5,12 @@ VirtualiZarr, measured in the same run on the same files.
     python benchmarks/bench_hdf5.py                 # full run: 100,000-chunk file + 12-month stack
     python benchmarks/bench_hdf5.py --quick         # small files, 1 repeat (a smoke test)
     python benchmarks/bench_hdf5.py --json > r.json # machine-readable results
-    python benchmarks/bench_hdf5.py --profile       # also cProfile virtualize.scan on the big file
+    python benchmarks/bench_hdf5.py --profile       # also cProfile virtualize.inventory on the big file
 
 Cases (each tool does the nearest equivalent of the same job):
 
   scan-100k   one file, tas(time=100000, lat=4, lon=4) chunked (1,4,4), shuffle+zlib:
-              virtualize.scan(path) | SingleHdf5ToZarr(path, inline_threshold=0).translate()
+              virtualize.inventory(path) | SingleHdf5ToZarr(path, inline_threshold=0).translate()
               | open_virtual_dataset(url, registry, HDFParser())  (and the parser alone)
   job-100k    the same file to an output on disk: virtualize.virtualize(path, cube.zarr)
               | translate + json dump | open_virtual_dataset + .vz.to_kerchunk(json)
@@ -151,13 +151,13 @@ def tool_ops(tool: str, case: str, files: dict, out: Path):
         ext = ".json" if tool == "virtualize-json" else ".zarr"
         if case == "scan-100k":
             def run():
-                return virtualize.scan(big)
+                return virtualize.inventory(big)
 
             def summarize(inv):
                 refs = inv.variables["tas"].blocks.refs
                 return (f"{int((refs['length'] > 0).sum())} tas refs; HDF5 asked for "
                         f"{inv.bytes_read:,} B")
-            return (lambda: virtualize.scan(small)), run, summarize
+            return (lambda: virtualize.inventory(small)), run, summarize
         srcs = [big] if case == "job-100k" else stack
         if case == "stack-check":
             def run():
@@ -291,9 +291,9 @@ def profile_scan(path: str, var: str = "tas", top: int = 20) -> str:
         with h5py.File(path, "r") as f:
             f[var].id.chunk_iter(lambda info: None)
 
-    virtualize.scan(path)  # warm
+    virtualize.inventory(path)  # warm
     n = num_chunks()
-    t_scan, t_walk, t_iter = med(lambda: virtualize.scan(path)), med(num_chunks), med(chunk_iter_noop)
+    t_scan, t_walk, t_iter = med(lambda: virtualize.inventory(path)), med(num_chunks), med(chunk_iter_noop)
     out = io.StringIO()
     out.write(f"virtualize.scan, whole                             {t_scan * 1e3:7.1f} ms\n"
               f"  HDF5 index walk (open + get_num_chunks, no Python per chunk) {t_walk * 1e3:7.1f} ms\n"
@@ -303,7 +303,7 @@ def profile_scan(path: str, var: str = "tas", top: int = 20) -> str:
               f"  ({n} chunks)\n\n")
     pr = cProfile.Profile()
     pr.enable()
-    virtualize.scan(path)
+    virtualize.inventory(path)
     pr.disable()
     pstats.Stats(pr, stream=out).sort_stats("tottime").print_stats(top)
     return out.getvalue()
@@ -325,7 +325,7 @@ def main(argv=None) -> int:
     ap.add_argument("--json", action="store_true",
                     help="print results as JSON on stdout (the table goes to stderr)")
     ap.add_argument("--profile", action="store_true",
-                    help="also cProfile virtualize.scan on the big file")
+                    help="also cProfile virtualize.inventory on the big file")
     args = _harness.parse_args(ap, argv, tool_ops, FIELDS, quick={"chunks": 10_000})
     if args is None:  # this was a worker
         return 0

@@ -14,7 +14,7 @@ every record of tas is its own chunk, 80,000 chunk references per variable.
 Cases (each tool does the nearest equivalent of the same job):
 
   scan   the file to references in memory:
-           virtualize           virtualize.scan(path)   (header + the time values)
+           virtualize           virtualize.inventory(path)   (header + the time values)
            virtualizarr-parser  NetCDF3Parser()(url, registry)   (header only: a
                                 ManifestStore, no coordinate values read)
            virtualizarr         open_virtual_dataset(url, registry=..., parser=NetCDF3Parser())
@@ -114,7 +114,7 @@ def tool_ops(tool: str, case: str, files: dict, out: Path):
                 refs = inv.variables["tas"].blocks.refs
                 return (f"{int((refs['length'] > 0).sum())} tas refs; "
                         f"scan().bytes_read {inv.bytes_read:,} B")
-            return (lambda: virtualize.scan(small)), (lambda: virtualize.scan(big)), summarize
+            return (lambda: virtualize.inventory(small)), (lambda: virtualize.inventory(big)), summarize
         target = out / ("virtualize.json" if tool == "virtualize-json" else "virtualize.zarr")
 
         def run():

@@ -2,7 +2,7 @@
 
 A range-capable HTTP server (tests/servers.py) on 127.0.0.1 serves one file per format
 and counts the requests and bytes it sends. For each file: virtualize's scan alone
-(`virtualize.scan(url)`), virtualize's whole job (scan, plan, decode check of a few chunks,
+(`virtualize.inventory(url)`), virtualize's whole job (scan, plan, decode check of a few chunks,
 cube written locally) and kerchunk's scanner (`SingleHdf5ToZarr`, `NetCDF3ToZarr`,
 `tiff_to_zarr`, default fsspec options) on the same URL.
 
@@ -20,9 +20,12 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "fixtures"))
 from servers import RangeHTTPServer  # noqa: E402
 
 import virtualize  # noqa: E402
+
+from make_fixtures import daily_netcdf4  # noqa: E402
 
 
 def make_files(d: Path) -> dict[str, Path]:
@@ -31,33 +34,10 @@ def make_files(d: Path) -> dict[str, Path]:
 
     rng = np.random.default_rng(0)
     out = {}
-    p = d / "big4.nc"  # netCDF-4, 60 chunks of 64 KB (3.9 MB), uncompressed
-    with netCDF4.Dataset(p, "w") as nc:
-        nc.createDimension("time", None)
-        nc.createDimension("lat", 90)
-        nc.createDimension("lon", 180)
-        t = nc.createVariable("time", "f8", ("time",))
-        t.units = "days since 2024-01-01"
-        nc.createVariable("lat", "f4", ("lat",))[:] = np.linspace(-89, 89, 90)
-        nc.createVariable("lon", "f4", ("lon",))[:] = np.linspace(0, 358, 180)
-        v = nc.createVariable("tas", "f4", ("time", "lat", "lon"), chunksizes=(1, 90, 180))
-        for i in range(60):
-            t[i] = i
-            v[i] = rng.random((90, 180), dtype=np.float32)
-    out["netCDF-4 (3.9 MB, 60 chunks)"] = p
-    p = d / "big4z.nc"  # the same, zlib: 365 chunks
-    with netCDF4.Dataset(p, "w") as nc:
-        nc.createDimension("time", None)
-        nc.createDimension("lat", 90)
-        nc.createDimension("lon", 180)
-        t = nc.createVariable("time", "f8", ("time",))
-        t.units = "days since 2024-01-01"
-        v = nc.createVariable("tas", "f4", ("time", "lat", "lon"), chunksizes=(1, 90, 180),
-                              zlib=True)
-        for i in range(365):
-            t[i] = i
-            v[i] = np.round(rng.random((90, 180), dtype=np.float32), 2)
-    out["netCDF-4 zlib (365 chunks)"] = p
+    # netCDF-4, 60 chunks of 64 KB (3.9 MB), uncompressed; the same zlib: 365 chunks
+    out["netCDF-4 (3.9 MB, 60 chunks)"] = daily_netcdf4(d / "big4.nc", 60)
+    out["netCDF-4 zlib (365 chunks)"] = daily_netcdf4(d / "big4z.nc", 365, zlib=True,
+                                                      coords=False, decimals=2)
     p = d / "classic.nc"  # netCDF classic, 2000 records
     with netCDF4.Dataset(p, "w", format="NETCDF3_64BIT_OFFSET") as nc:
         nc.createDimension("time", None)
@@ -102,7 +82,7 @@ def main() -> None:
                     note = ""
                     try:
                         if tool == "virtualize scan":
-                            inv = virtualize.scan(url)
+                            inv = virtualize.inventory(url)
                             note = f"inventory: {inv.requests} requests, {inv.bytes_read} B"
                         elif tool == "virtualize job":
                             virtualize.virtualize(url, d / f"{path.stem}.zarr", overwrite=True,

@@ -75,3 +75,19 @@ def assert_same(actual, expected, what: str) -> None:
         assert np.array_equal(a, e), f"{what}: values differ"
     else:
         assert np.array_equal(actual, expected), f"{what}: values differ"
+
+
+def read_pty(master: int) -> bytes:
+    """Everything written to a pseudo-terminal whose other end is closed (EIO ends it)."""
+    import os
+
+    out = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        out += chunk
+    return out

@@ -15,6 +15,8 @@ import pytest
 
 import virtualize
 
+from helpers import read_pty
+
 
 def run(*args, cwd=None, stdin=None, env=None):
     exe = os.path.join(os.path.dirname(sys.executable), "virtualize")
@@ -315,15 +317,7 @@ def test_colour_on_a_terminal_unless_no_color(months):
         p = subprocess.run([exe, "check", str(months)], stdout=slave, stderr=subprocess.DEVNULL,
                            env=env)
         os.close(slave)
-        out = b""
-        while True:
-            try:
-                chunk = os.read(master, 65536)
-            except OSError:
-                break
-            if not chunk:
-                break
-            out += chunk
+        out = read_pty(master)
         os.close(master)
         assert p.returncode == 0
         return out.decode()

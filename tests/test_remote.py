@@ -19,6 +19,7 @@ import virtualize
 from virtualize.model import OutputExistsError, UnsafeOutputError, VirtualizeError
 
 from helpers import assert_same
+from make_fixtures import daily_netcdf4
 
 pytest.importorskip("s3fs")
 pytest.importorskip("moto")
@@ -203,19 +204,7 @@ def test_several_mb_netcdf4_scan_and_write_fetch_under_10_percent(served, tmp_pa
     srv, _ = served
     path = srv.root / "big" / "big.nc"
     path.parent.mkdir(exist_ok=True)
-    with netCDF4.Dataset(path, "w") as nc:
-        nc.createDimension("time", None)
-        nc.createDimension("lat", 90)
-        nc.createDimension("lon", 180)
-        t = nc.createVariable("time", "f8", ("time",))
-        t.units = "days since 2024-01-01"
-        nc.createVariable("lat", "f4", ("lat",))[:] = np.linspace(-89, 89, 90)
-        nc.createVariable("lon", "f4", ("lon",))[:] = np.linspace(0, 358, 180)
-        v = nc.createVariable("tas", "f4", ("time", "lat", "lon"), chunksizes=(1, 90, 180))
-        rng = np.random.default_rng(0)
-        for i in range(60):
-            t[i] = i
-            v[i] = rng.random((90, 180), dtype=np.float32)
+    daily_netcdf4(path, 60)
     size = path.stat().st_size
     assert size > 3_000_000
     srv.reset()

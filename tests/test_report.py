@@ -18,6 +18,8 @@ import pytest
 import virtualize
 from virtualize.report import format_text, to_html, verdict
 
+from helpers import read_pty
+
 SCHEMA = json.loads(resources.files("virtualize").joinpath("schemas/report-v1.json").read_text())
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
@@ -156,15 +158,7 @@ def test_progress_bar_only_on_a_terminal(case):
         r = subprocess.run([exe, "check", *files], stdout=subprocess.PIPE, stderr=slave,
                            text=True, timeout=120)
         os.close(slave)
-        seen = b""
-        while True:
-            try:
-                chunk = os.read(master, 65536)
-            except OSError:
-                break
-            if not chunk:
-                break
-            seen += chunk
+        seen = read_pty(master)
     finally:
         os.close(master)
     assert r.returncode == 0
