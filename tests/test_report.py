@@ -165,3 +165,38 @@ def test_progress_bar_only_on_a_terminal(case):
     assert b"scanning [" in seen and b"12/12 files" in seen
     quiet = subprocess.run([exe, "check", *files], capture_output=True, text=True)
     assert "scanning" not in quiet.stderr  # stderr is a pipe here: no bar
+
+
+def test_a_variable_inconsistent_across_files_is_counted_refused_with_drop_named(tmp_path):
+    """A variable without the concat dimension whose length differs per file: the summary
+    says "1 refused" and names `--drop VAR` (text, Report API, JSON, HTML); with it dropped
+    the stack is virtualized."""
+    import netCDF4
+
+    files = []
+    for i, n in enumerate([3, 4]):
+        path = tmp_path / f"s{i}.nc"
+        with netCDF4.Dataset(path, "w") as d:
+            d.createDimension("time", None)
+            d.createDimension("station", n)
+            t = d.createVariable("time", "f8", ("time",))
+            t.units = "days since 2000-01-01"
+            t[:] = [2 * i, 2 * i + 1]
+            d.createVariable("v", "f4", ("time",))[:] = [1, 2]
+            d.createVariable("stn", "i4", ("station",))[:] = np.arange(n)
+        files.append(path)
+    report = virtualize.check(files)
+    assert verdict(report) == "no"
+    assert report.refused_variables == {"stn": ["--drop stn"]}
+    text = report.to_text()
+    assert "3 variable(s) examined, 1 refused: stn (--drop stn)" in text
+    doc = json.loads(report.to_json())
+    jsonschema.validate(doc, SCHEMA)
+    assert doc["summary"]["variables_refused"] == 1
+    assert doc["arrays"]["stn"] == {"status": "refused", "ways_through": ["--drop stn"]}
+    assert '<span data-variable="stn">stn (--drop stn)</span>' in report.to_html()
+    cli = subprocess.run([os.path.join(os.path.dirname(sys.executable), "virtualize"), "check",
+                          *map(str, files)],
+                         capture_output=True, text=True)
+    assert cli.returncode == 1 and "1 refused: stn (--drop stn)" in cli.stdout
+    assert virtualize.check(files, drop=["stn"]).ok

@@ -34,6 +34,11 @@ class Report(model.Report):
         """"yes", "yes with remedies" or "no" (docs/report.md)."""
         return verdict(self)
 
+    @property
+    def refused_variables(self) -> dict[str, list[str]]:
+        """Each refused variable with its ways through (remedy options, `--drop VAR`)."""
+        return refused_variables(self)
+
     def __repr__(self) -> str:
         s = summary(self)
         out = f", wrote {self.output['kind']} {self.output['path']}" if self.output else ""
@@ -109,10 +114,11 @@ def summary(report: model.Report) -> dict[str, int]:
     skipped = {(p.loc.variable) for p in report.problems
                if not p.fatal and p.kind == "unsupported-type"}
     figures = plan.figures.values() if plan else ()
+    refused = refused_variables(report)
     return {
         "files": len(report.files),
-        "variables": len(plan.figures or plan.arrays) if plan else 0,
-        "variables_refused": sum(f.refused for f in figures),
+        "variables": len(set(plan.figures or plan.arrays) | set(refused)) if plan else 0,
+        "variables_refused": len(refused),
         "chunks": int(sum(int(np.prod([len(ax.lengths) for ax in f.axes])) for f in figures)
                       if plan and plan.figures else sum(int(np.prod(a.grid_shape)) for a in arrays)),
         "references": int(sum(int((a.refs["length"] > 0).sum()) for a in virtual)),
@@ -124,6 +130,33 @@ def summary(report: model.Report) -> dict[str, int]:
         "bytes_read": int(sum(report.bytes_read.values())),
         "requests": int(sum(report.requests.values())),
     }
+
+
+def refused_variables(report: model.Report) -> dict[str, list[str]]:
+    """Every variable that keeps the stack from being virtualized (a refused block in its
+    figure, or a blocking problem located at it: e.g. a length that differs between
+    files), with the ways through: the remedy options its problems name, then
+    `--drop VAR` (always: the rest of the stack is then virtualized without it)."""
+    out: dict[str, list[str]] = {}
+    plan = report.plan
+    for name, fig in (plan.figures.items() if plan else ()):
+        if fig.refused:
+            out[name] = []
+    for p in report.problems:
+        if p.fatal and p.loc.variable:
+            ways = out.setdefault(p.loc.variable, [])
+            for option in model.REMEDY_OPTIONS.values():
+                if option and p.remedy and option in p.remedy and option not in ways:
+                    ways.append(option)
+    for name, ways in out.items():
+        ways.append(f"--drop {name}")
+    return out
+
+
+def _refused_words(refused: dict[str, list[str]], limit: int = 3) -> str:
+    """"stn (--drop stn)", the first few refused variables with their ways through."""
+    words = ", ".join(f"{name} ({' or '.join(ways)})" for name, ways in list(refused.items())[:limit])
+    return words + (", ..." if len(refused) > limit else "")
 
 
 # -- JSON ------------------------------------------------------------------------------
@@ -143,6 +176,10 @@ def to_dict(report: model.Report) -> dict[str, Any]:
                                        "shape": [int(ax.extent) for ax in fig.axes]}
             elif fig.refused:
                 doc["arrays"][name]["status"] = "refused"
+        for name, ways in refused_variables(report).items():
+            entry = doc["arrays"].setdefault(name, {})
+            entry["status"] = "refused"
+            entry["ways_through"] = ways
         doc["concat_dim"] = report.plan.concat_dim
         doc["remedies"] = [dict(r.to_dict(), option=model.REMEDY_OPTIONS.get(r.kind),
                                 copies=r.kind == "materialize", words=_remedy_words(r))
@@ -241,7 +278,9 @@ def format_text(report: model.Report, verbose: bool = False, color: bool = False
         head = f"no: {s['problems']} problem(s) in {n} file(s) keep this stack from being virtualized"
     lines.append(_c(head, COLORS[v], color))
     if report.plan is not None and s["variables"] and not report.ok:
-        lines.append(f"{s['variables']} variable(s) examined, {s['variables_refused']} refused")
+        refused = refused_variables(report)
+        lines.append(f"{s['variables']} variable(s) examined, {s['variables_refused']} refused"
+                     + (f": {_refused_words(refused)}" if refused else ""))
     if report.plan is not None and s["variables"] and report.ok:
         lines.append(f"{s['variables']} variable(s), {s['chunks']} chunk(s), {s['references']} "
                      f"reference(s) to {_size(s['bytes_referenced'])}"
@@ -367,6 +406,12 @@ def to_html(report: model.Report) -> str:
         parts.append(f'<p class="remedy"><b>remedy {html.escape(r.kind)}</b>: {r.blocks} '
                      f"block(s), {cost}{state}</p>")
     # why a refused stack is refused, above the pictures
+    refused = refused_variables(report)
+    if refused and not report.ok:
+        parts.append('<p class="refused-variables"><b>refused variables</b>: '
+                     + ", ".join(f'<span data-variable="{html.escape(n)}">{html.escape(n)} '
+                                 f"({html.escape(' or '.join(w))})</span>"
+                                 for n, w in refused.items()) + "</p>")
     parts.append(_problems_html(report))
     plan = report.plan
     if plan is not None and plan.mosaic is not None:
