@@ -127,7 +127,7 @@ def test_strings_are_inlined_and_compounds_skipped_not_fatal(tmp_path):
     p = tmp_path / "s.h5"
     with h5py.File(p, "w") as f:
         f["names"] = np.array([b"a", b"bc"])
-        f["rec"] = np.zeros(3, dtype=[("a", "i4"), ("b", "f8")])
+        f["rec"] = np.zeros(3, dtype=[("a", "i4"), ("b", "S8")])  # a string member: skipped
         f["vals"] = np.arange(3, dtype="i8")
     report = virtualize.check([p])
     assert report.ok

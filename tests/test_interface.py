@@ -82,8 +82,8 @@ def test_accepted_stack_prints_one_line_and_groups_skipped_variables(case, tmp_p
         dst = tmp_path / f.name
         shutil.copy(f, dst)
         with h5py.File(dst, "a") as h:
-            # a compound dataset: skipped (unsupported-type) in every file
-            h["station_name"] = np.zeros(2, dtype=[("id", "i4"), ("height", "f8")])
+            # a compound with a string member: skipped (unsupported-type) in every file
+            h["station_name"] = np.zeros(2, dtype=[("id", "i4"), ("name", "S8")])
         files.append(dst)
     r = run("check", *files)
     assert r.returncode == 0

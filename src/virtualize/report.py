@@ -145,7 +145,7 @@ def refused_variables(report: model.Report) -> dict[str, list[str]]:
     for p in report.problems:
         if p.fatal and p.loc.variable:
             ways = out.setdefault(p.loc.variable, [])
-            for option in model.REMEDY_OPTIONS.values():
+            for option in (f"--inline {p.loc.variable}", *model.REMEDY_OPTIONS.values()):
                 if option and p.remedy and option in p.remedy and option not in ways:
                     ways.append(option)
     for name, ways in out.items():

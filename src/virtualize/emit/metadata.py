@@ -54,14 +54,22 @@ def chunk_grid(a: ArrayPlan) -> dict[str, Any]:
     }}
 
 
-def data_type(dtype: np.dtype) -> str:
+def data_type(dtype: np.dtype) -> str | dict[str, Any]:
     if np.dtype(dtype).kind == "T":  # numpy's StringDType: text, zarr's `string`
         return "string"
+    if np.dtype(dtype).names is not None:  # zarr-python's `struct` (packed fields)
+        return _struct(dtype).to_json(zarr_format=3)
     name = np.dtype(dtype).newbyteorder("=").name
     if name not in {"bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
                     "uint64", "float16", "float32", "float64", "complex64", "complex128"}:
         raise ValueError(f"data type {dtype} has no zarr v3 core data type")
     return name
+
+
+def _struct(dtype: np.dtype):
+    from zarr.core.dtype import parse_dtype
+
+    return parse_dtype(np.dtype(dtype), zarr_format=3)
 
 
 def _float_json(x: float) -> float | str:
@@ -77,6 +85,9 @@ def fill_json(value: Any, dtype: np.dtype) -> Any:
     dtype = np.dtype(dtype)
     if dtype.kind == "T":
         return "" if value is None else str(value)
+    if dtype.names is not None:  # {member: value}, as zarr-python spells a struct's
+        v = np.zeros((), dtype=dtype) if value is None else np.asarray(value).astype(dtype)
+        return _struct(dtype).to_json_scalar(v[()], zarr_format=3)
     v = np.asarray(value if value is not None else 0).astype(dtype)[()]
     if dtype.kind == "b":
         return bool(v)

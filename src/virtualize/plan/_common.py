@@ -304,6 +304,9 @@ def inline_plan(name: str, values: np.ndarray, dims, attrs: dict, fill_value=Non
                          codecs=[{"name": "vlen-utf8", "configuration": {}}],
                          fill_value=None, attrs=dict(attrs), refs=None, inline=data)
     dtype = values.dtype.newbyteorder("<") if values.dtype.itemsize > 1 else values.dtype
+    if dtype.names is not None:  # a struct: packed, as zarr stores it (members in order)
+        from ..scan.hdf5 import struct_dtype
+        dtype = struct_dtype(values.dtype)[0]
     data = np.asarray(values, dtype=dtype).copy(order="C")  # (ascontiguousarray makes 0-d 1-d)
     return ArrayPlan(name=name, dtype=dtype, shape=tuple(data.shape), dims=tuple(dims),
                      chunk_lengths=tuple((max(n, 1),) for n in data.shape),

@@ -557,6 +557,13 @@ def _at_shape(values: np.ndarray, v: Variable) -> np.ndarray:
     return out
 
 
+def _same_values(a: np.ndarray, b: np.ndarray) -> bool:
+    """Equal values (NaN equal to NaN); a struct's members compared one by one."""
+    if a.dtype.names is not None and a.dtype == b.dtype and a.shape == b.shape:
+        return all(_same_values(a[k], b[k]) for k in a.dtype.names)
+    return np.array_equal(a, b, equal_nan=b.dtype.kind in "fc")
+
+
 def _inline_array(ctx: _Context, name: str, vs: list[Variable], k: int | None) -> ArrayPlan | None:
     """Values stored in the cube itself: coordinates by default, others on request."""
     first = vs[0]
@@ -577,7 +584,7 @@ def _inline_array(ctx: _Context, name: str, vs: list[Variable], k: int | None) -
     else:
         data = values[0]
         for inv, other in zip(ctx.invs[1:], values[1:]):
-            if not np.array_equal(other, data, equal_nan=data.dtype.kind in "fc"):
+            if not _same_values(other, data):
                 ctx.problem(inv.path, name, "differs-between-files",
                             f"{name!r} has no {ctx.dim!r} axis, so it must be the same in every "
                             f"file, but its values differ from {ctx.invs[0].path}")

@@ -165,6 +165,8 @@ class _Scanner:
         if h5py.check_string_dtype(ds.dtype) is not None and ds.shape is not None:
             return self._text(name, ds)
         dtype, enum = _numeric_dtype(ds.dtype)
+        if dtype is None and ds.dtype.names is not None:
+            return self._compound(name, ds)
         if dtype is None:
             self.problem(name, "unsupported-type",
                          f"data type {ds.dtype} (string, compound, vlen or reference) is not "
@@ -197,6 +199,26 @@ class _Scanner:
         return Variable(name=name, dtype=dtype, shape=shape, dims=dims, attrs=attrs,
                         fill_value=fill, codecs=codecs, blocks=blocks, values=values,
                         is_coordinate=is_coord)
+
+    def _compound(self, name: str, ds: h5py.Dataset) -> Variable | None:
+        """A compound dataset whose members are all numbers (or compounds of numbers) is
+        zarr's `struct` data type (zarr-python 3.4: packed fields, little-endian): it is
+        inlined as h5py reads it (automatically when small), never referenced. Others
+        (strings, sequences, references, array members) are skipped, not fatal."""
+        dtype, why = struct_dtype(ds.dtype)
+        shape = tuple(int(n) for n in ds.shape) if ds.shape is not None else None
+        if dtype is None or shape is None:
+            self.problem(name, "unsupported-type",
+                         f"compound type {ds.dtype} has {why or 'a null dataspace'}: zarr has no "
+                         "data type for it; variable skipped", fatal=False)
+            return None
+        self.problem(name, "unsupported-type",
+                     f"compound type {ds.dtype}: zarr reads it as a struct data type only stored "
+                     "in the cube; inlined it reads as h5py reads it")
+        return Variable(name=name, dtype=dtype, shape=shape, dims=self._dims(name, ds),
+                        attrs=read_attrs(ds.attrs, self._omitted(name, name)),
+                        fill_value=_fill_value(ds, dtype), codecs=[bytes_codec(dtype)],
+                        blocks=None)
 
     def _text(self, name: str, ds: h5py.Dataset) -> Variable | None:
         """Strings (HDF5 variable- or fixed-length, netCDF-4 `string`, netCDF-4 `char`
@@ -542,6 +564,32 @@ def _numeric_dtype(dt: np.dtype) -> tuple[np.dtype | None, dict | None]:
     if dt.kind in "biufc" and dt.fields is None and h5py.check_vlen_dtype(dt) is None:
         return np.dtype(dt.str if dt.kind != "b" else bool), None
     return None, None
+
+
+def struct_dtype(dt: np.dtype) -> tuple[np.dtype | None, str | None]:
+    """The zarr `struct` data type of an h5py compound dtype: its members in order, packed,
+    little-endian (zarr-python 3.4 stores structs packed), or None and why not: zarr 3.4
+    converts only members that are numbers or structs of numbers (no subarray members; a
+    string member would be a data type zarr-python marks unstable)."""
+    if dt.names is None:
+        if dt.kind in "biufc" and dt.subdtype is None and h5py.check_vlen_dtype(dt) is None \
+                and h5py.check_string_dtype(dt) is None:
+            return (dt.newbyteorder("<") if dt.itemsize > 1 else dt), None
+        what = ("an array member" if dt.subdtype is not None else
+                "a string member" if h5py.check_string_dtype(dt) is not None else
+                "a sequence (vlen) member" if h5py.check_vlen_dtype(dt) is not None else
+                "a reference member" if h5py.check_ref_dtype(dt) is not None else
+                f"a {dt} member")
+        return None, what
+    fields = []
+    for key in dt.names:
+        sub, why = struct_dtype(dt.fields[key][0])
+        if sub is None:
+            return None, f"{why} ({key!r})"
+        fields.append((key, sub))
+    if not fields:
+        return None, "no members"
+    return np.dtype(fields), None
 
 
 def stored_type_differs(tid, dtype: np.dtype) -> str | None:
