@@ -10,6 +10,7 @@ import pytest
 import xarray as xr
 
 import virtualize
+from virtualize.model import VirtualizeError
 
 
 def assert_same_struct(actual, expected, what: str) -> None:
@@ -118,3 +119,56 @@ def test_compounds_in_a_stack_concatenate_and_compare_with_nan(tmp_path):
     finally:
         for s in srcs:
             s.close()
+
+
+# -- external links --------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def linked(tmp_path_factory):
+    """main.h5 links to a dataset and a group of sub/target.h5 (followed), to a missing
+    file and to a file outside its directory (refused)."""
+    root = tmp_path_factory.mktemp("links")
+    (root / "sub").mkdir()
+    with h5py.File(root / "sub" / "target.h5", "w") as f:
+        f.create_dataset("grp/data", data=np.arange(24.0).reshape(4, 6), chunks=(2, 3),
+                         compression="gzip")
+        f["grp/small"] = np.arange(3, dtype="i2")
+    with h5py.File(root.parent / "outside.h5", "w") as f:
+        f["x"] = np.arange(2)
+    with h5py.File(root / "main.h5", "w") as f:
+        f["own"] = np.arange(3)
+        f["lnk"] = h5py.ExternalLink("sub/target.h5", "/grp/data")
+        f["g/tree"] = h5py.ExternalLink("sub/target.h5", "/grp")
+        f["missing"] = h5py.ExternalLink("missing.h5", "/x")
+        f["up"] = h5py.ExternalLink("../outside.h5", "/x")
+    return root / "main.h5"
+
+
+def test_external_links_are_followed_into_files_beside_the_linking_one(linked, tmp_path):
+    target = str(linked.parent / "sub" / "target.h5")
+    report = virtualize.check([linked])
+    assert report.verdict == "no"
+    refused = {p.loc.variable: p for p in report.problems if p.fatal}
+    assert set(refused) == {"missing", "up"}
+    for name, p in refused.items():
+        assert p.kind == "external-link" and p.loc.file == str(linked)
+        assert f"--drop {name}" in p.message
+    assert "missing.h5:/x" in refused["missing"].message
+    assert str(linked.parent.parent / "outside.h5") in refused["up"].message
+    out = tmp_path / "l.zarr"
+    report = virtualize.virtualize([linked], out, drop=["missing", "up"])
+    assert report.ok and not any(p.kind == "decode-mismatch" for p in report.problems)
+    # the target is a source the cube references, found through the link
+    (src,) = [s for s in report.plan.sources if s.path == target]
+    assert src.referenced_by == str(linked)
+    assert report.plan.arrays["lnk"].refs is not None  # referenced, not copied
+    assert (report.plan.arrays["lnk"].refs["path"] == report.plan.sources.index(src)).all()
+    cube = virtualize.open(out)
+    with h5py.File(linked) as f:  # h5py follows the links
+        for name in ("own", "lnk", "g/tree/data", "g/tree/small"):
+            np.testing.assert_array_equal(cube[name][...], f[name][()], err_msg=name)
+    # the target is checked for staleness like any source
+    with h5py.File(target, "a") as f:
+        f["grp/data"][0, 0] = -1
+    with pytest.raises(VirtualizeError, match="source-changed|changed"):
+        virtualize.open(out)

@@ -272,6 +272,8 @@ class _ArrayCheck:
             # independent check: stale references decode to other values), else by zarr
             # over the reference set
             job.fallback = inv.path
+            if inv.format in ("hdf5", "netcdf4"):  # an HDF5 external link's target: h5py
+                job.reader = inv.path  # reads the variable through the linking file
         job.new_axis = len(a.shape) == len(v.shape) + 1
         starts = [int(self.starts[axis][i]) for axis, i in enumerate(s.index)]
         job.extents = [min(lo + int(self.lengths[axis][i]), int(a.shape[axis])) - lo

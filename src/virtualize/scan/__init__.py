@@ -73,12 +73,15 @@ def _check_extent(inv: FileInventory) -> FileInventory:
     """Every referenced block must lie inside the file: a block past its end (a truncated
     file) is a located problem here, not an error at read time."""
     told = {p.loc.variable for p in inv.problems if p.kind == "truncated"}
+    # blocks in the inventory's data files (an HDF5 external link's target) against theirs
+    sizes = np.array([s.size for s in inv.sources()] + [0], dtype=np.uint64)
     for name, v in inv.variables.items():
         if v.blocks is None or name in told:
             continue
         refs = v.blocks.refs.reshape(-1)
         end = refs["offset"] + refs["length"]
-        bad = (refs["length"] > 0) & (end > inv.size)
+        size = sizes[np.minimum(refs["path"], len(sizes) - 1)]
+        bad = (refs["length"] > 0) & (refs["path"] < len(sizes) - 1) & (end > size)
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
             block = tuple(int(b) for b in np.unravel_index(i, v.blocks.refs.shape))

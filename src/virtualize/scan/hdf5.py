@@ -29,6 +29,7 @@ from ..model import (
     FileInventory,
     Location,
     Problem,
+    Source,
     Variable,
     empty_refs,
 )
@@ -62,7 +63,12 @@ def scan_hdf5(path: str) -> FileInventory:
         except Exception as e:  # h5py raises OSError / RuntimeError with HDF5's text
             raise OSError(f"{path}: not a readable HDF5 file ({e})") from e
         with f:
-            inv = _Scanner(path, f).run(st.st_size, st.st_mtime_ns)
+            scanner = _Scanner(path, f)
+            try:
+                inv = scanner.run(st.st_size, st.st_mtime_ns)
+                scanner.link_targets(inv)
+            finally:
+                scanner.close_targets()
         inv.bytes_read, inv.requests, inv.etag = fobj.bytes_read, fobj.requests, st.etag
     return inv
 
@@ -79,6 +85,10 @@ class _Scanner:
         self._datasets: list[tuple[str, h5py.Dataset]] = []
         self._scales: set[str] = set()
         self._nc_shapes: dict[str, tuple[int, ...]] = {}
+        # external links followed: target file -> (its h5py.File, its Source); datasets
+        # reached through one -> the target's index in `data_files` (refs path k + 1)
+        self._targets: dict[str, tuple[h5py.File, Source]] = {}
+        self._origin: dict[str, int] = {}
 
     def problem(self, var: str | None, kind: str, msg: str, fatal: bool = True,
                 block: tuple[int, ...] | None = None, remedy: str | None = None) -> None:
@@ -128,8 +138,7 @@ class _Scanner:
                              f"({type(e).__name__}: {e}): skipped", fatal=False)
                 continue
             if isinstance(link, h5py.ExternalLink):
-                self.problem(name, "external-link",
-                             f"external link to {link.filename}:{link.path} cannot be referenced")
+                self._external(g, name, link)
                 continue
             if isinstance(link, h5py.SoftLink):
                 # a soft link to a dataset is a second name for it (h5py and xarray show
@@ -158,6 +167,83 @@ class _Scanner:
             else:
                 self.problem(name, "unsupported-object", "named datatype or unknown object: skipped",
                              fatal=False)
+
+    # -- external links ------------------------------------------------------------------
+
+    def _external(self, g: h5py.Group, name: str, link: h5py.ExternalLink) -> None:
+        """An external link is followed when its target file lies in the linking file's
+        directory or below it (resolved as HDF5 resolves a relative name: against that
+        directory): the cube then references the target's bytes, the target recorded as a
+        data file of this one, inside the roots the cube records for its sources. A
+        dataset is virtualized under the link's name, a group walked under it. Links in
+        remote files, to files elsewhere, missing or unreadable, to this file itself, and
+        links inside a linked file are refused (`external-link`, located; --drop NAME
+        virtualizes the rest)."""
+        import os
+
+        where = f"external link to {link.filename}:{link.path}"
+
+        def refuse(why: str) -> None:
+            self.problem(name, "external-link", f"{where}: {why}; --drop {name} "
+                         "virtualizes the rest")
+
+        if g.file.id != self.f.id:
+            return refuse("a link inside a linked file is not followed")
+        if storage.is_url(self.path):
+            return refuse("links are followed only from local files")
+        base = os.path.dirname(os.path.realpath(self.path))
+        target = os.path.realpath(os.path.join(base, link.filename))
+        if not target.startswith(base + os.sep):
+            return refuse(f"the target file ({target}) is not in {base} or below it, where "
+                          "the cube's sources are")
+        if target == os.path.realpath(self.path):
+            return refuse("it points into this file")
+        if target not in self._targets:
+            try:
+                st = os.stat(target)
+                tf = h5py.File(target, "r")
+            except Exception as e:
+                return refuse(f"the target file cannot be opened as HDF5 "
+                              f"({type(e).__name__}: {e})")
+            self._targets[target] = (tf, Source(target, st.st_size, st.st_mtime_ns,
+                                                referenced_by=self.path))
+        tf, _src = self._targets[target]
+        k = list(self._targets).index(target)
+        try:
+            obj = tf.get(link.path)
+        except Exception as e:
+            obj, why = None, f"{type(e).__name__}: {e}"
+        else:
+            why = "nothing there"
+        if isinstance(obj, h5py.Dataset):
+            self._datasets.append((name, obj))
+            self._origin[name] = k
+        elif isinstance(obj, h5py.Group):
+            before = len(self._datasets)
+            self._walk(obj, name)
+            for dname, _ds in self._datasets[before:]:
+                self._origin[dname] = k
+        else:
+            refuse(f"the target object cannot be opened ({why})")
+
+    def link_targets(self, inv: FileInventory) -> None:
+        """The followed links' targets become the inventory's data files, and the blocks
+        of datasets reached through them point there (refs path k + 1)."""
+        inv.data_files = [src for _tf, src in self._targets.values()]
+        for name, k in self._origin.items():
+            v = inv.variables.get(name)
+            if v is None or v.blocks is None:
+                continue
+            refs = v.blocks.refs
+            mine = (refs["path"] != MATERIALIZED) & (refs["length"] > 0)
+            refs["path"][mine] = k + 1
+
+    def close_targets(self) -> None:
+        for tf, _src in self._targets.values():
+            try:
+                tf.close()
+            except Exception:
+                pass
 
     # -- one dataset -------------------------------------------------------------------
 
