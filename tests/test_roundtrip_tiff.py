@@ -273,3 +273,42 @@ def test_region_reads_for_materialize(case, name, var):
     with SourceReader(str(path)) as reader:
         got = reader.read(var, region)
     assert_same(got, full[tuple(slice(a, b) for a, b in region)], f"{name} region")
+
+
+SERIES_CORNERS = ["subifds_nested", "imagej_hyperstack", "shaped_series", "webp_rgba",
+                  "jpeg_rgba_gdal", "ten_channel_float32", "ten_channel_uint32_planar",
+                  "ten_channel_gdal"]
+
+
+@pytest.mark.parametrize("name", SERIES_CORNERS)
+def test_series_corners_read_like_tifffile_series(case, tmp_path, name):
+    """Every series k (and level l) tifffile presents reads back from the cube as
+    `series[k].levels[l].asarray()`, shape included: `image`, `series/<k>/image`,
+    `overview/<l>/image`. JPEG is lossy, but decoding is exact: the same bytes decode alike."""
+    (path,) = case(name)
+    report, g = roundtrip_tiff([path], tmp_path)
+    assert report.ok and not [p for p in report.problems if p.kind == "decode-mismatch"]
+    with tifffile.TiffFile(path) as tif:
+        expected = {}
+        for k, series in enumerate(tif.series):
+            for level_index, level in enumerate(series.levels):
+                key = "image" if level_index == 0 else f"overview/{level_index}/image"
+                expected[f"series/{k}/{key}" if k else key] = level.asarray()
+    assert sorted(expected) == sorted(a for a in report.plan.arrays if a.endswith("image"))
+    for key, want in expected.items():
+        assert_same(g[key][...], want, f"{name} {key}")
+    for key in expected:  # the region reader (decode check, materialize) agrees
+        region = tuple((0, min(n, 3)) for n in expected[key].shape)
+        assert_same(virtualize.scan.tiff.read_tiff_region(str(path), key, region),
+                    expected[key][tuple(slice(a, b) for a, b in region)], f"{name} {key} region")
+
+
+def test_series_corners_keep_tifffile_warnings_and_nested_levels_as_notes(case):
+    report = virtualize.check(case("ten_channel_gdal"))
+    assert report.ok
+    assert [p.kind for p in report.problems] == ["tiff-warning"]
+    assert "shaped series metadata does not match" in report.problems[0].message
+    report = virtualize.check(case("subifds_nested"))
+    assert report.ok and [(p.kind, p.fatal) for p in report.problems] == [("overviews-skipped", False)]
+    dims = virtualize.check(case("imagej_hyperstack")).plan.arrays["image"].dims
+    assert dims == ("page_t", "page_z", "y", "x")

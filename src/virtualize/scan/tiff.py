@@ -61,7 +61,7 @@ def scan_tiff(path: str) -> FileInventory:
         check_ifd_chain(fh, path, st.st_size)
         fh.seek(0)  # tifffile starts reading where the handle is
         with tifffile.TiffFile(fh, is_shaped=False, is_ome=False, is_imagej=False) as tif:
-            inv = _TiffScanner(path, tif, st.st_size).run(st.st_mtime_ns)
+            inv = _TiffScanner(path, tif, st.st_size, _reopener(fh)).run(st.st_mtime_ns)
         inv.bytes_read, inv.requests, inv.etag = fh.bytes_read, fh.requests, st.etag
     # what tifffile only logged (a damaged tag it skipped, ...) belongs in the report
     inv.problems += [_warning_problem(path, w) for w in warnings]
@@ -140,9 +140,10 @@ def _tifffile_warnings():
 
 
 class _TiffScanner:
-    def __init__(self, path: str, tif: tifffile.TiffFile, size: int):
+    def __init__(self, path: str, tif: tifffile.TiffFile, size: int, reopen=None):
         self.path = path
         self.tif = tif
+        self.reopen = reopen
         self.size = size
         self.problems: list[Problem] = []
         self.variables: dict[str, Variable] = {}
@@ -154,24 +155,28 @@ class _TiffScanner:
 
     def run(self, mtime_ns: int) -> FileInventory:
         tif = self.tif
-        pages = [p for p in tif.pages if isinstance(p, tifffile.TiffPage)]
-        main = [p for p in pages if not (p.subfiletype & 0b101)]  # not reduced, not a mask
-        if not main:
-            raise ValueError("no full-resolution image in the file")
-        first = main[0]
-        stack = [first]
-        for i, p in enumerate(main[1:], start=1):
-            if _signature(p) == _signature(first):
-                stack.append(p)
-            else:
-                self.problem("image", "page-skipped",
-                             f"page {i} ({p.shape} {p.dtype}, {p.compression.name}) differs from "
-                             "page 0 and is not part of the image", fatal=False)
+        images, skipped, notes = tiff_images(tif, self.reopen)
+        for i, p in skipped:
+            self.problem("image", "page-skipped",
+                         f"page {i} ({p.shape} {p.dtype}, {p.compression.name}) differs from "
+                         "page 0 and is not part of the image (nor of another series)",
+                         fatal=False)
+        for note in notes:
+            self.problem("image", "tiff-series", note, fatal=False)
+        stack, lead, lead_dims = images.pop("image")
+        first = stack[0]
         desc = first.description
         if desc:
             self.groups[""]["ImageDescription"] = desc
         geo = _georeference(first)
         self._image("", "image", stack, geo, level=0)
+        self._lead("image", len(stack), lead, lead_dims)
+        for name, (pages, lead, lead_dims) in images.items():  # series/<k>/image
+            group = name.rpartition("/")[0]
+            self.groups.setdefault("series", {})
+            self.groups[group] = {}
+            self._image(group, "image", pages, None, level=0)
+            self._lead(name, len(pages), lead, lead_dims)
         levels = self._levels(tif, first, len(stack))
         if levels:
             ms = [{"path": "image", "level": 0, "shape": list(first.shape)}]
@@ -202,7 +207,27 @@ class _TiffScanner:
                              "overviews of multi-page files are not virtualized", fatal=False)
                 return []
             out.append(page)
+            if page.subifds:  # SubIFDs of a SubIFD: not a level of tifffile's series
+                self.problem("overview", "overviews-skipped",
+                             f"level {len(out)} has {len(page.subifds)} SubIFD(s) of its own, "
+                             "which tifffile's series do not include: not virtualized",
+                             fatal=False)
         return out
+
+    def _lead(self, name: str, npages: int, lead: tuple[int, ...], dims: tuple[str, ...]) -> None:
+        """The pages of an image along the leading axes tifffile gives its series (an
+        ImageJ hyperstack's (T, Z, C), a shaped file's leading shape): one page per block
+        along them, so the block table is only reshaped."""
+        v = self.variables.get(name)
+        if v is None or (len(lead) == 1 and npages > 1) or (not lead and npages == 1):
+            return  # already (page, ...) or one page
+        base = v.shape[1:] if npages > 1 else v.shape
+        bs = v.blocks.block_shape[1:] if npages > 1 else v.blocks.block_shape
+        grid = v.blocks.refs.shape[1:] if npages > 1 else v.blocks.refs.shape
+        v.shape = (*lead, *base)
+        v.dims = (*dims, *(v.dims[1:] if npages > 1 else v.dims))
+        v.blocks = BlockTable((1,) * len(lead) + tuple(bs), v.blocks.padded,
+                              v.blocks.refs.reshape((*lead, *grid)))
 
     # -- one image (one level) ---------------------------------------------------------
 
@@ -389,6 +414,94 @@ def _inline_variable(name, values, dims, attrs, coordinate=False) -> Variable:
     return Variable(name=name, dtype=values.dtype, shape=values.shape, dims=dims, attrs=attrs,
                     fill_value=None, codecs=[bytes_codec(values.dtype)], blocks=None,
                     values=values, is_coordinate=coordinate)
+
+
+def _reopener(source):
+    """A function opening `source` again as tifffile opens it by default (shaped and
+    ImageJ metadata honoured), for `tiff_images`."""
+    def reopen() -> tifffile.TiffFile:
+        if not isinstance(source, (str, os.PathLike)):
+            source.seek(0)
+        return tifffile.TiffFile(source)
+    return reopen
+
+
+def _series(tif: tifffile.TiffFile, reopen) -> list[tuple[tuple[int, ...], str, list]]:
+    """tifffile's series as `tifffile.imread` presents them (the file's ImageJ or tifffile
+    "shaped" metadata honoured): per series its shape, axes and the file offsets of its
+    pages (None for a page it does not hold as an IFD)."""
+    first = tif.pages.first
+    other = reopen() if reopen is not None and (first.is_shaped or first.is_imagej) else None
+    try:
+        series = (other or tif).series
+        return [(tuple(int(n) for n in s.shape), s.axes,
+                 [getattr(p, "offset", None) for p in s.pages]) for s in series]
+    except Exception:  # metadata tifffile cannot follow: the generic view
+        return []
+    finally:
+        if other is not None:
+            other.close()
+
+
+def _fits(shape: tuple[int, ...], page_shape: tuple[int, ...], npages: int) -> tuple | None:
+    """The leading shape when `shape` is `npages` pages of `page_shape`, else None."""
+    k = len(shape) - len(page_shape)
+    if k < 0 or tuple(shape[k:]) != tuple(page_shape) or math.prod(shape[:k]) != npages:
+        return None
+    return tuple(shape[:k])
+
+
+def _lead_dims(axes: str, lead: tuple[int, ...]) -> tuple[str, ...]:
+    """Names of the leading axes: 'page' for one; page_<tifffile axis letter> for more
+    (page_t, page_z, page_c for an ImageJ hyperstack), numbered where letters repeat."""
+    if len(lead) <= 1:
+        return ("page",) * len(lead)
+    letters = [c.lower() for c in axes[:len(lead)]]
+    if len(letters) != len(lead) or len(set(letters)) != len(letters):
+        return tuple(f"page_{c}{i}" for i, c in enumerate(letters or "q" * len(lead)))
+    return tuple(f"page_{c}" for c in letters)
+
+
+def tiff_images(tif: tifffile.TiffFile, reopen=None):
+    """The images of a TIFF as the cube holds them: `image` (the full-resolution pages
+    that agree with page 0) and `series/<k>/image` (tifffile's series k, when its pages
+    are full-resolution pages outside `image` that agree with each other), each as
+    (pages, leading shape, leading dims) -- the leading shape tifffile's series gives
+    (an ImageJ hyperstack's (T, Z, C)), so that each reads as `series[k].asarray()`.
+    Also returns the main pages left out (index, page) and notes where tifffile presents
+    series 0 otherwise (e.g. an ImageJ file whose frames are not all IFDs)."""
+    pages = [p for p in tif.pages if isinstance(p, tifffile.TiffPage)]
+    main = [p for p in pages if not (p.subfiletype & 0b101)]  # not reduced, not a mask
+    if not main:
+        raise ValueError("no full-resolution image in the file")
+    first = main[0]
+    stack = [p for p in main if _signature(p) == _signature(first)]
+    default = (len(stack),) if len(stack) > 1 else ()
+    images = {"image": (stack, default, _lead_dims("", default))}
+    by_offset = {p.offset: p for p in main}
+    covered = {p.offset for p in stack}
+    notes = []
+    for k, (shape, axes, offsets) in enumerate(_series(tif, reopen)):
+        if k == 0:
+            lead = _fits(shape, first.shape, len(stack))
+            if offsets == [p.offset for p in stack] and lead is not None:
+                images["image"] = (stack, lead, _lead_dims(axes, lead))
+            elif shape != (*default, *first.shape):
+                notes.append(f"tifffile presents series 0 as {shape} ({axes}) from the file's "
+                             f"metadata; the cube's image is the file's {len(stack)} agreeing "
+                             f"page(s) of {first.shape}")
+            continue
+        ps = [by_offset.get(o) for o in offsets]
+        if not ps or any(p is None or p.offset in covered for p in ps) or \
+                any(_signature(p) != _signature(ps[0]) for p in ps):
+            continue
+        lead = _fits(shape, ps[0].shape, len(ps))
+        if lead is None:
+            continue
+        images[f"series/{k}/image"] = (ps, lead, _lead_dims(axes, lead))
+        covered |= set(offsets)
+    skipped = [(i, p) for i, p in enumerate(main) if p.offset not in covered]
+    return images, skipped, notes
 
 
 def _signature(p) -> tuple:
@@ -579,14 +692,18 @@ def _read_tiff_region(path, name: str, sel: tuple[slice, ...]) -> np.ndarray:
         path.seek(0)
     if name.startswith("overview/") and name.endswith("/image"):
         return tifffile.imread(path, level=int(name.split("/")[1]), selection=sel)
-    if name != "image":
-        raise KeyError(name)
     with tifffile.TiffFile(path, is_shaped=False, is_ome=False, is_imagej=False) as tif:
-        main = [p for p in tif.pages if isinstance(p, tifffile.TiffPage) and not (p.subfiletype & 0b101)]
-        pages = [p for p in main if _signature(p) == _signature(main[0])]
-        if len(pages) == 1:
+        images = tiff_images(tif, _reopener(path))[0]
+        if name not in images:
+            raise KeyError(name)
+        pages, lead, _dims = images[name]
+        if not lead:
             return _page_region(path, pages[0], sel)
-        return np.stack([_page_region(path, p, sel[1:]) for p in pages[sel[0]]])
+        which = np.arange(len(pages)).reshape(lead)[sel[:len(lead)]]
+        parts = [_page_region(path, pages[i], sel[len(lead):]) for i in which.reshape(-1)]
+        rest = parts[0].shape if parts else ()
+        return np.stack(parts).reshape(*which.shape, *rest) if parts else \
+            np.zeros((*which.shape, 0), dtype=pages[0].dtype)
 
 
 def _page_region(path, page, sel: tuple[slice, ...]) -> np.ndarray:
@@ -618,11 +735,11 @@ def read_tiff_values(path: str, name: str) -> np.ndarray:
         with storage.open_source(path) as fobj:
             return read_tiff_values(fobj, name)
     with tifffile.TiffFile(path, is_shaped=False, is_ome=False, is_imagej=False) as tif:
-        main = [p for p in tif.pages if isinstance(p, tifffile.TiffPage) and not (p.subfiletype & 0b101)]
-        if name == "image":
-            stack = [p for p in main if _signature(p) == _signature(main[0])]
-            data = [p.asarray() for p in stack]
-            return data[0] if len(data) == 1 else np.stack(data)
+        images = tiff_images(tif, _reopener(path))[0]
+        if name in images:
+            pages, lead, _dims = images[name]
+            data = [p.asarray() for p in pages]
+            return np.stack(data).reshape(*lead, *data[0].shape) if lead else data[0]
         if name.startswith("overview/") and name.endswith("/image"):
             k = int(name.split("/")[1])
             return tif.series[0].levels[k].keyframe.asarray()
