@@ -474,32 +474,39 @@ def tiff_images(tif: tifffile.TiffFile, reopen=None):
     main = [p for p in pages if not (p.subfiletype & 0b101)]  # not reduced, not a mask
     if not main:
         raise ValueError("no full-resolution image in the file")
-    first = main[0]
-    stack = [p for p in main if _signature(p) == _signature(first)]
-    default = (len(stack),) if len(stack) > 1 else ()
-    images = {"image": (stack, default, _lead_dims("", default))}
     by_offset = {p.offset: p for p in main}
-    covered = {p.offset for p in stack}
-    notes = []
-    for k, (shape, axes, offsets) in enumerate(_series(tif, reopen)):
-        if k == 0:
-            lead = _fits(shape, first.shape, len(stack))
-            if offsets == [p.offset for p in stack] and lead is not None:
-                images["image"] = (stack, lead, _lead_dims(axes, lead))
-            elif shape != (*default, *first.shape):
-                notes.append(f"tifffile presents series 0 as {shape} ({axes}) from the file's "
-                             f"metadata; the cube's image is the file's {len(stack)} agreeing "
-                             f"page(s) of {first.shape}")
-            continue
+    covered: set[int] = set()
+    images: dict[str, tuple] = {}
+
+    def one(offsets, shape, axes):
+        """The pages of a series when they are full-resolution pages outside the images
+        so far that agree with each other, with its leading shape; else None."""
         ps = [by_offset.get(o) for o in offsets]
         if not ps or any(p is None or p.offset in covered for p in ps) or \
                 any(_signature(p) != _signature(ps[0]) for p in ps):
-            continue
+            return None
         lead = _fits(shape, ps[0].shape, len(ps))
-        if lead is None:
-            continue
-        images[f"series/{k}/image"] = (ps, lead, _lead_dims(axes, lead))
-        covered |= set(offsets)
+        return None if lead is None else (ps, lead, _lead_dims(axes, lead))
+
+    series = _series(tif, reopen)
+    notes = []
+    image = one(series[0][2], series[0][0], series[0][1]) if series else None
+    if image is None:  # the pages that agree with the first full-resolution page
+        first = main[0]
+        stack = [p for p in main if _signature(p) == _signature(first)]
+        lead = (len(stack),) if len(stack) > 1 else ()
+        image = (stack, lead, _lead_dims("", lead))
+        if series and series[0][0] != (*lead, *first.shape):
+            notes.append(f"tifffile presents series 0 as {series[0][0]} ({series[0][1]}) from "
+                         f"the file's metadata; the cube's image is the file's {len(stack)} "
+                         f"agreeing page(s) of {first.shape}")
+    images["image"] = image
+    covered |= {p.offset for p in image[0]}
+    for k, (shape, axes, offsets) in enumerate(series[1:], start=1):
+        found = one(offsets, shape, axes)
+        if found is not None:
+            images[f"series/{k}/image"] = found
+            covered |= set(offsets)
     skipped = [(i, p) for i, p in enumerate(main) if p.offset not in covered]
     return images, skipped, notes
 
