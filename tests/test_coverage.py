@@ -172,3 +172,69 @@ def test_external_links_are_followed_into_files_beside_the_linking_one(linked, t
         f["grp/data"][0, 0] = -1
     with pytest.raises(VirtualizeError, match="source-changed|changed"):
         virtualize.open(out)
+
+
+# -- odd types: never a crash ------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def odd(tmp_path_factory):
+    """Types and attributes real archives hold (h5py-written) and a netCDF-4 vlen."""
+    root = tmp_path_factory.mktemp("odd")
+    path = root / "odd.h5"
+    et = h5py.enum_dtype({"RED": 0, "GREEN": 1}, basetype="i1")
+    seqs = np.empty(2, dtype=object)
+    seqs[0], seqs[1] = np.arange(3, dtype="i4"), np.arange(1, dtype="i4")
+    with h5py.File(path, "w") as f:
+        d = f.create_dataset("ok", data=np.arange(4.0))
+        d.attrs.create("enum_attr", np.array([0, 1], dtype=et))
+        d.attrs.create("vlen_attr", seqs, dtype=h5py.vlen_dtype(np.int32))
+        d.attrs.create("opaque_attr", np.void(b"\x01\x02\x03"))
+        d.attrs["ref_attr"] = f["ok"].ref
+        d.attrs.create("cmpd_attr", np.array([(1, b"ab", [1, 2])],
+                                             dtype=[("a", "i4"), ("s", "S2"), ("v", "i2", (2,))]))
+        f.create_dataset("vlen_ints", data=seqs, dtype=h5py.vlen_dtype(np.int32))
+        f.create_dataset("regrefs", data=np.array([f["ok"].regionref[1:3]] * 2),
+                         dtype=h5py.regionref_dtype)
+        f.create_dataset("objrefs", data=np.array([f["ok"].ref] * 2), dtype=h5py.ref_dtype)
+        f.create_dataset("opaque", data=np.array([np.void(b"\x01\x02")] * 3))
+        sub = f.create_dataset("subarray", data=np.zeros(4, dtype=np.dtype(("f4", (3,)))))
+        sub[...] = np.arange(12, dtype="f4").reshape(4, 3)  # an HDF5 array type per element
+        f.create_dataset("cmpd_enum", data=np.array([(1, 2.5)], dtype=[("a", et), ("b", "f4")]))
+        f.create_dataset("cmpd_arr", data=np.zeros(2, dtype=[("a", "i4"), ("v", "i2", (2,))]))
+        f.create_dataset("text", data=np.array(["ab", "c"], dtype=object),
+                         dtype=h5py.string_dtype())
+    nc = root / "vlen.nc"
+    with netCDF4.Dataset(nc, "w") as d:
+        vt = d.createVLType(np.int16, "seq_t")
+        d.createDimension("n", 2)
+        v = d.createVariable("seq", vt, ("n",))
+        v[0], v[1] = np.arange(3, dtype="i2"), np.arange(2, dtype="i2")
+        d.createVariable("x", "f4", ("n",))[:] = [1, 2]
+    return path, nc
+
+
+def test_odd_types_are_skipped_or_inlined_never_a_crash(odd, tmp_path):
+    path, nc = odd
+    out = tmp_path / "odd.zarr"
+    report = virtualize.virtualize([path], out)
+    assert report.ok
+    skipped = {p.loc.variable: p.message for p in report.problems if p.kind == "unsupported-type"}
+    assert set(skipped) == {"vlen_ints", "regrefs", "objrefs", "opaque", "cmpd_arr"}
+    assert "vlen sequence of int32" in skipped["vlen_ints"]
+    assert "region reference" in skipped["regrefs"] and "object reference" in skipped["objrefs"]
+    assert "opaque (2 bytes)" in skipped["opaque"] and "array member ('v')" in skipped["cmpd_arr"]
+    assert [p.message for p in report.problems if p.kind == "attribute-omitted"] == [
+        "attribute 'opaque_attr' of ok is left out: its value has no JSON form (a value of type |V3)"]
+    text = report.to_text(verbose=True)  # the arrays listing names text and struct types
+    assert "struct[a: int8, b: float32]" in text and "text ('text_dim0',) (2,) string" in text
+    cube = virtualize.open(out)
+    assert cube["ok"].attrs["vlen_attr"] == [[0, 1, 2], [0]]  # a 1-item sequence stays a list
+    assert cube["ok"].attrs["enum_attr"] == [0, 1] and cube["ok"].attrs["ref_attr"] == "/ok"
+    assert cube["ok"].attrs["cmpd_attr"] == {"a": 1, "s": "ab", "v": [1, 2]}
+    with h5py.File(path) as f:
+        np.testing.assert_array_equal(cube["subarray"][...], f["subarray"][()])
+        assert_same_struct(cube["cmpd_enum"][...], f["cmpd_enum"][()], "cmpd_enum")
+    report = virtualize.check([nc])
+    # the vlen variable and its named type (a committed datatype) are skipped, named
+    assert report.ok and sorted((p.loc.variable, p.kind) for p in report.problems) == [
+        ("seq", "unsupported-type"), ("seq_t", "unsupported-object")]

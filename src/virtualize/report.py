@@ -308,7 +308,7 @@ def format_text(report: model.Report, verbose: bool = False, color: bool = False
                     grid["configuration"].get("chunk_shape"))
             kind = "inline" if a.inline is not None else grid["name"]
             lines.append(f"  {name} {tuple(a.dims)} {tuple(int(n) for n in a.shape)} "
-                         f"{a.dtype.newbyteorder('=').name}"
+                         f"{_dtype_name(a.dtype)}"
                          f"  {kind} {json.dumps(spec)}")
     if verbose and report.bytes_read:
         lines.append("")
@@ -317,6 +317,16 @@ def format_text(report: model.Report, verbose: bool = False, color: bool = False
             r = report.requests.get(path)
             lines.append(f"  {b:>12}  {path}" + (f"  ({r} requests)" if r is not None else ""))
     return "\n".join(lines)
+
+
+def _dtype_name(dtype: np.dtype) -> str:
+    """"float32", "string" (text), "struct[a: int32, b: float64]" (a compound)."""
+    if dtype.kind == "T":
+        return "string"
+    if dtype.names is not None:
+        return "struct[" + ", ".join(f"{k}: {_dtype_name(dtype.fields[k][0])}"
+                                     for k in dtype.names) + "]"
+    return dtype.newbyteorder("=").name
 
 
 def _problem_table(problems, color: bool, verbose: bool = False) -> list[str]:

@@ -46,8 +46,9 @@ def plain(v: Any) -> Any:
         if v.dtype.names is not None:  # compound
             items = [plain(x) for x in v.reshape(-1)]
             return items[0] if len(items) == 1 else items
-        if v.dtype.kind in "SUO":
-            items = [plain(x) for x in v.reshape(-1).tolist()]
+        if v.dtype.kind in "SUO":  # (a vlen sequence's items are arrays: lists, kept whole)
+            items = [[plain(y) for y in x.reshape(-1).tolist()] if isinstance(x, np.ndarray)
+                     else plain(x) for x in v.reshape(-1).tolist()]
             return items[0] if len(items) == 1 else items
         if v.dtype.kind not in "biufc":
             raise Unrepresentable(f"an array of type {v.dtype}")

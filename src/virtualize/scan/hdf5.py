@@ -255,8 +255,8 @@ class _Scanner:
             return self._compound(name, ds)
         if dtype is None:
             self.problem(name, "unsupported-type",
-                         f"data type {ds.dtype} (string, compound, vlen or reference) is not "
-                         "supported: variable skipped", fatal=False)
+                         f"data type {_type_words(ds.dtype)} has no zarr data type: variable "
+                         "skipped", fatal=False)
             return None
         shape = tuple(int(n) for n in ds.shape) if ds.shape is not None else None
         if shape is None:
@@ -676,6 +676,20 @@ def struct_dtype(dt: np.dtype) -> tuple[np.dtype | None, str | None]:
     if not fields:
         return None, "no members"
     return np.dtype(fields), None
+
+
+def _type_words(dt: np.dtype) -> str:
+    """An HDF5 type h5py reads as numpy `dt`, in words: 'vlen sequence of int32',
+    'object reference', 'region reference', 'opaque (2 bytes)'."""
+    vlen = h5py.check_vlen_dtype(dt)
+    if vlen is not None:
+        return f"vlen sequence of {vlen}"
+    ref = h5py.check_ref_dtype(dt)
+    if ref is not None:
+        return "region reference" if ref is h5py.RegionReference else "object reference"
+    if dt.kind == "V" and dt.names is None and dt.subdtype is None:
+        return f"opaque ({dt.itemsize} bytes)"
+    return str(dt)
 
 
 def stored_type_differs(tid, dtype: np.dtype) -> str | None:
