@@ -573,7 +573,10 @@ def _inline_array(ctx: _Context, name: str, vs: list[Variable], k: int | None) -
             values.append(v.values)
             continue
         try:
-            values.append(_at_shape(read_values(inv.path, name), v))
+            got = _at_shape(read_values(inv.path, name), v)
+            if v.dtype.names is not None:  # a struct: each file's layout as the cube's
+                got = np.asarray(got).astype(v.dtype)
+            values.append(got)
         except Exception as e:  # the library cannot decode it (a damaged block, a filter
             # it has no plugin for): refused, located, like a scanner's corrupt data
             ctx.problem(inv.path, name, "corrupt", f"cannot be inlined: the source library "
