@@ -289,8 +289,6 @@ def test_relative_cube_moves_with_its_files(case, tmp_path):
     moved = tmp_path / "mirror"
     shutil.move(base, moved)  # cube and files together: still reads
     assert_same(virtualize.open(moved / "cube.zarr")["tas"][...], expected, "moved cube")
-    with pytest.raises(ValueError):
-        virtualize.virtualize(list((moved / "data").iterdir()), tmp_path / "x.json", relative=True)
 
 
 def test_relative_cube_on_s3_resolves_against_its_url(served, s3):
@@ -325,3 +323,122 @@ def test_kerchunk_reference_sets_of_remote_files_as_sources(served, json_where, 
     assert any(s["path"].startswith(srv.url) and s.get("referenced_by") for s in info["sources"])
     assert_same(virtualize.open(tmp_path / "cube")["tas"][...],
                 virtualize.open(tmp_path / "local")["tas"][...], "tas via remote references")
+
+
+# -- storage options per protocol -------------------------------------------------------
+
+@pytest.fixture
+def options_reset():
+    from virtualize import storage
+    yield storage
+    storage.set_options(None)
+
+
+def test_storage_options_forms_and_typed_cli_values(options_reset):
+    storage = options_reset
+    opts = storage.options_from_pairs(["s3.endpoint_url=http://127.0.0.1:9", "anon=false",
+                                       "S3.client_kwargs.region_name=eu-west-1",
+                                       "https.headers={\"X-Token\": \"t\"}", "block_size=1024",
+                                       "use_listings_cache=True", "tag.name=x"])
+    assert opts == {"s3": {"endpoint_url": "http://127.0.0.1:9",
+                           "client_kwargs": {"region_name": "eu-west-1"}},
+                    "anon": False, "https": {"headers": {"X-Token": "t"}}, "block_size": 1024,
+                    "use_listings_cache": True, "tag": {"name": "x"}}
+    storage.set_options(opts)
+    s3 = storage.options_for("s3")
+    assert s3["endpoint_url"] == "http://127.0.0.1:9" and s3["anon"] is False
+    assert s3["client_kwargs"]["region_name"] == "eu-west-1"  # not AWS_REGION's
+    assert "headers" not in s3
+    # a section of https is http's too (one filesystem); flat keys apply to every protocol
+    assert storage.options_for("http") == {"anon": False, "block_size": 1024,
+                                           "use_listings_cache": True, "tag": {"name": "x"},
+                                           "headers": {"X-Token": "t"}}
+    assert "endpoint_url" not in storage.options_for("gs")
+    with pytest.raises(ValueError, match="PROTOCOL.KEY=VALUE"):
+        storage.options_from_pairs(["s3."])
+
+
+def test_one_run_mixes_s3_and_https_sources_with_their_own_options(served, s3, options_reset,
+                                                                     monkeypatch, tmp_path):
+    """The endpoint of S3 and a token header of the HTTP server, each given for its own
+    protocol only (the endpoint not from the environment): neither filesystem could take
+    the other's options."""
+    srv, local = served
+    _client, endpoint = s3
+    monkeypatch.delenv("AWS_ENDPOINT_URL")
+    files = sorted(local["months2024"])[:3]
+    sources = [f"s3://{BUCKET}/months2024/{f.name}" for f in files[:2]] + \
+        [f"{srv.url}/months2024/{files[2].name}"]
+    options = {"s3": {"endpoint_url": endpoint}, "http": {"headers": {"X-Token": "secret"}}}
+    srv.required_headers = {"X-Token": "secret"}
+    try:
+        with pytest.raises(VirtualizeError) as e:  # without the token: forbidden, located
+            virtualize.virtualize(sources, tmp_path / "none.json",
+                                  storage_options={"s3": {"endpoint_url": endpoint}})
+        assert {p.loc.file: p.kind for p in e.value.problems}[sources[2]] == "source-forbidden"
+        virtualize.virtualize(sources, tmp_path / "mixed.json", storage_options=options)
+        virtualize.virtualize(sources, tmp_path / "mixed.zarr", storage_options=options)
+        virtualize.virtualize(files, tmp_path / "local")
+        expected = virtualize.open(tmp_path / "local")["tas"][...]
+        for out in ("mixed.json", "mixed.zarr"):
+            g = virtualize.open(tmp_path / out, storage_options=options)
+            assert_same(g["tas"][...], expected, f"tas via {out}")
+        # plain fsspec + zarr: one filesystem per protocol, each with its options
+        fs = fsspec.filesystem(
+            "reference", fo=str(tmp_path / "mixed.json"), asynchronous=True,
+            fs={"s3": {"endpoint_url": endpoint, "asynchronous": True},
+                "http": {"headers": {"X-Token": "secret"}, "asynchronous": True}})
+        with zarr.config.set({"array.rectilinear_chunks": True}):
+            g = zarr.open_group(FsspecStore(fs, read_only=True, path=""), mode="r", zarr_format=3)
+            assert_same(g["tas"][...], expected, "tas via fsspec+zarr, two protocols")
+        # the command line: PROTOCOL.KEY=VALUE, a JSON value
+        r = subprocess.run([os.path.join(os.path.dirname(sys.executable), "virtualize"),
+                            *sources, "-o", str(tmp_path / "cli.zarr"),
+                            "--storage-option", f"s3.endpoint_url={endpoint}",
+                            "--storage-option", 'https.headers={"X-Token": "secret"}'],
+                           capture_output=True, text=True,
+                           env={k: v for k, v in os.environ.items() if k != "AWS_ENDPOINT_URL"})
+        assert r.returncode == 0, r.stdout + r.stderr
+        g = virtualize.open(tmp_path / "cli.zarr", storage_options=options)
+        assert_same(g["tas"][...], expected, "tas via the CLI's cube")
+    finally:
+        srv.required_headers = {}
+
+
+def test_flat_storage_options_still_apply_to_every_protocol(served, options_reset, tmp_path):
+    srv, local = served
+    f = sorted(local["nc3_months_classic"])[0]
+    srv.required_headers = {"X-Token": "flat"}
+    try:
+        report = virtualize.check([f"{srv.url}/nc3_months_classic/{f.name}"],
+                                  storage_options={"headers": {"X-Token": "flat"}})
+        assert report.ok, report.problems
+    finally:
+        srv.required_headers = {}
+
+
+def test_uninstalled_backend_names_its_package(tmp_path):
+    """gs:// and az:// are passed to gcsfs / adlfs (untested here: no emulator); without
+    the package, a located problem naming it, never a traceback or a local path."""
+    import importlib.util
+
+    pairs = [(s, p) for s, p in [("gs", "gcsfs"), ("gcs", "gcsfs"), ("az", "adlfs"),
+                                 ("abfs", "adlfs")] if importlib.util.find_spec(p) is None]
+    if not pairs:
+        pytest.skip("gcsfs and adlfs are installed")
+    for scheme, package in pairs:
+        report = virtualize.check([f"{scheme}://bucket/a.nc"], scan_timeout=None)
+        [p] = report.problems
+        assert p.kind == "unsupported-scheme" and f"pip install {package}" in p.message
+        assert p.loc.file == f"{scheme}://bucket/a.nc"
+        with pytest.raises(VirtualizeError, match=f"pip install {package}"):
+            virtualize.open(f"{scheme}://bucket/cube.zarr")
+    (scheme, package), (scheme2, package2) = pairs[0], pairs[-1]
+    for argv, wanted in (([f"{scheme}://bucket/a.nc", "-o", str(tmp_path / "c")], package),
+                         ([str(tmp_path / "nothing.nc"), "-o", f"{scheme2}://b/cube.zarr"],
+                          package2)):
+        r = subprocess.run([sys.executable, "-m", "virtualize.cli", *argv], capture_output=True,
+                           text=True, cwd=tmp_path)
+        assert r.returncode != 0 and f"pip install {wanted}" in r.stdout + r.stderr, argv
+        assert "Traceback" not in r.stderr
+        assert not [p for p in tmp_path.iterdir() if p.name.endswith(":")]

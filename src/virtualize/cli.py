@@ -98,7 +98,7 @@ def _scan_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scan-timeout", type=_seconds, default=DEFAULT_SCAN_TIMEOUT, metavar="SECONDS",
                    help="stop scanning a file after SECONDS and report it (scan-timeout); "
                         f"0: no limit, scan in this process (default {DEFAULT_SCAN_TIMEOUT:g})")
-    p.add_argument("--storage-option", action=_StorageOption, default=[], metavar="KEY=VALUE",
+    p.add_argument("--storage-option", action=_StorageOption, default=[], metavar="[PROTO.]KEY=VALUE",
                    help="an option of remote storage (s3://, https://, ...): KEY=VALUE for every "
                         "protocol or PROTOCOL.KEY=VALUE (s3.endpoint_url=http://...); repeatable")
 
@@ -128,6 +128,10 @@ def _output_options(p: argparse.ArgumentParser, required: bool) -> None:
                         "icechunk, else cube)")
     p.add_argument("--overwrite", action="store_true",
                    help="replace OUT if it exists (only an output virtualize wrote)")
+    p.add_argument("--relative", action="store_true",
+                   help="record the sources relative to OUT, so that OUT and its files can be "
+                        "moved or mirrored together (cube directory; kerchunk JSON through a "
+                        "template; not Icechunk)")
 
 
 def _bytes_arg(text: str) -> int:
@@ -391,6 +395,7 @@ def _concat_kw(args) -> dict:
 def _create(args) -> int:
     return _write(args, lambda: virtualize(args.files, args.output, args.concat_dim,
                                            overwrite=args.overwrite, format=args.format,
+                                           relative=args.relative,
                                            **_concat_kw(args), **_kw(args)))
 
 
@@ -413,7 +418,7 @@ def _mosaic(args) -> int:
     if not args.output:
         raise UsageError("-o/--output is required unless --check")
     return _write(args, lambda: mosaic(args.files, args.output, overwrite=args.overwrite,
-                                       format=args.format, **kw))
+                                       format=args.format, relative=args.relative, **kw))
 
 
 def _append(args) -> int:
@@ -422,7 +427,8 @@ def _append(args) -> int:
 
 def _export(args) -> int:
     return _write(args, lambda: export(args.cube, args.output, format=args.format,
-                                       overwrite=args.overwrite, **_kw(args)))
+                                       overwrite=args.overwrite, relative=args.relative,
+                                       **_kw(args)))
 
 
 def _verify(args) -> int:
