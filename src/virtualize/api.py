@@ -113,11 +113,10 @@ def virtualize(paths: Iterable[PathLike] | PathLike, out: PathLike, concat_dim: 
     (`format="icechunk"` or `.icechunk`). Nothing is written unless every file
     can be referenced exactly; then `VirtualizeError` carries every problem.
     `relative`: record the sources relative to the output (a relocatable cube, to be moved
-    or mirrored together with its files: cube directories, and kerchunk JSON through a
-    template; not Icechunk)."""
+    or mirrored together with its files: a cube directory's source table, a kerchunk
+    JSON's template, an Icechunk repository's named virtual chunk container)."""
     _storage(storage_options)
     kind = _output_kind(out, format, overwrite, paths)
-    _relative_ok(kind, relative)
     report = check(paths, concat_dim, inline=inline, drop=drop, sort=sort, split=split,
                    materialize=materialize, materialize_limit=materialize_limit,
                    jobs=jobs, progress=progress, scan_timeout=scan_timeout,
@@ -137,7 +136,6 @@ def mosaic(paths: Iterable[PathLike] | PathLike, out: PathLike, *,
     unless every cell is exactly one block of one tile or a gap."""
     _storage(storage_options)
     kind = _output_kind(out, format, overwrite, paths)
-    _relative_ok(kind, relative)
     report = check_mosaic(paths, offsets=offsets, overlap=overlap, drop=drop,
                           tolerance=tolerance, split=split, materialize=materialize,
                           materialize_limit=materialize_limit, jobs=jobs, progress=progress,
@@ -297,7 +295,6 @@ def export(cube: PathLike, out: PathLike, *, format: str | None = None,
         raise VirtualizeError(changed, f"{cube}: its sources changed since it was written")
     kind = _output_kind(out, format, overwrite,
                         [s["path"] for s in info["sources"] if not s.get("referenced_by")])
-    _relative_ok(kind, relative)
     return _write(_replan(cube, info, jobs=jobs, progress=progress, scan_timeout=scan_timeout),
                   out, kind, overwrite, relative)
 
@@ -443,13 +440,6 @@ def _output_kind(out: PathLike, format: str | None, overwrite: bool, paths=None)
     return kind
 
 
-def _relative_ok(kind: str, relative: bool) -> None:
-    if relative and kind == "icechunk":
-        raise UsageError("relative=True (--relative): an Icechunk repository cannot be made "
-                         "relocatable (its virtual chunk containers are absolute URL prefixes; "
-                         "docs/references.md); write a cube directory or kerchunk JSON")
-
-
 def _refuse_unless_ok(report: Report) -> None:
     if not report.ok:
         raise VirtualizeError([p for p in report.problems if p.fatal],
@@ -459,7 +449,6 @@ def _refuse_unless_ok(report: Report) -> None:
 
 def _write(report: Report, out: PathLike, kind: str, overwrite: bool,
            relative: bool = False) -> Report:
-    _relative_ok(kind, relative)
     _refuse_unless_ok(report)
     # every file named, scanned or not, is protected (the writers check their plan's too)
     if storage.is_url(out):  # object storage: built here, uploaded root documents last
@@ -471,7 +460,10 @@ def _write(report: Report, out: PathLike, kind: str, overwrite: bool,
             write_remote(write, report.plan, url, kind, overwrite)
         elif kind == "icechunk":
             from .emit.icechunk import write_icechunk
-            write_remote(write_icechunk, report.plan, url, kind, overwrite)
+
+            def write(plan, local, over):
+                return write_icechunk(plan, local, over, relative_to=url if relative else None)
+            write_remote(write, report.plan, url, kind, overwrite)
         else:
             def write(plan, local, over):
                 return write_cube(plan, local, over, relative_to=url if relative else None)
@@ -484,7 +476,8 @@ def _write(report: Report, out: PathLike, kind: str, overwrite: bool,
                        relative_to=os.path.abspath(out) if relative else None)
     elif kind == "icechunk":
         from .emit.icechunk import write_icechunk
-        write_icechunk(report.plan, out, overwrite)
+        write_icechunk(report.plan, out, overwrite,
+                       relative_to=os.path.abspath(out) if relative else None)
     else:
         write_cube(report.plan, out, overwrite,
                    relative_to=os.path.abspath(out) if relative else None)

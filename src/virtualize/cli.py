@@ -130,8 +130,7 @@ def _output_options(p: argparse.ArgumentParser, required: bool) -> None:
                    help="replace OUT if it exists (only an output virtualize wrote)")
     p.add_argument("--relative", action="store_true",
                    help="record the sources relative to OUT, so that OUT and its files can be "
-                        "moved or mirrored together (cube directory; kerchunk JSON through a "
-                        "template; not Icechunk)")
+                        "moved or mirrored together (docs/references.md)")
 
 
 def _bytes_arg(text: str) -> int:

@@ -379,8 +379,10 @@ def open_cube(path: str | os.PathLike, *, check_sources: bool = True, allow=None
                                 f"{e}") from None
 
 
-def open_store(path: str | os.PathLike, *, check_sources: bool = True, allow=None) -> Store:
-    """The read-only zarr store of a cube of any of the three kinds (checked and confined)."""
+def open_store(path: str | os.PathLike, *, check_sources: bool = True, allow=None,
+               base: str | None = None) -> Store:
+    """The read-only zarr store of a cube of any of the three kinds (checked and confined).
+    `base`: where it really is (the URL of a downloaded copy), for relative sources."""
     from .storage import is_url, normalize
     if is_url(path):  # an output on object storage: its documents and manifests copied here
         import tempfile
@@ -392,15 +394,9 @@ def open_store(path: str | os.PathLike, *, check_sources: bool = True, allow=Non
 
         try:
             local = download(normalize(path), tmp)
-            if local.is_dir() and (local / SOURCES_NAME).is_file():
-                store = ConsolidatedView(CubeStore(local, check_sources=check_sources,
-                                                   allow=allow, base=normalize(path)))
-            elif local.is_file():  # relative references resolve against its URL prefix
-                from .storage import dirname
-                store = kerchunk_store(local, check_sources=check_sources, allow=allow,
-                                       base=dirname(normalize(path)))
-            else:
-                store = open_store(local, check_sources=check_sources, allow=allow)
+            # relative sources (a relocatable output) resolve against its URL
+            store = open_store(local, check_sources=check_sources, allow=allow,
+                               base=normalize(path))
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
@@ -409,19 +405,21 @@ def open_store(path: str | os.PathLike, *, check_sources: bool = True, allow=Non
     path = Path(path)
     if path.is_file() or (path.suffix == ".json" and not path.is_dir()):
         # a file is a kerchunk reference JSON, whatever its name (`--format kerchunk -o refs`)
-        return kerchunk_store(path, check_sources=check_sources, allow=allow)
+        from .storage import dirname
+        return kerchunk_store(path, check_sources=check_sources, allow=allow,
+                              base=dirname(base) if base else None)
     from .emit.icechunk import is_icechunk_repo, open_icechunk
     if is_icechunk_repo(path):
-        store = open_icechunk(path, allow=allow)
+        store = open_icechunk(path, allow=allow, base=base)
         if check_sources:  # as for cube directories: refused at open, not at a chunk's read
             from .emit.icechunk import recorded
-            info = recorded(path) or {}
+            info = recorded(path, base) or {}
             problems = list(changed_sources(info.get("sources") or []))
             if problems:
                 raise VirtualizeError(problems, f"{path}: its source files changed since "
                                       "the repository was written; re-run virtualize")
         return ConsolidatedView(store)
-    return ConsolidatedView(CubeStore(path, check_sources=check_sources, allow=allow))
+    return ConsolidatedView(CubeStore(path, check_sources=check_sources, allow=allow, base=base))
 
 
 def kerchunk_store(path: str | os.PathLike, *, check_sources: bool = True, allow=None,
