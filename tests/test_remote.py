@@ -395,7 +395,7 @@ def test_relative_cli_and_export(case, tmp_path):
     base = tmp_path / "a"
     base.mkdir()
     files = []
-    for f in case("nc3_months_classic")[:2]:
+    for f in case("months2024")[:2]:
         shutil.copy2(f, base / f.name)
         files.append(base / f.name)
     r = subprocess.run([os.path.join(os.path.dirname(sys.executable), "virtualize"),
@@ -403,10 +403,18 @@ def test_relative_cli_and_export(case, tmp_path):
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
     virtualize.export(base / "cube.zarr", base / "refs.json", relative=True)
+    virtualize.virtualize(files[0], base / "one.json", relative=True)  # a regular grid
     shutil.move(base, tmp_path / "b")
     expected = _netcdf4_tas(files and [tmp_path / "b" / f.name for f in files])
     for out in ("cube.zarr", "refs.json"):
         assert_same(virtualize.open(tmp_path / "b" / out)["tas"][...], expected, out)
+    # the moved reference set as a source: its template is resolved where it is now
+    shutil.copytree(tmp_path / "b", tmp_path / "c")
+    for f in files:
+        (tmp_path / "b" / f.name).write_bytes(b"\0" * 16)  # the old place is not read
+    virtualize.virtualize(tmp_path / "c" / "one.json", tmp_path / "again.zarr")
+    assert_same(virtualize.open(tmp_path / "again.zarr")["tas"][...],
+                _netcdf4_tas([tmp_path / "c" / files[0].name]), "moved refs as a source")
 
 
 @pytest.mark.parametrize("out", ["cube.zarr", "refs.json", "repo.icechunk"])
