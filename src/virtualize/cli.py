@@ -51,9 +51,28 @@ class _Parser(argparse.ArgumentParser):
         kw.setdefault("fromfile_prefix_chars", "@")
         super().__init__(*a, **kw)
 
+    empty_lists: list[str] = []  # @LIST files that named nothing (shared by subparsers)
+
     def convert_arg_line_to_args(self, arg_line: str) -> list[str]:
         line = arg_line.strip()
         return [] if not line or line.startswith("#") else [line]
+
+    def _read_args_from_files(self, arg_strings: list[str]) -> list[str]:
+        out: list[str] = []
+        for arg in arg_strings:
+            got = super()._read_args_from_files([arg])
+            if arg[:1] == "@" and not got and arg[1:] not in _Parser.empty_lists:
+                _Parser.empty_lists.append(arg[1:])
+            out += got
+        return out
+
+    def error(self, message: str):
+        if "required: FILE" in message or "required: TILE" in message:
+            if _Parser.empty_lists:
+                message = ", ".join(f"@{f}" for f in _Parser.empty_lists) + \
+                    " names no file (the list is empty, or holds only blank lines and # " \
+                    "comments); give at least one FILE"
+        super().error(message)
 
 
 # -- option builders -------------------------------------------------------------------
@@ -292,6 +311,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    _Parser.empty_lists.clear()
     parser = build_parser()
     if not argv:
         parser.print_usage(sys.stderr)

@@ -323,8 +323,9 @@ def changed_sources(sources: list[dict[str, Any]]):
                 continue
             if st.st_size != s["size"] or (s.get("etag") is not None and st.etag != s["etag"]):
                 yield Problem(Location(s["path"]), "source-changed",
-                              f"size {st.st_size} / ETag {st.etag} differ from the recorded "
-                              f"{s['size']} / {s.get('etag')}")
+                              f"changed since it was recorded: size {st.st_size:,} bytes "
+                              f"(recorded {s['size']:,}), ETag {st.etag} (recorded "
+                              f"{s.get('etag')})")
             continue
         try:
             st = os.stat(s["path"])
@@ -333,8 +334,20 @@ def changed_sources(sources: list[dict[str, Any]]):
             continue
         if st.st_size != s["size"] or st.st_mtime_ns != s["mtime_ns"]:
             yield Problem(Location(s["path"]), "source-changed",
-                          f"size {st.st_size} / mtime {st.st_mtime_ns} differ from the "
-                          f"recorded {s['size']} / {s['mtime_ns']}")
+                          f"changed since it was recorded: size {st.st_size:,} bytes (recorded "
+                          f"{s['size']:,}), modified {_when(st.st_mtime_ns)} (recorded "
+                          f"{_when(s['mtime_ns'])})")
+
+
+def _when(ns: int) -> str:
+    """A modification time in ns as UTC, to the nanosecond (a rewrite may keep the second)."""
+    import datetime
+
+    try:
+        t = datetime.datetime.fromtimestamp(ns // 10**9, tz=datetime.UTC)
+    except (OverflowError, OSError, ValueError):
+        return f"{ns} ns"
+    return f"{t:%Y-%m-%d %H:%M:%S}.{ns % 10**9:09d} UTC"
 
 
 class ConsolidatedView(WrapperStore):

@@ -503,7 +503,12 @@ class _Scanner:
         try:
             st = os.stat(path)
         except OSError as e:
-            self._missing[url] = f"cannot be opened ({e.strerror})"
+            why = f"cannot be opened ({e.strerror})"
+            if not os.path.isabs(url[len("file://"):] if url.startswith("file://") else url):
+                # fsspec takes a relative path from the current directory, as we do
+                why += (f"; a relative path, resolved against the current directory "
+                        f"{os.getcwd()} as {path} (not against the reference set's directory)")
+            self._missing[url] = why
             return None
         self.data_files.append(Source(path, st.st_size, st.st_mtime_ns, referenced_by=self.path))
         k = self._file_index[url] = len(self.data_files)
