@@ -525,6 +525,9 @@ def test_storage_options_forms_and_typed_cli_values(options_reset):
     assert "endpoint_url" not in storage.options_for("gs")
     with pytest.raises(ValueError, match="PROTOCOL.KEY=VALUE"):
         storage.options_from_pairs(["s3."])
+    storage.set_options({"S3": {"anon": True}, "https": {"headers": {}}})  # any case
+    assert storage.options_for("s3a")["anon"] is True
+    assert "headers" not in storage.options_for("s3a") and "anon" not in storage.options_for("http")
 
 
 def test_one_run_mixes_s3_and_https_sources_with_their_own_options(served, s3, options_reset,

@@ -87,7 +87,7 @@ def set_options(options: dict[str, Any] | None) -> None:
     {protocol: {key: value}} sections and/or flat {key: value} for every protocol."""
     global _options
     options = dict(options or {})
-    for k, v in options.items():
+    for k, v in list(options.items()):
         if not isinstance(k, str):
             raise ValueError(f"storage_options keys are names, not {k!r}")
         if k.lower() in SUPPORTED and k != k.lower() and isinstance(v, dict):
