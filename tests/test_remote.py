@@ -614,3 +614,21 @@ def test_uninstalled_backend_names_its_package(tmp_path):
         assert r.returncode != 0 and f"pip install {wanted}" in r.stdout + r.stderr, argv
         assert "Traceback" not in r.stderr
         assert not [p for p in tmp_path.iterdir() if p.name.endswith(":")]
+
+
+def test_aws_environment_fills_what_the_options_do_not(options_reset, monkeypatch):
+    storage = options_reset
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://generic:1")
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", "http://s3-only:2")
+    monkeypatch.setenv("AWS_ALLOW_HTTP", "true")
+    monkeypatch.setenv("AWS_REGION", "eu-north-1")
+    storage.set_options(None)
+    s3 = storage.options_for("s3")
+    assert s3["endpoint_url"] == "http://s3-only:2" and s3["use_ssl"] is False
+    assert s3["client_kwargs"] == {"region_name": "eu-north-1"}
+    assert "endpoint_url" not in storage.options_for("https")  # S3's, not HTTP's
+    storage.set_options({"s3": {"endpoint_url": "http://given:3",
+                                "client_kwargs": {"region_name": "us-west-2"}}})
+    s3 = storage.options_for("s3")  # what is given wins over the environment
+    assert s3["endpoint_url"] == "http://given:3"
+    assert s3["client_kwargs"] == {"region_name": "us-west-2"}
