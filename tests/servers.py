@@ -50,6 +50,8 @@ class _Handler(SimpleHTTPRequestHandler):
     def _refuse(self) -> bool:
         rel = self.path.split("?")[0].lstrip("/")
         code = self.server.status.get(rel)
+        if any(self.headers.get(k) != v for k, v in self.server.required_headers.items()):
+            code = 403  # a header the server wants (a token) is missing
         with self.server.lock:
             if self.server.flaky.get(rel, 0) > 0:  # a transient failure
                 self.server.flaky[rel] -= 1
@@ -103,7 +105,8 @@ class _Handler(SimpleHTTPRequestHandler):
 
 class RangeHTTPServer(ThreadingHTTPServer):
     """Serves `root` on 127.0.0.1 with Range requests; `status` maps a path to a forced
-    status code (403, ...), `flaky` a number of 503 answers before it serves; counts
+    status code (403, ...), `flaky` a number of 503 answers before it serves,
+    `required_headers` headers every request must carry (else 403); counts
     requests and bytes (per path too)."""
 
     daemon_threads = True
@@ -114,6 +117,7 @@ class RangeHTTPServer(ThreadingHTTPServer):
         self.lock = threading.Lock()
         self.status: dict[str, int] = {}
         self.flaky: dict[str, int] = {}  # path -> how many requests answer 503 first
+        self.required_headers: dict[str, str] = {}  # else 403 (a token the client must send)
         self.reset()
         self.thread = threading.Thread(target=self.serve_forever, daemon=True)
         self.thread.start()

@@ -274,23 +274,190 @@ def test_transient_errors_are_retried(served):
     assert srv.flaky[f"nc3_months_classic/{f.name}"] == 0
 
 
-def test_relative_cube_moves_with_its_files(case, tmp_path):
+def _netcdf4_tas(files) -> np.ndarray:
+    import netCDF4
+
+    parts = []
+    for f in sorted(files):
+        with netCDF4.Dataset(f) as nc:
+            nc.set_auto_maskandscale(False)
+            parts.append(nc["tas"][...])
+    return np.concatenate(parts)
+
+
+def _plain_read(out, kind: str, moved_data: str, storage_options=None) -> np.ndarray:
+    """tas of a relocated output read without virtualize: fsspec + zarr for kerchunk JSON
+    (its template re-pointed), Icechunk with its `relative` container re-pointed."""
+    if kind == "kerchunk":
+        fs = fsspec.filesystem("reference", fo=str(out), asynchronous=True,
+                               target_options=storage_options or {},
+                               template_overrides={"u": moved_data.rstrip("/")},
+                               remote_options={**(storage_options or {}), "asynchronous": True},
+                               remote_protocol=fsspec.utils.get_protocol(moved_data))
+        with zarr.config.set({"array.rectilinear_chunks": True}):
+            g = zarr.open_group(FsspecStore(fs, read_only=True, path=""), mode="r", zarr_format=3)
+            return g["tas"][...]
+    import icechunk as ic
+
+    storage = ic.local_filesystem_storage(str(out))
+    config = ic.Repository.fetch_config(storage)
+    prefix = moved_data.rstrip("/") + "/"
+    prefix = prefix if "://" in prefix else "file://" + prefix
+    store = ic.local_filesystem_store(prefix[7:]) if prefix.startswith("file://") else None
+    config.set_virtual_chunk_container(ic.VirtualChunkContainer(prefix, store, name="relative"))
+    repo = ic.Repository.open(storage, config=config, authorize_virtual_chunk_access=(
+        ic.containers_credentials({prefix: ic.Credentials.LocalFileSystemAccess()})))
+    with zarr.config.set({"array.rectilinear_chunks": True}):
+        return zarr.open_group(repo.readonly_session("main").store, mode="r")["tas"][...]
+
+
+@pytest.mark.parametrize("out", ["cube.zarr", "refs.json", "repo.icechunk"])
+def test_relative_output_moves_with_its_files(case, out, tmp_path):
+    """A directory holding the output and its files (in a subdirectory), moved: read back
+    through virtualize.open, xarray and (kerchunk, Icechunk) without virtualize; sources
+    checked for changes and references confined at the new place."""
+    import xarray as xr
+
+    if out.endswith(".icechunk"):
+        pytest.importorskip("icechunk")
     base = tmp_path / "archive"
-    (base / "data").mkdir(parents=True)
+    (base / "data" / "2024").mkdir(parents=True)
     files = []
     for f in case("months2024")[:3]:
-        shutil.copy2(f, base / "data" / f.name)
-        files.append(base / "data" / f.name)
-    virtualize.virtualize(files, base / "cube.zarr", relative=True)
-    info = json.loads((base / "cube.zarr" / "virtualize.json").read_text())
-    assert [s["path"] for s in info["sources"]] == [f"../data/{f.name}" for f in files]
-    assert info["roots"] == ["../data"]
-    expected = virtualize.open(base / "cube.zarr")["tas"][...]
-    moved = tmp_path / "mirror"
-    shutil.move(base, moved)  # cube and files together: still reads
-    assert_same(virtualize.open(moved / "cube.zarr")["tas"][...], expected, "moved cube")
-    with pytest.raises(ValueError):
-        virtualize.virtualize(list((moved / "data").iterdir()), tmp_path / "x.json", relative=True)
+        shutil.copy2(f, base / "data" / "2024" / f.name)
+        files.append(base / "data" / "2024" / f.name)
+    expected = _netcdf4_tas(files)
+    report = virtualize.virtualize(base / "data" / "2024", base / out, relative=True)
+    kind = report.output["kind"]
+    if kind == "cube":
+        info = json.loads((base / out / "virtualize.json").read_text())
+    elif kind == "kerchunk":
+        doc = json.loads((base / out).read_text())
+        info = doc["virtualize"]
+        assert doc["templates"] == {"u": str(base / "data" / "2024")}
+        assert {v[0] for v in doc["refs"].values() if isinstance(v, list)} == \
+            {"{{u}}/" + f.name for f in files}
+    else:
+        import icechunk as ic
+
+        from virtualize.emit.icechunk import recorded
+        repo = ic.Repository.open(ic.local_filesystem_storage(str(base / out)))
+        info = next(iter(repo.ancestry(branch="main"))).metadata["virtualize"]
+        assert info["containers"] == {"relative": "../data/2024"}
+        assert recorded(base / out)["sources"][0]["path"] == str(files[0])
+    rel = "data/2024/" if kind == "kerchunk" else "../data/2024/"
+    assert [s["path"] for s in info["sources"]] == [rel + f.name for f in files]
+    assert info["roots"] == [rel.rstrip("/")]
+
+    moved = tmp_path / "elsewhere" / "mirror"
+    moved.parent.mkdir()
+    shutil.move(base, moved)  # the output and its files together (mtimes kept)
+    assert not base.exists()
+    assert_same(virtualize.open(moved / out)["tas"][...], expected, f"moved {out}")
+    ds = xr.open_dataset(moved / out, engine="virtualize", mask_and_scale=False)
+    assert_same(ds["tas"].values, expected, f"moved {out} via xarray")
+    if kind != "cube":
+        assert_same(_plain_read(moved / out, kind, str(moved / "data" / "2024")), expected,
+                    f"moved {out} without virtualize")
+
+    # staleness, against the files at their new place
+    first = moved / "data" / "2024" / files[0].name
+    st = first.stat()
+    os.utime(first, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    with pytest.raises(VirtualizeError) as e:
+        virtualize.open(moved / out)
+    assert [(p.kind, p.loc.file) for p in e.value.problems] == [("source-changed", str(first))]
+    os.utime(first, ns=(st.st_atime_ns, st.st_mtime_ns))
+    virtualize.open(moved / out)
+    # confinement: the relative roots are the new place's, nothing beside it
+    if kind == "kerchunk":
+        outside = tmp_path / "elsewhere" / "secret.nc"
+        shutil.copy2(first, outside)
+        doc = json.loads((moved / out).read_text())
+        key = next(k for k, v in doc["refs"].items() if isinstance(v, list))
+        doc["refs"][key][0] = "{{u}}/../../../secret.nc"
+        (moved / out).write_text(json.dumps(doc))
+        with pytest.raises(VirtualizeError) as e:
+            virtualize.open(moved / out)
+        assert e.value.problems[0].kind == "reference-not-allowed"
+    elif kind == "cube":
+        info_path = moved / out / "virtualize.json"
+        info = json.loads(info_path.read_text())
+        info["roots"] = ["../.."]  # widened by an edit: the system-wide refusal still holds
+        info["sources"][0]["path"] = "../../../../../../../../etc/passwd"
+        info_path.write_text(json.dumps(info))
+        with pytest.raises(VirtualizeError) as e:
+            virtualize.open(moved / out)
+        assert e.value.problems[0].kind == "reference-not-allowed", e.value.problems
+
+
+def test_relative_cli_and_export(case, tmp_path):
+    base = tmp_path / "a"
+    base.mkdir()
+    files = []
+    for f in case("months2024")[:2]:
+        shutil.copy2(f, base / f.name)
+        files.append(base / f.name)
+    r = subprocess.run([os.path.join(os.path.dirname(sys.executable), "virtualize"),
+                        *map(str, files), "-o", str(base / "cube.zarr"), "--relative"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    virtualize.export(base / "cube.zarr", base / "refs.json", relative=True)
+    virtualize.virtualize(files[0], base / "one.json", relative=True)  # a regular grid
+    shutil.move(base, tmp_path / "b")
+    expected = _netcdf4_tas(files and [tmp_path / "b" / f.name for f in files])
+    for out in ("cube.zarr", "refs.json"):
+        assert_same(virtualize.open(tmp_path / "b" / out)["tas"][...], expected, out)
+    # the moved reference set as a source: its template is resolved where it is now
+    shutil.copytree(tmp_path / "b", tmp_path / "c")
+    for f in files:
+        (tmp_path / "b" / f.name).write_bytes(b"\0" * 16)  # the old place is not read
+    virtualize.virtualize(tmp_path / "c" / "one.json", tmp_path / "again.zarr")
+    assert_same(virtualize.open(tmp_path / "again.zarr")["tas"][...],
+                _netcdf4_tas([tmp_path / "c" / files[0].name]), "moved refs as a source")
+
+
+@pytest.mark.parametrize("out", ["cube.zarr", "refs.json", "repo.icechunk"])
+def test_relative_output_on_s3_copied_to_another_bucket(served, s3, out):
+    """Output and files on S3 under one prefix, copied object by object to another bucket
+    and prefix: the copy reads back from its own objects (the originals deleted)."""
+    if out.endswith(".icechunk"):
+        pytest.importorskip("icechunk")
+    client, endpoint = s3
+    _srv, local = served
+    files = sorted(local["months2024"])[:3]
+    src, dst = f"reloc-{out}/", "deep/copy/"
+    for f in files:
+        client.upload_file(str(f), BUCKET, f"{src}data/{f.name}")
+    virtualize.virtualize(f"s3://{BUCKET}/{src}data/*.nc", f"s3://{BUCKET}/{src}{out}",
+                          relative=True)
+    client.create_bucket(Bucket="mirror")
+    for o in client.list_objects_v2(Bucket=BUCKET, Prefix=src)["Contents"]:
+        client.copy_object(Bucket="mirror", Key=dst + o["Key"][len(src):],
+                           CopySource={"Bucket": BUCKET, "Key": o["Key"]})
+        client.delete_object(Bucket=BUCKET, Key=o["Key"])
+    expected = _netcdf4_tas(files)
+    url = f"s3://mirror/{dst}{out}"
+    assert_same(virtualize.open(url)["tas"][...], expected, f"copied {out}")
+    if out == "refs.json":
+        assert_same(_plain_read(_download(client, "mirror", dst + out), "kerchunk",
+                                f"s3://mirror/{dst}data",
+                                {"endpoint_url": endpoint}), expected, "copied refs.json, fsspec")
+    # a changed object of the copy is detected
+    client.put_object(Bucket="mirror", Key=f"{dst}data/{files[0].name}",
+                      Body=files[1].read_bytes())
+    with pytest.raises(VirtualizeError) as e:
+        virtualize.open(url)
+    assert {p.loc.file for p in e.value.problems} == {f"s3://mirror/{dst}data/{files[0].name}"}
+
+
+def _download(client, bucket: str, key: str):
+    import tempfile
+
+    d = tempfile.mkdtemp()
+    path = os.path.join(d, os.path.basename(key))
+    client.download_file(bucket, key, path)
+    return path
 
 
 def test_relative_cube_on_s3_resolves_against_its_url(served, s3):
@@ -325,3 +492,143 @@ def test_kerchunk_reference_sets_of_remote_files_as_sources(served, json_where, 
     assert any(s["path"].startswith(srv.url) and s.get("referenced_by") for s in info["sources"])
     assert_same(virtualize.open(tmp_path / "cube")["tas"][...],
                 virtualize.open(tmp_path / "local")["tas"][...], "tas via remote references")
+
+
+# -- storage options per protocol -------------------------------------------------------
+
+@pytest.fixture
+def options_reset():
+    from virtualize import storage
+    yield storage
+    storage.set_options(None)
+
+
+def test_storage_options_forms_and_typed_cli_values(options_reset):
+    storage = options_reset
+    opts = storage.options_from_pairs(["s3.endpoint_url=http://127.0.0.1:9", "anon=false",
+                                       "S3.client_kwargs.region_name=eu-west-1",
+                                       "https.headers={\"X-Token\": \"t\"}", "block_size=1024",
+                                       "use_listings_cache=True", "tag.name=x"])
+    assert opts == {"s3": {"endpoint_url": "http://127.0.0.1:9",
+                           "client_kwargs": {"region_name": "eu-west-1"}},
+                    "anon": False, "https": {"headers": {"X-Token": "t"}}, "block_size": 1024,
+                    "use_listings_cache": True, "tag": {"name": "x"}}
+    storage.set_options(opts)
+    s3 = storage.options_for("s3")
+    assert s3["endpoint_url"] == "http://127.0.0.1:9" and s3["anon"] is False
+    assert s3["client_kwargs"]["region_name"] == "eu-west-1"  # not AWS_REGION's
+    assert "headers" not in s3
+    # a section of https is http's too (one filesystem); flat keys apply to every protocol
+    assert storage.options_for("http") == {"anon": False, "block_size": 1024,
+                                           "use_listings_cache": True, "tag": {"name": "x"},
+                                           "headers": {"X-Token": "t"}}
+    assert "endpoint_url" not in storage.options_for("gs")
+    with pytest.raises(ValueError, match="PROTOCOL.KEY=VALUE"):
+        storage.options_from_pairs(["s3."])
+    storage.set_options({"S3": {"anon": True}, "https": {"headers": {}}})  # any case
+    assert storage.options_for("s3a")["anon"] is True
+    assert "headers" not in storage.options_for("s3a") and "anon" not in storage.options_for("http")
+
+
+def test_one_run_mixes_s3_and_https_sources_with_their_own_options(served, s3, options_reset,
+                                                                     monkeypatch, tmp_path):
+    """The endpoint of S3 and a token header of the HTTP server, each given for its own
+    protocol only (the endpoint not from the environment): neither filesystem could take
+    the other's options."""
+    srv, local = served
+    _client, endpoint = s3
+    monkeypatch.delenv("AWS_ENDPOINT_URL")
+    files = sorted(local["months2024"])[:3]
+    sources = [f"s3://{BUCKET}/months2024/{f.name}" for f in files[:2]] + \
+        [f"{srv.url}/months2024/{files[2].name}"]
+    options = {"s3": {"endpoint_url": endpoint}, "http": {"headers": {"X-Token": "secret"}}}
+    srv.required_headers = {"X-Token": "secret"}
+    try:
+        with pytest.raises(VirtualizeError) as e:  # without the token: forbidden, located
+            virtualize.virtualize(sources, tmp_path / "none.json",
+                                  storage_options={"s3": {"endpoint_url": endpoint}})
+        assert {p.loc.file: p.kind for p in e.value.problems}[sources[2]] == "source-forbidden"
+        virtualize.virtualize(sources, tmp_path / "mixed.json", storage_options=options)
+        virtualize.virtualize(sources, tmp_path / "mixed.zarr", storage_options=options)
+        virtualize.virtualize(files, tmp_path / "local")
+        expected = virtualize.open(tmp_path / "local")["tas"][...]
+        for out in ("mixed.json", "mixed.zarr"):
+            g = virtualize.open(tmp_path / out, storage_options=options)
+            assert_same(g["tas"][...], expected, f"tas via {out}")
+        # plain fsspec + zarr: one filesystem per protocol, each with its options
+        fs = fsspec.filesystem(
+            "reference", fo=str(tmp_path / "mixed.json"), asynchronous=True,
+            fs={"s3": {"endpoint_url": endpoint, "asynchronous": True},
+                "http": {"headers": {"X-Token": "secret"}, "asynchronous": True}})
+        with zarr.config.set({"array.rectilinear_chunks": True}):
+            g = zarr.open_group(FsspecStore(fs, read_only=True, path=""), mode="r", zarr_format=3)
+            assert_same(g["tas"][...], expected, "tas via fsspec+zarr, two protocols")
+        # the command line: PROTOCOL.KEY=VALUE, a JSON value
+        r = subprocess.run([os.path.join(os.path.dirname(sys.executable), "virtualize"),
+                            *sources, "-o", str(tmp_path / "cli.zarr"),
+                            "--storage-option", f"s3.endpoint_url={endpoint}",
+                            "--storage-option", 'https.headers={"X-Token": "secret"}'],
+                           capture_output=True, text=True,
+                           env={k: v for k, v in os.environ.items() if k != "AWS_ENDPOINT_URL"})
+        assert r.returncode == 0, r.stdout + r.stderr
+        g = virtualize.open(tmp_path / "cli.zarr", storage_options=options)
+        assert_same(g["tas"][...], expected, "tas via the CLI's cube")
+    finally:
+        srv.required_headers = {}
+
+
+def test_flat_storage_options_still_apply_to_every_protocol(served, options_reset, tmp_path):
+    srv, local = served
+    f = sorted(local["nc3_months_classic"])[0]
+    srv.required_headers = {"X-Token": "flat"}
+    try:
+        report = virtualize.check([f"{srv.url}/nc3_months_classic/{f.name}"],
+                                  storage_options={"headers": {"X-Token": "flat"}})
+        assert report.ok, report.problems
+    finally:
+        srv.required_headers = {}
+
+
+def test_uninstalled_backend_names_its_package(tmp_path):
+    """gs:// and az:// are passed to gcsfs / adlfs (untested here: no emulator); without
+    the package, a located problem naming it, never a traceback or a local path."""
+    import importlib.util
+
+    pairs = [(s, p) for s, p in [("gs", "gcsfs"), ("gcs", "gcsfs"), ("az", "adlfs"),
+                                 ("abfs", "adlfs")] if importlib.util.find_spec(p) is None]
+    if not pairs:
+        pytest.skip("gcsfs and adlfs are installed")
+    for scheme, package in pairs:
+        report = virtualize.check([f"{scheme}://bucket/a.nc"], scan_timeout=None)
+        [p] = report.problems
+        assert p.kind == "unsupported-scheme" and f"pip install {package}" in p.message
+        assert p.loc.file == f"{scheme}://bucket/a.nc"
+        with pytest.raises(VirtualizeError, match=f"pip install {package}"):
+            virtualize.open(f"{scheme}://bucket/cube.zarr")
+    (scheme, package), (scheme2, package2) = pairs[0], pairs[-1]
+    for argv, wanted in (([f"{scheme}://bucket/a.nc", "-o", str(tmp_path / "c")], package),
+                         ([str(tmp_path / "nothing.nc"), "-o", f"{scheme2}://b/cube.zarr"],
+                          package2)):
+        r = subprocess.run([sys.executable, "-m", "virtualize.cli", *argv], capture_output=True,
+                           text=True, cwd=tmp_path)
+        assert r.returncode != 0 and f"pip install {wanted}" in r.stdout + r.stderr, argv
+        assert "Traceback" not in r.stderr
+        assert not [p for p in tmp_path.iterdir() if p.name.endswith(":")]
+
+
+def test_aws_environment_fills_what_the_options_do_not(options_reset, monkeypatch):
+    storage = options_reset
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://generic:1")
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", "http://s3-only:2")
+    monkeypatch.setenv("AWS_ALLOW_HTTP", "true")
+    monkeypatch.setenv("AWS_REGION", "eu-north-1")
+    storage.set_options(None)
+    s3 = storage.options_for("s3")
+    assert s3["endpoint_url"] == "http://s3-only:2" and s3["use_ssl"] is False
+    assert s3["client_kwargs"] == {"region_name": "eu-north-1"}
+    assert "endpoint_url" not in storage.options_for("https")  # S3's, not HTTP's
+    storage.set_options({"s3": {"endpoint_url": "http://given:3",
+                                "client_kwargs": {"region_name": "us-west-2"}}})
+    s3 = storage.options_for("s3")  # what is given wins over the environment
+    assert s3["endpoint_url"] == "http://given:3"
+    assert s3["client_kwargs"] == {"region_name": "us-west-2"}

@@ -112,8 +112,9 @@ def virtualize(paths: Iterable[PathLike] | PathLike, out: PathLike, concat_dim: 
     (`format="kerchunk"` or `out` ending in `.json`) or an Icechunk repository
     (`format="icechunk"` or `.icechunk`). Nothing is written unless every file
     can be referenced exactly; then `VirtualizeError` carries every problem.
-    `relative`: record the sources relative to the cube directory (a relocatable cube, to
-    be moved or mirrored together with its files; cube directories only)."""
+    `relative`: record the sources relative to the output (a relocatable cube, to be moved
+    or mirrored together with its files: a cube directory's source table, a kerchunk
+    JSON's template, an Icechunk repository's named virtual chunk container)."""
     _storage(storage_options)
     kind = _output_kind(out, format, overwrite, paths)
     report = check(paths, concat_dim, inline=inline, drop=drop, sort=sort, split=split,
@@ -212,13 +213,16 @@ def _recorded(cube: Path, kind: str | bool) -> dict:
                 info = json.load(f).get("virtualize")
         except (OSError, ValueError, AttributeError):
             info = None
+        base = os.path.dirname(os.path.abspath(cube))  # relative sources: against its directory
     else:
         path = cube / SOURCES_NAME
         info = json.loads(path.read_text()) if path.is_file() else None
-        if isinstance(info, dict) and isinstance(info.get("sources"), list):
-            info["sources"] = [dict(s, path=storage.resolve(s["path"], os.path.abspath(cube)))
-                               if isinstance(s, dict) and isinstance(s.get("path"), str) else s
-                               for s in info["sources"]]
+        base = os.path.abspath(cube)
+    if kind in ("kerchunk", "cube") and isinstance(info, dict) \
+            and isinstance(info.get("sources"), list):
+        info["sources"] = [dict(s, path=storage.resolve(s["path"], base))
+                           if isinstance(s, dict) and isinstance(s.get("path"), str) else s
+                           for s in info["sources"]]
     if not isinstance(info, dict) or not isinstance(info.get("sources"), list):
         raise VirtualizeError([Problem(Location(str(cube)), "not-a-cube",
                                        "not a cube directory, kerchunk JSON or Icechunk "
@@ -278,11 +282,12 @@ def verify_cube(cube: PathLike, *, decode: bool = False, jobs: int = 1, progress
 
 def export(cube: PathLike, out: PathLike, *, format: str | None = None,
            overwrite: bool = False, jobs: int = 1, progress=None,
-           scan_timeout: float | None = DEFAULT_SCAN_TIMEOUT) -> Report:
+           scan_timeout: float | None = DEFAULT_SCAN_TIMEOUT, relative: bool = False) -> Report:
     """Write a cube (directory, kerchunk JSON or Icechunk repository written by
     virtualize) as another kind: `format` or `out`'s suffix as for `virtualize`. Its
     recorded inputs are scanned and planned again with its recorded recipe (after
-    checking that none changed), so the export holds the same references."""
+    checking that none changed), so the export holds the same references (`relative`:
+    recorded relative to `out`, as for `virtualize`)."""
     cube = Path(cube)
     info = _recorded(cube, _cube_kind(cube))
     changed = list(changed_sources(info["sources"]))
@@ -291,7 +296,7 @@ def export(cube: PathLike, out: PathLike, *, format: str | None = None,
     kind = _output_kind(out, format, overwrite,
                         [s["path"] for s in info["sources"] if not s.get("referenced_by")])
     return _write(_replan(cube, info, jobs=jobs, progress=progress, scan_timeout=scan_timeout),
-                  out, kind, overwrite)
+                  out, kind, overwrite, relative)
 
 
 def open(path: PathLike, *, check_sources: bool = True, allow=None,  # noqa: A001
@@ -444,18 +449,21 @@ def _refuse_unless_ok(report: Report) -> None:
 
 def _write(report: Report, out: PathLike, kind: str, overwrite: bool,
            relative: bool = False) -> Report:
-    if relative and kind != "cube":
-        raise ValueError("relative=True: only a cube directory records relative sources")
     _refuse_unless_ok(report)
     # every file named, scanned or not, is protected (the writers check their plan's too)
     if storage.is_url(out):  # object storage: built here, uploaded root documents last
         from .emit.remote import write_remote
         url = storage.normalize(out)
         if kind == "kerchunk":
-            write_remote(write_kerchunk, report.plan, url, kind, overwrite)
+            def write(plan, local, over):
+                return write_kerchunk(plan, local, over, relative_to=url if relative else None)
+            write_remote(write, report.plan, url, kind, overwrite)
         elif kind == "icechunk":
             from .emit.icechunk import write_icechunk
-            write_remote(write_icechunk, report.plan, url, kind, overwrite)
+
+            def write(plan, local, over):
+                return write_icechunk(plan, local, over, relative_to=url if relative else None)
+            write_remote(write, report.plan, url, kind, overwrite)
         else:
             def write(plan, local, over):
                 return write_cube(plan, local, over, relative_to=url if relative else None)
@@ -464,10 +472,12 @@ def _write(report: Report, out: PathLike, kind: str, overwrite: bool,
         return report
     guard_output(out, overwrite, report.files)
     if kind == "kerchunk":
-        write_kerchunk(report.plan, out, overwrite)
+        write_kerchunk(report.plan, out, overwrite,
+                       relative_to=os.path.abspath(out) if relative else None)
     elif kind == "icechunk":
         from .emit.icechunk import write_icechunk
-        write_icechunk(report.plan, out, overwrite)
+        write_icechunk(report.plan, out, overwrite,
+                       relative_to=os.path.abspath(out) if relative else None)
     else:
         write_cube(report.plan, out, overwrite,
                    relative_to=os.path.abspath(out) if relative else None)

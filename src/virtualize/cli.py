@@ -51,9 +51,28 @@ class _Parser(argparse.ArgumentParser):
         kw.setdefault("fromfile_prefix_chars", "@")
         super().__init__(*a, **kw)
 
+    empty_lists: list[str] = []  # @LIST files that named nothing (shared by subparsers)
+
     def convert_arg_line_to_args(self, arg_line: str) -> list[str]:
         line = arg_line.strip()
         return [] if not line or line.startswith("#") else [line]
+
+    def _read_args_from_files(self, arg_strings: list[str]) -> list[str]:
+        out: list[str] = []
+        for arg in arg_strings:
+            got = super()._read_args_from_files([arg])
+            if arg[:1] == "@" and not got and arg[1:] not in _Parser.empty_lists:
+                _Parser.empty_lists.append(arg[1:])
+            out += got
+        return out
+
+    def error(self, message: str):
+        if "required: FILE" in message or "required: TILE" in message:
+            if _Parser.empty_lists:
+                message = ", ".join(f"@{f}" for f in _Parser.empty_lists) + \
+                    " names no file (the list is empty, or holds only blank lines and # " \
+                    "comments); give at least one FILE"
+        super().error(message)
 
 
 # -- option builders -------------------------------------------------------------------
@@ -98,7 +117,7 @@ def _scan_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scan-timeout", type=_seconds, default=DEFAULT_SCAN_TIMEOUT, metavar="SECONDS",
                    help="stop scanning a file after SECONDS and report it (scan-timeout); "
                         f"0: no limit, scan in this process (default {DEFAULT_SCAN_TIMEOUT:g})")
-    p.add_argument("--storage-option", action=_StorageOption, default=[], metavar="KEY=VALUE",
+    p.add_argument("--storage-option", action=_StorageOption, default=[], metavar="[PROTO.]KEY=VALUE",
                    help="an option of remote storage (s3://, https://, ...): KEY=VALUE for every "
                         "protocol or PROTOCOL.KEY=VALUE (s3.endpoint_url=http://...); repeatable")
 
@@ -128,6 +147,9 @@ def _output_options(p: argparse.ArgumentParser, required: bool) -> None:
                         "icechunk, else cube)")
     p.add_argument("--overwrite", action="store_true",
                    help="replace OUT if it exists (only an output virtualize wrote)")
+    p.add_argument("--relative", action="store_true",
+                   help="record the sources relative to OUT, so that OUT and its files can be "
+                        "moved or mirrored together (docs/references.md)")
 
 
 def _bytes_arg(text: str) -> int:
@@ -289,6 +311,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    _Parser.empty_lists.clear()
     parser = build_parser()
     if not argv:
         parser.print_usage(sys.stderr)
@@ -391,6 +414,7 @@ def _concat_kw(args) -> dict:
 def _create(args) -> int:
     return _write(args, lambda: virtualize(args.files, args.output, args.concat_dim,
                                            overwrite=args.overwrite, format=args.format,
+                                           relative=args.relative,
                                            **_concat_kw(args), **_kw(args)))
 
 
@@ -413,7 +437,7 @@ def _mosaic(args) -> int:
     if not args.output:
         raise UsageError("-o/--output is required unless --check")
     return _write(args, lambda: mosaic(args.files, args.output, overwrite=args.overwrite,
-                                       format=args.format, **kw))
+                                       format=args.format, relative=args.relative, **kw))
 
 
 def _append(args) -> int:
@@ -422,7 +446,8 @@ def _append(args) -> int:
 
 def _export(args) -> int:
     return _write(args, lambda: export(args.cube, args.output, format=args.format,
-                                       overwrite=args.overwrite, **_kw(args)))
+                                       overwrite=args.overwrite, relative=args.relative,
+                                       **_kw(args)))
 
 
 def _verify(args) -> int:

@@ -323,8 +323,9 @@ def changed_sources(sources: list[dict[str, Any]]):
                 continue
             if st.st_size != s["size"] or (s.get("etag") is not None and st.etag != s["etag"]):
                 yield Problem(Location(s["path"]), "source-changed",
-                              f"size {st.st_size} / ETag {st.etag} differ from the recorded "
-                              f"{s['size']} / {s.get('etag')}")
+                              f"changed since it was recorded: size {st.st_size:,} bytes "
+                              f"(recorded {s['size']:,}), ETag {st.etag} (recorded "
+                              f"{s.get('etag')})")
             continue
         try:
             st = os.stat(s["path"])
@@ -333,8 +334,20 @@ def changed_sources(sources: list[dict[str, Any]]):
             continue
         if st.st_size != s["size"] or st.st_mtime_ns != s["mtime_ns"]:
             yield Problem(Location(s["path"]), "source-changed",
-                          f"size {st.st_size} / mtime {st.st_mtime_ns} differ from the "
-                          f"recorded {s['size']} / {s['mtime_ns']}")
+                          f"changed since it was recorded: size {st.st_size:,} bytes (recorded "
+                          f"{s['size']:,}), modified {_when(st.st_mtime_ns)} (recorded "
+                          f"{_when(s['mtime_ns'])})")
+
+
+def _when(ns: int) -> str:
+    """A modification time in ns as UTC, to the nanosecond (a rewrite may keep the second)."""
+    import datetime
+
+    try:
+        t = datetime.datetime.fromtimestamp(ns // 10**9, tz=datetime.UTC)
+    except (OverflowError, OSError, ValueError):
+        return f"{ns} ns"
+    return f"{t:%Y-%m-%d %H:%M:%S}.{ns % 10**9:09d} UTC"
 
 
 class ConsolidatedView(WrapperStore):
@@ -379,8 +392,10 @@ def open_cube(path: str | os.PathLike, *, check_sources: bool = True, allow=None
                                 f"{e}") from None
 
 
-def open_store(path: str | os.PathLike, *, check_sources: bool = True, allow=None) -> Store:
-    """The read-only zarr store of a cube of any of the three kinds (checked and confined)."""
+def open_store(path: str | os.PathLike, *, check_sources: bool = True, allow=None,
+               base: str | None = None) -> Store:
+    """The read-only zarr store of a cube of any of the three kinds (checked and confined).
+    `base`: where it really is (the URL of a downloaded copy), for relative sources."""
     from .storage import is_url, normalize
     if is_url(path):  # an output on object storage: its documents and manifests copied here
         import tempfile
@@ -392,11 +407,9 @@ def open_store(path: str | os.PathLike, *, check_sources: bool = True, allow=Non
 
         try:
             local = download(normalize(path), tmp)
-            if local.is_dir() and (local / SOURCES_NAME).is_file():
-                store = ConsolidatedView(CubeStore(local, check_sources=check_sources,
-                                                   allow=allow, base=normalize(path)))
-            else:
-                store = open_store(local, check_sources=check_sources, allow=allow)
+            # relative sources (a relocatable output) resolve against its URL
+            store = open_store(local, check_sources=check_sources, allow=allow,
+                               base=normalize(path))
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
@@ -405,27 +418,34 @@ def open_store(path: str | os.PathLike, *, check_sources: bool = True, allow=Non
     path = Path(path)
     if path.is_file() or (path.suffix == ".json" and not path.is_dir()):
         # a file is a kerchunk reference JSON, whatever its name (`--format kerchunk -o refs`)
-        return kerchunk_store(path, check_sources=check_sources, allow=allow)
+        from .storage import dirname
+        return kerchunk_store(path, check_sources=check_sources, allow=allow,
+                              base=dirname(base) if base else None)
     from .emit.icechunk import is_icechunk_repo, open_icechunk
     if is_icechunk_repo(path):
-        store = open_icechunk(path, allow=allow)
+        store = open_icechunk(path, allow=allow, base=base)
         if check_sources:  # as for cube directories: refused at open, not at a chunk's read
             from .emit.icechunk import recorded
-            info = recorded(path) or {}
+            info = recorded(path, base) or {}
             problems = list(changed_sources(info.get("sources") or []))
             if problems:
                 raise VirtualizeError(problems, f"{path}: its source files changed since "
                                       "the repository was written; re-run virtualize")
         return ConsolidatedView(store)
-    return ConsolidatedView(CubeStore(path, check_sources=check_sources, allow=allow))
+    return ConsolidatedView(CubeStore(path, check_sources=check_sources, allow=allow, base=base))
 
 
-def kerchunk_store(path: str | os.PathLike, *, check_sources: bool = True, allow=None):
+def kerchunk_store(path: str | os.PathLike, *, check_sources: bool = True, allow=None,
+                   base: str | None = None):
     """A zarr store over a kerchunk reference JSON (fsspec `reference://`). Written by
     virtualize, it records its sources (checked for changes, like a cube directory's) and
     its allowed roots; any other reference set may only reach files under its own
-    directory or `allow`. Every reference is checked before the store is returned."""
+    directory or `allow`. Every reference is checked before the store is returned.
+    A relocatable one (sources, roots and template `u` recorded relative) resolves them
+    against its directory (`base`: the URL prefix it was read from)."""
+    from .storage import resolve
     path = Path(path)
+    base = base or os.path.dirname(os.path.abspath(path))
     try:
         raw = path.read_bytes()
     except OSError as e:
@@ -433,11 +453,16 @@ def kerchunk_store(path: str | os.PathLike, *, check_sources: bool = True, allow
                                        f"cannot be read: {e.strerror}")]) from None
     doc = _load_json(path, raw, path.name)
     section = doc.get("virtualize")
+    templates = None
     if section is not None:
         if not isinstance(section, dict):
             raise invalid(path, "its 'virtualize' section is not an object")
-        sources = _source_table(path, section)
-        access = Access(path, _roots(path, section), allow)
+        sources = [dict(s, path=resolve(s["path"], base)) for s in _source_table(path, section)]
+        roots = [resolve(r, base) if isinstance(r, str) else r for r in _roots(path, section)]
+        access = Access(path, roots, allow)
+        moved = section.get("templates")
+        if isinstance(moved, dict) and all(isinstance(v, str) for v in moved.values()):
+            templates = {k: resolve(v, base).rstrip("/") or "/" for k, v in moved.items()}
     else:  # not written by virtualize: nothing recorded, its own directory only
         sources = []
         access = Access(path, [os.path.dirname(os.path.realpath(path))], allow)
@@ -448,12 +473,13 @@ def kerchunk_store(path: str | os.PathLike, *, check_sources: bool = True, allow
         if problems:
             raise VirtualizeError(problems, f"{path}: its source files changed since it was "
                                   "written; re-run virtualize")
-    return reference_store(doc, path, access, sources if section else None)
+    return reference_store(doc, path, access, sources if section else None, templates)
 
 
-def reference_store(doc: dict, path: Path, access: Access, sources):
+def reference_store(doc: dict, path: Path, access: Access, sources, templates=None):
     """A read-only zarr store over a kerchunk reference dict, every reference checked
-    against `access` (and, when `sources` is given, against that source table)."""
+    against `access` (and, when `sources` is given, against that source table);
+    `templates` override the set's own (a relocated set's resolved `u`)."""
     from fsspec.implementations.asyn_wrapper import AsyncFileSystemWrapper
     from fsspec.implementations.local import LocalFileSystem
     from fsspec.implementations.reference import ReferenceFileSystem
@@ -464,19 +490,15 @@ def reference_store(doc: dict, path: Path, access: Access, sources):
         # given only the local file system, building it opens nothing and imports no
         # remote file system a reference names; templates and `gen` are expanded
         fs = ReferenceFileSystem(doc, fs={None: local, "file": local}, asynchronous=True,
-                                 skip_instance_cache=True)
+                                 skip_instance_cache=True, template_overrides=templates)
     except Exception as e:  # noqa: BLE001 - any malformed reference set
         raise invalid(path, f"not a kerchunk reference set: {e}") from None
     remote = _check_references(path, fs.references, access, sources)
-    if remote:  # allowed: the file systems of their protocols too, with their options
+    if remote:  # allowed: the file systems of their protocols too, each with its options
         from . import storage
-        protos = {storage.protocol(s["path"]) for s in sources or () if storage.is_url(s["path"])}
-        extra = {}
-        if len(protos) == 1:
-            proto = protos.pop()
-            extra = {"remote_protocol": proto,
-                     "remote_options": {**storage.options_for(proto), "asynchronous": True}}
-        fs = ReferenceFileSystem(doc, asynchronous=True, skip_instance_cache=True, **extra)
+        fss = {None: local, "file": local, **storage.async_filesystems(remote)}
+        fs = ReferenceFileSystem(doc, fs=fss, asynchronous=True, skip_instance_cache=True,
+                                 template_overrides=templates)
     return FsspecStore(fs, read_only=True, path="")
 
 
@@ -495,9 +517,10 @@ def plan_store(plan, allow=None):
 
 def _check_references(path: Path, refs, access: Access, sources) -> bool:
     """Every reference of a kerchunk set is allowed and, for a set written by virtualize,
-    names a recorded source and lies inside it. True when some are remote URLs."""
+    names a recorded source and lies inside it. The protocols of the remote URLs."""
+    from .storage import protocol
     sizes = {s["path"]: s["size"] for s in sources} if sources is not None else None
-    remote = False
+    remote: set[str] = set()
     for key, ref in refs.items():
         if not isinstance(ref, list):
             continue  # inline data
@@ -511,8 +534,8 @@ def _check_references(path: Path, refs, access: Access, sources) -> bool:
                                            "reference-not-allowed", f"{key}: {why}")],
                                   f"{path}: refused to follow a reference (docs/reading.md, "
                                   "Confinement)")
-        remote = remote or (isinstance(url, str) and "://" in url
-                            and not url.lower().startswith("file://"))
+        if isinstance(url, str) and protocol(url) not in (None, "file"):
+            remote.add(protocol(url))
         if sizes is None:
             continue
         size = sizes.get(url)

@@ -12,10 +12,14 @@ One small layer every other module uses for source I/O:
 - `read_range(p, offset, length)`: one range (os.pread locally, one ranged GET remotely).
 - `glob(pattern)`, `listdir(p)`.
 
-fsspec does the remote work; the options of each protocol come from `storage_options`
-({protocol: {key: value}} or a flat {key: value} for every protocol), set by the API's
-`storage_options=` and the CLI's `--storage-option KEY=VALUE`, and from the environment
-variables the filesystems read themselves (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, ...).
+fsspec does the remote work; the options of each protocol come from `storage_options`,
+set by the API's `storage_options=` and the CLI's `--storage-option [PROTOCOL.]KEY=VALUE`,
+and from the environment variables the filesystems read themselves (AWS_ENDPOINT_URL,
+AWS_ACCESS_KEY_ID, ...). The rule telling the two forms apart: a top-level key that is a
+protocol name (`s3`, `https`, ... of SUPPORTED) with a dict value holds that protocol's
+options; every other key is flat and applies to every protocol. A protocol's options are
+the flat ones, updated by those of its family (s3/s3a, gs/gcs, az/abfs/abfss, http/https),
+updated by its own: `{"anon": False, "https": {...}, "s3": {...}}`.
 """
 
 from __future__ import annotations
@@ -35,6 +39,11 @@ MAX_BLOCKS = 1024  # per open file (64 MiB); the oldest blocks are dropped beyon
 # protocols a source or output may use (fsspec implements them; the package of each must
 # be installed: s3fs, gcsfs, adlfs, aiohttp)
 SUPPORTED = ("s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "http", "https", "memory")
+
+# the package fsspec needs for each (tested against local servers: s3 with moto, http(s);
+# gs:// and az:// are passed through to gcsfs / adlfs untested)
+PACKAGES = {"s3": "s3fs", "s3a": "s3fs", "gs": "gcsfs", "gcs": "gcsfs", "az": "adlfs",
+            "abfs": "adlfs", "abfss": "adlfs", "http": "aiohttp", "https": "aiohttp"}
 
 _options: dict[str, dict[str, Any]] = {}
 _lock = threading.Lock()
@@ -74,57 +83,96 @@ def normalize(p: str | os.PathLike) -> str:
 
 
 def set_options(options: dict[str, Any] | None) -> None:
-    """Storage options for the remote filesystems of this process (replaces the previous)."""
+    """Storage options for the remote filesystems of this process (replaces the previous):
+    {protocol: {key: value}} sections and/or flat {key: value} for every protocol."""
     global _options
-    _options = dict(options or {})
+    options = dict(options or {})
+    for k, v in list(options.items()):
+        if not isinstance(k, str):
+            raise ValueError(f"storage_options keys are names, not {k!r}")
+        if k.lower() in SUPPORTED and k != k.lower() and isinstance(v, dict):
+            options[k.lower()] = options.pop(k)
+    _options = options
 
 
 def get_options() -> dict[str, Any]:
     return dict(_options)
 
 
+# protocols one fsspec filesystem serves: a section of one applies to the others too
+FAMILIES = (("s3", "s3a"), ("gs", "gcs"), ("az", "abfs", "abfss"), ("http", "https"))
+
+
+def _value(text: str) -> Any:
+    """A command-line value typed: true/false/none (any case), numbers, JSON; else the text."""
+    import json
+
+    low = text.strip().lower()
+    if low in ("true", "yes", "on"):
+        return True
+    if low in ("false", "no", "off"):
+        return False
+    if low in ("none", "null"):
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
 def parse_option(text: str) -> tuple[str, Any]:
     """`KEY=VALUE` (or `PROTOCOL.KEY=VALUE`) from the command line; true/false/ints/JSON
     values are converted."""
-    import json
-
     key, sep, value = text.partition("=")
-    if not sep or not key:
-        raise ValueError(f"--storage-option wants KEY=VALUE, not {text!r}")
-    try:
-        parsed = json.loads(value)
-    except ValueError:
-        parsed = value
-    return key, parsed
+    key = key.strip()
+    if not sep or not key or key.startswith(".") or key.endswith(".") or ".." in key:
+        raise ValueError(f"--storage-option wants KEY=VALUE or PROTOCOL.KEY=VALUE "
+                         f"(s3.endpoint_url=http://...), not {text!r}")
+    return key, _value(value)
 
 
 def options_from_pairs(pairs: list[str] | None) -> dict[str, Any]:
-    """{protocol: {key: value}} from `PROTOCOL.KEY=VALUE` / `KEY=VALUE` (every protocol)."""
+    """{protocol: {key: value}} from `PROTOCOL.KEY=VALUE`, flat {key: value} from `KEY=VALUE`
+    (every protocol); further dots nest (`s3.client_kwargs.region_name=eu-west-1`)."""
     out: dict[str, Any] = {}
     for text in pairs or []:
         key, value = parse_option(text)
-        proto, dot, k = key.partition(".")
-        if dot and proto in SUPPORTED:
-            out.setdefault(proto, {})[k] = value
-        else:
-            out[key] = value
+        parts = key.split(".")
+        if len(parts) > 1 and parts[0].lower() in SUPPORTED:
+            parts[0] = parts[0].lower()
+        elif parts[0].lower() in SUPPORTED and isinstance(value, dict):
+            parts[0] = parts[0].lower()  # s3={"anon": true}: a whole section
+        d = out
+        for p in parts[:-1]:
+            if not isinstance(d.get(p), dict):
+                d[p] = {}
+            d = d[p]
+        d[parts[-1]] = value
     return out
 
 
+def _is_section(key: str, value: Any) -> bool:
+    return key in SUPPORTED and isinstance(value, dict)
+
+
 def options_for(proto: str) -> dict[str, Any]:
-    flat = {k: v for k, v in _options.items() if not isinstance(v, dict) or k not in SUPPORTED}
-    own = _options.get(proto)
-    opts = dict(flat)
-    if isinstance(own, dict):
-        opts.update(own)
+    """The options of `proto`'s filesystem: flat ones, its family's section, its own
+    section, then what the environment says where the options do not (s3)."""
+    opts = {k: v for k, v in _options.items() if not _is_section(k, v)}
+    family = next((f for f in FAMILIES if proto in f), (proto,))
+    for name in [*(f for f in family if f != proto), proto]:
+        own = _options.get(name)
+        if isinstance(own, dict):
+            opts.update(own)
     if proto in ("s3", "s3a"):
         # the endpoint and plain-HTTP switch as the AWS tools read them
+        kwargs = opts.get("client_kwargs") or {}
         endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
-        if endpoint and "endpoint_url" not in opts:
+        if endpoint and "endpoint_url" not in opts and "endpoint_url" not in kwargs:
             opts["endpoint_url"] = endpoint
         region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
-        if region and "region_name" not in opts.get("client_kwargs", {}):
-            opts["client_kwargs"] = {**opts.get("client_kwargs", {}), "region_name": region}
+        if region and "region_name" not in kwargs:
+            opts["client_kwargs"] = {**kwargs, "region_name": region}
         if os.environ.get("AWS_ALLOW_HTTP", "").lower() in ("1", "true") and "use_ssl" not in opts:
             opts["use_ssl"] = False
     return opts
@@ -145,13 +193,42 @@ def filesystem(p: str):
         return fs
     try:
         fs = fsspec.filesystem(proto, skip_instance_cache=True, **opts)
-    except ImportError as e:
+    except ImportError:
+        package = PACKAGES.get(proto, "the fsspec implementation of " + proto)
         raise VirtualizeError([Problem(Location(p), "unsupported-scheme",
-                                       f"{proto}:// needs a package that is not installed: {e}")],
-                              f"{p}: {proto}:// is not available") from None
+                                       f"{proto}:// needs the {package} package, which is not "
+                                       f"installed (pip install {package})")],
+                              f"{p}: {proto}:// is not available: pip install {package}") from None
+    except (TypeError, ValueError) as e:  # options the filesystem does not take
+        raise VirtualizeError([Problem(Location(p), "unreadable",
+                                       f"the storage options of {proto}:// are not accepted "
+                                       f"({type(e).__name__}: {e}); options given: "
+                                       f"{', '.join(sorted(opts)) or '(none)'}")],
+                              f"{p}: bad storage options for {proto}://") from None
     with _lock:
         _filesystems[key] = fs
     return fs
+
+
+def async_filesystems(protocols) -> dict[str, Any]:
+    """{protocol: asynchronous fsspec filesystem with its own options}, for fsspec's
+    `reference://` filesystem (`fs=`), which otherwise gives one protocol's options to all
+    and opens only the first remote protocol it meets."""
+    import fsspec
+
+    out: dict[str, Any] = {}
+    for proto in sorted({p for p in protocols if p and p != "file"}):
+        url = f"{proto}://"
+        if proto not in SUPPORTED:
+            raise unsupported(url)
+        filesystem(url)  # a missing package or bad options: a located problem
+        fs = fsspec.filesystem(proto, skip_instance_cache=True, asynchronous=True,
+                               **options_for(proto))
+        if not fs.async_impl:  # memory://
+            from fsspec.implementations.asyn_wrapper import AsyncFileSystemWrapper
+            fs = AsyncFileSystemWrapper(fs, asynchronous=True)
+        out[proto] = fs
+    return out
 
 
 _ENV_PREFIXES = ("AWS_", "GOOGLE_", "GCS", "AZURE_", "FSSPEC_")
@@ -536,3 +613,16 @@ def resolve(p: str, base: str) -> str:
             path += "/"
         return urlunsplit((b.scheme, b.netloc, path, "", ""))
     return os.path.normpath(os.path.join(os.path.abspath(base), p))
+
+
+def common_dir(paths: list[str]) -> str:
+    """The deepest directory (or URL prefix, without its trailing '/') holding every one
+    of `paths`: all local, or all URLs of one scheme and host."""
+    import posixpath
+    from urllib.parse import urlsplit
+
+    if not any(is_url(p) for p in paths):
+        return os.path.commonpath([os.path.dirname(p) for p in paths])
+    parts = [urlsplit(p) for p in paths]
+    common = posixpath.commonpath([posixpath.dirname(u.path) or "/" for u in parts])
+    return f"{parts[0].scheme}://{parts[0].netloc}{common.rstrip('/')}"

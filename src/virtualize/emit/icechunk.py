@@ -6,6 +6,12 @@ modification time as the checksum, so Icechunk refuses a chunk whose file change
 (as `virtualize.open` does for cubes). Inline coordinates and materialized chunks are
 native chunks of the repository. Readers authorize the container: `virtualize.open`
 does it for them; see docs/reading.md for plain Icechunk.
+
+A relocatable repository (`relative_to`): the sources that can be named relative to it
+are referenced as `vcc://relative/<path>` through a container named `relative`, whose
+prefix (their common directory) is recorded relative to the repository in the commit's
+metadata; a reader re-points that container at the repository's new location
+(`Repository.open(config=...)` with the named container at its new prefix).
 """
 
 from __future__ import annotations
@@ -33,13 +39,38 @@ def container_prefix(plan: Plan) -> str:
     return "file://" + common.rstrip("/") + "/"
 
 
-def container_prefixes(plan: Plan) -> list[str]:
+def container_prefixes(plan: Plan, skip=frozenset()) -> list[str]:
     """One container per bucket or host of the URL sources (`s3://bucket/`,
-    `http://host:port/`), and one for the local ones."""
-    out = sorted({_url_prefix(s.path) for s in plan.sources if is_url(s.path)})
-    if any(not is_url(s.path) for s in plan.sources):
-        out.append(container_prefix(plan))
+    `http://host:port/`), and one for the local ones (but the paths in `skip`)."""
+    paths = [s.path for s in plan.sources if s.path not in skip]
+    out = sorted({_url_prefix(p) for p in paths if is_url(p)})
+    local = [p for p in paths if not is_url(p)]
+    if local:
+        common = os.path.commonpath([os.path.dirname(p) for p in local])
+        out.append("file://" + common.rstrip("/") + "/")
     return out
+
+
+RELATIVE = "relative"  # the container of a relocatable repository's movable sources
+
+
+def _prefix_url(d: str) -> str:
+    """A directory or URL prefix as a container prefix (`file:///dir/`, `s3://b/p/`)."""
+    d = d.rstrip("/")
+    return (d if is_url(d) else "file://" + d) + "/"
+
+
+def _relocatable(plan: Plan, relative_to: str | None):
+    """(movable source paths, their container prefix, {path: location}) of a relocatable
+    repository at `relative_to`: the sources that can be named relative to it."""
+    if relative_to is None:
+        return set(), None, {}
+    movable = {s.path for s in plan.sources if storage.relative(s.path, relative_to) != s.path}
+    if not movable:
+        return set(), None, {}
+    common = storage.common_dir(sorted(movable))
+    locations = {p: f"vcc://{RELATIVE}/" + storage.relative(p, common) for p in movable}
+    return movable, _prefix_url(common), locations
 
 
 def _url_prefix(url: str) -> str:
@@ -47,20 +78,27 @@ def _url_prefix(url: str) -> str:
     return f"{scheme}://{rest.split('/', 1)[0]}/"
 
 
-def write_icechunk(plan: Plan, dest: str | Path, overwrite: bool = False) -> Path:
-    """A new repository at `dest` (staged, published when complete) with one commit."""
+def write_icechunk(plan: Plan, dest: str | Path, overwrite: bool = False, *,
+                   relative_to: str | None = None) -> Path:
+    """A new repository at `dest` (staged, published when complete) with one commit.
+    `relative_to`: its final location (path or URL), to make it relocatable (above)."""
     import icechunk as ic
 
     dest = Path(dest)
-    prefixes = container_prefixes(plan)
+    movable, moving, locations = _relocatable(plan, relative_to)
+    prefixes = container_prefixes(plan, skip=movable)
     with staged_dir(dest, overwrite, [s.path for s in plan.sources], mark=False) as stage:
         config = ic.RepositoryConfig.default()
         for prefix in prefixes:
             config.set_virtual_chunk_container(_container(prefix))
+        if moving:
+            config.set_virtual_chunk_container(_container(moving, RELATIVE))
+            prefixes = prefixes + [moving]
         repo = ic.Repository.create(ic.local_filesystem_storage(str(stage)), config,
                                     authorize_virtual_chunk_access=_credentials(prefixes))
         _commit(repo, plan, f"virtualize: {len(plan.arrays)} arrays from "
-                            f"{len(plan.sources)} files")
+                            f"{len(plan.sources)} files", locations,
+                relative_to if moving else None, moving)
     return dest
 
 
@@ -83,19 +121,33 @@ def append_icechunk(plan: Plan, dest: str | Path, added: int) -> Path:
     return Path(dest)
 
 
-def recorded(path: str | os.PathLike) -> dict | None:
-    """What the last commit on `main` recorded about how it was made (sources, recipe)."""
+def recorded(path: str | os.PathLike, base: str | None = None) -> dict | None:
+    """What the last commit on `main` recorded about how it was made (sources, recipe,
+    roots), relative paths resolved against the repository's location (`base`: the URL
+    it was read from)."""
     import icechunk as ic
 
-    storage = ic.local_filesystem_storage(str(path))
-    config = ic.Repository.fetch_config(storage)
-    prefixes = list((config.virtual_chunk_containers or {}) if config else {})
-    repo = ic.Repository.open(storage, authorize_virtual_chunk_access=_credentials(prefixes))
+    store = ic.local_filesystem_storage(str(path))
+    repo = ic.Repository.open(store)  # commit metadata only: no virtual chunk is read
     head = next(iter(repo.ancestry(branch="main")))
-    return (head.metadata or {}).get("virtualize")
+    info = (head.metadata or {}).get("virtualize")
+    if isinstance(info, dict):
+        base = base or os.path.abspath(path)
+        if isinstance(info.get("sources"), list):
+            info["sources"] = [dict(s, path=storage.resolve(s["path"], base))
+                               if isinstance(s, dict) and isinstance(s.get("path"), str) else s
+                               for s in info["sources"]]
+        if isinstance(info.get("roots"), list):
+            info["roots"] = [storage.resolve(r, base) if isinstance(r, str) else r
+                             for r in info["roots"]]
+        if isinstance(info.get("containers"), dict):
+            info["containers"] = {k: _prefix_url(storage.resolve(v, base))
+                                  for k, v in info["containers"].items() if isinstance(v, str)}
+    return info
 
 
-def _commit(repo, plan: Plan, message: str) -> None:
+def _commit(repo, plan: Plan, message: str, locations: dict | None = None,
+            relative_to: str | None = None, moving: str | None = None) -> None:
     import zarr
     from zarr.core.buffer import cpu
     from zarr.core.sync import sync
@@ -115,16 +167,22 @@ def _commit(repo, plan: Plan, message: str) -> None:
                 for key, data in inline_chunks(a):
                     put(_key(name, key), data)
                 continue
-            _virtual_refs(store, plan, name, a.refs)
+            _virtual_refs(store, plan, name, a.refs, locations or {})
             for key, data in materialized_chunks(plan, a):
                 put(_key(name, key), data)
-    session.commit(message, metadata={"virtualize": {
-        "concat_dim": plan.concat_dim, "recipe": plan.recipe,
-        "sources": [s.to_dict() for s in plan.sources],
-        "roots": source_roots([s.path for s in plan.sources])}})
+    info = {"concat_dim": plan.concat_dim, "recipe": plan.recipe,
+            "sources": [s.to_dict() for s in plan.sources],
+            "roots": source_roots([s.path for s in plan.sources])}
+    if relative_to is not None and moving is not None:
+        rel = lambda p: storage.relative(p, relative_to)  # noqa: E731
+        info["sources"] = [dict(d, path=rel(d["path"])) for d in info["sources"]]
+        info["roots"] = [rel(r) for r in info["roots"]]
+        local = moving[len("file://"):] if moving.startswith("file://") else moving
+        info["containers"] = {RELATIVE: rel(local)}
+    session.commit(message, metadata={"virtualize": info})
 
 
-def _container(prefix: str):
+def _container(prefix: str, name: str | None = None):
     import icechunk as ic
 
     if prefix.startswith(("s3://", "s3a://")):
@@ -134,10 +192,11 @@ def _container(prefix: str):
         store = ic.s3_store(region=region, endpoint_url=endpoint,
                             allow_http=bool(endpoint and str(endpoint).startswith("http://")),
                             force_path_style=bool(endpoint))
-        return ic.VirtualChunkContainer(prefix, store)
+        return ic.VirtualChunkContainer(prefix, store, name=name)
     if prefix.startswith(("http://", "https://")):
-        return ic.VirtualChunkContainer(prefix, ic.http_store())
-    return ic.VirtualChunkContainer(prefix, ic.local_filesystem_store(prefix[len("file://"):]))
+        return ic.VirtualChunkContainer(prefix, ic.http_store(), name=name)
+    return ic.VirtualChunkContainer(prefix, ic.local_filesystem_store(prefix[len("file://"):]),
+                                    name=name)
 
 
 def _credentials(prefixes: list[str]) -> dict:
@@ -147,7 +206,7 @@ def _credentials(prefixes: list[str]) -> dict:
     return auth
 
 
-def _virtual_refs(store, plan: Plan, name: str, refs: np.ndarray) -> None:
+def _virtual_refs(store, plan: Plan, name: str, refs: np.ndarray, moved: dict) -> None:
     """One call per source over the box of chunks it holds (a file's chunks in a
     concatenation, a tile's in a mosaic), stamped with that file's modification time."""
     if refs.ndim == 0:
@@ -162,7 +221,7 @@ def _virtual_refs(store, plan: Plan, name: str, refs: np.ndarray) -> None:
         hi = [int(w.max()) + 1 for w in where]
         box = tuple(slice(a, b) for a, b in zip(lo, hi))
         sub, sel = refs[box], mine[box]
-        url = src.path if is_url(src.path) else "file://" + src.path
+        url = moved.get(src.path) or (src.path if is_url(src.path) else "file://" + src.path)
         locations = np.where(sel.reshape(-1), url, "").tolist()
         # Icechunk refuses a chunk whose object was modified after this time, compared at
         # whole seconds (an If-Unmodified-Since date): round the mtime up to the second;
@@ -194,19 +253,26 @@ def is_icechunk_repo(path: str | os.PathLike) -> bool:
     return p.is_dir() and (p / "repo").exists() and not (p / "virtualize.json").exists()
 
 
-def open_icechunk(path: str | os.PathLike, allow=None):
+def open_icechunk(path: str | os.PathLike, allow=None, base: str | None = None):
     """A read-only zarr store of an Icechunk repo's main branch. Only the virtual chunk
     containers inside the allowed roots are authorized (access.py): the roots recorded by
     virtualize in the last commit (or the repository's own directory, for one it did not
-    write) and the caller's `allow`. A container outside them is refused."""
+    write) and the caller's `allow`. A container outside them is refused. A relocatable
+    repository's `relative` container is re-pointed at its location (`base`: the URL it
+    was read from)."""
     import icechunk as ic
 
     from ..access import Access, not_allowed
 
     storage = ic.local_filesystem_storage(str(path))
     config = ic.Repository.fetch_config(storage)
+    containers = (config.virtual_chunk_containers or {}) if config else {}
+    info = recorded(path, base) if containers else None
+    moved = (info or {}).get("containers") or {}
+    for name, prefix in moved.items():
+        if any(c.name == name for c in containers.values()):
+            config.set_virtual_chunk_container(_container(prefix, name))
     prefixes = list((config.virtual_chunk_containers or {}) if config else {})
-    info = recorded(path) if prefixes else None
     roots = (info or {}).get("roots")
     if not isinstance(roots, list):
         roots = [os.path.dirname(os.path.realpath(path))]
@@ -218,7 +284,8 @@ def open_icechunk(path: str | os.PathLike, allow=None):
             if not access.within(prefix):
                 raise not_allowed(path, why)
             broad = True
-    repo = ic.Repository.open(storage, authorize_virtual_chunk_access=_credentials(prefixes) or None)
+    repo = ic.Repository.open(storage, config=config if moved else None,
+                              authorize_virtual_chunk_access=_credentials(prefixes) or None)
     session = repo.readonly_session("main")
     if broad:  # then every virtual chunk's location is checked
         for location in set(session.all_virtual_chunk_locations()):

@@ -12,17 +12,44 @@ import ujson
 
 from .. import __version__
 from ..model import Plan
+from ..storage import common_dir, dirname, relative
 from ._staging import staged_file
 from .cube import CUBE_FORMAT_VERSION, inline_chunks, source_roots
 from .materialize import materialized_chunks
 from .metadata import array_doc, group_doc
 
 
-def kerchunk_refs(plan: Plan) -> dict:
+def kerchunk_refs(plan: Plan, relative_to: str | None = None) -> dict:
     """The reference set as a dict: {"version": 1, "virtualize": {...}, "refs": {key: json |
     [url, off, len]}}. The `virtualize` section (first, so that a later run recognises
     its own output from the file's first bytes) records the sources with their size and
-    modification time and the allowed roots; fsspec's reader ignores it."""
+    modification time and the allowed roots; fsspec's reader ignores it.
+
+    `relative_to`: the JSON's final location (path or URL). The sources that can be named
+    relative to its directory (local ones for a local JSON, same scheme and host for a
+    URL) are then referenced through a kerchunk template, `"{{u}}/sub/a.nc"` with
+    `"templates": {"u": "<their common directory>"}`, and recorded relative in the
+    `virtualize` section (with `u` relative too): a relocatable reference set. Moved
+    together with its files, `virtualize.open` resolves `u` against the JSON's new
+    directory; plain fsspec reads it with `template_overrides={"u": "<new directory>"}`
+    (fsspec resolves no relative paths: a reference without a protocol is opened relative
+    to the current directory)."""
+    paths = [s.path for s in plan.sources]
+    templates: dict[str, str] = {}
+    section = kerchunk_section(plan)
+    if relative_to is not None:
+        base = dirname(relative_to)
+        # (a path with braces would be taken for a template by fsspec: left absolute)
+        movable = [p for p in paths if relative(p, base) != p and not set("{}") & set(p)]
+        if movable:
+            u = common_dir(movable)
+            templates = {"u": u}
+            paths = ["{{u}}/" + relative(p, u)
+                     if p in movable else p for p in paths]
+            section["templates"] = {"u": relative(u + "/", base)}
+            for d in section["sources"]:
+                d["path"] = relative(d["path"], base)
+            section["roots"] = [relative(r, base) for r in section["roots"]]
     refs: dict[str, object] = {}
     docs = {group: group_doc(attrs) for group, attrs in plan.groups.items()}
     docs.update({name: array_doc(a) for name, a in plan.arrays.items()})
@@ -33,7 +60,6 @@ def kerchunk_refs(plan: Plan) -> dict:
                 "kind": "inline", "must_understand": False,
                 "metadata": {p: d for p, d in docs.items() if p}})
         refs[_key(path, "zarr.json")] = json.dumps(doc, allow_nan=False)
-    paths = [s.path for s in plan.sources]
     for name, a in plan.arrays.items():
         if a.inline is not None:
             for key, data in inline_chunks(a):
@@ -52,7 +78,11 @@ def kerchunk_refs(plan: Plan) -> dict:
             refs[prefix + "/".join(map(str, coords))] = [paths[p], off, n]
         for key, data in materialized_chunks(plan, a):  # copied chunks travel inline
             refs[_key(name, key)] = "base64:" + base64.b64encode(data).decode()
-    return {"version": 1, "virtualize": kerchunk_section(plan), "refs": refs}
+    doc = {"version": 1, "virtualize": section}
+    if templates:
+        doc["templates"] = templates
+    doc["refs"] = refs
+    return doc
 
 
 def kerchunk_section(plan: Plan) -> dict:
@@ -63,9 +93,12 @@ def kerchunk_section(plan: Plan) -> dict:
             "roots": source_roots([s.path for s in plan.sources])}
 
 
-def write_kerchunk(plan: Plan, dest: str | Path, overwrite: bool = False) -> Path:
+def write_kerchunk(plan: Plan, dest: str | Path, overwrite: bool = False, *,
+                   relative_to: str | None = None) -> Path:
+    """The reference JSON at `dest`; `relative_to`: its final location, to reference the
+    sources relative to it (see `kerchunk_refs`)."""
     dest = Path(dest)
-    doc = kerchunk_refs(plan)
+    doc = kerchunk_refs(plan, relative_to)
     with staged_file(dest, overwrite, [s.path for s in plan.sources]) as stage:
         with open(stage, "w") as f:
             ujson.dump(doc, f, escape_forward_slashes=False)

@@ -28,7 +28,8 @@ from ..model import (
 from ..scan._values import bytes_codec, py
 
 # Attributes whose drift between files changes what the numbers mean.
-MEANING_ATTRS = ("scale_factor", "add_offset", "units", "calendar", "_FillValue", "missing_value")
+MEANING_ATTRS = ("scale_factor", "add_offset", "units", "calendar", "_FillValue", "missing_value",
+                 "flag_values", "flag_masks", "flag_meanings")
 # Problems a scanner raises when a variable's blocks cannot be referenced; inlining
 # (reading the values with the format's own library) resolves them.
 REFERENCE_KINDS = frozenset({"compact-layout", "external-storage", "virtual-dataset",

@@ -105,6 +105,7 @@ class _Refs:
             if not isinstance(refs, dict):
                 raise _not_refs(path, "version 1 without a 'refs' object")
             self.templates = {k: str(v) for k, v in (doc.get("templates") or {}).items()}
+            self.templates.update(moved_templates(doc, path))
             self.gen = doc.get("gen") or []
         elif version is None:
             refs = doc
@@ -145,6 +146,18 @@ class _Refs:
                 return (url, int(v[1]), int(v[2]))
             return (url, 0, None)
         return None
+
+
+def moved_templates(doc, path: str) -> dict[str, str]:
+    """The templates of a relocatable set virtualize wrote (`virtualize.templates`, relative
+    to the JSON's directory), resolved against where it is now."""
+    section = doc.get("virtualize") if isinstance(doc, dict) else None
+    moved = section.get("templates") if isinstance(section, dict) else None
+    if not isinstance(moved, dict):
+        return {}
+    base = storage.dirname(path if storage.is_url(path) else os.path.abspath(path))
+    return {k: storage.resolve(v, base).rstrip("/") or "/" for k, v in moved.items()
+            if isinstance(v, str)}
 
 
 def parquet_mapper(path: str):
@@ -490,7 +503,12 @@ class _Scanner:
         try:
             st = os.stat(path)
         except OSError as e:
-            self._missing[url] = f"cannot be opened ({e.strerror})"
+            why = f"cannot be opened ({e.strerror})"
+            if not os.path.isabs(url[len("file://"):] if url.startswith("file://") else url):
+                # fsspec takes a relative path from the current directory, as we do
+                why += (f"; a relative path, resolved against the current directory "
+                        f"{os.getcwd()} as {path} (not against the reference set's directory)")
+            self._missing[url] = why
             return None
         self.data_files.append(Source(path, st.st_size, st.st_mtime_ns, referenced_by=self.path))
         k = self._file_index[url] = len(self.data_files)
@@ -559,10 +577,12 @@ def open_references(path: str):
     remote = storage.is_url(path)
     fo = parquet_mapper(str(path)) if not remote and os.path.isdir(path) else str(path)
     extra: dict = {}
-    proto = _data_protocol(fo) if isinstance(fo, str) else None
+    proto, overrides = _data_protocol(fo) if isinstance(fo, str) else (None, {})
+    if overrides:
+        extra["template_overrides"] = overrides
     if proto is not None:  # remote data files: their file system, asynchronous, with options
-        extra = {"remote_protocol": proto,
-                 "remote_options": {**storage.options_for(proto), "asynchronous": True}}
+        extra |= {"remote_protocol": proto,
+                  "remote_options": {**storage.options_for(proto), "asynchronous": True}}
     if remote:
         extra["target_options"] = storage.options_for(storage.protocol(path))
     fs = fsspec.filesystem("reference", fo=fo, asynchronous=True, skip_instance_cache=True,
@@ -570,22 +590,24 @@ def open_references(path: str):
     return zarr.open(FsspecStore(fs, read_only=True, path=""), mode="r")
 
 
-def _data_protocol(path: str) -> str | None:
-    """The protocol of a JSON reference set's first remote data file (None: local)."""
+def _data_protocol(path: str) -> tuple[str | None, dict[str, str]]:
+    """The protocol of a JSON reference set's first remote data file (None: local), and
+    the templates of a relocated set (`moved_templates`)."""
     with storage.open_source(path) as f:
         try:
             doc = json.loads(f.read())
         except ValueError:
-            return None
+            return None, {}
     refs = doc.get("refs", doc) if isinstance(doc, dict) else {}
-    templates = doc.get("templates") or {} if isinstance(doc, dict) else {}
+    moved = moved_templates(doc, path)
+    templates = (doc.get("templates") or {}) | moved if isinstance(doc, dict) else {}
     for v in refs.values() if isinstance(refs, dict) else ():
         if isinstance(v, list) and v and isinstance(v[0], str):
             url = v[0]
             for k, t in templates.items():
                 url = url.replace("{{" + k + "}}", str(t))
-            return storage.protocol(url) if storage.is_url(url) else None
-    return None
+            return (storage.protocol(url) if storage.is_url(url) else None), moved
+    return None, moved
 
 
 def read_kerchunk_values(path: str, variable: str, region=None) -> np.ndarray:

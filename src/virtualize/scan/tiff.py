@@ -81,7 +81,20 @@ def check_ifd_chain(fh, path: str, size: int) -> int:
     big = int.from_bytes(head[2:4], "little" if order == "<" else "big") == 43
     off_fmt, off_size = (order + "Q", 8) if big else (order + "I", 4)
     cnt_fmt, cnt_size, tag_size = (order + "Q", 8, 20) if big else (order + "H", 2, 12)
-    offset = struct.unpack_from(off_fmt, head, 8 if big else 4)[0] if len(head) >= 16 else 0
+    need = 16 if big else 8
+    if len(head) < need:
+        raise VirtualizeError([Problem(Location(path), "truncated",
+                                       f"the file is truncated inside its TIFF header: {size} "
+                                       f"byte(s), a {'BigTIFF' if big else 'TIFF'} header has "
+                                       f"{need}")],
+                              f"{path}: truncated TIFF header")
+    offset = struct.unpack_from(off_fmt, head, 8 if big else 4)[0]
+    if offset + cnt_size > size:
+        raise VirtualizeError([Problem(Location(path), "truncated",
+                                       f"the file is truncated: its first image directory (IFD) "
+                                       f"is at byte {offset}, past the end of the file "
+                                       f"({size} bytes)")],
+                              f"{path}: truncated TIFF (first IFD past the end)")
     seen: dict[int, int] = {}
     while 0 < offset < size:
         if offset in seen:
@@ -97,6 +110,14 @@ def check_ifd_chain(fh, path: str, size: int) -> int:
         ntags = struct.unpack(cnt_fmt, raw)[0]
         if ntags > 4096:  # tifffile stops here too ("suspicious number of tags")
             break
+        end = offset + cnt_size + ntags * tag_size + off_size
+        if end > size:
+            raise VirtualizeError([Problem(Location(path), "truncated",
+                                           f"the file is truncated: image directory (IFD) "
+                                           f"{len(seen) - 1} at byte {offset} holds {ntags} tags "
+                                           f"and ends at byte {end}, past the end of the file "
+                                           f"({size} bytes)")],
+                                  f"{path}: truncated TIFF (an IFD past the end)")
         fh.seek(offset + cnt_size + ntags * tag_size)
         raw = fh.read(off_size)
         if len(raw) < off_size:
