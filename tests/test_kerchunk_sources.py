@@ -576,3 +576,19 @@ def test_references_gone_stale_before_the_cube_is_made_are_caught(tmp_path):
     bad = [p for p in report.problems if p.kind == "decode-mismatch"]
     assert bad and not report.ok, report.problems
     assert {p.loc.variable for p in bad} == {"a", "b"}
+
+
+def test_reference_set_of_several_files_is_checked_in_each_files_own_coordinates(
+        case, tmp_path):
+    """A reference set joining several files (here virtualize's own kerchunk export of
+    three netCDF classic months): the decode check reads each data file with its own
+    library at the block's place in that file, not at its place in the joined array."""
+    files = case("nc3_months_classic")
+    export = tmp_path / "months.json"
+    assert virtualize.virtualize(files, export).ok
+    report = virtualize.virtualize([export], tmp_path / "again.zarr")
+    assert report.ok, report.problems
+    g = virtualize.open(tmp_path / "again.zarr")
+    for var in ("tas", "count", "qc", "time"):
+        dims = tuple(g[var].metadata.dimension_names)
+        assert_same(g[var][...], source_values(files, var, "time", dims), var)

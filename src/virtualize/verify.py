@@ -237,6 +237,7 @@ class _Job:
     retry: bool = False
     block: tuple[int, ...] | None = None
     region: tuple[tuple[int, int], ...] = ()  # in the file, as far as the cube chunk holds
+    origin: tuple[int, ...] = ()  # a reference set's data file: where its part starts
     new_axis: bool = False
     extents: list[int] = field(default_factory=list)  # values compared, per cube axis
     key: str = ""
@@ -297,6 +298,9 @@ class _ArrayCheck:
                 job.block, job.region = block, region
             if all(hi <= n for (_, hi), n in zip(region, v.shape)):
                 break
+        if k and job.reader is None:  # the data file read on its own library: its region
+            # starts where its part of the reference set does (several files concatenated)
+            job.origin = tuple(self._origin(v, k))
         if any(hi > n for (_, hi), n in zip(job.region, v.shape)):
             return self._problem(job, f"the chunk covers {tuple(job.extents)} values of the "
                                  f"cube, more than its block holds in the file ({job.region})")
@@ -338,6 +342,27 @@ class _ArrayCheck:
         return np.flatnonzero((ln > 0) & (frefs["path"] == k) & (off <= offset) &
                               (offset < off + ln))
 
+    @staticmethod
+    def _origin(v, k: int) -> list[int]:
+        """Where local path `k`'s part of `v` starts, in `v`'s coordinates: 0 when `v` is in
+        one data file; else the first block of `k` along each axis, moved back over blocks
+        held by no data file (chunks kerchunk inlined at the start of `k`'s part)."""
+        refs = v.blocks.refs
+        stored = (refs["length"] > 0) & (refs["path"] != MATERIALIZED)
+        if len(np.unique(refs["path"][stored])) <= 1:
+            return [0] * refs.ndim
+        mine = stored & (refs["path"] == k)
+        if not mine.any():
+            return [0] * refs.ndim
+        others = stored & ~mine
+        origin = []
+        for axis, ix in enumerate(np.nonzero(mine)):
+            lo = int(ix.min())
+            while lo > 0 and not np.take(others, lo - 1, axis=axis).any():
+                lo -= 1
+            origin.append(lo * v.blocks.block_shape[axis])
+        return origin
+
     def _holds(self, v, k: int, offset: int) -> bool:
         return bool(self._hits(v, k, offset).size)
 
@@ -349,8 +374,11 @@ class _ArrayCheck:
             self._problem(job, f"decoding it through the cube's codecs {self.names} fails: "
                           f"{type(e).__name__}: {e}{_explain(e, self.a, job)}")
             return
+        region = job.region
+        if job.origin and (job.reader or job.path) != job.fallback:
+            region = tuple((lo - o, hi - o) for (lo, hi), o in zip(region, job.origin))
         try:
-            want = np.asarray(reader.read(self.a.name, job.region))
+            want = np.asarray(reader.read(self.a.name, region))
         except Exception as e:
             if job.fallback and (job.reader or job.path) != job.fallback:
                 job.reader, job.retry = job.fallback, True  # compared again by it
@@ -363,7 +391,7 @@ class _ArrayCheck:
         why = _differs(np.asarray(job.got), want)
         if why:
             self._problem(job, f"decoded through the cube's codecs {self.names} it {why} the "
-                          f"source library's read of the same region {job.region}")
+                          f"source library's read of the same region {region}")
 
     def _problem(self, job: _Job, why: str) -> None:
         s = job.sample
