@@ -8,7 +8,7 @@ virtualize.open and xarray. kerchunk (and VirtualiZarr when installed) on the sa
 for reference.
 
     python benchmarks/bench_scale.py                         # 1,000 and 10,000 files, 1M chunks
-    python benchmarks/bench_scale.py --quick                 # a smoke run (~1 minute)
+    python benchmarks/bench_scale.py --quick                 # a smoke run (1-4 minutes)
     python benchmarks/bench_scale.py --sizes 1000 --workdir /tmp/bench_scale
     python benchmarks/bench_scale.py --json > r.json         # the tables then go to stderr
 
@@ -24,11 +24,12 @@ Every measurement runs in a fresh process (this script with --_measure SPEC): im
 first, then the timed call. `main MB` is that process's peak resident set (VmHWM) over
 its whole life, imports included (`+MB`: the rise during the timed call); `workers MB`
 the largest peak of any process below it (scan workers, dask nanny/worker processes),
-sampled by this runner every 20 ms from /proc (with psutil when installed, else /proc).
-dask rows use a LocalCluster of `--dask-workers` single-threaded processes started before
-the timed call (its start-up is in the note).
+sampled by this runner every 20 ms (psutil when installed, else /proc). dask rows use a
+LocalCluster of `--workers` single-threaded processes, started and with virtualize
+imported before the timed call (both times are in the note). The open case runs
+benchmarks/bench_open.py when it exists, else a minimal version here.
 
-Features that are not there yet (executor=, jobs="auto", bench_open.py) are reported as
+Features that are not there yet (executor=, jobs="auto") are reported as
 "n/a (feature missing)"; the run goes on.
 """
 
@@ -834,6 +835,7 @@ def main(argv=None) -> int:
     if args._measure:
         serve(args._measure)
         return 0
+    MODE_LABEL["pool"] = f"executor=ProcessPool({args.workers})"
     if args.quick:
         args.sizes, args.batch, args.open_chunks = "50,150", 4, 20_000
         args.peers_max = min(args.peers_max, 50)
