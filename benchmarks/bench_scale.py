@@ -799,6 +799,12 @@ def summary(results: list[dict], formats: list[str], sizes: list[int], batch: in
                 rows.append([f"{label}, {MODE_LABEL[mode]}: main peak RSS {big:,} / {small:,} files",
                              f"{x:.2f} ({b['main_peak_mb']:.0f} / {a['main_peak_mb']:.0f} MB)",
                              "<= 1.2", "yes" if x <= 1.2 else "**no**"])
+            elif small != big and b is not None and not ok(b):
+                rows.append([f"{label}, {MODE_LABEL[mode]}: main peak RSS {big:,} / {small:,} files",
+                             why(b), "<= 1.2", "-"])
+            elif mode == "j1" and small == big and b is not None:
+                rows.append([f"{label}: flat memory", "n/a (one size; --sizes 1000,10000)",
+                             "<= 1.2", "-"])
         for mode in ("j2", "auto", "pool", "dask"):
             a = _find(results, kind="build", output="cube", fmt=fmt, n=big, mode="j1")
             b = _find(results, kind="build", output="cube", fmt=fmt, n=big, mode=mode)
