@@ -228,8 +228,8 @@ class Grown:
 class Merged:
     old_sources: list[Source]
     sources: list[Source]  # the cube's, then the new ones
-    plan: Plan  # the grown arrays (refs of the new chunks), sources as above
-    grown: dict[str, Grown]
+    plan: Plan  # the grown cube's arrays (refs: the new chunks only), sources as above
+    grown: dict[str, Grown]  # the arrays an append writes
 
 
 def merge_append(plan: Plan, resume: Resume, docs: dict[str, dict | None],
@@ -270,6 +270,7 @@ def merge_append(plan: Plan, resume: Resume, docs: dict[str, dict | None],
         if dim not in a.dims:
             if new_doc["shape"] != doc.get("shape") or new_doc["chunk_grid"] != doc.get("chunk_grid"):
                 return f"{name}: its shape or chunks differ from the cube's"
+            arrays[name] = a  # unchanged (not written)
             continue
         k = a.dims.index(dim)
         v = last.variables.get(name)
