@@ -179,7 +179,7 @@ def append(cube: PathLike, paths: Iterable[PathLike] | PathLike, *, jobs: int = 
              for p in new if p in old_set]
     if twice:
         raise VirtualizeError(twice, "nothing appended")
-    if kind in ("cube", "icechunk"):
+    if kind in ("cube", "icechunk", "kerchunk"):
         report = _append_new(cube, kind, info, new, jobs=jobs, progress=progress,
                              scan_timeout=scan_timeout)
         if report is not None:
@@ -247,12 +247,18 @@ def _append_new(cube: Path, kind: str, info: dict, new: list[str], *, jobs: int,
     _refuse_unless_ok(report)
     old_sources = [Source(s["path"], s["size"], s["mtime_ns"], s.get("referenced_by"),
                           s.get("etag")) for s in info["sources"]]
-    docs, old_inline = _array_docs(cube, kind, plan)
+    kerchunk = _load_json_file(cube) if kind == "kerchunk" else None
+    docs, old_inline = _array_docs(cube, kind, plan, kerchunk)
+    if old_inline is None:
+        return None
     merged = merge_append(plan, resume, docs, old_sources, old_inline)
     if isinstance(merged, str):
         return None
     fresh = [s.path for s in merged.sources[len(old_sources):]]
-    if kind == "icechunk":
+    if kind == "kerchunk":
+        from .emit.kerchunk import append_kerchunk
+        append_kerchunk(cube, merged, kerchunk, fresh)
+    elif kind == "icechunk":
         from .emit.icechunk import append_icechunk_new
         append_icechunk_new(cube, merged, recipe, info.get("roots") or [])
     else:
@@ -267,15 +273,42 @@ def _append_new(cube: Path, kind: str, info: dict, new: list[str], *, jobs: int,
     return report
 
 
-def _array_docs(cube: Path, kind: str, plan: Plan) -> tuple[dict[str, dict | None], dict]:
+def _load_json_file(path: Path) -> dict:
+    import ujson
+
+    with builtins.open(path, "rb") as f:
+        return ujson.load(f)
+
+
+def _array_docs(cube: Path, kind: str, plan: Plan, kerchunk: dict | None = None
+                ) -> tuple[dict[str, dict | None], dict | None]:
     """Each array's zarr.json in the cube (None where there is none), and the values of
     the inline arrays along the concatenation axis (read as plain zarr: the cube's own
-    files, no source opened)."""
+    files, no source opened; None when they cannot be had so)."""
     import zarr
 
     docs: dict[str, dict | None] = {}
     along = [n for n, a in plan.arrays.items()
              if a.inline is not None and plan.concat_dim in a.dims]
+    if kind == "kerchunk":
+        import base64
+
+        import numpy as np
+
+        refs = kerchunk["refs"]
+        for n in plan.arrays:
+            d = refs.get(f"{n}/zarr.json")
+            docs[n] = json.loads(d) if isinstance(d, str) else None
+        values = {}
+        for n in along:
+            a, d = plan.arrays[n], docs[n]
+            chunk = refs.get(f"{n}/c/" + "/".join("0" * len(a.shape)))
+            if d is None or a.dtype.kind == "T" or not isinstance(chunk, str) or \
+                    not chunk.startswith("base64:"):
+                return docs, None
+            values[n] = np.frombuffer(base64.b64decode(chunk[7:]), dtype=a.dtype) \
+                .reshape(d["shape"])
+        return docs, values
     if kind == "icechunk":
         from zarr.core.buffer import default_buffer_prototype
         from zarr.core.sync import sync
