@@ -8,7 +8,8 @@ After a format's scanner has read the file's metadata, `add_planning_data` adds
   file's variables that are not along a record dimension (an unlimited one, or `time`),
   at most `DIGEST_LIMIT` stored bytes each. A file without a record dimension (a TIFF, a
   netCDF file stacked along a new axis) stacks its data variables, so only those that
-  do not stack get one: scalars, grid mappings, coordinates whose values were not read.
+  do not stack get one: scalars, grid mappings, coordinates whose values were not read,
+  and any variable of at most `SMALL_DIGEST` stored bytes.
   The concat dimension is not known when a file is scanned; a variable the planner must
   compare but which has no digest (a `--concat-dim` other than the record dimension) is
   taken from the first file with a note, as one over the limit always was.
@@ -29,6 +30,9 @@ from ..model import MATERIALIZED, FileInventory, Variable
 from ._values import COORD_VALUES_LIMIT
 
 DIGEST_LIMIT = 64 * 2**20  # stored bytes of one variable digested at scan time
+# in a file without a record dimension, variables up to this size are digested anyway (a
+# --concat-dim along another axis compares them; the read is small)
+SMALL_DIGEST = 64 * 1024
 INLINE_VALUES_LIMIT = 64 * 1024  # decoded bytes: the default --inline-threshold
 # Problems a scanner raises when a variable's blocks cannot be referenced; inlining
 # (reading the values with the format's own library) resolves them.
@@ -72,13 +76,15 @@ def add_planning_data(inv: FileInventory) -> FileInventory:
                 pass
         if v.blocks is None or v.values is not None or name in refused or v.digest is not None:
             continue
+        refs = v.blocks.refs
+        stored = int(refs["length"].sum())
         if record:
             if any(d in record for d in v.dims):
                 continue
-        elif v.shape and "grid_mapping_name" not in v.attrs and not v.is_coordinate:
+        elif v.shape and "grid_mapping_name" not in v.attrs and not v.is_coordinate and \
+                stored > SMALL_DIGEST:
             continue  # stacked along a new axis: need not agree across files
-        refs = v.blocks.refs
-        if int(refs["length"].sum()) > DIGEST_LIMIT:
+        if stored > DIGEST_LIMIT:
             continue
         if (refs["path"] == MATERIALIZED).any():  # chunks held by value: their values
             if size * v.dtype.itemsize > DIGEST_LIMIT:
