@@ -144,16 +144,17 @@ def mosaic(paths: Iterable[PathLike] | PathLike, out: PathLike, *,
 
 def append(cube: PathLike, paths: Iterable[PathLike] | PathLike, *, jobs: int = 1,
            progress=None, scan_timeout: float | None = DEFAULT_SCAN_TIMEOUT) -> Report:
-    """Add files to the end of a cube directory or Icechunk repository written by
-    `virtualize`: only the new files are scanned, planned as the cube was (its recorded
-    recipe) after the cube's last step (recorded with it: docs/planning.md, Appending),
-    and only what they add is written: a cube directory gets a new manifest segment per
-    array and is replaced in one exchange of names when complete, an Icechunk repository
-    a commit of the new chunks. When the grown cube would differ from a full rebuild
-    beyond its new chunks (the last file's padded block no longer last, a variable
-    stored differently), and for kerchunk JSON, the whole stack is scanned and planned
-    again instead. Refused (nothing changed) when a source of the cube changed, a file is
-    already in it, or a new file does not come after its last step."""
+    """Add files to the end of a cube directory, kerchunk JSON or Icechunk repository
+    written by `virtualize`: only the new files are scanned, planned as the cube was (its
+    recorded recipe) after the cube's last step (recorded with it: docs/planning.md,
+    Appending), and only what they add is written: a cube directory gets a new manifest
+    segment per array and is replaced in one exchange of names when complete, an Icechunk
+    repository a commit of the new chunks, a kerchunk JSON their references. When the
+    grown cube would differ from a full rebuild beyond its new chunks (the last file's
+    padded block no longer last, a variable stored differently), the whole stack is
+    scanned and planned again instead. Refused (nothing changed) when a source of the
+    cube changed, a file is already in it, or a new file does not come after its last
+    step."""
     cube = Path(cube)
     kind = _cube_kind(cube)
     info = _recorded(cube, kind)
