@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -75,3 +76,178 @@ def test_cli_append(case, tmp_path):
     r = subprocess.run([exe, "append", cube, *files[3:]], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
     assert virtualize.open(cube)["tas"].shape == (28, 3, 4)
+
+
+# -- appending in proportion to the new files ------------------------------------------------
+
+def _scans(monkeypatch):
+    """Count the files scanned (in this process: scan_timeout=0)."""
+    import virtualize.scan
+
+    seen: list[str] = []
+    real = virtualize.scan.scan
+
+    def counting(path):
+        seen.append(str(path))
+        return real(path)
+
+    monkeypatch.setattr(virtualize.scan, "scan", counting)
+    return seen
+
+
+def _same_cube(a, b):
+    ga, gb = virtualize.open(a), virtualize.open(b)
+    assert sorted(ga.array_keys()) == sorted(gb.array_keys())
+    for name in gb.array_keys():
+        x, y = ga[name], gb[name]
+        assert x.shape == y.shape and x.dtype == y.dtype, name
+        assert dict(x.attrs) == dict(y.attrs), name
+        assert_same(x[...], y[...], name)
+
+
+@pytest.mark.parametrize("out", ["cube.zarr", "cube.icechunk", "refs.json"])
+@pytest.mark.parametrize("name", ["appended_batches", "nc3_months_classic", "stack_dates",
+                                  "kerchunk_months2024"])
+def test_append_scans_only_the_new_files(case, tmp_path, monkeypatch, name, out):
+    files = case(name)
+    cube = tmp_path / out
+    kw = {"concat_dim": "time"} if name == "stack_dates" else {}  # (a new axis: dates in names)
+    virtualize.virtualize(files[:2], cube, scan_timeout=0, **kw)
+    segments = {p: (os.stat(p).st_ino, os.stat(p).st_mtime_ns)
+                for p in cube.rglob("manifest*.npy")}
+    scanned = _scans(monkeypatch)
+    report = virtualize.append(cube, files[2:], scan_timeout=0)
+    assert scanned == [str(f) for f in files[2:]]
+    assert any("scanning only them" in n for n in report.notes)
+    for p, (ino, mtime) in segments.items():  # the old manifests: the same files, untouched
+        assert (os.stat(p).st_ino, os.stat(p).st_mtime_ns) == (ino, mtime)
+    if out == "cube.zarr":
+        assert list(cube.rglob("manifest.1.npy"))
+    full = tmp_path / ("full" + cube.suffix)
+    virtualize.virtualize(files, full, scan_timeout=0, **kw)
+    _same_cube(cube, full)
+
+
+def test_append_one_at_a_time_keeps_segments(case, tmp_path, monkeypatch):
+    files = case("months2024")
+    cube = tmp_path / "cube.zarr"
+    virtualize.virtualize(files[:9], cube, scan_timeout=0)
+    scanned = _scans(monkeypatch)
+    for f in files[9:]:
+        virtualize.append(cube, [f], scan_timeout=0)
+    assert scanned == [str(f) for f in files[9:]]
+    doc = json.loads((cube / "tas" / "zarr.json").read_text())
+    assert doc["virtualize_manifest"]["segments"] == [[0, "manifest.npy"], [9, "manifest.1.npy"],
+                                                      [10, "manifest.2.npy"], [11, "manifest.3.npy"]]
+    full = tmp_path / "full.zarr"
+    virtualize.virtualize(files, full, scan_timeout=0)
+    _same_cube(cube, full)
+    grid = json.loads((full / "tas" / "zarr.json").read_text())["chunk_grid"]
+    assert doc["chunk_grid"] == grid
+
+
+def _flip_orog(src, dst):
+    """A copy of a netCDF classic file whose `orog` (no record axis) differs."""
+    import shutil
+
+    shutil.copy2(src, dst)
+    refs = virtualize.inventory(dst).variables["orog"].blocks.refs.reshape(-1)
+    with open(dst, "r+b") as f:
+        f.seek(int(refs[0]["offset"]))
+        b = f.read(1)
+        f.seek(int(refs[0]["offset"]))
+        f.write(bytes([b[0] ^ 0xFF]))
+
+
+def _files_of(out):
+    return {p: p.read_bytes() for p in ([out] if out.is_file() else out.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("out", ["cube.zarr", "cube.icechunk", "refs.json"])
+def test_append_of_a_disagreeing_file_is_located(case, tmp_path, monkeypatch, out):
+    import shutil
+
+    files = case("nc3_months_classic")
+    cube = tmp_path / out
+    virtualize.virtualize(files[:2], cube, scan_timeout=0)
+    before = _files_of(cube)
+    bad = tmp_path / "bad" / files[2].name
+    bad.parent.mkdir()
+    _flip_orog(files[2], bad)
+    scanned = _scans(monkeypatch)
+    with pytest.raises(virtualize.VirtualizeError) as e:
+        virtualize.append(cube, [bad], scan_timeout=0)
+    assert [(p.kind, p.loc.file, p.loc.variable) for p in e.value.problems] == \
+        [("differs-between-files", str(bad), "orog")]
+    # a file with the same steps as the cube's last one (a copy under another name)
+    again = tmp_path / "again" / files[1].name
+    again.parent.mkdir()
+    shutil.copy2(files[1], again)
+    with pytest.raises(virtualize.VirtualizeError) as e:
+        virtualize.append(cube, [again], scan_timeout=0)
+    assert [(p.kind, p.loc.file) for p in e.value.problems] == [("duplicate-coordinate", str(again))]
+    assert scanned == [str(bad), str(again)]  # the cube's own files were not read
+    assert _files_of(cube) == before
+
+
+def test_append_to_icechunk_commits_only_the_new_chunks(case, tmp_path, monkeypatch):
+    import icechunk as ic
+
+    files = case("appended_batches")
+    cube = tmp_path / "c.icechunk"
+    virtualize.virtualize(files[:3], cube, scan_timeout=0)
+    virtualize.append(cube, files[3:], scan_timeout=0)
+    repo = ic.Repository.open(ic.local_filesystem_storage(str(cube)))
+    head, parent = list(repo.ancestry(branch="main"))[:2]
+    diff = repo.diff(from_snapshot_id=parent.id, to_snapshot_id=head.id)
+    # the new files' chunks of tas, and the inline time coordinate (one chunk, rewritten)
+    assert {k: sorted(v) for k, v in diff.updated_chunks.items()} == \
+        {"/tas": [[3, 0, 0], [4, 0, 0]], "/time": [[0]]}
+    assert not diff.new_arrays and not diff.deleted_arrays
+
+
+def test_append_to_a_relocatable_cube_and_to_one_without_a_recorded_last_step(
+        case, tmp_path, monkeypatch):
+    import shutil
+
+    files = case("appended_batches")
+    data = tmp_path / "data"
+    data.mkdir()
+    files = [Path(shutil.copy2(f, data / f.name)) for f in files]
+    cube = tmp_path / "cube.zarr"
+    virtualize.virtualize(files[:3], cube, relative=True, scan_timeout=0)
+    scanned = _scans(monkeypatch)
+    virtualize.append(cube, files[3:4], scan_timeout=0)
+    assert scanned == [str(files[3])]
+    info = json.loads((cube / "virtualize.json").read_text())
+    assert [s["path"] for s in info["sources"]] == [f"../data/{f.name}" for f in files[:4]]
+    # a cube written before the last step was recorded: the whole stack is planned again
+    del info["append"]
+    (cube / "virtualize.json").write_text(json.dumps(info))
+    virtualize.append(cube, files[4:], scan_timeout=0)
+    assert scanned == [str(files[3])] + [str(f) for f in files]
+    moved = tmp_path / "moved"
+    moved.mkdir()
+    shutil.move(str(cube), moved / "cube.zarr")
+    shutil.move(str(data), moved / "data")
+    g = virtualize.open(moved / "cube.zarr")
+    assert_same(g["tas"][...], source_values([moved / "data" / f.name for f in files], "tas", "time",
+                                             ("time", "lat", "lon")), "relocated")
+
+
+def test_append_to_a_relocatable_icechunk_repository_is_refused(case, tmp_path):
+    pytest.importorskip("icechunk")
+    import shutil
+
+    data = tmp_path / "data"
+    data.mkdir()
+    files = [Path(shutil.copy2(f, data / f.name)) for f in case("appended_batches")]
+    repo = tmp_path / "cube.icechunk"
+    virtualize.virtualize(files[:3], repo, relative=True, scan_timeout=0)
+    with pytest.raises(virtualize.VirtualizeError) as e:
+        virtualize.append(repo, files[3:4], scan_timeout=0)
+    assert [p.kind for p in e.value.problems] == ["not-appendable"]
+    assert "relocatable" in str(e.value.problems[0])
+    # the repository is as it was: three files
+    assert virtualize.open(repo)["tas"].shape[0] == \
+        sum(len(source_values([f], "time", "time", ("time",))) for f in files[:3])

@@ -145,20 +145,30 @@ def mosaic(paths: Iterable[PathLike] | PathLike, out: PathLike, *,
 
 def append(cube: PathLike, paths: Iterable[PathLike] | PathLike, *, jobs: int = 1,
            progress=None, scan_timeout: float | None = DEFAULT_SCAN_TIMEOUT) -> Report:
-    """Add files to the end of a cube directory or Icechunk repository written by
-    `virtualize`: the grown stack is planned as the cube was (its recorded recipe) and
-    checked whole; a cube directory is replaced in one rename when complete, an Icechunk
-    repository gets a new commit. Refused (nothing changed) when a source of the cube
-    changed, a file is already in it, or a new file does not come after its last step."""
+    """Add files to the end of a cube directory, kerchunk JSON or Icechunk repository
+    written by `virtualize`: only the new files are scanned, planned as the cube was (its
+    recorded recipe) after the cube's last step (recorded with it: docs/planning.md,
+    Appending), and only what they add is written: a cube directory gets a new manifest
+    segment per array and is replaced in one exchange of names when complete, an Icechunk
+    repository a commit of the new chunks, a kerchunk JSON their references. When the
+    grown cube would differ from a full rebuild beyond its new chunks (the last file's
+    padded block no longer last, a variable stored differently), the whole stack is
+    scanned and planned again instead. Refused (nothing changed) when a source of the
+    cube changed, a file is already in it, or a new file does not come after its last
+    step."""
     cube = Path(cube)
     kind = _cube_kind(cube)
-    icechunk = kind == "icechunk"
     info = _recorded(cube, kind)
     recipe = dict(info.get("recipe") or {})
     if recipe.get("kind") != "concat":
         raise VirtualizeError([Problem(Location(str(cube)), "not-appendable",
                                        "this cube was not made by concatenation (or by an older "
                                        "virtualize): re-run virtualize with all the files")])
+    if kind == "icechunk" and info.get("containers"):
+        raise VirtualizeError([Problem(Location(str(cube)), "not-appendable",
+                                       "this Icechunk repository is relocatable (--relative): "
+                                       "appending to it is not supported yet; re-run virtualize "
+                                       "--relative with all the files")])
     changed = list(changed_sources(info["sources"]))
     if changed:
         raise VirtualizeError(changed, f"{cube}: its sources changed since it was written")
@@ -171,24 +181,161 @@ def append(cube: PathLike, paths: Iterable[PathLike] | PathLike, *, jobs: int = 
                                        f"the directory {d} holds no files") for d in empty]
                               or [Problem(Location(), "no-files", "no files to append were given")],
                               "nothing appended")
+    old_set = set(old)
     twice = [Problem(Location(p), "already-in-cube", f"{p} is already a source of {cube}")
-             for p in new if p in old]
+             for p in new if p in old_set]
     if twice:
         raise VirtualizeError(twice, "nothing appended")
+    if kind in ("cube", "icechunk", "kerchunk"):
+        report = _append_new(cube, kind, info, new, jobs=jobs, progress=progress,
+                             scan_timeout=scan_timeout)
+        if report is not None:
+            return report
     recipe.pop("kind")
     report = check(old + new, jobs=jobs, progress=progress, scan_timeout=scan_timeout, **recipe)
     if report.plan is not None and \
             [s.path for s in report.plan.sources if not s.referenced_by][: len(old)] != old:
-        report.problems.append(Problem(
-            Location(str(cube)), "append-not-at-end",
-            f"the new files do not all come after the cube's last {report.plan.concat_dim!r} step; "
-            "to put them in the middle, re-run virtualize with all the files"))
-    if icechunk:
+        report.problems.append(_not_at_end(cube, report.plan.concat_dim))
+    if kind == "icechunk":
         _refuse_unless_ok(report)
         from .emit.icechunk import append_icechunk
         append_icechunk(report.plan, cube, added=len(new))
         return report
-    return _write(report, cube, kind, overwrite=True)
+    return _write(report, cube, kind, overwrite=True,
+                  relative=kind == "cube" and _relative(cube) is not None)
+
+
+def _relative(cube: Path) -> str | None:
+    """The cube directory's location when it records its sources relative to it."""
+    raw = json.loads((cube / SOURCES_NAME).read_text())
+    if any(isinstance(s, dict) and not storage.is_url(s.get("path", "")) and
+           not os.path.isabs(s.get("path", "")) for s in raw.get("sources") or []):
+        return os.path.abspath(cube)
+    return None
+
+
+def _not_at_end(cube: Path, dim: str | None) -> Problem:
+    return Problem(Location(str(cube)), "append-not-at-end",
+                   f"the new files do not all come after the cube's last {dim!r} step; "
+                   "to put them in the middle, re-run virtualize with all the files")
+
+
+def _append_new(cube: Path, kind: str, info: dict, new: list[str], *, jobs: int, progress,
+                scan_timeout) -> Report | None:
+    """Append by scanning only the new files (see `append`); None when the cube must be
+    rebuilt instead (no recorded last step, or a grown cube that would differ from a full
+    rebuild beyond its new chunks)."""
+    from .model import Source
+    from .plan._state import merge_append, resume_from
+
+    resume = resume_from(info.get("append"))
+    if resume is None:
+        return None
+    recipe = dict(info.get("recipe") or {})
+    opts = ConcatOptions(concat_dim=recipe.get("concat_dim"),
+                         inline=frozenset(recipe.get("inline") or ()),
+                         drop=frozenset(recipe.get("drop") or ()), sort=recipe.get("sort", True),
+                         split=recipe.get("split", True),
+                         materialize=recipe.get("materialize", False),
+                         inline_threshold=recipe.get("inline_threshold", DEFAULT_INLINE_THRESHOLD))
+    last = resume.last.path
+    report = _check(new, lambda invs: plan_concat(invs, opts, resume=resume), progress,
+                    recipe.get("materialize_limit"), jobs, scan_timeout, exclude=(last,))
+    plan = report.plan
+    if plan is None:
+        _refuse_unless_ok(report)
+        return None
+    plan.recipe = recipe
+    if plan.sources[0].path != last:
+        raise VirtualizeError([_not_at_end(cube, plan.concat_dim)], "nothing appended")
+    if any(p.fatal and p.loc.file == last for p in report.problems):
+        return None  # the cube's last file would change (e.g. a padded block, now inside)
+    report.problems = [p for p in report.problems if p.loc.file != last]
+    _refuse_unless_ok(report)
+    old_sources = [Source(s["path"], s["size"], s["mtime_ns"], s.get("referenced_by"),
+                          s.get("etag")) for s in info["sources"]]
+    kerchunk = _load_json_file(cube) if kind == "kerchunk" else None
+    docs, old_inline = _array_docs(cube, kind, plan, kerchunk)
+    if old_inline is None:
+        return None
+    merged = merge_append(plan, resume, docs, old_sources, old_inline)
+    if isinstance(merged, str):
+        return None
+    fresh = [s.path for s in merged.sources[len(old_sources):]]
+    if kind == "kerchunk":
+        from .emit.kerchunk import append_kerchunk
+        append_kerchunk(cube, merged, kerchunk, fresh)
+    elif kind == "icechunk":
+        from .emit.icechunk import append_icechunk_new
+        append_icechunk_new(cube, merged, recipe, info.get("roots") or [])
+    else:
+        from .emit.cube import append_cube
+        raw = json.loads((cube / SOURCES_NAME).read_text())
+        append_cube(cube, merged, raw, fresh, relative_to=_relative(cube))
+    report.notes.append(f"appended {len(new)} file(s) after the cube's last step, scanning only "
+                        f"them: {len(old_sources)} recorded source(s) checked unchanged, not "
+                        "read")
+    report.output = {"path": os.path.abspath(cube), "kind": kind}
+    report.plan = merged.plan  # the grown cube (references: those of the new chunks)
+    return report
+
+
+def _load_json_file(path: Path) -> dict:
+    import ujson
+
+    with builtins.open(path, "rb") as f:
+        return ujson.load(f)
+
+
+def _array_docs(cube: Path, kind: str, plan: Plan, kerchunk: dict | None = None
+                ) -> tuple[dict[str, dict | None], dict | None]:
+    """Each array's zarr.json in the cube (None where there is none), and the values of
+    the inline arrays along the concatenation axis (read as plain zarr: the cube's own
+    files, no source opened; None when they cannot be had so)."""
+    import zarr
+
+    docs: dict[str, dict | None] = {}
+    along = [n for n, a in plan.arrays.items()
+             if a.inline is not None and plan.concat_dim in a.dims]
+    if kind == "kerchunk":
+        import base64
+
+        import numpy as np
+
+        refs = kerchunk["refs"]
+        for n in plan.arrays:
+            d = refs.get(f"{n}/zarr.json")
+            docs[n] = json.loads(d) if isinstance(d, str) else None
+        values = {}
+        for n in along:
+            a, d = plan.arrays[n], docs[n]
+            chunk = refs.get(f"{n}/c/" + "/".join("0" * len(a.shape)))
+            if d is None or a.dtype.kind == "T" or not isinstance(chunk, str) or \
+                    not chunk.startswith("base64:"):
+                return docs, None
+            values[n] = np.frombuffer(base64.b64decode(chunk[7:]), dtype=a.dtype) \
+                .reshape(d["shape"])
+        return docs, values
+    if kind == "icechunk":
+        from zarr.core.buffer import default_buffer_prototype
+        from zarr.core.sync import sync
+
+        from .emit.icechunk import open_icechunk
+        store = open_icechunk(cube)
+        for n in plan.arrays:
+            buf = sync(store.get(f"{n}/zarr.json", default_buffer_prototype()))
+            docs[n] = json.loads(buf.to_bytes()) if buf is not None else None
+        values = {n: zarr.open_array(store, path=n, mode="r")[...] for n in along if docs[n]}
+        return docs, values
+    for n in plan.arrays:
+        try:
+            docs[n] = json.loads((cube / n / "zarr.json").read_text())
+        except (OSError, ValueError):
+            docs[n] = None
+    from zarr.storage import LocalStore
+    values = {n: zarr.open_array(LocalStore(cube / n, read_only=True), mode="r")[...]
+              for n in along if docs[n]}
+    return docs, values
 
 
 def _cube_kind(cube: Path) -> str:
@@ -323,7 +470,9 @@ def _storage(options: dict | None) -> None:
 
 def _check(paths, planner: Planner, progress, materialize_limit: int | None = None,
            jobs: int = 1, scan_timeout: float | None = DEFAULT_SCAN_TIMEOUT, names=None,
-           decode: str = "groups") -> Report:
+           decode: str = "groups", exclude: Sequence[str] = ()) -> Report:
+    """Scan `paths`, plan them, check the plan (`exclude`: files whose chunks the decode
+    check does not read: an append's recorded last step)."""
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 0:
         raise UsageError(f"jobs must be a whole number >= 1 (0: one per core), not {jobs!r}")
     empty: list[str] = []
@@ -373,7 +522,8 @@ def _check(paths, planner: Planner, progress, materialize_limit: int | None = No
         problems.extend(_render_problems(plan))
         # a few stored chunks decoded through the cube's codecs, compared with the sources
         checked = decode_check(plan, invs, select=decode,
-                               skip={(p.loc.file, p.loc.variable) for p in problems if p.fatal})
+                               skip={(p.loc.file, p.loc.variable) for p in problems if p.fatal}
+                               | {(f, None) for f in exclude})
         problems.extend(checked.problems)
         notes.extend(checked.notes)
     if len(invs) < len(files) and plan is not None:

@@ -170,6 +170,10 @@ class Variable:
     blocks: BlockTable
     values: np.ndarray | None = None  # small coordinate variables: their data, for checks/inlining
     is_coordinate: bool = False  # 1-D and named after its dimension
+    # what the planner compares across files, computed when the file is scanned (planning
+    # reads no source bytes): SHA-256 of the stored blocks ("values:" + of the decoded
+    # values when some chunks are held by value); None when not recorded (docs/planning.md)
+    digest: str | None = None
 
     @property
     def group(self) -> str:
@@ -347,6 +351,9 @@ class Plan:
     # how the plan was asked for (planner and options), kept with the cube so that
     # `virtualize append` can plan the grown stack the same way
     recipe: dict[str, Any] = field(default_factory=dict)
+    # what `virtualize append` needs of the stack's last file to plan new files after it
+    # without the old ones (plan/_state.py); recorded with the cube
+    append_state: dict[str, Any] | None = None
 
 
 @dataclass

@@ -45,7 +45,7 @@ from .access import (
     read_inside,
     stored_chunk_bytes,
 )
-from .emit.cube import SOURCES_NAME
+from .emit.cube import SOURCES_NAME, read_manifest
 from .emit.metadata import MANIFEST_FIELD
 from .model import MATERIALIZED, Location, Problem, VirtualizeError
 from .storage import is_url, read_range
@@ -164,15 +164,16 @@ class CubeStore(Store):
         the recorded source sizes (vectorized) before any of its chunks is read."""
         m = self._manifests.get(name)
         if m is None:
-            path = self.root / name / "manifest.npy"
-            real = inside(self.root, path)
-            try:
-                m = np.load(real, mmap_mode="r", allow_pickle=False)
-            except (OSError, ValueError, EOFError) as e:
-                raise invalid(self.root, f"{name}/manifest.npy cannot be read: {e}", name) from None
             doc_bytes = read_inside(self.root, self.root / name / "zarr.json")
             doc = _load_json(self.root, doc_bytes, f"{name}/zarr.json") \
                 if doc_bytes is not None else None
+            field = doc.get(MANIFEST_FIELD) if isinstance(doc, dict) else None
+            try:  # (several segments when the cube was appended to: emit/cube.py)
+                m = read_manifest(self.root / name, field if isinstance(field, dict) else {},
+                                  lambda p: np.load(inside(self.root, p), mmap_mode="r",
+                                                    allow_pickle=False))
+            except (OSError, ValueError, EOFError) as e:
+                raise invalid(self.root, f"{name}/manifest.npy cannot be read: {e}", name) from None
             grid = grid_shape(doc) if doc is not None else None
             check_refs(self.root, name, m, self.sources, self.sizes, grid,
                        stored_chunk_bytes(doc) if doc is not None else None)

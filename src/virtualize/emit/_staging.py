@@ -74,8 +74,8 @@ def _is_cube_dir(p: Path) -> bool:
             if name in dirs:
                 continue
             parts = rel + (name,)
-            if name in CUBE_FILES:
-                continue
+            if name in CUBE_FILES or re.fullmatch(r"manifest\.[1-9][0-9]*\.npy", name):
+                continue  # (manifest.N.npy: the segments appends add)
             if "c" in parts:
                 after = parts[parts.index("c") + 1:]
                 if all(x.isdigit() for x in after):

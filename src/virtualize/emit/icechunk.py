@@ -27,9 +27,9 @@ from .. import storage
 from ..model import MATERIALIZED, Plan
 from ..storage import is_url
 from ._staging import staged_dir
-from .cube import inline_chunks, source_roots
+from .cube import grow_roots, inline_chunks, source_roots
 from .materialize import materialized_chunks
-from .metadata import array_doc, group_doc
+from .metadata import array_doc, chunk_grid, group_doc
 
 
 def container_prefix(plan: Plan) -> str:
@@ -121,6 +121,61 @@ def append_icechunk(plan: Plan, dest: str | Path, added: int) -> Path:
     return Path(dest)
 
 
+def append_icechunk_new(dest: str | Path, merged, recipe: dict, old_roots=()) -> Path:
+    """A commit on `main` touching only what an append adds (plan/_state.py `Merged`):
+    each grown array's zarr.json (shape, chunk grid), the virtual references of its new
+    chunks (and materialized ones), inline arrays' chunk; the commit records the grown
+    source list and the new last step."""
+    import icechunk as ic
+    import zarr
+    from zarr.core.buffer import cpu, default_buffer_prototype
+    from zarr.core.sync import sync
+
+    plan = merged.plan
+    storage_ = ic.local_filesystem_storage(str(dest))
+    config = ic.Repository.fetch_config(storage_)
+    prefixes = list(config.virtual_chunk_containers or {})
+    local = [s for s in merged.sources if not is_url(s.path)]
+    if not all(any(("file://" + s.path).startswith(p) for p in prefixes) for s in local):
+        prefix = container_prefix(plan)
+        config.set_virtual_chunk_container(_container(prefix))
+        prefixes.append(prefix)
+        repo = ic.Repository.open(storage_, config=config,
+                                  authorize_virtual_chunk_access=_credentials(prefixes))
+        repo.save_config()
+    else:
+        repo = ic.Repository.open(storage_, authorize_virtual_chunk_access=_credentials(prefixes))
+    session = repo.writable_session("main")
+    store = session.store
+
+    def put(key: str, data: bytes) -> None:
+        sync(store.set(key, cpu.Buffer.from_bytes(data)))
+
+    with zarr.config.set({"array.rectilinear_chunks": True}):
+        for name, g in merged.grown.items():
+            a = g.array
+            buf = sync(store.get(_key(name, "zarr.json"), default_buffer_prototype()))
+            doc = dict(json.loads(buf.to_bytes()), shape=[int(n) for n in a.shape],
+                       chunk_grid=chunk_grid(a))
+            put(_key(name, "zarr.json"), json.dumps(doc, allow_nan=False).encode())
+            if a.inline is not None:
+                for key, data in inline_chunks(a):
+                    put(_key(name, key), data)
+                continue
+            origin = tuple(g.start if ax == g.axis else 0 for ax in range(a.refs.ndim))
+            _virtual_refs(store, plan, name, a.refs, {}, origin)
+            for key, data in materialized_chunks(plan, a):
+                put(_key(name, key), data)
+    added = len(merged.sources) - len(merged.old_sources)
+    session.commit(f"virtualize append: {added} file(s)", metadata={"virtualize": {
+        "concat_dim": plan.concat_dim, "recipe": recipe,
+        "sources": [s.to_dict() for s in merged.sources],
+        "roots": grow_roots(list(old_roots), [s.path for s in merged.sources
+                                              [len(merged.old_sources):]]),
+        "append": plan.append_state}})
+    return Path(dest)
+
+
 def recorded(path: str | os.PathLike, base: str | None = None) -> dict | None:
     """What the last commit on `main` recorded about how it was made (sources, recipe,
     roots), relative paths resolved against the repository's location (`base`: the URL
@@ -172,7 +227,8 @@ def _commit(repo, plan: Plan, message: str, locations: dict | None = None,
                 put(_key(name, key), data)
     info = {"concat_dim": plan.concat_dim, "recipe": plan.recipe,
             "sources": [s.to_dict() for s in plan.sources],
-            "roots": source_roots([s.path for s in plan.sources])}
+            "roots": source_roots([s.path for s in plan.sources]),
+            "append": plan.append_state}
     if relative_to is not None and moving is not None:
         rel = lambda p: storage.relative(p, relative_to)  # noqa: E731
         info["sources"] = [dict(d, path=rel(d["path"])) for d in info["sources"]]
@@ -206,13 +262,16 @@ def _credentials(prefixes: list[str]) -> dict:
     return auth
 
 
-def _virtual_refs(store, plan: Plan, name: str, refs: np.ndarray, moved: dict) -> None:
+def _virtual_refs(store, plan: Plan, name: str, refs: np.ndarray, moved: dict,
+                  origin: tuple[int, ...] | None = None) -> None:
     """One call per source over the box of chunks it holds (a file's chunks in a
-    concatenation, a tile's in a mosaic), stamped with that file's modification time."""
+    concatenation, a tile's in a mosaic), stamped with that file's modification time.
+    `origin`: the chunk index of refs[0, 0, ...] in the array (an append's new chunks)."""
     if refs.ndim == 0:
         refs = refs.reshape(1)
     present = (refs["length"] > 0) & (refs["path"] != MATERIALIZED)
-    for i, src in enumerate(plan.sources):
+    for i in np.unique(refs["path"][present]).tolist():
+        src = plan.sources[i]
         mine = present & (refs["path"] == i)
         where = np.nonzero(mine)
         if not where[0].size:
@@ -233,7 +292,7 @@ def _virtual_refs(store, plan: Plan, name: str, refs: np.ndarray, moved: dict) -
             name, tuple(b - a for a, b in zip(lo, hi)), locations,
             np.array(sub["offset"], dtype=np.uint64).reshape(-1),  # aligned copies of packed fields
             np.array(sub["length"], dtype=np.uint64).reshape(-1),
-            arr_offset=tuple(lo), checksum=mtime)
+            arr_offset=tuple(a + b for a, b in zip(lo, origin or [0] * len(lo))), checksum=mtime)
         if failed:
             raise ValueError(f"Icechunk refused {len(failed)} reference(s) of {name} to {src.path}")
 

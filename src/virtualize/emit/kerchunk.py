@@ -14,9 +14,9 @@ from .. import __version__
 from ..model import Plan
 from ..storage import common_dir, dirname, relative
 from ._staging import staged_file
-from .cube import CUBE_FORMAT_VERSION, inline_chunks, source_roots
+from .cube import CUBE_FORMAT_VERSION, grow_roots, inline_chunks, source_roots
 from .materialize import materialized_chunks
-from .metadata import array_doc, group_doc
+from .metadata import array_doc, chunk_grid, group_doc
 
 
 def kerchunk_refs(plan: Plan, relative_to: str | None = None) -> dict:
@@ -90,7 +90,53 @@ def kerchunk_section(plan: Plan) -> dict:
             "created_by": f"virtualize {__version__}",
             "recipe": plan.recipe,
             "sources": [s.to_dict() for s in plan.sources],
-            "roots": source_roots([s.path for s in plan.sources])}
+            "roots": source_roots([s.path for s in plan.sources]),
+            "append": plan.append_state}
+
+
+def append_kerchunk(dest: str | Path, merged, doc: dict, new_sources: list[str]) -> Path:
+    """Rewrite the reference JSON `doc` (as read from `dest`) grown by `merged`
+    (plan/_state.py `Merged`): the grown arrays' documents, their new chunks' references,
+    inline arrays' chunk, the sources and the last step; the old references are kept as
+    they are (the file is rewritten whole: one JSON document)."""
+    plan = merged.plan
+    refs = doc["refs"]
+    paths = [s.path for s in merged.sources]
+    for name, g in merged.grown.items():
+        a = g.array
+        key = _key(name, "zarr.json")
+        refs[key] = json.dumps(dict(json.loads(refs[key]), shape=[int(n) for n in a.shape],
+                                    chunk_grid=chunk_grid(a)), allow_nan=False)
+        if a.inline is not None:
+            for k, data in inline_chunks(a):
+                refs[_key(name, k)] = "base64:" + base64.b64encode(data).decode()
+            continue
+        m = a.refs
+        idx = np.nonzero(m["length"])
+        sel = m[idx]
+        prefix = _key(name, "c/")
+        for coords, p, off, n in zip(zip(*(i.tolist() for i in idx)), sel["path"].tolist(),
+                                     sel["offset"].tolist(), sel["length"].tolist()):
+            coords = [c + g.start if ax == g.axis else c for ax, c in enumerate(coords)]
+            refs[prefix + "/".join(map(str, coords))] = [paths[p], off, n]
+        for k, data in materialized_chunks(plan, a):
+            refs[_key(name, k)] = "base64:" + base64.b64encode(data).decode()
+    root = json.loads(refs["zarr.json"])
+    meta = root.get("consolidated_metadata", {}).get("metadata")
+    if isinstance(meta, dict):
+        for name in merged.grown:
+            meta[name] = json.loads(refs[_key(name, "zarr.json")])
+        refs["zarr.json"] = json.dumps(root, allow_nan=False)
+    section = dict(doc["virtualize"])
+    section["sources"] = list(section["sources"]) + [
+        s.to_dict() for s in merged.sources[len(merged.old_sources):]]
+    section["roots"] = grow_roots(list(section.get("roots") or []), new_sources)
+    section["append"] = plan.append_state
+    out = {"version": 1, "virtualize": section, "refs": refs}
+    with staged_file(dest, True, new_sources) as stage:
+        with open(stage, "w") as f:
+            ujson.dump(out, f, escape_forward_slashes=False)
+    return Path(dest)
 
 
 def write_kerchunk(plan: Plan, dest: str | Path, overwrite: bool = False, *,

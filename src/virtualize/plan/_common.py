@@ -25,15 +25,12 @@ from ..model import (
     Variable,
     VariableFigure,
 )
+from ..scan._planning import INLINE_VALUES_LIMIT, REFERENCE_KINDS
 from ..scan._values import bytes_codec, py
 
 # Attributes whose drift between files changes what the numbers mean.
 MEANING_ATTRS = ("scale_factor", "add_offset", "units", "calendar", "_FillValue", "missing_value",
                  "flag_values", "flag_masks", "flag_meanings")
-# Problems a scanner raises when a variable's blocks cannot be referenced; inlining
-# (reading the values with the format's own library) resolves them.
-REFERENCE_KINDS = frozenset({"compact-layout", "external-storage", "virtual-dataset",
-                             "unsupported-filter", "filter-mask", "partial-records"})
 
 
 @dataclass
@@ -63,7 +60,9 @@ class Context:
         r.bytes += nbytes
 
 
-DEFAULT_INLINE_THRESHOLD = 64 * 1024  # decoded bytes per file inlined automatically
+# decoded bytes per file inlined automatically: the scanners record the values of
+# variables up to this size that cannot be referenced (scan/_planning.py)
+DEFAULT_INLINE_THRESHOLD = INLINE_VALUES_LIMIT
 
 
 def _inlinable(inv: FileInventory, p: Problem) -> bool:

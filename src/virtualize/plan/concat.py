@@ -29,8 +29,7 @@ from ..model import (
     Problem,
     Variable,
 )
-from ..scan import read_values
-from ..scan._io import digest_blocks
+from ..scan._planning import DIGEST_LIMIT, at_shape
 from ..scan._values import py
 from ._common import (
     DEFAULT_INLINE_THRESHOLD,
@@ -48,9 +47,10 @@ from ._common import (
     source_table,
     variable_names,
 )
+from ._state import Resume, append_state
 from .grid import block_lengths
 
-COMPARE_LIMIT = 64 * 2**20  # bytes of a non-concatenated variable compared across files
+COMPARE_LIMIT = DIGEST_LIMIT  # bytes of a non-concatenated variable compared across files
 
 
 @dataclass
@@ -74,19 +74,27 @@ class _Context(Context):
     new_axis: bool = False
     # per file: its refs' `path` (0 = itself, k = its k-th data file) -> Plan.sources index
     source_maps: list[np.ndarray] = field(default_factory=list)
+    # appending: the cube's last step, planned first (plan/_state.py)
+    resume: Resume | None = None
 
 
-def plan_concat(inventories: Sequence[FileInventory], options: ConcatOptions | None = None
-                ) -> tuple[Plan, list[Problem]]:
+def plan_concat(inventories: Sequence[FileInventory], options: ConcatOptions | None = None,
+                resume: Resume | None = None) -> tuple[Plan, list[Problem]]:
     """Plan one cube from `inventories` concatenated along `options.concat_dim`.
 
     Returns the plan (possibly partial) and every problem found; the plan may be written
-    only when no problem is fatal.
+    only when no problem is fatal. `resume`: the last step of a cube the inventories are
+    appended to (`virtualize append`), planned first in its place: every check runs
+    against it as against the cube's first file.
     """
     opts = options or ConcatOptions()
+    if resume is not None:
+        inventories = [resume.last, *inventories]
     # shallow copies: planning may add or re-express variables, never in the caller's objects
     invs = [replace(inv, variables=dict(inv.variables)) for inv in inventories]
-    ctx = _Context(invs, inline=opts.inline, drop=opts.drop, opts=opts)
+    ctx = _Context(invs, inline=opts.inline, drop=opts.drop, opts=opts, resume=resume)
+    if resume is not None:
+        ctx.inline = ctx.inline | resume.inline
     auto_inline(ctx, opts.inline_threshold)
     carry_scan_problems(ctx, materialize=opts.materialize)
     settle_unknown_fills(ctx)
@@ -110,6 +118,9 @@ def plan_concat(inventories: Sequence[FileInventory], options: ConcatOptions | N
     groups = groups_for(invs[0], arrays)
     plan = Plan(sources=sources, groups=groups, arrays=arrays, concat_dim=ctx.dim, notes=ctx.notes,
                 figures=ctx.figures, remedies=ctx.remedies)
+    if ctx.dim is not None and arrays:
+        plan.append_state = append_state(ctx.invs[-1], ctx.dim, ctx.new_axis, ctx.inline,
+                                         arrays)
     return plan, ctx.problems
 
 
@@ -118,6 +129,12 @@ def plan_concat(inventories: Sequence[FileInventory], options: ConcatOptions | N
 def _choose_concat_dim(ctx: _Context) -> str | None:
     invs = ctx.invs
     dim = ctx.opts.concat_dim
+    if ctx.resume is not None:  # as the cube was planned
+        dim = ctx.resume.dim
+        if ctx.resume.new_axis:
+            ctx.new_axis = True
+            _coordinate_from_names(ctx, dim)
+            return dim
     if dim is None:
         first = invs[0]
         unlimited = [d.name for d in first.dimensions.values() if d.unlimited and "/" not in d.name]
@@ -181,7 +198,11 @@ def dates_in_names(paths: Sequence[str]) -> list[datetime.datetime] | None:
 def _coordinate_from_names(ctx: _Context, dim: str) -> None:
     """A stack along a new axis gets that axis' coordinate from dates in the file names
     (2024-01-01.tif, S2_20240101T103021.tif), when every name has one."""
-    dates = dates_in_names([inv.path for inv in ctx.invs])
+    invs = ctx.invs
+    anchor = ctx.resume is not None and dim in invs[0].variables
+    if anchor:  # appending: the cube's coordinate keeps its origin and unit
+        invs = invs[1:]
+    dates = dates_in_names([inv.path for inv in invs])
     if dates is None:
         ctx.notes.append(f"the file names hold no date each: {dim!r} has no coordinate values")
         return
@@ -191,7 +212,21 @@ def _coordinate_from_names(ctx: _Context, dim: str) -> None:
     fmt = "%Y-%m-%d" if whole_days else "%Y-%m-%dT%H:%M:%S"
     attrs = {"units": f"{unit} since {start.strftime(fmt)}", "calendar": "proleptic_gregorian",
              "long_name": "date in the file name"}
-    for inv, d in zip(ctx.invs, dates):
+    if anchor:
+        attrs = dict(ctx.invs[0].variables[dim].attrs)
+        unit, _, origin = str(attrs.get("units", "")).partition(" since ")
+        try:
+            start = datetime.datetime.fromisoformat(origin)
+        except ValueError:
+            return
+        step = 86400 if unit == "days" else 1
+        if step == 86400 and not whole_days:
+            # the cube counts days; a time of day needs seconds: a full rebuild (a problem
+            # at the cube's last file makes `append` rebuild the cube)
+            ctx.problem(ctx.invs[0].path, dim, "append-rebuild",
+                        f"{dim!r} counts days, a new file's name has a time of day")
+            return
+    for inv, d in zip(invs, dates):
         value = np.array([int((d - start).total_seconds()) // step], dtype="i8")
         inv.variables[dim] = Variable(name=dim, dtype=value.dtype, shape=(1,), dims=(dim,),
                                       attrs=attrs, fill_value=None, codecs=[], blocks=None,
@@ -233,8 +268,9 @@ def _harmonize_time_units(ctx: _Context) -> None:
             if b is None:
                 continue
             ctx.inline = ctx.inline | {bname}  # every file's bounds go into the cube
-            values = b.values if b.values is not None else _at_shape(read_values(inv.path, bname), b)
-            bconv = _reexpress(np.asarray(values), units, units0, cal0)
+            values = b.values if b.values is not None else _unscanned_values(ctx, inv, bname, b)
+            bconv = _reexpress(np.asarray(values), units, units0, cal0) \
+                if values is not None else None
             if bconv is None:
                 ctx.problem(inv.path, bname, "attribute-drift",
                             f"{bname!r} holds {dim} bounds in {units!r} but cannot be "
@@ -357,8 +393,10 @@ def _plan_variable(ctx: _Context, name: str) -> ArrayPlan | None:
     inline = name in ctx.inline
     # a scanner's own variables (TIFF coordinates, grid mappings, a reference set's inline
     # chunks) come with values, no blocks
+    # (values a scanner recorded for a variable it refused are for inlining, if chosen)
     synthesized = any(v.blocks is None for v in vars_) and \
-        all(v.values is not None for v in vars_ if v.blocks is None)
+        all(v.values is not None for v in vars_ if v.blocks is None) and \
+        not any((inv.path, name) in ctx.reported for inv in invs)
     if any(v.blocks is None for v in vars_) and not (inline or synthesized):
         return None  # the scanner reported why
     if ctx.new_axis and _stacks(ctx, vars_[0]):
@@ -506,25 +544,37 @@ def _shared_array(ctx: _Context, name: str, vs: list[Variable]) -> ArrayPlan | N
     total = int(first.blocks.refs["length"].sum())
     if any((v.blocks.refs["path"] == MATERIALIZED).any() for v in vs):
         # chunks held inline by a reference set have no bytes to compare: compare values
-        if len(vs) > 1 and _inline_array(ctx, name, vs, None) is None:
+        # (or their digests, recorded at scan time)
+        if len(vs) > 1 and all(v.values is None and v.digest for v in vs):
+            d0 = vs[0].digest
+            for inv, v in zip(ctx.invs[1:], vs[1:]):
+                if v.digest != d0:
+                    ctx.problem(inv.path, name, "differs-between-files",
+                                f"{name!r} has no {ctx.dim!r} axis, so it must be the same in "
+                                f"every file, but its values differ from {ctx.invs[0].path}")
+                    return None
+        elif len(vs) > 1 and _inline_array(ctx, name, vs, None) is None:
             return None
     elif len(vs) > 1:
-        if total <= COMPARE_LIMIT:
-            # files whose scanner already reported this variable (e.g. truncated) are not
-            # compared: their bytes differ for the reason already given
-            usable = [(inv.path, inv, v) for inv, v in zip(ctx.invs, vs)
-                      if (inv.path, name) not in ctx.reported]
-            d0 = digest_blocks(_data_paths(usable[0][1]), usable[0][2].blocks.refs) \
-                if usable else None
-            for path, inv, v in usable[1:]:
-                if digest_blocks(_data_paths(inv), v.blocks.refs) != d0:
+        # files whose scanner already reported this variable (e.g. truncated) are not
+        # compared: their bytes differ for the reason already given. The digests were
+        # computed when each file was scanned (scan/_planning.py): planning reads nothing.
+        usable = [(inv.path, v) for inv, v in zip(ctx.invs, vs)
+                  if (inv.path, name) not in ctx.reported]
+        if total > COMPARE_LIMIT:
+            ctx.notes.append(f"{name}: {total} stored bytes per file, not compared across files "
+                             "(taken from the first file)")
+        elif any(v.digest is None for _, v in usable):
+            ctx.notes.append(f"{name}: not compared across files (no digest was recorded when "
+                             f"the files were scanned: it is along {', '.join(first.dims)}, not "
+                             "a record dimension); taken from the first file")
+        else:
+            for path, v in usable[1:]:
+                if v.digest != usable[0][1].digest:
                     ctx.problem(path, name, "differs-between-files",
                                 f"{name!r} has no {ctx.dim!r} axis, so it must be the same in "
                                 f"every file, but its stored bytes differ from {usable[0][0]}")
                     return None
-        else:
-            ctx.notes.append(f"{name}: {total} stored bytes per file, not compared across files "
-                             "(taken from the first file)")
     refs = first.blocks.refs.copy()
     held = refs["path"] == MATERIALIZED
     refs["path"] = np.where(held, MATERIALIZED, ctx.source_maps[0][np.where(held, 0, refs["path"])])
@@ -539,22 +589,25 @@ def _shared_array(ctx: _Context, name: str, vs: list[Variable]) -> ArrayPlan | N
                      materialize=cells)
 
 
-def _data_paths(inv: FileInventory) -> list[str]:
-    return [s.path for s in inv.sources()]
+_at_shape = at_shape  # (moved to scan/_planning.py)
 
 
-def _at_shape(values: np.ndarray, v: Variable) -> np.ndarray:
-    """Values read with h5py at the variable's netCDF shape: a netCDF-4 variable with fewer
-    records than its unlimited dimension reads as the fill value past its HDF5 extent (as
-    netCDF-C reads it)."""
-    values = np.asarray(values)
-    if values.shape == tuple(v.shape) or values.ndim != len(v.shape) or \
-            any(a > b for a, b in zip(values.shape, v.shape)):
-        return values
-    fill = v.fill_value if v.fill_value is not None else 0
-    out = np.full(v.shape, fill, dtype=values.dtype)
-    out[tuple(slice(0, n) for n in values.shape)] = values
-    return out
+def _unscanned_values(ctx: _Context, inv: FileInventory, name: str, v: Variable
+                      ) -> np.ndarray | None:
+    """Values the plan stores but the scan did not record: a variable named with --inline
+    beyond what the scanners record (small ones that cannot be referenced, coordinates and
+    their bounds), or one its library could not decode when scanned. The one place
+    planning reads a source (docs/planning.md); None (with a located problem) when the
+    library cannot read it."""
+    from ..scan import read_values
+
+    try:
+        return at_shape(read_values(inv.path, name), v)
+    except Exception as e:  # the library cannot decode it (a damaged block, a filter
+        # it has no plugin for): refused, located, like a scanner's corrupt data
+        ctx.problem(inv.path, name, "corrupt", f"cannot be inlined: the source library "
+                    f"cannot read it ({type(e).__name__}: {e})")
+        return None
 
 
 def _same_values(a: np.ndarray, b: np.ndarray) -> bool:
@@ -569,19 +622,12 @@ def _inline_array(ctx: _Context, name: str, vs: list[Variable], k: int | None) -
     first = vs[0]
     values = []
     for inv, v in zip(ctx.invs, vs):
-        if v.values is not None:
-            values.append(v.values)
-            continue
-        try:
-            got = _at_shape(read_values(inv.path, name), v)
-            if v.dtype.names is not None:  # a struct: each file's layout as the cube's
-                got = np.asarray(got).astype(v.dtype)
-            values.append(got)
-        except Exception as e:  # the library cannot decode it (a damaged block, a filter
-            # it has no plugin for): refused, located, like a scanner's corrupt data
-            ctx.problem(inv.path, name, "corrupt", f"cannot be inlined: the source library "
-                        f"cannot read it ({type(e).__name__}: {e})")
+        value = v.values if v.values is not None else _unscanned_values(ctx, inv, name, v)
+        if value is None:
             return None
+        if v.dtype.names is not None:  # a struct: each file's layout as the cube's
+            value = np.asarray(value).astype(v.dtype)
+        values.append(value)
     if k is not None:
         data = np.concatenate(values, axis=k)
     else:

@@ -11,6 +11,7 @@ import numpy as np
 from .. import storage
 from ..model import FileInventory, Location, Problem, VirtualizeError
 from ._io import find_hdf5_signature, sniff
+from ._planning import add_planning_data
 
 
 def detect_format(path: str) -> str | None:
@@ -49,16 +50,16 @@ def scan(path: str | os.PathLike) -> FileInventory:
     try:
         if fmt == "hdf5":
             from .hdf5 import scan_hdf5
-            return _check_extent(scan_hdf5(path))
+            return add_planning_data(_check_extent(scan_hdf5(path)))
         if fmt == "netcdf3":
             from .netcdf3 import scan_netcdf3
-            return _check_extent(scan_netcdf3(path))
+            return add_planning_data(_check_extent(scan_netcdf3(path)))
         if fmt == "tiff":
             from .tiff import scan_tiff
-            return _check_extent(scan_tiff(path))
+            return add_planning_data(_check_extent(scan_tiff(path)))
         if fmt == "kerchunk":  # its blocks are in other files: it checks their extents
             from .kerchunk import scan_kerchunk
-            return scan_kerchunk(path)
+            return add_planning_data(scan_kerchunk(path))
     except VirtualizeError:
         raise
     except Exception as e:  # a library's own error: name the file and what it said
