@@ -71,6 +71,7 @@ def write_cube(plan: Plan, dest: str | Path, overwrite: bool = False, *,
                       for r in source_roots([s.path for s in plan.sources])],
             "arrays": {name: ("inline" if a.inline is not None else "virtual")
                        for name, a in plan.arrays.items()},
+            "groups": sorted(g for g in plan.groups if g),  # readers list no directories
             "remedies": [r.to_dict() for r in plan.remedies.values() if r.enabled],
             "notes": plan.notes,
         })
