@@ -119,6 +119,8 @@ class _RemoteFiles:
 
         if start is None and end is None and rel in self.cached:
             return self.cached.pop(rel)
+        # a whole object as the range from 0: one GET (s3fs asks for the size first else)
+        start = start or 0
         try:
             data = retrying(self.fs.cat_file, self._path(rel), start=start, end=end)
         except FileNotFoundError:
