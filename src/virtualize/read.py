@@ -69,10 +69,13 @@ def register_codecs() -> None:
 
 
 @contextlib.contextmanager
-def rectilinear_enabled():
+def rectilinear_enabled(codecs: bool = True):
     """zarr-python reads rectilinear grids only with `array.rectilinear_chunks` on; turn it
-    on for the duration of an open, then restore the caller's setting."""
-    register_codecs()
+    on for the duration of an open, then restore the caller's setting. `codecs`: register
+    imagecodecs' codecs first (0.5 s of imports, once); `open_cube` leaves that to the
+    store, which registers them only for a cube that names one."""
+    if codecs:
+        register_codecs()
     with zarr.config.set({"array.rectilinear_chunks": True}):
         yield
 
@@ -609,7 +612,10 @@ class ConsolidatedView(WrapperStore):
             meta[node] = child
         doc["consolidated_metadata"] = {"kind": "inline", "must_understand": False,
                                         "metadata": meta}
-        return prototype.buffer.from_bytes(json.dumps(doc).encode())
+        text = json.dumps(doc)
+        if '"imagecodecs_' in text:  # before zarr parses the documents
+            register_codecs()
+        return prototype.buffer.from_bytes(text.encode())
 
     async def _doc(self, node: str, prototype: BufferPrototype) -> dict | None:
         buf = await self._store.get(f"{node}/zarr.json", prototype)
@@ -644,7 +650,7 @@ def open_cube(path: str | os.PathLike, *, check_sources: bool = True, allow=None
     """Open a cube directory, a kerchunk reference JSON or an Icechunk repository written
     by virtualize as a read-only zarr group. `allow`: more roots (paths, or URL prefixes)
     the reader may open files in (docs/reading.md, Confinement)."""
-    with rectilinear_enabled():
+    with rectilinear_enabled(codecs=False):  # the store registers them when needed
         store = open_store(path, check_sources=check_sources, allow=allow)
         try:
             return zarr.open_group(store, mode="r", zarr_format=3)
@@ -746,6 +752,7 @@ def reference_store(doc: dict, path: Path, access: Access, sources):
     from fsspec.implementations.reference import ReferenceFileSystem
     from zarr.storage import FsspecStore
 
+    register_codecs()  # its arrays' documents are parsed as they are reached
     local = AsyncFileSystemWrapper(LocalFileSystem(), asynchronous=True)
     try:
         # given only the local file system, building it opens nothing and imports no
