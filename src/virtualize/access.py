@@ -326,35 +326,41 @@ def stored_chunk_bytes(doc: dict) -> np.ndarray | None:
     spec = chunk_lengths(doc)
     if spec is None:
         return None
-    itemsize, lengths = spec
-    out = np.ones([len(x) for x in lengths], dtype=np.uint64) * np.uint64(itemsize)
-    for axis, lens in enumerate(lengths):
-        shape_ = [1] * len(lengths)
+    itemsize, runs = spec
+    out = np.ones([int(ends[-1]) if len(ends) else 0 for _, ends in runs],
+                  dtype=np.uint64) * np.uint64(itemsize)
+    for axis, (values, ends) in enumerate(runs):
+        lens = np.repeat(values, np.diff(ends, prepend=0).astype(np.intp))
+        shape_ = [1] * len(runs)
         shape_[axis] = len(lens)
         out = out * lens.reshape(shape_)
     return out
 
 
-def stored_bytes_of_rows(spec: tuple[int, list[np.ndarray]] | None, shape: tuple[int, ...],
-                         start: int, stop: int) -> np.ndarray | None:
+def stored_bytes_of_rows(spec, shape: tuple[int, ...], start: int, stop: int
+                         ) -> np.ndarray | None:
     """`stored_chunk_bytes` of manifest rows start..stop only (C order over `shape`), from
-    `chunk_lengths(doc)`: what a reader checking one block of rows needs."""
+    `chunk_lengths(doc)`: what a reader checking one block of rows needs (its memory is
+    the block's, not the grid's)."""
     if spec is None:
         return None
-    itemsize, lengths = spec
-    if tuple(len(x) for x in lengths) != tuple(shape):
+    itemsize, runs = spec
+    if tuple(int(ends[-1]) if len(ends) else 0 for _, ends in runs) != tuple(shape):
         return None
     out = np.full(stop - start, itemsize, dtype=np.uint64)
     if not shape:
         return out
     for axis, i in enumerate(np.unravel_index(np.arange(start, stop), shape)):
-        out *= lengths[axis][i]
+        values, ends = runs[axis]
+        out *= values[np.searchsorted(ends, i, side="right")]
     return out
 
 
-def chunk_lengths(doc: dict) -> tuple[int, list[np.ndarray]] | None:
+def chunk_lengths(doc: dict) -> tuple[int, list[tuple[np.ndarray, np.ndarray]]] | None:
     """For an uncompressed array (only the `bytes` codec): its item size and, per axis,
-    the length of each chunk along it. None for any other array."""
+    the lengths of its chunks along it as runs: (length of each run, cumulative chunk count
+    at each run's end), as small as the document's grid (a regular axis is one run).
+    None for any other array."""
     try:
         codecs = doc.get("codecs") or []
         if len(codecs) != 1 or codecs[0].get("name") != "bytes":
@@ -363,20 +369,19 @@ def chunk_lengths(doc: dict) -> tuple[int, list[np.ndarray]] | None:
         shape = [int(n) for n in doc["shape"]]
         grid = doc["chunk_grid"]
         conf = grid["configuration"]
-        lengths = []
+        runs = []
         for axis, n in enumerate(shape):
             spec = (conf["chunk_shape"][axis] if grid["name"] == "regular"
                     else conf["chunk_shapes"][axis])
             if isinstance(spec, int):
-                lengths.append(np.full(-(-n // spec) if spec > 0 else 0, spec, dtype=np.uint64))
-                continue
-            axis_lengths: list[np.ndarray] = []
-            for item in spec:
-                axis_lengths.append(np.full(int(item[1]), int(item[0]), dtype=np.uint64)
-                                    if isinstance(item, list)
-                                    else np.array([int(item)], dtype=np.uint64))
-            lengths.append(np.concatenate(axis_lengths) if axis_lengths
-                           else np.zeros(0, dtype=np.uint64))
-        return itemsize, lengths
+                count = -(-n // spec) if spec > 0 else 0
+                pairs = [(spec, count)] if count else []
+            else:
+                pairs = [(int(item[0]), int(item[1])) if isinstance(item, list) else (int(item), 1)
+                         for item in spec]
+            values = np.array([v for v, _ in pairs], dtype=np.uint64)
+            ends = np.cumsum([c for _, c in pairs], dtype=np.int64)
+            runs.append((values, ends))
+        return itemsize, runs
     except (KeyError, TypeError, ValueError, IndexError, AttributeError):
         return None

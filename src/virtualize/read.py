@@ -265,6 +265,7 @@ class CubeStore(Store):
             self.base = base or os.path.abspath(self.root)
         self._manifests: dict[str, Manifest] = {}
         self._docs: dict[str, dict | None] = {}
+        self._nodes: list[str] | None = None
         self._fds: dict[int, int] = {}
         raw = self.files.read(SOURCES_NAME)
         if raw is None:
@@ -420,6 +421,11 @@ class CubeStore(Store):
         group directory (a cube written before groups were recorded). An array named there
         whose directory or document is missing, or leads outside the cube, is an invalid
         cube (never silently left out)."""
+        if self._nodes is None:
+            self._nodes = self._find_nodes()
+        return self._nodes
+
+    def _find_nodes(self) -> list[str]:
         found = {""}
         for name in list(self.arrays) + self.groups:
             parts = name.split("/")
