@@ -80,18 +80,19 @@ def build(work: Path, n: int) -> dict[str, Path]:
            "icechunk": d / "repo.icechunk", "kerchunk": d / "refs.json"}
     if all(p.exists() for p in out.values()):
         return out
-    shutil.rmtree(d, ignore_errors=True)
-    (d / "data").mkdir(parents=True)
-    t = time.perf_counter()
-    with h5py.File(out["h5"], "w") as f:
-        v = f.create_dataset("v", shape=(n, 4), chunks=(1, 4), dtype="<i2")
-        step = 100_000
-        for a in range(0, n, step):
-            b = min(n, a + step)
-            v[a:b] = (np.arange(a * 4, b * 4) % 30000).astype("<i2").reshape(b - a, 4)
-        f.create_dataset("x", data=np.arange(4, dtype="<f8"))
-    log(f"  n={n}: HDF5 written in {time.perf_counter() - t:.1f} s "
-        f"({out['h5'].stat().st_size / MB:.1f} MB)")
+    if not out["h5"].exists():
+        shutil.rmtree(d, ignore_errors=True)
+        (d / "data").mkdir(parents=True)
+        t = time.perf_counter()
+        with h5py.File(out["h5"], "w") as f:
+            v = f.create_dataset("v", shape=(n, 4), chunks=(1, 4), dtype="<i2")
+            step = 100_000
+            for a in range(0, n, step):
+                b = min(n, a + step)
+                v[a:b] = (np.arange(a * 4, b * 4) % 30000).astype("<i2").reshape(b - a, 4)
+            f.create_dataset("x", data=np.arange(4, dtype="<f8"))
+        log(f"  n={n}: HDF5 written in {time.perf_counter() - t:.1f} s "
+            f"({out['h5'].stat().st_size / MB:.1f} MB)")
     sys.path.insert(0, str(ROOT / "src"))
     import virtualize
     from virtualize.emit.cube import write_cube
@@ -104,6 +105,8 @@ def build(work: Path, n: int) -> dict[str, Path]:
     log(f"  n={n}: scanned and planned in {time.perf_counter() - t:.1f} s")
     for kind, write in (("cube", write_cube), ("icechunk", write_icechunk),
                         ("kerchunk", write_kerchunk)):
+        if out[kind].exists():  # an input kept from an earlier run (--work)
+            continue
         t = time.perf_counter()
         write(report.plan, out[kind])
         log(f"  n={n}: {kind} written in {time.perf_counter() - t:.1f} s")

@@ -62,7 +62,8 @@ def test_http_cube_open_and_one_chunk_cost_does_not_grow_with_chunks(served):
         srv.reset()
         _open_and_read_one(f"{srv.url}/cubes/big{n}.zarr", n)
         manifest = f"/cubes/big{n}.zarr/v/manifest.npy"
-        costs[n] = (srv.requests, srv.requests_per_path.get(manifest), srv.per_path[manifest])
+        costs[n] = (srv.requests, srv.requests_per_path.get(manifest), srv.per_path[manifest],
+                    dict(srv.requests_per_path))
         assert srv.per_path[manifest] <= 4096 + read.MANIFEST_BLOCK_ROWS * REF_DTYPE.itemsize
     small, large = (costs[n] for n in SIZES)
     assert small[:2] == large[:2], costs  # the same requests, whatever the chunk count
@@ -249,6 +250,14 @@ def test_icechunk_open_lists_no_chunk_keys(served, tmp_path, monkeypatch):
     np.testing.assert_array_equal(g["v"][n - 1], _expected(n, n - 1))
     ds = xr.open_dataset(tmp_path / "repo.icechunk", engine="virtualize")
     np.testing.assert_array_equal(ds["v"][n - 1].values, _expected(n, n - 1))
+    # the references are split into manifests of MANIFEST_SPLIT chunks along each axis:
+    # reading a chunk loads one of them, not all
+    import icechunk as ic
+
+    repo = ic.Repository.open(ic.local_filesystem_storage(str(tmp_path / "repo.icechunk")))
+    snap = next(iter(repo.ancestry(branch="main"))).id
+    refs = [m.num_chunk_refs for m in repo.list_manifest_files(snap)]
+    assert sum(refs) == n + 1 and max(refs) <= emit_icechunk.MANIFEST_SPLIT < n, refs  # + x
     # the hierarchy is walked group by group; no key listing, no array's directory listed
     assert _ListCounting.calls, "the counting store was not used"
     assert {c for c, _ in _ListCounting.calls} == {"list_dir"}, _ListCounting.calls

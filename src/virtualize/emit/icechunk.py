@@ -55,6 +55,7 @@ def write_icechunk(plan: Plan, dest: str | Path, overwrite: bool = False) -> Pat
     prefixes = container_prefixes(plan)
     with staged_dir(dest, overwrite, [s.path for s in plan.sources], mark=False) as stage:
         config = ic.RepositoryConfig.default()
+        config.manifest = manifest_config()
         for prefix in prefixes:
             config.set_virtual_chunk_container(_container(prefix))
         repo = ic.Repository.create(ic.local_filesystem_storage(str(stage)), config,
@@ -62,6 +63,18 @@ def write_icechunk(plan: Plan, dest: str | Path, overwrite: bool = False) -> Pat
         _commit(repo, plan, f"virtualize: {len(plan.arrays)} arrays from "
                             f"{len(plan.sources)} files")
     return dest
+
+
+MANIFEST_SPLIT = 20000  # chunks per axis in one Icechunk manifest (docs/reading.md)
+
+
+def manifest_config():
+    """Icechunk manifests split every `MANIFEST_SPLIT` chunks along each axis, so reading a
+    chunk of a 1,000,000-chunk array loads one small manifest, not all its references."""
+    import icechunk as ic
+
+    return ic.ManifestConfig(splitting=ic.ManifestSplittingConfig.from_dict(
+        {ic.ManifestSplitCondition.AnyArray(): {ic.ManifestSplitDimCondition.Any(): MANIFEST_SPLIT}}))
 
 
 def append_icechunk(plan: Plan, dest: str | Path, added: int) -> Path:
