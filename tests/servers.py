@@ -60,18 +60,18 @@ class _Handler(SimpleHTTPRequestHandler):
             code = 404
         if code is None:
             return False
+        self._count(0)
         self.send_response(code)
         self.send_header("Content-Length", "0")
         self.end_headers()
-        self._count(0)
         return True
 
     def do_HEAD(self) -> None:  # noqa: N802
         if self._refuse():
             return
         p = self._target()
-        self._headers(p, 200, p.stat().st_size)
         self._count(0)
+        self._headers(p, 200, p.stat().st_size)
 
     def do_GET(self) -> None:  # noqa: N802
         if self._refuse():
@@ -90,17 +90,17 @@ class _Handler(SimpleHTTPRequestHandler):
             else:
                 start, end = int(a), min(int(b) if b else size - 1, size - 1)
             if start >= size:
+                self._count(0)
                 self.send_response(416)
                 self.send_header("Content-Range", f"bytes */{size}")
                 self.send_header("Content-Length", "0")
                 self.end_headers()
-                self._count(0)
                 return
             with open(p, "rb") as f:
                 data = os.pread(f.fileno(), end - start + 1, start)
             self._headers(p, 206, len(data), {"Content-Range": f"bytes {start}-{end}/{size}"})
+        self._count(len(data))  # before sending: a client that has the answer sees it counted
         self.wfile.write(data)
-        self._count(len(data))
 
 
 class RangeHTTPServer(ThreadingHTTPServer):

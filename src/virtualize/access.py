@@ -12,7 +12,8 @@ policy (docs/reading.md, "Confinement"):
 - URLs other than `file://` (http, s3, ...) are refused unless the caller allows a prefix
   of them (`allow=["s3://bucket/data/"]`).
 
-`check_refs` validates a manifest against the recorded source sizes, vectorized: an
+`check_rows` validates manifest rows against the recorded source sizes, vectorized, block by
+block as a reader fetches them (`check_refs`: a whole manifest): an
 edited manifest is refused with the cube, array, chunk and source named, never read.
 """
 
@@ -235,32 +236,53 @@ def check_refs(what: str | os.PathLike, name: str, m: np.ndarray, sources: list[
                sizes: list[int], grid: tuple[int, ...] | None,
                expected: np.ndarray | None = None) -> None:
     """Every reference of array `name` lies inside its (recorded) source, and (with
-    `expected`, for uncompressed arrays) is as long as its chunk: vectorized."""
-    if m.dtype != REF_DTYPE:
-        raise invalid(what, f"manifest has dtype {m.dtype}, not {REF_DTYPE}", name)
-    if grid is not None and tuple(m.shape) != tuple(grid):
-        if not (len(m.shape) == len(grid) and all(a == b or a == 0 for a, b in zip(m.shape, grid))):
-            raise invalid(what, f"manifest has shape {tuple(m.shape)}, the chunk grid is "
+    `expected`, for uncompressed arrays) is as long as its chunk: vectorized, over the
+    whole manifest (a reader checks block by block: `check_shape`, `check_rows`)."""
+    check_shape(what, name, m.dtype, tuple(m.shape), grid)
+    check_rows(what, name, m.reshape(-1), 0, tuple(m.shape), sources, sizes,
+               None if expected is None or expected.size != m.size else expected.reshape(-1))
+
+
+def check_shape(what: str | os.PathLike, name: str, dtype: np.dtype, shape: tuple[int, ...],
+                grid: tuple[int, ...] | None) -> None:
+    """A manifest's dtype and shape (from its `.npy` header) fit the array's chunk grid."""
+    if dtype != REF_DTYPE:
+        raise invalid(what, f"manifest has dtype {dtype}, not {REF_DTYPE}", name)
+    if grid is not None and tuple(shape) != tuple(grid):
+        if not (len(shape) == len(grid) and all(a == b or a == 0 for a, b in zip(shape, grid))):
+            raise invalid(what, f"manifest has shape {tuple(shape)}, the chunk grid is "
                                 f"{tuple(grid)}", name)
-    flat = m.reshape(-1)
-    path = np.asarray(flat["path"], dtype=np.uint64)
-    off = np.asarray(flat["offset"], dtype=np.uint64)
-    length = np.asarray(flat["length"], dtype=np.uint64)
+
+
+def check_rows(what: str | os.PathLike, name: str, rows: np.ndarray, start: int,
+               shape: tuple[int, ...], sources: list[str], sizes: list[int],
+               expected: np.ndarray | None = None, origin: tuple[int, ...] | None = None
+               ) -> None:
+    """Rows `start`, `start + 1`, ... (C order over the manifest's `shape`) of array `name`:
+    every reference names a recorded source and lies inside it, and (with `expected`, the
+    byte length of each of these rows' chunks, for uncompressed arrays) is as long as its
+    chunk. Vectorized; a reader calls it on each block of rows it fetches. `origin`: where
+    a manifest segment's first chunk is in the array (for the chunk names of problems)."""
+    path = np.asarray(rows["path"], dtype=np.uint64)
+    off = np.asarray(rows["offset"], dtype=np.uint64)
+    length = np.asarray(rows["length"], dtype=np.uint64)
     virt = (length > 0) & (path != MATERIALIZED)
     bad_path = virt & (path >= len(sources))
     size = np.asarray(sizes, dtype=np.uint64)
     idx = np.where(virt & ~bad_path, path, 0).astype(np.intp)
-    sz = size[idx] if len(size) else np.zeros(len(flat), dtype=np.uint64)
+    sz = size[idx] if len(size) else np.zeros(len(rows), dtype=np.uint64)
     bad_range = virt & ~bad_path & ((off > sz) | (length > sz - np.minimum(off, sz)))
     bad_length = np.zeros_like(virt)
     if expected is not None and expected.size == length.size:
-        bad_length = virt & (length != expected.reshape(-1))
+        bad_length = virt & (length != expected)
     bad = np.flatnonzero(bad_path | bad_range | bad_length)
     if not bad.size:
         return
     problems = []
     for i in bad[:20].tolist():
-        block = tuple(int(x) for x in np.unravel_index(i, m.shape)) if m.ndim else ()
+        block = tuple(int(x) for x in np.unravel_index(start + i, shape)) if shape else ()
+        if origin:
+            block = tuple(b + o for b, o in zip(block, origin))
         key = "c" + "".join(f"/{b}" for b in block)
         p = int(path[i])
         if bad_path[i]:
@@ -269,7 +291,7 @@ def check_refs(what: str | os.PathLike, name: str, m: np.ndarray, sources: list[
             msg = (f"chunk {name}/{key} wants {int(length[i])} bytes at {int(off[i])} of "
                    f"{sources[p]}, which has {int(size[p])} bytes")
         else:
-            msg = (f"chunk {name}/{key} is uncompressed and holds {int(expected.reshape(-1)[i])} "
+            msg = (f"chunk {name}/{key} is uncompressed and holds {int(expected[i])} "
                    f"bytes, but its reference is {int(length[i])} bytes long")
         problems.append(Problem(Location(str(what), name, None, block), "invalid-reference", msg))
     raise VirtualizeError(problems, f"{what}: {bad.size} reference(s) of {name} lie outside "
@@ -303,8 +325,50 @@ def grid_shape(doc: dict) -> tuple[int, ...] | None:
 
 def stored_chunk_bytes(doc: dict) -> np.ndarray | None:
     """For an array whose only codec is `bytes` (uncompressed), the byte length every
-    stored chunk must have (over the chunk grid), else None: a manifest length that
+    stored chunk must have (over the whole chunk grid), else None: a manifest length that
     differs would make zarr fail to reshape, or read past the chunk."""
+    spec = chunk_lengths(doc)
+    if spec is None:
+        return None
+    itemsize, runs = spec
+    out = np.ones([int(ends[-1]) if len(ends) else 0 for _, ends in runs],
+                  dtype=np.uint64) * np.uint64(itemsize)
+    for axis, (values, ends) in enumerate(runs):
+        lens = np.repeat(values, np.diff(ends, prepend=0).astype(np.intp))
+        shape_ = [1] * len(runs)
+        shape_[axis] = len(lens)
+        out = out * lens.reshape(shape_)
+    return out
+
+
+def stored_bytes_of_rows(spec, shape: tuple[int, ...], start: int, stop: int,
+                         origin: tuple[int, ...] | None = None) -> np.ndarray | None:
+    """`stored_chunk_bytes` of manifest rows start..stop only (C order over `shape`), from
+    `chunk_lengths(doc)`: what a reader checking one block of rows needs (its memory is
+    the block's, not the grid's). `origin`: a manifest segment's first chunk in the grid."""
+    if spec is None:
+        return None
+    itemsize, runs = spec
+    origin = origin or (0,) * len(shape)
+    grid = tuple(int(ends[-1]) if len(ends) else 0 for _, ends in runs)
+    if len(grid) != len(shape) or any(o + n > g for o, n, g in zip(origin, shape, grid)) or \
+            (not any(origin) and grid != tuple(shape)):
+        return None
+    out = np.full(stop - start, itemsize, dtype=np.uint64)
+    if not shape:
+        return out
+    for axis, i in enumerate(np.unravel_index(np.arange(start, stop), shape)):
+        i = i + origin[axis]
+        values, ends = runs[axis]
+        out *= values[np.searchsorted(ends, i, side="right")]
+    return out
+
+
+def chunk_lengths(doc: dict) -> tuple[int, list[tuple[np.ndarray, np.ndarray]]] | None:
+    """For an uncompressed array (only the `bytes` codec): its item size and, per axis,
+    the lengths of its chunks along it as runs: (length of each run, cumulative chunk count
+    at each run's end), as small as the document's grid (a regular axis is one run).
+    None for any other array."""
     try:
         codecs = doc.get("codecs") or []
         if len(codecs) != 1 or codecs[0].get("name") != "bytes":
@@ -313,23 +377,19 @@ def stored_chunk_bytes(doc: dict) -> np.ndarray | None:
         shape = [int(n) for n in doc["shape"]]
         grid = doc["chunk_grid"]
         conf = grid["configuration"]
-        lengths = []
+        runs = []
         for axis, n in enumerate(shape):
             spec = (conf["chunk_shape"][axis] if grid["name"] == "regular"
                     else conf["chunk_shapes"][axis])
             if isinstance(spec, int):
-                lengths.append([spec] * (-(-n // spec) if spec > 0 else 0))
-                continue
-            axis_lengths: list[int] = []
-            for item in spec:
-                axis_lengths += [int(item[0])] * int(item[1]) if isinstance(item, list) \
-                    else [int(item)]
-            lengths.append(axis_lengths)
-        out = np.ones([len(x) for x in lengths], dtype=np.uint64) * np.uint64(itemsize)
-        for axis, lens in enumerate(lengths):
-            shape_ = [1] * len(lengths)
-            shape_[axis] = len(lens)
-            out = out * np.asarray(lens, dtype=np.uint64).reshape(shape_)
-        return out
+                count = -(-n // spec) if spec > 0 else 0
+                pairs = [(spec, count)] if count else []
+            else:
+                pairs = [(int(item[0]), int(item[1])) if isinstance(item, list) else (int(item), 1)
+                         for item in spec]
+            values = np.array([v for v, _ in pairs], dtype=np.uint64)
+            ends = np.cumsum([c for _, c in pairs], dtype=np.int64)
+            runs.append((values, ends))
+        return itemsize, runs
     except (KeyError, TypeError, ValueError, IndexError, AttributeError):
         return None

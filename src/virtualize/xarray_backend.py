@@ -26,7 +26,7 @@ class VirtualizeBackendEntrypoint(BackendEntrypoint):
         """`check_sources`: refuse a cube whose sources changed (default); `allow`: more
         roots (paths or URL prefixes) the cube may reference (docs/reading.md)."""
         store = open_store(os.fspath(filename_or_obj), check_sources=check_sources, allow=allow)
-        with rectilinear_enabled():
+        with rectilinear_enabled(codecs=False):  # the store registers what it needs
             return ZarrBackendEntrypoint().open_dataset(
                 store, group=group, drop_variables=drop_variables, mask_and_scale=mask_and_scale,
                 decode_times=decode_times, decode_timedelta=decode_timedelta,

@@ -73,6 +73,7 @@ def write_cube(plan: Plan, dest: str | Path, overwrite: bool = False, *,
                       for r in source_roots([s.path for s in plan.sources])],
             "arrays": {name: ("inline" if a.inline is not None else "virtual")
                        for name, a in plan.arrays.items()},
+            "groups": sorted(g for g in plan.groups if g),  # readers list no directories
             "remedies": [r.to_dict() for r in plan.remedies.values() if r.enabled],
             "notes": plan.notes,
             "append": plan.append_state,
@@ -88,7 +89,10 @@ def manifest_segments(field: dict) -> tuple[int, list[tuple[int, str]]]:
     (`manifest.1.npy`, ...) holding the chunks it added along the concatenation axis."""
     segments = field.get("segments")
     if segments is None:
-        return 0, [(0, str(field.get("manifest", MANIFEST_NAME)))]
+        name = field.get("manifest", MANIFEST_NAME)
+        if not (isinstance(name, str) and _SEGMENT.fullmatch(name)):
+            raise ValueError(f"its manifest file name {name!r} is not manifest[.N].npy")
+        return 0, [(0, name)]
     if not isinstance(segments, list) or not all(
             isinstance(s, list) and len(s) == 2 and isinstance(s[0], int) and
             isinstance(s[1], str) and _SEGMENT.fullmatch(s[1]) for s in segments):

@@ -89,6 +89,7 @@ def write_icechunk(plan: Plan, dest: str | Path, overwrite: bool = False, *,
     prefixes = container_prefixes(plan, skip=movable)
     with staged_dir(dest, overwrite, [s.path for s in plan.sources], mark=False) as stage:
         config = ic.RepositoryConfig.default()
+        config.manifest = manifest_config()
         for prefix in prefixes:
             config.set_virtual_chunk_container(_container(prefix))
         if moving:
@@ -100,6 +101,18 @@ def write_icechunk(plan: Plan, dest: str | Path, overwrite: bool = False, *,
                             f"{len(plan.sources)} files", locations,
                 relative_to if moving else None, moving)
     return dest
+
+
+MANIFEST_SPLIT = 20000  # chunks per axis in one Icechunk manifest (docs/reading.md)
+
+
+def manifest_config():
+    """Icechunk manifests split every `MANIFEST_SPLIT` chunks along each axis, so reading a
+    chunk of a 1,000,000-chunk array loads one small manifest, not all its references."""
+    import icechunk as ic
+
+    return ic.ManifestConfig(splitting=ic.ManifestSplittingConfig.from_dict(
+        {ic.ManifestSplitCondition.AnyArray(): {ic.ManifestSplitDimCondition.Any(): MANIFEST_SPLIT}}))
 
 
 def append_icechunk(plan: Plan, dest: str | Path, added: int) -> Path:
