@@ -4,6 +4,8 @@ The Python API (the CLI is a thin layer over it):
 
 - `inventory(path) -> FileInventory`: one file's variables and block tables (the
   `virtualize.scan` subpackage holds the scanners).
+- `inventories(paths, executor=None)`: many files' inventories (or their problems), in
+  order, scanned in worker processes or on an executor (dask.distributed, concurrent.futures).
 - `check(paths, concat_dim=None) -> Report`: can this stack be virtualized? `.ok`,
   `.verdict`, `.problems` (every problem of every file, located), `.plan`;
   `.to_store()` / `.to_xarray()` open the plan in memory without writing anything.
@@ -31,6 +33,7 @@ from .api import (  # noqa: E402
     check,
     check_mosaic,
     export,
+    inventories,
     inventory,
     mosaic,
     open,
@@ -47,5 +50,6 @@ from .model import (  # noqa: E402
 from .report import Report  # noqa: E402
 
 __all__ = ["OutputExistsError", "Problem", "Report", "UnsafeOutputError", "UsageError",
-           "VirtualizeError", "append", "check", "check_mosaic", "export", "inventory", "mosaic",
+           "VirtualizeError", "append", "check", "check_mosaic", "export", "inventories", "inventory",
+           "mosaic",
            "open", "verify_cube", "virtualize"]

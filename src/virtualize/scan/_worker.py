@@ -22,10 +22,11 @@ import os
 import threading
 import time
 import warnings
+from collections import deque
 from collections.abc import Iterable, Iterator
 from multiprocessing.connection import wait
 
-from ..model import FileInventory, Location, Problem, VirtualizeError
+from ..model import FileInventory, Location, Problem, UsageError, VirtualizeError
 
 # Address-space cap of a scan worker (a backstop: sizes and counts read from headers are
 # checked against the file size before anything is allocated).
@@ -56,6 +57,7 @@ def _serve(conn) -> None:  # the worker's main loop
         resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
     except (ValueError, OSError):
         pass
+    from .. import storage
     while True:
         # a worker never outlives its caller: a forked child also holds the caller's end of
         # the pipe (no EOF when the caller dies) and its stdout/stderr (a `subprocess.run`
@@ -69,10 +71,13 @@ def _serve(conn) -> None:  # the worker's main loop
             return
         if job is None:
             return
-        path, options, env = job
-        from .. import storage
-        storage.set_options(options)
-        storage.set_environment(env)
+        # jobs are queued in the pipe (several per worker): the worker goes from one file to
+        # the next without waiting for its caller; the storage settings come with a job
+        # only when they changed
+        path, settings = job
+        if settings is not None:
+            storage.set_options(settings[0])
+            storage.set_environment(settings[1])
         result = scan_or_problems(path)
         try:
             conn.send(result)
@@ -102,19 +107,36 @@ class _Worker:
         self.conn, child = ctx.Pipe()
         self.proc = ctx.Process(target=_serve, args=(child,), daemon=True,
                                 name="virtualize-scan")
-        with warnings.catch_warnings():  # (a thread Python counts differently, in exit)
-            warnings.simplefilter("ignore", DeprecationWarning)
-            self.proc.start()
+        # a daemonic process (a dask worker) may not start children: multiprocessing would
+        # not wait for them at exit; this one dies with its parent anyway (PDEATHSIG, the
+        # parent check), so the rule is lifted for its start
+        config = multiprocessing.current_process()._config
+        daemonic = config.pop("daemon", None)
+        try:
+            with warnings.catch_warnings():  # (a thread Python counts differently, in exit)
+                warnings.simplefilter("ignore", DeprecationWarning)
+                self.proc.start()
+        finally:
+            if daemonic is not None:
+                config["daemon"] = daemonic
         child.close()
         self.owner = os.getpid()  # a forked caller must not use its parent's workers
-        self.path: str | None = None
-        self.deadline = 0.0
+        self.queue: deque[int] = deque()  # indexes of the files sent, in order
+        self.settings: tuple | None = None  # the storage settings it has
+        self.deadline = 0.0  # when the head of the queue must be done
 
-    def submit(self, path: str, timeout: float | None) -> None:
-        self.path = path
+    def submit(self, i: int, path: str, settings: tuple, timeout: float | None) -> None:
+        """Queue file `i` (`path`) on this worker, after the files already queued."""
+        if not self.queue:
+            self.deadline = time.monotonic() + timeout if timeout else float("inf")
+        self.queue.append(i)
+        self.conn.send((path, settings if settings != self.settings else None))
+        self.settings = settings
+
+    def started_next(self, timeout: float | None) -> None:
+        """The head of the queue is done: the next one's time starts now."""
+        self.queue.popleft()
         self.deadline = time.monotonic() + timeout if timeout else float("inf")
-        from .. import storage
-        self.conn.send((path, storage.get_options(), storage.environment()))
 
     def kill(self) -> None:
         self.proc.kill()
@@ -185,43 +207,162 @@ def crashed(path: str, code: int | None) -> list[Problem]:
                     "crashed or ran out of memory on it")]
 
 
+# Files queued on one worker at a time: it goes on to the next without a round trip through
+# its caller (on a loaded machine each wake-up of a waiting process can cost a scheduler
+# slice, milliseconds, more than scanning a small file).
+QUEUE = 8
+
+
 def scan_bounded(paths: Iterable[str], timeout: float | None, jobs: int = 1) -> Iterator[Result]:
-    """Scan `paths` in worker processes (`jobs` at a time), each within `timeout` seconds
-    (None: no limit), yielding each file's result in the order given."""
+    """Scan `paths` in worker processes (`jobs` of them), each file within `timeout` seconds
+    (None: no limit), yielding each file's result in the order given. Each worker has up to
+    `QUEUE` files queued; one that times out or crashes is replaced, the files queued behind
+    the one it was scanning are scanned again by the others."""
     from .. import storage
     paths = [storage.normalize(p) for p in paths]
+    settings = (storage.get_options(), storage.environment())
     results: dict[int, Result] = {}
-    busy: dict[int, _Worker] = {}  # file index -> its worker
-    nxt = done = 0
+    todo = deque(range(len(paths)))
+    workers: list[_Worker] = []
+    depth = max(1, min(QUEUE, len(paths) // (max(1, jobs) * 4)))
+    done = 0
     try:
         while done < len(paths):
-            while nxt < len(paths) and len(busy) < max(1, jobs):
-                w = _take()
-                w.submit(paths[nxt], timeout)
-                busy[nxt] = w
-                nxt += 1
-            now = time.monotonic()
-            soonest = min(w.deadline for w in busy.values())
-            ready = wait([w.conn for w in busy.values()],
-                         None if soonest == float("inf") else max(0.0, soonest - now))
-            for i, w in list(busy.items()):
+            while todo and len(workers) < max(1, jobs):
+                workers.append(_take())
+            for w in workers:
+                while todo and len(w.queue) < depth:
+                    i = todo.popleft()
+                    w.submit(i, paths[i], settings, timeout)
+            busy = [w for w in workers if w.queue]
+            soonest = min(w.deadline for w in busy)
+            ready = wait([w.conn for w in busy],
+                         None if soonest == float("inf") else max(0.0, soonest - time.monotonic()))
+            for w in busy:
+                lost = None
                 if w.conn in ready:
                     try:
-                        results[i] = w.conn.recv()
+                        while True:  # every result that is there
+                            results[w.queue[0]] = w.conn.recv()
+                            w.started_next(timeout)
+                            if not w.queue or not w.conn.poll():
+                                break
                     except (EOFError, OSError):
                         w.proc.join()
-                        results[i] = crashed(paths[i], w.proc.exitcode)
+                        lost = crashed(paths[w.queue[0]], w.proc.exitcode)
                         w.conn.close()
-                    else:
-                        _give_back(w)
-                    del busy[i]
                 elif time.monotonic() >= w.deadline:
                     w.kill()
-                    results[i] = timed_out(paths[i], timeout or 0)
-                    del busy[i]
+                    lost = timed_out(paths[w.queue[0]], timeout or 0)
+                if lost is not None:
+                    results[w.queue.popleft()] = lost
+                    todo.extendleft(reversed(w.queue))  # the others scan them
+                    workers.remove(w)
             while done in results:
                 yield results.pop(done)
                 done += 1
     finally:  # abandoned (an exception, a generator closed early): stop what still runs
-        for w in busy.values():
-            w.kill()
+        for w in workers:
+            if w.queue:
+                w.kill()
+            else:
+                _give_back(w)
+
+
+# -- scans on an executor (a dask.distributed Client or a concurrent.futures.Executor) --------
+
+def scan_task(paths: list[str], settings: tuple, timeout: float | None) -> list[Result]:
+    """One task on an executor: scan `paths` where the task runs, each file bounded as
+    locally (a worker process of this one, `timeout`; in this process when None)."""
+    from .. import storage
+    storage.set_options(settings[0])
+    storage.set_environment(settings[1])
+    if not timeout:
+        return [scan_or_problems(p) for p in paths]
+    return list(scan_bounded(paths, timeout, 1))
+
+
+def dask_client(address: str | None = None):
+    """A dask.distributed Client of the scheduler at `address`, or of a new local cluster
+    sized to this machine (one single-threaded worker process a core; closed with the
+    client by the caller: `client._virtualize_cluster`)."""
+    try:
+        from dask.distributed import Client, LocalCluster
+    except ImportError:
+        raise UsageError("--executor dask needs dask.distributed: "
+                         "pip install 'virtualize[dask]'") from None
+    if address:
+        try:
+            return Client(address, timeout=30)
+        except (OSError, TimeoutError) as e:
+            raise UsageError(f"--scheduler {address}: cannot connect ({e})") from None
+    cluster = LocalCluster(n_workers=os.cpu_count() or 1, threads_per_worker=1,
+                           dashboard_address=None)
+    client = Client(cluster)
+    client._virtualize_cluster = cluster
+    return client
+
+
+def executor_slots(executor) -> int:
+    """How many tasks `executor` runs at once (a guess where it does not say)."""
+    if _is_dask(executor):
+        try:
+            return max(1, sum(executor.nthreads().values()))
+        except Exception:
+            return 4
+    return max(1, getattr(executor, "_max_workers", 0) or 4)
+
+
+def _is_dask(executor) -> bool:
+    return type(executor).__module__.startswith("distributed")
+
+
+def task_failed(path: str, e: BaseException) -> list[Problem]:
+    return [Problem(Location(path), "scan-crashed",
+                    f"the scan of this file failed on the executor ({type(e).__name__}: {e}); "
+                    "its worker died or could not run the task")]
+
+
+def scan_on(executor, paths: Iterable[str], timeout: float | None,
+            batch: int | None = None) -> Iterator[Result]:
+    """Scan `paths` as tasks of `executor`, `batch` files a task (several so that a task
+    costs little next to its files), yielding each file's result in the order given. The
+    workers return the inventories (FileInventory pickles compactly: its block tables
+    are numpy arrays); the caller plans. A task that fails as a whole (its worker died) is
+    run again one file a task, so the file at fault is named (`scan-crashed`)."""
+    from .. import storage
+    paths = [storage.normalize(p) for p in paths]
+    settings = (storage.get_options(), storage.environment())
+    slots = executor_slots(executor)
+    batch = batch or max(1, min(64, len(paths) // (slots * 4)))
+    if _is_dask(executor):
+        def submit(chunk):
+            return executor.submit(scan_task, chunk, settings, timeout, pure=False)
+    else:
+        def submit(chunk):
+            return executor.submit(scan_task, chunk, settings, timeout)
+    chunks = [paths[i:i + batch] for i in range(0, len(paths), batch)]
+    window = deque()  # at most 2 tasks a slot in flight: results wait on the workers
+    nxt = 0
+    try:
+        for chunk in chunks:
+            while nxt < len(chunks) and len(window) < 2 * slots:
+                window.append(submit(chunks[nxt]))
+                nxt += 1
+            future = window.popleft()
+            try:
+                results = future.result()
+            except Exception as e:
+                if len(chunk) == 1:
+                    results = [task_failed(chunk[0], e)]
+                else:  # again, one file a task
+                    results = []
+                    for f in [submit([p]) for p in chunk]:
+                        try:
+                            results += f.result()
+                        except Exception as e1:
+                            results.append(task_failed(chunk[len(results)], e1))
+            yield from results
+    finally:
+        for f in window:
+            f.cancel()
