@@ -23,7 +23,7 @@ from .plan._common import DEFAULT_INLINE_THRESHOLD
 from .read import changed_sources, open_cube
 from .report import Report
 from .scan import scan as _scan
-from .scan._worker import scan_bounded, scan_on, scan_or_problems
+from .scan._worker import Sharer, scan_bounded, scan_on, scan_or_problems
 from .verify import decode_check
 
 PathLike = str | os.PathLike
@@ -355,9 +355,10 @@ def _check(paths, planner: Planner, progress, materialize_limit: int | None = No
                                 "subdirectories are not read)", fatal=not files))
     if not files and not empty:
         problems.append(Problem(Location(), "no-files", "no input files were given"))
+    share = Sharer()  # what the files repeat is held once (flat memory for large stacks)
     for i, result in enumerate(_scan_all(files, jobs, scan_timeout, executor)):
         if isinstance(result, FileInventory):
-            invs.append(result)
+            invs.append(share(result))
             bytes_read[result.path] = result.bytes_read
             requests[result.path] = result.requests
         else:

@@ -26,6 +26,8 @@ from collections import deque
 from collections.abc import Iterable, Iterator
 from multiprocessing.connection import wait
 
+import numpy as np
+
 from ..model import FileInventory, Location, Problem, UsageError, VirtualizeError
 
 # Address-space cap of a scan worker (a backstop: sizes and counts read from headers are
@@ -33,6 +35,8 @@ from ..model import FileInventory, Location, Problem, UsageError, VirtualizeErro
 WORKER_MEMORY = 8 << 30
 
 Result = FileInventory | list[Problem]
+READY = None  # a new worker's first message: it has started
+START_LIMIT = 120.0  # seconds a worker may take to start (the forkserver imports virtualize)
 
 
 def scan_or_problems(path: str) -> Result:
@@ -58,6 +62,8 @@ def _serve(conn) -> None:  # the worker's main loop
     except (ValueError, OSError):
         pass
     from .. import storage
+    from . import hdf5, kerchunk, netcdf3, tiff  # noqa: F401  (their imports are not a scan's time)
+    conn.send(READY)  # (a forkserver's worker may take seconds to start: not a scan's time)
     while True:
         # a worker never outlives its caller: a forked child also holds the caller's end of
         # the pipe (no EOF when the caller dies) and its stdout/stderr (a `subprocess.run`
@@ -124,11 +130,13 @@ class _Worker:
         self.queue: deque[int] = deque()  # indexes of the files sent, in order
         self.settings: tuple | None = None  # the storage settings it has
         self.deadline = 0.0  # when the head of the queue must be done
+        self.started = time.monotonic()
+        self.ready = False  # READY received: its start is over
 
     def submit(self, i: int, path: str, settings: tuple, timeout: float | None) -> None:
         """Queue file `i` (`path`) on this worker, after the files already queued."""
         if not self.queue:
-            self.deadline = time.monotonic() + timeout if timeout else float("inf")
+            self._restart_clock(timeout)
         self.queue.append(i)
         self.conn.send((path, settings if settings != self.settings else None))
         self.settings = settings
@@ -136,7 +144,15 @@ class _Worker:
     def started_next(self, timeout: float | None) -> None:
         """The head of the queue is done: the next one's time starts now."""
         self.queue.popleft()
-        self.deadline = time.monotonic() + timeout if timeout else float("inf")
+        self._restart_clock(timeout)
+
+    def _restart_clock(self, timeout: float | None) -> None:
+        if not timeout:
+            self.deadline = float("inf")
+        elif self.ready:
+            self.deadline = time.monotonic() + timeout
+        else:  # its start does not count (bounded on its own)
+            self.deadline = self.started + START_LIMIT + timeout
 
     def kill(self) -> None:
         self.proc.kill()
@@ -243,8 +259,13 @@ def scan_bounded(paths: Iterable[str], timeout: float | None, jobs: int = 1) -> 
                 if w.conn in ready:
                     try:
                         while True:  # every result that is there
-                            results[w.queue[0]] = w.conn.recv()
-                            w.started_next(timeout)
+                            result = w.conn.recv()
+                            if result is READY:
+                                w.ready = True
+                                w._restart_clock(timeout)
+                            else:
+                                results[w.queue[0]] = result
+                                w.started_next(timeout)
                             if not w.queue or not w.conn.poll():
                                 break
                     except (EOFError, OSError):
@@ -366,3 +387,86 @@ def scan_on(executor, paths: Iterable[str], timeout: float | None,
     finally:
         for f in window:
             f.cancel()
+
+
+# -- the caller's copy of many inventories: what files have in common held once ------------
+
+class Sharer:
+    """Makes inventories received from workers share what is equal across files (attribute
+    dicts, codecs, names, dims and shapes, dtypes, fill values, dimensions): a stack of
+    10,000 files holds one copy of what they repeat, so the caller's memory grows by the
+    little that differs per file (paths, block tables, coordinate values). The shared
+    objects must not be changed in place (the planner copies what it edits)."""
+
+    MAX_ARRAYS = 1024  # distinct small arrays remembered
+
+    def __init__(self) -> None:
+        self.memo: dict = {}
+        self.arrays = 0
+
+    def _one(self, value, key=None):
+        try:
+            k = (type(value), key if key is not None else value)
+            return self.memo.setdefault(k, value)
+        except TypeError:  # unhashable (dicts, lists, arrays): by their pickle
+            k = (type(value), _pickled(value))
+            return value if k[1] is None else self.memo.setdefault(k, value)
+
+    def _array(self, a: np.ndarray) -> np.ndarray:
+        """One read-only copy of equal small arrays (block tables of files laid out alike,
+        coordinate values they repeat); a large one keeps its own data but takes the
+        shared dtype (an unpickled array has its own dtype object, a structured one of
+        about a kilobyte)."""
+        if not isinstance(a, np.ndarray) or a.dtype.hasobject:
+            return a
+        dtype = self._dtype(a.dtype)
+        if a.nbytes <= 256:
+            k = (np.ndarray, dtype, a.shape, a.tobytes())
+            have = self.memo.get(k)
+            if have is None and self.arrays >= self.MAX_ARRAYS:  # (values unique per file)
+                return a.view(dtype) if a.dtype is not dtype else a
+            if have is None:
+                self.arrays += 1
+                have = a.view(dtype) if a.dtype is not dtype else a
+                have.flags.writeable = False
+                self.memo[k] = have
+            return have
+        return a.view(dtype) if a.dtype is not dtype else a
+
+    def _dtype(self, d: np.dtype) -> np.dtype:
+        k = (np.dtype, d, d.str, d.isalignedstruct)
+        return self.memo.setdefault(k, d)
+
+    def __call__(self, inv: FileInventory) -> FileInventory:
+        one = self._one
+        inv.format = one(inv.format)
+        inv.groups = {one(g): one(a) for g, a in inv.groups.items()}
+        inv.dimensions = {one(n): one(d, (d.name, d.size, d.unlimited))
+                          for n, d in inv.dimensions.items()}
+        inv.dimensions = one(inv.dimensions, tuple((n, id(d)) for n, d in inv.dimensions.items()))
+        inv.groups = one(inv.groups, tuple((g, id(a)) for g, a in inv.groups.items()))
+        for v in inv.variables.values():
+            v.name = one(v.name)
+            v.dtype = self._dtype(v.dtype)
+            v.shape = one(v.shape)
+            v.dims = one(v.dims)
+            v.attrs = one(v.attrs)
+            v.codecs = one(v.codecs)
+            fill = _pickled(v.fill_value) if v.fill_value is not None else None
+            if fill is not None:  # (by its bytes: -0.0 is not 0.0, NaN payloads)
+                v.fill_value = one(v.fill_value, ("fill", fill))
+            if v.blocks is not None:
+                v.blocks.block_shape = one(v.blocks.block_shape)
+                v.blocks.refs = self._array(v.blocks.refs)
+            if v.values is not None:
+                v.values = self._array(v.values)
+        inv.variables = {one(n): v for n, v in inv.variables.items()}
+        return inv
+
+
+def _pickled(value) -> bytes | None:
+    import pickle
+    try:
+        return pickle.dumps(value, 5)
+    except Exception:
+        return None
