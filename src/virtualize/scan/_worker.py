@@ -28,7 +28,7 @@ from multiprocessing.connection import wait
 
 import numpy as np
 
-from ..model import FileInventory, Location, Problem, UsageError, VirtualizeError
+from ..model import BlockTable, FileInventory, Location, Problem, UsageError, VirtualizeError
 
 # Address-space cap of a scan worker (a backstop: sizes and counts read from headers are
 # checked against the file size before anything is allocated).
@@ -402,15 +402,18 @@ class Sharer:
 
     def __init__(self) -> None:
         self.memo: dict = {}
+        self.held: set[int] = set()  # ids of the objects in memo (alive as long as it is)
         self.arrays = 0
 
     def _one(self, value, key=None):
         try:
             k = (type(value), key if key is not None else value)
-            return self.memo.setdefault(k, value)
+            hash(k)
         except TypeError:  # unhashable (dicts, lists, arrays): by their pickle
             k = (type(value), _pickled(value))
-            return value if k[1] is None else self.memo.setdefault(k, value)
+            if k[1] is None:
+                return value
+        return self._held(value, k)
 
     def _array(self, a: np.ndarray) -> np.ndarray:
         """One read-only copy of equal small arrays (block tables of files laid out alike,
@@ -430,12 +433,12 @@ class Sharer:
                 have = a.view(dtype) if a.dtype is not dtype else a
                 have.flags.writeable = False
                 self.memo[k] = have
+                self.held.add(id(have))
             return have
         return a.view(dtype) if a.dtype is not dtype else a
 
     def _dtype(self, d: np.dtype) -> np.dtype:
-        k = (np.dtype, d, d.str, d.isalignedstruct)
-        return self.memo.setdefault(k, d)
+        return self._held(d, (np.dtype, d, d.str, d.isalignedstruct))
 
     def __call__(self, inv: FileInventory) -> FileInventory:
         one = self._one
@@ -456,12 +459,30 @@ class Sharer:
             if fill is not None:  # (by its bytes: -0.0 is not 0.0, NaN payloads)
                 v.fill_value = one(v.fill_value, ("fill", fill))
             if v.blocks is not None:
-                v.blocks.block_shape = one(v.blocks.block_shape)
-                v.blocks.refs = self._array(v.blocks.refs)
+                b = v.blocks
+                b.block_shape = one(b.block_shape)
+                b.refs = self._array(b.refs)
+                if id(b.refs) in self.held:  # files laid out alike: one table
+                    v.blocks = self._held(b, (BlockTable, b.block_shape, b.padded, id(b.refs)))
             if v.values is not None:
                 v.values = self._array(v.values)
-        inv.variables = {one(n): v for n, v in inv.variables.items()}
+        inv.variables = {one(n): self._variable(v) for n, v in inv.variables.items()}
         return inv
+
+    def _variable(self, v):
+        """The variable itself when every part of it is held (equal in an earlier file)."""
+        parts = (v.dtype, v.shape, v.dims, v.attrs, v.codecs, v.blocks)
+        if v.values is not None:
+            parts += (v.values,)
+        if v.blocks is None or not all(id(x) in self.held for x in parts):
+            return v
+        return self._held(v, (type(v), v.name, *map(id, parts), v.values is None,
+                              v.is_coordinate, type(v.fill_value), _pickled(v.fill_value)))
+
+    def _held(self, value, key):
+        have = self.memo.setdefault(key, value)
+        self.held.add(id(have))
+        return have
 
 
 def _pickled(value) -> bytes | None:
