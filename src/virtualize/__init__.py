@@ -21,6 +21,9 @@ The Python API (the CLI is a thin layer over it):
 - `export(cube, out)`: the same cube as another kind (directory, kerchunk, Icechunk).
 - `open(path) -> zarr.Group`: a read-only zarr group over a cube.
 
+`jobs` / `executor`: every function that scans takes `jobs=` (worker processes; "auto")
+and `executor=` (a `dask.distributed.Client` or `concurrent.futures.Executor`: files are
+scanned on its workers, the plan is made here; docs/scale.md).
 `progress`: every function that scans takes `progress=callable(done, total, inventory)`,
 called in the calling process after each file (`inventory` is None for a file that could
 not be scanned). Every exception raised on purpose is a `VirtualizeError`.

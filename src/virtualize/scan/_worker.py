@@ -48,7 +48,7 @@ def scan_or_problems(path: str) -> Result:
         return list(e.problems)
 
 
-def _serve(conn) -> None:  # the worker's main loop
+def _serve(conn, preload: bool = False) -> None:  # the worker's main loop
     import resource
     import signal
 
@@ -62,7 +62,8 @@ def _serve(conn) -> None:  # the worker's main loop
     except (ValueError, OSError):
         pass
     from .. import storage
-    from . import hdf5, kerchunk, netcdf3, tiff  # noqa: F401  (their imports are not a scan's time)
+    if preload:  # started afresh (forkserver): the scanners' imports are not a scan's time
+        from . import hdf5, kerchunk, netcdf3, tiff  # noqa: F401
     conn.send(READY)  # (a forkserver's worker may take seconds to start: not a scan's time)
     while True:
         # a worker never outlives its caller: a forked child also holds the caller's end of
@@ -111,7 +112,7 @@ class _Worker:
         method = "fork" if _threads() == 1 else "forkserver"
         ctx = multiprocessing.get_context(method)
         self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_serve, args=(child,), daemon=True,
+        self.proc = ctx.Process(target=_serve, args=(child, method == "forkserver"), daemon=True,
                                 name="virtualize-scan")
         # a daemonic process (a dask worker) may not start children: multiprocessing would
         # not wait for them at exit; this one dies with its parent anyway (PDEATHSIG, the
