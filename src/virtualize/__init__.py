@@ -4,6 +4,8 @@ The Python API (the CLI is a thin layer over it):
 
 - `inventory(path) -> FileInventory`: one file's variables and block tables (the
   `virtualize.scan` subpackage holds the scanners).
+- `inventories(paths, executor=None)`: many files' inventories (or their problems), in
+  order, scanned in worker processes or on an executor (dask.distributed, concurrent.futures).
 - `check(paths, concat_dim=None) -> Report`: can this stack be virtualized? `.ok`,
   `.verdict`, `.problems` (every problem of every file, located), `.plan`;
   `.to_store()` / `.to_xarray()` open the plan in memory without writing anything.
@@ -19,6 +21,9 @@ The Python API (the CLI is a thin layer over it):
 - `export(cube, out)`: the same cube as another kind (directory, kerchunk, Icechunk).
 - `open(path) -> zarr.Group`: a read-only zarr group over a cube.
 
+`jobs` / `executor`: every function that scans takes `jobs=` (worker processes; "auto")
+and `executor=` (a `dask.distributed.Client` or `concurrent.futures.Executor`: files are
+scanned on its workers, the plan is made here; docs/scale.md).
 `progress`: every function that scans takes `progress=callable(done, total, inventory)`,
 called in the calling process after each file (`inventory` is None for a file that could
 not be scanned). Every exception raised on purpose is a `VirtualizeError`.
@@ -31,6 +36,7 @@ from .api import (  # noqa: E402
     check,
     check_mosaic,
     export,
+    inventories,
     inventory,
     mosaic,
     open,
@@ -47,5 +53,6 @@ from .model import (  # noqa: E402
 from .report import Report  # noqa: E402
 
 __all__ = ["OutputExistsError", "Problem", "Report", "UnsafeOutputError", "UsageError",
-           "VirtualizeError", "append", "check", "check_mosaic", "export", "inventory", "mosaic",
+           "VirtualizeError", "append", "check", "check_mosaic", "export", "inventories", "inventory",
+           "mosaic",
            "open", "verify_cube", "virtualize"]

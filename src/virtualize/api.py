@@ -23,7 +23,7 @@ from .plan._common import DEFAULT_INLINE_THRESHOLD
 from .read import changed_sources, open_cube
 from .report import Report
 from .scan import scan as _scan
-from .scan._worker import scan_bounded, scan_or_problems
+from .scan._worker import Sharer, scan_bounded, scan_on, scan_or_problems
 from .verify import decode_check
 
 PathLike = str | os.PathLike
@@ -41,10 +41,24 @@ def inventory(path: PathLike) -> FileInventory:
     return _scan(path)
 
 
+def inventories(paths: Iterable[PathLike] | PathLike, *, jobs: int | str = "auto", executor=None,
+                scan_timeout: float | None = DEFAULT_SCAN_TIMEOUT,
+                storage_options: dict | None = None) -> Iterator[FileInventory | list[Problem]]:
+    """Many files' inventories, in the order given (paths, globs, directories as for
+    `check`): each file's `FileInventory`, or the list of located problems that stopped
+    its scan. Scanned as `check` scans: in worker processes (`jobs`, `scan_timeout`) or
+    as tasks of `executor` (a `dask.distributed.Client` or a `concurrent.futures.Executor`;
+    docs/scale.md)."""
+    _storage(storage_options)
+    _check_jobs(jobs, executor)
+    yield from _scan_all(_paths(paths), jobs, scan_timeout, executor)
+
+
 def check(paths: Iterable[PathLike] | PathLike, concat_dim: str | None = None, *,
           inline: Iterable[str] = (), drop: Iterable[str] = (), sort: bool = True,
           split: bool = True, materialize: bool = False, materialize_limit: int | None = None,
-          jobs: int = 1, progress=None, scan_timeout: float | None = DEFAULT_SCAN_TIMEOUT,
+          jobs: int | str = "auto", executor=None, progress=None,
+          scan_timeout: float | None = DEFAULT_SCAN_TIMEOUT,
           storage_options: dict | None = None,
           inline_threshold: int = DEFAULT_INLINE_THRESHOLD) -> Report:
     """Can this stack be virtualized (concatenated along `concat_dim`)? Scans every file
@@ -53,7 +67,10 @@ def check(paths: Iterable[PathLike] | PathLike, concat_dim: str | None = None, *
     Remedies: `split` (default on) trims padded uncompressed blocks to their valid rows;
     `materialize` copies blocks that cannot be referenced into the cube (at most
     `materialize_limit` bytes). Each file is scanned in a worker process within
-    `scan_timeout` seconds (None or 0: in this process, no limit). Variables that cannot be
+    `scan_timeout` seconds (None or 0: in this process, no limit); `jobs` of them ("auto":
+    one for small stacks, one a core for large ones, several for remote files), or as tasks
+    of `executor` (a `dask.distributed.Client` or `concurrent.futures.Executor`: the files
+    are scanned on its workers, the plan is made here; docs/scale.md). Variables that cannot be
     referenced are inlined when they take at most `inline_threshold` decoded bytes per
     file (0: refused instead)."""
     _storage(storage_options)
@@ -65,7 +82,7 @@ def check(paths: Iterable[PathLike] | PathLike, concat_dim: str | None = None, *
               "materialize": materialize, "materialize_limit": materialize_limit,
               "inline_threshold": inline_threshold}
     report = _check(paths, lambda invs: plan_concat(invs, opts), progress, materialize_limit, jobs,
-                    scan_timeout,
+                    scan_timeout, executor=executor,
                     names=lambda invs: _unknown_names(invs, opts.drop, opts.inline, concat_dim))
     if report.plan is not None:
         report.plan.recipe = recipe
@@ -76,7 +93,7 @@ def check_mosaic(paths: Iterable[PathLike] | PathLike, *,
                  offsets: Sequence[tuple[int, int]] | None = None, overlap: str | None = None,
                  drop: Iterable[str] = (), tolerance: float = 1e-3, split: bool = True,
                  materialize: bool = False, materialize_limit: int | None = None,
-                 jobs: int = 1, progress=None,
+                 jobs: int | str = "auto", executor=None, progress=None,
                  scan_timeout: float | None = DEFAULT_SCAN_TIMEOUT,
                  storage_options: dict | None = None) -> Report:
     """Can these tiles be placed into one mosaic? By georeferencing (GeoTIFF transform,
@@ -90,7 +107,8 @@ def check_mosaic(paths: Iterable[PathLike] | PathLike, *,
     if overlap not in (None, "last", "first"):
         raise UsageError(f"overlap must be None, 'last' or 'first', not {overlap!r}")
     report = _check(paths, lambda invs: plan_mosaic(invs, opts), progress, materialize_limit, jobs,
-                    scan_timeout, names=lambda invs: _unknown_names(invs, opts.drop, (), None))
+                    scan_timeout, executor=executor,
+                    names=lambda invs: _unknown_names(invs, opts.drop, (), None))
     if report.plan is not None:
         report.plan.recipe = {"kind": "mosaic", "overlap": overlap, "tolerance": tolerance,
                               "offsets": [list(o) for o in offsets] if offsets else None,
@@ -103,7 +121,7 @@ def virtualize(paths: Iterable[PathLike] | PathLike, out: PathLike, concat_dim: 
                *, overwrite: bool = False, inline: Iterable[str] = (), drop: Iterable[str] = (),
                sort: bool = True, split: bool = True, materialize: bool = False,
                materialize_limit: int | None = None, format: str | None = None,
-               jobs: int = 1, progress=None,
+               jobs: int | str = "auto", executor=None, progress=None,
                scan_timeout: float | None = DEFAULT_SCAN_TIMEOUT,
                storage_options: dict | None = None,
                relative: bool = False,
@@ -119,7 +137,7 @@ def virtualize(paths: Iterable[PathLike] | PathLike, out: PathLike, concat_dim: 
     kind = _output_kind(out, format, overwrite, paths)
     report = check(paths, concat_dim, inline=inline, drop=drop, sort=sort, split=split,
                    materialize=materialize, materialize_limit=materialize_limit,
-                   jobs=jobs, progress=progress, scan_timeout=scan_timeout,
+                   jobs=jobs, executor=executor, progress=progress, scan_timeout=scan_timeout,
                    inline_threshold=inline_threshold)
     return _write(report, out, kind, overwrite, relative)
 
@@ -128,7 +146,7 @@ def mosaic(paths: Iterable[PathLike] | PathLike, out: PathLike, *,
            offsets: Sequence[tuple[int, int]] | None = None, overlap: str | None = None,
            drop: Iterable[str] = (), tolerance: float = 1e-3, split: bool = True,
            materialize: bool = False, materialize_limit: int | None = None,
-           overwrite: bool = False, format: str | None = None, jobs: int = 1,
+           overwrite: bool = False, format: str | None = None, jobs: int | str = "auto", executor=None,
            progress=None, scan_timeout: float | None = DEFAULT_SCAN_TIMEOUT,
            storage_options: dict | None = None,
            relative: bool = False) -> Report:
@@ -138,13 +156,13 @@ def mosaic(paths: Iterable[PathLike] | PathLike, out: PathLike, *,
     kind = _output_kind(out, format, overwrite, paths)
     report = check_mosaic(paths, offsets=offsets, overlap=overlap, drop=drop,
                           tolerance=tolerance, split=split, materialize=materialize,
-                          materialize_limit=materialize_limit, jobs=jobs, progress=progress,
-                          scan_timeout=scan_timeout)
+                          materialize_limit=materialize_limit, jobs=jobs, executor=executor,
+                          progress=progress, scan_timeout=scan_timeout)
     return _write(report, out, kind, overwrite, relative)
 
 
-def append(cube: PathLike, paths: Iterable[PathLike] | PathLike, *, jobs: int = 1,
-           progress=None, scan_timeout: float | None = DEFAULT_SCAN_TIMEOUT) -> Report:
+def append(cube: PathLike, paths: Iterable[PathLike] | PathLike, *, jobs: int | str = "auto",
+           executor=None, progress=None, scan_timeout: float | None = DEFAULT_SCAN_TIMEOUT) -> Report:
     """Add files to the end of a cube directory, kerchunk JSON or Icechunk repository
     written by `virtualize`: only the new files are scanned, planned as the cube was (its
     recorded recipe) after the cube's last step (recorded with it: docs/planning.md,
@@ -187,12 +205,13 @@ def append(cube: PathLike, paths: Iterable[PathLike] | PathLike, *, jobs: int = 
     if twice:
         raise VirtualizeError(twice, "nothing appended")
     if kind in ("cube", "icechunk", "kerchunk"):
-        report = _append_new(cube, kind, info, new, jobs=jobs, progress=progress,
-                             scan_timeout=scan_timeout)
+        report = _append_new(cube, kind, info, new, jobs=jobs, executor=executor,
+                             progress=progress, scan_timeout=scan_timeout)
         if report is not None:
             return report
     recipe.pop("kind")
-    report = check(old + new, jobs=jobs, progress=progress, scan_timeout=scan_timeout, **recipe)
+    report = check(old + new, jobs=jobs, executor=executor, progress=progress,
+                   scan_timeout=scan_timeout, **recipe)
     if report.plan is not None and \
             [s.path for s in report.plan.sources if not s.referenced_by][: len(old)] != old:
         report.problems.append(_not_at_end(cube, report.plan.concat_dim))
@@ -220,8 +239,8 @@ def _not_at_end(cube: Path, dim: str | None) -> Problem:
                    "to put them in the middle, re-run virtualize with all the files")
 
 
-def _append_new(cube: Path, kind: str, info: dict, new: list[str], *, jobs: int, progress,
-                scan_timeout) -> Report | None:
+def _append_new(cube: Path, kind: str, info: dict, new: list[str], *, jobs: int | str,
+                executor, progress, scan_timeout) -> Report | None:
     """Append by scanning only the new files (see `append`); None when the cube must be
     rebuilt instead (no recorded last step, or a grown cube that would differ from a full
     rebuild beyond its new chunks)."""
@@ -240,7 +259,8 @@ def _append_new(cube: Path, kind: str, info: dict, new: list[str], *, jobs: int,
                          inline_threshold=recipe.get("inline_threshold", DEFAULT_INLINE_THRESHOLD))
     last = resume.last.path
     report = _check(new, lambda invs: plan_concat(invs, opts, resume=resume), progress,
-                    recipe.get("materialize_limit"), jobs, scan_timeout, exclude=(last,))
+                    recipe.get("materialize_limit"), jobs, scan_timeout, exclude=(last,),
+                    executor=executor)
     plan = report.plan
     if plan is None:
         _refuse_unless_ok(report)
@@ -377,7 +397,8 @@ def _recorded(cube: Path, kind: str | bool) -> dict:
     return info
 
 
-def _replan(cube: Path, info: dict, *, jobs: int = 1, progress=None, decode: str = "groups",
+def _replan(cube: Path, info: dict, *, jobs: int | str = "auto", executor=None, progress=None,
+            decode: str = "groups",
             extra: Sequence[str] = (),
             scan_timeout: float | None = DEFAULT_SCAN_TIMEOUT) -> Report:
     """The cube's stack planned again from its recorded inputs and recipe."""
@@ -404,13 +425,14 @@ def _replan(cube: Path, info: dict, *, jobs: int = 1, progress=None, decode: str
                                        "the cube records no recipe (written by an older "
                                        "virtualize): re-run virtualize with its files")])
     report = _check(inputs, planner, progress, recipe.get("materialize_limit"), jobs,
-                    scan_timeout, decode=decode)
+                    scan_timeout, decode=decode, executor=executor)
     if report.plan is not None:
         report.plan.recipe = dict(info.get("recipe") or {})
     return report
 
 
-def verify_cube(cube: PathLike, *, decode: bool = False, jobs: int = 1, progress=None,
+def verify_cube(cube: PathLike, *, decode: bool = False, jobs: int | str = "auto", executor=None,
+                progress=None,
                 scan_timeout: float | None = DEFAULT_SCAN_TIMEOUT) -> list[Problem]:
     """Re-check a cube's sources: each one's size and modification time against what the
     cube recorded (`source-changed` / `source-missing` problems name each one). With
@@ -422,13 +444,13 @@ def verify_cube(cube: PathLike, *, decode: bool = False, jobs: int = 1, progress
     changed = list(changed_sources(info["sources"]))
     if changed or not decode:
         return changed
-    report = _replan(cube, info, jobs=jobs, progress=progress, decode="sources",
-                     scan_timeout=scan_timeout)
+    report = _replan(cube, info, jobs=jobs, executor=executor, progress=progress,
+                     decode="sources", scan_timeout=scan_timeout)
     return [p for p in report.problems if p.fatal]
 
 
 def export(cube: PathLike, out: PathLike, *, format: str | None = None,
-           overwrite: bool = False, jobs: int = 1, progress=None,
+           overwrite: bool = False, jobs: int | str = "auto", executor=None, progress=None,
            scan_timeout: float | None = DEFAULT_SCAN_TIMEOUT, relative: bool = False) -> Report:
     """Write a cube (directory, kerchunk JSON or Icechunk repository written by
     virtualize) as another kind: `format` or `out`'s suffix as for `virtualize`. Its
@@ -442,7 +464,8 @@ def export(cube: PathLike, out: PathLike, *, format: str | None = None,
         raise VirtualizeError(changed, f"{cube}: its sources changed since it was written")
     kind = _output_kind(out, format, overwrite,
                         [s["path"] for s in info["sources"] if not s.get("referenced_by")])
-    return _write(_replan(cube, info, jobs=jobs, progress=progress, scan_timeout=scan_timeout),
+    return _write(_replan(cube, info, jobs=jobs, executor=executor, progress=progress,
+                          scan_timeout=scan_timeout),
                   out, kind, overwrite, relative)
 
 
@@ -469,12 +492,11 @@ def _storage(options: dict | None) -> None:
 # -- the shared steps ------------------------------------------------------------------
 
 def _check(paths, planner: Planner, progress, materialize_limit: int | None = None,
-           jobs: int = 1, scan_timeout: float | None = DEFAULT_SCAN_TIMEOUT, names=None,
-           decode: str = "groups", exclude: Sequence[str] = ()) -> Report:
+           jobs: int | str = "auto", scan_timeout: float | None = DEFAULT_SCAN_TIMEOUT, names=None,
+           decode: str = "groups", exclude: Sequence[str] = (), executor=None) -> Report:
     """Scan `paths`, plan them, check the plan (`exclude`: files whose chunks the decode
     check does not read: an append's recorded last step)."""
-    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 0:
-        raise UsageError(f"jobs must be a whole number >= 1 (0: one per core), not {jobs!r}")
+    _check_jobs(jobs, executor)
     empty: list[str] = []
     skipped: dict[str, list[str]] = {}
     files = _paths(paths, empty, skipped)
@@ -488,9 +510,10 @@ def _check(paths, planner: Planner, progress, materialize_limit: int | None = No
                                 "subdirectories are not read)", fatal=not files))
     if not files and not empty:
         problems.append(Problem(Location(), "no-files", "no input files were given"))
-    for i, result in enumerate(_scan_all(files, jobs, scan_timeout)):
+    share = Sharer()  # what the files repeat is held once (flat memory for large stacks)
+    for i, result in enumerate(_scan_all(files, jobs, scan_timeout, executor)):
         if isinstance(result, FileInventory):
-            invs.append(result)
+            invs.append(share(result))
             bytes_read[result.path] = result.bytes_read
             requests[result.path] = result.requests
         else:
@@ -553,17 +576,47 @@ def _render_problems(plan: Plan) -> list[Problem]:
     return out
 
 
-def _scan_all(files: list[str], jobs: int,
-              scan_timeout: float | None) -> Iterator[FileInventory | list[Problem]]:
-    """Scan in file order. With a time limit (or jobs > 1; 0: one per core) in worker
-    processes, each file within `scan_timeout` seconds (see scan/_worker.py)."""
-    jobs = jobs or os.cpu_count() or 1
+# `jobs="auto"`: local files are scanned by one worker below this many files (starting
+# more costs more than they save), else by one a core; remote files, whose scans wait on
+# requests, by up to REMOTE_JOBS at once
+AUTO_SERIAL = 200
+REMOTE_JOBS = 8
+
+
+def _check_jobs(jobs, executor) -> None:
+    if jobs not in ("auto", None) and (isinstance(jobs, bool) or not isinstance(jobs, int)
+                                       or jobs < 0):
+        raise UsageError(f"jobs must be a whole number >= 1 (0: one per core) or 'auto', "
+                         f"not {jobs!r}")
+    if executor is not None and not callable(getattr(executor, "submit", None)):
+        raise UsageError(f"executor must be a dask.distributed Client or a "
+                         f"concurrent.futures.Executor, not {type(executor).__name__}")
+
+
+def scan_jobs(jobs: int | str | None, files: Sequence[str]) -> int:
+    """The number of scan workers `jobs` means for `files` (docs/scale.md)."""
+    if jobs in ("auto", None):
+        if any(storage.is_url(f) for f in files):
+            return max(1, min(REMOTE_JOBS, len(files)))
+        return 1 if len(files) < AUTO_SERIAL else os.cpu_count() or 1
+    return min(jobs or os.cpu_count() or 1, max(1, len(files)))
+
+
+def _scan_all(files: list[str], jobs: int | str, scan_timeout: float | None,
+              executor=None) -> Iterator[FileInventory | list[Problem]]:
+    """Scan in file order: as tasks of `executor` when given, else with a time limit (or
+    jobs > 1; 0: one per core; "auto": by the stack) in worker processes, each file within
+    `scan_timeout` seconds (see scan/_worker.py and docs/scale.md)."""
     if scan_timeout is not None and scan_timeout < 0:
         raise ValueError(f"scan_timeout must be positive (or None / 0 for no limit), not {scan_timeout}")
+    if executor is not None:
+        yield from scan_on(executor, files, scan_timeout or None)
+        return
+    jobs = scan_jobs(jobs, files)
     if not scan_timeout and jobs <= 1:
         yield from map(scan_or_problems, files)
         return
-    yield from scan_bounded(files, scan_timeout or None, min(jobs, max(1, len(files))))
+    yield from scan_bounded(files, scan_timeout or None, jobs)
 
 
 def _output_kind(out: PathLike, format: str | None, overwrite: bool, paths=None) -> str:

@@ -9,6 +9,7 @@ error (I/O, an existing or unsafe output, not a cube).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import difflib
 import json
 import os
@@ -112,8 +113,16 @@ def _remedy_options(p: argparse.ArgumentParser) -> None:
 
 def _scan_options(p: argparse.ArgumentParser) -> None:
     """Options of the scan itself (the one place to add another)."""
-    p.add_argument("-j", "--jobs", type=_jobs_arg, default=1, metavar="N",
-                   help="scan files in N worker processes (default 1)")
+    p.add_argument("-j", "--jobs", type=_jobs_arg, default="auto", metavar="N",
+                   help="scan files in N worker processes (default auto: 1 for fewer than "
+                        "200 local files, else one per core; up to 8 for remote files)")
+    p.add_argument("--executor", choices=["local", "dask"], default="local",
+                   help="where files are scanned: local worker processes (default), or the "
+                        "workers of a dask.distributed cluster (--scheduler; without it a "
+                        "local cluster sized to this machine); the plan is made here")
+    p.add_argument("--scheduler", metavar="ADDRESS",
+                   help="the dask scheduler to scan on (e.g. tcp://host:8786; implies "
+                        "--executor dask)")
     p.add_argument("--scan-timeout", type=_seconds, default=DEFAULT_SCAN_TIMEOUT, metavar="SECONDS",
                    help="stop scanning a file after SECONDS and report it (scan-timeout); "
                         f"0: no limit, scan in this process (default {DEFAULT_SCAN_TIMEOUT:g})")
@@ -162,11 +171,13 @@ def _bytes_arg(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not a size: {text!r}") from None
 
 
-def _jobs_arg(text: str) -> int:
+def _jobs_arg(text: str) -> int | str:
+    if text == "auto":
+        return text
     try:
         n = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        raise argparse.ArgumentTypeError(f"not a number or 'auto': {text!r}") from None
     if n < 1:
         raise argparse.ArgumentTypeError(f"must be a number of processes >= 1, not {n}")
     return n
@@ -342,7 +353,8 @@ def _main(argv: list[str] | None = None) -> int:
         if why:  # before any scanning
             parser.error(f"--html {html}: {why}")
     try:
-        return COMMAND_RUNNERS[args.command](args)
+        with _executor(args):
+            return COMMAND_RUNNERS[args.command](args)
     except UsageError as e:
         parser.error(str(e))
     except (OutputExistsError, UnsafeOutputError) as e:
@@ -397,9 +409,28 @@ def _color() -> bool:
     return sys.stdout.isatty() and not os.environ.get("NO_COLOR")
 
 
+@contextlib.contextmanager
+def _executor(args):
+    """--executor dask / --scheduler: a dask.distributed client for the run (args.client)."""
+    if getattr(args, "executor", "local") != "dask" and not getattr(args, "scheduler", None):
+        yield
+        return
+    from .scan._worker import dask_client
+    client = dask_client(args.scheduler)
+    args.client = client
+    try:
+        yield
+    finally:
+        client.close()
+        cluster = getattr(client, "_virtualize_cluster", None)
+        if cluster is not None:
+            cluster.close()
+
+
 def _kw(args) -> dict:
     """The remedy options and the scan's options, as keyword arguments."""
-    kw = dict(jobs=args.jobs, scan_timeout=args.scan_timeout, progress=_progress(args))
+    kw = dict(jobs=args.jobs, scan_timeout=args.scan_timeout, progress=_progress(args),
+              executor=getattr(args, "client", None))
     if hasattr(args, "materialize"):
         kw.update(split=not args.no_split, materialize=args.materialize,
                   materialize_limit=args.materialize_limit)

@@ -8,7 +8,7 @@ emitters write a plan. Problems are values, collected and reported together.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
@@ -132,8 +132,16 @@ class UnsafeOutputError(VirtualizeError):
         return self.args[0]
 
 
+class _ByFields:
+    """Pickled as its class and field values (no per-object dict of names): what a scan
+    worker sends back is compact, and rebuilt objects are as small as constructed ones."""
+
+    def __reduce__(self):
+        return (type(self), tuple(getattr(self, f.name) for f in fields(self)))
+
+
 @dataclass
-class BlockTable:
+class BlockTable(_ByFields):
     """A variable's stored blocks in one file, as a dense numpy manifest.
 
     `block_shape` is the file's (regular) block shape. Along each axis the file holds
@@ -157,7 +165,7 @@ class BlockTable:
 
 
 @dataclass
-class Variable:
+class Variable(_ByFields):
     """One array of one file, as a scanner found it."""
 
     name: str  # full path inside the file, groups separated by '/', no leading '/'
@@ -185,14 +193,14 @@ class Variable:
 
 
 @dataclass
-class Dimension:
+class Dimension(_ByFields):
     name: str  # full path like variables ('grp/time' for a dimension defined in grp)
     size: int
     unlimited: bool = False
 
 
 @dataclass
-class FileInventory:
+class FileInventory(_ByFields):
     """What a scanner found in one file, without reading its data."""
 
     path: str
@@ -216,7 +224,7 @@ class FileInventory:
 
 
 @dataclass
-class Source:
+class Source(_ByFields):
     """A file the cube references, with what it looked like when referenced.
     `referenced_by`: the reference set through which a data file was found (it was not
     given as an input itself)."""

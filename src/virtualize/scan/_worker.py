@@ -22,16 +22,21 @@ import os
 import threading
 import time
 import warnings
+from collections import deque
 from collections.abc import Iterable, Iterator
 from multiprocessing.connection import wait
 
-from ..model import FileInventory, Location, Problem, VirtualizeError
+import numpy as np
+
+from ..model import BlockTable, FileInventory, Location, Problem, UsageError, VirtualizeError
 
 # Address-space cap of a scan worker (a backstop: sizes and counts read from headers are
 # checked against the file size before anything is allocated).
 WORKER_MEMORY = 8 << 30
 
 Result = FileInventory | list[Problem]
+READY = None  # a new worker's first message: it has started
+START_LIMIT = 120.0  # seconds a worker may take to start (the forkserver imports virtualize)
 
 
 def scan_or_problems(path: str) -> Result:
@@ -43,7 +48,7 @@ def scan_or_problems(path: str) -> Result:
         return list(e.problems)
 
 
-def _serve(conn) -> None:  # the worker's main loop
+def _serve(conn, preload: bool = False) -> None:  # the worker's main loop
     import resource
     import signal
 
@@ -56,6 +61,10 @@ def _serve(conn) -> None:  # the worker's main loop
         resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
     except (ValueError, OSError):
         pass
+    from .. import storage
+    if preload:  # started afresh (forkserver): the scanners' imports are not a scan's time
+        from . import hdf5, kerchunk, netcdf3, tiff  # noqa: F401
+    conn.send(READY)  # (a forkserver's worker may take seconds to start: not a scan's time)
     while True:
         # a worker never outlives its caller: a forked child also holds the caller's end of
         # the pipe (no EOF when the caller dies) and its stdout/stderr (a `subprocess.run`
@@ -69,10 +78,13 @@ def _serve(conn) -> None:  # the worker's main loop
             return
         if job is None:
             return
-        path, options, env = job
-        from .. import storage
-        storage.set_options(options)
-        storage.set_environment(env)
+        # jobs are queued in the pipe (several per worker): the worker goes from one file to
+        # the next without waiting for its caller; the storage settings come with a job
+        # only when they changed
+        path, settings = job
+        if settings is not None:
+            storage.set_options(settings[0])
+            storage.set_environment(settings[1])
         result = scan_or_problems(path)
         try:
             conn.send(result)
@@ -100,21 +112,48 @@ class _Worker:
         method = "fork" if _threads() == 1 else "forkserver"
         ctx = multiprocessing.get_context(method)
         self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_serve, args=(child,), daemon=True,
+        self.proc = ctx.Process(target=_serve, args=(child, method == "forkserver"), daemon=True,
                                 name="virtualize-scan")
-        with warnings.catch_warnings():  # (a thread Python counts differently, in exit)
-            warnings.simplefilter("ignore", DeprecationWarning)
-            self.proc.start()
+        # a daemonic process (a dask worker) may not start children: multiprocessing would
+        # not wait for them at exit; this one dies with its parent anyway (PDEATHSIG, the
+        # parent check), so the rule is lifted for its start
+        config = multiprocessing.current_process()._config
+        daemonic = config.pop("daemon", None)
+        try:
+            with warnings.catch_warnings():  # (a thread Python counts differently, in exit)
+                warnings.simplefilter("ignore", DeprecationWarning)
+                self.proc.start()
+        finally:
+            if daemonic is not None:
+                config["daemon"] = daemonic
         child.close()
         self.owner = os.getpid()  # a forked caller must not use its parent's workers
-        self.path: str | None = None
-        self.deadline = 0.0
+        self.queue: deque[int] = deque()  # indexes of the files sent, in order
+        self.settings: tuple | None = None  # the storage settings it has
+        self.deadline = 0.0  # when the head of the queue must be done
+        self.started = time.monotonic()
+        self.ready = False  # READY received: its start is over
 
-    def submit(self, path: str, timeout: float | None) -> None:
-        self.path = path
-        self.deadline = time.monotonic() + timeout if timeout else float("inf")
-        from .. import storage
-        self.conn.send((path, storage.get_options(), storage.environment()))
+    def submit(self, i: int, path: str, settings: tuple, timeout: float | None) -> None:
+        """Queue file `i` (`path`) on this worker, after the files already queued."""
+        if not self.queue:
+            self._restart_clock(timeout)
+        self.queue.append(i)
+        self.conn.send((path, settings if settings != self.settings else None))
+        self.settings = settings
+
+    def started_next(self, timeout: float | None) -> None:
+        """The head of the queue is done: the next one's time starts now."""
+        self.queue.popleft()
+        self._restart_clock(timeout)
+
+    def _restart_clock(self, timeout: float | None) -> None:
+        if not timeout:
+            self.deadline = float("inf")
+        elif self.ready:
+            self.deadline = time.monotonic() + timeout
+        else:  # its start does not count (bounded on its own)
+            self.deadline = self.started + START_LIMIT + timeout
 
     def kill(self) -> None:
         self.proc.kill()
@@ -185,43 +224,271 @@ def crashed(path: str, code: int | None) -> list[Problem]:
                     "crashed or ran out of memory on it")]
 
 
+# Files queued on one worker at a time: it goes on to the next without a round trip through
+# its caller (on a loaded machine each wake-up of a waiting process can cost a scheduler
+# slice, milliseconds, more than scanning a small file).
+QUEUE = 8
+
+
 def scan_bounded(paths: Iterable[str], timeout: float | None, jobs: int = 1) -> Iterator[Result]:
-    """Scan `paths` in worker processes (`jobs` at a time), each within `timeout` seconds
-    (None: no limit), yielding each file's result in the order given."""
+    """Scan `paths` in worker processes (`jobs` of them), each file within `timeout` seconds
+    (None: no limit), yielding each file's result in the order given. Each worker has up to
+    `QUEUE` files queued; one that times out or crashes is replaced, the files queued behind
+    the one it was scanning are scanned again by the others."""
     from .. import storage
     paths = [storage.normalize(p) for p in paths]
+    settings = (storage.get_options(), storage.environment())
     results: dict[int, Result] = {}
-    busy: dict[int, _Worker] = {}  # file index -> its worker
-    nxt = done = 0
+    todo = deque(range(len(paths)))
+    workers: list[_Worker] = []
+    depth = max(1, min(QUEUE, len(paths) // (max(1, jobs) * 4)))
+    done = 0
     try:
         while done < len(paths):
-            while nxt < len(paths) and len(busy) < max(1, jobs):
-                w = _take()
-                w.submit(paths[nxt], timeout)
-                busy[nxt] = w
-                nxt += 1
-            now = time.monotonic()
-            soonest = min(w.deadline for w in busy.values())
-            ready = wait([w.conn for w in busy.values()],
-                         None if soonest == float("inf") else max(0.0, soonest - now))
-            for i, w in list(busy.items()):
+            while todo and len(workers) < max(1, jobs):
+                workers.append(_take())
+            for w in workers:
+                while todo and len(w.queue) < depth:
+                    i = todo.popleft()
+                    w.submit(i, paths[i], settings, timeout)
+            busy = [w for w in workers if w.queue]
+            soonest = min(w.deadline for w in busy)
+            ready = wait([w.conn for w in busy],
+                         None if soonest == float("inf") else max(0.0, soonest - time.monotonic()))
+            for w in busy:
+                lost = None
                 if w.conn in ready:
                     try:
-                        results[i] = w.conn.recv()
+                        while True:  # every result that is there
+                            result = w.conn.recv()
+                            if result is READY:
+                                w.ready = True
+                                w._restart_clock(timeout)
+                            else:
+                                results[w.queue[0]] = result
+                                w.started_next(timeout)
+                            if not w.queue or not w.conn.poll():
+                                break
                     except (EOFError, OSError):
                         w.proc.join()
-                        results[i] = crashed(paths[i], w.proc.exitcode)
+                        lost = crashed(paths[w.queue[0]], w.proc.exitcode)
                         w.conn.close()
-                    else:
-                        _give_back(w)
-                    del busy[i]
                 elif time.monotonic() >= w.deadline:
                     w.kill()
-                    results[i] = timed_out(paths[i], timeout or 0)
-                    del busy[i]
+                    lost = timed_out(paths[w.queue[0]], timeout or 0)
+                if lost is not None:
+                    results[w.queue.popleft()] = lost
+                    todo.extendleft(reversed(w.queue))  # the others scan them
+                    workers.remove(w)
             while done in results:
                 yield results.pop(done)
                 done += 1
     finally:  # abandoned (an exception, a generator closed early): stop what still runs
-        for w in busy.values():
-            w.kill()
+        for w in workers:
+            if w.queue:
+                w.kill()
+            else:
+                _give_back(w)
+
+
+# -- scans on an executor (a dask.distributed Client or a concurrent.futures.Executor) --------
+
+def scan_task(paths: list[str], settings: tuple, timeout: float | None) -> list[Result]:
+    """One task on an executor: scan `paths` where the task runs, each file bounded as
+    locally (a worker process of this one, `timeout`; in this process when None)."""
+    from .. import storage
+    storage.set_options(settings[0])
+    storage.set_environment(settings[1])
+    if not timeout:
+        return [scan_or_problems(p) for p in paths]
+    return list(scan_bounded(paths, timeout, 1))
+
+
+def dask_client(address: str | None = None):
+    """A dask.distributed Client of the scheduler at `address`, or of a new local cluster
+    sized to this machine (one single-threaded worker process a core; closed with the
+    client by the caller: `client._virtualize_cluster`)."""
+    try:
+        from dask.distributed import Client, LocalCluster
+    except ImportError:
+        raise UsageError("--executor dask needs dask.distributed: "
+                         "pip install 'virtualize[dask]'") from None
+    if address:
+        try:
+            return Client(address, timeout=30)
+        except (OSError, TimeoutError) as e:
+            raise UsageError(f"--scheduler {address}: cannot connect ({e})") from None
+    cluster = LocalCluster(n_workers=os.cpu_count() or 1, threads_per_worker=1,
+                           dashboard_address=None)
+    client = Client(cluster)
+    client._virtualize_cluster = cluster
+    return client
+
+
+def executor_slots(executor) -> int:
+    """How many tasks `executor` runs at once (a guess where it does not say)."""
+    if _is_dask(executor):
+        try:
+            return max(1, sum(executor.nthreads().values()))
+        except Exception:
+            return 4
+    return max(1, getattr(executor, "_max_workers", 0) or 4)
+
+
+def _is_dask(executor) -> bool:
+    return type(executor).__module__.startswith("distributed")
+
+
+def task_failed(path: str, e: BaseException) -> list[Problem]:
+    return [Problem(Location(path), "scan-crashed",
+                    f"the scan of this file failed on the executor ({type(e).__name__}: {e}); "
+                    "its worker died or could not run the task")]
+
+
+def scan_on(executor, paths: Iterable[str], timeout: float | None,
+            batch: int | None = None) -> Iterator[Result]:
+    """Scan `paths` as tasks of `executor`, `batch` files a task (several so that a task
+    costs little next to its files), yielding each file's result in the order given. The
+    workers return the inventories (FileInventory pickles compactly: its block tables
+    are numpy arrays); the caller plans. A task that fails as a whole (its worker died) is
+    run again one file a task, so the file at fault is named (`scan-crashed`)."""
+    from .. import storage
+    paths = [storage.normalize(p) for p in paths]
+    settings = (storage.get_options(), storage.environment())
+    slots = executor_slots(executor)
+    batch = batch or max(1, min(64, len(paths) // (slots * 4)))
+    if _is_dask(executor):
+        def submit(chunk):
+            return executor.submit(scan_task, chunk, settings, timeout, pure=False)
+    else:
+        def submit(chunk):
+            return executor.submit(scan_task, chunk, settings, timeout)
+    chunks = [paths[i:i + batch] for i in range(0, len(paths), batch)]
+    window = deque()  # at most 2 tasks a slot in flight: results wait on the workers
+    nxt = 0
+    try:
+        for chunk in chunks:
+            while nxt < len(chunks) and len(window) < 2 * slots:
+                window.append(submit(chunks[nxt]))
+                nxt += 1
+            future = window.popleft()
+            try:
+                results = future.result()
+            except Exception as e:
+                if len(chunk) == 1:
+                    results = [task_failed(chunk[0], e)]
+                else:  # again, one file a task
+                    results = []
+                    for f in [submit([p]) for p in chunk]:
+                        try:
+                            results += f.result()
+                        except Exception as e1:
+                            results.append(task_failed(chunk[len(results)], e1))
+            yield from results
+    finally:
+        for f in window:
+            f.cancel()
+
+
+# -- the caller's copy of many inventories: what files have in common held once ------------
+
+class Sharer:
+    """Makes inventories received from workers share what is equal across files (attribute
+    dicts, codecs, names, dims and shapes, dtypes, fill values, dimensions): a stack of
+    10,000 files holds one copy of what they repeat, so the caller's memory grows by the
+    little that differs per file (paths, block tables, coordinate values). The shared
+    objects must not be changed in place (the planner copies what it edits)."""
+
+    MAX_ARRAYS = 1024  # distinct small arrays remembered
+
+    def __init__(self) -> None:
+        self.memo: dict = {}
+        self.held: set[int] = set()  # ids of the objects in memo (alive as long as it is)
+        self.arrays = 0
+
+    def _one(self, value, key=None):
+        try:
+            k = (type(value), key if key is not None else value)
+            hash(k)
+        except TypeError:  # unhashable (dicts, lists, arrays): by their pickle
+            k = (type(value), _pickled(value))
+            if k[1] is None:
+                return value
+        return self._held(value, k)
+
+    def _array(self, a: np.ndarray) -> np.ndarray:
+        """One read-only copy of equal small arrays (block tables of files laid out alike,
+        coordinate values they repeat); a large one keeps its own data but takes the
+        shared dtype (an unpickled array has its own dtype object, a structured one of
+        about a kilobyte)."""
+        if not isinstance(a, np.ndarray) or a.dtype.hasobject:
+            return a
+        dtype = self._dtype(a.dtype)
+        if a.nbytes <= 256:
+            k = (np.ndarray, dtype, a.shape, a.tobytes())
+            have = self.memo.get(k)
+            if have is None and self.arrays >= self.MAX_ARRAYS:  # (values unique per file)
+                return a.view(dtype) if a.dtype is not dtype else a
+            if have is None:
+                self.arrays += 1
+                have = a.view(dtype) if a.dtype is not dtype else a
+                have.flags.writeable = False
+                self.memo[k] = have
+                self.held.add(id(have))
+            return have
+        return a.view(dtype) if a.dtype is not dtype else a
+
+    def _dtype(self, d: np.dtype) -> np.dtype:
+        return self._held(d, (np.dtype, d, d.str, d.isalignedstruct))
+
+    def __call__(self, inv: FileInventory) -> FileInventory:
+        one = self._one
+        inv.format = one(inv.format)
+        inv.groups = {one(g): one(a) for g, a in inv.groups.items()}
+        inv.dimensions = {one(n): one(d, (d.name, d.size, d.unlimited))
+                          for n, d in inv.dimensions.items()}
+        inv.dimensions = one(inv.dimensions, tuple((n, id(d)) for n, d in inv.dimensions.items()))
+        inv.groups = one(inv.groups, tuple((g, id(a)) for g, a in inv.groups.items()))
+        for v in inv.variables.values():
+            v.name = one(v.name)
+            v.dtype = self._dtype(v.dtype)
+            v.shape = one(v.shape)
+            v.dims = one(v.dims)
+            v.attrs = one(v.attrs)
+            v.codecs = one(v.codecs)
+            fill = _pickled(v.fill_value) if v.fill_value is not None else None
+            if fill is not None:  # (by its bytes: -0.0 is not 0.0, NaN payloads)
+                v.fill_value = one(v.fill_value, ("fill", fill))
+            if v.blocks is not None:
+                b = v.blocks
+                b.block_shape = one(b.block_shape)
+                b.refs = self._array(b.refs)
+                if id(b.refs) in self.held:  # files laid out alike: one table
+                    v.blocks = self._held(b, (BlockTable, b.block_shape, b.padded, id(b.refs)))
+            if v.values is not None:
+                v.values = self._array(v.values)
+        inv.variables = {one(n): self._variable(v) for n, v in inv.variables.items()}
+        return inv
+
+    def _variable(self, v):
+        """The variable itself when every part of it is held (equal in an earlier file)."""
+        parts = (v.dtype, v.shape, v.dims, v.attrs, v.codecs, v.blocks)
+        if v.values is not None:
+            parts += (v.values,)
+        if v.blocks is None or not all(id(x) in self.held for x in parts):
+            return v
+        return self._held(v, (type(v), v.name, *map(id, parts), v.values is None,
+                              v.is_coordinate, type(v.fill_value), _pickled(v.fill_value)))
+
+    def _held(self, value, key):
+        have = self.memo.setdefault(key, value)
+        self.held.add(id(have))
+        return have
+
+
+def _pickled(value) -> bytes | None:
+    import pickle
+    try:
+        return pickle.dumps(value, 5)
+    except Exception:
+        return None
