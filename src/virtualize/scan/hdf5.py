@@ -3,6 +3,13 @@
 One `chunk_iter` pass per chunked dataset (never `get_chunk_info(i)` in a loop, which is
 O(N) per call); groups are walked with `keys()`; data is read only for small 1-D coordinate
 variables, whose values the planner checks and inlines.
+
+What a scan costs beyond that floor (HDF5's own index walk, h5py's per-chunk `StoreInfo`,
+reading the attributes and coordinate values the output holds) is kept small: every
+attribute of an object is read at most once (`_Attrs`); objects behind hard links are
+opened with `h5o.open` (h5py's `Group.get` builds a `File` per dataset); a variable's
+dimension scales are found by object identity, from one read of its `DIMENSION_LIST`,
+never by naming the referenced object (which searches the file).
 """
 
 from __future__ import annotations
@@ -75,10 +82,24 @@ class _Scanner:
         self.dims: dict[str, Dimension] = {}
         self.variables: dict[str, Variable] = {}
         self.problems: list[Problem] = []
-        self.netcdf4 = "_NCProperties" in f.attrs
+        self._attr_cache: dict[str, _Attrs] = {}
+        self.netcdf4 = "_NCProperties" in self._attrs("", f)
         self._datasets: list[tuple[str, h5py.Dataset]] = []
         self._scales: set[str] = set()
         self._nc_shapes: dict[str, tuple[int, ...]] = {}
+        self._dim_lists: dict[str, tuple] = {}  # per dataset: DIMENSION_LIST targets per axis
+        self._names_by_id: dict | None = None  # walked datasets by object identity
+
+    def _attrs(self, name: str, obj) -> _Attrs:
+        """The attributes of the object walked as `name`, each read at most once."""
+        a = self._attr_cache.get(name)
+        if a is None:
+            a = self._attr_cache[name] = _Attrs(obj.attrs)
+        return a
+
+    def _is_scale(self, name: str, ds: h5py.Dataset) -> bool:
+        a = self._attrs(name, ds)
+        return "CLASS" in a and _attr_text(a.get("CLASS")) == "DIMENSION_SCALE"
 
     def problem(self, var: str | None, kind: str, msg: str, fatal: bool = True,
                 block: tuple[int, ...] | None = None, remedy: str | None = None) -> None:
@@ -95,16 +116,17 @@ class _Scanner:
         self._walk(self.f, "")
         # Dimension scales first, so variables can name their dimensions (each dataset's
         # CLASS attribute is looked at once).
-        self._scales = {name for name, ds in self._datasets if _is_dimension_scale(ds)}
+        self._scales = {name for name, ds in self._datasets if self._is_scale(name, ds)}
         for name, ds in self._datasets:
             if name in self._scales:
-                self.netcdf4 = self.netcdf4 or "_Netcdf4Dimid" in ds.attrs
+                self.netcdf4 = self.netcdf4 or "_Netcdf4Dimid" in self._attrs(name, ds)
                 self.dims[name] = Dimension(name, int(ds.shape[0]) if ds.ndim else 1,
                                             ds.maxshape[0] is None if ds.ndim else False)
         if self.netcdf4:
             self._netcdf_lengths()
         for name, ds in self._datasets:
-            if name in self._scales and _attr_text(ds.attrs.get("NAME")).startswith(NC_DIM_ONLY):
+            if name in self._scales and \
+                    _attr_text(self._attrs(name, ds).get("NAME")).startswith(NC_DIM_ONLY):
                 continue  # a netCDF dimension without a variable
             try:
                 var = self._variable(name, ds)
@@ -118,7 +140,8 @@ class _Scanner:
                              self.groups, self.dims, self.variables, self.problems)
 
     def _walk(self, g: h5py.Group, prefix: str) -> None:
-        self.groups[prefix] = read_attrs(g.attrs, self._omitted(prefix or None, "group /" + prefix))
+        self.groups[prefix] = self._attrs(prefix, g).plain(self._omitted(prefix or None,
+                                                                        "group /" + prefix))
         for key in g.keys():
             name = f"{prefix}/{key}" if prefix else key
             try:
@@ -138,15 +161,15 @@ class _Scanner:
                     target = g.get(key)
                 except Exception:
                     target = None
-                if isinstance(target, h5py.Dataset) and not _is_dimension_scale(target):
+                if isinstance(target, h5py.Dataset) and not self._is_scale(name, target):
                     self._datasets.append((name, target))
                 else:
                     self.problem(name, "soft-link", f"soft link to {link.path}: skipped "
                                  "(a group, a dimension scale or nothing; a target is "
                                  "virtualized under its own name)", fatal=False)
                 continue
-            try:
-                obj = g.get(key)
+            try:  # a hard link: opened directly (h5py's `get` also builds a File object)
+                obj = _open(g, key)
             except Exception as e:
                 self.problem(name, "unsupported-object", f"h5py cannot open this object "
                              f"({type(e).__name__}: {e}): skipped", fatal=False)
@@ -179,10 +202,10 @@ class _Scanner:
             # them: bfloat16 as float32, n-bit integers as their h5py type) or dropped
             self.problem(name, "unsupported-type", f"{odd}; inlined it reads as h5py reads it")
             return Variable(name=name, dtype=dtype, shape=shape, dims=self._dims(name, ds),
-                            attrs=read_attrs(ds.attrs, self._omitted(name, name)),
+                            attrs=self._attrs(name, ds).plain(self._omitted(name, name)),
                             fill_value=_fill_value(ds, dtype), codecs=[bytes_codec(dtype)],
                             blocks=None)
-        attrs = read_attrs(ds.attrs, self._omitted(name, name))
+        attrs = self._attrs(name, ds).plain(self._omitted(name, name))
         if enum is not None:
             attrs["_enum"] = {k: int(v) for k, v in enum.items()}
         dims = self._dims(name, ds)
@@ -207,7 +230,7 @@ class _Scanner:
         are skipped (not fatal)."""
         info = h5py.check_string_dtype(ds.dtype)
         dims = self._dims(name, ds)
-        attrs = read_attrs(ds.attrs, self._omitted(name, name))
+        attrs = self._attrs(name, ds).plain(self._omitted(name, name))
         nbytes = ds.size * (info.length or 64)
         if nbytes > TEXT_LIMIT:
             self.problem(name, "unsupported-type", f"{ds.size} strings (about {nbytes} bytes) are "
@@ -263,22 +286,32 @@ class _Scanner:
         """The dimension scale (its path) of each axis, where there is one."""
         if name in self._scales and ds.ndim == 1:
             return (name,)
-        if "DIMENSION_LIST" not in ds.attrs:
-            return (None,) * ds.ndim
-        out: list[str | None] = []
-        try:
-            dl = ds.attrs["DIMENSION_LIST"]
-        except Exception:
-            return (None,) * ds.ndim
-        for axis in range(ds.ndim):
-            path = None
-            if axis < len(dl) and len(dl[axis]):
-                try:
-                    path = scale_ids.get(h5py.h5r.dereference(dl[axis][0], self.f.id))
-                except Exception:
-                    path = None
-            out.append(path)
-        return tuple(out)
+        return tuple(None if t is None else scale_ids.get(t)
+                     for t in self._dimension_list(name, ds))
+
+    def _dimension_list(self, name: str, ds: h5py.Dataset) -> tuple:
+        """The object each axis's first DIMENSION_LIST reference points to (an h5py
+        ObjectID, hashed and compared by object identity), or None; read and dereferenced
+        once per dataset."""
+        out = self._dim_lists.get(name)
+        if out is not None:
+            return out
+        ndim = ds.ndim
+        a = self._attrs(name, ds)
+        targets: list = [None] * ndim
+        if "DIMENSION_LIST" in a:
+            try:
+                dl = a.get("DIMENSION_LIST")
+            except Exception:
+                dl = ()
+            for axis in range(min(ndim, len(dl))):
+                if len(dl[axis]):
+                    try:
+                        targets[axis] = h5py.h5r.dereference(dl[axis][0], self.f.id)
+                    except Exception:
+                        pass
+        out = self._dim_lists[name] = tuple(targets)
+        return out
 
     def _netcdf_shape(self, name: str, shape: tuple[int, ...], blocks, values, fill):
         """The variable at its netCDF shape: chunks past the HDF5 extent are missing (read
@@ -313,13 +346,19 @@ class _Scanner:
         base = name.rpartition("/")[2]
         if name in self._scales and ds.ndim == 1:
             return (base,)
+        if self._names_by_id is None:
+            # walked datasets by object identity; an object walked under two names (hard
+            # links, a soft link to it) is named by HDF5 instead (`_target_name`)
+            self._names_by_id = {}
+            for n, d in self._datasets:
+                self._names_by_id[d.id] = None if d.id in self._names_by_id else n
         dims: list[str] = []
-        dl = ds.attrs.get("DIMENSION_LIST") if "DIMENSION_LIST" in ds.attrs else None
-        for axis in range(ds.ndim):
+        for axis, target in enumerate(self._dimension_list(name, ds)):
             dim = None
-            if dl is not None and axis < len(dl) and len(dl[axis]):
+            if target is not None:
                 try:
-                    dim = self.f[dl[axis][0]].name.rpartition("/")[2]
+                    path = self._names_by_id.get(target) or _target_name(target)
+                    dim = path.rpartition("/")[2]
                 except Exception:
                     dim = None
             dims.append(dim or self._phony_dim(name, axis))
@@ -460,6 +499,13 @@ class _Scanner:
             out.append((code, label, hdf5_filter_codec(code, tuple(values), dtype),
                         NO_EXACT_CODEC.get(code)))
         return out
+
+
+def _target_name(oid) -> str:
+    """HDF5's name for an object reached through a reference, as h5py's `.name` gives it
+    (HDF5 may search the file for it)."""
+    name = h5py.h5i.get_name(oid)
+    return name.decode("utf8") if isinstance(name, bytes) else name
 
 
 def _walk_chunk_index(dsid, ndim: int):
@@ -615,18 +661,74 @@ def _attr_text(v: Any) -> str:
     return v if isinstance(v, str) else ""
 
 
-def read_attrs(attrs: h5py.AttributeManager, omitted=None) -> dict[str, Any]:
+def _open(g: h5py.Group, key: str):
+    """The object behind hard link `key` of `g` (a Group, Dataset or Datatype), or None
+    when there is none; what `g.get(key)` returns, without the `File` object h5py's
+    `Group.get` builds for every dataset it opens."""
+    try:
+        oid = h5py.h5o.open(g.id, g._e(key))
+    except KeyError:
+        return None
+    if isinstance(oid, h5py.h5d.DatasetID):
+        return h5py.Dataset(oid, readonly=True)
+    if isinstance(oid, h5py.h5g.GroupID):
+        return h5py.Group(oid)
+    return h5py.Datatype(oid) if isinstance(oid, h5py.h5t.TypeID) else None
+
+
+class _Attrs:
+    """An object's attributes, each read at most once: its names are listed once, a value
+    is read when first asked for (a hidden attribute nobody asks for, such as a scale's
+    REFERENCE_LIST, is never read); what h5py raised reading it is raised again."""
+
+    __slots__ = ("manager", "names", "_values")
+
+    def __init__(self, manager: h5py.AttributeManager):
+        self.manager = manager
+        self.names = list(manager.keys())
+        self._values: dict[str, Any] = {}
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.names
+
+    def get(self, key: str, default=None):
+        if key not in self._values:
+            if key not in self.names:
+                return default
+            try:
+                self._values[key] = self.manager[key]
+            except Exception as e:
+                self._values[key] = _Failed(e)
+        v = self._values[key]
+        if isinstance(v, _Failed):
+            raise v.error
+        return v
+
+    def plain(self, omitted=None) -> dict[str, Any]:
+        return read_attrs(self.manager, omitted, self)
+
+
+class _Failed:
+    __slots__ = ("error",)
+
+    def __init__(self, error: Exception):
+        self.error = error
+
+
+def read_attrs(attrs: h5py.AttributeManager, omitted=None, cache: _Attrs | None = None
+               ) -> dict[str, Any]:
     """Attributes as plain, JSON-representable Python (`_values.plain`), length-1 arrays
     as scalars, as netCDF4-python and xarray present them. An empty (null dataspace)
     attribute is None; an object or region reference is the path of the object it points
     to. An attribute h5py cannot read, or whose value has no JSON form, is left out:
-    `omitted(key, why)` is told (the scanner makes it a non-fatal located problem)."""
+    `omitted(key, why)` is told (the scanner makes it a non-fatal located problem).
+    `cache`: the same attributes already listed (and partly read) by the scanner."""
     out: dict[str, Any] = {}
-    for key in attrs.keys():
+    for key in (cache.names if cache is not None else attrs.keys()):
         if key in HIDDEN_ATTRS:
             continue
         try:
-            v = attrs[key]
+            v = cache.get(key) if cache is not None else attrs[key]
         except Exception as e:  # attribute of a type h5py cannot read
             if omitted is not None:
                 omitted(key, f"h5py cannot read it ({e})")
