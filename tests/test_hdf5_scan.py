@@ -425,3 +425,88 @@ def test_bitfields_and_half_floats_round_trip(tmp_path):
     with h5py.File(p) as f:
         for name in ("bits", "bits16", "half"):
             assert_same(cube[name][...], f[name][()], name)
+
+
+# Every HDF5 chunk index type, as HDF5 picks it: the v1 B-tree for files any library
+# version reads (libver "earliest"); with libver "latest" a single chunk, an implicit
+# index (fixed extent, no filters, space allocated early), a fixed array (fixed extent),
+# an extensible array (one unlimited axis) or a v2 B-tree (two or more unlimited axes).
+INDEX_TYPES = {
+    "btree-v1": dict(libver="earliest", maxshape=None),
+    "single-chunk": dict(libver="latest", maxshape=None, chunks=(7, 5)),
+    "implicit": dict(libver="latest", maxshape=None, early=True),
+    "fixed-array": dict(libver="latest", maxshape=None),
+    "extensible-array": dict(libver="latest", maxshape=(None, 5)),
+    "btree-v2": dict(libver="latest", maxshape=(None, None)),
+}
+
+
+def _index_type_file(path, libver, maxshape, chunks=(2, 2), early=False, filtered=True,
+                     sparse=True, masked=True):
+    """x(7, 5) f4 in `chunks` (a partial last chunk on both axes), some chunks never
+    written, one stored with its filter mask set (the deflate filter skipped)."""
+    data = np.arange(35, dtype="f4").reshape(7, 5)
+    with h5py.File(path, "w", libver=libver) as f:
+        if early:
+            dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+            dcpl.set_chunk(chunks)
+            dcpl.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)
+            h5py.h5d.create(f.id, b"x", h5py.h5t.IEEE_F32LE,
+                            h5py.h5s.create_simple((7, 5), (7, 5)), dcpl=dcpl)
+            d = f["x"]
+        else:
+            kw = dict(compression="gzip", shuffle=True) if filtered else {}
+            d = f.create_dataset("x", shape=(7, 5), chunks=chunks, maxshape=maxshape,
+                                 dtype="f4", fillvalue=-1.0, **kw)
+        if sparse and not early and chunks != (7, 5):
+            d[0:4, :] = data[0:4]  # chunk rows 2-3 never written
+            d[6:7, 4:5] = data[6:7, 4:5]
+        else:
+            d[...] = data
+        if masked and filtered and not early:
+            raw = np.full(chunks, 9, "f4").tobytes()
+            d.id.write_direct_chunk((0, 0), raw, filter_mask=1)
+
+
+@pytest.mark.parametrize("index,filtered", [
+    (index, filtered) for index in INDEX_TYPES for filtered in (True, False)
+    if not (index == "implicit" and filtered)  # HDF5 keeps it only for unfiltered data
+], ids=lambda v: v if isinstance(v, str) else ("filtered" if v else "unfiltered"))
+def test_block_table_equals_the_chunk_index_on_every_index_type(tmp_path, index, filtered):
+    """The block table is the dataset's chunk index exactly, whatever index HDF5 keeps:
+    every chunk `get_chunk_info` lists (the slow per-chunk call, independent of the
+    scan's `chunk_iter` pass) at its grid cell with its byte range, every other cell
+    unreferenced, a chunk stored with another filter mask held back (MATERIALIZED)."""
+    from virtualize.model import MATERIALIZED
+
+    spec = dict(INDEX_TYPES[index])
+    p = tmp_path / f"{index}.h5"
+    _index_type_file(p, filtered=filtered, **spec)
+    inv = virtualize.inventory(p)
+    bt = inv.variables["x"].blocks
+    masked = filtered and not spec.get("early")
+    with h5py.File(p, "r") as f:
+        d = f["x"]
+        assert bt.block_shape == d.chunks and bt.padded
+        expected = {}
+        for i in range(d.id.get_num_chunks()):
+            info = d.id.get_chunk_info(i)
+            cell = tuple(o // c for o, c in zip(info.chunk_offset, d.chunks))
+            expected[cell] = (info.byte_offset, info.size, info.filter_mask)
+    assert len(expected) >= 1
+    if spec.get("chunks") != (7, 5) and not spec.get("early"):
+        assert len(expected) < bt.refs.size  # some chunks were never written
+    for cell in np.ndindex(bt.refs.shape):
+        ref = bt.refs[cell]
+        if cell not in expected:
+            assert ref["length"] == 0, (cell, ref)
+            continue
+        off, size, mask = expected[cell]
+        if mask and masked and index != "single-chunk":
+            assert (ref["path"], ref["length"]) == (MATERIALIZED, 0), (cell, ref)
+        else:
+            assert (ref["path"], ref["offset"], ref["length"]) == (0, off, size), (cell, ref)
+    kinds = {q.kind for q in inv.problems}
+    if masked and index != "single-chunk":
+        assert "filter-mask" in kinds
+    assert "corrupt" not in kinds
