@@ -94,12 +94,12 @@ class _Scanner:
         """The attributes of the object walked as `name`, each read at most once."""
         a = self._attr_cache.get(name)
         if a is None:
-            a = self._attr_cache[name] = _Attrs(obj.attrs)
+            a = self._attr_cache[name] = _Attrs(obj.attrs, obj)
         return a
 
     def _is_scale(self, name: str, ds: h5py.Dataset) -> bool:
         a = self._attrs(name, ds)
-        return "CLASS" in a and _attr_text(a.get("CLASS")) == "DIMENSION_SCALE"
+        return "CLASS" in a and _attr_text(a.text("CLASS")) == "DIMENSION_SCALE"
 
     def problem(self, var: str | None, kind: str, msg: str, fatal: bool = True,
                 block: tuple[int, ...] | None = None, remedy: str | None = None) -> None:
@@ -126,7 +126,7 @@ class _Scanner:
             self._netcdf_lengths()
         for name, ds in self._datasets:
             if name in self._scales and \
-                    _attr_text(self._attrs(name, ds).get("NAME")).startswith(NC_DIM_ONLY):
+                    _attr_text(self._attrs(name, ds).text("NAME")).startswith(NC_DIM_ONLY):
                 continue  # a netCDF dimension without a variable
             try:
                 var = self._variable(name, ds)
@@ -683,9 +683,12 @@ class _Attrs:
 
     __slots__ = ("manager", "names", "_values")
 
-    def __init__(self, manager: h5py.AttributeManager):
+    def __init__(self, manager: h5py.AttributeManager, obj=None):
         self.manager = manager
-        self.names = list(manager.keys())
+        try:
+            self.names = _attr_names(manager._id, obj)
+        except Exception:
+            self.names = list(manager.keys())
         self._values: dict[str, Any] = {}
 
     def __contains__(self, key: str) -> bool:
@@ -704,8 +707,50 @@ class _Attrs:
             raise v.error
         return v
 
+    def text(self, key: str):
+        """A scalar fixed-length string attribute (CLASS, NAME) as bytes, read directly:
+        HDF5 converts such a string to h5py's (null-padded) type by keeping the bytes
+        before the first NUL, which is what this keeps; any other type (and a
+        space-padded string, which that conversion also trims) is read as `get` reads it."""
+        if key in self._values or key not in self.names:
+            return self.get(key)
+        try:
+            attr = h5py.h5a.open(self.manager._id, key.encode("utf8"))
+            tid = attr.get_type()
+            if tid.get_class() == h5py.h5t.STRING and not tid.is_variable_str() and \
+                    tid.get_strpad() in (h5py.h5t.STR_NULLTERM, h5py.h5t.STR_NULLPAD) and \
+                    attr.get_space().get_simple_extent_type() == h5py.h5s.SCALAR:
+                buf = np.zeros((), dtype=f"S{tid.get_size()}")
+                attr.read(buf, mtype=tid)
+                v = self._values[key] = np.bytes_(bytes(buf[()]).partition(b"\0")[0])
+                return v
+        except Exception:
+            pass
+        return self.get(key)
+
     def plain(self, omitted=None) -> dict[str, Any]:
         return read_attrs(self.manager, omitted, self)
+
+
+def _attr_names(oid, obj) -> list:
+    """An object's attribute names in the order h5py's `attrs.keys()` lists them
+    (creation order where it is tracked, else by name), without the property list
+    objects `keys()` makes each time (a dataset's is at hand)."""
+    cpl = getattr(obj, "_dcpl", None) if isinstance(obj, h5py.Dataset) else None
+    if cpl is None:
+        cpl = oid.get_create_plist()
+    order = h5py.h5.INDEX_CRT_ORDER if cpl.get_attr_creation_order() & h5py.h5p.CRT_ORDER_TRACKED \
+        else h5py.h5.INDEX_NAME
+    names: list = []
+
+    def add(name, *_):
+        try:
+            names.append(name.decode("utf8"))
+        except UnicodeDecodeError:  # as h5py names it
+            names.append(name)
+
+    h5py.h5a.iterate(oid, add, index_type=order)
+    return names
 
 
 class _Failed:
