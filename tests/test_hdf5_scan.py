@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 
 import h5py
@@ -510,3 +511,85 @@ def test_block_table_equals_the_chunk_index_on_every_index_type(tmp_path, index,
     if masked and index != "single-chunk":
         assert "filter-mask" in kinds
     assert "corrupt" not in kinds
+
+
+def _native_and_chunk_iter(path, name="x"):
+    import os
+
+    from virtualize.scan import hdf5 as scan_hdf5
+
+    with h5py.File(path, "r") as f:
+        d = f[name]
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            native = scan_hdf5._native_chunk_index(
+                lambda n, off: os.pread(fd, n, off), os.fstat(fd).st_size, d.id,
+                tuple(d.chunks), d.id.get_num_chunks)
+        finally:
+            os.close(fd)
+        return native, scan_hdf5._walk_chunk_index(d.id, d.ndim)
+
+
+@pytest.mark.parametrize("shape,chunks,filtered", [
+    ((5000,), (1,), False),  # 5000 leaves' worth: a B-tree of several levels
+    ((3000, 3), (1, 2), True),
+    ((7, 5), (2, 2), True),
+    ((4, 3, 6, 2), (1, 2, 4, 1), False),
+])
+def test_v1_btree_read_directly_equals_chunk_iter(tmp_path, shape, chunks, filtered):
+    """The direct reader of v1 B-tree chunk indexes gives chunk_iter's arrays exactly
+    (same chunks, order, addresses, sizes, filter masks), on trees of several levels,
+    sparse, filtered and filter-masked chunks; other indexes are left to chunk_iter."""
+    p = tmp_path / "v1.h5"
+    with h5py.File(p, "w", libver="earliest") as f:
+        kw = dict(compression="gzip", shuffle=True) if filtered else {}
+        d = f.create_dataset("x", shape=shape, chunks=chunks, dtype="i2", **kw)
+        n = shape[0]
+        d[: n - n // 3] = (np.arange(math.prod(shape)).reshape(shape) % 1000)[: n - n // 3]
+        if filtered:
+            d.id.write_direct_chunk((0,) * len(shape), np.zeros(chunks, "i2").tobytes(),
+                                    filter_mask=1)
+    native, ref = _native_and_chunk_iter(p)
+    assert native is not None and len(ref[0]) > 0
+    for a, b in zip(native, ref):
+        assert a.dtype == b.dtype and a.shape == b.shape and (a == b).all()
+    if filtered:
+        assert (native[3] == 1).sum() == 1
+    q = tmp_path / "latest.h5"
+    with h5py.File(q, "w", libver="latest") as f:
+        f.create_dataset("x", data=np.zeros(shape, "i2"), chunks=chunks)
+    assert _native_and_chunk_iter(q)[0] is None
+
+
+def test_v1_btree_reader_refuses_what_it_does_not_expect(tmp_path, monkeypatch):
+    """A damaged node or a chunk count other than HDF5's is `_Unexpected` (the scan then
+    asks chunk_iter); with the direct reader failing the scan's block table is the same."""
+    from virtualize.scan import hdf5 as scan_hdf5
+
+    p = tmp_path / "v1.h5"
+    with h5py.File(p, "w", libver="earliest") as f:
+        f.create_dataset("x", data=np.arange(600, dtype="f4").reshape(200, 3), chunks=(2, 3),
+                         compression="gzip")
+    good = virtualize.inventory(p).variables["x"].blocks.refs.copy()
+    with h5py.File(p, "r") as f:
+        d = f["x"]
+        with pytest.raises(scan_hdf5._Unexpected, match="HDF5 counts"):
+            with open(p, "rb") as fh:
+                scan_hdf5._native_chunk_index(lambda n, off: (fh.seek(off), fh.read(n))[1],
+                                              p.stat().st_size, d.id, (2, 3), lambda: 7)
+        body = scan_hdf5._layout_message(lambda n, off: p.read_bytes()[off:off + n],
+                                         h5py.h5o.get_info(d.id).addr, p.stat().st_size)
+        root = int.from_bytes(body[3:11], "little")
+    raw = bytearray(p.read_bytes())
+    assert raw[root:root + 4] == b"TREE"
+    raw[root:root + 4] = b"TRE?"
+    with h5py.File(p, "r") as f:
+        d = f["x"]
+        with pytest.raises(scan_hdf5._Unexpected, match="no chunk B-tree node"):
+            scan_hdf5._native_chunk_index(lambda n, off: bytes(raw[off:off + n]), len(raw),
+                                          d.id, (2, 3), d.id.get_num_chunks)
+
+    def unexpected(*a, **kw):
+        raise scan_hdf5._Unexpected("as if")
+    monkeypatch.setattr(scan_hdf5, "_native_chunk_index", unexpected)
+    assert (virtualize.inventory(p).variables["x"].blocks.refs == good).all()
