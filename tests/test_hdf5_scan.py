@@ -530,22 +530,26 @@ def _native_and_chunk_iter(path, name="x"):
         return native, scan_hdf5._walk_chunk_index(d.id, d.ndim)
 
 
-@pytest.mark.parametrize("shape,chunks,filtered", [
-    ((5000,), (1,), False),  # 5000 leaves' worth: a B-tree of several levels
-    ((3000, 3), (1, 2), True),
-    ((7, 5), (2, 2), True),
-    ((4, 3, 6, 2), (1, 2, 4, 1), False),
+@pytest.mark.parametrize("libver", ["earliest", "latest"], ids=["btree-v1", "fixed-array"])
+@pytest.mark.parametrize("shape,chunks,maxshape,filtered", [
+    ((5000,), (1,), None, False),  # a B-tree of several levels; a paged fixed array
+    ((3000, 3), (1, 2), None, True),
+    ((7, 5), (2, 2), (9, 5), True),  # a fixed array over the maximum extent's grid
+    ((4, 3, 6, 2), (1, 2, 4, 1), None, False),
 ])
-def test_v1_btree_read_directly_equals_chunk_iter(tmp_path, shape, chunks, filtered):
-    """The direct reader of v1 B-tree chunk indexes gives chunk_iter's arrays exactly
-    (same chunks, order, addresses, sizes, filter masks), on trees of several levels,
-    sparse, filtered and filter-masked chunks; other indexes are left to chunk_iter."""
-    p = tmp_path / "v1.h5"
-    with h5py.File(p, "w", libver="earliest") as f:
+def test_chunk_index_read_directly_equals_chunk_iter(tmp_path, libver, shape, chunks, maxshape,
+                                                     filtered):
+    """The direct reader of v1 B-tree and fixed array chunk indexes gives chunk_iter's
+    arrays exactly (same chunks, order, addresses, sizes, filter masks): trees of several
+    levels, paged arrays with pages never written, sparse, filtered and filter-masked
+    chunks. Other indexes are left to chunk_iter (None)."""
+    p = tmp_path / "a.h5"
+    with h5py.File(p, "w", libver=libver) as f:
         kw = dict(compression="gzip", shuffle=True) if filtered else {}
-        d = f.create_dataset("x", shape=shape, chunks=chunks, dtype="i2", **kw)
+        d = f.create_dataset("x", shape=shape, chunks=chunks, maxshape=maxshape, dtype="i2", **kw)
         n = shape[0]
-        d[: n - n // 3] = (np.arange(math.prod(shape)).reshape(shape) % 1000)[: n - n // 3]
+        d[: n // 5] = (np.arange(math.prod(shape)).reshape(shape) % 1000)[: n // 5]
+        d[n - 1] = 7  # the pages between never written
         if filtered:
             d.id.write_direct_chunk((0,) * len(shape), np.zeros(chunks, "i2").tobytes(),
                                     filter_mask=1)
@@ -555,13 +559,14 @@ def test_v1_btree_read_directly_equals_chunk_iter(tmp_path, shape, chunks, filte
         assert a.dtype == b.dtype and a.shape == b.shape and (a == b).all()
     if filtered:
         assert (native[3] == 1).sum() == 1
-    q = tmp_path / "latest.h5"
-    with h5py.File(q, "w", libver="latest") as f:
-        f.create_dataset("x", data=np.zeros(shape, "i2"), chunks=chunks)
+    q = tmp_path / "other.h5"
+    with h5py.File(q, "w", libver="latest") as f:  # an extensible array
+        f.create_dataset("x", data=np.zeros(shape, "i2"), chunks=chunks,
+                         maxshape=(None,) + shape[1:])
     assert _native_and_chunk_iter(q)[0] is None
 
 
-def test_v1_btree_reader_refuses_what_it_does_not_expect(tmp_path, monkeypatch):
+def test_chunk_index_reader_refuses_what_it_does_not_expect(tmp_path, monkeypatch):
     """A damaged node or a chunk count other than HDF5's is `_Unexpected` (the scan then
     asks chunk_iter); with the direct reader failing the scan's block table is the same."""
     from virtualize.scan import hdf5 as scan_hdf5
@@ -593,3 +598,28 @@ def test_v1_btree_reader_refuses_what_it_does_not_expect(tmp_path, monkeypatch):
         raise scan_hdf5._Unexpected("as if")
     monkeypatch.setattr(scan_hdf5, "_native_chunk_index", unexpected)
     assert (virtualize.inventory(p).variables["x"].blocks.refs == good).all()
+
+
+def test_damaged_fixed_array_is_refused_as_before(tmp_path):
+    """A fixed array element damaged on disk fails HDF5's checksum in its own walk of the
+    index (which the direct reader asks for its count): the dataset is refused as corrupt,
+    as chunk_iter refuses it, never referenced from the damaged bytes."""
+    from virtualize.scan import hdf5 as scan_hdf5
+
+    p = tmp_path / "fa.h5"
+    with h5py.File(p, "w", libver="latest") as f:
+        f.create_dataset("x", data=np.arange(40, dtype="f4").reshape(20, 2), chunks=(2, 2))
+        f["ok"] = np.arange(3.0)
+    raw = bytearray(p.read_bytes())
+    with h5py.File(p, "r") as f:
+        body = scan_hdf5._layout_message(lambda n, off: bytes(raw[off:off + n]),
+                                         h5py.h5o.get_info(f["x"].id).addr, len(raw))
+    header = int.from_bytes(body[-8:], "little")
+    block = int.from_bytes(raw[header + 16:header + 24], "little")
+    assert raw[block:block + 4] == b"FADB"
+    raw[block + 14 + 8 * 3] ^= 0x40  # the fourth chunk's address
+    p.write_bytes(bytes(raw))
+    inv = virtualize.inventory(p)
+    assert inv.variables["ok"].blocks is not None
+    assert "x" not in inv.variables or inv.variables["x"].blocks is None
+    assert any(q.kind == "corrupt" and q.loc.variable == "x" for q in inv.problems)

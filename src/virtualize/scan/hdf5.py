@@ -854,29 +854,54 @@ class _Unexpected(Exception):
 def _native_chunk_index(pread, file_size: int, dsid, chunks: tuple[int, ...], num_chunks):
     """The chunk index of a dataset whose chunks HDF5 indexes with a version 1 B-tree
     (layout message version 3: every file written for any library version, netCDF-C's
-    default), read from the file's bytes with one `np.frombuffer` per B-tree node instead
-    of one Python call per chunk: the same four arrays as `_walk_chunk_index`. None for
-    any other index (and layout), and `_Unexpected` for anything this reader does not
-    expect (signatures, node types, levels, entry counts, addresses, sizes); the caller
-    then uses `chunk_iter`. `num_chunks()` (HDF5's own count of the index's chunks) must
-    equal what was read.
+    default) or a fixed array (layout version 4 or 5: a fixed extent, libver "latest"), read
+    from the file's bytes with one `np.frombuffer` per B-tree node or array page instead
+    of one Python call per chunk: the same four arrays as `_walk_chunk_index`, in the same
+    order. None for any other index (and layout); `_Unexpected` for anything this reader
+    does not expect (signatures, node types, levels, entry counts, sizes, addresses); the
+    caller then uses `chunk_iter`. `num_chunks()`, HDF5's own walk of the index, must
+    count what was read: it also makes HDF5 load (and check the checksums of) every
+    structure read here.
 
     `pread(n, offset)`: n bytes at offset (fewer at the end of the file)."""
     ndim = len(chunks)
     fcpl = h5py.h5i.get_file_id(dsid).get_create_plist()
     if fcpl.get_sizes() != (8, 8) or fcpl.get_userblock() != 0:
         return None
-    addr = h5py.h5o.get_info(dsid).addr
-    body = _layout_message(pread, addr, file_size)
-    if body is None or len(body) < 2 or body[0] != 3 or body[1] != 2:
-        return None  # not a version 3 chunked layout: another index, or an older layout
+    body = _layout_message(pread, h5py.h5o.get_info(dsid).addr, file_size)
+    if body is None or len(body) < 2 or body[1] != 2:
+        return None  # not chunked (as HDF5 stores it)
+    if body[0] == 3:
+        got = _v1_btree(pread, file_size, body, ndim)
+    elif body[0] in (4, 5):  # HDF5 2.0 writes version 5, laid out as 4 for these fields
+        got = _fixed_array(pread, file_size, body, dsid, chunks)
+    else:
+        return None
+    if got is None:
+        return None
+    offsets, addrs, sizes, masks = got
+    if (addrs == UNDEFINED_ADDRESS).any() or (addrs >= file_size).any() or (offsets < 0).any() \
+            or (offsets % np.asarray(chunks, dtype=np.int64)).any():
+        raise _Unexpected("a chunk's offset or address out of place")
+    counted = num_chunks()
+    if len(addrs) != counted:
+        raise _Unexpected(f"{len(addrs)} chunks read, HDF5 counts {counted}")
+    return offsets, addrs, sizes, masks
+
+
+def _no_chunks(ndim: int):
+    return (np.zeros((0, ndim), np.int64), np.zeros(0, np.uint64), np.zeros(0, np.uint64),
+            np.zeros(0, np.uint32))
+
+
+def _v1_btree(pread, file_size: int, body: bytes, ndim: int):
+    """Layout message version 3: the chunks' v1 B-tree, walked a level at a time."""
     dimensionality = body[2]
     if dimensionality != ndim + 1 or len(body) < 11 + 4 * dimensionality:
         raise _Unexpected(f"layout message of {dimensionality} dimensions for rank {ndim}")
     root = int.from_bytes(body[3:11], "little")
     if root == UNDEFINED_ADDRESS:
-        return (np.zeros((0, ndim), np.int64), np.zeros(0, np.uint64), np.zeros(0, np.uint64),
-                np.zeros(0, np.uint32))
+        return _no_chunks(ndim)
     entry = np.dtype([("size", "<u4"), ("mask", "<u4"), ("offset", "<u8", (dimensionality,)),
                       ("child", "<u8")])
     key_size = 8 + 8 * dimensionality
@@ -912,15 +937,79 @@ def _native_chunk_index(pread, file_size: int, dsid, chunks: tuple[int, ...], nu
         else:
             level_nodes = []
     e = np.concatenate(leaves) if leaves else np.zeros(0, entry)
-    offsets = e["offset"][:, :ndim].astype(np.int64)
-    if (e["offset"][:, ndim] != 0).any() or (e["child"] == UNDEFINED_ADDRESS).any() \
-            or (e["child"] >= file_size).any() or (offsets < 0).any() \
-            or (offsets % np.asarray(chunks, dtype=np.int64)).any():
-        raise _Unexpected("a chunk key or address out of place")
-    if len(e) != num_chunks():
-        raise _Unexpected(f"{len(e)} chunks read, HDF5 counts {num_chunks()}")
-    return (offsets, e["child"].astype(np.uint64),
+    if (e["offset"][:, ndim] != 0).any():
+        raise _Unexpected("a chunk key with an element offset")
+    return (e["offset"][:, :ndim].astype(np.int64), e["child"].astype(np.uint64),
             e["size"].astype(np.uint64), e["mask"].astype(np.uint32))
+
+
+def _fixed_array(pread, file_size: int, body: bytes, dsid, chunks: tuple[int, ...]):
+    """Layout message version 4 with a fixed array index (type 3): its header, data
+    block and pages. Element i is the chunk at row-major position i of the grid of the
+    dataset's maximum extent; an undefined address is a chunk never written."""
+    ndim = len(chunks)
+    flags, dimensionality, width = body[2], body[3], body[4]
+    pos = 5 + width * dimensionality
+    if len(body) > pos and body[pos] != 3:
+        return None  # single chunk, implicit, extensible array, v2 B-tree: chunk_iter
+    if dimensionality != ndim + 1 or not 1 <= width <= 8 or len(body) < pos + 10 or flags & ~3:
+        raise _Unexpected("layout message (version 4) not understood")
+    header = int.from_bytes(body[pos + 2:pos + 10], "little")
+    h = pread(28, header)
+    if len(h) < 28 or h[:4] != b"FAHD" or h[4] != 0 or h[5] not in (0, 1):
+        raise _Unexpected(f"no fixed array header at {header}")
+    filtered, entry_size, page_bits = h[5] == 1, h[6], h[7]
+    n = int.from_bytes(h[8:16], "little")
+    block = int.from_bytes(h[16:24], "little")
+    maxshape = dsid.get_space().get_simple_extent_dims(maxdims=True)
+    grid = tuple(-(-int(m) // c) for m, c in zip(maxshape, chunks))
+    if n != math.prod(grid) or entry_size != (8 + (entry_size - 12) + 4 if filtered else 8) \
+            or (filtered and not 1 <= entry_size - 12 <= 8) or page_bits > 32:
+        raise _Unexpected("fixed array header does not match the dataset")
+    if block == UNDEFINED_ADDRESS:
+        return _no_chunks(ndim)
+    page = 1 << page_bits
+    npages = -(-n // page) if n > page else 0
+    bitmap = (npages + 7) // 8
+    prefix = 4 + 1 + 1 + 8 + bitmap
+    if npages:
+        head = pread(prefix, block)
+        pages = [i for i in range(npages) if head[14 + i // 8] & (0x80 >> (i % 8))]
+        start = block + prefix + 4  # then the prefix's checksum
+        parts, where = [], []
+        for i in pages:
+            count = min(page, n - i * page)
+            raw = pread(count * entry_size, start + i * (page * entry_size + 4))
+            if len(raw) < count * entry_size:
+                raise _Unexpected("fixed array page past the end of the file")
+            parts.append(raw)
+            where.append(np.arange(i * page, i * page + count, dtype=np.int64))
+        raw = b"".join(parts)
+        index = np.concatenate(where) if where else np.zeros(0, np.int64)
+    else:
+        head = pread(prefix + n * entry_size, block)
+        raw = head[prefix:]
+        if len(raw) < n * entry_size:
+            raise _Unexpected("fixed array data block past the end of the file")
+        index = np.arange(n, dtype=np.int64)
+    if head[:4] != b"FADB" or head[4] != 0 or head[5] != h[5] \
+            or int.from_bytes(head[6:14], "little") != header:
+        raise _Unexpected(f"no fixed array data block at {block}")
+    e = np.frombuffer(raw, np.uint8).reshape(-1, entry_size)
+    addrs = e[:, :8].copy().view("<u8").reshape(-1)
+    if filtered:
+        sizes = np.zeros(len(e), np.uint64)
+        for k in range(entry_size - 12):
+            sizes |= e[:, 8 + k].astype(np.uint64) << np.uint64(8 * k)
+        masks = e[:, entry_size - 4:].copy().view("<u4").reshape(-1)
+    else:
+        sizes = np.full(len(e), math.prod(chunks) * dsid.get_type().get_size(), np.uint64)
+        masks = np.zeros(len(e), np.uint32)
+    used = addrs != UNDEFINED_ADDRESS
+    index, addrs, sizes, masks = index[used], addrs[used], sizes[used], masks[used]
+    offsets = np.stack(np.unravel_index(index, grid), axis=1).astype(np.int64) \
+        * np.asarray(chunks, dtype=np.int64) if len(index) else np.zeros((0, ndim), np.int64)
+    return offsets, addrs.astype(np.uint64), sizes, masks.astype(np.uint32)
 
 
 UNDEFINED_ADDRESS = 0xFFFFFFFFFFFFFFFF
