@@ -583,7 +583,7 @@ def test_chunk_index_reader_refuses_what_it_does_not_expect(tmp_path, monkeypatc
                 scan_hdf5._native_chunk_index(lambda n, off: (fh.seek(off), fh.read(n))[1],
                                               p.stat().st_size, d.id, (2, 3), lambda: 7)
         body = scan_hdf5._layout_message(lambda n, off: p.read_bytes()[off:off + n],
-                                         h5py.h5o.get_info(d.id).addr, p.stat().st_size)
+                                         h5py.h5g.get_objinfo(d.id, b".").objno[0], p.stat().st_size)
         root = int.from_bytes(body[3:11], "little")
     raw = bytearray(p.read_bytes())
     assert raw[root:root + 4] == b"TREE"
@@ -613,7 +613,7 @@ def test_damaged_fixed_array_is_refused_as_before(tmp_path):
     raw = bytearray(p.read_bytes())
     with h5py.File(p, "r") as f:
         body = scan_hdf5._layout_message(lambda n, off: bytes(raw[off:off + n]),
-                                         h5py.h5o.get_info(f["x"].id).addr, len(raw))
+                                         h5py.h5g.get_objinfo(f["x"].id, b".").objno[0], len(raw))
     header = int.from_bytes(body[-8:], "little")
     block = int.from_bytes(raw[header + 16:header + 24], "little")
     assert raw[block:block + 4] == b"FADB"

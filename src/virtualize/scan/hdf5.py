@@ -14,6 +14,7 @@ never by naming the referenced object (which searches the file).
 
 from __future__ import annotations
 
+import bisect
 import math
 import os
 from array import array
@@ -72,22 +73,57 @@ def scan_hdf5(path: str) -> FileInventory:
         with f:
             scanner = _Scanner(path, f)
             if isinstance(fobj, storage.LocalFile):
-                scanner.pread, scanner.size = _counting_pread(fobj), st.st_size
+                scanner.recorder, scanner.size = _Recorder(fobj), st.st_size
             inv = scanner.run(st.st_size, st.st_mtime_ns)
         inv.bytes_read, inv.requests, inv.etag = fobj.bytes_read, fobj.requests, st.etag
     return inv
 
 
-def _counting_pread(fobj):
-    """pread on a local source, counted in its bytes_read and requests."""
-    fd = fobj.fileno()
+class _Recorder:
+    """What HDF5 reads from a local source while `on`, kept by offset, so the direct
+    reader of a chunk index (`_native_chunk_index`) reads the object headers and index
+    structures HDF5 has just read from memory: the scan reads them from the file once.
+    Anything else it reads with `os.pread`, counted in the source's bytes_read and
+    requests."""
 
-    def pread(n: int, offset: int) -> bytes:
-        data = os.pread(fd, n, offset)
-        fobj.bytes_read += len(data)
-        fobj.requests += 1
+    LIMIT = 1 << 20  # larger reads are not kept (data, not metadata)
+
+    def __init__(self, fobj):
+        self.fobj, self.fd = fobj, fobj.fileno()
+        self.reads: dict[int, bytes] = {}
+        self._starts: list[int] | None = None
+        self.on = False
+        read = fobj.readinto
+
+        def readinto(b):  # h5py's file-object driver: seek, then readinto
+            if not self.on:
+                return read(b)
+            pos = fobj.tell()
+            n = read(b)
+            if n and n <= self.LIMIT:
+                self.reads[pos] = bytes(memoryview(b)[:n])
+                self._starts = None
+            return n
+        fobj.readinto = readinto
+
+    def pread(self, n: int, offset: int) -> bytes:
+        if self._starts is None:
+            self._starts = sorted(self.reads)
+        i = bisect.bisect_right(self._starts, offset) - 1
+        if i >= 0:
+            start = self._starts[i]
+            data = self.reads[start]
+            if offset + n <= start + len(data):
+                return data[offset - start:offset - start + n]
+        data = os.pread(self.fd, n, offset)
+        self.fobj.bytes_read += len(data)
+        self.fobj.requests += 1
         return data
-    return pread
+
+    def forget(self, keep: set[int]) -> None:
+        for k in [k for k in self.reads if k not in keep]:
+            del self.reads[k]
+        self._starts = None
 
 
 class _Scanner:
@@ -105,9 +141,9 @@ class _Scanner:
         self._nc_shapes: dict[str, tuple[int, ...]] = {}
         self._dim_lists: dict[str, tuple] = {}  # per dataset: DIMENSION_LIST targets per axis
         self._names_by_id: dict | None = None  # walked datasets by object identity
-        # pread(n, offset) on the file, when a chunk index may be read directly (a local
-        # file: `scan_hdf5` sets it), and the file's size
-        self.pread = None
+        # what HDF5 reads, when a chunk index may be read directly (a local file:
+        # `scan_hdf5` sets it), and the file's size
+        self.recorder: _Recorder | None = None
         self.size = 0
 
     def _attrs(self, name: str, obj) -> _Attrs:
@@ -133,7 +169,13 @@ class _Scanner:
         return omitted
 
     def run(self, size: int, mtime_ns: int) -> FileInventory:
-        self._walk(self.f, "")
+        if self.recorder is not None:
+            self.recorder.on = True  # object headers, for `_native_chunk_index`
+        try:
+            self._walk(self.f, "")
+        finally:
+            if self.recorder is not None:
+                self.recorder.on = False
         # Dimension scales first, so variables can name their dimensions (each dataset's
         # CLASS attribute is looked at once).
         self._scales = {name for name, ds in self._datasets if self._is_scale(name, ds)}
@@ -493,12 +535,20 @@ class _Scanner:
     def _chunk_index(self, ds: h5py.Dataset, chunks: tuple[int, ...]):
         """A chunked dataset's index: read directly where it is a v1 B-tree in a local
         file (`_native_chunk_index`), else, or on anything unexpected, by `chunk_iter`."""
-        if self.pread is not None:
+        rec = self.recorder
+        if rec is not None:
+            keep = set(rec.reads)
             try:
-                got = _native_chunk_index(self.pread, self.size, ds.id, chunks,
-                                          ds.id.get_num_chunks)
+                rec.on = True  # HDF5's own walk of the index: its count, and its reads
+                try:
+                    count = ds.id.get_num_chunks()
+                finally:
+                    rec.on = False
+                got = _native_chunk_index(rec.pread, self.size, ds.id, chunks, lambda: count)
             except Exception:  # _Unexpected, or HDF5 failing to count: chunk_iter decides
                 got = None
+            finally:
+                rec.forget(keep)
             if got is not None:
                 return got
         return _walk_chunk_index(ds.id, len(chunks))
@@ -868,7 +918,11 @@ def _native_chunk_index(pread, file_size: int, dsid, chunks: tuple[int, ...], nu
     fcpl = h5py.h5i.get_file_id(dsid).get_create_plist()
     if fcpl.get_sizes() != (8, 8) or fcpl.get_userblock() != 0:
         return None
-    body = _layout_message(pread, h5py.h5o.get_info(dsid).addr, file_size)
+    # the object header's address (`h5o.get_info` would also size the whole index)
+    objno = h5py.h5g.get_objinfo(dsid, b".").objno
+    if objno[1] != 0:
+        return None
+    body = _layout_message(pread, int(objno[0]), file_size)
     if body is None or len(body) < 2 or body[1] != 2:
         return None  # not chunked (as HDF5 stores it)
     if body[0] == 3:
