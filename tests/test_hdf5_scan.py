@@ -530,19 +530,22 @@ def _native_and_chunk_iter(path, name="x"):
         return native, scan_hdf5._walk_chunk_index(d.id, d.ndim)
 
 
-@pytest.mark.parametrize("libver", ["earliest", "latest"], ids=["btree-v1", "fixed-array"])
+@pytest.mark.parametrize("index", ["btree-v1", "fixed-array", "btree-v2"])
 @pytest.mark.parametrize("shape,chunks,maxshape,filtered", [
-    ((5000,), (1,), None, False),  # a B-tree of several levels; a paged fixed array
+    ((5000,), (1,), None, False),  # B-trees of several levels; a paged fixed array
     ((3000, 3), (1, 2), None, True),
     ((7, 5), (2, 2), (9, 5), True),  # a fixed array over the maximum extent's grid
     ((4, 3, 6, 2), (1, 2, 4, 1), None, False),
 ])
-def test_chunk_index_read_directly_equals_chunk_iter(tmp_path, libver, shape, chunks, maxshape,
+def test_chunk_index_read_directly_equals_chunk_iter(tmp_path, index, shape, chunks, maxshape,
                                                      filtered):
-    """The direct reader of v1 B-tree and fixed array chunk indexes gives chunk_iter's
-    arrays exactly (same chunks, order, addresses, sizes, filter masks): trees of several
-    levels, paged arrays with pages never written, sparse, filtered and filter-masked
-    chunks. Other indexes are left to chunk_iter (None)."""
+    """The direct reader of v1 B-tree, fixed array and v2 B-tree chunk indexes gives
+    chunk_iter's arrays exactly (same chunks, order, addresses, sizes, filter masks):
+    trees of several levels, paged arrays with pages never written, sparse, filtered and
+    filter-masked chunks. Other indexes are left to chunk_iter (None)."""
+    libver = "earliest" if index == "btree-v1" else "latest"
+    if index == "btree-v2":  # two or more unlimited axes
+        shape, chunks, maxshape = shape + (2,), chunks + (1,), (None,) * (len(shape) + 1)
     p = tmp_path / "a.h5"
     with h5py.File(p, "w", libver=libver) as f:
         kw = dict(compression="gzip", shuffle=True) if filtered else {}

@@ -1,13 +1,17 @@
 """HDF5 and netCDF-4 files: block tables from each dataset's chunk index, via h5py.
 
-One `chunk_iter` pass per chunked dataset (never `get_chunk_info(i)` in a loop, which is
-O(N) per call); groups are walked with `keys()`; data is read only for small 1-D coordinate
-variables, whose values the planner checks and inlines.
+A chunked dataset's index is read in one pass: a v1 B-tree (netCDF-C's default, and any
+file written for every library version), a fixed array or a v2 B-tree in a local file
+directly from the file's bytes, one `np.frombuffer` per B-tree node or array page
+(`_native_chunk_index`), checked against HDF5's own count of the index (whose walk also
+checks the array's checksums, and whose reads the direct reader reuses: the index is read
+from the file once); every other index, a remote file, and anything the direct reader
+does not expect, with one `chunk_iter` pass (never `get_chunk_info(i)` in a loop, which
+is O(N) per call). Groups are walked with `keys()`; data is read only for small 1-D
+coordinate variables, whose values the planner checks and inlines.
 
-What a scan costs beyond that floor (HDF5's own index walk, h5py's per-chunk `StoreInfo`,
-reading the attributes and coordinate values the output holds) is kept small: every
-attribute of an object is read at most once (`_Attrs`); objects behind hard links are
-opened with `h5o.open` (h5py's `Group.get` builds a `File` per dataset); a variable's
+Per object: every attribute is read at most once (`_Attrs`); objects behind hard links
+are opened with `h5o.open` (h5py's `Group.get` builds a `File` per dataset); a variable's
 dimension scales are found by object identity, from one read of its `DIMENSION_LIST`,
 never by naming the referenced object (which searches the file).
 """
@@ -533,8 +537,9 @@ class _Scanner:
         return BlockTable(chunks, padded=True, refs=refs), codecs
 
     def _chunk_index(self, ds: h5py.Dataset, chunks: tuple[int, ...]):
-        """A chunked dataset's index: read directly where it is a v1 B-tree in a local
-        file (`_native_chunk_index`), else, or on anything unexpected, by `chunk_iter`."""
+        """A chunked dataset's index: read directly where it is a v1 B-tree, a fixed
+        array or a v2 B-tree in a local file (`_native_chunk_index`, from the bytes HDF5 has just read
+        counting the index), else, or on anything unexpected, by `chunk_iter`."""
         rec = self.recorder
         if rec is not None:
             keep = set(rec.reads)
@@ -904,14 +909,15 @@ class _Unexpected(Exception):
 def _native_chunk_index(pread, file_size: int, dsid, chunks: tuple[int, ...], num_chunks):
     """The chunk index of a dataset whose chunks HDF5 indexes with a version 1 B-tree
     (layout message version 3: every file written for any library version, netCDF-C's
-    default) or a fixed array (layout version 4 or 5: a fixed extent, libver "latest"), read
+    default), a fixed array or a v2 B-tree (layout version 4 or 5, libver "latest": a
+    fixed extent, two or more unlimited axes), read
     from the file's bytes with one `np.frombuffer` per B-tree node or array page instead
     of one Python call per chunk: the same four arrays as `_walk_chunk_index`, in the same
     order. None for any other index (and layout); `_Unexpected` for anything this reader
     does not expect (signatures, node types, levels, entry counts, sizes, addresses); the
-    caller then uses `chunk_iter`. `num_chunks()`, HDF5's own walk of the index, must
-    count what was read: it also makes HDF5 load (and check the checksums of) every
-    structure read here.
+    caller then uses `chunk_iter`. `num_chunks()`, HDF5's own count of the index's chunks
+    (the caller has HDF5 walk the index first: that loads, and checks the checksums of,
+    every structure read here), must equal what was read.
 
     `pread(n, offset)`: n bytes at offset (fewer at the end of the file)."""
     ndim = len(chunks)
@@ -933,7 +939,9 @@ def _native_chunk_index(pread, file_size: int, dsid, chunks: tuple[int, ...], nu
         return None
     if got is None:
         return None
-    offsets, addrs, sizes, masks = got
+    offsets, addrs, sizes, masks = got[:4]
+    if len(got) == 5 and got[4]:  # unfiltered v2 B-tree records: every chunk's bytes are one chunk
+        sizes = np.full(len(addrs), math.prod(chunks) * dsid.get_type().get_size(), np.uint64)
     if (addrs == UNDEFINED_ADDRESS).any() or (addrs >= file_size).any() or (offsets < 0).any() \
             or (offsets % np.asarray(chunks, dtype=np.int64)).any():
         raise _Unexpected("a chunk's offset or address out of place")
@@ -997,6 +1005,88 @@ def _v1_btree(pread, file_size: int, body: bytes, ndim: int):
             e["size"].astype(np.uint64), e["mask"].astype(np.uint32))
 
 
+def _enc_size(n: int) -> int:
+    """Bytes HDF5 uses to encode numbers up to n (H5VM_limit_enc_size)."""
+    return (max(n, 1).bit_length() - 1) // 8 + 1
+
+
+def _v2_btree(pread, file_size: int, header: int, chunks: tuple[int, ...]):
+    """Layout message version 4/5 with a v2 B-tree index (type 5): its header, then its
+    nodes a level at a time; records (address, [size, filter mask,] scaled offsets) in the
+    tree's order, by chunk coordinates."""
+    ndim = len(chunks)
+    h = pread(38, header)
+    if len(h) < 38 or h[:4] != b"BTHD" or h[4] != 0 or h[5] not in (10, 11):
+        raise _Unexpected(f"no chunk v2 B-tree header at {header}")
+    filtered = h[5] == 11
+    node_size = int.from_bytes(h[6:10], "little")
+    rec_size = int.from_bytes(h[10:12], "little")
+    depth = int.from_bytes(h[12:14], "little")
+    root = int.from_bytes(h[16:24], "little")
+    root_nrec = int.from_bytes(h[24:26], "little")
+    total = int.from_bytes(h[26:34], "little")
+    width = rec_size - 8 - 4 - 8 * ndim if filtered else 0
+    if rec_size != (8 + width + 4 if filtered else 8) + 8 * ndim or (filtered and not 1 <= width <= 8) \
+            or not 0 < node_size <= 1 << 24 or depth > 64:
+        raise _Unexpected("v2 B-tree header does not match the dataset")
+    if root == UNDEFINED_ADDRESS or total == 0:
+        return _no_chunks(ndim)
+    # what HDF5 derives from the header (H5B2__hdr_init): per depth, the records a node
+    # holds at most, and the bytes of a child pointer's record counts
+    max_nrec = [(node_size - 10) // rec_size]
+    cum = [max_nrec[0]]
+    cum_size = [0]
+    nrec_size = _enc_size(max_nrec[0])
+    for d in range(1, depth + 1):
+        ptr = 8 + nrec_size + (cum_size[d - 1] if d > 1 else 0)
+        max_nrec.append((node_size - (10 + ptr)) // (rec_size + ptr))
+        cum.append((max_nrec[d] + 1) * cum[d - 1] + max_nrec[d])
+        cum_size.append(_enc_size(cum[d]))
+    record = np.dtype([("addr", "<u8"), ("filt", "u1", (width + 4,)), ("scaled", "<u8", (ndim,))]
+                      if filtered else [("addr", "<u8"), ("scaled", "<u8", (ndim,))])
+    if record.itemsize != rec_size:
+        raise _Unexpected("v2 B-tree record size")
+    level = [(root, root_nrec)]
+    found = []
+    seen = 0
+    for d in range(depth, -1, -1):
+        nxt = []
+        for node, nrec in level:
+            seen += 1
+            if seen > MAX_BLOCKS or not 0 < node < file_size or nrec > max_nrec[d]:
+                raise _Unexpected(f"v2 B-tree node at {node}")
+            raw = pread(node_size, node)
+            sig = b"BTLF" if d == 0 else b"BTIN"
+            if len(raw) < 6 + nrec * rec_size or raw[:4] != sig or raw[4] != 0 or raw[5] != h[5]:
+                raise _Unexpected(f"no v2 B-tree node at {node}")
+            found.append(np.frombuffer(raw, record, count=nrec, offset=6))
+            if d:
+                ptr = 8 + nrec_size + (cum_size[d - 1] if d > 1 else 0)
+                pos = 6 + nrec * rec_size
+                if len(raw) < pos + (nrec + 1) * ptr:
+                    raise _Unexpected(f"v2 B-tree node at {node} ends early")
+                for _ in range(nrec + 1):
+                    nxt.append((int.from_bytes(raw[pos:pos + 8], "little"),
+                                int.from_bytes(raw[pos + 8:pos + 8 + nrec_size], "little")))
+                    pos += ptr
+        level = nxt
+    e = np.concatenate(found)
+    if len(e) != total:
+        raise _Unexpected(f"{len(e)} v2 B-tree records read, its header counts {total}")
+    e = e[np.lexsort(e["scaled"].T[::-1])] if ndim else e
+    if filtered:
+        f = e["filt"].astype(np.uint64)
+        sizes = np.zeros(len(e), np.uint64)
+        for k in range(width):
+            sizes |= f[:, k] << np.uint64(8 * k)
+        masks = e["filt"][:, width:].copy().view("<u4").reshape(-1)
+    else:
+        sizes = np.zeros(len(e), np.uint64)  # filled in by the caller: one chunk's bytes
+        masks = np.zeros(len(e), np.uint32)
+    offsets = e["scaled"].astype(np.int64) * np.asarray(chunks, dtype=np.int64)
+    return offsets, e["addr"].astype(np.uint64), sizes, masks.astype(np.uint32), not filtered
+
+
 def _fixed_array(pread, file_size: int, body: bytes, dsid, chunks: tuple[int, ...]):
     """Layout message version 4 with a fixed array index (type 3): its header, data
     block and pages. Element i is the chunk at row-major position i of the grid of the
@@ -1004,8 +1094,11 @@ def _fixed_array(pread, file_size: int, body: bytes, dsid, chunks: tuple[int, ..
     ndim = len(chunks)
     flags, dimensionality, width = body[2], body[3], body[4]
     pos = 5 + width * dimensionality
+    if len(body) > pos and body[pos] == 5 and len(body) >= pos + 15:
+        return _v2_btree(pread, file_size, int.from_bytes(body[pos + 7:pos + 15], "little"),
+                         chunks)
     if len(body) > pos and body[pos] != 3:
-        return None  # single chunk, implicit, extensible array, v2 B-tree: chunk_iter
+        return None  # single chunk, implicit, extensible array: chunk_iter
     if dimensionality != ndim + 1 or not 1 <= width <= 8 or len(body) < pos + 10 or flags & ~3:
         raise _Unexpected("layout message (version 4) not understood")
     header = int.from_bytes(body[pos + 2:pos + 10], "little")
