@@ -626,3 +626,22 @@ def test_damaged_fixed_array_is_refused_as_before(tmp_path):
     assert inv.variables["ok"].blocks is not None
     assert "x" not in inv.variables or inv.variables["x"].blocks is None
     assert any(q.kind == "corrupt" and q.loc.variable == "x" for q in inv.problems)
+
+
+@pytest.mark.parametrize("shape,chunks,maxshape", [
+    ((7, 5), (2, 2), None), ((7, 5), (2, 2), (11, 9)), ((4, 3, 6), (1, 2, 4), (4, 5, 6)),
+])
+def test_implicit_index_read_directly_equals_chunk_iter(tmp_path, shape, chunks, maxshape):
+    """An implicit index (no filters, space allocated early): the chunks of the current
+    extent at their places in the grid of the maximum extent, as chunk_iter lists them."""
+    p = tmp_path / "implicit.h5"
+    with h5py.File(p, "w", libver="latest") as f:
+        dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+        dcpl.set_chunk(chunks)
+        dcpl.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)
+        h5py.h5d.create(f.id, b"x", h5py.h5t.STD_I16LE,
+                        h5py.h5s.create_simple(shape, maxshape or shape), dcpl=dcpl)
+    native, ref = _native_and_chunk_iter(p)
+    assert native is not None and len(ref[0]) == math.prod(-(-n // c) for n, c in zip(shape, chunks))
+    for a, b in zip(native, ref):
+        assert a.dtype == b.dtype and a.shape == b.shape and (a == b).all()

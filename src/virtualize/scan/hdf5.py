@@ -1,8 +1,8 @@
 """HDF5 and netCDF-4 files: block tables from each dataset's chunk index, via h5py.
 
 A chunked dataset's index is read in one pass: a v1 B-tree (netCDF-C's default, and any
-file written for every library version), a fixed array or a v2 B-tree in a local file
-directly from the file's bytes, one `np.frombuffer` per B-tree node or array page
+file written for every library version), a fixed array, a v2 B-tree or an implicit
+index in a local file directly from the file's bytes, one `np.frombuffer` per B-tree node or array page
 (`_native_chunk_index`), checked against HDF5's own count of the index (whose walk also
 checks the array's checksums, and whose reads the direct reader reuses: the index is read
 from the file once); every other index, a remote file, and anything the direct reader
@@ -538,7 +538,7 @@ class _Scanner:
 
     def _chunk_index(self, ds: h5py.Dataset, chunks: tuple[int, ...]):
         """A chunked dataset's index: read directly where it is a v1 B-tree, a fixed
-        array or a v2 B-tree in a local file (`_native_chunk_index`, from the bytes HDF5 has just read
+        array, a v2 B-tree or an implicit index in a local file (`_native_chunk_index`, from the bytes HDF5 has just read
         counting the index), else, or on anything unexpected, by `chunk_iter`."""
         rec = self.recorder
         if rec is not None:
@@ -1005,6 +1005,28 @@ def _v1_btree(pread, file_size: int, body: bytes, ndim: int):
             e["size"].astype(np.uint64), e["mask"].astype(np.uint32))
 
 
+def _implicit(addr: int, dsid, chunks: tuple[int, ...]):
+    """Layout message version 4/5 with an implicit index (type 2: no filters, space
+    allocated at creation): the chunks of the current extent, each at its row-major
+    position in the grid of the maximum extent times one chunk's bytes from `addr`."""
+    ndim = len(chunks)
+    if addr == UNDEFINED_ADDRESS:
+        return _no_chunks(ndim)
+    space = dsid.get_space()
+    shape = space.get_simple_extent_dims()
+    maxshape = space.get_simple_extent_dims(maxdims=True)
+    if any(m is None or m < 0 or m == h5py.h5s.UNLIMITED for m in maxshape):
+        raise _Unexpected("implicit index with an unlimited axis")
+    grid = tuple(-(-int(n) // c) for n, c in zip(shape, chunks))
+    max_grid = tuple(-(-int(m) // c) for m, c in zip(maxshape, chunks))
+    scaled = np.indices(grid, dtype=np.int64).reshape(ndim, -1)
+    nbytes = math.prod(chunks) * dsid.get_type().get_size()
+    index = np.ravel_multi_index(tuple(scaled), max_grid).astype(np.uint64)
+    n = index.size
+    return (scaled.T * np.asarray(chunks, dtype=np.int64), np.uint64(addr) + index * np.uint64(nbytes),
+            np.full(n, nbytes, np.uint64), np.zeros(n, np.uint32))
+
+
 def _enc_size(n: int) -> int:
     """Bytes HDF5 uses to encode numbers up to n (H5VM_limit_enc_size)."""
     return (max(n, 1).bit_length() - 1) // 8 + 1
@@ -1097,8 +1119,10 @@ def _fixed_array(pread, file_size: int, body: bytes, dsid, chunks: tuple[int, ..
     if len(body) > pos and body[pos] == 5 and len(body) >= pos + 15:
         return _v2_btree(pread, file_size, int.from_bytes(body[pos + 7:pos + 15], "little"),
                          chunks)
+    if len(body) > pos and body[pos] == 2 and len(body) >= pos + 9:
+        return _implicit(int.from_bytes(body[pos + 1:pos + 9], "little"), dsid, chunks)
     if len(body) > pos and body[pos] != 3:
-        return None  # single chunk, implicit, extensible array: chunk_iter
+        return None  # single chunk, extensible array: chunk_iter
     if dimensionality != ndim + 1 or not 1 <= width <= 8 or len(body) < pos + 10 or flags & ~3:
         raise _Unexpected("layout message (version 4) not understood")
     header = int.from_bytes(body[pos + 2:pos + 10], "little")
