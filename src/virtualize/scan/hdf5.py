@@ -538,8 +538,9 @@ class _Scanner:
 
     def _chunk_index(self, ds: h5py.Dataset, chunks: tuple[int, ...]):
         """A chunked dataset's index: read directly where it is a v1 B-tree, a fixed
-        array, a v2 B-tree or an implicit index in a local file (`_native_chunk_index`, from the bytes HDF5 has just read
-        counting the index), else, or on anything unexpected, by `chunk_iter`."""
+        array, a v2 B-tree or an implicit index in a local file (`_native_chunk_index`,
+        from the bytes HDF5 has just read counting the index), else, or on anything
+        unexpected, by `chunk_iter`."""
         rec = self.recorder
         if rec is not None:
             keep = set(rec.reads)
