@@ -611,7 +611,7 @@ def test_damaged_fixed_array_is_refused_as_before(tmp_path):
 
     p = tmp_path / "fa.h5"
     with h5py.File(p, "w", libver="latest") as f:
-        f.create_dataset("x", data=np.arange(40, dtype="f4").reshape(20, 2), chunks=(2, 2))
+        f.create_dataset("x", data=np.arange(1200, dtype="f4").reshape(600, 2), chunks=(2, 2))
         f["ok"] = np.arange(3.0)
     raw = bytearray(p.read_bytes())
     with h5py.File(p, "r") as f:

@@ -64,6 +64,9 @@ NC_DIM_ONLY = "This is a netCDF dimension but not a netCDF variable"
 # Chunks per dataset beyond which no block table is built (dense references, 20 bytes each:
 # 2**27 chunks are 2.5 GiB); a corrupt dataspace would otherwise ask for petabytes.
 MAX_BLOCKS = 1 << 27
+# Chunk grids from which the chunk index is read directly (`_native_chunk_index`): below,
+# chunk_iter's few calls cost less than finding and parsing the index.
+DIRECT_MIN_CHUNKS = 256
 
 
 def scan_hdf5(path: str) -> FileInventory:
@@ -542,7 +545,8 @@ class _Scanner:
         from the bytes HDF5 has just read counting the index), else, or on anything
         unexpected, by `chunk_iter`."""
         rec = self.recorder
-        if rec is not None:
+        cells = math.prod(-(-int(n) // c) for n, c in zip(ds.shape, chunks))
+        if rec is not None and cells >= DIRECT_MIN_CHUNKS:
             keep = set(rec.reads)
             try:
                 rec.on = True  # HDF5's own walk of the index: its count, and its reads
