@@ -94,10 +94,12 @@ class _Recorder:
     requests."""
 
     LIMIT = 1 << 20  # larger reads are not kept (data, not metadata)
+    BUDGET = 32 << 20  # nor any beyond this many bytes kept (the direct reader reads them)
 
     def __init__(self, fobj):
         self.fobj, self.fd = fobj, fobj.fileno()
         self.reads: dict[int, bytes] = {}
+        self.kept = 0
         self._starts: list[int] | None = None
         self.on = False
         read = fobj.readinto
@@ -107,8 +109,9 @@ class _Recorder:
                 return read(b)
             pos = fobj.tell()
             n = read(b)
-            if n and n <= self.LIMIT:
+            if n and n <= self.LIMIT and self.kept + n <= self.BUDGET and pos not in self.reads:
                 self.reads[pos] = bytes(memoryview(b)[:n])
+                self.kept += n
                 self._starts = None
             return n
         fobj.readinto = readinto
@@ -129,7 +132,7 @@ class _Recorder:
 
     def forget(self, keep: set[int]) -> None:
         for k in [k for k in self.reads if k not in keep]:
-            del self.reads[k]
+            self.kept -= len(self.reads.pop(k))
         self._starts = None
 
 
