@@ -444,11 +444,11 @@ def floor_rows(inputs: dict[str, list[str]], repeats: int) -> list[dict]:
 
 
 def floor_table(rows: list[dict]) -> str:
-    head = (f"{'input':22s} {'files':>5s} {'chunks':>8s} {'scan ms':>9s} {'floor ms':>9s} "
+    head = (f"{'input':25s} {'files':>5s} {'chunks':>8s} {'scan ms':>9s} {'floor ms':>9s} "
             f"{'walk ms':>8s} {'scan/floor':>10s} {'(cpu)':>6s}")
     lines = [head]
     for r in rows:
-        lines.append(f"{r['case']:22s} {r['files']:5d} {r['chunks']:8d} {r['scan_wall_s'] * 1e3:9.2f} "
+        lines.append(f"{r['case']:25s} {r['files']:5d} {r['chunks']:8d} {r['scan_wall_s'] * 1e3:9.2f} "
                      f"{r['floor_wall_s'] * 1e3:9.2f} {r['walk_wall_s'] * 1e3:8.2f} "
                      f"{r['scan_over_floor_wall']:9.2f}x {r['scan_over_floor_cpu']:5.2f}x")
     return "\n".join(lines)
