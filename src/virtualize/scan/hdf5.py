@@ -762,7 +762,11 @@ def _open(g: h5py.Group, key: str):
     when there is none; what `g.get(key)` returns, without the `File` object h5py's
     `Group.get` builds for every dataset it opens."""
     try:
-        oid = h5py.h5o.open(g.id, g._e(key))
+        encode = g._e  # h5py's own name encoding (private: else its `get`)
+    except AttributeError:  # pragma: no cover
+        return g.get(key)
+    try:
+        oid = h5py.h5o.open(g.id, encode(key))
     except KeyError:
         return None
     if isinstance(oid, h5py.h5d.DatasetID):
