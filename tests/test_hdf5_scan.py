@@ -576,7 +576,7 @@ def test_chunk_index_reader_refuses_what_it_does_not_expect(tmp_path, monkeypatc
 
     p = tmp_path / "v1.h5"
     with h5py.File(p, "w", libver="earliest") as f:
-        f.create_dataset("x", data=np.arange(600, dtype="f4").reshape(200, 3), chunks=(2, 3),
+        f.create_dataset("x", data=np.arange(1800, dtype="f4").reshape(600, 3), chunks=(2, 3),
                          compression="gzip")
     good = virtualize.inventory(p).variables["x"].blocks.refs.copy()
     with h5py.File(p, "r") as f:
@@ -645,3 +645,41 @@ def test_implicit_index_read_directly_equals_chunk_iter(tmp_path, shape, chunks,
     assert native is not None and len(ref[0]) == math.prod(-(-n // c) for n, c in zip(shape, chunks))
     for a, b in zip(native, ref):
         assert a.dtype == b.dtype and a.shape == b.shape and (a == b).all()
+
+
+@pytest.mark.parametrize("index", ["btree-v1", "fixed-array", "btree-v2", "implicit"])
+def test_scan_with_the_direct_reader_equals_the_scan_without(tmp_path, monkeypatch, index):
+    """A whole scan (block tables, problems, bytes read) is the same whether the chunk
+    index is read directly or through chunk_iter; the direct reader is used."""
+    from virtualize.scan import hdf5 as scan_hdf5
+
+    p = tmp_path / "a.h5"
+    spec = {"btree-v1": dict(libver="earliest", maxshape=None),
+            "fixed-array": dict(libver="latest", maxshape=None),
+            "btree-v2": dict(libver="latest", maxshape=(None, None)),
+            "implicit": dict(libver="latest", maxshape=None, early=True)}[index]
+    _index_type_file(p, chunks=(1, 1), **spec)  # 35 chunks
+    with h5py.File(p, "a", libver=spec["libver"]) as f:  # and one of 600 chunks
+        if spec.get("early"):
+            dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+            dcpl.set_chunk((1, 2))
+            dcpl.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)
+            h5py.h5d.create(f.id, b"y", h5py.h5t.STD_I32LE,
+                            h5py.h5s.create_simple((600, 2), (600, 2)), dcpl=dcpl)
+            f["y"][...] = np.arange(1200, dtype="i4").reshape(600, 2)
+        else:
+            f.create_dataset("y", data=np.arange(1200, dtype="i4").reshape(600, 2),
+                             chunks=(1, 2), maxshape=spec["maxshape"] and (None, None),
+                             compression="gzip")
+    got = []
+    real = scan_hdf5._native_chunk_index
+    monkeypatch.setattr(scan_hdf5, "_native_chunk_index",
+                        lambda *a: got.append(real(*a)) or got[-1])
+    direct = virtualize.inventory(p)
+    assert [len(g[1]) for g in got] == [600]  # the 600-chunk index was read directly
+    monkeypatch.setattr(scan_hdf5, "_native_chunk_index", lambda *a: None)
+    plain = virtualize.inventory(p)
+    for name in ("x", "y"):
+        assert (direct.variables[name].blocks.refs == plain.variables[name].blocks.refs).all()
+    assert [(q.kind, q.loc) for q in direct.problems] == [(q.kind, q.loc) for q in plain.problems]
+    assert direct.bytes_read <= plain.bytes_read + 4096
