@@ -124,7 +124,7 @@ class _Recorder:
             start = self._starts[i]
             data = self.reads[start]
             if offset + n <= start + len(data):
-                return data[offset - start:offset - start + n]
+                return memoryview(data)[offset - start:offset - start + n]  # no copy
         data = os.pread(self.fd, n, offset)
         self.fobj.bytes_read += len(data)
         self.fobj.requests += 1
@@ -1109,10 +1109,9 @@ def _v2_btree(pread, file_size: int, header: int, chunks: tuple[int, ...]):
         raise _Unexpected(f"{len(e)} v2 B-tree records read, its header counts {total}")
     e = e[np.lexsort(e["scaled"].T[::-1])] if ndim else e
     if filtered:
-        f = e["filt"].astype(np.uint64)
-        sizes = np.zeros(len(e), np.uint64)
-        for k in range(width):
-            sizes |= f[:, k] << np.uint64(8 * k)
+        raw8 = np.zeros((len(e), 8), np.uint8)
+        raw8[:, :width] = e["filt"][:, :width]
+        sizes = raw8.view("<u8").reshape(-1).astype(np.uint64)
         masks = e["filt"][:, width:].copy().view("<u4").reshape(-1)
     else:
         sizes = np.zeros(len(e), np.uint64)  # filled in by the caller: one chunk's bytes
