@@ -6,6 +6,7 @@ VirtualiZarr, measured in the same run on the same files.
     python benchmarks/bench_hdf5.py --quick         # small files, 1 repeat (a smoke test)
     python benchmarks/bench_hdf5.py --json > r.json # machine-readable results
     python benchmarks/bench_hdf5.py --profile       # also cProfile virtualize.inventory on the big file
+    python benchmarks/bench_hdf5.py --floor-only    # only the scan-vs-floor table (below)
 
 Cases (each tool does the nearest equivalent of the same job):
 
@@ -37,6 +38,21 @@ and one warm-up call on a small file happen before measuring, then N timed repea
 
 A tool that is not installed, or that fails on a case, is reported with the reason and
 the run goes on.
+
+Then (skip with --no-floor, or run alone with --floor-only) virtualize's scan against its
+floor, in this process, each file's rows measured in interleaved rounds (the minimum of
+N rounds; wall and CPU time): `floor` opens the file with h5py, reads every attribute
+the output holds (all but HDF5's and netCDF-C's own: DIMENSION_LIST, CLASS, ...), the
+values of the variables whose values the inventory holds (coordinates), and runs
+`DatasetID.chunk_iter` with a no-op callback on every chunked dataset (h5py's StoreInfo
+per chunk included); `walk` only opens and asks HDF5 for each chunked dataset's chunk
+count (HDF5's own index walk, no Python per chunk). Inputs: one dataset
+tas(N, 4, 4) f4 in (1, 4, 4) chunks (shuffle + deflate) per HDF5 chunk index type
+(written by h5py: libver "earliest" gives a v1 B-tree; "latest" a fixed array for a
+fixed extent, an extensible array for one unlimited axis, a v2 B-tree for two, an
+implicit index for unfiltered data allocated early, a single chunk for one chunk), the
+netCDF-4 file of scan-100k (v1 B-tree, time coordinate) and the monthly stack (small
+netCDF-4 files, all of them per row).
 """
 
 from __future__ import annotations
@@ -259,13 +275,13 @@ def table(results: list[dict]) -> str:
 
 
 def profile_scan(path: str, var: str = "tas", top: int = 20) -> str:
-    """Where virtualize.scan's time goes on one file: a split of the chunk-index pass into
-    HDF5's own index walk, h5py's per-chunk callback machinery and virtualize's share, then
-    cProfile's top functions by own time.
+    """Where virtualize.scan's time goes on one file: the scan beside HDF5's own index
+    walk and h5py's chunk_iter with a no-op callback (what a scan through chunk_iter
+    cannot go below; the scan reads v1/v2 B-tree, fixed array and implicit indexes
+    directly, so it can), then cProfile's top functions by own time.
 
-    cProfile cannot see inside DatasetID.chunk_iter (compiled Cython): its HDF5 walk and
-    its per-chunk StoreInfo construction are charged to the caller (`_blocks`), which is
-    why the split is measured directly."""
+    cProfile cannot see inside DatasetID.chunk_iter or get_num_chunks (compiled Cython):
+    their HDF5 walk is charged to the caller (`_chunk_index`)."""
     import cProfile
     import io
     import pstats
@@ -299,7 +315,7 @@ def profile_scan(path: str, var: str = "tas", top: int = 20) -> str:
               f"  HDF5 index walk (open + get_num_chunks, no Python per chunk) {t_walk * 1e3:7.1f} ms\n"
               f"  h5py chunk_iter with a no-op callback              {t_iter * 1e3:7.1f} ms "
               f"({(t_iter - t_walk) / n * 1e9:.0f} ns/chunk over the walk: StoreInfo + call)\n"
-              f"  rest: virtualize's callback, numpy, attributes, coords {(t_scan - t_iter) * 1e3:7.1f} ms\n"
+              f"  scan - chunk_iter floor                            {(t_scan - t_iter) * 1e3:7.1f} ms\n"
               f"  ({n} chunks)\n\n")
     pr = cProfile.Profile()
     pr.enable()
@@ -307,6 +323,135 @@ def profile_scan(path: str, var: str = "tas", top: int = 20) -> str:
     pr.disable()
     pstats.Stats(pr, stream=out).sort_stats("tottime").print_stats(top)
     return out.getvalue()
+
+
+# -- the scan against its floor ---------------------------------------------------------
+
+# how HDF5 picks the chunk index (see the docstring); "early": space allocated at creation
+INDEX_TYPES = {
+    "fixed-array": dict(libver="latest"),
+    "extensible-array": dict(libver="latest", maxshape=(None, 4, 4)),
+    "btree-v2": dict(libver="latest", maxshape=(None, None, 4)),
+    "btree-v1": dict(libver="earliest"),
+    "implicit": dict(libver="latest", early=True),
+    "single-chunk": dict(libver="latest", single=True),
+}
+
+
+def make_index_files(workdir: Path, n: int) -> dict[str, str]:
+    """One file per chunk index type: tas(n, 4, 4) f4 in n chunks of (1, 4, 4) (one chunk
+    for single-chunk), shuffle + deflate (none for implicit). Reused when present."""
+    import h5py
+    import numpy as np
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    out = {}
+    for index, spec in INDEX_TYPES.items():
+        path = workdir / f"{index}_{n}.h5"
+        out[index] = str(path)
+        if path.exists():
+            continue
+        chunks = (n, 4, 4) if spec.get("single") else (1, 4, 4)
+        data = np.random.default_rng(1).normal(280, 5, (n, 4, 4)).astype("f4")
+        tmp = path.with_suffix(".tmp")
+        with h5py.File(tmp, "w", libver=spec["libver"]) as f:
+            if spec.get("early"):
+                dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+                dcpl.set_chunk(chunks)
+                dcpl.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)
+                h5py.h5d.create(f.id, b"tas", h5py.h5t.IEEE_F32LE,
+                                h5py.h5s.create_simple((n, 4, 4), (n, 4, 4)), dcpl=dcpl)
+                f["tas"][...] = data
+            else:
+                f.create_dataset("tas", data=data, chunks=chunks, maxshape=spec.get("maxshape"),
+                                 compression="gzip", compression_opts=1, shuffle=True)
+        tmp.rename(path)
+    return out
+
+
+def _floor_read(path: str, values: frozenset) -> None:
+    """What any scan must do at least (see the docstring): attributes, values, chunk_iter."""
+    import h5py
+
+    from virtualize.scan.hdf5 import HIDDEN_ATTRS
+
+    def noop(_info):
+        return None
+
+    with h5py.File(path, "r") as f:
+        objs = [("", f)]
+        f.visititems(lambda name, obj: objs.append((name, obj)))
+        for name, obj in objs:
+            attrs = obj.attrs
+            for key in attrs:
+                if key not in HIDDEN_ATTRS:
+                    attrs[key]
+            if isinstance(obj, h5py.Dataset):
+                if obj.chunks is not None:
+                    obj.id.chunk_iter(noop)
+                if name in values:
+                    obj[()]
+
+
+def _index_walk(path: str) -> None:
+    import h5py
+
+    with h5py.File(path, "r") as f:
+        dsets = []
+        f.visititems(lambda name, obj: dsets.append(obj) if isinstance(obj, h5py.Dataset) else None)
+        for ds in dsets:
+            if ds.chunks is not None:
+                ds.id.get_num_chunks()
+
+
+def floor_rows(inputs: dict[str, list[str]], repeats: int) -> list[dict]:
+    """virtualize.inventory against the floor and the index walk on each input (a list of
+    files: all of them per measurement), in interleaved rounds; minimum of `repeats`."""
+    import virtualize
+
+    rows = []
+    for case, paths in inputs.items():
+        values = {}
+        chunks = 0
+        for p in paths:
+            inv = virtualize.inventory(p)  # warm-up; which values the output holds
+            values[p] = frozenset(name.lstrip("/") for name, v in inv.variables.items()
+                                  if v.values is not None)
+            chunks += sum(int((v.blocks.refs["length"] > 0).sum()) for v in inv.variables.values()
+                          if v.blocks is not None)
+        ops = {
+            "scan": lambda: [virtualize.inventory(p) for p in paths],
+            "floor": lambda: [_floor_read(p, values[p]) for p in paths],
+            "walk": lambda: [_index_walk(p) for p in paths],
+        }
+        wall = {k: [] for k in ops}
+        cpu = {k: [] for k in ops}
+        for _ in range(max(repeats, 1)):
+            for k, op in ops.items():
+                gc.collect()
+                c0, t0 = time.process_time(), time.perf_counter()
+                op()
+                wall[k].append(time.perf_counter() - t0)
+                cpu[k].append(time.process_time() - c0)
+        row = {"case": case, "files": len(paths), "chunks": chunks, "repeats": repeats}
+        for k in ops:
+            row[f"{k}_wall_s"], row[f"{k}_cpu_s"] = min(wall[k]), min(cpu[k])
+        row["scan_over_floor_wall"] = row["scan_wall_s"] / row["floor_wall_s"]
+        row["scan_over_floor_cpu"] = row["scan_cpu_s"] / row["floor_cpu_s"]
+        rows.append(row)
+        log(f"floor: {case} done")
+    return rows
+
+
+def floor_table(rows: list[dict]) -> str:
+    head = (f"{'input':25s} {'files':>5s} {'chunks':>8s} {'scan ms':>9s} {'floor ms':>9s} "
+            f"{'walk ms':>8s} {'scan/floor':>10s} {'(cpu)':>6s}")
+    lines = [head]
+    for r in rows:
+        lines.append(f"{r['case']:25s} {r['files']:5d} {r['chunks']:8d} {r['scan_wall_s'] * 1e3:9.2f} "
+                     f"{r['floor_wall_s'] * 1e3:9.2f} {r['walk_wall_s'] * 1e3:8.2f} "
+                     f"{r['scan_over_floor_wall']:9.2f}x {r['scan_over_floor_cpu']:5.2f}x")
+    return "\n".join(lines)
 
 
 # -- main --------------------------------------------------------------------------------
@@ -326,6 +471,12 @@ def main(argv=None) -> int:
                     help="print results as JSON on stdout (the table goes to stderr)")
     ap.add_argument("--profile", action="store_true",
                     help="also cProfile virtualize.inventory on the big file")
+    ap.add_argument("--no-floor", action="store_true",
+                    help="leave out the scan-vs-floor table")
+    ap.add_argument("--floor-only", action="store_true",
+                    help="only the scan-vs-floor table (its repeats: --floor-repeats)")
+    ap.add_argument("--floor-repeats", type=int, default=15,
+                    help="rounds of the scan-vs-floor table (minimum reported; 3 with --quick)")
     args = _harness.parse_args(ap, argv, tool_ops, FIELDS, quick={"chunks": 10_000})
     if args is None:  # this was a worker
         return 0
@@ -339,22 +490,34 @@ def main(argv=None) -> int:
         log(f"inputs ready in {time.perf_counter() - t0:.1f} s under {workdir}: "
             f"{Path(files['big']).name} ({os.path.getsize(files['big']) / MB:.1f} MB), "
             f"{len(files['stack'])} monthly files")
-        results = _harness.run_rows(__file__, workdir, cases, tools, PLAN,
-                                    {"repeats": args.repeats, "files": files},
-                                    args.timeout, digits=3)
+        results = [] if args.floor_only else \
+            _harness.run_rows(__file__, workdir, cases, tools, PLAN,
+                              {"repeats": args.repeats, "files": files},
+                              args.timeout, digits=3)
+        floor = None
+        if not args.no_floor:
+            index_files = make_index_files(workdir / "inputs" / "index", args.chunks)
+            inputs = {k: [v] for k, v in index_files.items()}
+            inputs["netcdf4 v1 B-tree+coords"] = [files["big"]]
+            inputs[f"netcdf4 small x{len(files['stack'])}"] = files["stack"]
+            floor = floor_rows(inputs, 3 if args.quick else args.floor_repeats)
         doc = {"environment": environment(),
                "parameters": {"chunks": args.chunks, "months": args.months, "grid": [ny, nx],
                               "repeats": args.repeats,
                               "big_file_bytes": os.path.getsize(files["big"]),
                               "stack_bytes": sum(os.path.getsize(p) for p in files["stack"])},
-               "results": results}
+               "results": results, "floor": floor}
         if args.profile:
             doc["profile_scan"] = profile_scan(files["big"])
         p = doc["parameters"]
         lines = [f"# big file: {p['chunks']} chunks, {p['big_file_bytes'] / MB:.1f} MB; stack: "
                  f"{p['months']} files {ny}x{nx}, {p['stack_bytes'] / MB:.1f} MB; "
                  f"median of {p['repeats']}",
-                 table(results)]
+                 table(results) if results else "(tool table skipped)"]
+        if floor is not None:
+            lines += [f"\n# scan vs floor: minimum of {floor[0]['repeats']} interleaved rounds; "
+                      "ms per input (all its files); scan/floor on wall time, (cpu) on CPU time",
+                      floor_table(floor)]
         if args.profile:
             lines += ["\n# cProfile of virtualize.scan on the big file (by own time)",
                       doc["profile_scan"]]

@@ -238,3 +238,34 @@ def test_odd_types_are_skipped_or_inlined_never_a_crash(odd, tmp_path):
     # the vlen variable and its named type (a committed datatype) are skipped, named
     assert report.ok and sorted((p.loc.variable, p.kind) for p in report.problems) == [
         ("seq", "unsupported-type"), ("seq_t", "unsupported-object")]
+
+
+def test_external_link_to_a_large_chunk_index_reads_the_target_files_index(tmp_path, monkeypatch):
+    """A linked dataset with a chunk index large enough for the direct index reader: its
+    index is the target file's (read by chunk_iter there), never bytes of the linking file
+    at the target's addresses, even when both files are laid out alike."""
+    (tmp_path / "sub").mkdir()
+    data = np.arange(40 * 40, dtype="f4").reshape(40, 40)
+    for path, values in ((tmp_path / "sub" / "t.h5", data), (tmp_path / "m.h5", -data)):
+        with h5py.File(path, "w", libver="latest") as f:
+            f.create_dataset("a", data=values, chunks=(2, 2))  # 400 chunks, a fixed array
+    with h5py.File(tmp_path / "m.h5", "a") as f:
+        f["lnk"] = h5py.ExternalLink("sub/t.h5", "/a")
+    from virtualize.scan import hdf5 as scan_hdf5
+
+    read_by = []
+    real = scan_hdf5._native_chunk_index
+
+    def spy(pread, size, dsid, *a):
+        read_by.append(h5py.h5f.get_name(dsid).decode())
+        return real(pread, size, dsid, *a)
+
+    monkeypatch.setattr(scan_hdf5, "_native_chunk_index", spy)
+    out = tmp_path / "m.zarr"
+    report = virtualize.virtualize([tmp_path / "m.h5"], out, scan_timeout=None)
+    assert report.ok, report.problems
+    # "a" of the linking file only (opened through a file object: named by its repr)
+    assert len(read_by) == 1 and "m.h5" in read_by[0] and "t.h5" not in read_by[0], read_by
+    cube = virtualize.open(out)
+    np.testing.assert_array_equal(cube["lnk"][...], data)
+    np.testing.assert_array_equal(cube["a"][...], -data)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 
 import h5py
@@ -426,3 +427,260 @@ def test_bitfields_and_half_floats_round_trip(tmp_path):
     with h5py.File(p) as f:
         for name in ("bits", "bits16", "half"):
             assert_same(cube[name][...], f[name][()], name)
+
+
+# Every HDF5 chunk index type, as HDF5 picks it: the v1 B-tree for files any library
+# version reads (libver "earliest"); with libver "latest" a single chunk, an implicit
+# index (fixed extent, no filters, space allocated early), a fixed array (fixed extent),
+# an extensible array (one unlimited axis) or a v2 B-tree (two or more unlimited axes).
+INDEX_TYPES = {
+    "btree-v1": dict(libver="earliest", maxshape=None),
+    "single-chunk": dict(libver="latest", maxshape=None, chunks=(7, 5)),
+    "implicit": dict(libver="latest", maxshape=None, early=True),
+    "fixed-array": dict(libver="latest", maxshape=None),
+    "extensible-array": dict(libver="latest", maxshape=(None, 5)),
+    "btree-v2": dict(libver="latest", maxshape=(None, None)),
+}
+
+
+def _index_type_file(path, libver, maxshape, chunks=(2, 2), early=False, filtered=True,
+                     sparse=True, masked=True):
+    """x(7, 5) f4 in `chunks` (a partial last chunk on both axes), some chunks never
+    written, one stored with its filter mask set (the deflate filter skipped)."""
+    data = np.arange(35, dtype="f4").reshape(7, 5)
+    with h5py.File(path, "w", libver=libver) as f:
+        if early:
+            dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+            dcpl.set_chunk(chunks)
+            dcpl.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)
+            h5py.h5d.create(f.id, b"x", h5py.h5t.IEEE_F32LE,
+                            h5py.h5s.create_simple((7, 5), (7, 5)), dcpl=dcpl)
+            d = f["x"]
+        else:
+            kw = dict(compression="gzip", shuffle=True) if filtered else {}
+            d = f.create_dataset("x", shape=(7, 5), chunks=chunks, maxshape=maxshape,
+                                 dtype="f4", fillvalue=-1.0, **kw)
+        if sparse and not early and chunks != (7, 5):
+            d[0:4, :] = data[0:4]  # chunk rows 2-3 never written
+            d[6:7, 4:5] = data[6:7, 4:5]
+        else:
+            d[...] = data
+        if masked and filtered and not early:
+            raw = np.full(chunks, 9, "f4").tobytes()
+            d.id.write_direct_chunk((0, 0), raw, filter_mask=1)
+
+
+@pytest.mark.parametrize("index,filtered", [
+    (index, filtered) for index in INDEX_TYPES for filtered in (True, False)
+    if not (index == "implicit" and filtered)  # HDF5 keeps it only for unfiltered data
+], ids=lambda v: v if isinstance(v, str) else ("filtered" if v else "unfiltered"))
+def test_block_table_equals_the_chunk_index_on_every_index_type(tmp_path, index, filtered):
+    """The block table is the dataset's chunk index exactly, whatever index HDF5 keeps:
+    every chunk `get_chunk_info` lists (the slow per-chunk call, independent of the
+    scan's `chunk_iter` pass) at its grid cell with its byte range, every other cell
+    unreferenced, a chunk stored with another filter mask held back (MATERIALIZED)."""
+    from virtualize.model import MATERIALIZED
+
+    spec = dict(INDEX_TYPES[index])
+    p = tmp_path / f"{index}.h5"
+    _index_type_file(p, filtered=filtered, **spec)
+    inv = virtualize.inventory(p)
+    bt = inv.variables["x"].blocks
+    masked = filtered and not spec.get("early")
+    with h5py.File(p, "r") as f:
+        d = f["x"]
+        assert bt.block_shape == d.chunks and bt.padded
+        expected = {}
+        for i in range(d.id.get_num_chunks()):
+            info = d.id.get_chunk_info(i)
+            cell = tuple(o // c for o, c in zip(info.chunk_offset, d.chunks))
+            expected[cell] = (info.byte_offset, info.size, info.filter_mask)
+    assert len(expected) >= 1
+    if spec.get("chunks") != (7, 5) and not spec.get("early"):
+        assert len(expected) < bt.refs.size  # some chunks were never written
+    for cell in np.ndindex(bt.refs.shape):
+        ref = bt.refs[cell]
+        if cell not in expected:
+            assert ref["length"] == 0, (cell, ref)
+            continue
+        off, size, mask = expected[cell]
+        if mask and masked and index != "single-chunk":
+            assert (ref["path"], ref["length"]) == (MATERIALIZED, 0), (cell, ref)
+        else:
+            assert (ref["path"], ref["offset"], ref["length"]) == (0, off, size), (cell, ref)
+    kinds = {q.kind for q in inv.problems}
+    if masked and index != "single-chunk":
+        assert "filter-mask" in kinds
+    assert "corrupt" not in kinds
+
+
+def _native_and_chunk_iter(path, name="x"):
+    import os
+
+    from virtualize.scan import hdf5 as scan_hdf5
+
+    with h5py.File(path, "r") as f:
+        d = f[name]
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            native = scan_hdf5._native_chunk_index(
+                lambda n, off: os.pread(fd, n, off), os.fstat(fd).st_size, d.id,
+                tuple(d.chunks), d.id.get_num_chunks)
+        finally:
+            os.close(fd)
+        return native, scan_hdf5._walk_chunk_index(d.id, d.ndim)
+
+
+@pytest.mark.parametrize("index", ["btree-v1", "fixed-array", "btree-v2"])
+@pytest.mark.parametrize("shape,chunks,maxshape,filtered", [
+    ((5000,), (1,), None, False),  # B-trees of several levels; a paged fixed array
+    ((3000, 3), (1, 2), None, True),
+    ((7, 5), (2, 2), (9, 5), True),  # a fixed array over the maximum extent's grid
+    ((4, 3, 6, 2), (1, 2, 4, 1), None, False),
+])
+def test_chunk_index_read_directly_equals_chunk_iter(tmp_path, index, shape, chunks, maxshape,
+                                                     filtered):
+    """The direct reader of v1 B-tree, fixed array and v2 B-tree chunk indexes gives
+    chunk_iter's arrays exactly (same chunks, order, addresses, sizes, filter masks):
+    trees of several levels, paged arrays with pages never written, sparse, filtered and
+    filter-masked chunks. Other indexes are left to chunk_iter (None)."""
+    libver = "earliest" if index == "btree-v1" else "latest"
+    if index == "btree-v2":  # two or more unlimited axes
+        shape, chunks, maxshape = shape + (2,), chunks + (1,), (None,) * (len(shape) + 1)
+    p = tmp_path / "a.h5"
+    with h5py.File(p, "w", libver=libver) as f:
+        kw = dict(compression="gzip", shuffle=True) if filtered else {}
+        d = f.create_dataset("x", shape=shape, chunks=chunks, maxshape=maxshape, dtype="i2", **kw)
+        n = shape[0]
+        d[: n // 5] = (np.arange(math.prod(shape)).reshape(shape) % 1000)[: n // 5]
+        d[n - 1] = 7  # the pages between never written
+        if filtered:
+            d.id.write_direct_chunk((0,) * len(shape), np.zeros(chunks, "i2").tobytes(),
+                                    filter_mask=1)
+    native, ref = _native_and_chunk_iter(p)
+    assert native is not None and len(ref[0]) > 0
+    for a, b in zip(native, ref):
+        assert a.dtype == b.dtype and a.shape == b.shape and (a == b).all()
+    if filtered:
+        assert (native[3] == 1).sum() == 1
+    q = tmp_path / "other.h5"
+    with h5py.File(q, "w", libver="latest") as f:  # an extensible array
+        f.create_dataset("x", data=np.zeros(shape, "i2"), chunks=chunks,
+                         maxshape=(None,) + shape[1:])
+    assert _native_and_chunk_iter(q)[0] is None
+
+
+def test_chunk_index_reader_refuses_what_it_does_not_expect(tmp_path, monkeypatch):
+    """A damaged node or a chunk count other than HDF5's is `_Unexpected` (the scan then
+    asks chunk_iter); with the direct reader failing the scan's block table is the same."""
+    from virtualize.scan import hdf5 as scan_hdf5
+
+    p = tmp_path / "v1.h5"
+    with h5py.File(p, "w", libver="earliest") as f:
+        f.create_dataset("x", data=np.arange(1800, dtype="f4").reshape(600, 3), chunks=(2, 3),
+                         compression="gzip")
+    good = virtualize.inventory(p).variables["x"].blocks.refs.copy()
+    with h5py.File(p, "r") as f:
+        d = f["x"]
+        with pytest.raises(scan_hdf5._Unexpected, match="HDF5 counts"):
+            with open(p, "rb") as fh:
+                scan_hdf5._native_chunk_index(lambda n, off: (fh.seek(off), fh.read(n))[1],
+                                              p.stat().st_size, d.id, (2, 3), lambda: 7)
+        body = scan_hdf5._layout_message(lambda n, off: p.read_bytes()[off:off + n],
+                                         h5py.h5g.get_objinfo(d.id, b".").objno[0], p.stat().st_size)
+        root = int.from_bytes(body[3:11], "little")
+    raw = bytearray(p.read_bytes())
+    assert raw[root:root + 4] == b"TREE"
+    raw[root:root + 4] = b"TRE?"
+    with h5py.File(p, "r") as f:
+        d = f["x"]
+        with pytest.raises(scan_hdf5._Unexpected, match="no chunk B-tree node"):
+            scan_hdf5._native_chunk_index(lambda n, off: bytes(raw[off:off + n]), len(raw),
+                                          d.id, (2, 3), d.id.get_num_chunks)
+
+    def unexpected(*a, **kw):
+        raise scan_hdf5._Unexpected("as if")
+    monkeypatch.setattr(scan_hdf5, "_native_chunk_index", unexpected)
+    assert (virtualize.inventory(p).variables["x"].blocks.refs == good).all()
+
+
+def test_damaged_fixed_array_is_refused_as_before(tmp_path):
+    """A fixed array element damaged on disk fails HDF5's checksum in its own walk of the
+    index (which the direct reader asks for its count): the dataset is refused as corrupt,
+    as chunk_iter refuses it, never referenced from the damaged bytes."""
+    from virtualize.scan import hdf5 as scan_hdf5
+
+    p = tmp_path / "fa.h5"
+    with h5py.File(p, "w", libver="latest") as f:
+        f.create_dataset("x", data=np.arange(1200, dtype="f4").reshape(600, 2), chunks=(2, 2))
+        f["ok"] = np.arange(3.0)
+    raw = bytearray(p.read_bytes())
+    with h5py.File(p, "r") as f:
+        body = scan_hdf5._layout_message(lambda n, off: bytes(raw[off:off + n]),
+                                         h5py.h5g.get_objinfo(f["x"].id, b".").objno[0], len(raw))
+    header = int.from_bytes(body[-8:], "little")
+    block = int.from_bytes(raw[header + 16:header + 24], "little")
+    assert raw[block:block + 4] == b"FADB"
+    raw[block + 14 + 8 * 3] ^= 0x40  # the fourth chunk's address
+    p.write_bytes(bytes(raw))
+    inv = virtualize.inventory(p)
+    assert inv.variables["ok"].blocks is not None
+    assert "x" not in inv.variables or inv.variables["x"].blocks is None
+    assert any(q.kind == "corrupt" and q.loc.variable == "x" for q in inv.problems)
+
+
+@pytest.mark.parametrize("shape,chunks,maxshape", [
+    ((7, 5), (2, 2), None), ((7, 5), (2, 2), (11, 9)), ((4, 3, 6), (1, 2, 4), (4, 5, 6)),
+])
+def test_implicit_index_read_directly_equals_chunk_iter(tmp_path, shape, chunks, maxshape):
+    """An implicit index (no filters, space allocated early): the chunks of the current
+    extent at their places in the grid of the maximum extent, as chunk_iter lists them."""
+    p = tmp_path / "implicit.h5"
+    with h5py.File(p, "w", libver="latest") as f:
+        dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+        dcpl.set_chunk(chunks)
+        dcpl.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)
+        h5py.h5d.create(f.id, b"x", h5py.h5t.STD_I16LE,
+                        h5py.h5s.create_simple(shape, maxshape or shape), dcpl=dcpl)
+    native, ref = _native_and_chunk_iter(p)
+    assert native is not None and len(ref[0]) == math.prod(-(-n // c) for n, c in zip(shape, chunks))
+    for a, b in zip(native, ref):
+        assert a.dtype == b.dtype and a.shape == b.shape and (a == b).all()
+
+
+@pytest.mark.parametrize("index", ["btree-v1", "fixed-array", "btree-v2", "implicit"])
+def test_scan_with_the_direct_reader_equals_the_scan_without(tmp_path, monkeypatch, index):
+    """A whole scan (block tables, problems, bytes read) is the same whether the chunk
+    index is read directly or through chunk_iter; the direct reader is used."""
+    from virtualize.scan import hdf5 as scan_hdf5
+
+    p = tmp_path / "a.h5"
+    spec = {"btree-v1": dict(libver="earliest", maxshape=None),
+            "fixed-array": dict(libver="latest", maxshape=None),
+            "btree-v2": dict(libver="latest", maxshape=(None, None)),
+            "implicit": dict(libver="latest", maxshape=None, early=True)}[index]
+    _index_type_file(p, chunks=(1, 1), **spec)  # 35 chunks
+    with h5py.File(p, "a", libver=spec["libver"]) as f:  # and one of 600 chunks
+        if spec.get("early"):
+            dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+            dcpl.set_chunk((1, 2))
+            dcpl.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)
+            h5py.h5d.create(f.id, b"y", h5py.h5t.STD_I32LE,
+                            h5py.h5s.create_simple((600, 2), (600, 2)), dcpl=dcpl)
+            f["y"][...] = np.arange(1200, dtype="i4").reshape(600, 2)
+        else:
+            f.create_dataset("y", data=np.arange(1200, dtype="i4").reshape(600, 2),
+                             chunks=(1, 2), maxshape=spec["maxshape"] and (None, None),
+                             compression="gzip")
+    got = []
+    real = scan_hdf5._native_chunk_index
+    monkeypatch.setattr(scan_hdf5, "_native_chunk_index",
+                        lambda *a: got.append(real(*a)) or got[-1])
+    direct = virtualize.inventory(p)
+    assert [len(g[1]) for g in got] == [600]  # the 600-chunk index was read directly
+    monkeypatch.setattr(scan_hdf5, "_native_chunk_index", lambda *a: None)
+    plain = virtualize.inventory(p)
+    for name in ("x", "y"):
+        assert (direct.variables[name].blocks.refs == plain.variables[name].blocks.refs).all()
+    assert [(q.kind, q.loc) for q in direct.problems] == [(q.kind, q.loc) for q in plain.problems]
+    assert direct.bytes_read <= plain.bytes_read + 4096

@@ -1,13 +1,26 @@
 """HDF5 and netCDF-4 files: block tables from each dataset's chunk index, via h5py.
 
-One `chunk_iter` pass per chunked dataset (never `get_chunk_info(i)` in a loop, which is
-O(N) per call); groups are walked with `keys()`; data is read only for small 1-D coordinate
-variables, whose values the planner checks and inlines.
+A chunked dataset's index is read in one pass: a v1 B-tree (netCDF-C's default, and any
+file written for every library version), a fixed array, a v2 B-tree or an implicit
+index in a local file directly from the file's bytes, one `np.frombuffer` per B-tree node or array page
+(`_native_chunk_index`), checked against HDF5's own count of the index (whose walk also
+checks the array's checksums, and whose reads the direct reader reuses: the index is read
+from the file once); every other index, a remote file, and anything the direct reader
+does not expect, with one `chunk_iter` pass (never `get_chunk_info(i)` in a loop, which
+is O(N) per call). Groups are walked with `keys()`; data is read only for small 1-D
+coordinate variables, whose values the planner checks and inlines.
+
+Per object: every attribute is read at most once (`_Attrs`); objects behind hard links
+are opened with `h5o.open` (h5py's `Group.get` builds a `File` per dataset); a variable's
+dimension scales are found by object identity, from one read of its `DIMENSION_LIST`,
+never by naming the referenced object (which searches the file).
 """
 
 from __future__ import annotations
 
+import bisect
 import math
+import os
 from array import array
 from typing import Any
 
@@ -52,6 +65,9 @@ NC_DIM_ONLY = "This is a netCDF dimension but not a netCDF variable"
 # Chunks per dataset beyond which no block table is built (dense references, 20 bytes each:
 # 2**27 chunks are 2.5 GiB); a corrupt dataspace would otherwise ask for petabytes.
 MAX_BLOCKS = 1 << 27
+# Chunk grids from which the chunk index is read directly (`_native_chunk_index`): below,
+# chunk_iter's few calls cost less than finding and parsing the index.
+DIRECT_MIN_CHUNKS = 256
 
 
 def scan_hdf5(path: str) -> FileInventory:
@@ -64,6 +80,8 @@ def scan_hdf5(path: str) -> FileInventory:
             raise OSError(f"{path}: not a readable HDF5 file ({e})") from e
         with f:
             scanner = _Scanner(path, f)
+            if isinstance(fobj, storage.LocalFile):
+                scanner.recorder, scanner.size = _Recorder(fobj), st.st_size
             try:
                 inv = scanner.run(st.st_size, st.st_mtime_ns)
                 scanner.link_targets(inv)
@@ -71,6 +89,56 @@ def scan_hdf5(path: str) -> FileInventory:
                 scanner.close_targets()
         inv.bytes_read, inv.requests, inv.etag = fobj.bytes_read, fobj.requests, st.etag
     return inv
+
+
+class _Recorder:
+    """What HDF5 reads from a local source while `on`, kept by offset, so the direct
+    reader of a chunk index (`_native_chunk_index`) reads the object headers and index
+    structures HDF5 has just read from memory: the scan reads them from the file once.
+    Anything else it reads with `os.pread`, counted in the source's bytes_read and
+    requests."""
+
+    LIMIT = 1 << 20  # larger reads are not kept (data, not metadata)
+    BUDGET = 32 << 20  # nor any beyond this many bytes kept (the direct reader reads them)
+
+    def __init__(self, fobj):
+        self.fobj, self.fd = fobj, fobj.fileno()
+        self.reads: dict[int, bytes] = {}
+        self.kept = 0
+        self._starts: list[int] | None = None
+        self.on = False
+        read = fobj.readinto
+
+        def readinto(b):  # h5py's file-object driver: seek, then readinto
+            if not self.on:
+                return read(b)
+            pos = fobj.tell()
+            n = read(b)
+            if n and n <= self.LIMIT and self.kept + n <= self.BUDGET and pos not in self.reads:
+                self.reads[pos] = bytes(memoryview(b)[:n])
+                self.kept += n
+                self._starts = None
+            return n
+        fobj.readinto = readinto
+
+    def pread(self, n: int, offset: int) -> bytes:
+        if self._starts is None:
+            self._starts = sorted(self.reads)
+        i = bisect.bisect_right(self._starts, offset) - 1
+        if i >= 0:
+            start = self._starts[i]
+            data = self.reads[start]
+            if offset + n <= start + len(data):
+                return memoryview(data)[offset - start:offset - start + n]  # no copy
+        data = os.pread(self.fd, n, offset)
+        self.fobj.bytes_read += len(data)
+        self.fobj.requests += 1
+        return data
+
+    def forget(self, keep: set[int]) -> None:
+        for k in [k for k in self.reads if k not in keep]:
+            self.kept -= len(self.reads.pop(k))
+        self._starts = None
 
 
 class _Scanner:
@@ -81,7 +149,8 @@ class _Scanner:
         self.dims: dict[str, Dimension] = {}
         self.variables: dict[str, Variable] = {}
         self.problems: list[Problem] = []
-        self.netcdf4 = "_NCProperties" in f.attrs
+        self._attr_cache: dict[str, _Attrs] = {}
+        self.netcdf4 = "_NCProperties" in self._attrs("", f)
         self._datasets: list[tuple[str, h5py.Dataset]] = []
         self._scales: set[str] = set()
         self._nc_shapes: dict[str, tuple[int, ...]] = {}
@@ -89,6 +158,23 @@ class _Scanner:
         # reached through one -> the target's index in `data_files` (refs path k + 1)
         self._targets: dict[str, tuple[h5py.File, Source]] = {}
         self._origin: dict[str, int] = {}
+        self._dim_lists: dict[str, tuple] = {}  # per dataset: DIMENSION_LIST targets per axis
+        self._names_by_id: dict | None = None  # walked datasets by object identity
+        # what HDF5 reads, when a chunk index may be read directly (a local file:
+        # `scan_hdf5` sets it), and the file's size
+        self.recorder: _Recorder | None = None
+        self.size = 0
+
+    def _attrs(self, name: str, obj) -> _Attrs:
+        """The attributes of the object walked as `name`, each read at most once."""
+        a = self._attr_cache.get(name)
+        if a is None:
+            a = self._attr_cache[name] = _Attrs(obj.attrs, obj)
+        return a
+
+    def _is_scale(self, name: str, ds: h5py.Dataset) -> bool:
+        a = self._attrs(name, ds)
+        return "CLASS" in a and _attr_text(a.text("CLASS")) == "DIMENSION_SCALE"
 
     def problem(self, var: str | None, kind: str, msg: str, fatal: bool = True,
                 block: tuple[int, ...] | None = None, remedy: str | None = None) -> None:
@@ -102,19 +188,26 @@ class _Scanner:
         return omitted
 
     def run(self, size: int, mtime_ns: int) -> FileInventory:
-        self._walk(self.f, "")
+        if self.recorder is not None:
+            self.recorder.on = True  # object headers, for `_native_chunk_index`
+        try:
+            self._walk(self.f, "")
+        finally:
+            if self.recorder is not None:
+                self.recorder.on = False
         # Dimension scales first, so variables can name their dimensions (each dataset's
         # CLASS attribute is looked at once).
-        self._scales = {name for name, ds in self._datasets if _is_dimension_scale(ds)}
+        self._scales = {name for name, ds in self._datasets if self._is_scale(name, ds)}
         for name, ds in self._datasets:
             if name in self._scales:
-                self.netcdf4 = self.netcdf4 or "_Netcdf4Dimid" in ds.attrs
+                self.netcdf4 = self.netcdf4 or "_Netcdf4Dimid" in self._attrs(name, ds)
                 self.dims[name] = Dimension(name, int(ds.shape[0]) if ds.ndim else 1,
                                             ds.maxshape[0] is None if ds.ndim else False)
         if self.netcdf4:
             self._netcdf_lengths()
         for name, ds in self._datasets:
-            if name in self._scales and _attr_text(ds.attrs.get("NAME")).startswith(NC_DIM_ONLY):
+            if name in self._scales and \
+                    _attr_text(self._attrs(name, ds).text("NAME")).startswith(NC_DIM_ONLY):
                 continue  # a netCDF dimension without a variable
             try:
                 var = self._variable(name, ds)
@@ -128,7 +221,8 @@ class _Scanner:
                              self.groups, self.dims, self.variables, self.problems)
 
     def _walk(self, g: h5py.Group, prefix: str) -> None:
-        self.groups[prefix] = read_attrs(g.attrs, self._omitted(prefix or None, "group /" + prefix))
+        self.groups[prefix] = self._attrs(prefix, g).plain(self._omitted(prefix or None,
+                                                                        "group /" + prefix))
         for key in g.keys():
             name = f"{prefix}/{key}" if prefix else key
             try:
@@ -147,15 +241,15 @@ class _Scanner:
                     target = g.get(key)
                 except Exception:
                     target = None
-                if isinstance(target, h5py.Dataset) and not _is_dimension_scale(target):
+                if isinstance(target, h5py.Dataset) and not self._is_scale(name, target):
                     self._datasets.append((name, target))
                 else:
                     self.problem(name, "soft-link", f"soft link to {link.path}: skipped "
                                  "(a group, a dimension scale or nothing; a target is "
                                  "virtualized under its own name)", fatal=False)
                 continue
-            try:
-                obj = g.get(key)
+            try:  # a hard link: opened directly (h5py's `get` also builds a File object)
+                obj = _open(g, key)
             except Exception as e:
                 self.problem(name, "unsupported-object", f"h5py cannot open this object "
                              f"({type(e).__name__}: {e}): skipped", fatal=False)
@@ -267,10 +361,10 @@ class _Scanner:
             # them: bfloat16 as float32, n-bit integers as their h5py type) or dropped
             self.problem(name, "unsupported-type", f"{odd}; inlined it reads as h5py reads it")
             return Variable(name=name, dtype=dtype, shape=shape, dims=self._dims(name, ds),
-                            attrs=read_attrs(ds.attrs, self._omitted(name, name)),
+                            attrs=self._attrs(name, ds).plain(self._omitted(name, name)),
                             fill_value=_fill_value(ds, dtype), codecs=[bytes_codec(dtype)],
                             blocks=None)
-        attrs = read_attrs(ds.attrs, self._omitted(name, name))
+        attrs = self._attrs(name, ds).plain(self._omitted(name, name))
         if enum is not None:
             attrs["_enum"] = {k: int(v) for k, v in enum.items()}
         dims = self._dims(name, ds)
@@ -315,7 +409,7 @@ class _Scanner:
         are skipped (not fatal)."""
         info = h5py.check_string_dtype(ds.dtype)
         dims = self._dims(name, ds)
-        attrs = read_attrs(ds.attrs, self._omitted(name, name))
+        attrs = self._attrs(name, ds).plain(self._omitted(name, name))
         nbytes = ds.size * (info.length or 64)
         if nbytes > TEXT_LIMIT:
             self.problem(name, "unsupported-type", f"{ds.size} strings (about {nbytes} bytes) are "
@@ -371,22 +465,32 @@ class _Scanner:
         """The dimension scale (its path) of each axis, where there is one."""
         if name in self._scales and ds.ndim == 1:
             return (name,)
-        if "DIMENSION_LIST" not in ds.attrs:
-            return (None,) * ds.ndim
-        out: list[str | None] = []
-        try:
-            dl = ds.attrs["DIMENSION_LIST"]
-        except Exception:
-            return (None,) * ds.ndim
-        for axis in range(ds.ndim):
-            path = None
-            if axis < len(dl) and len(dl[axis]):
-                try:
-                    path = scale_ids.get(h5py.h5r.dereference(dl[axis][0], self.f.id))
-                except Exception:
-                    path = None
-            out.append(path)
-        return tuple(out)
+        return tuple(None if t is None else scale_ids.get(t)
+                     for t in self._dimension_list(name, ds))
+
+    def _dimension_list(self, name: str, ds: h5py.Dataset) -> tuple:
+        """The object each axis's first DIMENSION_LIST reference points to (an h5py
+        ObjectID, hashed and compared by object identity), or None; read and dereferenced
+        once per dataset."""
+        out = self._dim_lists.get(name)
+        if out is not None:
+            return out
+        ndim = ds.ndim
+        a = self._attrs(name, ds)
+        targets: list = [None] * ndim
+        if "DIMENSION_LIST" in a:
+            try:
+                dl = a.get("DIMENSION_LIST")
+            except Exception:
+                dl = ()
+            for axis in range(min(ndim, len(dl))):
+                if len(dl[axis]):
+                    try:
+                        targets[axis] = h5py.h5r.dereference(dl[axis][0], self.f.id)
+                    except Exception:
+                        pass
+        out = self._dim_lists[name] = tuple(targets)
+        return out
 
     def _netcdf_shape(self, name: str, shape: tuple[int, ...], blocks, values, fill):
         """The variable at its netCDF shape: chunks past the HDF5 extent are missing (read
@@ -421,13 +525,19 @@ class _Scanner:
         base = name.rpartition("/")[2]
         if name in self._scales and ds.ndim == 1:
             return (base,)
+        if self._names_by_id is None:
+            # walked datasets by object identity; an object walked under two names (hard
+            # links, a soft link to it) is named by HDF5 instead (`_target_name`)
+            self._names_by_id = {}
+            for n, d in self._datasets:
+                self._names_by_id[d.id] = None if d.id in self._names_by_id else n
         dims: list[str] = []
-        dl = ds.attrs.get("DIMENSION_LIST") if "DIMENSION_LIST" in ds.attrs else None
-        for axis in range(ds.ndim):
+        for axis, target in enumerate(self._dimension_list(name, ds)):
             dim = None
-            if dl is not None and axis < len(dl) and len(dl[axis]):
+            if target is not None:
                 try:
-                    dim = self.f[dl[axis][0]].name.rpartition("/")[2]
+                    path = self._names_by_id.get(target) or _target_name(target)
+                    dim = path.rpartition("/")[2]
                 except Exception:
                     dim = None
             dims.append(dim or self._phony_dim(name, axis))
@@ -487,7 +597,8 @@ class _Scanner:
             return None, codecs
         refs = empty_refs(grid)
         if all(grid):
-            idx, offsets, sizes, masks = _walk_chunk_index(ds.id, len(shape))
+            idx, offsets, sizes, masks = self._chunk_index(ds, chunks,
+                                                           direct=name not in self._origin)
         else:
             idx, offsets = np.zeros((0, len(shape)), np.int64), np.zeros(0, np.uint64)
             sizes, masks = offsets, np.zeros(0, np.uint32)
@@ -539,6 +650,31 @@ class _Scanner:
                          f"{mask:#x}): the cube decodes them without it", fatal=False)
         return BlockTable(chunks, padded=True, refs=refs), codecs
 
+    def _chunk_index(self, ds: h5py.Dataset, chunks: tuple[int, ...], direct: bool = True):
+        """A chunked dataset's index: read directly where it is a v1 B-tree, a fixed
+        array, a v2 B-tree or an implicit index in a local file (`_native_chunk_index`,
+        from the bytes HDF5 has just read counting the index), else, or on anything
+        unexpected, by `chunk_iter`. `direct=False` (a dataset in another file, reached by
+        an external link: the recorder reads this file's bytes only): `chunk_iter`."""
+        rec = self.recorder
+        cells = math.prod(-(-int(n) // c) for n, c in zip(ds.shape, chunks))
+        if direct and rec is not None and cells >= DIRECT_MIN_CHUNKS:
+            keep = set(rec.reads)
+            try:
+                rec.on = True  # HDF5's own walk of the index: its count, and its reads
+                try:
+                    count = ds.id.get_num_chunks()
+                finally:
+                    rec.on = False
+                got = _native_chunk_index(rec.pread, self.size, ds.id, chunks, lambda: count)
+            except Exception:  # _Unexpected, or HDF5 failing to count: chunk_iter decides
+                got = None
+            finally:
+                rec.forget(keep)
+            if got is not None:
+                return got
+        return _walk_chunk_index(ds.id, len(chunks))
+
     def _masked_chunks(self, name: str, view, flat, idx, masks, mask: int, full: int) -> None:
         """Chunks stored with a filter mask other than the dataset's usual one decode
         differently: they cannot be referenced. They are marked held (MATERIALIZED: no
@@ -568,6 +704,13 @@ class _Scanner:
             out.append((code, label, hdf5_filter_codec(code, tuple(values), dtype),
                         NO_EXACT_CODEC.get(code)))
         return out
+
+
+def _target_name(oid) -> str:
+    """HDF5's name for an object reached through a reference, as h5py's `.name` gives it
+    (HDF5 may search the file for it)."""
+    name = h5py.h5i.get_name(oid)
+    return name.decode("utf8") if isinstance(name, bytes) else name
 
 
 def _walk_chunk_index(dsid, ndim: int):
@@ -763,18 +906,123 @@ def _attr_text(v: Any) -> str:
     return v if isinstance(v, str) else ""
 
 
-def read_attrs(attrs: h5py.AttributeManager, omitted=None) -> dict[str, Any]:
+def _open(g: h5py.Group, key: str):
+    """The object behind hard link `key` of `g` (a Group, Dataset or Datatype), or None
+    when there is none; what `g.get(key)` returns, without the `File` object h5py's
+    `Group.get` builds for every dataset it opens."""
+    try:
+        encode = g._e  # h5py's own name encoding (private: else its `get`)
+    except AttributeError:  # pragma: no cover
+        return g.get(key)
+    try:
+        oid = h5py.h5o.open(g.id, encode(key))
+    except KeyError:
+        return None
+    if isinstance(oid, h5py.h5d.DatasetID):
+        return h5py.Dataset(oid, readonly=True)
+    if isinstance(oid, h5py.h5g.GroupID):
+        return h5py.Group(oid)
+    return h5py.Datatype(oid) if isinstance(oid, h5py.h5t.TypeID) else None
+
+
+class _Attrs:
+    """An object's attributes, each read at most once: its names are listed once, a value
+    is read when first asked for (a hidden attribute nobody asks for, such as a scale's
+    REFERENCE_LIST, is never read); what h5py raised reading it is raised again."""
+
+    __slots__ = ("manager", "names", "_values")
+
+    def __init__(self, manager: h5py.AttributeManager, obj=None):
+        self.manager = manager
+        try:
+            self.names = _attr_names(manager._id, obj)
+        except Exception:
+            self.names = list(manager.keys())
+        self._values: dict[str, Any] = {}
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.names
+
+    def get(self, key: str, default=None):
+        if key not in self._values:
+            if key not in self.names:
+                return default
+            try:
+                self._values[key] = self.manager[key]
+            except Exception as e:
+                self._values[key] = _Failed(e)
+        v = self._values[key]
+        if isinstance(v, _Failed):
+            raise v.error
+        return v
+
+    def text(self, key: str):
+        """A scalar fixed-length string attribute (CLASS, NAME) as bytes, read directly:
+        HDF5 converts such a string to h5py's (null-padded) type by keeping the bytes
+        before the first NUL, which is what this keeps; any other type (and a
+        space-padded string, which that conversion also trims) is read as `get` reads it."""
+        if key in self._values or key not in self.names:
+            return self.get(key)
+        try:
+            attr = h5py.h5a.open(self.manager._id, key.encode("utf8"))
+            tid = attr.get_type()
+            if tid.get_class() == h5py.h5t.STRING and not tid.is_variable_str() and \
+                    tid.get_strpad() in (h5py.h5t.STR_NULLTERM, h5py.h5t.STR_NULLPAD) and \
+                    attr.get_space().get_simple_extent_type() == h5py.h5s.SCALAR:
+                buf = np.zeros((), dtype=f"S{tid.get_size()}")
+                attr.read(buf, mtype=tid)
+                v = self._values[key] = np.bytes_(bytes(buf[()]).partition(b"\0")[0])
+                return v
+        except Exception:
+            pass
+        return self.get(key)
+
+    def plain(self, omitted=None) -> dict[str, Any]:
+        return read_attrs(self.manager, omitted, self)
+
+
+def _attr_names(oid, obj) -> list:
+    """An object's attribute names in the order h5py's `attrs.keys()` lists them
+    (creation order where it is tracked, else by name), without the property list
+    objects `keys()` makes each time (a dataset's is at hand)."""
+    cpl = getattr(obj, "_dcpl", None) if isinstance(obj, h5py.Dataset) else None
+    if cpl is None:
+        cpl = oid.get_create_plist()
+    order = h5py.h5.INDEX_CRT_ORDER if cpl.get_attr_creation_order() & h5py.h5p.CRT_ORDER_TRACKED \
+        else h5py.h5.INDEX_NAME
+    names: list = []
+
+    def add(name, *_):
+        try:
+            names.append(name.decode("utf8"))
+        except UnicodeDecodeError:  # as h5py names it
+            names.append(name)
+
+    h5py.h5a.iterate(oid, add, index_type=order)
+    return names
+
+
+class _Failed:
+    __slots__ = ("error",)
+
+    def __init__(self, error: Exception):
+        self.error = error
+
+
+def read_attrs(attrs: h5py.AttributeManager, omitted=None, cache: _Attrs | None = None
+               ) -> dict[str, Any]:
     """Attributes as plain, JSON-representable Python (`_values.plain`), length-1 arrays
     as scalars, as netCDF4-python and xarray present them. An empty (null dataspace)
     attribute is None; an object or region reference is the path of the object it points
     to. An attribute h5py cannot read, or whose value has no JSON form, is left out:
-    `omitted(key, why)` is told (the scanner makes it a non-fatal located problem)."""
+    `omitted(key, why)` is told (the scanner makes it a non-fatal located problem).
+    `cache`: the same attributes already listed (and partly read) by the scanner."""
     out: dict[str, Any] = {}
-    for key in attrs.keys():
+    for key in (cache.names if cache is not None else attrs.keys()):
         if key in HIDDEN_ATTRS:
             continue
         try:
-            v = attrs[key]
+            v = cache.get(key) if cache is not None else attrs[key]
         except Exception as e:  # attribute of a type h5py cannot read
             if omitted is not None:
                 omitted(key, f"h5py cannot read it ({e})")
@@ -811,3 +1059,351 @@ def _ref_name(ref, attrs: h5py.AttributeManager) -> str:
     if name is None:
         raise Unrepresentable("a reference to an object that is not in the file")
     return name.decode("utf-8", errors="replace") if isinstance(name, bytes) else str(name)
+
+
+# -- the v1 B-tree chunk index, read directly ----------------------------------------------
+
+class _Unexpected(Exception):
+    """Something the direct reader of a chunk index does not expect: chunk_iter is used."""
+
+
+def _native_chunk_index(pread, file_size: int, dsid, chunks: tuple[int, ...], num_chunks):
+    """The chunk index of a dataset whose chunks HDF5 indexes with a version 1 B-tree
+    (layout message version 3: every file written for any library version, netCDF-C's
+    default), a fixed array or a v2 B-tree (layout version 4 or 5, libver "latest": a
+    fixed extent, two or more unlimited axes), read
+    from the file's bytes with one `np.frombuffer` per B-tree node or array page instead
+    of one Python call per chunk: the same four arrays as `_walk_chunk_index`, in the same
+    order. None for any other index (and layout); `_Unexpected` for anything this reader
+    does not expect (signatures, node types, levels, entry counts, sizes, addresses); the
+    caller then uses `chunk_iter`. `num_chunks()`, HDF5's own count of the index's chunks
+    (the caller has HDF5 walk the index first: that loads, and checks the checksums of,
+    every structure read here), must equal what was read.
+
+    `pread(n, offset)`: n bytes at offset (fewer at the end of the file)."""
+    ndim = len(chunks)
+    fcpl = h5py.h5i.get_file_id(dsid).get_create_plist()
+    if fcpl.get_sizes() != (8, 8) or fcpl.get_userblock() != 0:
+        return None
+    # the object header's address (`h5o.get_info` would also size the whole index)
+    objno = h5py.h5g.get_objinfo(dsid, b".").objno
+    if objno[1] != 0:
+        return None
+    body = _layout_message(pread, int(objno[0]), file_size)
+    if body is None or len(body) < 2 or body[1] != 2:
+        return None  # not chunked (as HDF5 stores it)
+    if body[0] == 3:
+        got = _v1_btree(pread, file_size, body, ndim)
+    elif body[0] in (4, 5):  # HDF5 2.0 writes version 5, laid out as 4 for these fields
+        got = _fixed_array(pread, file_size, body, dsid, chunks)
+    else:
+        return None
+    if got is None:
+        return None
+    offsets, addrs, sizes, masks = got[:4]
+    if len(got) == 5 and got[4]:  # unfiltered v2 B-tree records: every chunk's bytes are one chunk
+        sizes = np.full(len(addrs), math.prod(chunks) * dsid.get_type().get_size(), np.uint64)
+    if (addrs == UNDEFINED_ADDRESS).any() or (addrs >= file_size).any() or (offsets < 0).any() \
+            or (offsets % np.asarray(chunks, dtype=np.int64)).any():
+        raise _Unexpected("a chunk's offset or address out of place")
+    counted = num_chunks()
+    if len(addrs) != counted:
+        raise _Unexpected(f"{len(addrs)} chunks read, HDF5 counts {counted}")
+    return offsets, addrs, sizes, masks
+
+
+def _no_chunks(ndim: int):
+    return (np.zeros((0, ndim), np.int64), np.zeros(0, np.uint64), np.zeros(0, np.uint64),
+            np.zeros(0, np.uint32))
+
+
+def _v1_btree(pread, file_size: int, body: bytes, ndim: int):
+    """Layout message version 3: the chunks' v1 B-tree, walked a level at a time."""
+    dimensionality = body[2]
+    if dimensionality != ndim + 1 or len(body) < 11 + 4 * dimensionality:
+        raise _Unexpected(f"layout message of {dimensionality} dimensions for rank {ndim}")
+    root = int.from_bytes(body[3:11], "little")
+    if root == UNDEFINED_ADDRESS:
+        return _no_chunks(ndim)
+    entry = np.dtype([("size", "<u4"), ("mask", "<u4"), ("offset", "<u8", (dimensionality,)),
+                      ("child", "<u8")])
+    key_size = 8 + 8 * dimensionality
+    level_nodes, level, leaves = [root], None, []
+    seen = 0
+    while level_nodes:
+        children = []
+        for node in level_nodes:
+            seen += 1
+            if seen > MAX_BLOCKS or not 0 < node < file_size:
+                raise _Unexpected(f"B-tree node address {node}")
+            head = pread(24 + 65 * key_size + 64 * 8, node)
+            if len(head) < 24 or head[:4] != b"TREE" or head[4] != 1:
+                raise _Unexpected(f"no chunk B-tree node at {node}")
+            node_level, used = head[5], int.from_bytes(head[6:8], "little")
+            if level is None:
+                level = node_level
+            if node_level != level:
+                raise _Unexpected(f"B-tree node at {node} is at level {node_level}, {level} expected")
+            need = 24 + (used + 1) * key_size + used * 8
+            if len(head) < need:
+                head = pread(need, node)
+                if len(head) < need:
+                    raise _Unexpected(f"B-tree node at {node} ends past the end of the file")
+            entries = np.frombuffer(head, entry, count=used, offset=24)
+            if level:
+                children.append(entries["child"])
+            else:
+                leaves.append(entries)
+        if level:
+            level_nodes = [int(c) for c in np.concatenate(children)] if children else []
+            level -= 1
+        else:
+            level_nodes = []
+    e = np.concatenate(leaves) if leaves else np.zeros(0, entry)
+    if (e["offset"][:, ndim] != 0).any():
+        raise _Unexpected("a chunk key with an element offset")
+    return (e["offset"][:, :ndim].astype(np.int64), e["child"].astype(np.uint64),
+            e["size"].astype(np.uint64), e["mask"].astype(np.uint32))
+
+
+def _implicit(addr: int, dsid, chunks: tuple[int, ...]):
+    """Layout message version 4/5 with an implicit index (type 2: no filters, space
+    allocated at creation): the chunks of the current extent, each at its row-major
+    position in the grid of the maximum extent times one chunk's bytes from `addr`."""
+    ndim = len(chunks)
+    if addr == UNDEFINED_ADDRESS:
+        return _no_chunks(ndim)
+    space = dsid.get_space()
+    shape = space.get_simple_extent_dims()
+    maxshape = space.get_simple_extent_dims(maxdims=True)
+    if any(m is None or m < 0 or m == h5py.h5s.UNLIMITED for m in maxshape):
+        raise _Unexpected("implicit index with an unlimited axis")
+    grid = tuple(-(-int(n) // c) for n, c in zip(shape, chunks))
+    max_grid = tuple(-(-int(m) // c) for m, c in zip(maxshape, chunks))
+    scaled = np.indices(grid, dtype=np.int64).reshape(ndim, -1)
+    nbytes = math.prod(chunks) * dsid.get_type().get_size()
+    index = np.ravel_multi_index(tuple(scaled), max_grid).astype(np.uint64)
+    n = index.size
+    return (scaled.T * np.asarray(chunks, dtype=np.int64), np.uint64(addr) + index * np.uint64(nbytes),
+            np.full(n, nbytes, np.uint64), np.zeros(n, np.uint32))
+
+
+def _enc_size(n: int) -> int:
+    """Bytes HDF5 uses to encode numbers up to n (H5VM_limit_enc_size)."""
+    return (max(n, 1).bit_length() - 1) // 8 + 1
+
+
+def _v2_btree(pread, file_size: int, header: int, chunks: tuple[int, ...]):
+    """Layout message version 4/5 with a v2 B-tree index (type 5): its header, then its
+    nodes a level at a time; records (address, [size, filter mask,] scaled offsets) in the
+    tree's order, by chunk coordinates."""
+    ndim = len(chunks)
+    h = pread(38, header)
+    if len(h) < 38 or h[:4] != b"BTHD" or h[4] != 0 or h[5] not in (10, 11):
+        raise _Unexpected(f"no chunk v2 B-tree header at {header}")
+    filtered = h[5] == 11
+    node_size = int.from_bytes(h[6:10], "little")
+    rec_size = int.from_bytes(h[10:12], "little")
+    depth = int.from_bytes(h[12:14], "little")
+    root = int.from_bytes(h[16:24], "little")
+    root_nrec = int.from_bytes(h[24:26], "little")
+    total = int.from_bytes(h[26:34], "little")
+    width = rec_size - 8 - 4 - 8 * ndim if filtered else 0
+    if rec_size != (8 + width + 4 if filtered else 8) + 8 * ndim or (filtered and not 1 <= width <= 8) \
+            or not 0 < node_size <= 1 << 24 or depth > 64:
+        raise _Unexpected("v2 B-tree header does not match the dataset")
+    if root == UNDEFINED_ADDRESS or total == 0:
+        return _no_chunks(ndim)
+    # what HDF5 derives from the header (H5B2__hdr_init): per depth, the records a node
+    # holds at most, and the bytes of a child pointer's record counts
+    max_nrec = [(node_size - 10) // rec_size]
+    cum = [max_nrec[0]]
+    cum_size = [0]
+    nrec_size = _enc_size(max_nrec[0])
+    for d in range(1, depth + 1):
+        ptr = 8 + nrec_size + (cum_size[d - 1] if d > 1 else 0)
+        max_nrec.append((node_size - (10 + ptr)) // (rec_size + ptr))
+        cum.append((max_nrec[d] + 1) * cum[d - 1] + max_nrec[d])
+        cum_size.append(_enc_size(cum[d]))
+    record = np.dtype([("addr", "<u8"), ("filt", "u1", (width + 4,)), ("scaled", "<u8", (ndim,))]
+                      if filtered else [("addr", "<u8"), ("scaled", "<u8", (ndim,))])
+    if record.itemsize != rec_size:
+        raise _Unexpected("v2 B-tree record size")
+    level = [(root, root_nrec)]
+    found = []
+    seen = 0
+    for d in range(depth, -1, -1):
+        nxt = []
+        for node, nrec in level:
+            seen += 1
+            if seen > MAX_BLOCKS or not 0 < node < file_size or nrec > max_nrec[d]:
+                raise _Unexpected(f"v2 B-tree node at {node}")
+            raw = pread(node_size, node)
+            sig = b"BTLF" if d == 0 else b"BTIN"
+            if len(raw) < 6 + nrec * rec_size or raw[:4] != sig or raw[4] != 0 or raw[5] != h[5]:
+                raise _Unexpected(f"no v2 B-tree node at {node}")
+            found.append(np.frombuffer(raw, record, count=nrec, offset=6))
+            if d:
+                ptr = 8 + nrec_size + (cum_size[d - 1] if d > 1 else 0)
+                pos = 6 + nrec * rec_size
+                if len(raw) < pos + (nrec + 1) * ptr:
+                    raise _Unexpected(f"v2 B-tree node at {node} ends early")
+                for _ in range(nrec + 1):
+                    nxt.append((int.from_bytes(raw[pos:pos + 8], "little"),
+                                int.from_bytes(raw[pos + 8:pos + 8 + nrec_size], "little")))
+                    pos += ptr
+        level = nxt
+    e = np.concatenate(found)
+    if len(e) != total:
+        raise _Unexpected(f"{len(e)} v2 B-tree records read, its header counts {total}")
+    e = e[np.lexsort(e["scaled"].T[::-1])] if ndim else e
+    if filtered:
+        raw8 = np.zeros((len(e), 8), np.uint8)
+        raw8[:, :width] = e["filt"][:, :width]
+        sizes = raw8.view("<u8").reshape(-1).astype(np.uint64)
+        masks = e["filt"][:, width:].copy().view("<u4").reshape(-1)
+    else:
+        sizes = np.zeros(len(e), np.uint64)  # filled in by the caller: one chunk's bytes
+        masks = np.zeros(len(e), np.uint32)
+    offsets = e["scaled"].astype(np.int64) * np.asarray(chunks, dtype=np.int64)
+    return offsets, e["addr"].astype(np.uint64), sizes, masks.astype(np.uint32), not filtered
+
+
+def _fixed_array(pread, file_size: int, body: bytes, dsid, chunks: tuple[int, ...]):
+    """Layout message version 4 with a fixed array index (type 3): its header, data
+    block and pages. Element i is the chunk at row-major position i of the grid of the
+    dataset's maximum extent; an undefined address is a chunk never written."""
+    ndim = len(chunks)
+    flags, dimensionality, width = body[2], body[3], body[4]
+    pos = 5 + width * dimensionality
+    if len(body) > pos and body[pos] == 5 and len(body) >= pos + 15:
+        return _v2_btree(pread, file_size, int.from_bytes(body[pos + 7:pos + 15], "little"),
+                         chunks)
+    if len(body) > pos and body[pos] == 2 and len(body) >= pos + 9:
+        return _implicit(int.from_bytes(body[pos + 1:pos + 9], "little"), dsid, chunks)
+    if len(body) > pos and body[pos] != 3:
+        return None  # single chunk, extensible array: chunk_iter
+    if dimensionality != ndim + 1 or not 1 <= width <= 8 or len(body) < pos + 10 or flags & ~3:
+        raise _Unexpected("layout message (version 4) not understood")
+    header = int.from_bytes(body[pos + 2:pos + 10], "little")
+    h = pread(28, header)
+    if len(h) < 28 or h[:4] != b"FAHD" or h[4] != 0 or h[5] not in (0, 1):
+        raise _Unexpected(f"no fixed array header at {header}")
+    filtered, entry_size, page_bits = h[5] == 1, h[6], h[7]
+    n = int.from_bytes(h[8:16], "little")
+    block = int.from_bytes(h[16:24], "little")
+    maxshape = dsid.get_space().get_simple_extent_dims(maxdims=True)
+    grid = tuple(-(-int(m) // c) for m, c in zip(maxshape, chunks))
+    if n != math.prod(grid) or entry_size != (8 + (entry_size - 12) + 4 if filtered else 8) \
+            or (filtered and not 1 <= entry_size - 12 <= 8) or page_bits > 32:
+        raise _Unexpected("fixed array header does not match the dataset")
+    if block == UNDEFINED_ADDRESS:
+        return _no_chunks(ndim)
+    page = 1 << page_bits
+    npages = -(-n // page) if n > page else 0
+    bitmap = (npages + 7) // 8
+    prefix = 4 + 1 + 1 + 8 + bitmap
+    if npages:
+        head = pread(prefix, block)
+        pages = [i for i in range(npages) if head[14 + i // 8] & (0x80 >> (i % 8))]
+        start = block + prefix + 4  # then the prefix's checksum
+        parts, where = [], []
+        for i in pages:
+            count = min(page, n - i * page)
+            raw = pread(count * entry_size, start + i * (page * entry_size + 4))
+            if len(raw) < count * entry_size:
+                raise _Unexpected("fixed array page past the end of the file")
+            parts.append(raw)
+            where.append(np.arange(i * page, i * page + count, dtype=np.int64))
+        raw = b"".join(parts)
+        index = np.concatenate(where) if where else np.zeros(0, np.int64)
+    else:
+        head = pread(prefix + n * entry_size, block)
+        raw = head[prefix:]
+        if len(raw) < n * entry_size:
+            raise _Unexpected("fixed array data block past the end of the file")
+        index = np.arange(n, dtype=np.int64)
+    if head[:4] != b"FADB" or head[4] != 0 or head[5] != h[5] \
+            or int.from_bytes(head[6:14], "little") != header:
+        raise _Unexpected(f"no fixed array data block at {block}")
+    e = np.frombuffer(raw, np.uint8).reshape(-1, entry_size)
+    addrs = e[:, :8].copy().view("<u8").reshape(-1)
+    if filtered:
+        sizes = np.zeros(len(e), np.uint64)
+        for k in range(entry_size - 12):
+            sizes |= e[:, 8 + k].astype(np.uint64) << np.uint64(8 * k)
+        masks = e[:, entry_size - 4:].copy().view("<u4").reshape(-1)
+    else:
+        sizes = np.full(len(e), math.prod(chunks) * dsid.get_type().get_size(), np.uint64)
+        masks = np.zeros(len(e), np.uint32)
+    used = addrs != UNDEFINED_ADDRESS
+    index, addrs, sizes, masks = index[used], addrs[used], sizes[used], masks[used]
+    offsets = np.stack(np.unravel_index(index, grid), axis=1).astype(np.int64) \
+        * np.asarray(chunks, dtype=np.int64) if len(index) else np.zeros((0, ndim), np.int64)
+    return offsets, addrs.astype(np.uint64), sizes, masks.astype(np.uint32)
+
+
+UNDEFINED_ADDRESS = 0xFFFFFFFFFFFFFFFF
+
+
+def _layout_message(pread, addr: int, file_size: int) -> bytes | None:
+    """The body of an object header's data layout message (type 8), from a version 1 or
+    version 2 object header and its continuation blocks; None if there is none."""
+    head = pread(512, addr)
+    blocks: list[tuple[int, int, int]] = []  # (address, length, header version)
+    if head[:4] == b"OHDR":
+        if len(head) < 6 or head[4] != 2:
+            return None
+        flags = head[5]
+        pos = 6 + (16 if flags & 0x20 else 0) + (4 if flags & 0x10 else 0)
+        width = 1 << (flags & 3)
+        size = int.from_bytes(head[pos:pos + width], "little")
+        blocks.append((addr + pos + width, size, 2))  # then a checksum
+    elif head[:1] == b"\x01":
+        size = int.from_bytes(head[8:12], "little")
+        blocks.append((addr + 16, size, 1))
+        flags = 0
+    else:
+        return None
+    visited = 0
+    while blocks:
+        start, length, version = blocks.pop(0)
+        visited += 1
+        if visited > 1000 or length < 0 or start + length > file_size:
+            raise _Unexpected("object header blocks out of place")
+        data = pread(length, start)
+        if len(data) < length:
+            raise _Unexpected("object header past the end of the file")
+        pos = 0
+        while True:
+            if version == 1:
+                if pos + 8 > length:
+                    break
+                mtype = int.from_bytes(data[pos:pos + 2], "little")
+                msize = int.from_bytes(data[pos + 2:pos + 4], "little")
+                pos += 8
+            else:
+                hdr = 6 if flags & 0x04 else 4
+                if pos + hdr > length:
+                    break
+                mtype, msize = data[pos], int.from_bytes(data[pos + 1:pos + 3], "little")
+                pos += hdr
+            if pos + msize > length:
+                raise _Unexpected("object header message past its block")
+            body = data[pos:pos + msize]
+            pos += msize
+            if mtype == 8:
+                return body
+            if mtype == 0x10:  # continuation
+                if len(body) < 16:
+                    raise _Unexpected("short continuation message")
+                c_addr = int.from_bytes(body[:8], "little")
+                c_len = int.from_bytes(body[8:16], "little")
+                if version == 2:
+                    sig = pread(4, c_addr)
+                    if sig != b"OCHK":
+                        raise _Unexpected("continuation block without its signature")
+                    blocks.append((c_addr + 4, c_len - 8, 2))
+                else:
+                    blocks.append((c_addr, c_len, 1))
+    return None
