@@ -13,7 +13,7 @@ import zarr
 import virtualize
 from virtualize.model import VirtualizeError
 
-from helpers import rectilinear
+from helpers import assert_same, rectilinear, source_values
 
 
 @pytest.fixture
@@ -142,3 +142,23 @@ def test_kerchunk_export_reads_without_virtualize(case, tmp_path):
     want = hashlib.sha256(np.ascontiguousarray(
         source_values(files, "tas", "time", ("time", "lat", "lon"))).tobytes()).hexdigest()
     assert got == {"zarr": want, "xarray": want}
+
+
+def test_a_cube_keeps_few_source_files_open(case, tmp_path, monkeypatch):
+    """Reading a cube of many files whole holds at most MAX_OPEN_SOURCES descriptors (a
+    10,000-file cube would otherwise exhaust the process's limit), values unchanged."""
+    from virtualize import read
+
+    monkeypatch.setattr(read, "MAX_OPEN_SOURCES", 2)
+    files = case("months2024")
+    cube = tmp_path / "c.zarr"
+    virtualize.virtualize(files, cube)
+    g = virtualize.open(cube)
+    for _ in range(2):  # files closed and opened again, in and out of order
+        assert_same(g["tas"][...], source_values(files, "tas", "time", ("time", "lat", "lon")),
+                    "tas")
+        want = source_values(files, "tas", "time", ("time", "lat", "lon"))
+        for t in (365, 0, 200, 31):  # out of order
+            assert_same(g["tas"][t], want[t], f"step {t}")
+    store = g.store._store
+    assert 0 < len(store._fds) <= 2

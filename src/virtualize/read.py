@@ -141,6 +141,11 @@ MANIFEST_BLOCK_ROWS = 4096  # rows fetched (remotely) and checked together: 80 K
 MANIFEST_CACHE_BLOCKS = 16  # blocks of rows kept per remote manifest
 
 
+# Source files a cube directory's store keeps open at once (a stack of 10,000 files read
+# whole would otherwise hold 10,000 descriptors).
+MAX_OPEN_SOURCES = 128
+
+
 class Manifest:
     """One array's manifest: its segments (`manifest.npy`, then one `manifest.N.npy` per
     `virtualize append`, each holding the chunks from its first index along the
@@ -308,6 +313,7 @@ class CubeStore(Store):
         self._docs: dict[str, dict | None] = {}
         self._nodes: list[str] | None = None
         self._fds: dict[int, int] = {}
+        self._fd_lock = threading.Lock()
         raw = self.files.read(SOURCES_NAME)
         if raw is None:
             raise VirtualizeError([Problem(Location(str(self.root)), "not-a-cube",
@@ -426,7 +432,8 @@ class CubeStore(Store):
             self.access.check(self.sources[src])
             data = read_range(self.sources[src], offset, length)
         else:
-            data = os.pread(self._fd(src), length, offset)
+            with self._fd_lock:  # (an fd is closed only under the lock: never read reused)
+                data = os.pread(self._fd(src), length, offset)
         if len(data) != length:
             raise VirtualizeError([Problem(
                 Location(self.sources[src], name, None, idx), "source-changed",
@@ -435,8 +442,16 @@ class CubeStore(Store):
         return data
 
     def _fd(self, i: int) -> int:
-        fd = self._fds.get(i)
-        if fd is None:
+        """An open descriptor of source `i` (called holding `_fd_lock`): at most
+        `MAX_OPEN_SOURCES` kept open, the least recently used closed first."""
+        fd = self._fds.pop(i, None)
+        if fd is not None:
+            self._fds[i] = fd  # (most recently used last)
+        else:
+            while len(self._fds) >= MAX_OPEN_SOURCES:
+                old = self._fds.pop(next(iter(self._fds)))
+                with contextlib.suppress(OSError):
+                    os.close(old)
             self.access.check(self.sources[i])
             try:
                 fd = os.open(self.sources[i], os.O_RDONLY)
