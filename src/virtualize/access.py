@@ -248,6 +248,8 @@ def check_shape(what: str | os.PathLike, name: str, dtype: np.dtype, shape: tupl
     """A manifest's dtype and shape (from its `.npy` header) fit the array's chunk grid."""
     if dtype != REF_DTYPE:
         raise invalid(what, f"manifest has dtype {dtype}, not {REF_DTYPE}", name)
+    if grid is not None and 0 in tuple(grid):  # an empty array: no chunk is ever read
+        return
     if grid is not None and tuple(shape) != tuple(grid):
         if not (len(shape) == len(grid) and all(a == b or a == 0 for a, b in zip(shape, grid))):
             raise invalid(what, f"manifest has shape {tuple(shape)}, the chunk grid is "

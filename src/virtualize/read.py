@@ -352,6 +352,9 @@ class CubeStore(Store):
             if problems:
                 raise VirtualizeError(problems, f"{self.root}: its source files changed since "
                                       "the cube was written; re-run virtualize")
+        for n in self.virtual:  # each manifest's segments and header, checked at open (an
+            # invalid cube is one error here, not one per chunk task of a later read)
+            self._manifest(n)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, CubeStore) and other.root == self.root
