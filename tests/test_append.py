@@ -299,3 +299,15 @@ def test_append_to_a_relocatable_icechunk_repository_is_refused(case, tmp_path):
     # the repository is as it was: three files
     assert virtualize.open(repo)["tas"].shape[0] == \
         sum(len(source_values([f], "time", "time", ("time",))) for f in files[:3])
+
+
+def test_append_verify_export_of_a_url_cube_are_refused_not_mangled(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for call in (lambda: virtualize.append("s3://bkt/cube.zarr", ["x.nc"]),
+                 lambda: virtualize.verify_cube("s3://bkt/cube.zarr"),
+                 lambda: virtualize.export("s3://bkt/cube.zarr", "out.json")):
+        with pytest.raises(virtualize.VirtualizeError) as e:
+            call()
+        [p] = e.value.problems
+        assert p.kind == "remote-cube" and p.loc.file == "s3://bkt/cube.zarr"
+    assert list(tmp_path.iterdir()) == []  # nothing written here

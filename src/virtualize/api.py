@@ -176,7 +176,7 @@ def append(cube: PathLike, paths: Iterable[PathLike] | PathLike, *, jobs: int | 
     step."""
     from .emit._staging import locked
 
-    cube = Path(cube)
+    cube = _local_cube(cube, "append")
     _cube_kind(cube)  # (not a cube: refused before anything is locked)
     with locked(cube):  # concurrent appends to one cube wait for each other
         return _append(cube, paths, jobs=jobs, executor=executor, progress=progress,
@@ -367,6 +367,16 @@ def _array_docs(cube: Path, kind: str, plan: Plan, kerchunk: dict | None = None
     return docs, values
 
 
+def _local_cube(cube: PathLike, what: str) -> Path:
+    """`cube` as a local path; a URL is refused (not mangled into a local path)."""
+    if storage.is_url(str(cube)):
+        raise VirtualizeError([Problem(Location(str(cube)), "remote-cube",
+                                       f"{what} works on a cube on this machine's file system; "
+                                       "copy the cube here first (virtualize.open reads it "
+                                       "where it is)")], f"{cube}: {what} needs a local cube")
+    return Path(cube)
+
+
 def _cube_kind(cube: Path) -> str:
     """"icechunk", "kerchunk" (a file: a reference JSON) or "cube" (a directory)."""
     from .emit.icechunk import is_icechunk_repo
@@ -448,7 +458,7 @@ def verify_cube(cube: PathLike, *, decode: bool = False, jobs: int | str = "auto
     `decode`, the stack is also scanned and planned again from the cube's recorded
     inputs and recipe, and one chunk per source is decoded through the cube's codecs and
     compared with the source library's read (`decode-mismatch`). [] when all is well."""
-    cube = Path(cube)
+    cube = _local_cube(cube, "verify")
     info = _recorded(cube, _cube_kind(cube))
     changed = list(changed_sources(info["sources"]))
     if changed or not decode:
@@ -466,7 +476,7 @@ def export(cube: PathLike, out: PathLike, *, format: str | None = None,
     recorded inputs are scanned and planned again with its recorded recipe (after
     checking that none changed), so the export holds the same references (`relative`:
     recorded relative to `out`, as for `virtualize`)."""
-    cube = Path(cube)
+    cube = _local_cube(cube, "export")
     info = _recorded(cube, _cube_kind(cube))
     changed = list(changed_sources(info["sources"]))
     if changed:
