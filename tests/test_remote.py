@@ -11,11 +11,13 @@ import sys
 import fsspec
 import numpy as np
 import pytest
+import xarray as xr
 import zarr
 from servers import RangeHTTPServer, start_moto
 from zarr.storage import FsspecStore
 
 import virtualize
+from virtualize import storage
 from virtualize.model import OutputExistsError, UnsafeOutputError, VirtualizeError
 
 from helpers import assert_same
@@ -555,6 +557,10 @@ def test_one_run_mixes_s3_and_https_sources_with_their_own_options(served, s3, o
         for out in ("mixed.json", "mixed.zarr"):
             g = virtualize.open(tmp_path / out, storage_options=options)
             assert_same(g["tas"][...], expected, f"tas via {out}")
+        storage.set_options(None)  # the xarray engine takes them too
+        ds = xr.open_dataset(tmp_path / "mixed.zarr", engine="virtualize", storage_options=options,
+                             mask_and_scale=False, decode_times=False)
+        assert_same(ds["tas"].values, expected, "tas via xarray with storage_options")
         # plain fsspec + zarr: one filesystem per protocol, each with its options
         fs = fsspec.filesystem(
             "reference", fo=str(tmp_path / "mixed.json"), asynchronous=True,
