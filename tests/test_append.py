@@ -311,3 +311,125 @@ def test_append_verify_export_of_a_url_cube_are_refused_not_mangled(tmp_path, mo
         [p] = e.value.problems
         assert p.kind == "remote-cube" and p.loc.file == "s3://bkt/cube.zarr"
     assert list(tmp_path.iterdir()) == []  # nothing written here
+
+
+def _plain_kerchunk(path, u):
+    """A kerchunk JSON opened with fsspec + zarr only, its template `u` overridden."""
+    import fsspec
+    import zarr
+    from zarr.storage import FsspecStore
+
+    from helpers import rectilinear
+
+    fs = fsspec.filesystem("reference", fo=str(path), asynchronous=True,
+                           template_overrides={"u": str(u)})
+    with rectilinear():
+        return zarr.open_group(FsspecStore(fs, read_only=True, path=""), mode="r", zarr_format=3)
+
+
+def _recorded_paths(out):
+    raw = json.loads(out.read_text() if out.is_file() else (out / "virtualize.json").read_text())
+    info = raw["virtualize"] if out.is_file() else raw
+    last = info["append"]["last"]
+    return raw, [s["path"] for s in info["sources"]], info["roots"], \
+        [last["path"]] + [d["path"] for d in last["data_files"]]
+
+
+@pytest.mark.parametrize("out", ["cube.zarr", "refs.json"])
+def test_append_after_moving_a_relocatable_output(case, tmp_path, monkeypatch, out):
+    import shutil
+
+    names = [f.name for f in case("appended_batches")]
+    first = tmp_path / "first"
+    (first / "data").mkdir(parents=True)
+    for f in case("appended_batches"):
+        shutil.copy2(f, first / "data" / f.name)
+    virtualize.virtualize([first / "data" / n for n in names[:2]], first / out, relative=True,
+                          scan_timeout=0)
+    virtualize.append(first / out, [first / "data" / names[2]], scan_timeout=0)  # in place
+    # moved together with its files, then appended to there
+    second = tmp_path / "second"
+    shutil.move(str(first), second)
+    data = second / "data"
+    scanned = _scans(monkeypatch)
+    report = virtualize.append(second / out, [data / names[3]], scan_timeout=0)
+    assert scanned == [str(data / names[3])]  # the recorded last step, at its new place
+    assert not any("relocatable" in n for n in report.notes)
+    up = "../" if out == "cube.zarr" else ""  # (a cube: relative to itself; a JSON: its directory)
+    raw, sources, roots, last = _recorded_paths(second / out)
+    assert sources == [f"{up}data/{n}" for n in names[:4]]
+    assert roots == [f"{up}data"]
+    assert last == [f"{up}data/{names[3]}"]
+    if out == "refs.json":
+        assert raw["templates"] == {"u": str(data)}
+        refs = [v[0] for v in raw["refs"].values() if isinstance(v, list)]
+        assert refs and all(r.startswith("{{u}}/") for r in refs)
+    # moved again: read where it is now, by virtualize and (a JSON) by plain fsspec
+    third = tmp_path / "third"
+    shutil.move(str(second), third)
+    files = [third / "data" / n for n in names[:4]]
+    expected = source_values(files, "tas", "time", ("time", "lat", "lon"))
+    times = source_values(files, "time", "time", ("time",))
+    g = virtualize.open(third / out)
+    assert_same(g["tas"][...], expected, "appended after a move")
+    assert_same(g["time"][...], times, "time")
+    if out == "refs.json":
+        p = _plain_kerchunk(third / out, third / "data")
+        assert_same(p["tas"][...], expected, "plain fsspec, template overridden")
+        assert_same(p["time"][...], times, "plain fsspec time")
+    # the whole stack planned again (no recorded last step): still relocatable
+    raw, *_ = _recorded_paths(third / out)
+    (raw["virtualize"] if out == "refs.json" else raw).pop("append")
+    (third / out if out == "refs.json" else third / out / "virtualize.json").write_text(
+        json.dumps(raw, separators=(",", ":")))  # (as written: the head marks a JSON as ours)
+    virtualize.append(third / out, [third / "data" / names[4]], scan_timeout=0)
+    raw, sources, roots, last = _recorded_paths(third / out)
+    assert sources == [f"{up}data/{n}" for n in names] and roots == [f"{up}data"]
+    assert last == [f"{up}data/{names[4]}"]
+    if out == "refs.json":
+        assert raw["templates"] == {"u": str(third / "data")}
+    fourth = tmp_path / "fourth"
+    shutil.move(str(third), fourth)
+    files = [fourth / "data" / n for n in names]
+    assert_same(virtualize.open(fourth / out)["tas"][...],
+                source_values(files, "tas", "time", ("time", "lat", "lon")), "rebuilt, moved")
+
+
+def test_append_to_a_relocatable_json_of_a_file_outside_its_template(case, tmp_path):
+    import shutil
+
+    files = case("appended_batches")
+    data = tmp_path / "data"
+    data.mkdir()
+    for f in files[:2]:
+        shutil.copy2(f, data / f.name)
+    other = tmp_path / "other" / files[2].name
+    other.parent.mkdir()
+    shutil.copy2(files[2], other)
+    refs = tmp_path / "refs.json"
+    virtualize.virtualize([data / f.name for f in files[:2]], refs, relative=True, scan_timeout=0)
+    report = virtualize.append(refs, [other], scan_timeout=0)
+    assert any("no longer relocatable" in n and str(other) in n for n in report.notes)
+    raw, sources, roots, last = _recorded_paths(refs)
+    assert raw["templates"] == {"u": str(data)}
+    # recorded relative like the rest; referenced by absolute path (outside `u`)
+    assert sources == [f"data/{f.name}" for f in files[:2]] + [f"other/{other.name}"]
+    assert sorted(roots) == ["data", "other"] and last == [f"other/{other.name}"]
+    paths = {v[0] for v in raw["refs"].values() if isinstance(v, list)}
+    assert str(other) in paths and {p for p in paths if p != str(other)} == \
+        {f"{{{{u}}}}/{f.name}" for f in files[:2]}
+    expected = source_values([data / f.name for f in files[:2]] + [other], "tas", "time",
+                             ("time", "lat", "lon"))
+    assert_same(virtualize.open(refs)["tas"][...], expected, "virtualize.open")
+    assert_same(_plain_kerchunk(refs, data)["tas"][...], expected, "plain fsspec")
+
+
+def test_append_to_an_output_that_is_not_relocatable_records_absolute_paths(case, tmp_path):
+    files = case("kerchunk_months2024")  # (reference sets: the last step has data files)
+    for out in (tmp_path / "cube.zarr", tmp_path / "refs.json"):
+        virtualize.virtualize(files[:2], out, scan_timeout=0)
+        virtualize.append(out, files[2:4], scan_timeout=0)
+        raw, sources, roots, last = _recorded_paths(out)
+        assert "templates" not in raw
+        assert all(os.path.isabs(p) for p in sources + roots + last)
+        assert last[0] == str(files[3]) and len(last) == 2

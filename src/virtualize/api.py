@@ -230,7 +230,8 @@ def _append(cube: Path, paths, *, jobs, executor, progress, scan_timeout) -> Rep
         append_icechunk(report.plan, cube, added=len(new))
         return report
     return _write(report, cube, kind, overwrite=True,
-                  relative=kind == "cube" and _relative(cube) is not None)
+                  relative=_relative(cube) is not None if kind == "cube"
+                  else bool(info.get("templates")))
 
 
 def _relative(cube: Path) -> str | None:
@@ -293,7 +294,13 @@ def _append_new(cube: Path, kind: str, info: dict, new: list[str], *, jobs: int 
     fresh = [s.path for s in merged.sources[len(old_sources):]]
     if kind == "kerchunk":
         from .emit.kerchunk import append_kerchunk
-        append_kerchunk(cube, merged, kerchunk, fresh)
+        outside = append_kerchunk(cube, merged, kerchunk, fresh)
+        if outside:
+            report.notes.append(
+                f"{len(outside)} new file(s) outside the directory the relocatable JSON's "
+                f"template names ({outside[0]}, ...) are referenced by absolute path: the "
+                "JSON is no longer relocatable as a whole (re-run virtualize --relative with "
+                "all the files to make it so)")
     elif kind == "icechunk":
         from .emit.icechunk import append_icechunk_new
         append_icechunk_new(cube, merged, recipe, info.get("roots") or [])
@@ -409,6 +416,9 @@ def _recorded(cube: Path, kind: str | bool) -> dict:
         info["sources"] = [dict(s, path=storage.resolve(s["path"], base))
                            if isinstance(s, dict) and isinstance(s.get("path"), str) else s
                            for s in info["sources"]]
+        if "append" in info:  # the recorded last step's paths: relative ones too
+            from .plan._state import relocate_state
+            info["append"] = relocate_state(info["append"], lambda p: storage.resolve(p, base))
     if not isinstance(info, dict) or not isinstance(info.get("sources"), list):
         raise VirtualizeError([Problem(Location(str(cube)), "not-a-cube",
                                        "not a cube directory, kerchunk JSON or Icechunk "

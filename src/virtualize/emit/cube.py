@@ -76,7 +76,7 @@ def write_cube(plan: Plan, dest: str | Path, overwrite: bool = False, *,
             "groups": sorted(g for g in plan.groups if g),  # readers list no directories
             "remedies": [r.to_dict() for r in plan.remedies.values() if r.enabled],
             "notes": plan.notes,
-            "append": plan.append_state,
+            "append": relative_state(plan.append_state, relative_to),
         })
     return dest
 
@@ -175,7 +175,7 @@ def append_cube(dest: str | Path, merged, info: dict, new_sources: list[str],
                                                          [len(merged.old_sources):]])]
         info["notes"] = list(info.get("notes") or []) + [
             n for n in plan.notes if n not in (info.get("notes") or [])]
-        info["append"] = plan.append_state
+        info["append"] = relative_state(plan.append_state, relative_to)
         # (compact: the C encoder; a source table of 10,000 files indented takes 10x as long)
         _replace(stage / SOURCES_NAME, json.dumps(info, allow_nan=False).encode())
     return dest
@@ -192,6 +192,15 @@ def _replace(path: Path, data: bytes) -> None:
     with contextlib.suppress(FileNotFoundError):
         path.unlink()
     path.write_bytes(data)
+
+
+def relative_state(state: dict | None, base: str | None) -> dict | None:
+    """The append state (plan/_state.py) to record: its paths relative to `base` (a
+    relocatable output's location) like the sources, or as they are without one."""
+    if not base:
+        return state
+    from ..plan._state import relocate_state
+    return relocate_state(state, lambda p: relative(p, base))
 
 
 def _relative_sources(plan: Plan, base: str | None) -> list[dict]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -12,9 +13,9 @@ import ujson
 
 from .. import __version__
 from ..model import Plan
-from ..storage import common_dir, dirname, relative
+from ..storage import common_dir, dirname, relative, resolve
 from ._staging import staged_file
-from .cube import CUBE_FORMAT_VERSION, grow_roots, inline_chunks, source_roots
+from .cube import CUBE_FORMAT_VERSION, grow_roots, inline_chunks, relative_state, source_roots
 from .materialize import materialized_chunks
 from .metadata import array_doc, chunk_grid, group_doc
 
@@ -50,6 +51,7 @@ def kerchunk_refs(plan: Plan, relative_to: str | None = None) -> dict:
             for d in section["sources"]:
                 d["path"] = relative(d["path"], base)
             section["roots"] = [relative(r, base) for r in section["roots"]]
+            section["append"] = relative_state(section["append"], base)
     refs: dict[str, object] = {}
     docs = {group: group_doc(attrs) for group, attrs in plan.groups.items()}
     docs.update({name: array_doc(a) for name, a in plan.arrays.items()})
@@ -94,14 +96,27 @@ def kerchunk_section(plan: Plan) -> dict:
             "append": plan.append_state}
 
 
-def append_kerchunk(dest: str | Path, merged, doc: dict, new_sources: list[str]) -> Path:
+def append_kerchunk(dest: str | Path, merged, doc: dict, new_sources: list[str]) -> list[str]:
     """Rewrite the reference JSON `doc` (as read from `dest`) grown by `merged`
     (plan/_state.py `Merged`): the grown arrays' documents, their new chunks' references,
     inline arrays' chunk, the sources and the last step; the old references are kept as
-    they are (the file is rewritten whole: one JSON document)."""
+    they are (the file is rewritten whole: one JSON document).
+
+    A relocatable JSON (its section records the template `u` relative: `kerchunk_refs`)
+    stays so: its template is kept (`u` resolved against where the JSON is now), new
+    references under `u` are written through it, and new sources, roots and last step are
+    recorded relative. Returns the new sources it references by absolute path instead
+    (outside `u`: the JSON is then no longer relocatable as a whole)."""
     plan = merged.plan
     refs = doc["refs"]
-    paths = [s.path for s in merged.sources]
+    base = os.path.dirname(os.path.abspath(dest))
+    moved = doc["virtualize"].get("templates")
+    u = resolve(moved["u"], base).rstrip("/") or "/" \
+        if isinstance(moved, dict) and isinstance(moved.get("u"), str) else None
+    paths = [_through(s.path, u) for s in merged.sources]
+    outside = [p for p, s in zip(paths[len(merged.old_sources):],
+                                 merged.sources[len(merged.old_sources):])
+               if u is not None and p == s.path]
     for name, g in merged.grown.items():
         a = g.array
         key = _key(name, "zarr.json")
@@ -128,15 +143,34 @@ def append_kerchunk(dest: str | Path, merged, doc: dict, new_sources: list[str])
             meta[name] = json.loads(refs[_key(name, "zarr.json")])
         refs["zarr.json"] = json.dumps(root, allow_nan=False)
     section = dict(doc["virtualize"])
+    rel = base if u is not None else None
     section["sources"] = list(section["sources"]) + [
-        s.to_dict() for s in merged.sources[len(merged.old_sources):]]
-    section["roots"] = grow_roots(list(section.get("roots") or []), new_sources)
-    section["append"] = plan.append_state
-    out = {"version": 1, "virtualize": section, "refs": refs}
+        dict(s.to_dict(), path=relative(s.path, rel) if rel else s.path)
+        for s in merged.sources[len(merged.old_sources):]]
+    old_roots = [resolve(r, base) for r in section.get("roots") or []]
+    section["roots"] = [relative(r, rel) if rel else r for r in grow_roots(old_roots, new_sources)]
+    section["append"] = relative_state(plan.append_state, rel)
+    out = {"version": 1, "virtualize": section}
+    if u is not None:
+        out["templates"] = dict(doc.get("templates") or {}, u=u)  # (where the JSON is now)
+    elif doc.get("templates"):
+        out["templates"] = doc["templates"]
+    out["refs"] = refs
     with staged_file(dest, True, new_sources) as stage:
         with open(stage, "w") as f:
             ujson.dump(out, f, escape_forward_slashes=False)
-    return Path(dest)
+    return outside
+
+
+def _through(p: str, u: str | None) -> str:
+    """A reference's path: through the template `u` when `p` is under it (the way
+    `kerchunk_refs` wrote the relocatable set's), else `p` itself."""
+    if u is None or set("{}") & set(p):
+        return p
+    rel = relative(p, u)
+    if rel == p or os.path.isabs(rel) or rel == ".." or rel.startswith("../"):
+        return p
+    return "{{u}}/" + rel
 
 
 def write_kerchunk(plan: Plan, dest: str | Path, overwrite: bool = False, *,

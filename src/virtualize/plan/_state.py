@@ -179,6 +179,23 @@ def append_state(last: FileInventory, dim: str, new_axis: bool, inline,
                        for n, a in arrays.items()}}
 
 
+def relocate_state(state: Any, fn) -> Any:
+    """A copy of a recorded state with its file paths (the last file's, its data files'
+    and the reference sets they were found through) mapped by `fn`: recorded relative to a
+    relocatable cube (`storage.relative`), resolved against where it is now when read
+    (`storage.resolve`), like its sources. Anything else is returned as it is."""
+    if not isinstance(state, dict) or not isinstance(state.get("last"), dict):
+        return state
+    last = dict(state["last"])
+    if isinstance(last.get("path"), str):
+        last["path"] = fn(last["path"])
+    if isinstance(last.get("data_files"), list):
+        last["data_files"] = [
+            dict(s, **{k: fn(s[k]) for k in ("path", "referenced_by") if isinstance(s.get(k), str)})
+            if isinstance(s, dict) else s for s in last["data_files"]]
+    return dict(state, last=last)
+
+
 def resume_from(state: Any) -> Resume | None:
     """The recorded state, or None when there is none this version reads."""
     try:
