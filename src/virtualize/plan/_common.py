@@ -300,7 +300,8 @@ def figure(name: str, dims, shape, chunk_lengths, refused: dict[int, set[int]] |
     axes = []
     for a, (dim, n, lens) in enumerate(zip(dims, shape, chunk_lengths)):
         lens = np.asarray(lens, dtype=np.int64)
-        marks = np.full(len(lens), OK, dtype=object)
+        marks = np.empty(len(lens), dtype=object)
+        marks.fill(OK)  # (one string: np.full would make one per chunk)
         if len(lens):
             values, counts = np.unique(lens, return_counts=True)
             marks[lens < values[counts.argmax()]] = SHORT

@@ -344,24 +344,40 @@ def _order_by_coordinate(ctx: _Context) -> None:
             coords = [coords[i] for i in order]
     prev_last = None
     prev_path = None
-    seen: dict[bytes, str] = {}
-    for inv, c in zip(ctx.invs, coords):
+    twin = _first_equal([c.values for c in coords])
+    for inv, c, j in zip(ctx.invs, coords, twin.tolist()):
         vals = c.values
         if not vals.size:
             continue
-        key = vals.tobytes()
-        if key in seen:
+        if j >= 0:
             ctx.problem(inv.path, dim, "duplicate-coordinate",
-                        f"the same {dim} values as {seen[key]} (the same steps twice: "
+                        f"the same {dim} values as {ctx.invs[j].path} (the same steps twice: "
                         "the same file given twice?)", axis=dim)
         elif prev_last is not None and not vals[0] > prev_last:
             ctx.problem(inv.path, dim, "coordinate-not-increasing",
                         f"{dim} starts at {py(vals[0])!r}, not after the previous file's last "
                         f"value {py(prev_last)!r} ({prev_path}): the files overlap in {dim}",
                         axis=dim)
-        seen.setdefault(key, inv.path)
         prev_last = vals[-1]
         prev_path = inv.path
+
+
+def _first_equal(values: list[np.ndarray]) -> np.ndarray:
+    """Per array, the index of the first earlier non-empty one with the same bytes (-1:
+    none); by hashes, not a dict of every file's bytes."""
+    hashes = np.fromiter((hash(v.tobytes()) for v in values), np.int64, len(values))
+    out = np.full(len(values), -1, dtype=np.int64)
+    order = np.argsort(hashes, kind="stable")
+    h = hashes[order]
+    starts = np.flatnonzero(np.r_[True, h[1:] != h[:-1]])
+    for lo, hi in zip(starts.tolist(), [*starts[1:].tolist(), len(h)]):
+        if hi - lo < 2:
+            continue
+        run = [i for i in order[lo:hi].tolist() if values[i].size]  # (in file order)
+        for a, i in enumerate(run):
+            key = values[i].tobytes()
+            out[i] = next((j for j in run[:a] if values[j].tobytes() == key), -1)
+    return out
 
 
 def _check_increasing(ctx: _Context, path: str, vals: np.ndarray) -> None:
