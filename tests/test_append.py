@@ -146,6 +146,54 @@ def test_append_one_at_a_time_keeps_segments(case, tmp_path, monkeypatch):
     assert doc["chunk_grid"] == grid
 
 
+@pytest.mark.parametrize("edit", [
+    lambda s: [s[0], s[2], s[1], s[3]],  # two segments' files swapped
+    lambda s: [s[0], s[1], [s[2][0], s[1][1]], s[3]],  # one file listed twice
+    lambda s: [s[0], [s[1][0], "../tas/manifest.1.npy"], s[2], s[3]],
+    lambda s: [s[0], [True, s[1][1]], s[2], s[3]],
+])
+def test_edited_segment_lists_are_invalid_cubes(case, tmp_path, edit):
+    """Segment i is manifest.i.npy (manifest.npy first): a list naming them otherwise
+    (swapped, repeated, elsewhere) would read chunks in another order: refused."""
+    files = case("months2024")
+    cube = tmp_path / "cube.zarr"
+    virtualize.virtualize(files[:9], cube, scan_timeout=0)
+    for f in files[9:]:
+        virtualize.append(cube, [f], scan_timeout=0)
+    path = cube / "tas" / "zarr.json"
+    doc = json.loads(path.read_text())
+    field = doc["virtualize_manifest"]
+    field["segments"] = edit(field["segments"])
+    path.write_text(json.dumps(doc))
+    with pytest.raises(virtualize.VirtualizeError) as e:
+        virtualize.open(cube)["tas"][...]
+    assert [p.kind for p in e.value.problems] == ["invalid-cube"], e.value.problems
+
+
+def test_concurrent_appends_wait_for_each_other(case, tmp_path):
+    """Two `virtualize append` processes on one cube at once: each appends to what the
+    other published (or is refused, located, when its file would no longer be at the
+    end); the cube always reads as its recorded sources, in order."""
+    exe = os.path.join(os.path.dirname(sys.executable), "virtualize")
+    files = [str(f) for f in case("appended_batches")]
+    for out in ("c.zarr", "c.json", "c.icechunk"):
+        cube = str(tmp_path / out)
+        virtualize.virtualize(files[:2], cube, scan_timeout=0)
+        procs = [subprocess.Popen([exe, "append", "-q", cube, f], stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True) for f in files[2:4]]
+        outcomes = [(p.wait(), p.stdout.read() + p.stderr.read()) for p in procs]
+        assert 0 in [rc for rc, _ in outcomes], outcomes
+        for rc, text in outcomes:
+            assert rc == 0 or (rc == 1 and "append-not-at-end" in text), outcomes
+        kind = {"c.zarr": "cube", "c.json": "kerchunk", "c.icechunk": "icechunk"}[out]
+        sources = [s["path"] for s in virtualize.api._recorded(Path(cube), kind)["sources"]]
+        assert sources[:2] == files[:2] and len(sources) == 2 + [rc for rc, _ in outcomes].count(0)
+        g = virtualize.open(cube)
+        assert_same(g["tas"][...], source_values(sources, "tas", "time", ("time", "lat", "lon")),
+                    out)
+        assert_same(g["time"][...], source_values(sources, "time", "time", ("time",)), out)
+
+
 def _flip_orog(src, dst):
     """A copy of a netCDF classic file whose `orog` (no record axis) differs."""
     import shutil

@@ -174,7 +174,16 @@ def append(cube: PathLike, paths: Iterable[PathLike] | PathLike, *, jobs: int | 
     scanned and planned again instead. Refused (nothing changed) when a source of the
     cube changed, a file is already in it, or a new file does not come after its last
     step."""
+    from .emit._staging import locked
+
     cube = Path(cube)
+    _cube_kind(cube)  # (not a cube: refused before anything is locked)
+    with locked(cube):  # concurrent appends to one cube wait for each other
+        return _append(cube, paths, jobs=jobs, executor=executor, progress=progress,
+                       scan_timeout=scan_timeout)
+
+
+def _append(cube: Path, paths, *, jobs, executor, progress, scan_timeout) -> Report:
     kind = _cube_kind(cube)
     info = _recorded(cube, kind)
     recipe = dict(info.get("recipe") or {})

@@ -304,6 +304,9 @@ def main(argv: list[str] | None = None) -> int:
     """The command line; a reader that stops early (`virtualize check F | head -1`) ends
     it quietly, as Python's documentation recommends for SIGPIPE."""
     _OUTCOME.clear()
+    # Icechunk's warnings (its local storage and concurrent commits: appends take a lock,
+    # emit/_staging.py `locked`) are not the user's business; ICECHUNK_LOG set wins
+    os.environ.setdefault("ICECHUNK_LOG", "error")
     try:
         code = _main(argv)
         sys.stdout.flush()  # a broken pipe shows here, not at exit

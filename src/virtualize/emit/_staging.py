@@ -161,6 +161,32 @@ def refuse_existing(dest: Path, overwrite: bool) -> None:
 # -- staging ------------------------------------------------------------------------------
 
 @contextlib.contextmanager
+def locked(dest: str | os.PathLike) -> Iterator[None]:
+    """An exclusive lock on the existing output `dest` (its directory or file) for a
+    read-modify-write such as `append`: other virtualize processes doing the same wait
+    until this one has published. Taken on the output itself, and taken again when the
+    output was replaced (published by another appender) while waiting for it."""
+    import fcntl
+
+    dest = Path(dest)
+    while True:
+        fd = os.open(dest, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            now, held = os.stat(dest), os.fstat(fd)
+        except BaseException:
+            os.close(fd)
+            raise
+        if (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino):
+            break
+        os.close(fd)  # replaced while we waited: lock the new one
+    try:
+        yield
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
 def staged_dir(dest: str | os.PathLike, overwrite: bool,
                sources: Iterable[str | os.PathLike] = (), mark: bool = True) -> Iterator[Path]:
     """Yield a fresh directory beside `dest`; on success it replaces `dest` in one step

@@ -94,13 +94,20 @@ def manifest_segments(field: dict) -> tuple[int, list[tuple[int, str]]]:
             raise ValueError(f"its manifest file name {name!r} is not manifest[.N].npy")
         return 0, [(0, name)]
     if not isinstance(segments, list) or not all(
-            isinstance(s, list) and len(s) == 2 and isinstance(s[0], int) and
-            isinstance(s[1], str) and _SEGMENT.fullmatch(s[1]) for s in segments):
+            isinstance(s, list) and len(s) == 2 and type(s[0]) is int and
+            isinstance(s[1], str) for s in segments):
         raise ValueError("its manifest segments are not a list of [first chunk, file name]")
+    # segment i is manifest.npy (i = 0), else manifest.i.npy: the order is in the names
+    names = [MANIFEST_NAME] + [f"manifest.{i}.npy" for i in range(1, len(segments))]
+    if [s[1] for s in segments] != names:
+        raise ValueError(f"its manifest segments are not named {', '.join(names)} in order")
     starts = [s[0] for s in segments]
     if starts[:1] != [0] or starts != sorted(set(starts)):
         raise ValueError("its manifest segments do not start at 0 in increasing order")
-    return int(field.get("axis", 0)), [(int(a), str(b)) for a, b in segments]
+    axis = field.get("axis", 0)
+    if type(axis) is not int or axis < 0:
+        raise ValueError(f"its manifest segments' axis {axis!r} is not a whole number")
+    return axis, [(int(a), str(b)) for a, b in segments]
 
 
 _SEGMENT = re.compile(r"manifest(\.[1-9][0-9]*)?\.npy")

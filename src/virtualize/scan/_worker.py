@@ -477,14 +477,28 @@ class Sharer:
         return inv
 
     def _variable(self, v):
-        """The variable itself when every part of it is held (equal in an earlier file)."""
+        """The variable itself when every part of it is held (equal in an earlier file)
+        and every other field (fill value, digest, ...: all of them, by their pickled
+        bytes) is equal too."""
+        from dataclasses import fields
+
         parts = (v.dtype, v.shape, v.dims, v.attrs, v.codecs, v.blocks)
         if v.values is not None:
             parts += (v.values,)
         if v.blocks is None or not all(id(x) in self.held for x in parts):
             return v
-        return self._held(v, (type(v), v.name, *map(id, parts), v.values is None,
-                              v.is_coordinate, type(v.fill_value), _pickled(v.fill_value)))
+        held = {id(x) for x in parts}
+        key: list = [type(v)]
+        for f in fields(v):
+            x = getattr(v, f.name)
+            if id(x) in held:
+                key.append((f.name, id(x)))
+            else:
+                raw = _pickled(x)
+                if raw is None:
+                    return v
+                key.append((f.name, type(x), raw))
+        return self._held(v, tuple(key))
 
     def _held(self, value, key):
         have = self.memo.setdefault(key, value)
