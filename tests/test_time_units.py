@@ -94,3 +94,25 @@ def test_concat_axis_need_not_be_the_first(tmp_path):
     ds = xr.open_dataset(tmp_path / "c.zarr", engine="virtualize")
     src = xr.concat([xr.open_dataset(f) for f in files], dim="time")
     xr.testing.assert_equal(ds.v, src.v)
+
+
+def test_planning_edits_copies_of_the_inventories_it_changes_only(tmp_path):
+    """Copy on write (flat memory): re-expressing a file's time leaves the caller's
+    inventory as it was; files the planner does not change are not copied."""
+    from virtualize.plan import plan_concat
+
+    files = [tmp_path / f"m{m}.nc" for m in (1, 2, 3)]
+    for f, start in zip(files, ["2024-01-01", "2024-02-01", "2024-01-01"]):
+        write_month(f, start, 2 if start.endswith("02-01") else 1)
+    invs = [virtualize.inventory(f) for f in files]
+    invs[2].variables["time"].values = np.array([62], dtype="i4")  # (after February)
+    before = [(dict(inv.variables), inv.variables["time"].values.copy(),
+               inv.variables["time"].attrs["units"]) for inv in invs]
+    plan, problems = plan_concat(invs)
+    assert not [p for p in problems if p.fatal], problems
+    assert plan.arrays["time"].inline.tolist() == [0, 31, 32, 62]
+    for inv, (variables, values, units) in zip(invs, before):
+        assert inv.variables == variables  # same keys, same Variable objects
+        assert inv.variables["time"].values.tolist() == values.tolist()
+        assert inv.variables["time"].attrs["units"] == units
+    assert invs[1].variables["time"].attrs["units"] == "days since 2024-02-01"

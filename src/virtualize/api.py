@@ -540,8 +540,12 @@ def _check(paths, planner: Planner, progress, materialize_limit: int | None = No
     if not files and not empty:
         problems.append(Problem(Location(), "no-files", "no input files were given"))
     share = Sharer()  # what the files repeat is held once (flat memory for large stacks)
+    listed: list[str] = []  # the files as the report names them
     for i, result in enumerate(_scan_all(files, jobs, scan_timeout, executor)):
+        listed.append(storage.normalize(files[i]))
         if isinstance(result, FileInventory):
+            if result.path == listed[-1]:
+                result.path = listed[-1]  # one string for the report, the plan and the check
             invs.append(share(result))
             bytes_read[result.path] = result.bytes_read
             requests[result.path] = result.requests
@@ -580,7 +584,9 @@ def _check(paths, planner: Planner, progress, materialize_limit: int | None = No
         notes.extend(checked.notes)
     if len(invs) < len(files) and plan is not None:
         notes.append(f"{len(files) - len(invs)} file(s) could not be scanned")
-    return Report(files=[storage.normalize(f) for f in files], problems=problems, plan=plan,
+    if len(listed) != len(files):
+        listed = [storage.normalize(f) for f in files]
+    return Report(files=listed, problems=problems, plan=plan,
                   notes=notes, bytes_read=bytes_read, requests=requests)
 
 

@@ -134,13 +134,17 @@ class UnsafeOutputError(VirtualizeError):
 
 class _ByFields:
     """Pickled as its class and field values (no per-object dict of names): what a scan
-    worker sends back is compact, and rebuilt objects are as small as constructed ones."""
+    worker sends back is compact, and rebuilt objects are as small as constructed ones.
+    Its subclasses have slots (no per-object dict): the caller holds one inventory of each
+    of 10,000 files."""
+
+    __slots__ = ()
 
     def __reduce__(self):
         return (type(self), tuple(getattr(self, f.name) for f in fields(self)))
 
 
-@dataclass
+@dataclass(slots=True)
 class BlockTable(_ByFields):
     """A variable's stored blocks in one file, as a dense numpy manifest.
 
@@ -164,7 +168,7 @@ class BlockTable(_ByFields):
         return tuple(self.refs.shape)
 
 
-@dataclass
+@dataclass(slots=True)
 class Variable(_ByFields):
     """One array of one file, as a scanner found it."""
 
@@ -192,14 +196,14 @@ class Variable(_ByFields):
         return self.name.rpartition("/")[2]
 
 
-@dataclass
+@dataclass(slots=True)
 class Dimension(_ByFields):
     name: str  # full path like variables ('grp/time' for a dimension defined in grp)
     size: int
     unlimited: bool = False
 
 
-@dataclass
+@dataclass(slots=True)
 class FileInventory(_ByFields):
     """What a scanner found in one file, without reading its data."""
 
@@ -223,7 +227,7 @@ class FileInventory(_ByFields):
         return [Source(self.path, self.size, self.mtime_ns, etag=self.etag), *self.data_files]
 
 
-@dataclass
+@dataclass(slots=True)
 class Source(_ByFields):
     """A file the cube references, with what it looked like when referenced.
     `referenced_by`: the reference set through which a data file was found (it was not

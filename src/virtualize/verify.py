@@ -83,28 +83,41 @@ def decode_check(plan: Plan, inventories: Iterable[FileInventory], *, select: st
         raise ValueError(f"select must be 'groups', 'sources' or 'all', not {select!r}")
     t0 = time.perf_counter()
     out = DecodeCheck()
-    # which inventories' block tables hold a source's bytes, and under which local path
-    # index: a file's own (0), or a reference set's data file (k)
-    invs: dict[str, list[tuple[FileInventory, int]]] = defaultdict(list)
-    for inv in inventories:
-        for k, src in enumerate(inv.sources()):
-            invs[src.path].append((inv, k))
     skipped = set(skip)
     converted: dict[int, np.ndarray] = {}
-    jobs: list[_Job] = []
-    held = 0
-    for name, a in plan.arrays.items():
-        if arrays is not None and name not in arrays:
-            continue
-        if a.refs is None or a.inline is not None or not a.refs.size:
-            continue
+
+    def chosen(name: str, a: ArrayPlan) -> tuple[list[np.ndarray], list[_Sample]]:
         lengths = [converted.get(id(lens)) if id(lens) in converted else
                    converted.setdefault(id(lens), np.fromiter(lens, np.int64, len(lens)))
                    for lens in a.chunk_lengths]  # arrays of a stack share their time axis
         samples = _choose(a, lengths, select, out)
-        samples = [s for s in samples
-                   if (plan.sources[s.source].path, None) not in skipped
-                   and (plan.sources[s.source].path, name) not in skipped]
+        return lengths, [s for s in samples
+                         if (plan.sources[s.source].path, None) not in skipped
+                         and (plan.sources[s.source].path, name) not in skipped]
+
+    todo = [(name, a) for name, a in plan.arrays.items()
+            if (arrays is None or name in arrays)
+            and a.refs is not None and a.inline is None and a.refs.size]
+    # "groups" takes a handful of chunks per array, whatever the number of files: chosen
+    # first, so that only the inventories of the files they are in are looked up
+    first = {name: chosen(name, a) for name, a in todo} if select == "groups" else None
+    wanted = None if first is None else \
+        {plan.sources[s.source].path for _, samples in first.values() for s in samples}
+    # which inventories' block tables hold a source's bytes, and under which local path
+    # index: a file's own (0), or a reference set's data file (k)
+    invs: dict[str, list[tuple[FileInventory, int]]] = defaultdict(list)
+    for inv in inventories:
+        if not inv.data_files:  # (no Source objects made for a plain file)
+            if wanted is None or inv.path in wanted:
+                invs[inv.path].append((inv, 0))
+            continue
+        for k, src in enumerate(inv.sources()):
+            if wanted is None or src.path in wanted:
+                invs[src.path].append((inv, k))
+    jobs: list[_Job] = []
+    held = 0
+    for name, a in todo:
+        lengths, samples = first.pop(name) if first is not None else chosen(name, a)
         if samples:
             check = _ArrayCheck(plan, a, lengths, invs, out)
             for job in map(check.prepare, samples):

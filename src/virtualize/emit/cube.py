@@ -204,13 +204,27 @@ def relative_state(state: dict | None, base: str | None) -> dict | None:
 
 
 def _relative_sources(plan: Plan, base: str | None) -> list[dict]:
-    out = []
-    for s in plan.sources:
+    def one(s) -> dict:
         d = s.to_dict()
         if base:
             d["path"] = relative(s.path, base)
-        out.append(d)
-    return out
+        return d
+    return _Lazy(plan.sources, one)
+
+
+class _Lazy(list):
+    """A list for `json`'s encoder whose items are made as they are written (`_write_json`
+    streams): a source table of 10,000 files is not held as 10,000 dicts at once."""
+
+    def __init__(self, items, make) -> None:
+        super().__init__()
+        self.items, self.make = items, make
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __iter__(self):
+        return map(self.make, self.items)
 
 
 def source_roots(paths: list[str]) -> list[str]:
@@ -262,5 +276,9 @@ def inline_chunks(a: ArrayPlan):
 
 
 def _write_json(path: Path, doc: dict) -> None:
+    """As `json.dumps(doc, indent=2)`, written as it is encoded (the document of a large
+    stack is never held whole, nor the pieces it is joined from)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(doc, indent=2, allow_nan=False))
+    with open(path, "w") as f:
+        for piece in json.JSONEncoder(indent=2, allow_nan=False).iterencode(doc):
+            f.write(piece)

@@ -46,6 +46,19 @@ class Context:
     reported: set[tuple[str, str]] = field(default_factory=set)
     figures: dict[str, VariableFigure] = field(default_factory=dict)
     remedies: dict[str, Remedy] = field(default_factory=dict)
+    # copy on write: ids of the inventories in `invs` that are the planner's own copies
+    # (None: all of them are). The caller's inventories, and the variables they share
+    # with each other, are never changed; a 10,000-file stack is not copied to be planned.
+    owned: set[int] | None = None
+
+    def own(self, i: int) -> FileInventory:
+        """The i-th inventory as the planner's own (its `variables` may be edited)."""
+        inv = self.invs[i]
+        if self.owned is not None and id(inv) not in self.owned:
+            inv = replace(inv, variables=dict(inv.variables))
+            self.invs[i] = inv
+            self.owned.add(id(inv))
+        return inv
 
     def problem(self, file: str | None, var: str | None, kind: str, msg: str,
                 axis: str | None = None, block: tuple[int, ...] | None = None,
@@ -151,26 +164,48 @@ def carry_scan_problems(ctx: Context, materialize: bool = False) -> None:
                 ctx.reported.add((inv.path, var))
 
 
-def source_table(invs: list[FileInventory]) -> tuple[list[Source], list[np.ndarray]]:
+class SourceMaps:
+    """Per inventory, the map from its refs' `path` (0 = itself, k = data_files[k - 1]) to
+    the plan's source index: `maps[i]` (a read-only view). Held as one array for the whole
+    stack, not one small array per file."""
+
+    def __init__(self, flat: np.ndarray, starts: np.ndarray) -> None:
+        self.flat, self.starts = flat, starts
+        self.flat.flags.writeable = False
+
+    def __len__(self) -> int:
+        return len(self.starts) - 1
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        if not -len(self) <= i < len(self):
+            raise IndexError(i)
+        i %= len(self)
+        return self.flat[self.starts[i]:self.starts[i + 1]]
+
+
+def source_table(invs: list[FileInventory]) -> tuple[list[Source], SourceMaps]:
     """The plan's sources: every inventory's own file, then the data files its references
     point into (a kerchunk reference set's), each path once. Returns them and, per
     inventory, the map from its refs' `path` (0 = itself, k = data_files[k - 1]) to the
     plan's source index."""
     sources: list[Source] = []
     index: dict[str, int] = {}
-    maps = []
-    for inv in invs:
-        m = []
-        for k, s in enumerate(inv.sources()):
+    flat: list[int] = []
+    starts = np.zeros(len(invs) + 1, dtype=np.int64)
+    for n, inv in enumerate(invs):
+        own = [Source(inv.path, inv.size, inv.mtime_ns, etag=inv.etag)] \
+            if not inv.data_files else inv.sources()
+        for k, s in enumerate(own):
             i = index.get(s.path)
             if i is None:
                 i = index[s.path] = len(sources)
-                sources.append(Source(s.path, s.size, s.mtime_ns, s.referenced_by, s.etag))
+                sources.append(s if not inv.data_files else
+                               Source(s.path, s.size, s.mtime_ns, s.referenced_by, s.etag))
             elif k == 0:
                 sources[i].referenced_by = None  # given as an input, not only referenced
-            m.append(i)
-        maps.append(np.asarray(m, dtype=np.uint32))
-    return sources, maps
+            flat.append(i)
+        starts[n + 1] = len(flat)
+    return sources, SourceMaps(np.asarray(flat, dtype=np.uint32), starts)
 
 
 def settle_unknown_fills(ctx: Context) -> None:
@@ -182,14 +217,14 @@ def settle_unknown_fills(ctx: Context) -> None:
         for name, v in inv.variables.items():
             if v.fill_value is not None and name not in known:
                 known[name] = v
-    for inv in ctx.invs:
+    for i, inv in enumerate(ctx.invs):
         if not inv.format.startswith("kerchunk"):
             continue
         for name, v in list(inv.variables.items()):
             k = known.get(name)
             if v.fill_value is None and k is not None and \
                     v.dtype.newbyteorder("=") == k.dtype.newbyteorder("="):
-                inv.variables[name] = replace(v, fill_value=k.fill_value)
+                ctx.own(i).variables[name] = replace(v, fill_value=k.fill_value)
 
 
 def variable_names(invs: Iterable[FileInventory]) -> list[str]:
@@ -265,7 +300,8 @@ def figure(name: str, dims, shape, chunk_lengths, refused: dict[int, set[int]] |
     axes = []
     for a, (dim, n, lens) in enumerate(zip(dims, shape, chunk_lengths)):
         lens = np.asarray(lens, dtype=np.int64)
-        marks = np.full(len(lens), OK, dtype=object)
+        marks = np.empty(len(lens), dtype=object)
+        marks.fill(OK)  # (one string: np.full would make one per chunk)
         if len(lens):
             values, counts = np.unique(lens, return_counts=True)
             marks[lens < values[counts.argmax()]] = SHORT

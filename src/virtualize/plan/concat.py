@@ -34,6 +34,7 @@ from ..scan._values import py
 from ._common import (
     DEFAULT_INLINE_THRESHOLD,
     Context,
+    SourceMaps,
     auto_inline,
     can_materialize,
     carry_scan_problems,
@@ -73,7 +74,7 @@ class _Context(Context):
     # no file has the concat dim: data variables are stacked along a new leading axis
     new_axis: bool = False
     # per file: its refs' `path` (0 = itself, k = its k-th data file) -> Plan.sources index
-    source_maps: list[np.ndarray] = field(default_factory=list)
+    source_maps: SourceMaps | None = None
     # appending: the cube's last step, planned first (plan/_state.py)
     resume: Resume | None = None
 
@@ -90,9 +91,11 @@ def plan_concat(inventories: Sequence[FileInventory], options: ConcatOptions | N
     opts = options or ConcatOptions()
     if resume is not None:
         inventories = [resume.last, *inventories]
-    # shallow copies: planning may add or re-express variables, never in the caller's objects
-    invs = [replace(inv, variables=dict(inv.variables)) for inv in inventories]
-    ctx = _Context(invs, inline=opts.inline, drop=opts.drop, opts=opts, resume=resume)
+    # planning may add or re-express variables, never in the caller's objects: an
+    # inventory is copied when it is edited (`Context.own`), not before
+    invs = list(inventories)
+    ctx = _Context(invs, inline=opts.inline, drop=opts.drop, opts=opts, resume=resume,
+                   owned=set())
     if resume is not None:
         ctx.inline = ctx.inline | resume.inline
     auto_inline(ctx, opts.inline_threshold)
@@ -226,11 +229,12 @@ def _coordinate_from_names(ctx: _Context, dim: str) -> None:
             ctx.problem(ctx.invs[0].path, dim, "append-rebuild",
                         f"{dim!r} counts days, a new file's name has a time of day")
             return
-    for inv, d in zip(invs, dates):
+    for i, d in enumerate(dates, start=1 if anchor else 0):
         value = np.array([int((d - start).total_seconds()) // step], dtype="i8")
-        inv.variables[dim] = Variable(name=dim, dtype=value.dtype, shape=(1,), dims=(dim,),
-                                      attrs=attrs, fill_value=None, codecs=[], blocks=None,
-                                      values=value, is_coordinate=True)
+        ctx.own(i).variables[dim] = Variable(name=dim, dtype=value.dtype, shape=(1,),
+                                             dims=(dim,), attrs=attrs, fill_value=None,
+                                             codecs=[], blocks=None, values=value,
+                                             is_coordinate=True)
     ctx.notes.append(f"{dim!r} values are the dates in the file names")
 
 
@@ -251,7 +255,8 @@ def _harmonize_time_units(ctx: _Context) -> None:
     cal0 = coords[0].attrs.get("calendar", "standard")
     if not isinstance(units0, str) or " since " not in units0:
         return
-    for inv, c in zip(ctx.invs[1:], coords[1:]):
+    for i, c in enumerate(coords[1:], start=1):
+        inv = ctx.invs[i]
         units = c.attrs.get("units")
         if units == units0 or not isinstance(units, str) or " since " not in units or \
                 c.attrs.get("calendar", "standard") != cal0:
@@ -259,6 +264,7 @@ def _harmonize_time_units(ctx: _Context) -> None:
         converted = _reexpress(c.values, units, units0, cal0)
         if converted is None:
             continue
+        inv = ctx.own(i)
         inv.variables[dim] = replace(c, values=converted, attrs=dict(c.attrs, units=units0))
         ctx.notes.append(f"{inv.path}: {dim} re-expressed from {units!r} in {units0!r} "
                          "(the cube stores the coordinate itself)")
@@ -338,24 +344,40 @@ def _order_by_coordinate(ctx: _Context) -> None:
             coords = [coords[i] for i in order]
     prev_last = None
     prev_path = None
-    seen: dict[bytes, str] = {}
-    for inv, c in zip(ctx.invs, coords):
+    twin = _first_equal([c.values for c in coords])
+    for inv, c, j in zip(ctx.invs, coords, twin.tolist()):
         vals = c.values
         if not vals.size:
             continue
-        key = vals.tobytes()
-        if key in seen:
+        if j >= 0:
             ctx.problem(inv.path, dim, "duplicate-coordinate",
-                        f"the same {dim} values as {seen[key]} (the same steps twice: "
+                        f"the same {dim} values as {ctx.invs[j].path} (the same steps twice: "
                         "the same file given twice?)", axis=dim)
         elif prev_last is not None and not vals[0] > prev_last:
             ctx.problem(inv.path, dim, "coordinate-not-increasing",
                         f"{dim} starts at {py(vals[0])!r}, not after the previous file's last "
                         f"value {py(prev_last)!r} ({prev_path}): the files overlap in {dim}",
                         axis=dim)
-        seen.setdefault(key, inv.path)
         prev_last = vals[-1]
         prev_path = inv.path
+
+
+def _first_equal(values: list[np.ndarray]) -> np.ndarray:
+    """Per array, the index of the first earlier non-empty one with the same bytes (-1:
+    none); by hashes, not a dict of every file's bytes."""
+    hashes = np.fromiter((hash(v.tobytes()) for v in values), np.int64, len(values))
+    out = np.full(len(values), -1, dtype=np.int64)
+    order = np.argsort(hashes, kind="stable")
+    h = hashes[order]
+    starts = np.flatnonzero(np.r_[True, h[1:] != h[:-1]])
+    for lo, hi in zip(starts.tolist(), [*starts[1:].tolist(), len(h)]):
+        if hi - lo < 2:
+            continue
+        run = [i for i in order[lo:hi].tolist() if values[i].size]  # (in file order)
+        for a, i in enumerate(run):
+            key = values[i].tobytes()
+            out[i] = next((j for j in run[:a] if values[j].tobytes() == key), -1)
+    return out
 
 
 def _check_increasing(ctx: _Context, path: str, vals: np.ndarray) -> None:
@@ -448,10 +470,17 @@ def _concat_array(ctx: _Context, name: str, vs: list[Variable], k: int) -> Array
     ok = True
     refused: set[int] = set()
     cells: dict[tuple[int, ...], Cell] = {}
+    # the manifest is filled in place, file by file (no copy of each file's block table
+    # held until the end), when the files' block grids line up (else they are refused)
+    out = _concat_out(vs, k)
     for i, (inv, v) in enumerate(zip(ctx.invs, vs)):
         n, b = v.shape[k], v.blocks.block_shape[k]
         lens = block_lengths(n, b, v.blocks.padded)
-        refs = v.blocks.refs.copy()
+        if out is not None:
+            refs = out[(slice(None),) * k + (slice(len(lengths_k), len(lengths_k) + len(lens)),)]
+            refs[...] = v.blocks.refs
+        else:
+            refs = v.blocks.refs.copy()
         held = refs["path"] == MATERIALIZED  # a reference set's inline chunks
         refs["path"] = np.where(held, MATERIALIZED, ctx.source_maps[i][np.where(held, 0, refs["path"])])
         if held.any():
@@ -489,7 +518,8 @@ def _concat_array(ctx: _Context, name: str, vs: list[Variable], k: int) -> Array
                 ok = False
                 refused.add(len(lengths_k) + j)
         lengths_k.extend(lens)
-        parts.append(refs)
+        if out is None:
+            parts.append(refs)
     chunk_lengths = []
     for axis, (n, b) in enumerate(zip(first.shape, first.blocks.block_shape)):
         if axis == k:
@@ -501,11 +531,28 @@ def _concat_array(ctx: _Context, name: str, vs: list[Variable], k: int) -> Array
     ctx.figures[name] = figure(name, first.dims, shape, chunk_lengths, {k: refused})
     if not ok:
         return None
-    refs = np.concatenate(parts, axis=k) if parts else np.zeros((0,), REF_DTYPE)
+    refs = out if out is not None else \
+        np.concatenate(parts, axis=k) if parts else np.zeros((0,), REF_DTYPE)
     return ArrayPlan(name=name, dtype=first.dtype, shape=tuple(shape), dims=first.dims,
                      chunk_lengths=tuple(chunk_lengths), codecs=first.codecs,
                      fill_value=first.fill_value, attrs=dict(first.attrs), refs=refs,
                      materialize=cells)
+
+
+def _concat_out(vs: list[Variable], k: int) -> np.ndarray | None:
+    """The concatenated manifest, to be filled: None unless every file's block grid has
+    the first one's extent on every axis but `k`, and one block per chunk along `k`."""
+    grid0 = vs[0].blocks.refs.shape
+    total = 0
+    for v in vs:
+        grid, n, b = v.blocks.refs.shape, v.shape[k], v.blocks.block_shape[k]
+        if len(grid) != len(grid0) or any(g != h for a, (g, h) in enumerate(zip(grid, grid0))
+                                          if a != k) or grid[k] != (-(-n // b) if n else 0):
+            return None
+        total += grid[k]
+    shape = list(grid0)
+    shape[k] = total
+    return np.empty(shape, dtype=REF_DTYPE)
 
 
 def _materialize_layer(cells, refs, v: Variable, source: int, name: str, k: int, j: int,

@@ -34,6 +34,7 @@ from ..model import (
 )
 from ._common import (
     Context,
+    SourceMaps,
     can_materialize,
     carry_scan_problems,
     consistent,
@@ -95,7 +96,7 @@ class _Ctx(Context):
     overlaps: list[tuple[int, int, int, int]] = field(default_factory=list)
     mosaic: MosaicFigure | None = None
     # per tile: its refs' `path` (0 = itself, k = its k-th data file) -> Plan.sources index
-    source_maps: list[np.ndarray] = field(default_factory=list)
+    source_maps: SourceMaps | None = None
 
 
 def plan_mosaic(inventories: Sequence[FileInventory], options: MosaicOptions | None = None

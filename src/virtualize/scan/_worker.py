@@ -428,7 +428,8 @@ class Sharer:
             k = (np.ndarray, dtype, a.shape, a.tobytes())
             have = self.memo.get(k)
             if have is None and self.arrays >= self.MAX_ARRAYS:  # (values unique per file)
-                return a.view(dtype) if a.dtype is not dtype else a
+                # a copy with the shared dtype: half the size of a view (two array objects)
+                return np.array(a, dtype=dtype) if a.dtype is not dtype else a
             if have is None:
                 self.arrays += 1
                 have = a.view(dtype) if a.dtype is not dtype else a
@@ -468,6 +469,11 @@ class Sharer:
             if v.values is not None:
                 v.values = self._array(v.values)
         inv.variables = {one(n): self._variable(v) for n, v in inv.variables.items()}
+        # (no empty list per file: an immutable empty tuple, shared)
+        if not inv.problems:
+            inv.problems = ()
+        if not inv.data_files:
+            inv.data_files = ()
         return inv
 
     def _variable(self, v):
