@@ -161,6 +161,27 @@ def mosaic(paths: Iterable[PathLike] | PathLike, out: PathLike, *,
     return _write(report, out, kind, overwrite, relative)
 
 
+def _appending(fn):
+    """`append`'s reports (and those of its refusals) name its ways through as re-runs of
+    `virtualize` with all the files: `append` takes no remedy, --drop or --inline option
+    (it plans as the cube's recorded recipe did)."""
+    import functools
+
+    @functools.wraps(fn)
+    def run(*args, **kwargs):
+        try:
+            report = fn(*args, **kwargs)
+        except VirtualizeError as e:
+            if isinstance(e.report, Report):
+                e.report.appending = True
+            raise
+        if isinstance(report, Report):
+            report.appending = True
+        return report
+    return run
+
+
+@_appending
 def append(cube: PathLike, paths: Iterable[PathLike] | PathLike, *, jobs: int | str = "auto",
            executor=None, progress=None, scan_timeout: float | None = DEFAULT_SCAN_TIMEOUT) -> Report:
     """Add files to the end of a cube directory, kerchunk JSON or Icechunk repository
