@@ -607,7 +607,7 @@ REMOTE_JOBS = 8
 def _check_jobs(jobs, executor) -> None:
     if jobs not in ("auto", None) and (isinstance(jobs, bool) or not isinstance(jobs, int)
                                        or jobs < 0):
-        raise UsageError(f"jobs must be a whole number >= 1 (0: one per core) or 'auto', "
+        raise UsageError(f"jobs must be a whole number >= 0 (0: one per core) or 'auto', "
                          f"not {jobs!r}")
     if executor is not None and not callable(getattr(executor, "submit", None)):
         raise UsageError(f"executor must be a dask.distributed Client or a "
