@@ -53,7 +53,7 @@ def test_help_lists_every_command():
 
 def test_usage_errors_give_usage_not_a_scan(months, tmp_path):
     for args in (["chek", *data_files(months)], ["help", "nope"], [*data_files(months)],
-                 ["check", "-j", "0", months], ["check", "-j", "x", months], []):
+                 ["check", "-j", "-1", months], ["check", "-j", "x", months], []):
         r = run(*args)
         assert r.returncode == 2, (args, r.stderr)
         assert "usage:" in r.stderr and "Traceback" not in r.stderr

@@ -161,6 +161,27 @@ def mosaic(paths: Iterable[PathLike] | PathLike, out: PathLike, *,
     return _write(report, out, kind, overwrite, relative)
 
 
+def _appending(fn):
+    """`append`'s reports (and those of its refusals) name its ways through as re-runs of
+    `virtualize` with all the files: `append` takes no remedy, --drop or --inline option
+    (it plans as the cube's recorded recipe did)."""
+    import functools
+
+    @functools.wraps(fn)
+    def run(*args, **kwargs):
+        try:
+            report = fn(*args, **kwargs)
+        except VirtualizeError as e:
+            if isinstance(e.report, Report):
+                e.report.appending = True
+            raise
+        if isinstance(report, Report):
+            report.appending = True
+        return report
+    return run
+
+
+@_appending
 def append(cube: PathLike, paths: Iterable[PathLike] | PathLike, *, jobs: int | str = "auto",
            executor=None, progress=None, scan_timeout: float | None = DEFAULT_SCAN_TIMEOUT) -> Report:
     """Add files to the end of a cube directory, kerchunk JSON or Icechunk repository
@@ -621,7 +642,7 @@ REMOTE_JOBS = 8
 def _check_jobs(jobs, executor) -> None:
     if jobs not in ("auto", None) and (isinstance(jobs, bool) or not isinstance(jobs, int)
                                        or jobs < 0):
-        raise UsageError(f"jobs must be a whole number >= 1 (0: one per core) or 'auto', "
+        raise UsageError(f"jobs must be a whole number >= 0 (0: one per core) or 'auto', "
                          f"not {jobs!r}")
     if executor is not None and not callable(getattr(executor, "submit", None)):
         raise UsageError(f"executor must be a dask.distributed Client or a "

@@ -115,7 +115,8 @@ def _scan_options(p: argparse.ArgumentParser) -> None:
     """Options of the scan itself (the one place to add another)."""
     p.add_argument("-j", "--jobs", type=_jobs_arg, default="auto", metavar="N",
                    help="scan files in N worker processes (default auto: 1 for fewer than "
-                        "200 local files, else one per core; up to 8 for remote files)")
+                        "200 local files, else one per core; up to 8 for remote files; "
+                        "0: one per core)")
     p.add_argument("--executor", choices=["local", "dask"], default="local",
                    help="where files are scanned: local worker processes (default), or the "
                         "workers of a dask.distributed cluster (--scheduler; without it a "
@@ -178,8 +179,9 @@ def _jobs_arg(text: str) -> int | str:
         n = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number or 'auto': {text!r}") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"must be a number of processes >= 1, not {n}")
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"must be a number of processes >= 1 (0: one per core), "
+                                         f"not {n}")
     return n
 
 

@@ -29,6 +29,8 @@ class Report(model.Report):
     `_repr_html_` for notebooks), its `.verdict`, and its plan opened in memory
     (`.to_store()`, `.to_xarray()`) without writing anything."""
 
+    appending = False  # a report of `append`: its ways through are re-runs of `virtualize`
+
     @property
     def verdict(self) -> str:
         """"yes", "yes with remedies" or "no" (docs/report.md)."""
@@ -136,7 +138,11 @@ def refused_variables(report: model.Report) -> dict[str, list[str]]:
     """Every variable that keeps the stack from being virtualized (a refused block in its
     figure, or a blocking problem located at it: e.g. a length that differs between
     files), with the ways through: the remedy options its problems name, then
-    `--drop VAR` (always: the rest of the stack is then virtualized without it)."""
+    `--drop VAR` (always: the rest of the stack is then virtualized without it), except
+    for the concatenation coordinate: its problems (overlapping or repeated steps) come
+    back without it, so its ways are leaving out the file(s) or another --concat-dim.
+    Under `append` (which takes none of these options) each option is a re-run of
+    `virtualize` with all the files."""
     out: dict[str, list[str]] = {}
     plan = report.plan
     for name, fig in (plan.figures.items() if plan else ()):
@@ -148,9 +154,30 @@ def refused_variables(report: model.Report) -> dict[str, list[str]]:
             for option in (f"--inline {p.loc.variable}", *model.REMEDY_OPTIONS.values()):
                 if option and p.remedy and option in p.remedy and option not in ways:
                     ways.append(option)
+    dim = plan.concat_dim if plan else None
     for name, ways in out.items():
-        ways.append(f"--drop {name}")
+        kinds = {p.kind for p in report.problems if p.fatal and p.loc.variable == name}
+        if name != dim or not kinds & _ORDER_KINDS:
+            ways.append(f"--drop {name}")
+            continue
+        if "duplicate-coordinate" in kinds:
+            ways.append("leave out the file given twice")
+        if "coordinate-not-increasing" in kinds:
+            ways.append(f"leave out the file(s) whose {dim} steps overlap or go back")
+        ways.append("--concat-dim DIM (another dimension)")
+    if getattr(report, "appending", False):
+        for ways in out.values():
+            ways[:] = [_rerun(w) if w.startswith("--") else w for w in ways]
     return out
+
+
+# problems of the concatenation coordinate's order: `--drop` does not remove them
+_ORDER_KINDS = frozenset({"duplicate-coordinate", "coordinate-not-increasing"})
+
+
+def _rerun(option: str) -> str:
+    """A way through under `append`: its option is one of `virtualize`'s."""
+    return f"re-run virtualize with all the files and {option}"
 
 
 def _refused_words(refused: dict[str, list[str]], limit: int = 3) -> str:
@@ -182,7 +209,8 @@ def to_dict(report: model.Report) -> dict[str, Any]:
             entry["ways_through"] = ways
         doc["concat_dim"] = report.plan.concat_dim
         doc["remedies"] = [dict(r.to_dict(), option=model.REMEDY_OPTIONS.get(r.kind),
-                                copies=r.kind == "materialize", words=_remedy_words(r))
+                                copies=r.kind == "materialize",
+                                words=_remedy_words(r, getattr(report, "appending", False)))
                            for r in report.plan.remedies.values()]
     for p in report.problems:
         if p.kind == "unsupported-type" and not p.fatal and p.loc.variable \
@@ -191,11 +219,17 @@ def to_dict(report: model.Report) -> dict[str, Any]:
     return doc
 
 
-def _remedy_words(r) -> str:
+def _remedy_words(r, appending: bool = False) -> str:
     return (f"{r.kind}: {r.blocks} block(s), "
             + (f"{_size(r.bytes)} copied into the cube" if r.kind == "materialize"
                else "nothing copied (exact byte ranges)")
-            + ("" if r.enabled else f" -- not enabled: pass --{r.kind}"))
+            + _not_enabled(r, appending))
+
+
+def _not_enabled(r, appending: bool = False) -> str:
+    if r.enabled:
+        return ""
+    return f" -- not enabled: {_rerun('--' + r.kind) if appending else 'pass --' + r.kind}"
 
 
 def to_json(report: model.Report) -> str:
@@ -231,7 +265,7 @@ def summary_line(report: model.Report) -> str:
                  f"reference(s) to {_size(s['bytes_referenced'])}")
     for r in (report.plan.remedies.values() if report.plan else ()):
         if r.enabled and r.blocks:
-            line += f"; {_remedy_words(r)}"
+            line += f"; {_remedy_words(r, getattr(report, 'appending', False))}"
     groups = _grouped([p for p in report.problems if not p.fatal])
     skipped = [(p, files) for p, files in groups if p.kind == "unsupported-type"]
     if skipped:
@@ -290,11 +324,11 @@ def format_text(report: model.Report, verbose: bool = False, color: bool = False
         lines.append(f"remedy {r.kind}: {r.blocks} block(s), "
                      + (f"{_size(r.bytes)} copied into the cube" if r.kind == "materialize"
                         else "nothing copied (exact byte ranges)")
-                     + ("" if r.enabled else f" -- not enabled: pass --{r.kind}"))
+                     + _not_enabled(r, getattr(report, "appending", False)))
     if report.problems:
         lines.append("")
         lines.extend(_problem_table(sorted(report.problems, key=lambda p: not p.fatal), color,
-                                    verbose))
+                                    verbose, getattr(report, "appending", False)))
     if report.notes:
         lines.append("")
         lines.extend(f"note: {t}" for t in report.notes)
@@ -329,7 +363,12 @@ def _dtype_name(dtype: np.dtype) -> str:
     return dtype.newbyteorder("=").name
 
 
-def _problem_table(problems, color: bool, verbose: bool = False) -> list[str]:
+def _remedy_shown(remedy: str, appending: bool = False) -> str:
+    return f"{remedy}, by re-running virtualize with all the files" if appending else remedy
+
+
+def _problem_table(problems, color: bool, verbose: bool = False,
+                   appending: bool = False) -> list[str]:
     """By file; a problem several files share (the same variable, kind and message) is
     listed once under "(in N files)", with the files named when `verbose`."""
     by_file: dict[str, list] = defaultdict(list)
@@ -349,7 +388,8 @@ def _problem_table(problems, color: bool, verbose: bool = False) -> list[str]:
             out.extend(f"  {name}" for name in shared[f])
         rows = [("variable", "axis", "block", "kind", "problem")]
         for p in ps:
-            msg = p.message + (f" [remedy: {p.remedy}]" if p.remedy else "")
+            msg = p.message + (f" [remedy: {_remedy_shown(p.remedy, appending)}]"
+                               if p.remedy else "")
             rows.append((p.loc.variable or "-", p.loc.axis or "-",
                          ",".join(map(str, p.loc.block)) if p.loc.block is not None else "-",
                          p.kind + ("" if p.fatal else " (skipped)"), msg))
@@ -412,7 +452,8 @@ def to_html(report: model.Report) -> str:
     parts.append("</table>")
     for r in (report.plan.remedies.values() if report.plan else ()):
         cost = (f"{_size(r.bytes)} copied" if r.kind == "materialize" else "nothing copied")
-        state = "" if r.enabled else " — not enabled"
+        state = "" if r.enabled else " — not enabled" + (
+            f" ({_rerun('--' + r.kind)})" if getattr(report, "appending", False) else "")
         parts.append(f'<p class="remedy"><b>remedy {html.escape(r.kind)}</b>: {r.blocks} '
                      f"block(s), {cost}{state}</p>")
     # why a refused stack is refused, above the pictures
@@ -458,7 +499,9 @@ def _problems_html(report: model.Report) -> str:
             "<th>variable</th><th>axis</th><th>block</th><th>kind</th><th>problem</th></tr>"]
     for p in sorted(report.problems, key=lambda p: not p.fatal):
         block = ",".join(map(str, p.loc.block)) if p.loc.block is not None else ""
-        remedy = f"<br><b>remedy:</b> {html.escape(p.remedy)}" if p.remedy else ""
+        remedy = (f"<br><b>remedy:</b> "
+                  f"{html.escape(_remedy_shown(p.remedy, getattr(report, 'appending', False)))}"
+                  if p.remedy else "")
         rows.append(f'<tr class="problem {"fatal" if p.fatal else "warning"}" '
                     f'data-kind="{html.escape(p.kind)}"><td>{html.escape(p.loc.file or "")}</td>'
                     f"<td>{html.escape(p.loc.variable or '')}</td><td>{html.escape(p.loc.axis or '')}"

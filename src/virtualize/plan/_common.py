@@ -271,15 +271,17 @@ def consistent(ctx: Context, name: str, vs: list[Variable], free: frozenset[str]
                 ctx.problem(f, name, "blocks-differ",
                             f"block length {v.blocks.block_shape[axis]} along {d!r} differs "
                             f"from {first.blocks.block_shape[axis]} in {path0}; chunks across "
-                            f"files must line up on every axis but {axis_role}", axis=d)
+                            f"files must line up on every axis but {axis_role} (re-chunk this "
+                            "file like it, e.g. nccopy -c / h5repack -l, or leave the variable "
+                            "out)", axis=d)
         # (a variable held by value, e.g. a reference set's inline chunks, has no codecs
         # that matter: it is stored in the cube)
         if name not in ctx.inline and not first.is_coordinate and \
                 v.blocks is not None and first.blocks is not None and \
                 codec_key(v.codecs) != codec_key(first.codecs):
             ctx.problem(f, name, "codecs-differ",
-                        f"codecs {codec_names(v.codecs)} differ from {codec_names(first.codecs)} "
-                        f"in {path0}; one array has one codec pipeline")
+                        f"codecs {codec_difference(v.codecs, first.codecs)} in {path0}; one "
+                        "array has one codec pipeline")
         if not same_value(v.fill_value, first.fill_value):
             ctx.problem(f, name, "fill-value-differs",
                         f"fill value {py(v.fill_value)!r} differs from {py(first.fill_value)!r} "
@@ -361,6 +363,22 @@ def codec_key(codecs: list[dict]) -> list:
 
 def codec_names(codecs: list[dict]) -> str:
     return "[" + ", ".join(c["name"] for c in codecs) + "]"
+
+
+def codec_difference(codecs: list[dict], first: list[dict]) -> str:
+    """How two pipelines differ: their names, or (the same names) the first codec whose
+    configuration differs, e.g. a shuffle's elementsize after a data type change."""
+    if [c["name"] for c in codecs] != [c["name"] for c in first]:
+        return f"{codec_names(codecs)} differ from {codec_names(first)}"
+    for a, b in zip(codecs, first):
+        if codec_key([a]) != codec_key([b]):
+            conf_a, conf_b = a.get("configuration") or {}, b.get("configuration") or {}
+            keys = [k for k in sorted(set(conf_a) | set(conf_b))
+                    if k != "level" and conf_a.get(k) != conf_b.get(k)]
+            here = ", ".join(f"{k}={conf_a.get(k)!r}" for k in keys)
+            there = ", ".join(f"{k}={conf_b.get(k)!r}" for k in keys)
+            return f"{codec_names(codecs)}: {a['name']} has {here}, not {there} as"
+    return f"{codec_names(codecs)} differ from {codec_names(first)}"
 
 
 def same_value(a, b) -> bool:

@@ -433,7 +433,8 @@ def _plan_variable(ctx: _Context, name: str) -> ArrayPlan | None:
     if inline or default_inline:
         array = _inline_array(ctx, name, vars_, k) if consistent_ else None
     elif along:
-        array = _concat_array(ctx, name, vars_, k)  # reports padded blocks either way
+        # reports padded blocks either way; refs are joined only when consistent
+        array = _concat_array(ctx, name, vars_, k, consistent_)
         if not consistent_:
             array = None
             ctx.figures[name].refused = True
@@ -461,7 +462,11 @@ def _with_new_axis(v: Variable, dim: str) -> Variable:
     return replace(v, shape=(1, *v.shape), dims=(dim, *v.dims), blocks=blocks, values=values)
 
 
-def _concat_array(ctx: _Context, name: str, vs: list[Variable], k: int) -> ArrayPlan | None:
+def _concat_array(ctx: _Context, name: str, vs: list[Variable], k: int,
+                  consistent_: bool = True) -> ArrayPlan | None:
+    """`consistent_`: whether `consistent` found the files' `name` alike on every other
+    axis; when not (reported there), padded blocks are still reported but the block tables,
+    which need not line up, are not joined."""
     first = vs[0]
     dim = ctx.dim
     lengths_k: list[int] = []
@@ -474,6 +479,9 @@ def _concat_array(ctx: _Context, name: str, vs: list[Variable], k: int) -> Array
     # held until the end), when the files' block grids line up (else they are refused)
     out = _concat_out(vs, k)
     for i, (inv, v) in enumerate(zip(ctx.invs, vs)):
+        if v.dims != first.dims:  # dims-differ (reported by `consistent`)
+            ok = False
+            continue
         n, b = v.shape[k], v.blocks.block_shape[k]
         lens = block_lengths(n, b, v.blocks.padded)
         if out is not None:
@@ -529,7 +537,9 @@ def _concat_array(ctx: _Context, name: str, vs: list[Variable], k: int) -> Array
     shape = list(first.shape)
     shape[k] = sum(v.shape[k] for v in vs)
     ctx.figures[name] = figure(name, first.dims, shape, chunk_lengths, {k: refused})
-    if not ok:
+    if not ok or not consistent_ or \
+            any(p.shape[:k] + p.shape[k + 1:] != parts[0].shape[:k] + parts[0].shape[k + 1:]
+                for p in parts):
         return None
     refs = out if out is not None else \
         np.concatenate(parts, axis=k) if parts else np.zeros((0,), REF_DTYPE)
