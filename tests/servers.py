@@ -149,3 +149,13 @@ def start_moto():
     server.start()
     host, port = server.get_host_and_port()
     return server, f"http://{host}:{port}"
+
+
+def s3_env(mp, endpoint: str) -> None:
+    """The AWS_* environment of a client of the moto server at `endpoint`, set on the
+    pytest MonkeyPatch `mp` (undone with it)."""
+    mp.setenv("AWS_ENDPOINT_URL", endpoint)
+    mp.setenv("AWS_ACCESS_KEY_ID", "testing")
+    mp.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    mp.setenv("AWS_REGION", "us-east-1")
+    mp.delenv("AWS_PROFILE", raising=False)

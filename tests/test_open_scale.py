@@ -12,7 +12,7 @@ import h5py
 import numpy as np
 import pytest
 import xarray as xr
-from servers import RangeHTTPServer, start_moto
+from servers import RangeHTTPServer, s3_env, start_moto
 from zarr.storage import WrapperStore
 
 import virtualize
@@ -89,11 +89,7 @@ def s3(served, tmp_path_factory):
     srv, root = served
     server, endpoint = start_moto()
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("AWS_ENDPOINT_URL", endpoint)
-        mp.setenv("AWS_ACCESS_KEY_ID", "testing")
-        mp.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-        mp.setenv("AWS_REGION", "us-east-1")
-        mp.delenv("AWS_PROFILE", raising=False)
+        s3_env(mp, endpoint)
         import boto3
         client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
         client.create_bucket(Bucket=BUCKET)

@@ -118,20 +118,28 @@ def manifest_config():
 def append_icechunk(plan: Plan, dest: str | Path, added: int) -> Path:
     """A new commit on `main` of an existing repository: the grown stack (Icechunk keeps
     the earlier snapshots). A container is added when new files live elsewhere."""
+    _commit(_open_to_append(dest, plan, plan.sources), plan,
+            f"virtualize append: {added} file(s)")
+    return Path(dest)
+
+
+def _open_to_append(dest: str | Path, plan: Plan, sources):
+    """The repository at `dest`, opened to commit `plan` of `sources`: a virtual chunk
+    container added (and saved in its config) when local sources live outside its own."""
     import icechunk as ic
 
-    storage = ic.local_filesystem_storage(str(dest))
-    config = ic.Repository.fetch_config(storage)
+    storage_ = ic.local_filesystem_storage(str(dest))
+    config = ic.Repository.fetch_config(storage_)
     prefixes = list(config.virtual_chunk_containers or {})
-    repo = ic.Repository.open(storage, authorize_virtual_chunk_access=_credentials(prefixes))
-    if not all(any(("file://" + s.path).startswith(p) for p in prefixes) for s in plan.sources):
-        prefix = container_prefix(plan)
-        config.set_virtual_chunk_container(_container(prefix))
-        repo = ic.Repository.open(storage, config=config,
-                                  authorize_virtual_chunk_access=_credentials(prefixes + [prefix]))
-        repo.save_config()
-    _commit(repo, plan, f"virtualize append: {added} file(s)")
-    return Path(dest)
+    local = [s for s in sources if not is_url(s.path)]
+    if all(any(("file://" + s.path).startswith(p) for p in prefixes) for s in local):
+        return ic.Repository.open(storage_, authorize_virtual_chunk_access=_credentials(prefixes))
+    prefix = container_prefix(plan)
+    config.set_virtual_chunk_container(_container(prefix))
+    repo = ic.Repository.open(storage_, config=config,
+                              authorize_virtual_chunk_access=_credentials(prefixes + [prefix]))
+    repo.save_config()
+    return repo
 
 
 def append_icechunk_new(dest: str | Path, merged, recipe: dict, old_roots=()) -> Path:
@@ -139,26 +147,12 @@ def append_icechunk_new(dest: str | Path, merged, recipe: dict, old_roots=()) ->
     each grown array's zarr.json (shape, chunk grid), the virtual references of its new
     chunks (and materialized ones), inline arrays' chunk; the commit records the grown
     source list and the new last step."""
-    import icechunk as ic
     import zarr
     from zarr.core.buffer import cpu, default_buffer_prototype
     from zarr.core.sync import sync
 
     plan = merged.plan
-    storage_ = ic.local_filesystem_storage(str(dest))
-    config = ic.Repository.fetch_config(storage_)
-    prefixes = list(config.virtual_chunk_containers or {})
-    local = [s for s in merged.sources if not is_url(s.path)]
-    if not all(any(("file://" + s.path).startswith(p) for p in prefixes) for s in local):
-        prefix = container_prefix(plan)
-        config.set_virtual_chunk_container(_container(prefix))
-        prefixes.append(prefix)
-        repo = ic.Repository.open(storage_, config=config,
-                                  authorize_virtual_chunk_access=_credentials(prefixes))
-        repo.save_config()
-    else:
-        repo = ic.Repository.open(storage_, authorize_virtual_chunk_access=_credentials(prefixes))
-    session = repo.writable_session("main")
+    session = _open_to_append(dest, plan, merged.sources).writable_session("main")
     store = session.store
 
     def put(key: str, data: bytes) -> None:
