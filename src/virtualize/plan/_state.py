@@ -298,7 +298,11 @@ def merge_append(plan: Plan, resume: Resume, docs: dict[str, dict | None],
         if a.inline is not None:
             old = old_inline[name]
             new = np.take(a.inline, range(p_n, a.inline.shape[k]), axis=k)
-            data = np.concatenate([np.asarray(old, dtype=a.inline.dtype), new], axis=k)
+            old = np.asarray(old, dtype=a.inline.dtype)
+            if old.ndim != new.ndim or any(m != n for ax, (m, n) in
+                                           enumerate(zip(old.shape, new.shape)) if ax != k):
+                return f"{name}: its shape off {dim!r} differs from the cube's"
+            data = np.concatenate([old, new], axis=k)
             arrays[name] = replace(a, shape=tuple(data.shape), inline=data,
                                    chunk_lengths=tuple((max(n, 1),) for n in data.shape))
             grown[name] = Grown(arrays[name], k, 0, inline_changed=True)
