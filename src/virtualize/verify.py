@@ -264,6 +264,7 @@ class _ArrayCheck:
                  invs: dict[str, list[tuple[FileInventory, int]]], out: DecodeCheck):
         self.plan, self.a, self.invs, self.out = plan, a, invs, out
         self.lengths = lengths
+        self.origins: dict[tuple[int, int], tuple[int, ...]] = {}  # (id(variable), k)
         self.starts = [np.concatenate([[0], np.cumsum(lens)]) for lens in lengths]
         self.names = "[" + ", ".join(c["name"] for c in a.codecs) + "]"
 
@@ -313,7 +314,10 @@ class _ArrayCheck:
                 break
         if k and job.reader is None:  # the data file read on its own library: its region
             # starts where its part of the reference set does (several files concatenated)
-            job.origin = tuple(self._origin(v, k))
+            key = (id(v), k)
+            if key not in self.origins:  # (a scan of the block table: once per data file)
+                self.origins[key] = tuple(self._origin(v, k))
+            job.origin = self.origins[key]
         if any(hi > n for (_, hi), n in zip(job.region, v.shape)):
             return self._problem(job, f"the chunk covers {tuple(job.extents)} values of the "
                                  f"cube, more than its block holds in the file ({job.region})")
