@@ -113,21 +113,6 @@ def manifest_segments(field: dict) -> tuple[int, list[tuple[int, str]]]:
 _SEGMENT = re.compile(r"manifest(\.[1-9][0-9]*)?\.npy")
 
 
-def read_manifest(array_dir: Path, field: dict, load=None) -> np.ndarray:
-    """The whole manifest of a virtual array: its segments joined along their axis (one
-    file: memory-mapped as it is). `load(path)`: how a segment file is opened (the
-    reader's confined, memory-mapped np.load)."""
-    load = load or (lambda p: np.load(p, mmap_mode="r", allow_pickle=False))
-    axis, segments = manifest_segments(field)
-    parts = [load(array_dir / name) for _start, name in segments]
-    if len(parts) == 1:
-        return parts[0]
-    for (start, name), part, nxt in zip(segments, parts, [s for s, _ in segments[1:]] + [None]):
-        if part.ndim <= axis or (nxt is not None and part.shape[axis] != nxt - start):
-            raise ValueError(f"{name} does not hold the chunks its segment says")
-    return np.concatenate(parts, axis=axis)
-
-
 def append_cube(dest: str | Path, merged, info: dict, new_sources: list[str],
                 relative_to: str | None = None) -> Path:
     """Grow the cube directory at `dest` by `merged` (plan/_state.py `Merged`): a new

@@ -36,7 +36,6 @@ from ..model import (
     Source,
     Variable,
 )
-from .grid import block_lengths
 
 STATE_VERSION = 1
 VALUES_LIMIT = 4 << 20  # bytes of one variable's values recorded (else re-read if needed)
@@ -331,7 +330,3 @@ def merge_append(plan: Plan, resume: Resume, docs: dict[str, dict | None],
                        notes=plan.notes, remedies=plan.remedies, recipe=plan.recipe,
                        append_state=plan.append_state)
     return Merged(list(old_sources), sources, merged_plan, grown)
-
-
-def block_count(n: int, b: int, padded: bool) -> int:
-    return len(block_lengths(n, b, padded))

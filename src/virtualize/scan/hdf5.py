@@ -894,10 +894,6 @@ def _fill_value(ds: h5py.Dataset, dtype: np.dtype):
     return np.asarray(fv).astype(dtype)[()]
 
 
-def _is_dimension_scale(ds: h5py.Dataset) -> bool:
-    return _attr_text(ds.attrs.get("CLASS")) == "DIMENSION_SCALE" if "CLASS" in ds.attrs else False
-
-
 def _attr_text(v: Any) -> str:
     if isinstance(v, bytes):
         return v.decode("utf-8", errors="replace")
