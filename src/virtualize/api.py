@@ -198,14 +198,13 @@ def append(cube: PathLike, paths: Iterable[PathLike] | PathLike, *, jobs: int | 
     from .emit._staging import locked
 
     cube = _local_cube(cube, "append")
-    _cube_kind(cube)  # (not a cube: refused before anything is locked)
+    kind = _cube_kind(cube)  # (not a cube: refused before anything is locked)
     with locked(cube):  # concurrent appends to one cube wait for each other
-        return _append(cube, paths, jobs=jobs, executor=executor, progress=progress,
+        return _append(cube, kind, paths, jobs=jobs, executor=executor, progress=progress,
                        scan_timeout=scan_timeout)
 
 
-def _append(cube: Path, paths, *, jobs, executor, progress, scan_timeout) -> Report:
-    kind = _cube_kind(cube)
+def _append(cube: Path, kind: str, paths, *, jobs, executor, progress, scan_timeout) -> Report:
     info = _recorded(cube, kind)
     recipe = dict(info.get("recipe") or {})
     if recipe.get("kind") != "concat":
