@@ -50,7 +50,8 @@ def scan(path: str | os.PathLike) -> FileInventory:
     try:
         if fmt == "hdf5":
             from .hdf5 import scan_hdf5
-            return add_planning_data(_check_extent(scan_hdf5(path)))
+            # planning data added while the scanner's file is open (`read`: its values)
+            return scan_hdf5(path, lambda inv, read: add_planning_data(_check_extent(inv), read))
         if fmt == "netcdf3":
             from .netcdf3 import scan_netcdf3
             return add_planning_data(_check_extent(scan_netcdf3(path)))

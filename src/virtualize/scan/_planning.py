@@ -48,8 +48,15 @@ def record_dims(inv: FileInventory) -> set[str]:
     return dims | ({"time"} & used)
 
 
-def add_planning_data(inv: FileInventory) -> FileInventory:
-    from . import read_values
+def add_planning_data(inv: FileInventory, read=None) -> FileInventory:
+    """`read(name)`: a variable's values with the format's own library through the
+    scanner's open file (the HDF5 scanner passes one: opening the file again costs more
+    than reading a bounds variable); by default `read_values(inv.path, name)`."""
+    if read is None:
+        from . import read_values
+
+        def read(name):
+            return read_values(inv.path, name)
 
     record = record_dims(inv)
     refused = {p.loc.variable for p in inv.problems if p.fatal and p.loc.variable}
@@ -71,7 +78,7 @@ def add_planning_data(inv: FileInventory) -> FileInventory:
             (name in inlinable and size * v.dtype.itemsize <= INLINE_VALUES_LIMIT))
         if wants_values:
             try:
-                v.values = at_shape(read_values(inv.path, name), v)
+                v.values = at_shape(read(name), v)
             except Exception:  # reported by the planner, if it needs them
                 pass
         if v.blocks is None or v.values is not None or name in refused or v.digest is not None:
@@ -90,7 +97,7 @@ def add_planning_data(inv: FileInventory) -> FileInventory:
             if size * v.dtype.itemsize > DIGEST_LIMIT:
                 continue
             try:
-                data = np.asarray(at_shape(read_values(inv.path, name), v))
+                data = np.asarray(at_shape(read(name), v))
             except Exception:
                 continue
             data = np.ascontiguousarray(data, dtype=data.dtype.newbyteorder("="))

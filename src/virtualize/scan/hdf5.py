@@ -19,6 +19,7 @@ never by naming the referenced object (which searches the file).
 from __future__ import annotations
 
 import bisect
+import functools
 import math
 import os
 from array import array
@@ -46,6 +47,10 @@ from ..model import (
     Variable,
     empty_refs,
 )
+from ._h5meta import ASK_H5PY, AttrReader, DimensionList, v2_records
+from ._h5meta import UNDEFINED as UNDEFINED_ADDRESS
+from ._h5meta import Unexpected as _Unexpected
+from ._h5meta import layout_message as _layout_message
 from ._values import (
     COORD_VALUES_LIMIT,
     TEXT_LIMIT,
@@ -70,21 +75,28 @@ MAX_BLOCKS = 1 << 27
 DIRECT_MIN_CHUNKS = 256
 
 
-def scan_hdf5(path: str) -> FileInventory:
-    """Scan one HDF5 / netCDF-4 file. Never raises for content problems: they are returned."""
+def scan_hdf5(path: str, finish=None) -> FileInventory:
+    """Scan one HDF5 / netCDF-4 file. Never raises for content problems: they are returned.
+    `finish(inv, read)`, if given, is applied to the inventory before the file is closed,
+    `read(name)` reading a variable's values through it (`scan` adds the planning data)."""
     st = storage.stat(path)
     with storage.open_source(path, st.st_size) as fobj:
+        # what HDF5 reads of a local file is kept (its superblock, object headers...): the
+        # direct readers of attributes and chunk indexes read them from memory
+        recorder = _Recorder(fobj) if isinstance(fobj, storage.LocalFile) else None
+        if recorder is not None:
+            recorder.on = True
         try:
             f = h5py.File(fobj, "r")
         except Exception as e:  # h5py raises OSError / RuntimeError with HDF5's text
             raise OSError(f"{path}: not a readable HDF5 file ({e})") from e
         with f:
-            scanner = _Scanner(path, f)
-            if isinstance(fobj, storage.LocalFile):
-                scanner.recorder, scanner.size = _Recorder(fobj), st.st_size
+            scanner = _Scanner(path, f, recorder, st.st_size)
             try:
                 inv = scanner.run(st.st_size, st.st_mtime_ns)
                 scanner.link_targets(inv)
+                if finish is not None:
+                    inv = finish(inv, scanner.values)
             finally:
                 scanner.close_targets()
         inv.bytes_read, inv.requests, inv.etag = fobj.bytes_read, fobj.requests, st.etag
@@ -92,11 +104,11 @@ def scan_hdf5(path: str) -> FileInventory:
 
 
 class _Recorder:
-    """What HDF5 reads from a local source while `on`, kept by offset, so the direct
-    reader of a chunk index (`_native_chunk_index`) reads the object headers and index
-    structures HDF5 has just read from memory: the scan reads them from the file once.
-    Anything else it reads with `os.pread`, counted in the source's bytes_read and
-    requests."""
+    """What HDF5 reads from a local source while `on` (the whole scan), kept by offset,
+    so the direct readers of attributes and chunk indexes (`_h5meta`,
+    `_native_chunk_index`) read the superblock, object headers and index structures HDF5
+    has just read from memory: the scan reads them from the file once. Anything else they
+    read with `os.pread`, counted in the source's bytes_read and requests."""
 
     LIMIT = 1 << 20  # larger reads are not kept (data, not metadata)
     BUDGET = 32 << 20  # nor any beyond this many bytes kept (the direct reader reads them)
@@ -114,9 +126,11 @@ class _Recorder:
                 return read(b)
             pos = fobj.tell()
             n = read(b)
-            if n and n <= self.LIMIT and self.kept + n <= self.BUDGET and pos not in self.reads:
+            had = self.reads.get(pos)
+            if n and n <= self.LIMIT and self.kept + n <= self.BUDGET and \
+                    (had is None or len(had) < n):
                 self.reads[pos] = bytes(memoryview(b)[:n])
-                self.kept += n
+                self.kept += n - (len(had) if had is not None else 0)
                 self._starts = None
             return n
         fobj.readinto = readinto
@@ -142,9 +156,24 @@ class _Recorder:
 
 
 class _Scanner:
-    def __init__(self, path: str, f: h5py.File):
+    def __init__(self, path: str, f: h5py.File, recorder: _Recorder | None = None,
+                 size: int = 0):
         self.path = path
         self.f = f
+        # what HDF5 reads, when a chunk index may be read directly (a local file), and
+        # the file's size
+        self.recorder: _Recorder | None = recorder
+        self.size = size
+        # attributes read from the file's bytes (a local file with 8-byte addresses and
+        # lengths, no user block), else through h5py
+        self.attr_reader: AttrReader | None = None
+        self._fileno = None
+        self._addr: dict[str, int] = {}  # object header address of main-file objects walked
+        if recorder is not None:
+            fcpl = f.id.get_create_plist()
+            if fcpl.get_sizes() == (8, 8) and fcpl.get_userblock() == 0:
+                self.attr_reader = AttrReader(recorder.pread, size)
+                self._fileno = f.id.fileno[0]  # as h5o.get_info(...).fileno gives it
         self.groups: dict[str, dict[str, Any]] = {}
         self.dims: dict[str, Dimension] = {}
         self.variables: dict[str, Variable] = {}
@@ -159,18 +188,51 @@ class _Scanner:
         self._targets: dict[str, tuple[h5py.File, Source]] = {}
         self._origin: dict[str, int] = {}
         self._dim_lists: dict[str, tuple] = {}  # per dataset: DIMENSION_LIST targets per axis
-        self._names_by_id: dict | None = None  # walked datasets by object identity
-        # what HDF5 reads, when a chunk index may be read directly (a local file:
-        # `scan_hdf5` sets it), and the file's size
-        self.recorder: _Recorder | None = None
-        self.size = 0
+        self._names_by_id: dict | None = None  # walked datasets by object identity (`_key`)
 
     def _attrs(self, name: str, obj) -> _Attrs:
         """The attributes of the object walked as `name`, each read at most once."""
         a = self._attr_cache.get(name)
         if a is None:
-            a = self._attr_cache[name] = _Attrs(obj.attrs, obj)
+            a = self._attr_cache[name] = _Attrs(obj.attrs, obj, self._direct_attrs(name, obj))
         return a
+
+    def values(self, name: str):
+        """A dataset's values as h5py reads them (planning data: bounds, inlined values)."""
+        for n, ds in self._datasets:
+            if n == name:
+                return _read_all(ds)
+        return self.f[name][()]
+
+    def _direct_attrs(self, name: str, obj) -> list | None:
+        """An object's attributes read from the file's bytes (`_h5meta.AttrReader`), or None
+        (h5py reads them): objects of this file only, after HDF5 has loaded (and checked)
+        what is read, and only if as many are read as HDF5 counts."""
+        if self.attr_reader is None:
+            return None
+        try:
+            info = h5py.h5o.get_info(obj.id)
+            if info.fileno != self._fileno:
+                return None
+            self._addr[name] = info.addr
+            pairs, _dense = self.attr_reader.attributes(
+                info.addr, lambda: h5py.h5a.iterate(obj.id, _stop))
+        except Exception:  # Unexpected, or HDF5 failing: h5py decides
+            return None
+        return pairs if len(pairs) == info.num_attrs else None
+
+    def _key(self, oid):
+        """An object's identity: its header address in the scanned file, else its
+        ObjectID (an object of a linked file)."""
+        try:
+            info = h5py.h5o.get_info(oid)
+        except Exception:
+            return oid
+        return info.addr if info.fileno == self._fileno and self._fileno is not None else oid
+
+    def _key_of(self, name: str, ds: h5py.Dataset):
+        addr = self._addr.get(name)
+        return addr if addr is not None else self._key(ds.id)
 
     def _is_scale(self, name: str, ds: h5py.Dataset) -> bool:
         a = self._attrs(name, ds)
@@ -188,13 +250,7 @@ class _Scanner:
         return omitted
 
     def run(self, size: int, mtime_ns: int) -> FileInventory:
-        if self.recorder is not None:
-            self.recorder.on = True  # object headers, for `_native_chunk_index`
-        try:
-            self._walk(self.f, "")
-        finally:
-            if self.recorder is not None:
-                self.recorder.on = False
+        self._walk(self.f, "")
         # Dimension scales first, so variables can name their dimensions (each dataset's
         # CLASS attribute is looked at once).
         self._scales = {name for name, ds in self._datasets if self._is_scale(name, ds)}
@@ -223,14 +279,18 @@ class _Scanner:
     def _walk(self, g: h5py.Group, prefix: str) -> None:
         self.groups[prefix] = self._attrs(prefix, g).plain(self._omitted(prefix or None,
                                                                         "group /" + prefix))
-        for key in g.keys():
+        links = _hard_links(g)
+        for key in (g.keys() if links is None else links):
             name = f"{prefix}/{key}" if prefix else key
-            try:
-                link = g.get(key, getlink=True)
-            except Exception as e:  # e.g. "Unknown link type": this object only
-                self.problem(name, "unsupported-object", f"h5py cannot open this link "
-                             f"({type(e).__name__}: {e}): skipped", fatal=False)
-                continue
+            if links is not None and links[key]:  # a hard link (its target's address)
+                link = None
+            else:
+                try:
+                    link = g.get(key, getlink=True)
+                except Exception as e:  # e.g. "Unknown link type": this object only
+                    self.problem(name, "unsupported-object", f"h5py cannot open this link "
+                                 f"({type(e).__name__}: {e}): skipped", fatal=False)
+                    continue
             if isinstance(link, h5py.ExternalLink):
                 self._external(g, name, link)
                 continue
@@ -242,7 +302,7 @@ class _Scanner:
                 except Exception:
                     target = None
                 if isinstance(target, h5py.Dataset) and not self._is_scale(name, target):
-                    self._datasets.append((name, target))
+                    self._datasets.append((name, _Dataset(target.id, readonly=True)))
                 else:
                     self.problem(name, "soft-link", f"soft link to {link.path}: skipped "
                                  "(a group, a dimension scale or nothing; a target is "
@@ -310,7 +370,7 @@ class _Scanner:
         else:
             why = "nothing there"
         if isinstance(obj, h5py.Dataset):
-            self._datasets.append((name, obj))
+            self._datasets.append((name, _Dataset(obj.id, readonly=True)))
             self._origin[name] = k
         elif isinstance(obj, h5py.Group):
             before = len(self._datasets)
@@ -373,7 +433,7 @@ class _Scanner:
         is_coord = len(shape) == 1 and dims[0] == name.rpartition("/")[2]
         values = None
         if is_coord and shape[0] <= COORD_VALUES_LIMIT:
-            values = ds[()]
+            values = _read_all(ds)
         if name in self._nc_shapes and self._nc_shapes[name] != shape:
             shape, blocks, values = self._netcdf_shape(name, shape, blocks, values, fill)
         return Variable(name=name, dtype=dtype, shape=shape, dims=dims, attrs=attrs,
@@ -442,7 +502,8 @@ class _Scanner:
         longest: dict[str, int] = {}
         # scales by object identity: a reference is looked up, not named (naming an object
         # searches the file for it: quadratic in the number of objects)
-        scale_ids = {ds.id: name for name, ds in self._datasets if name in self.dims}
+        scale_ids = {self._key_of(name, ds): name for name, ds in self._datasets
+                     if name in self.dims}
         for name, ds in self._datasets:
             if not ds.ndim or ds.shape is None:
                 continue
@@ -469,9 +530,8 @@ class _Scanner:
                      for t in self._dimension_list(name, ds))
 
     def _dimension_list(self, name: str, ds: h5py.Dataset) -> tuple:
-        """The object each axis's first DIMENSION_LIST reference points to (an h5py
-        ObjectID, hashed and compared by object identity), or None; read and dereferenced
-        once per dataset."""
+        """The object each axis's first DIMENSION_LIST reference points to (its `_key`:
+        compared by object identity), or None; read and dereferenced once per dataset."""
         out = self._dim_lists.get(name)
         if out is not None:
             return out
@@ -483,12 +543,18 @@ class _Scanner:
                 dl = a.get("DIMENSION_LIST")
             except Exception:
                 dl = ()
-            for axis in range(min(ndim, len(dl))):
-                if len(dl[axis]):
-                    try:
-                        targets[axis] = h5py.h5r.dereference(dl[axis][0], self.f.id)
-                    except Exception:
-                        pass
+            if isinstance(dl, DimensionList):  # read from the file: header addresses
+                for axis in range(min(ndim, len(dl))):
+                    if dl[axis]:
+                        targets[axis] = dl[axis][0]
+            else:
+                for axis in range(min(ndim, len(dl))):
+                    if len(dl[axis]):
+                        try:
+                            targets[axis] = self._key(
+                                h5py.h5r.dereference(dl[axis][0], self.f.id))
+                        except Exception:
+                            pass
         out = self._dim_lists[name] = tuple(targets)
         return out
 
@@ -530,18 +596,28 @@ class _Scanner:
             # links, a soft link to it) is named by HDF5 instead (`_target_name`)
             self._names_by_id = {}
             for n, d in self._datasets:
-                self._names_by_id[d.id] = None if d.id in self._names_by_id else n
+                key = self._key_of(n, d)
+                self._names_by_id[key] = None if key in self._names_by_id else n
         dims: list[str] = []
         for axis, target in enumerate(self._dimension_list(name, ds)):
             dim = None
             if target is not None:
                 try:
-                    path = self._names_by_id.get(target) or _target_name(target)
+                    path = self._names_by_id.get(target) or self._target_name(ds, axis, target)
                     dim = path.rpartition("/")[2]
                 except Exception:
                     dim = None
             dims.append(dim or self._phony_dim(name, axis))
         return tuple(dims)
+
+    def _target_name(self, ds: h5py.Dataset, axis: int, target) -> str:
+        """HDF5's name for the object an axis's dimension scale reference points to, as
+        h5py's `.name` gives it (HDF5 may search the file for it): an object walked under
+        two names, or not walked."""
+        if isinstance(target, int):  # an address (read from the file): dereferenced by h5py
+            target = h5py.h5r.dereference(ds.attrs["DIMENSION_LIST"][axis][0], self.f.id)
+        name = h5py.h5i.get_name(target)
+        return name.decode("utf8") if isinstance(name, bytes) else name
 
     @staticmethod
     def _phony_dim(name: str, axis: int) -> str:
@@ -661,11 +737,11 @@ class _Scanner:
         if direct and rec is not None and cells >= DIRECT_MIN_CHUNKS:
             keep = set(rec.reads)
             try:
-                rec.on = True  # HDF5's own walk of the index: its count, and its reads
+                on, rec.on = rec.on, True  # HDF5's own walk of the index: its count, and its reads
                 try:
                     count = ds.id.get_num_chunks()
                 finally:
-                    rec.on = False
+                    rec.on = on
                 got = _native_chunk_index(rec.pread, self.size, ds.id, chunks, lambda: count)
             except Exception:  # _Unexpected, or HDF5 failing to count: chunk_iter decides
                 got = None
@@ -704,13 +780,6 @@ class _Scanner:
             out.append((code, label, hdf5_filter_codec(code, tuple(values), dtype),
                         NO_EXACT_CODEC.get(code)))
         return out
-
-
-def _target_name(oid) -> str:
-    """HDF5's name for an object reached through a reference, as h5py's `.name` gives it
-    (HDF5 may search the file for it)."""
-    name = h5py.h5i.get_name(oid)
-    return name.decode("utf8") if isinstance(name, bytes) else name
 
 
 def _walk_chunk_index(dsid, ndim: int):
@@ -902,6 +971,50 @@ def _attr_text(v: Any) -> str:
     return v if isinstance(v, str) else ""
 
 
+def _read_all(ds: h5py.Dataset):
+    """`ds[()]`: for an array of plain numbers (no enum, no conversion), read with one
+    low-level call (h5py's `__getitem__` builds a selection and a reader per call)."""
+    dt = ds.dtype
+    shape = ds.shape
+    if dt.kind in "iuf" and dt.metadata is None and dt.names is None and shape \
+            and all(shape):
+        out = np.empty(shape, dtype=dt)
+        ds.id.read(h5py.h5s.ALL, h5py.h5s.ALL, out)
+        return out
+    return ds[()]
+
+
+class _Dataset(h5py.Dataset):
+    """A dataset of a file open read-only: what the scan asks of it many times (rank,
+    type, maximum shape, chunk shape) asked of HDF5 once (h5py asks each time, making an
+    object per answer)."""
+
+    ndim = functools.cached_property(h5py.Dataset.ndim.fget)
+    dtype = functools.cached_property(h5py.Dataset.dtype.fget)
+    maxshape = functools.cached_property(h5py.Dataset.maxshape.fget)
+    chunks = functools.cached_property(h5py.Dataset.chunks.fget)
+
+
+def _hard_links(g: h5py.Group) -> dict | None:
+    """A group's link names in the order h5py's `keys()` lists them (creation order where
+    the group tracks it, else by name), each with True for a hard link, from one HDF5
+    iteration (h5py's `keys()` then `get(key, getlink=True)` make objects per link); None
+    when HDF5 cannot list them so (h5py's `keys()` decides)."""
+    try:
+        gid = g.id
+        if isinstance(gid, h5py.h5f.FileID):  # its create_plist is the file's
+            gid = h5py.h5g.open(gid, b"/")
+        tracked = gid.get_create_plist().get_link_creation_order() & h5py.h5p.CRT_ORDER_TRACKED
+        found: list = []
+        gid.links.iterate(lambda n, info: found.append((n, info.type)), info=True,
+                           idx_type=h5py.h5.INDEX_CRT_ORDER if tracked else h5py.h5.INDEX_NAME)
+        if len(found) != gid.get_num_objs():
+            return None
+        return {g._d(n): t == h5py.h5l.TYPE_HARD for n, t in found}
+    except Exception:
+        return None
+
+
 def _open(g: h5py.Group, key: str):
     """The object behind hard link `key` of `g` (a Group, Dataset or Datatype), or None
     when there is none; what `g.get(key)` returns, without the `File` object h5py's
@@ -915,7 +1028,7 @@ def _open(g: h5py.Group, key: str):
     except KeyError:
         return None
     if isinstance(oid, h5py.h5d.DatasetID):
-        return h5py.Dataset(oid, readonly=True)
+        return _Dataset(oid, readonly=True)
     if isinstance(oid, h5py.h5g.GroupID):
         return h5py.Group(oid)
     return h5py.Datatype(oid) if isinstance(oid, h5py.h5t.TypeID) else None
@@ -928,13 +1041,17 @@ class _Attrs:
 
     __slots__ = ("manager", "names", "_values")
 
-    def __init__(self, manager: h5py.AttributeManager, obj=None):
+    def __init__(self, manager: h5py.AttributeManager, obj=None, direct: list | None = None):
         self.manager = manager
+        self._values: dict[str, Any] = {}
+        if direct is not None:  # (name, value) pairs read from the file (ASK_H5PY: h5py reads it)
+            self.names = [k for k, _v in direct]
+            self._values = {k: v for k, v in direct if v is not ASK_H5PY}
+            return
         try:
             self.names = _attr_names(manager._id, obj)
         except Exception:
             self.names = list(manager.keys())
-        self._values: dict[str, Any] = {}
 
     def __contains__(self, key: str) -> bool:
         return key in self.names
@@ -954,9 +1071,10 @@ class _Attrs:
 
     def text(self, key: str):
         """A scalar fixed-length string attribute (CLASS, NAME) as bytes, read directly:
-        HDF5 converts such a string to h5py's (null-padded) type by keeping the bytes
-        before the first NUL, which is what this keeps; any other type (and a
-        space-padded string, which that conversion also trims) is read as `get` reads it."""
+        HDF5 converts a null-terminated string to h5py's (null-padded) type by keeping
+        the bytes before the first NUL, a null-padded one as it is (numpy then drops
+        trailing NULs), which is what this keeps; any other type (and a space-padded
+        string, which that conversion trims) is read as `get` reads it."""
         if key in self._values or key not in self.names:
             return self.get(key)
         try:
@@ -967,7 +1085,9 @@ class _Attrs:
                     attr.get_space().get_simple_extent_type() == h5py.h5s.SCALAR:
                 buf = np.zeros((), dtype=f"S{tid.get_size()}")
                 attr.read(buf, mtype=tid)
-                v = self._values[key] = np.bytes_(bytes(buf[()]).partition(b"\0")[0])
+                raw = bytes(buf[()]) if tid.get_strpad() == h5py.h5t.STR_NULLPAD \
+                    else bytes(buf[()]).partition(b"\0")[0]
+                v = self._values[key] = np.bytes_(raw.rstrip(b"\0"))
                 return v
         except Exception:
             pass
@@ -983,6 +1103,8 @@ def _attr_names(oid, obj) -> list:
     objects `keys()` makes each time (a dataset's is at hand)."""
     cpl = getattr(obj, "_dcpl", None) if isinstance(obj, h5py.Dataset) else None
     if cpl is None:
+        if isinstance(oid, h5py.h5f.FileID):  # its create_plist is the file's, not the root's
+            oid = h5py.h5g.open(oid, b"/")
         cpl = oid.get_create_plist()
     order = h5py.h5.INDEX_CRT_ORDER if cpl.get_attr_creation_order() & h5py.h5p.CRT_ORDER_TRACKED \
         else h5py.h5.INDEX_NAME
@@ -996,6 +1118,10 @@ def _attr_names(oid, obj) -> list:
 
     h5py.h5a.iterate(oid, add, index_type=order)
     return names
+
+
+def _stop(*_args) -> int:
+    return 1  # an h5a.iterate callback that ends the iteration
 
 
 class _Failed:
@@ -1058,10 +1184,6 @@ def _ref_name(ref, attrs: h5py.AttributeManager) -> str:
 
 
 # -- the v1 B-tree chunk index, read directly ----------------------------------------------
-
-class _Unexpected(Exception):
-    """Something the direct reader of a chunk index does not expect: chunk_iter is used."""
-
 
 def _native_chunk_index(pread, file_size: int, dsid, chunks: tuple[int, ...], num_chunks):
     """The chunk index of a dataset whose chunks HDF5 indexes with a version 1 B-tree
@@ -1184,74 +1306,28 @@ def _implicit(addr: int, dsid, chunks: tuple[int, ...]):
             np.full(n, nbytes, np.uint64), np.zeros(n, np.uint32))
 
 
-def _enc_size(n: int) -> int:
-    """Bytes HDF5 uses to encode numbers up to n (H5VM_limit_enc_size)."""
-    return (max(n, 1).bit_length() - 1) // 8 + 1
-
-
 def _v2_btree(pread, file_size: int, header: int, chunks: tuple[int, ...]):
     """Layout message version 4/5 with a v2 B-tree index (type 5): its header, then its
     nodes a level at a time; records (address, [size, filter mask,] scaled offsets) in the
     tree's order, by chunk coordinates."""
     ndim = len(chunks)
-    h = pread(38, header)
-    if len(h) < 38 or h[:4] != b"BTHD" or h[4] != 0 or h[5] not in (10, 11):
-        raise _Unexpected(f"no chunk v2 B-tree header at {header}")
-    filtered = h[5] == 11
-    node_size = int.from_bytes(h[6:10], "little")
-    rec_size = int.from_bytes(h[10:12], "little")
-    depth = int.from_bytes(h[12:14], "little")
-    root = int.from_bytes(h[16:24], "little")
-    root_nrec = int.from_bytes(h[24:26], "little")
-    total = int.from_bytes(h[26:34], "little")
-    width = rec_size - 8 - 4 - 8 * ndim if filtered else 0
-    if rec_size != (8 + width + 4 if filtered else 8) + 8 * ndim or (filtered and not 1 <= width <= 8) \
-            or not 0 < node_size <= 1 << 24 or depth > 64:
-        raise _Unexpected("v2 B-tree header does not match the dataset")
-    if root == UNDEFINED_ADDRESS or total == 0:
+    widths = {}
+
+    def record_of(tree_type, rec_size):
+        filtered = tree_type == 11
+        width = rec_size - 8 - 4 - 8 * ndim if filtered else 0
+        if rec_size != (8 + width + 4 if filtered else 8) + 8 * ndim or \
+                (filtered and not 1 <= width <= 8):
+            raise _Unexpected("v2 B-tree header does not match the dataset")
+        widths["w"] = width
+        return np.dtype([("addr", "<u8"), ("filt", "u1", (width + 4,)), ("scaled", "<u8", (ndim,))]
+                        if filtered else [("addr", "<u8"), ("scaled", "<u8", (ndim,))])
+
+    tree_type, found = v2_records(pread, file_size, header, (10, 11), record_of, MAX_BLOCKS)
+    if not found:
         return _no_chunks(ndim)
-    # what HDF5 derives from the header (H5B2__hdr_init): per depth, the records a node
-    # holds at most, and the bytes of a child pointer's record counts
-    max_nrec = [(node_size - 10) // rec_size]
-    cum = [max_nrec[0]]
-    cum_size = [0]
-    nrec_size = _enc_size(max_nrec[0])
-    for d in range(1, depth + 1):
-        ptr = 8 + nrec_size + (cum_size[d - 1] if d > 1 else 0)
-        max_nrec.append((node_size - (10 + ptr)) // (rec_size + ptr))
-        cum.append((max_nrec[d] + 1) * cum[d - 1] + max_nrec[d])
-        cum_size.append(_enc_size(cum[d]))
-    record = np.dtype([("addr", "<u8"), ("filt", "u1", (width + 4,)), ("scaled", "<u8", (ndim,))]
-                      if filtered else [("addr", "<u8"), ("scaled", "<u8", (ndim,))])
-    if record.itemsize != rec_size:
-        raise _Unexpected("v2 B-tree record size")
-    level = [(root, root_nrec)]
-    found = []
-    seen = 0
-    for d in range(depth, -1, -1):
-        nxt = []
-        for node, nrec in level:
-            seen += 1
-            if seen > MAX_BLOCKS or not 0 < node < file_size or nrec > max_nrec[d]:
-                raise _Unexpected(f"v2 B-tree node at {node}")
-            raw = pread(node_size, node)
-            sig = b"BTLF" if d == 0 else b"BTIN"
-            if len(raw) < 6 + nrec * rec_size or raw[:4] != sig or raw[4] != 0 or raw[5] != h[5]:
-                raise _Unexpected(f"no v2 B-tree node at {node}")
-            found.append(np.frombuffer(raw, record, count=nrec, offset=6))
-            if d:
-                ptr = 8 + nrec_size + (cum_size[d - 1] if d > 1 else 0)
-                pos = 6 + nrec * rec_size
-                if len(raw) < pos + (nrec + 1) * ptr:
-                    raise _Unexpected(f"v2 B-tree node at {node} ends early")
-                for _ in range(nrec + 1):
-                    nxt.append((int.from_bytes(raw[pos:pos + 8], "little"),
-                                int.from_bytes(raw[pos + 8:pos + 8 + nrec_size], "little")))
-                    pos += ptr
-        level = nxt
+    filtered, width = tree_type == 11, widths["w"]
     e = np.concatenate(found)
-    if len(e) != total:
-        raise _Unexpected(f"{len(e)} v2 B-tree records read, its header counts {total}")
     e = e[np.lexsort(e["scaled"].T[::-1])] if ndim else e
     if filtered:
         raw8 = np.zeros((len(e), 8), np.uint8)
@@ -1337,69 +1413,3 @@ def _fixed_array(pread, file_size: int, body: bytes, dsid, chunks: tuple[int, ..
     offsets = np.stack(np.unravel_index(index, grid), axis=1).astype(np.int64) \
         * np.asarray(chunks, dtype=np.int64) if len(index) else np.zeros((0, ndim), np.int64)
     return offsets, addrs.astype(np.uint64), sizes, masks.astype(np.uint32)
-
-
-UNDEFINED_ADDRESS = 0xFFFFFFFFFFFFFFFF
-
-
-def _layout_message(pread, addr: int, file_size: int) -> bytes | None:
-    """The body of an object header's data layout message (type 8), from a version 1 or
-    version 2 object header and its continuation blocks; None if there is none."""
-    head = pread(512, addr)
-    blocks: list[tuple[int, int, int]] = []  # (address, length, header version)
-    if head[:4] == b"OHDR":
-        if len(head) < 6 or head[4] != 2:
-            return None
-        flags = head[5]
-        pos = 6 + (16 if flags & 0x20 else 0) + (4 if flags & 0x10 else 0)
-        width = 1 << (flags & 3)
-        size = int.from_bytes(head[pos:pos + width], "little")
-        blocks.append((addr + pos + width, size, 2))  # then a checksum
-    elif head[:1] == b"\x01":
-        size = int.from_bytes(head[8:12], "little")
-        blocks.append((addr + 16, size, 1))
-        flags = 0
-    else:
-        return None
-    visited = 0
-    while blocks:
-        start, length, version = blocks.pop(0)
-        visited += 1
-        if visited > 1000 or length < 0 or start + length > file_size:
-            raise _Unexpected("object header blocks out of place")
-        data = pread(length, start)
-        if len(data) < length:
-            raise _Unexpected("object header past the end of the file")
-        pos = 0
-        while True:
-            if version == 1:
-                if pos + 8 > length:
-                    break
-                mtype = int.from_bytes(data[pos:pos + 2], "little")
-                msize = int.from_bytes(data[pos + 2:pos + 4], "little")
-                pos += 8
-            else:
-                hdr = 6 if flags & 0x04 else 4
-                if pos + hdr > length:
-                    break
-                mtype, msize = data[pos], int.from_bytes(data[pos + 1:pos + 3], "little")
-                pos += hdr
-            if pos + msize > length:
-                raise _Unexpected("object header message past its block")
-            body = data[pos:pos + msize]
-            pos += msize
-            if mtype == 8:
-                return body
-            if mtype == 0x10:  # continuation
-                if len(body) < 16:
-                    raise _Unexpected("short continuation message")
-                c_addr = int.from_bytes(body[:8], "little")
-                c_len = int.from_bytes(body[8:16], "little")
-                if version == 2:
-                    sig = pread(4, c_addr)
-                    if sig != b"OCHK":
-                        raise _Unexpected("continuation block without its signature")
-                    blocks.append((c_addr + 4, c_len - 8, 2))
-                else:
-                    blocks.append((c_addr, c_len, 1))
-    return None
