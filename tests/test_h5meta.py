@@ -76,8 +76,39 @@ def _write(path, libver, track_order: bool, many: int = 0, big: bool = False) ->
         ds.attrs["ref"] = s.ref
         g = f.create_group("g", track_order=track_order)
         g.attrs["in_group"] = 3
+        _storages(g)
         if big:  # a dense attribute beyond the fractal heap's managed objects (a huge one)
             ds.attrs["big"] = np.zeros(70_000, "u1")
+
+
+def _storages(g) -> None:
+    """Datasets of every storage the header reader reads or leaves to h5py."""
+    data = np.arange(24, dtype="f4").reshape(4, 6)
+    g.create_dataset("contiguous", data=data)
+    g.create_dataset("unallocated", shape=(4, 6), dtype="i2")
+    g.create_dataset("chunked", data=data, chunks=(2, 3), compression="gzip", shuffle=True,
+                     fletcher32=True, fillvalue=-1.5)
+    g.create_dataset("big_endian", data=data.astype(">f8"), chunks=(4, 2), fillvalue=7)
+    g.create_dataset("ints", data=np.arange(6, dtype="u8"), chunks=(4,), maxshape=(None,))
+    g.create_dataset("scaleoffset", data=np.arange(6, dtype="i4"), chunks=(3,), scaleoffset=0)
+    g.create_dataset("nbit", data=np.arange(6, dtype="i4"), chunks=(3,),
+                     compression=h5py.h5z.FILTER_NBIT)
+    g.create_dataset("lzf", data=data, chunks=(2, 2), compression="lzf")
+    g.create_dataset("bools", data=np.array([True, False]))
+    g.create_dataset("enum", data=np.array([0, 1], "i1"),
+                     dtype=h5py.enum_dtype({"a": 0, "b": 1}, basetype="i1"))
+    dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+    dcpl.set_layout(h5py.h5d.COMPACT)
+    h5py.h5d.create(g.id, b"compact", h5py.h5t.IEEE_F32LE, h5py.h5s.create_simple((3,)), dcpl)
+    dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+    dcpl.set_chunk((2,))
+    dcpl.set_fill_value(np.array(3, "i4"))
+    h5py.h5d.create(g.id, b"fill_set", h5py.h5t.STD_I32LE, h5py.h5s.create_simple((5,)), dcpl)
+    dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+    dcpl.set_fill_time(h5py.h5d.FILL_TIME_NEVER)
+    h5py.h5d.create(g.id, b"fill_never", h5py.h5t.IEEE_F64BE, h5py.h5s.create_simple((5,)), dcpl)
+    g.create_dataset("external", shape=(4,), dtype="f4",
+                     external=[(g.file.filename + ".raw", 0, 16)])
 
 
 def _objects(path):
@@ -201,9 +232,12 @@ def test_scan_is_the_same_with_h5py_attributes(case, name, monkeypatch):
     assert direct == [_inventory_fields(virtualize.inventory(p)) for p in paths]
 
 
-def test_scan_is_the_same_with_h5py_attributes_on_every_kind(tmp_path, monkeypatch):
+@pytest.mark.parametrize("libver", ["earliest", "latest"])
+def test_scan_is_the_same_with_h5py_attributes_on_every_kind(tmp_path, monkeypatch, libver):
+    """Every kind of attribute, and datasets of every storage (their layouts, filters and
+    fill values read from their headers, or h5py's where the reader leaves them)."""
     p = tmp_path / "a.h5"
-    _write(p, "latest", True, 40)
+    _write(p, libver, True, 40)
     direct = _inventory_fields(virtualize.inventory(p))
     monkeypatch.setattr(scan_hdf5._Scanner, "_direct_attrs", lambda self, name, obj: None)
     assert direct == _inventory_fields(virtualize.inventory(p))
@@ -266,6 +300,44 @@ def test_direct_reader_is_used_on_netcdf4(case, monkeypatch):
         used.append((name, got is not None))
         return got
 
+    storages = []
+    real_storage = scan_hdf5.dataset_storage
+
+    def spy_storage(messages, itemsize):
+        got = real_storage(messages, itemsize)
+        storages.append(got)
+        return got
+
     monkeypatch.setattr(scan_hdf5._Scanner, "_direct_attrs", spy)
-    virtualize.inventory(case("months2024")[0])
+    monkeypatch.setattr(scan_hdf5, "dataset_storage", spy_storage)
+    inv = virtualize.inventory(case("months2024")[0])
     assert used and all(ok for _n, ok in used), used
+    # and every variable's layout, filters and fill value come from its header
+    assert len(storages) == len(inv.variables) and None not in storages
+
+
+def test_storage_read_from_headers_of_every_kind(tmp_path):
+    """Which storages the header reader describes (the rest: h5py's property lists)."""
+    p = tmp_path / "s.h5"
+    with h5py.File(p, "w") as f:
+        _storages(f)
+    raw = p.read_bytes()
+    reader = _h5meta.AttrReader(lambda n, off: raw[off:off + n], len(raw))
+    described = set()
+    with h5py.File(p) as f:
+        for name in f:
+            _pairs, _dense, messages = reader.read_object(h5py.h5o.get_info(f[name].id).addr)
+            st = _h5meta.dataset_storage(messages, f[name].dtype.itemsize)
+            if st is not None:
+                described.add(name)
+                dcpl = f[name].id.get_create_plist()
+                assert st.layout == dcpl.get_layout() and st.external == bool(
+                    dcpl.get_external_count())
+                assert [(c, v) for c, _fl, v, _n in st.filters] == [
+                    (c, tuple(v)) for c, _fl, v, _n in (dcpl.get_filter(i)
+                                                        for i in range(dcpl.get_nfilters()))]
+                if st.chunks is not None:
+                    assert st.chunks == f[name].chunks
+    assert described == {"contiguous", "unallocated", "chunked", "big_endian", "ints",
+                         "bools", "enum", "compact", "fill_set", "fill_never", "external",
+                         "scaleoffset", "nbit"}  # not lzf: a plugin's filter

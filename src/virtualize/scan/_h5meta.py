@@ -217,8 +217,14 @@ _IEEE = {  # float size: (bit offset, precision, exponent location, size, mantis
 }
 
 
-_ATTRIBUTE_MESSAGES = frozenset({0x0C, 0x15})
+# dataspace, datatype, old and new fill value, external files, layout, filter pipeline
+_DATASET_MESSAGES = frozenset({0x01, 0x03, 0x04, 0x05, 0x07, 0x08, 0x0B})
+_OBJECT_MESSAGES = _DATASET_MESSAGES | {0x0C, 0x15}
 _ATTR_PREFIX = struct.Struct("<BBHHH")
+# decoded attribute messages of fixed-size values, by their bytes (`AttrReader._attribute`)
+_KEPT: dict[bytes, tuple] = {}
+_KEPT_BODY = 512  # bytes of a message kept at most
+_KEPT_MAX = 4096  # messages kept (then forgotten all at once)
 
 
 class AttrReader:
@@ -234,12 +240,25 @@ class AttrReader:
         `attrs.keys()` lists them (creation order where the header tracks it, else by
         name), and whether they are stored densely. `dense_loaded()` is called before
         dense storage is read (the scanner has HDF5 read, and check, it first)."""
+        pairs, dense, _messages = self.read_object(addr, dense_loaded)
+        return pairs, dense
+
+    def read_object(self, addr: int, dense_loaded=None):
+        """`attributes`, and the bodies of the header's dataset messages by type
+        (dataspace, datatype, fill value, external files, layout, filter pipeline;
+        `dataset_storage` reads them)."""
         version, flags, msgs = header_messages(self.pread, addr, self.size,
-                                               want=_ATTRIBUTE_MESSAGES)
+                                               want=_OBJECT_MESSAGES)
         found = []  # (creation order, name bytes, value)
         dense = False
+        messages: dict[int, object] = {}
         for mtype, mflags, crt, body in msgs:
-            if mtype == 0x0C:
+            if mtype in _DATASET_MESSAGES:
+                if mtype in messages or mflags & 0x02:  # twice, or shared: h5py decides
+                    messages[mtype] = None
+                else:
+                    messages[mtype] = body
+            elif mtype == 0x0C:
                 if mflags & 0x02:
                     raise Unexpected("a shared attribute message")
                 found.append((crt,) + self._attribute(body))
@@ -261,7 +280,7 @@ class AttrReader:
             except UnicodeDecodeError:
                 raise Unexpected("an attribute name that is not UTF-8") from None
             out.append((name, value))
-        return out, dense
+        return out, dense, messages
 
     @staticmethod
     def _attribute_info(body) -> tuple[int, int]:
@@ -273,7 +292,23 @@ class AttrReader:
         return _u(body, pos, 8), _u(body, pos + 8, 8)
 
     def _attribute(self, body) -> tuple[bytes, object]:
-        """(name, value) of an attribute message's body."""
+        """(name, value) of an attribute message's body. Those of fixed-size values
+        (numbers, fixed-length strings: the message holds the whole value) are kept by
+        the message's bytes, across files: a stack's files repeat their attributes."""
+        key = bytes(body) if len(body) <= _KEPT_BODY else None
+        if key is not None:
+            hit = _KEPT.get(key)
+            if hit is not None:
+                return hit
+        got = self._decode_attribute(body)
+        if key is not None and got[2]:
+            if len(_KEPT) >= _KEPT_MAX:
+                _KEPT.clear()
+            _KEPT[key] = got[:2]
+        return got[:2]
+
+    def _decode_attribute(self, body) -> tuple[bytes, object, bool]:
+        """(name, value, whether the value is in the message alone)."""
         if len(body) < 8:
             raise Unexpected("short attribute message")
         version, shared, nsize, tsize, ssize = _ATTR_PREFIX.unpack_from(body)
@@ -293,13 +328,17 @@ class AttrReader:
         s0 = t0 + tsize8
         dt, ds = body[t0:t0 + tsize], body[s0:s0 + ssize]
         if shared & 0x03:  # a shared (committed) type or space
-            return name, ASK_H5PY
+            return name, ASK_H5PY, False
         shape = _dataspace(ds)
         data = body[pos:]
+        whole = len(dt) > 0 and dt[0] & 0x0F in (0, 1, 3)  # numbers, fixed-length strings
         try:
-            return name, self._value(dt, shape, data, name == b"DIMENSION_LIST")
+            value = self._value(dt, shape, data, name == b"DIMENSION_LIST")
         except _Undecoded:
-            return name, ASK_H5PY
+            return name, ASK_H5PY, whole
+        if isinstance(value, np.ndarray):
+            value.flags.writeable = False  # shared by every file whose message is the same
+        return name, value, whole
 
     def _value(self, dt, shape, data, dimension_list: bool):
         if len(dt) < 8:
@@ -547,3 +586,153 @@ class _FractalHeap:
                 raise Unexpected(f"no fractal heap direct block at {addr}")
             self._blocks[addr] = raw
         return raw
+
+
+# -- a dataset's storage, from its header messages -------------------------------------
+
+class Storage(tuple):
+    """(layout, external, chunks, contiguous, filters, fill, standard_type) of a dataset,
+    read from its header: `layout` as HDF5's H5D layout codes (0 compact, 1 contiguous,
+    2 chunked); `external` whether its data is in external raw files; `chunks` the chunk
+    shape (chunked); `contiguous` (address or None, bytes) (contiguous); `filters`
+    [(id, flags, values, name)] as `H5Pget_filter` gives them; `fill` the fill value's
+    stored bytes, b"" for none defined (h5py reads zeros), None when unknown;
+    `standard_type` whether the stored type is a plain integer or IEEE float (whose
+    bytes are numpy's)."""
+
+    __slots__ = ()
+    layout = property(lambda self: self[0])
+    external = property(lambda self: self[1])
+    chunks = property(lambda self: self[2])
+    contiguous = property(lambda self: self[3])
+    filters = property(lambda self: self[4])
+    fill = property(lambda self: self[5])
+    standard_type = property(lambda self: self[6])
+
+
+_FILTER_NAMES = {1: "deflate", 2: "shuffle", 3: "fletcher32", 4: "szip", 5: "nbit",
+                 6: "scaleoffset"}
+
+
+def dataset_storage(messages: dict, itemsize: int) -> Storage | None:
+    """A dataset's `Storage` from its header's messages (`AttrReader.read_object`), or None
+    when they are not the common kinds read here (a layout message other than version
+    3, an old fill value message alone, a filter not among HDF5's own, a message twice)
+    and h5py is asked instead. `itemsize`: the stored type's size, as h5py reads it."""
+    if any(messages.get(t, b"") is None for t in _DATASET_MESSAGES):
+        return None
+    layout = messages.get(0x08)
+    dt = messages.get(0x03)
+    if layout is None or dt is None or len(layout) < 2 or layout[0] != 3:
+        return None
+    kind = layout[1]
+    chunks = contiguous = None
+    if kind == 1:
+        if len(layout) < 18:
+            return None
+        addr, size = _u(layout, 2, 8), _u(layout, 10, 8)
+        contiguous = (None, 0) if addr == UNDEFINED else (addr, size)
+    elif kind == 2:
+        rank = layout[2] if len(layout) > 2 else 0
+        if rank < 2 or len(layout) < 11 + 4 * rank:
+            return None
+        dims = struct.unpack_from(f"<{rank}I", layout, 11)
+        if dims[-1] != itemsize:
+            return None
+        chunks = tuple(int(d) for d in dims[:-1])
+    elif kind != 0:
+        return None
+    filters = _pipeline(messages.get(0x0B))
+    if filters is None:
+        return None
+    fill = _fill(messages.get(0x05), messages.get(0x04))
+    return Storage((kind, 0x07 in messages, chunks, contiguous, filters, fill,
+                    _standard_type(dt)))
+
+
+def _pipeline(body) -> list | None:
+    if body is None:
+        return []
+    if len(body) < 2 or body[0] not in (1, 2):
+        return None
+    version, n = body[0], body[1]
+    pos = 8 if version == 1 else 2
+    out = []
+    for _ in range(n):
+        if len(body) < pos + 2:
+            return None
+        code = _u(body, pos, 2)
+        if code not in _FILTER_NAMES:
+            return None  # a plugin's filter: its name as HDF5 registers it, from h5py
+        if version == 1:
+            if len(body) < pos + 8:
+                return None
+            nlen, flags, nvalues = struct.unpack_from("<HHH", body, pos + 2)
+            pos += 8
+            name = bytes(body[pos:pos + nlen]).partition(b"\0")[0]
+            pos += (nlen + 7) & ~7
+        else:
+            if len(body) < pos + 6:
+                return None
+            flags, nvalues = struct.unpack_from("<HH", body, pos + 2)
+            pos += 6
+            name = b""
+        if len(body) < pos + 4 * nvalues:
+            return None
+        values = struct.unpack_from(f"<{nvalues}I", body, pos)
+        pos += 4 * nvalues
+        if version == 1 and nvalues % 2:
+            pos += 4
+        out.append((code, flags, values, name or _FILTER_NAMES[code].encode()))
+    return out
+
+
+def _fill(body, old) -> bytes | None:
+    """The fill value's bytes (b"": none defined), or None (h5py decides)."""
+    if body is None:
+        return None if old is not None else b""
+    if len(body) < 2:
+        return None
+    version = body[0]
+    if version in (1, 2):
+        if len(body) < 4:
+            return None
+        defined = body[3]
+        if version == 2 and not defined:
+            return b""
+        if len(body) < 8:
+            return None
+        size = _u(body, 4, 4)
+        if len(body) < 8 + size or (version == 1 and not defined):
+            return None
+        return bytes(body[8:8 + size])
+    if version == 3:
+        flags = body[1]
+        if flags & 0x10:  # undefined
+            return b""
+        if not flags & 0x20:
+            return b""
+        if len(body) < 6:
+            return None
+        size = _u(body, 2, 4)
+        if len(body) < 6 + size:
+            return None
+        return bytes(body[6:6 + size])
+    return None
+
+
+def _standard_type(dt) -> bool:
+    """A datatype message of a plain integer (all bits used) or an IEEE float of 2, 4 or 8
+    bytes, either byte order."""
+    if len(dt) < 8:
+        return False
+    cls, b0, b1 = dt[0] & 0x0F, dt[1], dt[2]
+    size = _u(dt, 4, 4)
+    if cls == 0:
+        return size in (1, 2, 4, 8) and len(dt) >= 12 and _u(dt, 8, 2) == 0 \
+            and _u(dt, 10, 2) == 8 * size and not b0 & 0x06
+    if cls == 1:
+        return size in _IEEE and len(dt) >= 20 and not b0 & 0x40 and (b0 >> 4) & 0x03 == 2 \
+            and b1 == 8 * size - 1 and (_u(dt, 8, 2), _u(dt, 10, 2), dt[12], dt[13], dt[14],
+                                        dt[15], _u(dt, 16, 4)) == _IEEE[size]
+    return False

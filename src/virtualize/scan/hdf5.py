@@ -47,7 +47,7 @@ from ..model import (
     Variable,
     empty_refs,
 )
-from ._h5meta import ASK_H5PY, AttrReader, DimensionList, v2_records
+from ._h5meta import ASK_H5PY, AttrReader, DimensionList, Storage, dataset_storage, v2_records
 from ._h5meta import UNDEFINED as UNDEFINED_ADDRESS
 from ._h5meta import Unexpected as _Unexpected
 from ._h5meta import layout_message as _layout_message
@@ -169,6 +169,7 @@ class _Scanner:
         self.attr_reader: AttrReader | None = None
         self._fileno = None
         self._addr: dict[str, int] = {}  # object header address of main-file objects walked
+        self._messages: dict[str, dict] = {}  # their dataset messages (`_storage`)
         if recorder is not None:
             fcpl = f.id.get_create_plist()
             if fcpl.get_sizes() == (8, 8) and fcpl.get_userblock() == 0:
@@ -215,11 +216,15 @@ class _Scanner:
             if info.fileno != self._fileno:
                 return None
             self._addr[name] = info.addr
-            pairs, _dense = self.attr_reader.attributes(
+            pairs, _dense, messages = self.attr_reader.read_object(
                 info.addr, lambda: h5py.h5a.iterate(obj.id, _stop))
         except Exception:  # Unexpected, or HDF5 failing: h5py decides
             return None
-        return pairs if len(pairs) == info.num_attrs else None
+        if len(pairs) != info.num_attrs:
+            return None
+        if isinstance(obj, h5py.Dataset):
+            self._messages[name] = messages
+        return pairs
 
     def _key(self, oid):
         """An object's identity: its header address in the scanned file, else its
@@ -416,20 +421,21 @@ class _Scanner:
         if shape is None:
             self.problem(name, "unsupported-type", "null dataspace: skipped", fatal=False)
             return None
-        odd = stored_type_differs(ds.id.get_type(), dtype)
+        st = self._storage(name, ds)
+        odd = None if st.standard_type else stored_type_differs(ds.id.get_type(), dtype)
         if odd:  # numbers whose bytes would read wrong: refused unless inlined (as h5py reads
             # them: bfloat16 as float32, n-bit integers as their h5py type) or dropped
             self.problem(name, "unsupported-type", f"{odd}; inlined it reads as h5py reads it")
             return Variable(name=name, dtype=dtype, shape=shape, dims=self._dims(name, ds),
                             attrs=self._attrs(name, ds).plain(self._omitted(name, name)),
-                            fill_value=_fill_value(ds, dtype), codecs=[bytes_codec(dtype)],
+                            fill_value=_fill_value(ds, dtype, st.fill), codecs=[bytes_codec(dtype)],
                             blocks=None)
         attrs = self._attrs(name, ds).plain(self._omitted(name, name))
         if enum is not None:
             attrs["_enum"] = {k: int(v) for k, v in enum.items()}
         dims = self._dims(name, ds)
-        blocks, codecs = self._blocks(name, ds, dtype)
-        fill = _fill_value(ds, dtype)
+        blocks, codecs = self._blocks(name, ds, dtype, st)
+        fill = _fill_value(ds, dtype, st.fill)
         is_coord = len(shape) == 1 and dims[0] == name.rpartition("/")[2]
         values = None
         if is_coord and shape[0] <= COORD_VALUES_LIMIT:
@@ -626,12 +632,30 @@ class _Scanner:
         # when a file's length changes, and give two same-length axes one name).
         return f"{name.rpartition('/')[2]}_dim{axis}"
 
-    def _blocks(self, name: str, ds: h5py.Dataset, dtype: np.dtype):
-        dcpl = ds.id.get_create_plist()
+    def _storage(self, name: str, ds: h5py.Dataset) -> Storage:
+        """The dataset's layout, chunk shape, filters and fill value: from the header
+        messages the attribute reader read (`_h5meta.dataset_storage`), else from h5py's
+        creation property list."""
+        messages = self._messages.get(name)
+        if messages is not None:
+            st = dataset_storage(messages, ds.dtype.itemsize)
+            if st is not None:
+                return st
+        dcpl = ds._dcpl
         layout = dcpl.get_layout()
+        contiguous = (ds.id.get_offset(), ds.id.get_storage_size()) \
+            if layout == h5py.h5d.CONTIGUOUS else None
+        chunks = tuple(int(c) for c in ds.chunks) if layout == h5py.h5d.CHUNKED else None
+        filters = [dcpl.get_filter(i) for i in range(dcpl.get_nfilters())] \
+            if layout == h5py.h5d.CHUNKED else []
+        return Storage((layout, dcpl.get_external_count() > 0, chunks, contiguous, filters,
+                        None, False))
+
+    def _blocks(self, name: str, ds: h5py.Dataset, dtype: np.dtype, st: Storage):
+        layout = st.layout
         shape = tuple(int(n) for n in ds.shape)
         codecs = [bytes_codec(dtype)]
-        if dcpl.get_external_count() > 0:
+        if st.external:
             self.problem(name, "external-storage",
                          "cannot be referenced: data is stored in external raw files")
             return None, codecs
@@ -648,8 +672,7 @@ class _Scanner:
         if layout == h5py.h5d.CONTIGUOUS:
             block_shape = tuple(max(n, 1) for n in shape)
             refs = empty_refs(tuple(1 for _ in shape))
-            offset = ds.id.get_offset()
-            nbytes = ds.id.get_storage_size()
+            offset, nbytes = st.contiguous
             expected = math.prod(shape) * dtype.itemsize
             if offset is not None and nbytes != expected and expected:
                 # libhdf5 reads the dataset's size from the address whatever the layout
@@ -661,8 +684,8 @@ class _Scanner:
                 refs[(0,) * len(shape)] = (0, offset, nbytes)
             return BlockTable(block_shape, padded=False, refs=refs), codecs
         # chunked
-        chunks = tuple(int(c) for c in ds.chunks)
-        pipeline = self._filters(dcpl, dtype)
+        chunks = st.chunks
+        pipeline = self._filters(st.filters, dtype)
         grid = tuple(-(-n // c) for n, c in zip(shape, chunks))
         cells = math.prod(grid)
         if cells > MAX_BLOCKS:  # checked before allocating (a corrupt dataspace, or just huge)
@@ -770,12 +793,11 @@ class _Scanner:
             self.problem(name, "filter-mask", f"... and {len(flat) - 20} more chunks with a "
                          "different filter mask", remedy=remedy)
 
-    def _filters(self, dcpl, dtype: np.dtype) -> list[tuple[int, str, dict | None, str | None]]:
+    def _filters(self, filters, dtype: np.dtype) -> list[tuple[int, str, dict | None, str | None]]:
         """The filter pipeline: per filter its id, name, codec (None: no exact codec) and
         why there is none."""
         out = []
-        for i in range(dcpl.get_nfilters()):
-            code, _flags, values, fname = dcpl.get_filter(i)
+        for code, _flags, values, fname in filters:
             label = fname.decode(errors="replace") if isinstance(fname, bytes) else fname
             out.append((code, label, hdf5_filter_codec(code, tuple(values), dtype),
                         NO_EXACT_CODEC.get(code)))
@@ -953,11 +975,17 @@ def stored_type_differs(tid, dtype: np.dtype) -> str | None:
     return None
 
 
-def _fill_value(ds: h5py.Dataset, dtype: np.dtype):
-    try:
-        fv = ds.fillvalue
-    except Exception:
-        fv = None
+def _fill_value(ds: h5py.Dataset, dtype: np.dtype, stored: bytes | None = None):
+    """The dataset's fill value as h5py reads it (`ds.fillvalue`), as `dtype`; `stored`:
+    its bytes from the header (b"": none defined, zeros), None to ask h5py."""
+    if stored is not None and len(stored) in (0, ds.dtype.itemsize) and ds.dtype.kind in "iuf" \
+            and ds.dtype.metadata is None:
+        fv = np.frombuffer(stored, ds.dtype)[0] if stored else None
+    else:
+        try:
+            fv = ds.fillvalue
+        except Exception:
+            fv = None
     if fv is None:
         return np.zeros((), dtype=dtype)[()]
     return np.asarray(fv).astype(dtype)[()]
