@@ -316,10 +316,12 @@ def test_direct_reader_is_used_on_netcdf4(case, monkeypatch):
     assert len(storages) == len(inv.variables) and None not in storages
 
 
-def test_storage_read_from_headers_of_every_kind(tmp_path):
-    """Which storages the header reader describes (the rest: h5py's property lists)."""
+@pytest.mark.parametrize("libver", ["earliest", "latest"])
+def test_storage_read_from_headers_of_every_kind(tmp_path, libver):
+    """Which storages the header reader describes (the rest: h5py's property lists):
+    layout messages of version 3 and of the versions libver "latest" writes."""
     p = tmp_path / "s.h5"
-    with h5py.File(p, "w") as f:
+    with h5py.File(p, "w", libver=libver) as f:
         _storages(f)
     raw = p.read_bytes()
     reader = _h5meta.AttrReader(lambda n, off: raw[off:off + n], len(raw))
@@ -341,3 +343,18 @@ def test_storage_read_from_headers_of_every_kind(tmp_path):
     assert described == {"contiguous", "unallocated", "chunked", "big_endian", "ints",
                          "bools", "enum", "compact", "fill_set", "fill_never", "external",
                          "scaleoffset", "nbit"}  # not lzf: a plugin's filter
+
+
+def test_a_file_with_a_user_block_is_read_through_h5py(tmp_path, monkeypatch):
+    """Addresses in a file with a user block are relative to the superblock: the direct
+    readers are not used, and the scan is what h5py gives."""
+    p = tmp_path / "ub.h5"
+    with h5py.File(p, "w", userblock_size=512) as f:
+        _storages(f)
+        f["x"] = np.arange(4.0)
+        _fill(f["x"], 20)
+    assert _h5meta.superblock_sizes(lambda n, off: p.read_bytes()[off:off + n]) is None
+    direct = _inventory_fields(virtualize.inventory(p))
+    monkeypatch.setattr(scan_hdf5._Scanner, "_direct_attrs", lambda self, name, obj: None)
+    assert direct == _inventory_fields(virtualize.inventory(p))
+    assert json.loads(direct["x"][3])["f4<"] == 7.0

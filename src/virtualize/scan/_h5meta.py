@@ -48,6 +48,22 @@ def _u(b, start: int, n: int) -> int:
     return int.from_bytes(b[start:start + n], "little")
 
 
+SIGNATURE = b"\x89HDF\r\n\x1a\n"
+
+
+def superblock_sizes(pread) -> tuple[int, int] | None:
+    """(bytes of an offset, bytes of a length) of a file whose superblock is at its start
+    (no user block: addresses are file offsets), else None."""
+    head = pread(16, 0)
+    if len(head) < 16 or head[:8] != SIGNATURE:
+        return None
+    if head[8] in (0, 1):
+        return head[13], head[14]
+    if head[8] in (2, 3):
+        return head[9], head[10]
+    return None
+
+
 # -- object headers --------------------------------------------------------------------
 
 _V1_MSG = struct.Struct("<HHB")
@@ -616,32 +632,41 @@ _FILTER_NAMES = {1: "deflate", 2: "shuffle", 3: "fletcher32", 4: "szip", 5: "nbi
 
 def dataset_storage(messages: dict, itemsize: int) -> Storage | None:
     """A dataset's `Storage` from its header's messages (`AttrReader.read_object`), or None
-    when they are not the common kinds read here (a layout message other than version
-    3, an old fill value message alone, a filter not among HDF5's own, a message twice)
-    and h5py is asked instead. `itemsize`: the stored type's size, as h5py reads it."""
+    when they are not the common kinds read here (a layout message before version 3, a
+    virtual dataset, chunks whose partial edge chunks are left unfiltered, an old fill
+    value message alone, a filter not among HDF5's own, a message twice) and h5py is
+    asked instead. `itemsize`: the stored type's size, as h5py reads it."""
     if any(messages.get(t, b"") is None for t in _DATASET_MESSAGES):
         return None
     layout = messages.get(0x08)
     dt = messages.get(0x03)
-    if layout is None or dt is None or len(layout) < 2 or layout[0] != 3:
+    if layout is None or dt is None or len(layout) < 2 or layout[0] not in (3, 4, 5):
         return None
-    kind = layout[1]
+    version, kind = layout[0], layout[1]
     chunks = contiguous = None
     if kind == 1:
         if len(layout) < 18:
             return None
         addr, size = _u(layout, 2, 8), _u(layout, 10, 8)
         contiguous = (None, 0) if addr == UNDEFINED else (addr, size)
-    elif kind == 2:
+    elif kind == 2 and version == 3:
         rank = layout[2] if len(layout) > 2 else 0
         if rank < 2 or len(layout) < 11 + 4 * rank:
             return None
         dims = struct.unpack_from(f"<{rank}I", layout, 11)
-        if dims[-1] != itemsize:
+    elif kind == 2:  # version 4 (5: the same fields): flags, rank, bytes per dimension
+        if len(layout) < 5 or layout[2] & 0x01:  # edge chunks left unfiltered: h5py decides
             return None
-        chunks = tuple(int(d) for d in dims[:-1])
+        rank, width = layout[3], layout[4]
+        if rank < 2 or not 1 <= width <= 8 or len(layout) < 5 + width * rank:
+            return None
+        dims = tuple(_u(layout, 5 + width * i, width) for i in range(rank))
     elif kind != 0:
         return None
+    if kind == 2:
+        if dims[-1] != itemsize or not all(dims):
+            return None
+        chunks = tuple(int(d) for d in dims[:-1])
     filters = _pipeline(messages.get(0x0B))
     if filters is None:
         return None

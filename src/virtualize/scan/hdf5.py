@@ -47,7 +47,15 @@ from ..model import (
     Variable,
     empty_refs,
 )
-from ._h5meta import ASK_H5PY, AttrReader, DimensionList, Storage, dataset_storage, v2_records
+from ._h5meta import (
+    ASK_H5PY,
+    AttrReader,
+    DimensionList,
+    Storage,
+    dataset_storage,
+    superblock_sizes,
+    v2_records,
+)
 from ._h5meta import UNDEFINED as UNDEFINED_ADDRESS
 from ._h5meta import Unexpected as _Unexpected
 from ._h5meta import layout_message as _layout_message
@@ -171,8 +179,7 @@ class _Scanner:
         self._addr: dict[str, int] = {}  # object header address of main-file objects walked
         self._messages: dict[str, dict] = {}  # their dataset messages (`_storage`)
         if recorder is not None:
-            fcpl = f.id.get_create_plist()
-            if fcpl.get_sizes() == (8, 8) and fcpl.get_userblock() == 0:
+            if superblock_sizes(recorder.pread) == (8, 8):  # and no user block before it
                 self.attr_reader = AttrReader(recorder.pread, size)
                 self._fileno = f.id.fileno[0]  # as h5o.get_info(...).fileno gives it
         self.groups: dict[str, dict[str, Any]] = {}
