@@ -672,7 +672,7 @@ def dataset_storage(messages: dict, itemsize: int) -> Storage | None:
         return None
     fill = _fill(messages.get(0x05), messages.get(0x04))
     return Storage((kind, 0x07 in messages, chunks, contiguous, filters, fill,
-                    _standard_type(dt)))
+                    standard_dtype(dt) is not None))
 
 
 def _pipeline(body) -> list | None:
@@ -746,18 +746,33 @@ def _fill(body, old) -> bytes | None:
     return None
 
 
-def _standard_type(dt) -> bool:
-    """A datatype message of a plain integer (all bits used) or an IEEE float of 2, 4 or 8
-    bytes, either byte order."""
-    if len(dt) < 8:
-        return False
+def standard_dtype(dt) -> np.dtype | None:
+    """The numpy type of a datatype message of a plain integer (all bits used) or an IEEE
+    float of 2, 4 or 8 bytes, either byte order (what h5py maps it to), else None."""
+    if dt is None or len(dt) < 8:
+        return None
+    key = bytes(dt[:20])
+    got = _DTYPES.get(key, False)
+    if got is False:
+        got = _DTYPES[key] = _standard(dt)
+    return got
+
+
+_DTYPES: dict[bytes, np.dtype | None] = {}
+
+
+def _standard(dt) -> np.dtype | None:
     cls, b0, b1 = dt[0] & 0x0F, dt[1], dt[2]
     size = _u(dt, 4, 4)
+    order = ">" if b0 & 0x01 else "<"
     if cls == 0:
-        return size in (1, 2, 4, 8) and len(dt) >= 12 and _u(dt, 8, 2) == 0 \
-            and _u(dt, 10, 2) == 8 * size and not b0 & 0x06
+        if size in (1, 2, 4, 8) and len(dt) >= 12 and _u(dt, 8, 2) == 0 \
+                and _u(dt, 10, 2) == 8 * size and not b0 & 0x06:
+            return np.dtype(f"{order}{'i' if b0 & 0x08 else 'u'}{size}")
+        return None
     if cls == 1:
-        return size in _IEEE and len(dt) >= 20 and not b0 & 0x40 and (b0 >> 4) & 0x03 == 2 \
-            and b1 == 8 * size - 1 and (_u(dt, 8, 2), _u(dt, 10, 2), dt[12], dt[13], dt[14],
-                                        dt[15], _u(dt, 16, 4)) == _IEEE[size]
-    return False
+        if size in _IEEE and len(dt) >= 20 and not b0 & 0x40 and (b0 >> 4) & 0x03 == 2 \
+                and b1 == 8 * size - 1 and (_u(dt, 8, 2), _u(dt, 10, 2), dt[12], dt[13], dt[14],
+                                            dt[15], _u(dt, 16, 4)) == _IEEE[size]:
+            return np.dtype(f"{order}f{size}")
+    return None

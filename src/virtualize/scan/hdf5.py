@@ -10,10 +10,15 @@ does not expect, with one `chunk_iter` pass (never `get_chunk_info(i)` in a loop
 is O(N) per call). Groups are walked with `keys()`; data is read only for small 1-D
 coordinate variables, whose values the planner checks and inlines.
 
-Per object: every attribute is read at most once (`_Attrs`); objects behind hard links
-are opened with `h5o.open` (h5py's `Group.get` builds a `File` per dataset); a variable's
-dimension scales are found by object identity, from one read of its `DIMENSION_LIST`,
-never by naming the referenced object (which searches the file).
+Per object: attributes, and a dataset's layout, filters, fill value and stored type, are
+read from the object header's bytes HDF5 has just read and checked (`_h5meta`; h5py's
+calls cost ~20-50 us each, which made a small netCDF-4 file's scan mostly attribute
+reads), h5py being asked for whatever that reader leaves (`ASK_H5PY`, `Unexpected`);
+every attribute is read at most once (`_Attrs`); a group's links are listed in one HDF5
+iteration and objects behind hard links opened with `h5o.open` (h5py's `Group.get`
+builds a `File` per dataset); a variable's dimension scales are found by object
+identity (header addresses), from one read of its `DIMENSION_LIST`, never by naming the
+referenced object (which searches the file).
 """
 
 from __future__ import annotations
@@ -53,6 +58,7 @@ from ._h5meta import (
     DimensionList,
     Storage,
     dataset_storage,
+    standard_dtype,
     superblock_sizes,
     v2_records,
 )
@@ -231,6 +237,9 @@ class _Scanner:
             return None
         if isinstance(obj, h5py.Dataset):
             self._messages[name] = messages
+            dtype = standard_dtype(messages.get(0x03))
+            if dtype is not None and isinstance(obj, _Dataset):
+                obj.__dict__["dtype"] = dtype  # what h5py maps the stored type to
         return pairs
 
     def _key(self, oid):
@@ -1024,6 +1033,16 @@ class _Dataset(h5py.Dataset):
     type, maximum shape, chunk shape) asked of HDF5 once (h5py asks each time, making an
     object per answer)."""
 
+    def __init__(self, bind, *, readonly: bool = True):
+        # h5py's own __init__ also makes a transfer property list, needed only to read
+        # (`_dxpl`, made when first asked for)
+        if not isinstance(bind, h5py.h5d.DatasetID):
+            raise ValueError(f"{bind} is not a DatasetID")
+        self._id = bind
+        self._readonly = readonly
+        self._cache_props = {}
+
+    _dxpl = functools.cached_property(lambda self: h5py.h5p.create(h5py.h5p.DATASET_XFER))
     ndim = functools.cached_property(h5py.Dataset.ndim.fget)
     dtype = functools.cached_property(h5py.Dataset.dtype.fget)
     maxshape = functools.cached_property(h5py.Dataset.maxshape.fget)
