@@ -453,6 +453,7 @@ def test_a_stack_with_nothing_to_virtualize_is_refused(tmp_path):
     assert not report.ok
     (p,) = [p for p in report.problems if p.fatal]
     assert p.kind == "no-arrays" and "pairs" in p.message
+    assert p.loc.file == str(path)  # one file: named
     with pytest.raises(VirtualizeError):
         virtualize.virtualize([path], tmp_path / "out.zarr")
     assert not (tmp_path / "out.zarr").exists()

@@ -590,9 +590,11 @@ def _check(paths, planner: Planner, progress, materialize_limit: int | None = No
                                     f"block(s), more than the limit of {materialize_limit}"))
         if not plan.arrays and not any(p.fatal for p in problems):
             skipped = sorted({p.loc.variable for p in problems if p.loc.variable})
+            one = len(invs) == 1  # then the file is named
             problems.append(Problem(
-                Location(), "no-arrays",
-                "no variable of these files can be virtualized, so a cube would be empty"
+                Location(invs[0].path) if one else Location(), "no-arrays",
+                f"no variable of {'this file' if one else 'these files'} can be virtualized, "
+                "so a cube would be empty"
                 + (f" (skipped: {', '.join(skipped)})" if skipped else "")))
         # every zarr.json rendered as the write renders it (check and write agree)
         problems.extend(_render_problems(plan))

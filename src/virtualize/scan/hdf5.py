@@ -184,6 +184,7 @@ class _Scanner:
         self._fileno = None
         self._addr: dict[str, int] = {}  # object header address of main-file objects walked
         self._messages: dict[str, dict] = {}  # their dataset messages (`_storage`)
+        self._by_name: dict[str, h5py.Dataset] | None = None
         if recorder is not None:
             if superblock_sizes(recorder.pread) == (8, 8):  # and no user block before it
                 self.attr_reader = AttrReader(recorder.pread, size)
@@ -213,10 +214,10 @@ class _Scanner:
 
     def values(self, name: str):
         """A dataset's values as h5py reads them (planning data: bounds, inlined values)."""
-        for n, ds in self._datasets:
-            if n == name:
-                return _read_all(ds)
-        return self.f[name][()]
+        if self._by_name is None:
+            self._by_name = dict(self._datasets)
+        ds = self._by_name.get(name)
+        return _read_all(ds) if ds is not None else self.f[name][()]
 
     def _direct_attrs(self, name: str, obj) -> list | None:
         """An object's attributes read from the file's bytes (`_h5meta.AttrReader`), or None
