@@ -358,3 +358,21 @@ def test_a_file_with_a_user_block_is_read_through_h5py(tmp_path, monkeypatch):
     monkeypatch.setattr(scan_hdf5._Scanner, "_direct_attrs", lambda self, name, obj: None)
     assert direct == _inventory_fields(virtualize.inventory(p))
     assert json.loads(direct["x"][3])["f4<"] == 7.0
+
+
+def test_a_name_that_is_not_utf8_is_skipped_located(tmp_path):
+    """A link whose name is not UTF-8 (h5py gives it as bytes) is skipped with a located
+    problem whose variable is text; the rest of the file is virtualized."""
+    p = tmp_path / "names.h5"
+    with h5py.File(p, "w") as f:
+        f["ok"] = np.arange(3.0)
+        f["\u00e9t\u00e9"] = np.arange(2.0)
+    raw = bytearray(p.read_bytes())
+    at = raw.index("\u00e9t\u00e9".encode())
+    raw[at] = 0xFF  # no longer UTF-8
+    p.write_bytes(bytes(raw))
+    report = virtualize.check([p])
+    skipped = [q for q in report.problems if q.kind == "unsupported-object"]
+    assert report.ok and len(skipped) == 1 and isinstance(skipped[0].loc.variable, str)
+    assert "\\xff" in skipped[0].loc.variable and "UTF-8" in skipped[0].message
+    assert list(report.plan.arrays) == ["ok"]

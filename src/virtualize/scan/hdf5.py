@@ -303,6 +303,12 @@ class _Scanner:
                                                                         "group /" + prefix))
         links = _hard_links(g)
         for key in (g.keys() if links is None else links):
+            if isinstance(key, bytes):  # h5py's name for a link that is not UTF-8
+                shown = key.decode("utf-8", "backslashreplace")
+                self.problem(f"{prefix}/{shown}" if prefix else shown, "unsupported-object",
+                             "its name is not UTF-8 text (zarr names are): skipped",
+                             fatal=False)
+                continue
             name = f"{prefix}/{key}" if prefix else key
             if links is not None and links[key]:  # a hard link (its target's address)
                 link = None
