@@ -339,7 +339,10 @@ class AttrReader:
             raise Unexpected(f"attribute message version {version}")
         if pos > len(body):
             raise Unexpected("attribute message parts past its end")
-        name = bytes(body[n0:n0 + nsize]).partition(b"\0")[0]
+        name = bytes(body[n0:n0 + nsize])
+        if not nsize or name.find(b"\0") != nsize - 1:  # as HDF5 checks it
+            raise Unexpected("attribute name has different length than stored length")
+        name = name[:-1]
         t0 = n0 + nsize8
         s0 = t0 + tsize8
         dt, ds = body[t0:t0 + tsize], body[s0:s0 + ssize]

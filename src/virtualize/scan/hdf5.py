@@ -230,8 +230,11 @@ class _Scanner:
             if info.fileno != self._fileno:
                 return None
             self._addr[name] = info.addr
-            pairs, _dense, messages = self.attr_reader.read_object(
-                info.addr, lambda: h5py.h5a.iterate(obj.id, _stop))
+            # HDF5 decodes every attribute message of the object first (iterating by
+            # name builds a table of them all: an attribute it cannot decode fails here,
+            # as h5py's reading would), loading and checking dense storage
+            h5py.h5a.iterate(obj.id, _stop)
+            pairs, _dense, messages = self.attr_reader.read_object(info.addr)
         except Exception:  # Unexpected, or HDF5 failing: h5py decides
             return None
         if len(pairs) != info.num_attrs:
@@ -1203,6 +1206,11 @@ def read_attrs(attrs: h5py.AttributeManager, omitted=None, cache: _Attrs | None 
     out: dict[str, Any] = {}
     for key in (cache.names if cache is not None else attrs.keys()):
         if key in HIDDEN_ATTRS:
+            continue
+        if not isinstance(key, str):  # h5py's name for one that is not UTF-8
+            if omitted is not None:
+                omitted(key.decode("utf-8", "backslashreplace"),
+                        "its name is not UTF-8 text (zarr attribute names are)")
             continue
         try:
             v = cache.get(key) if cache is not None else attrs[key]
