@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import subprocess
 
 import h5py
@@ -536,7 +537,7 @@ def _native_and_chunk_iter(path, name="x"):
         return native, scan_hdf5._walk_chunk_index(d.id, d.ndim)
 
 
-@pytest.mark.parametrize("index", ["btree-v1", "fixed-array", "btree-v2"])
+@pytest.mark.parametrize("index", ["btree-v1", "fixed-array", "extensible-array", "btree-v2"])
 @pytest.mark.parametrize("shape,chunks,maxshape,filtered", [
     ((5000,), (1,), None, False),  # B-trees of several levels; a paged fixed array
     ((3000, 3), (1, 2), None, True),
@@ -545,13 +546,15 @@ def _native_and_chunk_iter(path, name="x"):
 ])
 def test_chunk_index_read_directly_equals_chunk_iter(tmp_path, index, shape, chunks, maxshape,
                                                      filtered):
-    """The direct reader of v1 B-tree, fixed array and v2 B-tree chunk indexes gives
-    chunk_iter's arrays exactly (same chunks, order, addresses, sizes, filter masks):
-    trees of several levels, paged arrays with pages never written, sparse, filtered and
-    filter-masked chunks. Other indexes are left to chunk_iter (None)."""
+    """The direct reader of v1 B-tree, fixed array, extensible array and v2 B-tree chunk
+    indexes gives chunk_iter's arrays exactly (same chunks, order, addresses, sizes,
+    filter masks): trees of several levels, paged arrays with pages never written, sparse,
+    filtered and filter-masked chunks. Other indexes are left to chunk_iter (None)."""
     libver = "earliest" if index == "btree-v1" else "latest"
     if index == "btree-v2":  # two or more unlimited axes
         shape, chunks, maxshape = shape + (2,), chunks + (1,), (None,) * (len(shape) + 1)
+    if index == "extensible-array":  # one, the first (`test_extensible_array_...`: others)
+        maxshape = (None,) + (maxshape or shape)[1:]
     p = tmp_path / "a.h5"
     with h5py.File(p, "w", libver=libver) as f:
         kw = dict(compression="gzip", shuffle=True) if filtered else {}
@@ -569,9 +572,8 @@ def test_chunk_index_read_directly_equals_chunk_iter(tmp_path, index, shape, chu
     if filtered:
         assert (native[3] == 1).sum() == 1
     q = tmp_path / "other.h5"
-    with h5py.File(q, "w", libver="latest") as f:  # an extensible array
-        f.create_dataset("x", data=np.zeros(shape, "i2"), chunks=chunks,
-                         maxshape=(None,) + shape[1:])
+    with h5py.File(q, "w", libver="latest") as f:  # a single chunk
+        f.create_dataset("x", data=np.zeros(shape, "i2"), chunks=shape)
     assert _native_and_chunk_iter(q)[0] is None
 
 
@@ -634,6 +636,344 @@ def test_damaged_fixed_array_is_refused_as_before(tmp_path):
     assert any(q.kind == "corrupt" and q.loc.variable == "x" for q in inv.problems)
 
 
+# Extensible arrays (libver "latest", one unlimited axis) as HDF5 makes them: 4 elements
+# in the index block, then super blocks s of 2**(s//2) data blocks of 16 * 2**((s+1)//2)
+# elements, the first four super blocks' data blocks addressed by the index block, the
+# others' by super blocks; data blocks of more than 1024 elements in pages of 1024, each
+# written or not. Per case: shape, chunks, maxshape, the chunk cells written (slices of
+# the grid), the structures read.
+_ALL = slice(None)
+EARRAYS = {
+    "index-block": ((3,), (1,), (None,), [(slice(0, 3),)], {b"EAHD", b"EAIB"}),
+    # the index block's data blocks, some never written (elements 52..115, 180..243)
+    "data-blocks": ((200,), (1,), (None,), [(slice(0, 30),), (slice(150, 151),)],
+                    {b"EAHD", b"EAIB", b"EADB"}),
+    # super blocks (elements 244..): 4..7 never written, of 8's 16 data blocks one
+    "super-blocks": ((20000,), (4,), (None,), [(slice(0, 75),), (slice(4999, 5000),)],
+                     {b"EAHD", b"EAIB", b"EADB", b"EASB"}),
+    # paged data blocks (super blocks 13.., elements 131060..), most pages never written
+    "paged": ((300000,), (1,), (None,),
+              [(slice(0, 1000),), (slice(150000, 150001),), (slice(150500, 152000),),
+               (slice(299999, 300000),)], {b"EAHD", b"EAIB", b"EADB", b"EASB", b"page"}),
+    "unlimited-first": ((3000, 3), (2, 2), (None, 3), [(slice(0, 120), _ALL), (1499, 1)],
+                        {b"EAHD", b"EAIB", b"EADB", b"EASB"}),
+    # HDF5 numbers the chunks with the unlimited axis moved first
+    "unlimited-second": ((3, 24000), (2, 8), (3, None), [(_ALL, slice(0, 600)), (1, 2999)],
+                         {b"EAHD", b"EAIB", b"EADB", b"EASB"}),
+    "unlimited-third": ((2, 3, 400), (1, 2, 1), (2, 3, None),
+                        [(_ALL, _ALL, slice(0, 100)), (1, 0, 399)],
+                        {b"EAHD", b"EAIB", b"EADB", b"EASB"}),
+    # a grid of the maximum extent larger than the current one before the unlimited axis
+    "unlimited-second-grown": ((7, 300), (2, 2), (9, None), [(slice(0, 4), slice(0, 30)),
+                                                               (3, 149)],
+                               {b"EAHD", b"EAIB", b"EADB", b"EASB"}),
+}
+
+
+def _earray_file(path, shape, chunks, maxshape, writes, filtered, libver="latest"):
+    """x(shape) i2 in `chunks`, the chunk cells `writes` written (values of varying
+    sparsity: filtered, their stored sizes differ), cell 0 rewritten with its filter mask
+    set when filtered. The cells written."""
+    grid = tuple(-(-n // c) for n, c in zip(shape, chunks))
+    written = np.zeros(grid, bool)
+    rng = np.random.default_rng(1)
+    with h5py.File(path, "w", libver=libver) as f:
+        kw = dict(compression="gzip", shuffle=True) if filtered else {}
+        d = f.create_dataset("x", shape=shape, chunks=chunks, maxshape=maxshape, dtype="i2",
+                             fillvalue=-1, **kw)
+        for w in writes:
+            w = tuple(slice(i, i + 1) if isinstance(i, int) else i for i in w)
+            written[w] = True
+            region = tuple(slice((s.start or 0) * c, min((g if s.stop is None else s.stop) * c, n))
+                           for s, c, n, g in zip(w, chunks, shape, grid))
+            size = tuple(r.stop - r.start for r in region)
+            values = rng.integers(0, 1000, size=size).astype("i2")
+            values[rng.random(size) < rng.random(size)] = 0
+            d[region] = values
+        if filtered:
+            d.id.write_direct_chunk((0,) * len(shape), np.zeros(chunks, "i2").tobytes(),
+                                    filter_mask=1)
+            written[(0,) * len(shape)] = True
+    return {tuple(int(i) for i in c) for c in np.argwhere(written)}
+
+
+def _assert_chunks_are_there(path, got, cells):
+    """Every chunk of `got` (offsets, addresses, sizes, masks) is the one HDF5 reads at its
+    offset (`read_direct_chunk`: its bytes and filter mask), and they are the cells written."""
+    with h5py.File(path, "r") as f, open(path, "rb") as fh:
+        d = f["x"]
+        raw = fh.read()
+        assert len(got[0]) == d.id.get_num_chunks() == len(cells)
+        assert {tuple(int(o) // c for o, c in zip(off, d.chunks)) for off in got[0]} == cells
+        for off, addr, size, mask in zip(*got):
+            m, data = d.id.read_direct_chunk(tuple(int(o) for o in off))
+            assert (m, data) == (mask, raw[addr:addr + size]), off
+
+
+@pytest.mark.parametrize("filtered", [False, True], ids=["unfiltered", "filtered"])
+@pytest.mark.parametrize("case", list(EARRAYS))
+def test_extensible_array_read_directly_equals_chunk_iter(tmp_path, case, filtered):
+    """The direct reader of extensible arrays: its index block, data blocks, super blocks
+    and pages as the case uses them, blocks and pages never written, filtered chunks of
+    different stored sizes, a filter-masked chunk. It lists chunk_iter's chunks in
+    chunk_iter's order, each at the cell whose data it holds (as HDF5 reads them), with
+    its address, stored size and filter mask; chunk_iter gives the same coordinates where
+    the unlimited axis is the first, and where it is not, coordinates HDF5 got wrong
+    (`_chunk_iter_swizzles`) from which the scan puts them right."""
+    import os
+
+    from virtualize.scan import hdf5 as scan_hdf5
+
+    shape, chunks, maxshape, writes, structures = EARRAYS[case]
+    p = tmp_path / "ea.h5"
+    cells = _earray_file(p, shape, chunks, maxshape, writes, filtered)
+    seen = set()
+
+    def pread(n, off):
+        data = os.pread(fd, n, off)
+        seen.add(data[:4] if data[:2] == b"EA" else b"page" if n >= 1024 else b"")
+        return data
+
+    with h5py.File(p, "r") as f:
+        d = f["x"]
+        fd = os.open(p, os.O_RDONLY)
+        try:
+            native = scan_hdf5._native_chunk_index(pread, os.fstat(fd).st_size, d.id,
+                                                   tuple(d.chunks), d.id.get_num_chunks)
+        finally:
+            os.close(fd)
+        ref = scan_hdf5._walk_chunk_index(d.id, d.ndim)
+    assert native is not None and seen - {b""} == structures
+    _assert_chunks_are_there(p, native, cells)
+    for a, b in zip(native[1:], ref[1:]):
+        assert a.dtype == b.dtype and a.shape == b.shape and (a == b).all()
+    k = maxshape.index(None)
+    if k and scan_hdf5._chunk_iter_swizzles():
+        grid = tuple(0 if a == k else -(-(m or 0) // c) for a, (m, c) in enumerate(zip(maxshape, chunks)))
+        assert (scan_hdf5._chunk_iter_renumbered(ref[0], chunks, k, grid) == native[0]).all()
+        assert (ref[0] != native[0]).any()  # what HDF5 lists is elsewhere
+    else:
+        assert native[0].dtype == ref[0].dtype and (native[0] == ref[0]).all()
+    if filtered:
+        assert (native[3] == 1).sum() == 1
+        if math.prod(chunks) >= 4:
+            assert len(np.unique(native[2][native[3] == 0])) > 2  # stored sizes differ
+
+
+@pytest.fixture(scope="module")
+def earray_paged(tmp_path_factory):
+    """The "paged" extensible array, filtered: its bytes, and its super and data blocks'
+    offsets in them."""
+    p = tmp_path_factory.mktemp("earray") / "ea.h5"
+    shape, chunks, maxshape, writes, _structures = EARRAYS["paged"]
+    _earray_file(p, shape, chunks, maxshape, writes, True)
+    raw = p.read_bytes()
+    where = {sig: [m.start() for m in re.finditer(sig, raw)]
+             for sig in (b"EAHD", b"EAIB", b"EASB", b"EADB")}
+    return p, raw, where
+
+
+@pytest.mark.parametrize("damage,message", [
+    ("EAHD", "no extensible array header"),
+    ("EAIB", "no extensible array index block"),
+    ("EASB", "no extensible array super block"),
+    ("EADB", "no extensible array data block"),
+    ("super block's header", "no extensible array super block"),
+    ("data block's offset", "no extensible array data block"),
+    ("header's data block count", "not those its header counts"),
+    ("page bitmap", "HDF5 counts"),
+    ("count", "HDF5 counts"),
+])
+def test_damaged_extensible_array_is_unexpected(earray_paged, damage, message):
+    """An extensible array whose structures the direct reader finds other than HDF5 left
+    them (HDF5 reads the file, the reader a damaged copy): a signature, the owning header's
+    address, a block's offset, the header's block counts, a page bitmap (fewer chunks
+    than HDF5 counts), or a count other than HDF5's is `_Unexpected` (chunk_iter decides)."""
+    from virtualize.scan import hdf5 as scan_hdf5
+
+    p, good, where = earray_paged
+    raw = bytearray(good)
+    count = None
+    if damage.encode() in where:  # the last one's signature
+        raw[where[damage.encode()][-1] + 3] ^= 0x01
+    elif damage == "super block's header":
+        raw[where[b"EASB"][0] + 6] ^= 0x01
+    elif damage == "data block's offset":
+        raw[where[b"EADB"][-1] + 14] ^= 0x01
+    elif damage == "header's data block count":
+        raw[where[b"EAHD"][0] + 28] ^= 0x01
+    elif damage == "page bitmap":  # the last super block's: its data blocks are paged
+        sb = where[b"EASB"][-1]
+        bits = next(i for i in range(sb + 18, sb + 82) if raw[i])
+        raw[bits] = 0
+    else:
+        count = 7
+    with h5py.File(p, "r") as f:
+        d = f["x"]
+        with pytest.raises(scan_hdf5._Unexpected, match=message):
+            scan_hdf5._native_chunk_index(lambda n, off: bytes(raw[off:off + n]), len(raw),
+                                          d.id, tuple(d.chunks),
+                                          d.id.get_num_chunks if count is None else lambda: count)
+
+
+def test_damaged_extensible_array_falls_back_to_chunk_iter(earray_paged, tmp_path, monkeypatch):
+    """In a scan, an extensible array the direct reader finds damaged is read by
+    chunk_iter: the same block table as a scan without the direct reader. Damaged on disk
+    (an element), HDF5's own walk fails its checksum: refused as corrupt, as chunk_iter
+    refuses it, never referenced from the damaged bytes."""
+    from virtualize.scan import hdf5 as scan_hdf5
+
+    p, good, where = earray_paged
+    real = scan_hdf5._native_chunk_index
+    raised = []
+
+    def damaged(pread, size, *a):
+        def bad(n, off):
+            data = bytes(pread(n, off))
+            return data.replace(b"EASB", b"EASb") if data[:4] == b"EASB" else data
+        try:
+            return real(bad, size, *a)
+        except scan_hdf5._Unexpected as e:
+            raised.append(e)
+            raise
+
+    monkeypatch.setattr(scan_hdf5, "_native_chunk_index", damaged)
+    fallback = virtualize.inventory(p)
+    assert len(raised) == 1
+    monkeypatch.setattr(scan_hdf5, "_native_chunk_index", lambda *a: None)
+    plain = virtualize.inventory(p)
+    assert (fallback.variables["x"].blocks.refs == plain.variables["x"].blocks.refs).all()
+    monkeypatch.setattr(scan_hdf5, "_native_chunk_index", real)
+    raw = bytearray(good)
+    block = where[b"EADB"][0]
+    raw[block + 18 + 5] ^= 0x40  # the first data block's first chunk address
+    q = tmp_path / "damaged.h5"
+    q.write_bytes(bytes(raw))
+    inv = virtualize.inventory(q)
+    assert "x" not in inv.variables or inv.variables["x"].blocks is None
+    assert any(e.kind == "corrupt" and e.loc.variable == "x" for e in inv.problems)
+
+
+def _unlimited_later_file(path, libver="latest", **kw):
+    """Datasets with one unlimited axis that is not the first: small grids (listed by
+    chunk_iter) and a large one (read directly), sparse; one with its unlimited axis first."""
+    rng = np.random.default_rng(2)
+    with h5py.File(path, "w", libver=libver, **kw) as f:
+        d = f.create_dataset("a", shape=(3, 5), maxshape=(3, None), chunks=(1, 2), dtype="i4")
+        d[...] = np.arange(15).reshape(3, 5)
+        d = f.create_dataset("b", shape=(3, 2), maxshape=(3, None), chunks=(1, 1), dtype="i4",
+                             fillvalue=-1)
+        d[1, 1] = 42  # the only chunk: chunk_iter lists it at (0, 4), outside the grid
+        d = f.create_dataset("c", shape=(2, 3, 40), maxshape=(2, 3, None), chunks=(1, 2, 4),
+                             dtype="f4", compression="gzip")
+        d[:, :, :12] = rng.random((2, 3, 12))
+        d[1, 2, 39] = 5
+        d = f.create_dataset("big", shape=(4, 1000), maxshape=(4, None), chunks=(1, 2),
+                             dtype="i2", fillvalue=-3)
+        d[:, :300] = rng.integers(0, 99, (4, 300))
+        d[3, 999] = 1
+        d = f.create_dataset("first", shape=(10, 3), maxshape=(None, 3), chunks=(2, 2),
+                             dtype="i2")
+        d[...] = np.arange(30).reshape(10, 3)
+        d = f.create_dataset("row", shape=(1, 9), maxshape=(1, None), chunks=(1, 2), dtype="i2")
+        d[0, 3:] = 8  # one chunk before the unlimited axis: the numberings agree
+
+
+@pytest.mark.parametrize("libver", ["latest", "earliest"])
+def test_chunks_of_an_unlimited_axis_not_the_first_are_at_their_places(tmp_path, monkeypatch,
+                                                                        libver):
+    """Datasets with their one unlimited axis not the first: an extensible array (libver
+    "latest"), whose chunks HDF5's chunk_iter lists at other cells (HDF5 2.0.0), read
+    directly (a large grid) or listed by chunk_iter and put at their places (small
+    grids, a dataset behind an external link, a file with a user block), and a v1 B-tree
+    (libver "earliest"), which chunk_iter lists right: every cube reads as h5py."""
+    from virtualize.scan import hdf5 as scan_hdf5
+
+    (tmp_path / "sub").mkdir()
+    _unlimited_later_file(tmp_path / "sub" / "t.h5", libver)
+    _unlimited_later_file(tmp_path / "m.h5", libver)
+    with h5py.File(tmp_path / "m.h5", "a", libver=libver) as f:
+        f["lnk"] = h5py.ExternalLink("sub/t.h5", "/a")
+    read = []
+    real = scan_hdf5._native_chunk_index
+    monkeypatch.setattr(scan_hdf5, "_native_chunk_index",
+                        lambda *a: read.append(len(real(*a)[0])) or real(*a))
+    inv = virtualize.inventory(tmp_path / "m.h5")  # every dataset referenced, none inlined
+    assert not inv.problems and all(v.blocks is not None for v in inv.variables.values())
+    assert read == [601]  # "big", read directly
+    out = tmp_path / "m.zarr"
+    report = virtualize.virtualize([tmp_path / "m.h5"], out, scan_timeout=None)
+    assert report.ok, report.problems
+    cube = virtualize.open(out)
+    with h5py.File(tmp_path / "m.h5", "r") as f:
+        for name in ("a", "b", "c", "big", "first", "row", "lnk"):
+            np.testing.assert_array_equal(cube[name][...], f[name][()], err_msg=name)
+        assert f["b"][1, 1] == 42
+    _unlimited_later_file(tmp_path / "ub.h5", libver, userblock_size=512)
+    inv = virtualize.inventory(tmp_path / "ub.h5")
+    assert not inv.problems and all(v.blocks is not None for v in inv.variables.values())
+    report = virtualize.virtualize([tmp_path / "ub.h5"], tmp_path / "ub.zarr", scan_timeout=None)
+    assert report.ok, report.problems
+    cube = virtualize.open(tmp_path / "ub.zarr")
+    with h5py.File(tmp_path / "ub.h5", "r") as f:
+        for name in ("a", "b", "c", "big", "first", "row"):
+            np.testing.assert_array_equal(cube[name][...], f[name][()], err_msg=name)
+
+
+def test_chunks_that_cannot_be_placed_are_refused(tmp_path, monkeypatch):
+    """Where chunk_iter misplaces an extensible array's chunks and the dataset's layout
+    message cannot be read (or this HDF5 lists them some way not known), the dataset is
+    refused (`chunk-coordinates`, inlined on request), never referenced at chunk_iter's
+    places; datasets whose chunks chunk_iter places right (the unlimited axis first, one
+    chunk before it) are not."""
+    from virtualize.scan import hdf5 as scan_hdf5
+
+    p = tmp_path / "u.h5"
+    _unlimited_later_file(p)
+
+    def unreadable(*a):
+        raise OSError("as if")
+
+    for i, patch in enumerate([(scan_hdf5._Scanner, "_layout_body", unreadable),
+                               (scan_hdf5, "_chunk_iter_swizzles", lambda: None)]):
+        with monkeypatch.context() as m:
+            m.setattr(*patch)
+            inv = virtualize.inventory(p)
+            refused = {q.loc.variable for q in inv.problems if q.kind == "chunk-coordinates"}
+            assert refused == {"a", "b", "c"}, inv.problems
+            assert all(inv.variables[v].blocks is None for v in refused)
+            assert inv.variables["first"].blocks is not None
+            assert inv.variables["row"].blocks is not None
+            out = tmp_path / f"u{i}.zarr"
+            report = virtualize.virtualize([p], out, inline=["a", "b", "c"], scan_timeout=None)
+            assert report.ok, report.problems
+            cube = virtualize.open(out)
+            with h5py.File(p, "r") as f:
+                for name in ("a", "b", "c", "first", "row"):
+                    np.testing.assert_array_equal(cube[name][...], f[name][()], err_msg=name)
+
+
+def test_remote_extensible_array_chunks_are_at_their_places(tmp_path):
+    """A remote file's extensible arrays whose unlimited axis is not the first (chunk_iter,
+    the layout message read through the remote file): the same block tables as the
+    local file's."""
+    from servers import RangeHTTPServer
+
+    p = tmp_path / "u.h5"
+    _unlimited_later_file(p)
+    local = virtualize.inventory(p)
+    srv = RangeHTTPServer(tmp_path)
+    try:
+        remote = virtualize.inventory(f"{srv.url}/u.h5")
+    finally:
+        srv.stop()
+    assert not remote.problems and sorted(remote.variables) == sorted(local.variables)
+    for name, v in local.variables.items():
+        assert (remote.variables[name].blocks.refs == v.blocks.refs).all(), name
+    refs = remote.variables["b"].blocks.refs  # its one chunk, where h5py reads 42
+    assert refs[1, 1]["length"] == 4 and (refs["length"] > 0).sum() == 1
+
+
 @pytest.mark.parametrize("shape,chunks,maxshape", [
     ((7, 5), (2, 2), None), ((7, 5), (2, 2), (11, 9)), ((4, 3, 6), (1, 2, 4), (4, 5, 6)),
 ])
@@ -653,7 +993,8 @@ def test_implicit_index_read_directly_equals_chunk_iter(tmp_path, shape, chunks,
         assert a.dtype == b.dtype and a.shape == b.shape and (a == b).all()
 
 
-@pytest.mark.parametrize("index", ["btree-v1", "fixed-array", "btree-v2", "implicit"])
+@pytest.mark.parametrize("index", ["btree-v1", "fixed-array", "extensible-array", "btree-v2",
+                                   "implicit"])
 def test_scan_with_the_direct_reader_equals_the_scan_without(tmp_path, monkeypatch, index):
     """A whole scan (block tables, problems, bytes read) is the same whether the chunk
     index is read directly or through chunk_iter; the direct reader is used."""
@@ -662,6 +1003,7 @@ def test_scan_with_the_direct_reader_equals_the_scan_without(tmp_path, monkeypat
     p = tmp_path / "a.h5"
     spec = {"btree-v1": dict(libver="earliest", maxshape=None),
             "fixed-array": dict(libver="latest", maxshape=None),
+            "extensible-array": dict(libver="latest", maxshape=(None, 5)),
             "btree-v2": dict(libver="latest", maxshape=(None, None)),
             "implicit": dict(libver="latest", maxshape=None, early=True)}[index]
     _index_type_file(p, chunks=(1, 1), **spec)  # 35 chunks
@@ -675,7 +1017,8 @@ def test_scan_with_the_direct_reader_equals_the_scan_without(tmp_path, monkeypat
             f["y"][...] = np.arange(1200, dtype="i4").reshape(600, 2)
         else:
             f.create_dataset("y", data=np.arange(1200, dtype="i4").reshape(600, 2),
-                             chunks=(1, 2), maxshape=spec["maxshape"] and (None, None),
+                             chunks=(1, 2), maxshape=spec["maxshape"] and
+                             ((None, 2) if index == "extensible-array" else (None, None)),
                              compression="gzip")
     got = []
     real = scan_hdf5._native_chunk_index

@@ -37,7 +37,8 @@ INLINE_VALUES_LIMIT = 64 * 1024  # decoded bytes: the default --inline-threshold
 # Problems a scanner raises when a variable's blocks cannot be referenced; inlining
 # (reading the values with the format's own library) resolves them.
 REFERENCE_KINDS = frozenset({"compact-layout", "external-storage", "virtual-dataset",
-                             "unsupported-filter", "filter-mask", "partial-records"})
+                             "unsupported-filter", "filter-mask", "partial-records",
+                             "chunk-coordinates"})
 INLINABLE_KINDS = REFERENCE_KINDS | {"unsupported-type"}
 
 

@@ -1,14 +1,16 @@
 """HDF5 and netCDF-4 files: block tables from each dataset's chunk index, via h5py.
 
 A chunked dataset's index is read in one pass: a v1 B-tree (netCDF-C's default, and any
-file written for every library version), a fixed array, a v2 B-tree or an implicit
-index in a local file directly from the file's bytes, one `np.frombuffer` per B-tree node or array page
-(`_native_chunk_index`), checked against HDF5's own count of the index (whose walk also
-checks the array's checksums, and whose reads the direct reader reuses: the index is read
-from the file once); every other index, a remote file, and anything the direct reader
-does not expect, with one `chunk_iter` pass (never `get_chunk_info(i)` in a loop, which
-is O(N) per call). Groups are walked with `keys()`; data is read only for small 1-D
-coordinate variables, whose values the planner checks and inlines.
+file written for every library version), a fixed array, an extensible array, a v2 B-tree
+or an implicit index in a local file directly from the file's bytes, one `np.frombuffer`
+per B-tree node or array block or page (`_native_chunk_index`), checked against HDF5's own
+count of the index (whose walk also checks the arrays' checksums, and whose reads the
+direct reader reuses: the index is read from the file once); every other index, a remote
+file, and anything the direct reader does not expect, with one `chunk_iter` pass (never
+`get_chunk_info(i)` in a loop, which is O(N) per call), whose chunks of an extensible
+array with its unlimited axis not the first HDF5 misplaces (`_chunk_iter_swizzles`): the
+scan puts them at their places. Groups are walked with `keys()`; data is read only for
+small 1-D coordinate variables, whose values the planner checks and inlines.
 
 Per object: attributes, and a dataset's layout, filters, fill value and stored type, are
 read from the object header's bytes HDF5 has just read and checked (`_h5meta`; h5py's
@@ -106,6 +108,7 @@ def scan_hdf5(path: str, finish=None) -> FileInventory:
             raise OSError(f"{path}: not a readable HDF5 file ({e})") from e
         with f:
             scanner = _Scanner(path, f, recorder, st.st_size)
+            scanner.source = fobj
             try:
                 inv = scanner.run(st.st_size, st.st_mtime_ns)
                 scanner.link_targets(inv)
@@ -170,6 +173,8 @@ class _Recorder:
 
 
 class _Scanner:
+    source = None  # the scanned file object (scan_hdf5 sets it): its `pread` reads its bytes
+
     def __init__(self, path: str, f: h5py.File, recorder: _Recorder | None = None,
                  size: int = 0):
         self.path = path
@@ -722,8 +727,16 @@ class _Scanner:
             return None, codecs
         refs = empty_refs(grid)
         if all(grid):
-            idx, offsets, sizes, masks = self._chunk_index(ds, chunks,
-                                                           direct=name not in self._origin)
+            got = self._chunk_index(name, ds, chunks)
+            if got is None:
+                self.problem(name, "chunk-coordinates",
+                             "cannot be referenced: HDF5's chunk_iter lists the chunks of an "
+                             "extensible array index whose unlimited axis is not the first at "
+                             "other coordinates, and whether this dataset's index is one (its "
+                             "layout message unreadable), or where this HDF5 lists them, could "
+                             "not be told; --inline or --drop it")
+                return None, codecs
+            idx, offsets, sizes, masks = got
         else:
             idx, offsets = np.zeros((0, len(shape)), np.int64), np.zeros(0, np.uint64)
             sizes, masks = offsets, np.zeros(0, np.uint32)
@@ -775,15 +788,16 @@ class _Scanner:
                          f"{mask:#x}): the cube decodes them without it", fatal=False)
         return BlockTable(chunks, padded=True, refs=refs), codecs
 
-    def _chunk_index(self, ds: h5py.Dataset, chunks: tuple[int, ...], direct: bool = True):
+    def _chunk_index(self, name: str, ds: h5py.Dataset, chunks: tuple[int, ...]):
         """A chunked dataset's index: read directly where it is a v1 B-tree, a fixed
-        array, a v2 B-tree or an implicit index in a local file (`_native_chunk_index`,
-        from the bytes HDF5 has just read counting the index), else, or on anything
-        unexpected, by `chunk_iter`. `direct=False` (a dataset in another file, reached by
-        an external link: the recorder reads this file's bytes only): `chunk_iter`."""
+        array, an extensible array, a v2 B-tree or an implicit index in a local file
+        (`_native_chunk_index`, from the bytes HDF5 has just read counting the index),
+        else, or on anything unexpected, by `chunk_iter` (`_chunk_iter_index`). A dataset
+        in another file, reached by an external link (the recorder reads this file's bytes
+        only): `chunk_iter`. None: the chunks' coordinates cannot be told."""
         rec = self.recorder
         cells = math.prod(-(-int(n) // c) for n, c in zip(ds.shape, chunks))
-        if direct and rec is not None and cells >= DIRECT_MIN_CHUNKS:
+        if name not in self._origin and rec is not None and cells >= DIRECT_MIN_CHUNKS:
             keep = set(rec.reads)
             try:
                 on, rec.on = rec.on, True  # HDF5's own walk of the index: its count, and its reads
@@ -798,7 +812,62 @@ class _Scanner:
                 rec.forget(keep)
             if got is not None:
                 return got
-        return _walk_chunk_index(ds.id, len(chunks))
+        return self._chunk_iter_index(name, ds, chunks)
+
+    def _chunk_iter_index(self, name: str, ds: h5py.Dataset, chunks: tuple[int, ...]):
+        """One `chunk_iter` pass over a dataset's index (`_walk_chunk_index`). Where HDF5
+        misplaces what it lists (`_chunk_iter_swizzles`: an extensible array whose unlimited
+        axis is not the first and follows an axis of more than one chunk), the chunks are
+        put at their places from their order (`_chunk_iter_renumbered`) once the dataset's
+        layout message says its index is an extensible array; None if that cannot be told."""
+        got = _walk_chunk_index(ds.id, len(chunks))
+        try:
+            k, grid = _unlimited_axis(ds.id, chunks)
+        except _Unexpected:
+            return got  # no extensible array: not one unlimited axis
+        if k == 0 or math.prod(grid[:k]) == 1 or not len(got[0]) \
+                or _chunk_iter_swizzles() is False:
+            return got  # HDF5's numbering and chunk_iter's agree
+        try:
+            body = self._layout_body(name, ds)
+            if body[0] == 3:
+                return got  # a v1 B-tree: chunk_iter lists its keys
+            pos = 5 + body[4] * body[3]
+            if body[0] not in (4, 5) or body[1] != 2 or len(body) <= pos:
+                raise _Unexpected("layout message not understood")
+            if body[pos] != 4:
+                return got  # not an extensible array
+            if not _chunk_iter_swizzles():
+                return None  # this HDF5 lists them otherwise
+            offsets = _chunk_iter_renumbered(got[0], chunks, k, grid)
+        except Exception:  # _Unexpected, or the header unreadable
+            return None
+        return (offsets,) + tuple(got[1:])
+
+    def _layout_body(self, name: str, ds: h5py.Dataset) -> bytes:
+        """The body of a dataset's data layout message, read from the file holding it (this
+        file, or the target of the external link it was reached by)."""
+        fcpl = h5py.h5i.get_file_id(ds.id).get_create_plist()
+        if fcpl.get_sizes() != (8, 8):
+            raise _Unexpected("a file with other than 8-byte addresses and lengths")
+        base = fcpl.get_userblock()  # addresses are relative to the superblock
+        objno = h5py.h5g.get_objinfo(ds.id, b".").objno
+        if objno[1] != 0:
+            raise _Unexpected("an object header address past 2**64")
+        k = self._origin.get(name)
+        if k is None:
+            pread = self.recorder.pread if self.recorder is not None else self.source.pread
+            body = _layout_message(lambda n, off: pread(n, off + base), int(objno[0]),
+                                   self.size - base)
+        else:
+            target = list(self._targets)[k]
+            with open(target, "rb") as fh:
+                size = os.fstat(fh.fileno()).st_size
+                body = _layout_message(lambda n, off: os.pread(fh.fileno(), n, off + base),
+                                       int(objno[0]), size - base)
+        if body is None or len(body) < 5:
+            raise _Unexpected("no layout message")
+        return body
 
     def _masked_chunks(self, name: str, view, flat, idx, masks, mask: int, full: int) -> None:
         """Chunks stored with a filter mask other than the dataset's usual one decode
@@ -848,6 +917,50 @@ def _walk_chunk_index(dsid, ndim: int):
     n = len(bo)
     return (np.frombuffer(co, dtype=np.int64).reshape(n, ndim), np.frombuffer(bo, dtype=np.uint64),
             np.frombuffer(sz, dtype=np.uint64), np.frombuffer(fm, dtype=np.uint32))
+
+
+@functools.cache
+def _chunk_iter_swizzles() -> bool | None:
+    """Whether this HDF5's `chunk_iter` (and `get_chunk_info`, `get_chunk_info_by_coord`)
+    misplace the chunks of an extensible array index whose unlimited axis is not the
+    first. HDF5 numbers such a chunk with the unlimited axis moved first (`_earray_scaled`)
+    but lists the array's elements giving the i-th the coordinates of the i-th grid cell
+    counted row-major in the dataset's own axis order (H5D__earray_idx_iterate_cb, HDF5
+    2.0.0 and before); reading data is right. Found once, on a file in memory: chunk (1, 0)
+    of a (2, 1) dataset unlimited along axis 1 is element 1, listed at (0, 1) (True) or at
+    (1, 0) (False); None: listed otherwise."""
+    import threading
+
+    name = f"virtualize-probe-{os.getpid()}-{threading.get_ident()}.h5"
+    try:
+        with h5py.File(name, "w", driver="core", backing_store=False, libver="latest") as f:
+            d = f.create_dataset("p", shape=(2, 1), maxshape=(2, None), chunks=(1, 1), dtype="u1")
+            d[1, 0] = 1
+            got: list = []
+            d.id.chunk_iter(lambda info: got.append(tuple(info.chunk_offset)))
+    except Exception:
+        return None
+    return {((0, 1),): True, ((1, 0),): False}.get(tuple(got))
+
+
+def _chunk_iter_renumbered(offsets, chunks: tuple[int, ...], k: int, grid: tuple[int, ...]):
+    """The true offsets of the chunks `chunk_iter` lists for an extensible array whose
+    unlimited axis `k` is not the first, where HDF5 misplaces them (`_chunk_iter_swizzles`):
+    the elements are listed in their order, element i at the i-th grid cell counted
+    row-major with axis k unbounded (the axes before it 0), so i is read back from those
+    coordinates and placed as HDF5 numbers it (`_earray_scaled`)."""
+    c = np.asarray(chunks, dtype=np.int64)
+    scaled = offsets // c
+    later = grid[k + 1:]
+    if (offsets % c).any() or (scaled < 0).any() or (scaled[:, :k] != 0).any() \
+            or (scaled[:, k + 1:] >= np.asarray(later, dtype=np.int64)).any():
+        raise _Unexpected("chunk_iter's coordinates are not an extensible array's elements")
+    index = scaled[:, k] * math.prod(later)
+    if later:
+        index = index + np.ravel_multi_index(tuple(scaled[:, k + 1:].T), later)
+    if (np.diff(index) <= 0).any():
+        raise _Unexpected("chunk_iter's chunks are not in an extensible array's order")
+    return _earray_scaled(index, k, grid) * c
 
 
 # -- helpers, pure ---------------------------------------------------------------------
@@ -1257,11 +1370,13 @@ def _ref_name(ref, attrs: h5py.AttributeManager) -> str:
 def _native_chunk_index(pread, file_size: int, dsid, chunks: tuple[int, ...], num_chunks):
     """The chunk index of a dataset whose chunks HDF5 indexes with a version 1 B-tree
     (layout message version 3: every file written for any library version, netCDF-C's
-    default), a fixed array or a v2 B-tree (layout version 4 or 5, libver "latest": a
-    fixed extent, two or more unlimited axes), read
-    from the file's bytes with one `np.frombuffer` per B-tree node or array page instead
-    of one Python call per chunk: the same four arrays as `_walk_chunk_index`, in the same
-    order. None for any other index (and layout); `_Unexpected` for anything this reader
+    default), a fixed array, an extensible array, a v2 B-tree or an implicit index (layout
+    version 4 or 5, libver "latest": a fixed extent, one unlimited axis, two or more, no
+    filters and space allocated early), read from the file's bytes with one `np.frombuffer`
+    per B-tree node or array block or page instead of one Python call per chunk: the same
+    four arrays as `_walk_chunk_index`, in the same order (an extensible array's chunks at
+    their places where chunk_iter misplaces them: `_chunk_iter_swizzles`). None for any
+    other index (and layout); `_Unexpected` for anything this reader
     does not expect (signatures, node types, levels, entry counts, sizes, addresses); the
     caller then uses `chunk_iter`. `num_chunks()`, HDF5's own count of the index's chunks
     (the caller has HDF5 walk the index first: that loads, and checks the checksums of,
@@ -1422,8 +1537,10 @@ def _fixed_array(pread, file_size: int, body: bytes, dsid, chunks: tuple[int, ..
                          chunks)
     if len(body) > pos and body[pos] == 2 and len(body) >= pos + 9:
         return _implicit(int.from_bytes(body[pos + 1:pos + 9], "little"), dsid, chunks)
+    if len(body) > pos and body[pos] == 4:
+        return _extensible_array(pread, file_size, body, dsid, chunks)
     if len(body) > pos and body[pos] != 3:
-        return None  # single chunk, extensible array: chunk_iter
+        return None  # a single chunk: chunk_iter
     if dimensionality != ndim + 1 or not 1 <= width <= 8 or len(body) < pos + 10 or flags & ~3:
         raise _Unexpected("layout message (version 4) not understood")
     header = int.from_bytes(body[pos + 2:pos + 10], "little")
@@ -1467,6 +1584,19 @@ def _fixed_array(pread, file_size: int, body: bytes, dsid, chunks: tuple[int, ..
     if head[:4] != b"FADB" or head[4] != 0 or head[5] != h[5] \
             or int.from_bytes(head[6:14], "little") != header:
         raise _Unexpected(f"no fixed array data block at {block}")
+    addrs, sizes, masks = _array_elements(raw, entry_size, filtered,
+                                          math.prod(chunks) * dsid.get_type().get_size())
+    used = addrs != UNDEFINED_ADDRESS
+    index, addrs, sizes, masks = index[used], addrs[used], sizes[used], masks[used]
+    offsets = np.stack(np.unravel_index(index, grid), axis=1).astype(np.int64) \
+        * np.asarray(chunks, dtype=np.int64) if len(index) else np.zeros((0, ndim), np.int64)
+    return offsets, addrs.astype(np.uint64), sizes, masks.astype(np.uint32)
+
+
+def _array_elements(raw, entry_size: int, filtered: bool, nbytes: int):
+    """The chunk addresses, stored sizes and filter masks of a fixed or extensible array's
+    elements `raw`: an address, then (filtered) the stored size in `entry_size - 12` bytes
+    and the filter mask; unfiltered chunks hold `nbytes`."""
     e = np.frombuffer(raw, np.uint8).reshape(-1, entry_size)
     addrs = e[:, :8].copy().view("<u8").reshape(-1)
     if filtered:
@@ -1475,10 +1605,192 @@ def _fixed_array(pread, file_size: int, body: bytes, dsid, chunks: tuple[int, ..
             sizes |= e[:, 8 + k].astype(np.uint64) << np.uint64(8 * k)
         masks = e[:, entry_size - 4:].copy().view("<u4").reshape(-1)
     else:
-        sizes = np.full(len(e), math.prod(chunks) * dsid.get_type().get_size(), np.uint64)
+        sizes = np.full(len(e), nbytes, np.uint64)
         masks = np.zeros(len(e), np.uint32)
-    used = addrs != UNDEFINED_ADDRESS
+    return addrs, sizes, masks
+
+
+def _unlimited_axis(dsid, chunks: tuple[int, ...]) -> tuple[int, tuple[int, ...]]:
+    """The one unlimited axis of a dataset whose chunks an extensible array indexes, and the
+    chunk grid of its maximum extent (0 on the unlimited axis)."""
+    maxshape = dsid.get_space().get_simple_extent_dims(maxdims=True)
+    unlimited = [a for a, m in enumerate(maxshape) if m == h5py.h5s.UNLIMITED]
+    if len(unlimited) != 1 or len(maxshape) != len(chunks):
+        raise _Unexpected(f"an extensible array index for {len(unlimited)} unlimited axes")
+    k = unlimited[0]
+    grid = tuple(0 if a == k else -(-int(m) // c) for a, (m, c) in enumerate(zip(maxshape, chunks)))
+    return k, grid
+
+
+def _earray_scaled(index, k: int, grid: tuple[int, ...]):
+    """The scaled chunk coordinates (n, ndim) of the chunks an extensible array numbers
+    `index`: HDF5 numbers a chunk row-major over the grid of the maximum extent with the
+    unlimited axis `k` moved first, the others in their order (H5VM_swizzle_coords)."""
+    index = np.asarray(index, dtype=np.int64)
+    other = [a for a in range(len(grid)) if a != k]
+    sizes = [grid[a] for a in other]
+    per = math.prod(sizes)
+    if per <= 0:
+        raise _Unexpected("an extensible array over an empty maximum extent")
+    out = np.empty((len(index), len(grid)), np.int64)
+    out[:, k] = index // per
+    for a, col in zip(other, np.unravel_index(index % per, sizes) if other else ()):
+        out[:, a] = col
+    return out
+
+
+_EA_HEADER = 72  # bytes of an extensible array header (8-byte addresses and lengths)
+
+
+def _extensible_array(pread, file_size: int, body: bytes, dsid, chunks: tuple[int, ...]):
+    """Layout message version 4/5 with an extensible array index (type 4: one unlimited
+    axis): its header, index block (the first elements, the first data blocks' addresses,
+    the super blocks' addresses), super blocks (data block addresses, a bitmap of each
+    paged data block's pages written), data blocks and their pages. Element i below the
+    header's "max index set" (HDF5 reads no further) is the chunk numbered i
+    (`_earray_scaled`); an undefined address, or a block or page never written, is a chunk
+    never written. Every signature, version, array type, owning header, block offset and
+    size is checked, and the header's counts and sizes of the blocks created must be those
+    found."""
+    ndim = len(chunks)
+    flags, dimensionality, width = body[2], body[3], body[4]
+    pos = 5 + width * dimensionality
+    if dimensionality != ndim + 1 or not 1 <= width <= 8 or flags & ~3 or len(body) < pos + 14:
+        raise _Unexpected("layout message (version 4) not understood")
+    dims = tuple(int.from_bytes(body[5 + width * i:5 + width * (i + 1)], "little")
+                 for i in range(dimensionality))
+    itemsize = dsid.get_type().get_size()
+    if dims != tuple(chunks) + (itemsize,):
+        raise _Unexpected(f"layout message chunk dimensions {dims} for chunks {chunks}")
+    # max elements bits, index block elements, min data block pointers of a super block,
+    # min elements of a data block, page bits (the header stores the middle two swapped)
+    max_bits, iblock_elmts, min_ptrs, min_elmts, page_bits = body[pos + 1:pos + 6]
+    header = int.from_bytes(body[pos + 6:pos + 14], "little")
+    k, grid = _unlimited_axis(dsid, chunks)
+    if header == UNDEFINED_ADDRESS:
+        return _no_chunks(ndim)
+    if not 0 < header < file_size:
+        raise _Unexpected(f"extensible array header address {header}")
+    h = pread(_EA_HEADER, header)
+    if len(h) < _EA_HEADER or h[:4] != b"EAHD" or h[4] != 0 or h[5] not in (0, 1) \
+            or tuple(h[7:12]) != (max_bits, iblock_elmts, min_elmts, min_ptrs, page_bits):
+        raise _Unexpected(f"no extensible array header at {header}")
+    cls, entry_size = h[5], h[6]
+    filtered = cls == 1
+    if (not 13 <= entry_size <= 20 if filtered else entry_size != 8) \
+            or not 0 < max_bits <= 64 or page_bits > max_bits \
+            or min_elmts < 1 or min_elmts & (min_elmts - 1) \
+            or min_ptrs < 2 or min_ptrs & (min_ptrs - 1):
+        raise _Unexpected("extensible array header not understood")
+    # the blocks created (super blocks, their bytes, data blocks, their bytes), one more
+    # than the last element set, the elements of the blocks created, the index block
+    (n_super, super_bytes, n_data, data_bytes, max_set, realized,
+     iblock) = (int.from_bytes(h[12 + 8 * i:20 + 8 * i], "little") for i in range(7))
+    if max_set == 0 and iblock == UNDEFINED_ADDRESS:
+        return _no_chunks(ndim)
+    if max_set > MAX_BLOCKS or not 0 < iblock < file_size:
+        raise _Unexpected("extensible array header's element count or index block address")
+    # what HDF5 derives from the header (H5EA__hdr_init, H5EA__iblock_alloc): the super
+    # blocks (s: 2**(s//2) data blocks of min_elmts * 2**((s+1)//2) elements each), the
+    # first ones' data block addresses held by the index block, the rest's super blocks
+    n_sblocks = 1 + max_bits - (min_elmts.bit_length() - 1)
+    ib_sblocks = 2 * (min_ptrs.bit_length() - 1)
+    ib_dblocks = 2 * (min_ptrs - 1)
+    if n_sblocks < ib_sblocks:
+        raise _Unexpected("extensible array header not understood")
+    off_size = (max_bits + 7) // 8  # bytes of a block's offset in the array
+    page = 1 << page_bits  # elements of a data block page
+    prefix = 14 + off_size  # signature, version, type, header address, block offset
+
+    def block(addr: int, size: int, sig: bytes, what: str, offset: int | None):
+        if not 0 < addr or addr + size > file_size:
+            raise _Unexpected(f"extensible array {what} address {addr}")
+        raw = pread(size, addr)
+        if len(raw) < size or raw[:4] != sig or raw[4] != 0 or raw[5] != cls \
+                or int.from_bytes(raw[6:14], "little") != header \
+                or (offset is not None and int.from_bytes(raw[14:prefix], "little") != offset):
+            raise _Unexpected(f"no extensible array {what} at {addr}")
+        return raw
+
+    elements = 14 + iblock_elmts * entry_size
+    ib = block(iblock, elements + 8 * (ib_dblocks + n_sblocks - ib_sblocks) + 4, b"EAIB",
+               "index block", None)
+    parts = [(0, ib[14:elements])] if iblock_elmts else []
+    ib_addrs = [int.from_bytes(ib[i:i + 8], "little")
+                for i in range(elements, elements + 8 * (ib_dblocks + n_sblocks - ib_sblocks), 8)]
+    found_super = found_data = super_size = data_size = 0
+    held = iblock_elmts  # elements of the blocks found
+    start = iblock_elmts  # the super block's first element
+    before = 0  # data blocks before it
+    for s in range(n_sblocks):
+        nblocks, nelmts = 1 << (s // 2), min_elmts << ((s + 1) // 2)
+        npages = nelmts // page if nelmts > page else 0
+        if s < ib_sblocks:
+            addrs, bitmap = ib_addrs[before:before + nblocks], b""
+            if npages:
+                raise _Unexpected("a paged data block in an extensible array's index block")
+        else:
+            addr = ib_addrs[ib_dblocks + s - ib_sblocks]
+            if addr == UNDEFINED_ADDRESS:
+                start += nblocks * nelmts
+                before += nblocks
+                continue
+            if start >= max_set:
+                raise _Unexpected(f"extensible array super block at {addr} past the last element")
+            if npages and nelmts % page:
+                raise _Unexpected("extensible array data blocks of a part of a page")
+            bits = (npages + 7) // 8 * nblocks
+            size = prefix + bits + 8 * nblocks + 4
+            sb = block(addr, size, b"EASB", "super block", start - iblock_elmts)
+            bitmap = sb[prefix:prefix + bits]
+            addrs = [int.from_bytes(sb[i:i + 8], "little")
+                     for i in range(prefix + bits, prefix + bits + 8 * nblocks, 8)]
+            found_super += 1
+            super_size += size
+        for j, addr in enumerate(addrs):
+            if addr == UNDEFINED_ADDRESS:
+                continue
+            first = start + j * nelmts
+            if first >= max_set:
+                raise _Unexpected(f"extensible array data block at {addr} past the last element")
+            # the block's offset as HDF5 writes it: in a super block, of its first element
+            # (after the index block's); in the index block, HDF5 counts its data blocks
+            # from the index block's first (H5EA__lookup_elmt)
+            offset = first - iblock_elmts if s >= ib_sblocks else \
+                start - iblock_elmts + (before + j) * nelmts
+            found_data += 1
+            held += nelmts
+            if not npages:
+                size = prefix + nelmts * entry_size + 4
+                raw = block(addr, size, b"EADB", "data block", offset)
+                parts.append((first, raw[prefix:prefix + nelmts * entry_size]))
+                data_size += size
+                continue
+            block(addr, prefix + 4, b"EADB", "data block", offset)
+            step = page * entry_size + 4  # each page's elements, then its checksum
+            data_size += prefix + 4 + npages * step
+            for p in range(npages):
+                bit = j * npages + p
+                if not bitmap[bit // 8] & (0x80 >> (bit % 8)):
+                    continue  # a page never written
+                if first + p * page >= max_set:
+                    raise _Unexpected(f"extensible array page at {addr} past the last element")
+                raw = pread(page * entry_size, addr + prefix + 4 + p * step)
+                if len(raw) < page * entry_size:
+                    raise _Unexpected("extensible array page past the end of the file")
+                parts.append((first + p * page, raw))
+        start += nblocks * nelmts
+        before += nblocks
+    if (found_super, found_data, super_size, data_size, held) != (n_super, n_data, super_bytes,
+                                                                 data_bytes, realized):
+        raise _Unexpected("extensible array blocks found are not those its header counts")
+    if not parts:
+        return _no_chunks(ndim)
+    index = np.concatenate([np.arange(first, first + len(raw) // entry_size, dtype=np.int64)
+                            for first, raw in parts])
+    addrs, sizes, masks = _array_elements(b"".join(raw for _first, raw in parts), entry_size,
+                                          filtered, math.prod(chunks) * itemsize)
+    used = (addrs != UNDEFINED_ADDRESS) & (index < max_set)
     index, addrs, sizes, masks = index[used], addrs[used], sizes[used], masks[used]
-    offsets = np.stack(np.unravel_index(index, grid), axis=1).astype(np.int64) \
-        * np.asarray(chunks, dtype=np.int64) if len(index) else np.zeros((0, ndim), np.int64)
+    offsets = _earray_scaled(index, k, grid) * np.asarray(chunks, dtype=np.int64)
     return offsets, addrs.astype(np.uint64), sizes, masks.astype(np.uint32)
