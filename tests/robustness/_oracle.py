@@ -49,6 +49,9 @@ def library_read(path: Path, name: str) -> np.ndarray:
                 stack = [p.asarray() for p in main if _signature(p) == _signature(main[0])]
                 return stack[0] if len(stack) == 1 else np.stack(stack)
             k = int(name.split("/")[1])
+            if name.startswith("series/"):  # tifffile's series k, as tifffile.imread reads it
+                with tifffile.TiffFile(path) as shaped:
+                    return shaped.series[k].asarray()
             return tif.series[0].levels[k].keyframe.asarray()
     with h5py.File(path, "r") as h:
         return h[name][()]

@@ -63,8 +63,9 @@ def scan_tiff(path: str) -> FileInventory:
         with tifffile.TiffFile(fh, is_shaped=False, is_ome=False, is_imagej=False) as tif:
             inv = _TiffScanner(path, tif, st.st_size, _reopener(fh)).run(st.st_mtime_ns)
         inv.bytes_read, inv.requests, inv.etag = fh.bytes_read, fh.requests, st.etag
-    # what tifffile only logged (a damaged tag it skipped, ...) belongs in the report
-    inv.problems += [_warning_problem(path, w) for w in warnings]
+    # what tifffile only logged (a damaged tag it skipped, ...) belongs in the report, once
+    # (tifffile reads a page's tags again when it builds its series)
+    inv.problems += [_warning_problem(path, w) for w in dict.fromkeys(warnings)]
     return inv
 
 
@@ -176,12 +177,22 @@ class _TiffScanner:
 
     def run(self, mtime_ns: int) -> FileInventory:
         tif = self.tif
-        images, skipped, notes = tiff_images(tif, self.reopen)
-        for i, p in skipped:
+        fmt = "bigtiff" if tif.is_bigtiff else "tiff"
+        pages = _pages(tif)  # tifffile parses the IFDs again on each walk of tif.pages
+        if self._damaged_pages(tif, pages):  # nothing of the file is described: it is refused
+            return FileInventory(self.path, fmt, self.size, mtime_ns, self.groups, {},
+                                 self.variables, self.problems)
+        images, skipped, notes, conflicts = tiff_images(tif, self.reopen, pages)
+        for conflict in conflicts:
+            self.problem(None, "corrupt", conflict)  # the file's pages, not one variable
+        if conflicts:
+            return FileInventory(self.path, fmt, self.size, mtime_ns, self.groups, {},
+                                 self.variables, self.problems)
+        for _i, p in skipped:
             self.problem("image", "page-skipped",
-                         f"page {i} ({p.shape} {p.dtype}, {p.compression.name}) differs from "
-                         "page 0 and is not part of the image (nor of another series)",
-                         fatal=False)
+                         f"page {p.index} ({p.shape} {p.dtype}, {_name(p.compression)}) differs "
+                         f"from page {images['image'][0][0].index} (the image's first) and is "
+                         "not part of the image (nor of another series)", fatal=False)
         for note in notes:
             self.problem("image", "tiff-series", note, fatal=False)
         stack, lead, lead_dims = images.pop("image")
@@ -207,11 +218,50 @@ class _TiffScanner:
                 self.groups.setdefault("overview", {})
                 self.groups[f"overview/{k}"] = {}
             self.groups[""]["multiscales"] = [{"name": "image", "datasets": ms}]
-        fmt = "bigtiff" if tif.is_bigtiff else "tiff"
         if geo is not None:
             fmt = "geo" + fmt
         return FileInventory(self.path, fmt, self.size, mtime_ns, self.groups, {},
                              self.variables, self.problems)
+
+    def _damaged_pages(self, tif, pages: list) -> bool:
+        """Refuse (True) pages whose image directory is damaged in a way tifffile reads past:
+
+        - a tag the page's layout or decoding depends on (`LAYOUT_TAGS`) that tifffile
+          could not read (a damaged count, data type or value offset): it logs an error,
+          leaves the tag out and reads the page with the tag's default;
+        - a page without pixels (a width or length of 0: ImageWidth / ImageLength missing
+          or damaged). tifffile leaves such pages out of its series (since 2026.11.8; before,
+          such a page was a series of its own), so the image would silently lose the page
+          and the pages after it would move up one place; libtiff refuses the directory.
+        """
+        try:  # SubIFDs: the levels of tifffile's series 0, as `_levels` takes them
+            levels = [level.keyframe for level in tif.series[0].levels[1:]] if tif.series else []
+        except Exception:
+            levels = []
+        offsets = {p.offset for p in pages}
+        pages = pages + [p for p in levels
+                         if isinstance(p, tifffile.TiffPage) and p.offset not in offsets]
+        before = len(self.problems)
+        for page in pages:
+            where = f"page {page.index} (image directory at byte {page.offset})"
+            lost = [(code, at) for code, at in _unread_tags(tif, page) if code in LAYOUT_TAGS]
+            if lost:
+                names = ", ".join(f"{_tag_name(code)} ({code}, entry at byte {at})"
+                                  for code, at in lost)
+                self.problem(None, "corrupt",
+                             f"{where}: tifffile could not read the tag(s) {names} (a damaged "
+                             f"count, data type or value offset) and reads the page without "
+                             f"them, as {page.shape} {page.dtype}: the page's layout depends "
+                             "on them, so it cannot be referenced as stored")
+            elif 0 in page.shape and not (page.subfiletype & 0b100):
+                stored = int(np.count_nonzero(np.asarray(page.databytecounts, dtype=np.uint64)))
+                self.problem(None, "corrupt",
+                             f"{where} has no pixels: tifffile reads its shape as {page.shape} "
+                             f"(ImageWidth {page.imagewidth}, ImageLength {page.imagelength}: "
+                             f"missing or damaged) and leaves it out of its series, though it "
+                             f"lists {stored} stored strip(s)/tile(s); the file's pages cannot "
+                             "be referenced whole")
+        return len(self.problems) > before
 
     def _levels(self, tif, first, npages: int) -> list:
         try:
@@ -330,7 +380,7 @@ class _TiffScanner:
             shape = (len(pages), *shape)
             block_shape = (1, *block_shape)
         fill, fill_attr = self._nodata(name, page, dtype)
-        attrs: dict[str, Any] = {"tiff_photometric": page.photometric.name.lower()}
+        attrs: dict[str, Any] = {"tiff_photometric": _name(page.photometric).lower()}
         if fill_attr is not None:
             attrs["_FillValue"] = fill_attr
         if geo is not None:
@@ -483,15 +533,18 @@ def _lead_dims(axes: str, lead: tuple[int, ...]) -> tuple[str, ...]:
     return tuple(f"page_{c}" for c in letters)
 
 
-def tiff_images(tif: tifffile.TiffFile, reopen=None):
+def tiff_images(tif: tifffile.TiffFile, reopen=None, pages: list | None = None):
     """The images of a TIFF as the cube holds them: `image` (the full-resolution pages
     that agree with page 0) and `series/<k>/image` (tifffile's series k, when its pages
     are full-resolution pages outside `image` that agree with each other), each as
     (pages, leading shape, leading dims) -- the leading shape tifffile's series gives
     (an ImageJ hyperstack's (T, Z, C)), so that each reads as `series[k].asarray()`.
-    Also returns the main pages left out (index, page) and notes where tifffile presents
-    series 0 otherwise (e.g. an ImageJ file whose frames are not all IFDs)."""
-    pages = [p for p in tif.pages if isinstance(p, tifffile.TiffPage)]
+    Also returns the main pages left out (index, page), notes where tifffile presents
+    series 0 otherwise (e.g. an ImageJ file whose frames are not all IFDs), and conflicts:
+    series in which tifffile reads pages the file marks reduced-resolution or mask together
+    with full-resolution pages (which pages form the image is ambiguous). `pages`: the
+    file's pages (`_pages`) when the caller has them."""
+    pages = _pages(tif) if pages is None else pages
     main = [p for p in pages if not (p.subfiletype & 0b101)]  # not reduced, not a mask
     if not main:
         raise ValueError("no full-resolution image in the file")
@@ -529,7 +582,84 @@ def tiff_images(tif: tifffile.TiffFile, reopen=None):
             images[f"series/{k}/image"] = found
             covered |= set(offsets)
     skipped = [(i, p) for i, p in enumerate(main) if p.offset not in covered]
-    return images, skipped, notes
+    return images, skipped, notes, _conflicts(pages, series)
+
+
+def _conflicts(pages: list, series) -> list[str]:
+    """Series whose pages the file marks partly full-resolution, partly reduced or mask
+    (NewSubfileType): tifffile groups pages by their layout, not by that flag, so a page
+    whose flag is damaged stays in the image for tifffile while the flag takes it out (a
+    page of full size marked reduced-resolution is no overview either)."""
+    by_offset = {p.offset: p for p in pages}
+    out = []
+    for k, (_shape, _axes, offsets) in enumerate(series):
+        ps = [by_offset[o] for o in offsets if o in by_offset]
+        flagged = [p for p in ps if p.subfiletype & 0b101]
+        if flagged and len(flagged) < len(ps):
+            which = ", ".join(f"{p.index} (NewSubfileType {int(p.subfiletype)})"
+                              for p in flagged[:5]) + (", ..." if len(flagged) > 5 else "")
+            out.append(f"tifffile reads page(s) {which} as part of series {k} with "
+                       f"{len(ps) - len(flagged)} full-resolution page(s) of the same shape and "
+                       "layout, but the file marks them reduced-resolution or mask: which "
+                       "pages form the image is ambiguous (a damaged NewSubfileType?)")
+    return out
+
+
+def _name(value) -> str:
+    """An enumerated tag value's name (COMPRESSION.LZW -> 'LZW'); tifffile keeps a value
+    its enumeration does not know (or a default of a missing tag) as a plain int."""
+    return getattr(value, "name", None) or str(int(value))
+
+
+def _pages(tif: tifffile.TiffFile) -> list:
+    """The pages of the file's IFD chain (TiffPage objects; not SubIFDs)."""
+    return [p for p in tif.pages if isinstance(p, tifffile.TiffPage)]
+
+
+# Tags a page's layout or decoding depends on: when tifffile cannot read one (it logs an
+# error and leaves the tag out), it reads the page with the tag's default. The byte-count
+# tags are not here: without them only a contiguous uncompressed image reads right, which
+# `_TiffScanner._image` checks.
+LAYOUT_TAGS = frozenset({
+    254, 255,  # NewSubfileType, SubfileType: full resolution, reduced, mask
+    256, 257, 258, 259, 262, 266,  # width, length, bits, compression, photometric, fill order
+    273, 277, 278, 284, 317,  # strip offsets, samples, rows per strip, planar, predictor
+    322, 323, 324, 330, 338, 339,  # tile width, length, offsets; SubIFDs; extra samples; format
+    347, 530, 32997, 32998,  # JPEGTables, YCbCrSubSampling, ImageDepth, TileDepth
+    33550, 33922, 34264, 34735, 34736, 34737, 42113,  # GeoTIFF, GDAL_NODATA
+})
+
+
+def _tag_name(code: int) -> str:
+    try:
+        return str(tifffile.TIFF.TAGS[code])
+    except (KeyError, TypeError):
+        return f"tag {code}"
+
+
+def _unread_tags(tif: tifffile.TiffFile, page) -> list[tuple[int, int]]:
+    """(code, entry offset) of the page's IFD entries tifffile did not read: it parses each
+    entry at offset + tagnosize + i * tagsize and keeps the tags it could read, each with
+    that offset, so an entry whose offset is not among them was dropped."""
+    t = tif.tiff
+    if page.offset is None:
+        return []
+    fh = tif.filehandle
+    try:
+        fh.seek(page.offset)
+        raw = fh.read(t.tagnosize)
+        ntags = struct.unpack(t.tagnoformat, raw)[0]
+        start = page.offset + t.tagnosize
+        entries = fh.read(ntags * t.tagsize)
+    except (struct.error, OSError, ValueError):
+        return []
+    read = {tag.offset for tag in page.tags.values()}
+    out = []
+    for i in range(min(ntags, len(entries) // t.tagsize)):
+        at = start + i * t.tagsize
+        if at not in read:
+            out.append((struct.unpack_from(tif.byteorder + "H", entries, i * t.tagsize)[0], at))
+    return out
 
 
 def _signature(p) -> tuple:
@@ -577,7 +707,7 @@ def tiff_codecs(page, dtype: np.dtype) -> tuple[list[dict], str | None]:
     axis = -2 if samples_last else -1
     if comp in IMAGE_CODECS:
         if pred != 1:
-            return [], f"predictor {pred} with {comp.name} compression"
+            return [], f"predictor {pred} with {_name(comp)} compression"
         if comp == C.JPEG:
             return _jpeg_codec(page)
         if comp == C.WEBP:
@@ -588,7 +718,8 @@ def tiff_codecs(page, dtype: np.dtype) -> tuple[list[dict], str | None]:
             return [{"name": "imagecodecs_webp", "configuration": {}}], None
         return [{"name": "imagecodecs_lerc", "configuration": {}}], None
     if comp not in BYTES_CODECS:
-        return [], f"compression {comp.name} ({int(comp)}) has no zarr codec that decodes it exactly"
+        return [], (f"compression {_name(comp)} ({int(comp)}) has no zarr codec that decodes it "
+                    "exactly")
     codecs: list[dict] = []
     if pred == 2:
         codecs.append({"name": "imagecodecs_delta", "configuration": {"axis": axis, "dist": 1}})
@@ -630,7 +761,7 @@ def _jpeg_codec(page) -> tuple[list[dict], str | None]:
         elif photometric == P.SEPARATED:
             data_cs = "CMYK"
         elif photometric > 3:
-            return [], f"JPEG with photometric {page.photometric.name} has no exact zarr decoding"
+            return [], f"JPEG with photometric {_name(page.photometric)} has no exact zarr decoding"
     if page.planarconfig != tifffile.PLANARCONFIG.CONTIG:
         data_cs = "GRAYSCALE"
     if jpeg_cs is not None:
