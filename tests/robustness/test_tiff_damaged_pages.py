@@ -161,3 +161,81 @@ def test_a_missing_photometric_tag_reads_as_tifffile_reads_it(tmp_path):
     inv = scan(path)
     assert not inv.problems and inv.variables["image"].attrs["tiff_photometric"] == "0"
     assert judge(path, tmp_path / "cube.zarr") == "accepted"
+
+
+# -- series made by the file's ImageJ / tifffile "shaped" metadata ------------------------
+# tifffile reads such a series with its first page's layout (the other pages are frames
+# of it; an ImageJ hyperstack's data as one contiguous block from the first page's data),
+# while the cube referred to each page's own directory: a damaged tag in another page made
+# the two differ (found by the mutation suite over these fixtures: the cube's image lost the
+# page, or merged pages of another series, or read where tifffile reads something else).
+
+
+def _page_entry(path, page: int, code: int) -> tuple[bytearray, int]:
+    b = bytearray(path.read_bytes())
+    with tifffile.TiffFile(path, is_shaped=False, is_imagej=False) as tif:
+        ifd = tif.pages[page].offset
+    return b, _entry(b, ifd, code)
+
+
+@pytest.mark.parametrize("name,page,code,value,differs", [
+    ("multipage_shaped", 1, 322, 48, "chunks"),  # TileWidth
+    ("multipage_shaped", 3, 259, 1, "compression"),  # Compression
+    ("shaped_series", 4, 258, 8, "dtype"),  # BitsPerSample, in series 0 of four
+    ("imagej_hyperstack", 4, 259, 5, "compression"),
+    ("imagej_hyperstack", 2, 257, 35, "shape"),  # ImageLength
+])
+def test_a_series_page_whose_own_tags_disagree_is_refused(case, tmp_path, name, page, code,
+                                                          value, differs):
+    src = case(name)[0]
+    b, at = _page_entry(src, page, code)
+    struct.pack_into("<H", b, at + 8, value)
+    path = tmp_path / src.name
+    path.write_bytes(bytes(b))
+    with tifffile.TiffFile(path) as tif:  # tifffile still reads the page as part of series 0
+        assert tif.series[0].kind in ("shaped", "imagej")
+        assert page in [p.index for p in tif.series[0].pages]
+    problems = _fatal(path)
+    assert [p.kind for p in problems] == ["corrupt"] and problems[0].loc.file == str(path)
+    assert f"page {page}'s own directory differs ({differs} " in problems[0].message
+    assert judge(path, tmp_path / "cube.zarr") == "refused"
+
+
+@pytest.mark.parametrize("page,delta,block", [(1, -100, True), (3, 200, True), (5, 2, True),
+                                              (0, -100, True), (0, 200, False)])
+def test_an_imagej_page_whose_data_offset_moved_is_refused(case, tmp_path, page, delta, block):
+    """tifffile reads the hyperstack as one block from page 0's data offset (when the
+    frames fit between it and page 1's directory): page k's own StripOffsets pointing
+    elsewhere, or page 0's moving the block, cannot both be read. When page 0's data no
+    longer end before page 1's directory, tifffile reads each page from its own offset, as
+    the cube does."""
+    src = case("imagej_hyperstack")[0]
+    b, at = _page_entry(src, page, 273)
+    struct.pack_into("<I", b, at + 8, struct.unpack_from("<I", b, at + 8)[0] + delta)
+    path = tmp_path / src.name
+    path.write_bytes(bytes(b))
+    with tifffile.TiffFile(path) as tif:
+        assert (tif.series[0].dataoffset is not None) == block
+    problems = _fatal(path)
+    if not block:
+        assert not problems and judge(path, tmp_path / "cube.zarr") == "accepted"
+        return
+    assert [p.kind for p in problems] == ["corrupt"] and problems[0].loc.file == str(path)
+    assert "one contiguous block" in problems[0].message
+    assert judge(path, tmp_path / "cube.zarr") == "refused"
+
+
+def test_metadata_series_tifffile_cannot_build_are_refused(case, tmp_path):
+    """Page 1's ImageWidth in a shaped series changed: tifffile's series (and imread) fail
+    ("incompatible keyframe"); the cube stacked the pages that agree with page 0 instead,
+    those of series 3 included."""
+    src = case("shaped_series")[0]
+    b, at = _page_entry(src, 1, 256)
+    struct.pack_into("<H", b, at + 8, 101)
+    path = tmp_path / src.name
+    path.write_bytes(bytes(b))
+    with pytest.raises(RuntimeError):
+        tifffile.imread(path)
+    problems = _fatal(path)
+    assert [p.kind for p in problems] == ["corrupt"] and problems[0].loc.file == str(path)
+    assert "cannot build the series" in problems[0].message and "shaped" in problems[0].message

@@ -22,7 +22,7 @@ import math
 import os
 import re
 import struct
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import tifffile
@@ -497,18 +497,51 @@ def _reopener(source):
     return reopen
 
 
-def _series(tif: tifffile.TiffFile, reopen) -> list[tuple[tuple[int, ...], str, list]]:
+class _Series(NamedTuple):
+    shape: tuple[int, ...]
+    axes: str
+    offsets: list  # of its pages' IFDs (None for a frame that is not an IFD)
+    kind: str  # 'shaped', 'imagej', 'generic', ...
+    # (page, its first data offset, where tifffile reads that page's data) of the first
+    # page tifffile does not read from its own offset (it reads the series as one block)
+    misplaced: tuple[int, int, int] | None = None
+
+
+def _misplaced(s) -> tuple[int, int, int] | None:
+    """tifffile reads a series whose data it takes for one contiguous block (`dataoffset`:
+    an ImageJ hyperstack's frames after the first page's data, consecutive uncompressed
+    pages) as `size` values from that offset, whatever the other pages' own offsets say.
+    The first IFD page whose own data offset is not where that block puts it, else None."""
+    start = s.dataoffset
+    if start is None:
+        return None
+    pages = list(s.pages)
+    step = pages[0].nbytes if pages and pages[0] is not None else 0
+    for k, p in enumerate(pages):
+        if p is None or getattr(p, "offset", None) is None:
+            continue
+        own = int(p.dataoffsets[0]) if len(p.dataoffsets) else -1
+        if own != start + k * step:
+            return (k, own, start + k * step)
+    return None
+
+
+def _series(tif: tifffile.TiffFile, reopen) -> tuple[list[_Series], str | None]:
     """tifffile's series as `tifffile.imread` presents them (the file's ImageJ or tifffile
-    "shaped" metadata honoured): per series its shape, axes and the file offsets of its
-    pages (None for a page it does not hold as an IFD)."""
+    "shaped" metadata honoured), as `_Series`. Also what went wrong when tifffile cannot
+    build the series the file's ImageJ or shaped metadata describe (`tifffile.imread`
+    fails alike), else None."""
     first = tif.pages.first
     other = reopen() if reopen is not None and (first.is_shaped or first.is_imagej) else None
     try:
         series = (other or tif).series
-        return [(tuple(int(n) for n in s.shape), s.axes,
-                 [getattr(p, "offset", None) for p in s.pages]) for s in series]
-    except Exception:  # metadata tifffile cannot follow: the generic view
-        return []
+        return [_Series(tuple(int(n) for n in s.shape), s.axes,
+                        [getattr(p, "offset", None) for p in s.pages], s.kind, _misplaced(s))
+                for s in series], None
+    except Exception as e:  # metadata tifffile cannot follow
+        if other is not None:
+            return [], f"{type(e).__name__}: {e}"
+        return [], None  # the generic view: the pages that agree
     finally:
         if other is not None:
             other.close()
@@ -562,27 +595,33 @@ def tiff_images(tif: tifffile.TiffFile, reopen=None, pages: list | None = None):
         lead = _fits(shape, ps[0].shape, len(ps))
         return None if lead is None else (ps, lead, _lead_dims(axes, lead))
 
-    series = _series(tif, reopen)
+    series, failed = _series(tif, reopen)
     notes = []
-    image = one(series[0][2], series[0][0], series[0][1]) if series else None
+    image = one(series[0].offsets, series[0].shape, series[0].axes) if series else None
     if image is None:  # the pages that agree with the first full-resolution page
         first = main[0]
         stack = [p for p in main if _signature(p) == _signature(first)]
         lead = (len(stack),) if len(stack) > 1 else ()
         image = (stack, lead, _lead_dims("", lead))
-        if series and series[0][0] != (*lead, *first.shape):
-            notes.append(f"tifffile presents series 0 as {series[0][0]} ({series[0][1]}) from "
+        if series and series[0].shape != (*lead, *first.shape):
+            notes.append(f"tifffile presents series 0 as {series[0].shape} ({series[0].axes}) from "
                          f"the file's metadata; the cube's image is the file's {len(stack)} "
                          f"agreeing page(s) of {first.shape}")
     images["image"] = image
     covered |= {p.offset for p in image[0]}
-    for k, (shape, axes, offsets) in enumerate(series[1:], start=1):
+    for k, (shape, axes, offsets, *_) in enumerate(series[1:], start=1):
         found = one(offsets, shape, axes)
         if found is not None:
             images[f"series/{k}/image"] = found
             covered |= set(offsets)
     skipped = [(i, p) for i, p in enumerate(main) if p.offset not in covered]
-    return images, skipped, notes, _conflicts(pages, series)
+    conflicts = _conflicts(pages, series) + _disagreeing(by_offset, series)
+    if failed:
+        conflicts.append(f"tifffile cannot build the series the file's "
+                         f"{'ImageJ' if main[0].is_imagej else 'shaped'} metadata describe "
+                         f"({failed}; tifffile.imread fails alike): which pages form the image "
+                         "is unknown")
+    return images, skipped, notes, conflicts
 
 
 def _conflicts(pages: list, series) -> list[str]:
@@ -592,7 +631,7 @@ def _conflicts(pages: list, series) -> list[str]:
     page of full size marked reduced-resolution is no overview either)."""
     by_offset = {p.offset: p for p in pages}
     out = []
-    for k, (_shape, _axes, offsets) in enumerate(series):
+    for k, (_shape, _axes, offsets, *_) in enumerate(series):
         ps = [by_offset[o] for o in offsets if o in by_offset]
         flagged = [p for p in ps if p.subfiletype & 0b101]
         if flagged and len(flagged) < len(ps):
@@ -603,6 +642,50 @@ def _conflicts(pages: list, series) -> list[str]:
                        "layout, but the file marks them reduced-resolution or mask: which "
                        "pages form the image is ambiguous (a damaged NewSubfileType?)")
     return out
+
+
+def _disagreeing(main: dict, series) -> list[str]:
+    """Series the file's ImageJ or shaped metadata make of IFDs (full-resolution pages)
+    whose own tags disagree on the layout: tifffile reads every page of such a series with
+    its first page's layout (the others are frames of it), or cannot read it at all, while
+    a page's own directory says otherwise (a damaged tag). Neither reading is exact. Also
+    series tifffile reads as one contiguous block (`_misplaced`) where a page's own data
+    offset is elsewhere: the cube would refer to the page's own bytes."""
+    out = []
+    for k, (_shape, _axes, offsets, kind, misplaced) in enumerate(series):
+        if misplaced is not None and all(o in main for o in offsets if o is not None):
+            k_page, own, read = misplaced
+            page = main[offsets[k_page]].index if offsets[k_page] in main else k_page
+            out.append(f"tifffile reads series {k} as one contiguous block from its first "
+                       f"page's data offset on, the data of page {page} from byte {read}, but "
+                       f"that page's own directory puts them "
+                       f"at byte {own} (a damaged offset?): which bytes are the page is "
+                       "ambiguous")
+            continue
+        if kind not in ("shaped", "imagej") or not offsets or \
+                any(o is None or o not in main for o in offsets):
+            continue
+        ps = [main[o] for o in offsets]
+        other = next((p for p in ps if _signature(p) != _signature(ps[0])), None)
+        if other is not None:
+            fields = ("shape", "dtype", "chunks", "chunked", "compression", "predictor",
+                      "planarconfig", "is_tiled", "photometric", "jpegtables")
+            diff = "; ".join(f"{f} {_shown(a)} vs {_shown(b)}" for f, a, b in
+                             zip(fields, _signature(ps[0]), _signature(other)) if a != b)
+            out.append(f"the file's {'ImageJ' if kind == 'imagej' else 'shaped'} metadata make "
+                       f"pages {ps[0].index}..{ps[-1].index} series {k}, read with page "
+                       f"{ps[0].index}'s layout, but page {other.index}'s own directory "
+                       f"differs ({diff}): a damaged tag?")
+    return out
+
+
+def _shown(value) -> str:
+    """A tag-derived value for a message: enumerations by name, bytes by length."""
+    if isinstance(value, (bytes, bytearray)):
+        return f"{len(value)} bytes"
+    if isinstance(value, np.dtype):
+        return str(value)
+    return getattr(value, "name", None) or str(value)
 
 
 def _name(value) -> str:
