@@ -24,7 +24,7 @@ The rule every outcome must follow (`_oracle.judge`):
   into a `scan-timeout` refusal, which is fine), a refusal not naming the file.
 
 Budget: a fixed number of derandomized examples per source (`VIRTUALIZE_MUTATIONS`,
-default 60: 1,140 mutated files over 19 sources, about 30 s), so the directory stays within a minute
+default 60: 1,140 mutated files over 19 sources, about 30 s of the directory's 40 s)
 on 2 cores. Maintainers run longer, e.g. ``VIRTUALIZE_MUTATIONS=500 pytest
 tests/robustness``, and other examples with ``VIRTUALIZE_MUTATIONS_SEED=N``; the counts of
 mutated files, formats and outcomes are printed at the end of the session (conftest.py).
