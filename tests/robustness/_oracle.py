@@ -46,12 +46,34 @@ def library_read(path: Path, name: str) -> np.ndarray:
                     and not (p.subfiletype & 0b101)]
             if name == "image":
                 from virtualize.scan.tiff import _signature
+                shaped = _metadata_series(path, main)
+                if shaped is not None:
+                    return shaped
                 stack = [p.asarray() for p in main if _signature(p) == _signature(main[0])]
                 return stack[0] if len(stack) == 1 else np.stack(stack)
             k = int(name.split("/")[1])
+            if name.startswith("series/"):  # tifffile's series k, as tifffile.imread reads it
+                with tifffile.TiffFile(path) as shaped:
+                    return shaped.series[k].asarray()
             return tif.series[0].levels[k].keyframe.asarray()
     with h5py.File(path, "r") as h:
         return h[name][()]
+
+
+def _metadata_series(path: Path, main: list) -> np.ndarray | None:
+    """tifffile's series 0 as `tifffile.imread` reads it, when the file's ImageJ or tifffile
+    "shaped" metadata makes it (the cube's `image` is that series, leading shape included,
+    when its frames are IFDs of the file: docs/tiff.md), else None (a generic file: its
+    image is the pages that agree with the first)."""
+    with tifffile.TiffFile(path) as tif:
+        if not (tif.is_shaped or tif.is_imagej):
+            return None
+        s = tif.series[0]
+        offsets = {p.offset for p in main}
+        if s.kind not in ("shaped", "imagej") or \
+                not all(getattr(p, "offset", None) in offsets for p in s.pages):
+            return None
+        return s.asarray()
 
 
 def same(a: np.ndarray, b: np.ndarray) -> bool:

@@ -22,7 +22,7 @@ import math
 import os
 import re
 import struct
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import tifffile
@@ -63,8 +63,9 @@ def scan_tiff(path: str) -> FileInventory:
         with tifffile.TiffFile(fh, is_shaped=False, is_ome=False, is_imagej=False) as tif:
             inv = _TiffScanner(path, tif, st.st_size, _reopener(fh)).run(st.st_mtime_ns)
         inv.bytes_read, inv.requests, inv.etag = fh.bytes_read, fh.requests, st.etag
-    # what tifffile only logged (a damaged tag it skipped, ...) belongs in the report
-    inv.problems += [_warning_problem(path, w) for w in warnings]
+    # what tifffile only logged (a damaged tag it skipped, ...) belongs in the report, once
+    # (tifffile reads a page's tags again when it builds its series)
+    inv.problems += [_warning_problem(path, w) for w in dict.fromkeys(warnings)]
     return inv
 
 
@@ -176,12 +177,22 @@ class _TiffScanner:
 
     def run(self, mtime_ns: int) -> FileInventory:
         tif = self.tif
-        images, skipped, notes = tiff_images(tif, self.reopen)
-        for i, p in skipped:
+        fmt = "bigtiff" if tif.is_bigtiff else "tiff"
+        pages = _pages(tif)  # tifffile parses the IFDs again on each walk of tif.pages
+        if self._damaged_pages(tif, pages):  # nothing of the file is described: it is refused
+            return FileInventory(self.path, fmt, self.size, mtime_ns, self.groups, {},
+                                 self.variables, self.problems)
+        images, skipped, notes, conflicts = tiff_images(tif, self.reopen, pages)
+        for conflict in conflicts:
+            self.problem(None, "corrupt", conflict)  # the file's pages, not one variable
+        if conflicts:
+            return FileInventory(self.path, fmt, self.size, mtime_ns, self.groups, {},
+                                 self.variables, self.problems)
+        for _i, p in skipped:
             self.problem("image", "page-skipped",
-                         f"page {i} ({p.shape} {p.dtype}, {p.compression.name}) differs from "
-                         "page 0 and is not part of the image (nor of another series)",
-                         fatal=False)
+                         f"page {p.index} ({p.shape} {p.dtype}, {_name(p.compression)}) differs "
+                         f"from page {images['image'][0][0].index} (the image's first) and is "
+                         "not part of the image (nor of another series)", fatal=False)
         for note in notes:
             self.problem("image", "tiff-series", note, fatal=False)
         stack, lead, lead_dims = images.pop("image")
@@ -207,11 +218,50 @@ class _TiffScanner:
                 self.groups.setdefault("overview", {})
                 self.groups[f"overview/{k}"] = {}
             self.groups[""]["multiscales"] = [{"name": "image", "datasets": ms}]
-        fmt = "bigtiff" if tif.is_bigtiff else "tiff"
         if geo is not None:
             fmt = "geo" + fmt
         return FileInventory(self.path, fmt, self.size, mtime_ns, self.groups, {},
                              self.variables, self.problems)
+
+    def _damaged_pages(self, tif, pages: list) -> bool:
+        """Refuse (True) pages whose image directory is damaged in a way tifffile reads past:
+
+        - a tag the page's layout or decoding depends on (`LAYOUT_TAGS`) that tifffile
+          could not read (a damaged count, data type or value offset): it logs an error,
+          leaves the tag out and reads the page with the tag's default;
+        - a page without pixels (a width or length of 0: ImageWidth / ImageLength missing
+          or damaged). tifffile leaves such pages out of its series (since 2026.11.8; before,
+          such a page was a series of its own), so the image would silently lose the page
+          and the pages after it would move up one place; libtiff refuses the directory.
+        """
+        try:  # SubIFDs: the levels of tifffile's series 0, as `_levels` takes them
+            levels = [level.keyframe for level in tif.series[0].levels[1:]] if tif.series else []
+        except Exception:
+            levels = []
+        offsets = {p.offset for p in pages}
+        pages = pages + [p for p in levels
+                         if isinstance(p, tifffile.TiffPage) and p.offset not in offsets]
+        before = len(self.problems)
+        for page in pages:
+            where = f"page {page.index} (image directory at byte {page.offset})"
+            lost = [(code, at) for code, at in _unread_tags(tif, page) if code in LAYOUT_TAGS]
+            if lost:
+                names = ", ".join(f"{_tag_name(code)} ({code}, entry at byte {at})"
+                                  for code, at in lost)
+                self.problem(None, "corrupt",
+                             f"{where}: tifffile could not read the tag(s) {names} (a damaged "
+                             f"count, data type or value offset) and reads the page without "
+                             f"them, as {page.shape} {page.dtype}: the page's layout depends "
+                             "on them, so it cannot be referenced as stored")
+            elif 0 in page.shape and not (page.subfiletype & 0b100):
+                stored = int(np.count_nonzero(np.asarray(page.databytecounts, dtype=np.uint64)))
+                self.problem(None, "corrupt",
+                             f"{where} has no pixels: tifffile reads its shape as {page.shape} "
+                             f"(ImageWidth {page.imagewidth}, ImageLength {page.imagelength}: "
+                             f"missing or damaged) and leaves it out of its series, though it "
+                             f"lists {stored} stored strip(s)/tile(s); the file's pages cannot "
+                             "be referenced whole")
+        return len(self.problems) > before
 
     def _levels(self, tif, first, npages: int) -> list:
         try:
@@ -330,7 +380,7 @@ class _TiffScanner:
             shape = (len(pages), *shape)
             block_shape = (1, *block_shape)
         fill, fill_attr = self._nodata(name, page, dtype)
-        attrs: dict[str, Any] = {"tiff_photometric": page.photometric.name.lower()}
+        attrs: dict[str, Any] = {"tiff_photometric": _name(page.photometric).lower()}
         if fill_attr is not None:
             attrs["_FillValue"] = fill_attr
         if geo is not None:
@@ -447,18 +497,51 @@ def _reopener(source):
     return reopen
 
 
-def _series(tif: tifffile.TiffFile, reopen) -> list[tuple[tuple[int, ...], str, list]]:
+class _Series(NamedTuple):
+    shape: tuple[int, ...]
+    axes: str
+    offsets: list  # of its pages' IFDs (None for a frame that is not an IFD)
+    kind: str  # 'shaped', 'imagej', 'generic', ...
+    # (page, its first data offset, where tifffile reads that page's data) of the first
+    # page tifffile does not read from its own offset (it reads the series as one block)
+    misplaced: tuple[int, int, int] | None = None
+
+
+def _misplaced(s) -> tuple[int, int, int] | None:
+    """tifffile reads a series whose data it takes for one contiguous block (`dataoffset`:
+    an ImageJ hyperstack's frames after the first page's data, consecutive uncompressed
+    pages) as `size` values from that offset, whatever the other pages' own offsets say.
+    The first IFD page whose own data offset is not where that block puts it, else None."""
+    start = s.dataoffset
+    if start is None:
+        return None
+    pages = list(s.pages)
+    step = pages[0].nbytes if pages and pages[0] is not None else 0
+    for k, p in enumerate(pages):
+        if p is None or getattr(p, "offset", None) is None:
+            continue
+        own = int(p.dataoffsets[0]) if len(p.dataoffsets) else -1
+        if own != start + k * step:
+            return (k, own, start + k * step)
+    return None
+
+
+def _series(tif: tifffile.TiffFile, reopen) -> tuple[list[_Series], str | None]:
     """tifffile's series as `tifffile.imread` presents them (the file's ImageJ or tifffile
-    "shaped" metadata honoured): per series its shape, axes and the file offsets of its
-    pages (None for a page it does not hold as an IFD)."""
+    "shaped" metadata honoured), as `_Series`. Also what went wrong when tifffile cannot
+    build the series the file's ImageJ or shaped metadata describe (`tifffile.imread`
+    fails alike), else None."""
     first = tif.pages.first
     other = reopen() if reopen is not None and (first.is_shaped or first.is_imagej) else None
     try:
         series = (other or tif).series
-        return [(tuple(int(n) for n in s.shape), s.axes,
-                 [getattr(p, "offset", None) for p in s.pages]) for s in series]
-    except Exception:  # metadata tifffile cannot follow: the generic view
-        return []
+        return [_Series(tuple(int(n) for n in s.shape), s.axes,
+                        [getattr(p, "offset", None) for p in s.pages], s.kind, _misplaced(s))
+                for s in series], None
+    except Exception as e:  # metadata tifffile cannot follow
+        if other is not None:
+            return [], f"{type(e).__name__}: {e}"
+        return [], None  # the generic view: the pages that agree
     finally:
         if other is not None:
             other.close()
@@ -483,15 +566,18 @@ def _lead_dims(axes: str, lead: tuple[int, ...]) -> tuple[str, ...]:
     return tuple(f"page_{c}" for c in letters)
 
 
-def tiff_images(tif: tifffile.TiffFile, reopen=None):
+def tiff_images(tif: tifffile.TiffFile, reopen=None, pages: list | None = None):
     """The images of a TIFF as the cube holds them: `image` (the full-resolution pages
     that agree with page 0) and `series/<k>/image` (tifffile's series k, when its pages
     are full-resolution pages outside `image` that agree with each other), each as
     (pages, leading shape, leading dims) -- the leading shape tifffile's series gives
     (an ImageJ hyperstack's (T, Z, C)), so that each reads as `series[k].asarray()`.
-    Also returns the main pages left out (index, page) and notes where tifffile presents
-    series 0 otherwise (e.g. an ImageJ file whose frames are not all IFDs)."""
-    pages = [p for p in tif.pages if isinstance(p, tifffile.TiffPage)]
+    Also returns the main pages left out (index, page), notes where tifffile presents
+    series 0 otherwise (e.g. an ImageJ file whose frames are not all IFDs), and conflicts:
+    series in which tifffile reads pages the file marks reduced-resolution or mask together
+    with full-resolution pages (which pages form the image is ambiguous). `pages`: the
+    file's pages (`_pages`) when the caller has them."""
+    pages = _pages(tif) if pages is None else pages
     main = [p for p in pages if not (p.subfiletype & 0b101)]  # not reduced, not a mask
     if not main:
         raise ValueError("no full-resolution image in the file")
@@ -509,27 +595,154 @@ def tiff_images(tif: tifffile.TiffFile, reopen=None):
         lead = _fits(shape, ps[0].shape, len(ps))
         return None if lead is None else (ps, lead, _lead_dims(axes, lead))
 
-    series = _series(tif, reopen)
+    series, failed = _series(tif, reopen)
     notes = []
-    image = one(series[0][2], series[0][0], series[0][1]) if series else None
+    image = one(series[0].offsets, series[0].shape, series[0].axes) if series else None
     if image is None:  # the pages that agree with the first full-resolution page
         first = main[0]
         stack = [p for p in main if _signature(p) == _signature(first)]
         lead = (len(stack),) if len(stack) > 1 else ()
         image = (stack, lead, _lead_dims("", lead))
-        if series and series[0][0] != (*lead, *first.shape):
-            notes.append(f"tifffile presents series 0 as {series[0][0]} ({series[0][1]}) from "
+        if series and series[0].shape != (*lead, *first.shape):
+            notes.append(f"tifffile presents series 0 as {series[0].shape} ({series[0].axes}) from "
                          f"the file's metadata; the cube's image is the file's {len(stack)} "
                          f"agreeing page(s) of {first.shape}")
     images["image"] = image
     covered |= {p.offset for p in image[0]}
-    for k, (shape, axes, offsets) in enumerate(series[1:], start=1):
+    for k, (shape, axes, offsets, *_) in enumerate(series[1:], start=1):
         found = one(offsets, shape, axes)
         if found is not None:
             images[f"series/{k}/image"] = found
             covered |= set(offsets)
     skipped = [(i, p) for i, p in enumerate(main) if p.offset not in covered]
-    return images, skipped, notes
+    conflicts = _conflicts(pages, series) + _disagreeing(by_offset, series)
+    if failed:
+        conflicts.append(f"tifffile cannot build the series the file's "
+                         f"{'ImageJ' if main[0].is_imagej else 'shaped'} metadata describe "
+                         f"({failed}; tifffile.imread fails alike): which pages form the image "
+                         "is unknown")
+    return images, skipped, notes, conflicts
+
+
+def _conflicts(pages: list, series) -> list[str]:
+    """Series whose pages the file marks partly full-resolution, partly reduced or mask
+    (NewSubfileType): tifffile groups pages by their layout, not by that flag, so a page
+    whose flag is damaged stays in the image for tifffile while the flag takes it out (a
+    page of full size marked reduced-resolution is no overview either)."""
+    by_offset = {p.offset: p for p in pages}
+    out = []
+    for k, (_shape, _axes, offsets, *_) in enumerate(series):
+        ps = [by_offset[o] for o in offsets if o in by_offset]
+        flagged = [p for p in ps if p.subfiletype & 0b101]
+        if flagged and len(flagged) < len(ps):
+            which = ", ".join(f"{p.index} (NewSubfileType {int(p.subfiletype)})"
+                              for p in flagged[:5]) + (", ..." if len(flagged) > 5 else "")
+            out.append(f"tifffile reads page(s) {which} as part of series {k} with "
+                       f"{len(ps) - len(flagged)} full-resolution page(s) of the same shape and "
+                       "layout, but the file marks them reduced-resolution or mask: which "
+                       "pages form the image is ambiguous (a damaged NewSubfileType?)")
+    return out
+
+
+def _disagreeing(main: dict, series) -> list[str]:
+    """Series the file's ImageJ or shaped metadata make of IFDs (full-resolution pages)
+    whose own tags disagree on the layout: tifffile reads every page of such a series with
+    its first page's layout (the others are frames of it), or cannot read it at all, while
+    a page's own directory says otherwise (a damaged tag). Neither reading is exact. Also
+    series tifffile reads as one contiguous block (`_misplaced`) where a page's own data
+    offset is elsewhere: the cube would refer to the page's own bytes."""
+    out = []
+    for k, (_shape, _axes, offsets, kind, misplaced) in enumerate(series):
+        if misplaced is not None and all(o in main for o in offsets if o is not None):
+            k_page, own, read = misplaced
+            page = main[offsets[k_page]].index if offsets[k_page] in main else k_page
+            out.append(f"tifffile reads series {k} as one contiguous block from its first "
+                       f"page's data offset on, the data of page {page} from byte {read}, but "
+                       f"that page's own directory puts them "
+                       f"at byte {own} (a damaged offset?): which bytes are the page is "
+                       "ambiguous")
+            continue
+        if kind not in ("shaped", "imagej") or not offsets or \
+                any(o is None or o not in main for o in offsets):
+            continue
+        ps = [main[o] for o in offsets]
+        other = next((p for p in ps if _signature(p) != _signature(ps[0])), None)
+        if other is not None:
+            fields = ("shape", "dtype", "chunks", "chunked", "compression", "predictor",
+                      "planarconfig", "is_tiled", "photometric", "jpegtables")
+            diff = "; ".join(f"{f} {_shown(a)} vs {_shown(b)}" for f, a, b in
+                             zip(fields, _signature(ps[0]), _signature(other)) if a != b)
+            out.append(f"the file's {'ImageJ' if kind == 'imagej' else 'shaped'} metadata make "
+                       f"pages {ps[0].index}..{ps[-1].index} series {k}, read with page "
+                       f"{ps[0].index}'s layout, but page {other.index}'s own directory "
+                       f"differs ({diff}): a damaged tag?")
+    return out
+
+
+def _shown(value) -> str:
+    """A tag-derived value for a message: enumerations by name, bytes by length."""
+    if isinstance(value, (bytes, bytearray)):
+        return f"{len(value)} bytes"
+    if isinstance(value, np.dtype):
+        return str(value)
+    return getattr(value, "name", None) or str(value)
+
+
+def _name(value) -> str:
+    """An enumerated tag value's name (COMPRESSION.LZW -> 'LZW'); tifffile keeps a value
+    its enumeration does not know (or a default of a missing tag) as a plain int."""
+    return getattr(value, "name", None) or str(int(value))
+
+
+def _pages(tif: tifffile.TiffFile) -> list:
+    """The pages of the file's IFD chain (TiffPage objects; not SubIFDs)."""
+    return [p for p in tif.pages if isinstance(p, tifffile.TiffPage)]
+
+
+# Tags a page's layout or decoding depends on: when tifffile cannot read one (it logs an
+# error and leaves the tag out), it reads the page with the tag's default. The byte-count
+# tags are not here: without them only a contiguous uncompressed image reads right, which
+# `_TiffScanner._image` checks.
+LAYOUT_TAGS = frozenset({
+    254, 255,  # NewSubfileType, SubfileType: full resolution, reduced, mask
+    256, 257, 258, 259, 262, 266,  # width, length, bits, compression, photometric, fill order
+    273, 277, 278, 284, 317,  # strip offsets, samples, rows per strip, planar, predictor
+    322, 323, 324, 330, 338, 339,  # tile width, length, offsets; SubIFDs; extra samples; format
+    347, 530, 32997, 32998,  # JPEGTables, YCbCrSubSampling, ImageDepth, TileDepth
+    33550, 33922, 34264, 34735, 34736, 34737, 42113,  # GeoTIFF, GDAL_NODATA
+})
+
+
+def _tag_name(code: int) -> str:
+    try:
+        return str(tifffile.TIFF.TAGS[code])
+    except (KeyError, TypeError):
+        return f"tag {code}"
+
+
+def _unread_tags(tif: tifffile.TiffFile, page) -> list[tuple[int, int]]:
+    """(code, entry offset) of the page's IFD entries tifffile did not read: it parses each
+    entry at offset + tagnosize + i * tagsize and keeps the tags it could read, each with
+    that offset, so an entry whose offset is not among them was dropped."""
+    t = tif.tiff
+    if page.offset is None:
+        return []
+    fh = tif.filehandle
+    try:
+        fh.seek(page.offset)
+        raw = fh.read(t.tagnosize)
+        ntags = struct.unpack(t.tagnoformat, raw)[0]
+        start = page.offset + t.tagnosize
+        entries = fh.read(ntags * t.tagsize)
+    except (struct.error, OSError, ValueError):
+        return []
+    read = {tag.offset for tag in page.tags.values()}
+    out = []
+    for i in range(min(ntags, len(entries) // t.tagsize)):
+        at = start + i * t.tagsize
+        if at not in read:
+            out.append((struct.unpack_from(tif.byteorder + "H", entries, i * t.tagsize)[0], at))
+    return out
 
 
 def _signature(p) -> tuple:
@@ -577,7 +790,7 @@ def tiff_codecs(page, dtype: np.dtype) -> tuple[list[dict], str | None]:
     axis = -2 if samples_last else -1
     if comp in IMAGE_CODECS:
         if pred != 1:
-            return [], f"predictor {pred} with {comp.name} compression"
+            return [], f"predictor {pred} with {_name(comp)} compression"
         if comp == C.JPEG:
             return _jpeg_codec(page)
         if comp == C.WEBP:
@@ -588,7 +801,8 @@ def tiff_codecs(page, dtype: np.dtype) -> tuple[list[dict], str | None]:
             return [{"name": "imagecodecs_webp", "configuration": {}}], None
         return [{"name": "imagecodecs_lerc", "configuration": {}}], None
     if comp not in BYTES_CODECS:
-        return [], f"compression {comp.name} ({int(comp)}) has no zarr codec that decodes it exactly"
+        return [], (f"compression {_name(comp)} ({int(comp)}) has no zarr codec that decodes it "
+                    "exactly")
     codecs: list[dict] = []
     if pred == 2:
         codecs.append({"name": "imagecodecs_delta", "configuration": {"axis": axis, "dist": 1}})
@@ -630,7 +844,7 @@ def _jpeg_codec(page) -> tuple[list[dict], str | None]:
         elif photometric == P.SEPARATED:
             data_cs = "CMYK"
         elif photometric > 3:
-            return [], f"JPEG with photometric {page.photometric.name} has no exact zarr decoding"
+            return [], f"JPEG with photometric {_name(page.photometric)} has no exact zarr decoding"
     if page.planarconfig != tifffile.PLANARCONFIG.CONTIG:
         data_cs = "GRAYSCALE"
     if jpeg_cs is not None:
