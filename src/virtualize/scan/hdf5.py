@@ -214,7 +214,7 @@ class _Scanner:
         """The attributes of the object walked as `name`, each read at most once."""
         a = self._attr_cache.get(name)
         if a is None:
-            a = self._attr_cache[name] = _Attrs(obj.attrs, obj, self._direct_attrs(name, obj))
+            a = self._attr_cache[name] = _Attrs(obj, self._direct_attrs(name, obj))
         return a
 
     def values(self, name: str):
@@ -744,6 +744,13 @@ class _Scanner:
         inside = (idx < np.asarray(grid, dtype=np.int64)).all(axis=1)
         if not inside.all():  # chunks left allocated past a shrunken extent hold no data of it
             idx, offsets, sizes, masks = idx[inside], offsets[inside], sizes[inside], masks[inside]
+        # A layout that leaves partial edge chunks unfiltered (H5Pset_chunk_opts): those
+        # chunks skip every filter, though their filter mask says none
+        edges = None
+        if pipeline and len(idx) and self._edge_chunks_unfiltered(name, ds):
+            edges = ((idx + 1) * np.asarray(chunks, dtype=np.int64)
+                     > np.asarray(shape, dtype=np.int64)).any(axis=1)
+            masks = np.where(edges, np.uint32((1 << len(pipeline)) - 1), masks)
         # The filter mask: bit i set says filter i was skipped for that chunk (an optional
         # filter that could not shrink it). The pipeline is the one most chunks were
         # stored with; chunks stored otherwise are odd (copied by --materialize).
@@ -780,7 +787,7 @@ class _Scanner:
             other = masks != mask
             if other.any():
                 self._masked_chunks(name, view, flat[other], idx[other], masks[other], mask,
-                                    full)
+                                    full, None if edges is None else edges[other])
         if mask:
             skipped = ", ".join(str(pipeline[i][0]) for i in range(len(pipeline)) if mask >> i & 1)
             self.problem(name, "filter-skipped",
@@ -844,6 +851,18 @@ class _Scanner:
             return None
         return (offsets,) + tuple(got[1:])
 
+    def _edge_chunks_unfiltered(self, name: str, ds: h5py.Dataset) -> bool:
+        """Whether the dataset's layout message (version 4 or 5, chunked) says partial
+        edge chunks are stored without the filter pipeline (H5D_CHUNK_DONT_FILTER_PARTIAL_
+        CHUNKS: h5py cannot tell, HDF5 reads them so)."""
+        body = (self._messages.get(name) or {}).get(0x08)
+        if body is None:
+            try:
+                body = self._layout_body(name, ds)
+            except Exception:  # unreadable here: as HDF5's property list tells (nothing)
+                return False
+        return len(body) > 2 and body[0] in (4, 5) and body[1] == 2 and bool(body[2] & 0x01)
+
     def _layout_body(self, name: str, ds: h5py.Dataset) -> bytes:
         """The body of a dataset's data layout message, read from the file holding it (this
         file, or the target of the external link it was reached by)."""
@@ -869,21 +888,26 @@ class _Scanner:
             raise _Unexpected("no layout message")
         return body
 
-    def _masked_chunks(self, name: str, view, flat, idx, masks, mask: int, full: int) -> None:
+    def _masked_chunks(self, name: str, view, flat, idx, masks, mask: int, full: int,
+                       edges=None) -> None:
         """Chunks stored with a filter mask other than the dataset's usual one decode
         differently: they cannot be referenced. They are marked held (MATERIALIZED: no
         byte range; h5py, which honours the mask, reads their values) and refused as
-        `filter-mask` problems whose remedy is to copy them (`--materialize`)."""
+        `filter-mask` problems whose remedy is to copy them (`--materialize`). `edges`:
+        which of them are partial edge chunks a layout leaves unfiltered."""
         view["path"][flat] = MATERIALIZED
         view["offset"][flat] = 0
         view["length"][flat] = 0
         remedy = (f"materialize {len(flat)} block(s), {len(flat) * full} bytes decoded "
                   "(--materialize)")
-        for b, m in list(zip(idx, masks))[:20]:
+        for k, (b, m) in enumerate(list(zip(idx, masks))[:20]):
+            how = ("this partial edge chunk is stored unfiltered (the dataset's layout leaves "
+                   "partial edge chunks unfiltered)" if edges is not None and edges[k] else
+                   f"this chunk was stored with filter mask {int(m):#x}")
             self.problem(name, "filter-mask",
-                         f"this chunk was stored with filter mask {int(m):#x} where the others "
-                         f"have {mask:#x} (part of the filter pipeline skipped), so it decodes "
-                         "differently from them", block=tuple(int(i) for i in b), remedy=remedy)
+                         f"{how} where the others have filter mask {mask:#x} (part of the "
+                         "filter pipeline skipped), so it decodes differently from them",
+                         block=tuple(int(i) for i in b), remedy=remedy)
         if len(flat) > 20:
             self.problem(name, "filter-mask", f"... and {len(flat) - 20} more chunks with a "
                          "different filter mask", remedy=remedy)
@@ -1216,19 +1240,28 @@ class _Attrs:
     is read when first asked for (a hidden attribute nobody asks for, such as a scale's
     REFERENCE_LIST, is never read); what h5py raised reading it is raised again."""
 
-    __slots__ = ("manager", "names", "_values")
+    __slots__ = ("obj", "_manager", "names", "_values")
 
-    def __init__(self, manager: h5py.AttributeManager, obj=None, direct: list | None = None):
-        self.manager = manager
+    def __init__(self, obj, direct: list | None = None):
+        self.obj = obj
+        self._manager = None
         self._values: dict[str, Any] = {}
         if direct is not None:  # (name, value) pairs read from the file (ASK_H5PY: h5py reads it)
             self.names = [k for k, _v in direct]
             self._values = {k: v for k, v in direct if v is not ASK_H5PY}
             return
         try:
-            self.names = _attr_names(manager._id, obj)
+            self.names = _attr_names(obj.id, obj)
         except Exception:
-            self.names = list(manager.keys())
+            self.names = list(self.manager.keys())
+
+    @property
+    def manager(self) -> h5py.AttributeManager:
+        """h5py's attributes of the object (made when first needed: a File's looks its
+        root group up by name)."""
+        if self._manager is None:
+            self._manager = self.obj.attrs
+        return self._manager
 
     def __contains__(self, key: str) -> bool:
         return key in self.names
@@ -1255,7 +1288,7 @@ class _Attrs:
         if key in self._values or key not in self.names:
             return self.get(key)
         try:
-            attr = h5py.h5a.open(self.manager._id, key.encode("utf8"))
+            attr = h5py.h5a.open(self.obj.id, key.encode("utf8"))
             tid = attr.get_type()
             if tid.get_class() == h5py.h5t.STRING and not tid.is_variable_str() and \
                     tid.get_strpad() in (h5py.h5t.STR_NULLTERM, h5py.h5t.STR_NULLPAD) and \
