@@ -828,6 +828,8 @@ class _Scanner:
         put at their places from their order (`_chunk_iter_renumbered`) once the dataset's
         layout message says its index is an extensible array; None if that cannot be told."""
         got = _walk_chunk_index(ds.id, len(chunks))
+        if ds.maxshape is None or ds.maxshape.count(None) != 1:
+            return got  # no extensible array: not one unlimited axis
         try:
             k, grid = _unlimited_axis(ds.id, chunks)
         except _Unexpected:
@@ -1190,7 +1192,7 @@ class _Dataset(h5py.Dataset):
         self._cache_props = {}
 
     _dxpl = functools.cached_property(lambda self: h5py.h5p.create(h5py.h5p.DATASET_XFER))
-    ndim = functools.cached_property(h5py.Dataset.ndim.fget)
+    ndim = functools.cached_property(lambda self: len(self.shape) if self.shape is not None else 0)
     dtype = functools.cached_property(h5py.Dataset.dtype.fget)
     maxshape = functools.cached_property(h5py.Dataset.maxshape.fget)
     chunks = functools.cached_property(h5py.Dataset.chunks.fget)
@@ -1304,7 +1306,9 @@ class _Attrs:
         return self.get(key)
 
     def plain(self, omitted=None) -> dict[str, Any]:
-        return read_attrs(self.manager, omitted, self)
+        # read_attrs reads through this cache; of h5py's manager it needs the object's id
+        # only (to name what references point to)
+        return read_attrs(self._manager or _Ids(self.obj.id), omitted, self)
 
 
 def _attr_names(oid, obj) -> list:
@@ -1328,6 +1332,15 @@ def _attr_names(oid, obj) -> list:
 
     h5py.h5a.iterate(oid, add, index_type=order)
     return names
+
+
+class _Ids:
+    """What `read_attrs` asks of an attribute manager when it reads through a cache."""
+
+    __slots__ = ("_id",)
+
+    def __init__(self, oid):
+        self._id = oid
 
 
 def _stop(*_args) -> int:
