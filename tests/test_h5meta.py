@@ -376,3 +376,78 @@ def test_a_name_that_is_not_utf8_is_skipped_located(tmp_path):
     assert report.ok and len(skipped) == 1 and isinstance(skipped[0].loc.variable, str)
     assert "\\xff" in skipped[0].loc.variable and "UTF-8" in skipped[0].message
     assert list(report.plan.arrays) == ["ok"]
+
+
+def test_fill_value_of_a_type_that_is_not_standard_is_hdf5s(tmp_path, monkeypatch):
+    """A fill value is stored in the dataset's own type: of an n-bit integer (bits at an
+    offset, fewer than its size) or a float of another layout, HDF5 converts the stored
+    bytes (3 stored at bit offset 8 is 768 read as they are); the fill value is h5py's,
+    not the stored bytes, and the inventory is the h5py path's."""
+    p = tmp_path / "nbit.h5"
+    with h5py.File(p, "w") as f:
+        for name, base, precision, offset, fill in [("i32_16at8", h5py.h5t.STD_I32LE, 16, 8, "i4"),
+                                                    ("u16be_6at4", h5py.h5t.STD_U16BE, 6, 4, "u2")]:
+            tid = base.copy()
+            tid.set_precision(precision)
+            tid.set_offset(offset)
+            dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+            dcpl.set_chunk((2,))
+            dcpl.set_fill_value(np.array(3, fill))
+            h5py.h5d.create(f.id, name.encode(), tid, h5py.h5s.create_simple((5,)), dcpl)
+        tid = h5py.h5t.IEEE_F64LE.copy()
+        tid.set_norm(h5py.h5t.NORM_MSBSET)  # no implied mantissa bit
+        dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+        dcpl.set_fill_value(np.array(1.5, "f8"))
+        h5py.h5d.create(f.id, b"f64_msbset", tid, h5py.h5s.create_simple((5,)), dcpl)
+        f.create_dataset("standard", shape=(5,), dtype=">i4", fillvalue=3)
+    direct = _inventory_fields(virtualize.inventory(p))
+    assert direct["i32_16at8"][4] == "np.int32(3)" and direct["u16be_6at4"][4] == "np.uint16(3)"
+    assert direct["standard"][4] == "np.int32(3)"
+    monkeypatch.setattr(scan_hdf5._Scanner, "_direct_attrs", lambda self, name, obj: None)
+    assert direct == _inventory_fields(virtualize.inventory(p))
+
+
+def _vlen_fill_heap_damaged(path) -> None:
+    """A netCDF-4 string variable with a _FillValue whose fill value (a global heap object
+    of the dataset's creation properties) is gone: HDF5 cannot make its creation property
+    list (what h5repack -L / --latest writes from such a file, HDF5 1.10)."""
+    import netCDF4
+
+    with netCDF4.Dataset(path, "w") as ds:
+        ds.createDimension("x", 3)
+        ds.createVariable("ok", "f4", ("x",))[:] = 1.0
+        v = ds.createVariable("s", str, ("x",), fill_value="zz")
+        v[0] = "abc"
+        v.units = "1"
+    raw = bytearray(path.read_bytes())
+    at = raw.index(b"GCOL")
+    size = int.from_bytes(raw[at + 8:at + 16], "little")
+    # the collection's objects: the fill value's "zz" is one of them; renumber it (index
+    # 0x7fff) so that the fill value's reference points to no object
+    pos = at + 16
+    while pos + 16 <= at + size:
+        index, length = int.from_bytes(raw[pos:pos + 2], "little"), \
+            int.from_bytes(raw[pos + 8:pos + 16], "little")
+        if index == 0:
+            break
+        if bytes(raw[pos + 16:pos + 16 + length]) == b"zz":
+            raw[pos:pos + 2] = (0x7FFF).to_bytes(2, "little")
+        pos += 16 + ((length + 7) & ~7)
+    path.write_bytes(bytes(raw))
+
+
+def test_a_dataset_hdf5_cannot_describe_is_located_both_ways(tmp_path, monkeypatch):
+    """A dataset whose creation property list HDF5 cannot make (its variable-length fill
+    value unreadable): h5py cannot list its attributes, the direct reader can. Both paths
+    give the same inventory: the rest of the file, and a located problem for it (the
+    h5py path refused the whole file)."""
+    p = tmp_path / "vlenfill.nc"
+    _vlen_fill_heap_damaged(p)
+    with h5py.File(p, "r") as f, pytest.raises(Exception):
+        f["s"].id.get_create_plist()
+    direct = _inventory_fields(virtualize.inventory(p))
+    assert "ok" in direct and "s" not in direct
+    assert any("/ s" in loc and kind == "unsupported-type" for loc, kind, _m, _f
+               in direct["problems"]), direct["problems"]
+    monkeypatch.setattr(scan_hdf5._Scanner, "_direct_attrs", lambda self, name, obj: None)
+    assert direct == _inventory_fields(virtualize.inventory(p))

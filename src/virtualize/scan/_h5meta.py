@@ -615,7 +615,8 @@ class Storage(tuple):
     2 chunked); `external` whether its data is in external raw files; `chunks` the chunk
     shape (chunked); `contiguous` (address or None, bytes) (contiguous); `filters`
     [(id, flags, values, name)] as `H5Pget_filter` gives them; `fill` the fill value's
-    stored bytes, b"" for none defined (h5py reads zeros), None when unknown;
+    stored bytes, b"" for none defined (h5py reads zeros), None when unknown or stored in
+    a type that is not standard (HDF5 converts it: an n-bit integer's bits shifted);
     `standard_type` whether the stored type is a plain integer or IEEE float (whose
     bytes are numpy's)."""
 
@@ -674,8 +675,10 @@ def dataset_storage(messages: dict, itemsize: int) -> Storage | None:
     if filters is None:
         return None
     fill = _fill(messages.get(0x05), messages.get(0x04))
-    return Storage((kind, 0x07 in messages, chunks, contiguous, filters, fill,
-                    standard_dtype(dt) is not None))
+    standard = standard_dtype(dt) is not None
+    if fill and not standard:  # stored in the dataset's type: HDF5 converts it, h5py decides
+        fill = None
+    return Storage((kind, 0x07 in messages, chunks, contiguous, filters, fill, standard))
 
 
 def _pipeline(body) -> list | None:

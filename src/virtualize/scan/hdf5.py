@@ -1314,14 +1314,23 @@ class _Attrs:
 def _attr_names(oid, obj) -> list:
     """An object's attribute names in the order h5py's `attrs.keys()` lists them
     (creation order where it is tracked, else by name), without the property list
-    objects `keys()` makes each time (a dataset's is at hand)."""
-    cpl = getattr(obj, "_dcpl", None) if isinstance(obj, h5py.Dataset) else None
-    if cpl is None:
-        if isinstance(oid, h5py.h5f.FileID):  # its create_plist is the file's, not the root's
-            oid = h5py.h5g.open(oid, b"/")
-        cpl = oid.get_create_plist()
-    order = h5py.h5.INDEX_CRT_ORDER if cpl.get_attr_creation_order() & h5py.h5p.CRT_ORDER_TRACKED \
-        else h5py.h5.INDEX_NAME
+    objects `keys()` makes each time (a dataset's is at hand). A dataset whose creation
+    property list HDF5 cannot make (a variable-length fill value in a damaged global
+    heap: h5py's `keys()` fails) is listed in the order its object header's flags say
+    (what that list would say), so that it fails where its data is read, located."""
+    if isinstance(oid, h5py.h5f.FileID):  # its create_plist is the file's, not the root's
+        oid = h5py.h5g.open(oid, b"/")
+    try:
+        cpl = getattr(obj, "_dcpl", None) if isinstance(obj, h5py.Dataset) else None
+        if cpl is None:
+            cpl = oid.get_create_plist()
+        tracked = cpl.get_attr_creation_order() & h5py.h5p.CRT_ORDER_TRACKED
+    except Exception:
+        if not isinstance(obj, h5py.Dataset):
+            raise
+        hdr = h5py.h5o.get_info(oid).hdr
+        tracked = hdr.version == 2 and hdr.flags & 0x04  # H5O_HDR_ATTR_CRT_ORDER_TRACKED
+    order = h5py.h5.INDEX_CRT_ORDER if tracked else h5py.h5.INDEX_NAME
     names: list = []
 
     def add(name, *_):
