@@ -251,15 +251,15 @@ class AttrReader:
         self.pread, self.size = pread, file_size
         self._collections: dict[int, dict[int, bytes]] = {}
 
-    def attributes(self, addr: int, dense_loaded=None):
+    def attributes(self, addr: int):
         """[(name, value)] of the object whose header is at `addr`, in the order h5py's
         `attrs.keys()` lists them (creation order where the header tracks it, else by
-        name), and whether they are stored densely. `dense_loaded()` is called before
-        dense storage is read (the scanner has HDF5 read, and check, it first)."""
-        pairs, dense, _messages = self.read_object(addr, dense_loaded)
+        name), and whether they are stored densely (the scanner has HDF5 iterate them
+        first: that decodes, and checks, every one)."""
+        pairs, dense, _messages = self.read_object(addr)
         return pairs, dense
 
-    def read_object(self, addr: int, dense_loaded=None):
+    def read_object(self, addr: int):
         """`attributes`, and the bodies of the header's dataset messages by type
         (dataspace, datatype, fill value, external files, layout, filter pipeline;
         `dataset_storage` reads them)."""
@@ -282,8 +282,6 @@ class AttrReader:
                 heap, names = self._attribute_info(body)
                 if heap != UNDEFINED:
                     dense = True
-                    if dense_loaded is not None:
-                        dense_loaded()
                     found.extend(self._dense(heap, names))
         if version == 2 and flags & 0x04:
             found.sort(key=lambda t: t[0])

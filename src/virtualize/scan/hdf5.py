@@ -812,7 +812,8 @@ class _Scanner:
                     count = ds.id.get_num_chunks()
                 finally:
                     rec.on = on
-                got = _native_chunk_index(rec.pread, self.size, ds.id, chunks, lambda: count)
+                got = _native_chunk_index(rec.pread, self.size, ds.id, chunks, lambda: count,
+                                          (self._messages.get(name) or {}).get(0x08))
             except Exception:  # _Unexpected, or HDF5 failing to count: chunk_iter decides
                 got = None
             finally:
@@ -857,17 +858,21 @@ class _Scanner:
         """Whether the dataset's layout message (version 4 or 5, chunked) says partial
         edge chunks are stored without the filter pipeline (H5D_CHUNK_DONT_FILTER_PARTIAL_
         CHUNKS: h5py cannot tell, HDF5 reads them so)."""
-        body = (self._messages.get(name) or {}).get(0x08)
-        if body is None:
-            try:
-                body = self._layout_body(name, ds)
-            except Exception:  # unreadable here: as HDF5's property list tells (nothing)
-                return False
+        try:
+            body = self._layout_body(name, ds)
+        except Exception:  # unreadable here: as HDF5's property list tells (nothing)
+            return False
         return len(body) > 2 and body[0] in (4, 5) and body[1] == 2 and bool(body[2] & 0x01)
 
     def _layout_body(self, name: str, ds: h5py.Dataset) -> bytes:
-        """The body of a dataset's data layout message, read from the file holding it (this
-        file, or the target of the external link it was reached by)."""
+        """The body of a dataset's data layout message: the one the header reader found
+        (`_direct_attrs`), else read from the file holding it (this file, or the target of
+        the external link it was reached by)."""
+        body = (self._messages.get(name) or {}).get(0x08)
+        if body is not None:
+            if len(body) < 5:
+                raise _Unexpected("no layout message")
+            return body
         fcpl = h5py.h5i.get_file_id(ds.id).get_create_plist()
         if fcpl.get_sizes() != (8, 8):
             raise _Unexpected("a file with other than 8-byte addresses and lengths")
@@ -1432,7 +1437,8 @@ def _ref_name(ref, attrs: h5py.AttributeManager) -> str:
 
 # -- the v1 B-tree chunk index, read directly ----------------------------------------------
 
-def _native_chunk_index(pread, file_size: int, dsid, chunks: tuple[int, ...], num_chunks):
+def _native_chunk_index(pread, file_size: int, dsid, chunks: tuple[int, ...], num_chunks,
+                        body: bytes | None = None):
     """The chunk index of a dataset whose chunks HDF5 indexes with a version 1 B-tree
     (layout message version 3: every file written for any library version, netCDF-C's
     default), a fixed array, an extensible array, a v2 B-tree or an implicit index (layout
@@ -1447,16 +1453,19 @@ def _native_chunk_index(pread, file_size: int, dsid, chunks: tuple[int, ...], nu
     (the caller has HDF5 walk the index first: that loads, and checks the checksums of,
     every structure read here), must equal what was read.
 
-    `pread(n, offset)`: n bytes at offset (fewer at the end of the file)."""
+    `pread(n, offset)`: n bytes at offset (fewer at the end of the file). `body`: the
+    layout message's body when the caller has it (the header reader read it: a file of
+    8-byte addresses without a user block), else read here."""
     ndim = len(chunks)
-    fcpl = h5py.h5i.get_file_id(dsid).get_create_plist()
-    if fcpl.get_sizes() != (8, 8) or fcpl.get_userblock() != 0:
-        return None
-    # the object header's address (`h5o.get_info` would also size the whole index)
-    objno = h5py.h5g.get_objinfo(dsid, b".").objno
-    if objno[1] != 0:
-        return None
-    body = _layout_message(pread, int(objno[0]), file_size)
+    if body is None:
+        fcpl = h5py.h5i.get_file_id(dsid).get_create_plist()
+        if fcpl.get_sizes() != (8, 8) or fcpl.get_userblock() != 0:
+            return None
+        # the object header's address (`h5o.get_info` would also size the whole index)
+        objno = h5py.h5g.get_objinfo(dsid, b".").objno
+        if objno[1] != 0:
+            return None
+        body = _layout_message(pread, int(objno[0]), file_size)
     if body is None or len(body) < 2 or body[1] != 2:
         return None  # not chunked (as HDF5 stores it)
     if body[0] == 3:
