@@ -278,15 +278,23 @@ def test_a_count_other_than_hdf5s_falls_back(tmp_path, monkeypatch):
     """The reader's attributes are used only when as many as HDF5 counts."""
     p = tmp_path / "a.h5"
     _write(p, "latest", False, 0)
-    real = _h5meta.AttrReader.attributes
+    real = _h5meta.AttrReader.read_object
 
-    def one_short(self, addr, dense_loaded=None):
-        pairs, dense = real(self, addr, dense_loaded)
-        return pairs[1:], dense
+    def one_short(self, addr):  # what the scanner calls
+        pairs, dense, messages = real(self, addr)
+        return pairs[1:], dense, messages
 
     expected = _inventory_fields(virtualize.inventory(p))
-    monkeypatch.setattr(_h5meta.AttrReader, "attributes", one_short)
+    monkeypatch.setattr(_h5meta.AttrReader, "read_object", one_short)
     assert _inventory_fields(virtualize.inventory(p)) == expected
+    # and it was the count that turned the reader away (each object with attributes then
+    # read by h5py)
+    got = []
+    real_direct = scan_hdf5._Scanner._direct_attrs
+    monkeypatch.setattr(scan_hdf5._Scanner, "_direct_attrs",
+                        lambda self, name, obj: got.append(real_direct(self, name, obj)))
+    virtualize.inventory(p)
+    assert None in got and all(g is None or g == [] for g in got)
 
 
 def test_direct_reader_is_used_on_netcdf4(case, monkeypatch):
