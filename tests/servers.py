@@ -151,6 +151,17 @@ def start_moto():
     return server, f"http://{host}:{port}"
 
 
+def s3_bucket(mp, endpoint: str, bucket: str):
+    """A boto3 client of the moto server at `endpoint` with `bucket` made, the AWS_*
+    environment set on the pytest MonkeyPatch `mp` (`s3_env`)."""
+    import boto3
+
+    s3_env(mp, endpoint)
+    client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
+    client.create_bucket(Bucket=bucket)
+    return client
+
+
 def s3_env(mp, endpoint: str) -> None:
     """The AWS_* environment of a client of the moto server at `endpoint`, set on the
     pytest MonkeyPatch `mp` (undone with it)."""

@@ -12,7 +12,7 @@ import h5py
 import numpy as np
 import pytest
 import xarray as xr
-from servers import RangeHTTPServer, s3_env, start_moto
+from servers import RangeHTTPServer, s3_bucket, start_moto
 from zarr.storage import WrapperStore
 
 import virtualize
@@ -89,10 +89,7 @@ def s3(served, tmp_path_factory):
     srv, root = served
     server, endpoint = start_moto()
     with pytest.MonkeyPatch.context() as mp:
-        s3_env(mp, endpoint)
-        import boto3
-        client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
-        client.create_bucket(Bucket=BUCKET)
+        client = s3_bucket(mp, endpoint, BUCKET)
         for f in (root / "cubes").rglob("*"):
             if f.is_file():
                 client.upload_file(str(f), BUCKET, f.relative_to(root / "cubes").as_posix())

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import xarray as xr
 import zarr
-from servers import RangeHTTPServer, s3_env, start_moto
+from servers import RangeHTTPServer, s3_bucket, start_moto
 from zarr.storage import FsspecStore
 
 import virtualize
@@ -54,10 +54,7 @@ def s3(served):
     _srv, local = served
     server, endpoint = start_moto()
     with pytest.MonkeyPatch.context() as mp:
-        s3_env(mp, endpoint)
-        import boto3
-        client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
-        client.create_bucket(Bucket=BUCKET)
+        client = s3_bucket(mp, endpoint, BUCKET)
         for name, files in local.items():
             for f in files:
                 client.upload_file(str(f), BUCKET, f"{name}/{f.name}")
