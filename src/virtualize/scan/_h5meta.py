@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import struct
+from typing import NamedTuple
 
 import numpy as np
 
@@ -32,6 +33,10 @@ MAX_HEAP_BYTES = 1 << 26  # a global heap collection or heap block read at most
 
 class Unexpected(Exception):
     """Something a direct reader does not expect: the caller asks HDF5 / h5py instead."""
+
+
+class _NoHeader(Unexpected):
+    """No object header of a version this reader knows at the address."""
 
 
 class _Ask:
@@ -83,7 +88,7 @@ def header_messages(pread, addr: int, file_size: int, stop: int | None = None,
     blocks: list[tuple[int, int]] = []  # (address, length) of message blocks
     if head[:4] == b"OHDR":
         if len(head) < 7 or head[4] != 2:
-            raise Unexpected("object header version")
+            raise _NoHeader("object header version")
         version, flags = 2, head[5]
         pos = 6 + (16 if flags & 0x20 else 0) + (4 if flags & 0x10 else 0)
         width = 1 << (flags & 3)
@@ -92,7 +97,7 @@ def header_messages(pread, addr: int, file_size: int, stop: int | None = None,
         version, flags = 1, 0
         blocks.append((addr + 16, _u(head, 8, 4)))
     else:
-        raise Unexpected(f"no object header at {addr}")
+        raise _NoHeader(f"no object header at {addr}")
     hdr = 4 + (2 if flags & 0x04 else 0) if version == 2 else 8
     out = []
     visited = 0
@@ -144,10 +149,8 @@ def layout_message(pread, addr: int, file_size: int) -> bytes | None:
     """The body of an object header's data layout message (type 8), or None."""
     try:
         _v, _f, msgs = header_messages(pread, addr, file_size, stop=8)
-    except Unexpected as e:
-        if str(e).startswith(("no object header", "object header version")):
-            return None
-        raise
+    except _NoHeader:
+        return None
     for mtype, _fl, _c, body in msgs:
         if mtype == 8:
             return body
@@ -360,7 +363,7 @@ class AttrReader:
     def _value(self, dt, shape, data, dimension_list: bool):
         if len(dt) < 8:
             raise Unexpected("short datatype message")
-        cls, b0, b1 = dt[0] & 0x0F, dt[1], dt[2]
+        cls, b0 = dt[0] & 0x0F, dt[1]
         size = _u(dt, 4, 4)
         if shape is None:  # null dataspace: h5py.Empty, which the scanner reads as None
             raise _Undecoded
@@ -398,22 +401,9 @@ class AttrReader:
             if not shape:
                 return np.bytes_(items[0].rstrip(b"\0"))
             return np.array(items, dtype=f"S{size}").reshape(shape)
-        if cls == 0:  # fixed-point
-            if size not in (1, 2, 4, 8) or len(dt) < 12 or _u(dt, 8, 2) != 0 \
-                    or _u(dt, 10, 2) != 8 * size:
-                raise _Undecoded
-            kind = "i" if b0 & 0x08 else "u"
-        elif cls == 1:  # floating point
-            if size not in _IEEE or len(dt) < 20 or b0 & 0x40 or (b0 >> 4) & 0x03 != 2 \
-                    or b1 != 8 * size - 1:
-                raise _Undecoded
-            layout = (_u(dt, 8, 2), _u(dt, 10, 2), dt[12], dt[13], dt[14], dt[15], _u(dt, 16, 4))
-            if layout != _IEEE[size]:
-                raise _Undecoded
-            kind = "f"
-        else:
+        dtype = standard_dtype(dt)  # a plain integer or IEEE float, else h5py converts it
+        if dtype is None:
             raise _Undecoded
-        dtype = np.dtype(f"{'>' if b0 & 0x01 else '<'}{kind}{size}")
         arr = np.frombuffer(bytes(data[:n * size]), dtype=dtype).reshape(shape).copy()
         return arr[()] if arr.ndim == 0 else arr
 
@@ -607,25 +597,23 @@ class _FractalHeap:
 
 # -- a dataset's storage, from its header messages -------------------------------------
 
-class Storage(tuple):
-    """(layout, external, chunks, contiguous, filters, fill, standard_type) of a dataset,
-    read from its header: `layout` as HDF5's H5D layout codes (0 compact, 1 contiguous,
-    2 chunked); `external` whether its data is in external raw files; `chunks` the chunk
-    shape (chunked); `contiguous` (address or None, bytes) (contiguous); `filters`
-    [(id, flags, values, name)] as `H5Pget_filter` gives them; `fill` the fill value's
-    stored bytes, b"" for none defined (h5py reads zeros), None when unknown or stored in
-    a type that is not standard (HDF5 converts it: an n-bit integer's bits shifted);
-    `standard_type` whether the stored type is a plain integer or IEEE float (whose
-    bytes are numpy's)."""
+class Storage(NamedTuple):
+    """A dataset's storage, read from its header: `layout` as HDF5's H5D layout codes (0
+    compact, 1 contiguous, 2 chunked); `external` whether its data is in external raw
+    files; `chunks` the chunk shape (chunked); `contiguous` (address or None, bytes)
+    (contiguous); `filters` [(id, flags, values, name)] as `H5Pget_filter` gives them;
+    `fill` the fill value's stored bytes, b"" for none defined (h5py reads zeros), None
+    when unknown or stored in a type that is not standard (HDF5 converts it: an n-bit
+    integer's bits shifted); `standard_type` whether the stored type is a plain integer
+    or IEEE float (whose bytes are numpy's)."""
 
-    __slots__ = ()
-    layout = property(lambda self: self[0])
-    external = property(lambda self: self[1])
-    chunks = property(lambda self: self[2])
-    contiguous = property(lambda self: self[3])
-    filters = property(lambda self: self[4])
-    fill = property(lambda self: self[5])
-    standard_type = property(lambda self: self[6])
+    layout: int
+    external: bool
+    chunks: tuple[int, ...] | None
+    contiguous: tuple[int | None, int] | None
+    filters: list
+    fill: bytes | None
+    standard_type: bool
 
 
 _FILTER_NAMES = {1: "deflate", 2: "shuffle", 3: "fletcher32", 4: "szip", 5: "nbit",
@@ -676,7 +664,7 @@ def dataset_storage(messages: dict, itemsize: int) -> Storage | None:
     standard = standard_dtype(dt) is not None
     if fill and not standard:  # stored in the dataset's type: HDF5 converts it, h5py decides
         fill = None
-    return Storage((kind, 0x07 in messages, chunks, contiguous, filters, fill, standard))
+    return Storage(kind, 0x07 in messages, chunks, contiguous, filters, fill, standard)
 
 
 def _pipeline(body) -> list | None:

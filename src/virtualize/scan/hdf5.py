@@ -679,8 +679,8 @@ class _Scanner:
         chunks = tuple(int(c) for c in ds.chunks) if layout == h5py.h5d.CHUNKED else None
         filters = [dcpl.get_filter(i) for i in range(dcpl.get_nfilters())] \
             if layout == h5py.h5d.CHUNKED else []
-        return Storage((layout, dcpl.get_external_count() > 0, chunks, contiguous, filters,
-                        None, False))
+        return Storage(layout, dcpl.get_external_count() > 0, chunks, contiguous, filters,
+                       None, False)
 
     def _blocks(self, name: str, ds: h5py.Dataset, dtype: np.dtype, st: Storage):
         layout = st.layout
