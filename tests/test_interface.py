@@ -119,15 +119,30 @@ def test_lists_stdin_globs_and_directories(months, tmp_path):
     assert len(notes) == 1 and "SHA256SUMS.md5" in notes[0] and ".aux.xml" in notes[0]
 
 
-def test_names_no_file_has_are_errors_listing_the_names(months):
+def test_names_no_file_has_are_usage_errors_listing_the_names(months, tmp_path):
+    """A name no file has is a usage error (exit 2), with the located message listing the
+    names that exist; the API still reports (check) or raises (virtualize) the problem."""
     files = data_files(months)
     for option, name in (("--drop", "orgo"), ("--inline", "orgo"), ("--concat-dim", "tme")):
         r = run("check", "--json", *files, option, name)
-        assert r.returncode == 1
+        assert r.returncode == 2
         doc = json.loads(r.stdout)
         assert [p["kind"] for p in doc["problems"]] == ["unknown-name"]
         msg = doc["problems"][0]["message"]
         assert name in msg and ("tas" in msg if option != "--concat-dim" else "time" in msg)
+        out = tmp_path / f"c{option}.zarr"
+        r = run(*files, "-o", out, option, name)
+        assert r.returncode == 2 and not out.exists()
+        assert name in r.stdout and f"nothing was written to {out}" in r.stderr
+    r = run("mosaic", "--check", *files[:1], "--drop", "orgo")
+    assert r.returncode == 2 and "'orgo'" in r.stdout
+    # a real refusal stays exit 1
+    assert run("check", *files, "--concat-dim", "lat").returncode == 1
+    report = virtualize.check(files, drop=["orgo"])
+    assert not report.ok and [p.kind for p in report.problems] == ["unknown-name"]
+    with pytest.raises(virtualize.VirtualizeError) as e:
+        virtualize.virtualize(files, tmp_path / "api.zarr", drop=["orgo"])
+    assert [p.kind for p in e.value.problems] == ["unknown-name"]
 
 
 # -- inspect, verify, export --------------------------------------------------------------

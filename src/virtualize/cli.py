@@ -32,6 +32,8 @@ from .model import OutputExistsError, UnsafeOutputError, UsageError, VirtualizeE
 from .report import format_text, to_html, to_json
 
 DONE, REFUSED, USAGE, ERROR = 0, 1, 2, 3
+# problems that mean the arguments were wrong, not the files: a usage error (exit 2)
+USAGE_KINDS = {"unknown-name", "usage"}
 
 COMMANDS = {
     "create": "write a cube from FILES (the short form: virtualize FILES -o OUT)",
@@ -457,7 +459,7 @@ def _create(args) -> int:
 def _check(args) -> int:
     report = check(args.files, args.concat_dim, **_concat_kw(args), **_kw(args))
     _show(report, args)
-    return DONE if report.ok else REFUSED
+    return _outcome(report)
 
 
 def _mosaic(args) -> int:
@@ -469,7 +471,7 @@ def _mosaic(args) -> int:
     if args.check:
         report = check_mosaic(args.files, **kw)
         _show(report, args)
-        return DONE if report.ok else REFUSED
+        return _outcome(report)
     if not args.output:
         raise UsageError("-o/--output is required unless --check")
     return _write(args, lambda: mosaic(args.files, args.output, overwrite=args.overwrite,
@@ -569,7 +571,7 @@ def _write(args, job) -> int:
             raise
         _show(e.report, args, failed=True)
         _err(f"nothing was written to {args.output}")
-        return REFUSED
+        return _outcome(e.report, failed=True)
     _show(report, args, wrote=report.output)
     return DONE
 
@@ -578,10 +580,18 @@ def _write(args, job) -> int:
 _OUTCOME: list[int] = []
 
 
+def _outcome(report, failed: bool = False) -> int:
+    """A report's exit code: done, refused, or a usage error when a fatal problem says the
+    arguments were wrong (a --drop / --inline / --concat-dim name no file has)."""
+    if report.ok and not failed:
+        return DONE
+    return USAGE if any(p.fatal and p.kind in USAGE_KINDS for p in report.problems) else REFUSED
+
+
 def _show(report, args, wrote: dict | None = None, failed: bool = False) -> None:
     """The report: JSON, or text (accepted: one line unless -v; -q: only a refusal's
     problems); and the HTML page when asked."""
-    _OUTCOME.append(DONE if report.ok and not failed else REFUSED)
+    _OUTCOME.append(_outcome(report, failed))
     if getattr(args, "html", None):
         with open(args.html, "w", encoding="utf-8") as f:
             f.write(to_html(report))
