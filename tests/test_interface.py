@@ -158,6 +158,26 @@ def test_inspect_shows_a_files_block_tables(months):
     assert run("inspect", months / "SHA256SUMS.md5").returncode == 1
 
 
+def test_inspect_shows_padded_only_where_a_last_block_holds_padding(tmp_path):
+    """HDF5 stores every chunk at full size, but a block that fits its axis exactly (90 in
+    blocks of 90) holds no padding: padded only when the length is no multiple."""
+    import h5py
+
+    path = tmp_path / "p.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("lat", data=np.arange(90, dtype="f4"), chunks=(90,))
+        f.create_dataset("grid", data=np.zeros((90, 40), "f4"), chunks=(30, 20))
+        f.create_dataset("tas", data=np.zeros((31, 90), "f4"), chunks=(10, 90))
+    r = run("inspect", path)
+    assert r.returncode == 0, r.stderr
+    padded = {line.split()[0]: line.split()[6] for line in r.stdout.splitlines()[1:]
+              if line.startswith("  ") and not line.split()[0] == "variable"}
+    assert padded == {"lat": "no", "grid": "no", "tas": "yes"}, r.stdout
+    doc = json.loads(run("inspect", "--json", path).stdout)
+    assert {v["name"]: v["blocks"]["padded"] for v in doc["variables"]} == \
+        {"lat": False, "grid": False, "tas": True}
+
+
 def test_verify_names_changed_and_missing_sources(months, tmp_path):
     src = tmp_path / "src"
     src.mkdir()

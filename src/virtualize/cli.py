@@ -276,7 +276,8 @@ def build_parser() -> argparse.ArgumentParser:
     _report_options(p)
 
     p = cmd("inspect", "One file's variables, dimensions and block tables (block shape and "
-                       "count, padded or not, codecs, byte ranges). Writes nothing.")
+                       "count, padded: a last block stored padded past the axis' end, "
+                       "codecs, byte ranges). Writes nothing.")
     p.add_argument("file", metavar="FILE")
     p.add_argument("--json", action="store_true", help="as JSON")
 
@@ -546,7 +547,11 @@ def _inventory_dict(inv) -> dict:
             refs = v.blocks.refs.reshape(-1)
             stored = refs[refs["length"] > 0]
             b = {"block_shape": list(v.blocks.block_shape), "grid": list(v.blocks.grid_shape),
-                 "count": int(refs.size), "stored": int(stored.size), "padded": v.blocks.padded,
+                 "count": int(refs.size), "stored": int(stored.size),
+                 # padding only where a last block is stored padded and holds less than a
+                 # block (an axis of 90 in blocks of 90 has none)
+                 "padded": bool(v.blocks.padded and any(
+                     b and n % b for n, b in zip(v.shape, v.blocks.block_shape))),
                  "bytes": int(stored["length"].sum()),
                  "first_offset": int(stored["offset"].min()) if stored.size else None,
                  "end_offset": int((stored["offset"] + stored["length"]).max())
