@@ -150,6 +150,9 @@ def test_missing_and_forbidden_objects_are_located_problems(served, s3):
     assert kinds[forbidden] == "source-forbidden"
     report = virtualize.check([f"s3://{BUCKET}/months2024/nope.nc"])
     assert [p.kind for p in report.problems] == ["source-missing"]
+    pattern = f"s3://{BUCKET}/months2024/*.nope"  # a glob that matches nothing
+    (p,) = virtualize.check([pattern]).problems
+    assert (p.kind, p.loc.file, p.message) == ("no-files", pattern, f"no file matches {pattern!r}")
 
 
 def test_changed_object_is_detected_on_open(served, s3, tmp_path):
