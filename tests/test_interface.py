@@ -218,6 +218,34 @@ def test_export_between_kinds_and_kerchunk_is_a_cube(months, tmp_path):
     assert run("export", tmp_path / "c.zarr", "-o", tmp_path / "back.json").returncode == 3
 
 
+def test_output_names_of_formats_not_written_are_usage_errors(months, case, tmp_path):
+    """-o x.parquet / x.parq / x.vrt / x.nc ... would be a cube directory (or JSON) under a
+    name promising another format: a usage error naming the kinds written, before any
+    scan, in create, mosaic, export and the API."""
+    files = data_files(months)[:2]
+    cube = tmp_path / "c.zarr"
+    virtualize.virtualize(files, cube)
+    tiles = case("mosaic_uneven_2x2")
+    for name, extra in (("x.parquet", ()), ("x.parq", ()), ("x.vrt", ()), ("x.nc", ()),
+                        ("x.TIF", ()), ("x.parquet", ("--format", "kerchunk")),
+                        ("x.h5", ("--format", "icechunk"))):
+        out = tmp_path / name
+        for args in ((*files, "-o", out), ("mosaic", *tiles, "-o", out), ("export", cube, "-o", out)):
+            r = run(*args, *extra)
+            assert r.returncode == 2, (args, r.stdout, r.stderr)
+            assert f"does not write {out.suffix} files" in r.stderr
+            assert ".zarr" in r.stderr and ".json" in r.stderr and ".icechunk" in r.stderr
+            assert r.stdout == "" and not out.exists()
+    with pytest.raises(ValueError, match="does not write .parquet"):
+        virtualize.virtualize(files, tmp_path / "x.parquet")
+    with pytest.raises(virtualize.UsageError):
+        virtualize.mosaic(tiles, tmp_path / "x.vrt")
+    with pytest.raises(virtualize.UsageError):
+        virtualize.export(cube, tmp_path / "x.parq", format="cube")
+    assert not any(tmp_path.glob("x.*"))
+    assert run(*files, "-o", tmp_path / "fine.v2").returncode == 0  # any other suffix: a cube
+
+
 # -- the Python API ---------------------------------------------------------------------
 
 def test_report_surface_and_in_memory_plan(months, tmp_path):

@@ -680,8 +680,19 @@ def _scan_all(files: list[str], jobs: int | str, scan_timeout: float | None,
     yield from scan_bounded(files, scan_timeout or None, jobs)
 
 
+# output names whose suffix says a format virtualize does not write (whatever `format`
+# says): writing a cube directory or JSON under such a name would mislead every reader
+FOREIGN_SUFFIXES = frozenset({
+    ".parq", ".parquet", ".vrt", ".nc", ".nc3", ".nc4", ".cdf", ".netcdf", ".h5", ".hdf5",
+    ".he5", ".hdf", ".tif", ".tiff", ".gtiff", ".cog", ".grib", ".grib2", ".grb", ".grb2",
+    ".fits", ".fit", ".fts", ".zip", ".n5", ".csv", ".npy", ".npz", ".mat", ".jp2", ".png",
+    ".jpg", ".jpeg", ".gz", ".bz2", ".xz", ".zst", ".tar", ".yaml", ".yml", ".html",
+    ".txt", ".xml"})
+
+
 def _output_kind(out: PathLike, format: str | None, overwrite: bool, paths=None) -> str:
-    """The output's kind; refuses early (before any scanning) an output that exists
+    """The output's kind; refuses early (before any scanning) an output named with a
+    suffix of a format virtualize does not write (FOREIGN_SUFFIXES), one that exists
     without `overwrite`, that virtualize did not write, or that is, holds or sits in one
     of `paths` (when given as a path or a list: an iterator is checked at writing)."""
     remote = storage.is_url(out)
@@ -699,8 +710,13 @@ def _output_kind(out: PathLike, format: str | None, overwrite: bool, paths=None)
     if remote:
         from .emit.remote import guard_remote
         guard_remote(out, overwrite, sources)
-        return kind
-    guard_output(out, overwrite, sources)  # before any scanning: fail fast, lose nothing
+    else:
+        guard_output(out, overwrite, sources)  # before any scanning: fail fast, lose nothing
+    # (after the guards: a source named as the output is refused as that)
+    if suffix.lower() in FOREIGN_SUFFIXES:  # a name that promises a format not written
+        raise UsageError(f"{out}: virtualize does not write {suffix} files; it writes a cube "
+                         "directory (OUT.zarr or no suffix), a kerchunk reference file "
+                         "(OUT.json) or an Icechunk repository (OUT.icechunk)")
     return kind
 
 

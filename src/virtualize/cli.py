@@ -156,7 +156,8 @@ def _output_options(p: argparse.ArgumentParser, required: bool) -> None:
                         "or an Icechunk repository (*.icechunk)")
     p.add_argument("--format", choices=["cube", "kerchunk", "icechunk"],
                    help="output kind (default: by OUT's suffix: .json kerchunk, .icechunk "
-                        "icechunk, else cube)")
+                        "icechunk, else cube; a suffix of another format, such as .parquet, "
+                        ".vrt or .nc, is refused)")
     p.add_argument("--overwrite", action="store_true",
                    help="replace OUT if it exists (only an output virtualize wrote)")
     p.add_argument("--relative", action="store_true",
