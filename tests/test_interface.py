@@ -51,6 +51,40 @@ def test_help_lists_every_command():
     assert h.returncode == 0 and "--decode" in h.stdout
 
 
+def test_help_points_to_guides_an_installed_virtualize_prints(tmp_path):
+    """docs/*.md are shipped in the package (virtualize/docs): `virtualize docs` lists and
+    prints them, and every guide the help texts name is one it prints (no docs/ path a
+    pip install has not got)."""
+    import re
+    from importlib import resources
+    from pathlib import Path
+
+    repo_docs = Path(__file__).resolve().parents[1] / "docs"
+    shipped = resources.files("virtualize") / "docs"
+    assert sorted(f.name for f in shipped.iterdir() if f.name.endswith(".md")) == \
+        sorted(f.name for f in repo_docs.glob("*.md"))
+    r = run("docs", cwd=tmp_path)  # not next to the repository's docs/
+    assert r.returncode == 0
+    listed = dict(line.split(None, 1) for line in r.stdout.splitlines()[1:])
+    assert set(listed) == {f.stem for f in repo_docs.glob("*.md")}
+    assert listed["report"] == "The preflight report"
+    r = run("docs", "report", cwd=tmp_path)
+    assert r.returncode == 0 and r.stdout == (repo_docs / "report.md").read_text()
+    assert run("docs", "reading.md", cwd=tmp_path).stdout == (repo_docs / "reading.md").read_text()
+    r = run("docs", "reprot")
+    assert r.returncode == 2 and "did you mean 'report'" in r.stderr
+    texts = [run("--help").stdout] + [run("help", c).stdout for c in
+                                      ("create", "check", "mosaic", "append", "inspect",
+                                       "verify", "export", "docs")]
+    named = set()
+    for text in texts:
+        assert "docs/" not in text and ".md" not in text
+        named |= set(re.findall(r"virtualize\s+docs\s+([a-z][\w-]+)", text))
+    assert {"report", "references"} <= named <= set(listed), named
+    from virtualize.access import not_allowed
+    assert "virtualize docs reading" in str(not_allowed("x", "why"))
+
+
 def test_usage_errors_give_usage_not_a_scan(months, tmp_path):
     for args in (["chek", *data_files(months)], ["help", "nope"], [*data_files(months)],
                  ["check", "-j", "-1", months], ["check", "-j", "x", months], []):
@@ -306,7 +340,7 @@ def test_xarray_backend_recognises_cubes_without_engine(months, tmp_path):
     assert backend.guess_can_open(out) and backend.guess_can_open(str(out))
     assert backend.guess_can_open(tmp_path / "x.icechunk")
     assert not backend.guess_can_open(months)
-    assert "docs/reading.md" in backend.url
+    assert "virtualize docs reading" in backend.url
     ds = xr.open_dataset(out)
     assert ds["tas"].shape == (366, 3, 4)
     virtualize.virtualize(data_files(months), tmp_path / "refs.json")

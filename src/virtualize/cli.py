@@ -1,7 +1,7 @@
 """Command line: `virtualize COMMAND ...` (`virtualize --help` lists the commands);
 `virtualize FILES... -o OUT` is short for `virtualize create FILES... -o OUT`.
 
-Exit codes (docs/report.md): 0 done (check: the stack can be virtualized), 1 refused
+Exit codes (docs/report.md, `virtualize docs report`): 0 done (check: the stack can be virtualized), 1 refused
 (problems; check: it cannot; verify: a source changed), 2 usage error, 3 any other
 error (I/O, an existing or unsafe output, not a cube).
 """
@@ -43,6 +43,7 @@ COMMANDS = {
     "inspect": "one file's variables, dimensions and block tables",
     "verify": "have a cube's sources changed? (--decode: decode one chunk per source)",
     "export": "write a cube as another kind: directory, kerchunk JSON, Icechunk",
+    "docs": "print a guide shipped with virtualize (virtualize docs: the list)",
     "help": "help on a command",
 }
 
@@ -136,7 +137,8 @@ def _scan_options(p: argparse.ArgumentParser) -> None:
 
 def _report_options(p: argparse.ArgumentParser, html: bool = True) -> None:
     _scan_options(p)
-    p.add_argument("--json", action="store_true", help="print the report as JSON (docs/report.md)")
+    p.add_argument("--json", action="store_true",
+                   help="print the report as JSON (its schema: virtualize docs report)")
     if html:
         p.add_argument("--html", metavar="FILE", help="also write the report as one HTML page")
     _verbosity(p)
@@ -162,7 +164,7 @@ def _output_options(p: argparse.ArgumentParser, required: bool) -> None:
                    help="replace OUT if it exists (only an output virtualize wrote)")
     p.add_argument("--relative", action="store_true",
                    help="record the sources relative to OUT, so that OUT and its files can be "
-                        "moved or mirrored together (docs/references.md)")
+                        "moved or mirrored together (virtualize docs references)")
 
 
 def _bytes_arg(text: str) -> int:
@@ -228,7 +230,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "for `virtualize create FILES -o OUT`.",
         epilog="exit codes: 0 done, 1 refused (problems; check: cannot be virtualized; "
                "verify: a source changed), 2 usage error, 3 other error (I/O, existing output, "
-               "not a cube). Docs: docs/report.md, docs/reading.md.",
+               "not a cube). The guides (the report, reading a cube, every problem kind, "
+               "...) are shipped with virtualize: `virtualize docs` lists them, `virtualize "
+               "docs report` prints one.",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     top.add_argument("--version", action="version", version=f"virtualize {__version__}")
     sub = top.add_subparsers(dest="command", metavar="COMMAND", title="commands")
@@ -298,6 +302,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("cube", metavar="CUBE")
     _output_options(p, required=True)
     _report_options(p, html=False)
+
+    p = cmd("docs", "Print one of the guides shipped with virtualize (Markdown: the "
+                    "report, reading a cube, problem kinds, ...); without TOPIC, list them.")
+    p.add_argument("topic", nargs="?", metavar="TOPIC")
 
     p = cmd("help", "Help on a command.")
     p.add_argument("topic", nargs="?", metavar="COMMAND")
@@ -564,8 +572,34 @@ def _inventory_dict(inv) -> dict:
     return out
 
 
+def _guides() -> dict[str, object]:
+    """topic -> the guide's file (docs/*.md, shipped in the package as virtualize/docs)."""
+    from importlib import resources
+
+    root = resources.files("virtualize") / "docs"
+    return {f.name[:-3]: f for f in sorted(root.iterdir(), key=lambda f: f.name)
+            if f.name.endswith(".md")} if root.is_dir() else {}
+
+
+def _docs(args) -> int:
+    guides = _guides()
+    topic = args.topic[:-3] if args.topic and args.topic.endswith(".md") else args.topic
+    if topic is None:
+        print("guides (virtualize docs TOPIC prints one):")
+        for name, f in guides.items():
+            title = f.read_text(encoding="utf-8").partition("\n")[0].lstrip("# ")
+            print(f"  {name:<12}  {title}")
+        return DONE
+    if topic not in guides:
+        close = difflib.get_close_matches(topic, list(guides), n=1)
+        raise UsageError(f"no guide {topic!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
+                         + "; virtualize docs lists them")
+    print(guides[topic].read_text(encoding="utf-8"), end="")
+    return DONE
+
+
 COMMAND_RUNNERS = {"create": _create, "check": _check, "mosaic": _mosaic, "append": _append,
-                   "inspect": _inspect, "verify": _verify, "export": _export}
+                   "inspect": _inspect, "verify": _verify, "export": _export, "docs": _docs}
 
 
 def _write(args, job) -> int:
