@@ -324,14 +324,16 @@ class AxisFigure:
         """The steps of padding of every chunk (zeros when none is padded)."""
         return np.zeros(len(self.lengths), np.int64) if self.padding is None else self.padding
 
-    def runs(self) -> list[tuple[int, str, int]]:
-        """(length, mark, count) runs, so a million regular chunks draw as one band."""
-        out: list[tuple[int, str, int]] = []
-        for length, mark in zip(self.lengths.tolist(), self.marks.tolist()):
-            if out and out[-1][0] == length and out[-1][1] == mark:
-                out[-1] = (length, mark, out[-1][2] + 1)
+    def runs(self) -> list[tuple[int, str, int, int]]:
+        """(length, mark, padding, count) runs, so a million regular chunks draw as one
+        band."""
+        out: list[tuple[int, str, int, int]] = []
+        for length, mark, pad in zip(self.lengths.tolist(), self.marks.tolist(),
+                                     self.pads().tolist()):
+            if out and out[-1][:3] == (length, mark, pad):
+                out[-1] = (length, mark, pad, out[-1][3] + 1)
             else:
-                out.append((length, mark, 1))
+                out.append((length, mark, pad, 1))
         return out
 
 

@@ -551,7 +551,7 @@ def _band(axis) -> str:
     boundaries drawn as ticks while there are few enough to see. A padded block is drawn
     at its stored length: its data, then its padding (lighter, dashed); the dashed line
     marks the array's end when the last block is padded past it."""
-    runs = _runs(axis)
+    runs = axis.runs()
     if runs and runs[-1][1] == SHORT and runs[-1][3] == 1:  # the usual remainder at the end
         runs[-1] = (runs[-1][0], _shown_mark(SHORT, 0, 1), *runs[-1][2:])
     stored = int(axis.lengths.sum())
@@ -618,18 +618,6 @@ def _band(axis) -> str:
                "</figcaption>")
     return (f'<figure class="band" data-axis="{html.escape(axis.dim)}">{"".join(svg)}'
             f"{caption}</figure>")
-
-
-def _runs(axis) -> list[tuple[int, str, int, int]]:
-    """(length, mark, padding, count) runs of an axis' chunks."""
-    out: list[tuple[int, str, int, int]] = []
-    for length, mark, pad in zip(axis.lengths.tolist(), axis.marks.tolist(),
-                                 axis.pads().tolist()):
-        if out and out[-1][:3] == (length, mark, pad):
-            out[-1] = (length, mark, pad, out[-1][3] + 1)
-        else:
-            out.append((length, mark, pad, 1))
-    return out
 
 
 def _mosaic_svg(m: model.MosaicFigure) -> str:
