@@ -1,9 +1,10 @@
 """Command line: `virtualize COMMAND ...` (`virtualize --help` lists the commands);
 `virtualize FILES... -o OUT` is short for `virtualize create FILES... -o OUT`.
 
-Exit codes (docs/report.md, `virtualize docs report`): 0 done (check: the stack can be virtualized), 1 refused
-(problems; check: it cannot; verify: a source changed), 2 usage error, 3 any other
-error (I/O, an existing or unsafe output, not a cube).
+Exit codes (docs/report.md, `virtualize docs report`): 0 done (check: the stack can be
+virtualized), 1 refused (problems; check: it cannot; verify: a source changed), 2 usage
+error (also a --drop/--inline/--concat-dim name no file has), 3 any other error (I/O, an
+existing or unsafe output, not a cube).
 """
 
 from __future__ import annotations
@@ -560,7 +561,7 @@ def _inventory_dict(inv) -> dict:
                  # padding only where a last block is stored padded and holds less than a
                  # block (an axis of 90 in blocks of 90 has none)
                  "padded": bool(v.blocks.padded and any(
-                     b and n % b for n, b in zip(v.shape, v.blocks.block_shape))),
+                     size and n % size for n, size in zip(v.shape, v.blocks.block_shape))),
                  "bytes": int(stored["length"].sum()),
                  "first_offset": int(stored["offset"].min()) if stored.size else None,
                  "end_offset": int((stored["offset"] + stored["length"]).max())
