@@ -222,7 +222,10 @@ def _append(cube: Path, kind: str, paths, *, jobs, executor, progress, scan_time
     # the files given (data files found through reference sets are not inputs)
     old = [s["path"] for s in info["sources"] if not s.get("referenced_by")]
     empty: list[str] = []
-    new = [storage.normalize(p) for p in _paths(paths, empty)]
+    unmatched: list[str] = []
+    new = [storage.normalize(p) for p in _paths(paths, empty, unmatched=unmatched)]
+    if unmatched:
+        raise VirtualizeError(_unmatched(unmatched), "nothing appended")
     if not new:
         raise VirtualizeError([Problem(Location(os.path.abspath(d)), "no-files",
                                        f"the directory {d} holds no files") for d in empty]
@@ -548,8 +551,9 @@ def _check(paths, planner: Planner, progress, materialize_limit: int | None = No
     _check_jobs(jobs, executor)
     empty: list[str] = []
     skipped: dict[str, list[str]] = {}
-    files = _paths(paths, empty, skipped)
-    problems: list[Problem] = []
+    unmatched: list[str] = []
+    files = _paths(paths, empty, skipped, unmatched)
+    problems: list[Problem] = _unmatched(unmatched)
     invs: list[FileInventory] = []
     bytes_read: dict[str, int] = {}
     requests: dict[str, int] = {}
@@ -557,7 +561,7 @@ def _check(paths, planner: Planner, progress, materialize_limit: int | None = No
         problems.append(Problem(Location(os.path.abspath(d)), "no-files",
                                 f"the directory {d} holds no files (hidden files and "
                                 "subdirectories are not read)", fatal=not files))
-    if not files and not empty:
+    if not files and not empty and not unmatched:
         problems.append(Problem(Location(), "no-files", "no input files were given"))
     share = Sharer()  # what the files repeat is held once (flat memory for large stacks)
     listed: list[str] = []  # the files as the report names them
@@ -676,8 +680,19 @@ def _scan_all(files: list[str], jobs: int | str, scan_timeout: float | None,
     yield from scan_bounded(files, scan_timeout or None, jobs)
 
 
+# output names whose suffix says a format virtualize does not write (whatever `format`
+# says): writing a cube directory or JSON under such a name would mislead every reader
+FOREIGN_SUFFIXES = frozenset({
+    ".parq", ".parquet", ".vrt", ".nc", ".nc3", ".nc4", ".cdf", ".netcdf", ".h5", ".hdf5",
+    ".he5", ".hdf", ".tif", ".tiff", ".gtiff", ".cog", ".grib", ".grib2", ".grb", ".grb2",
+    ".fits", ".fit", ".fts", ".zip", ".n5", ".csv", ".npy", ".npz", ".mat", ".jp2", ".png",
+    ".jpg", ".jpeg", ".gz", ".bz2", ".xz", ".zst", ".tar", ".yaml", ".yml", ".html",
+    ".txt", ".xml"})
+
+
 def _output_kind(out: PathLike, format: str | None, overwrite: bool, paths=None) -> str:
-    """The output's kind; refuses early (before any scanning) an output that exists
+    """The output's kind; refuses early (before any scanning) an output named with a
+    suffix of a format virtualize does not write (FOREIGN_SUFFIXES), one that exists
     without `overwrite`, that virtualize did not write, or that is, holds or sits in one
     of `paths` (when given as a path or a list: an iterator is checked at writing)."""
     remote = storage.is_url(out)
@@ -695,8 +710,13 @@ def _output_kind(out: PathLike, format: str | None, overwrite: bool, paths=None)
     if remote:
         from .emit.remote import guard_remote
         guard_remote(out, overwrite, sources)
-        return kind
-    guard_output(out, overwrite, sources)  # before any scanning: fail fast, lose nothing
+    else:
+        guard_output(out, overwrite, sources)  # before any scanning: fail fast, lose nothing
+    # (after the guards: a source named as the output is refused as that)
+    if suffix.lower() in FOREIGN_SUFFIXES:  # a name that promises a format not written
+        raise UsageError(f"{out}: virtualize does not write {suffix} files; it writes a cube "
+                         "directory (OUT.zarr or no suffix), a kerchunk reference file "
+                         "(OUT.json) or an Icechunk repository (OUT.icechunk)")
     return kind
 
 
@@ -752,12 +772,14 @@ DATA_SUFFIXES = (".nc", ".nc4", ".nc3", ".cdf", ".netcdf", ".h5", ".hdf5", ".he5
 
 
 def _paths(paths, empty: list[str] | None = None,
-           skipped: dict[str, list[str]] | None = None) -> list[str]:
+           skipped: dict[str, list[str]] | None = None,
+           unmatched: list[str] | None = None) -> list[str]:
     """Files as given; a pattern with * ? [ that names no file is expanded (sorted, as a
-    shell would); a directory stands for the files in it (sorted, not hidden, not
-    recursive) of formats virtualize reads (others, such as .aux.xml side-cars and
-    checksums, are added to `skipped` by directory), unless it is a kerchunk parquet
-    reference set (one input); directories that hold none are added to `empty`."""
+    shell would; one that matches nothing is added to `unmatched`); a directory stands for
+    the files in it (sorted, not hidden, not recursive) of formats virtualize reads
+    (others, such as .aux.xml side-cars and checksums, are added to `skipped` by
+    directory), unless it is a kerchunk parquet reference set (one input); directories
+    that hold none are added to `empty`."""
     from .scan.kerchunk import is_parquet_references
 
     if isinstance(paths, (str, os.PathLike)):
@@ -767,7 +789,10 @@ def _paths(paths, empty: list[str] | None = None,
         if storage.is_url(p):
             storage.normalize(p)  # an unknown scheme is refused here
             if storage.has_magic(p):
-                out += storage.glob(p)
+                matched = storage.glob(p)
+                if not matched and unmatched is not None:
+                    unmatched.append(p)
+                out += matched
             elif p.endswith("/") and storage.isdir(p):
                 inside = storage.listdir(p)
                 if not inside and empty is not None:
@@ -781,6 +806,9 @@ def _paths(paths, empty: list[str] | None = None,
             if matched:
                 out += _paths(matched, empty, skipped)
                 continue
+            if unmatched is not None:  # not a file named with * either: nothing matches
+                unmatched.append(p)
+                continue
         if os.path.isdir(p) and not is_parquet_references(p):
             inside = sorted(os.path.join(p, f) for f in os.listdir(p)
                             if not f.startswith(".") and os.path.isfile(os.path.join(p, f)))
@@ -793,6 +821,13 @@ def _paths(paths, empty: list[str] | None = None,
         else:
             out.append(p)
     return out
+
+
+def _unmatched(patterns: list[str]) -> list[Problem]:
+    """A pattern that matches nothing: fatal, as a missing file is (a stack without the
+    files it names would be silently shorter)."""
+    return [Problem(Location(p if storage.is_url(p) else os.path.abspath(p)), "no-files",
+                    f"no file matches {p!r}") for p in patterns]
 
 
 def _readable_format(path: str) -> bool:
