@@ -78,6 +78,10 @@ def test_chunk_size_larger_than_the_data_changes_nothing(tmp_path):
         assert np.prod(a.refs.shape) == 1
     assert not any("cut" in n for n in big.notes)
     assert never.plan.recipe["chunk_size"] is None
+    # the inventory as stored, or as a cube cuts it
+    assert virtualize.inventory(src).variables["wide"].blocks.block_shape == (128, 1024)
+    cut = virtualize.inventory(src, chunk_size="64K").variables["wide"].blocks
+    assert cut.block_shape == (8, 1024) and cut.refs.shape == (16, 1)
 
 
 def test_chunk_size_below_one_element_keeps_one_element_per_chunk(tmp_path):
@@ -182,6 +186,29 @@ def test_stack_along_time_cut_alike(tmp_path):
     assert grid(tmp_path / "cube.zarr", "tas")[0] == [[10, 36], 6, [10, 36], 5]
 
 
+def test_uncompressed_hdf5_chunks_cut_padded_and_split(tmp_path):
+    rng = np.random.default_rng(12)
+    files = []
+    for i, days in enumerate((150, 100)):
+        path = tmp_path / f"p{i}.nc"
+        with netCDF4.Dataset(path, "w", format="NETCDF4") as d:
+            d.createDimension("time", days)
+            d.createDimension("x", 100)
+            t = d.createVariable("time", "f8", ("time",))
+            t.units = "days since 2000-01-01"
+            t[:] = np.arange(days) + 150 * i
+            v = d.createVariable("v", "f8", ("time", "x"), chunksizes=(64, 100))
+            v[:] = rng.random((days, 100))
+        files.append(path)
+    # chunks of 64 rows (51,200 bytes), padded; cut to 8 rows (a divisor of 64 within
+    # 8,000 bytes): the first file's padded last sub-chunk is trimmed (split), the last
+    # file's overhangs
+    report = roundtrip(files, tmp_path, concat_dim="time", chunk_size=8000)
+    assert report.ok, report.problems
+    assert lengths(report, "v") == ((8,) * 18 + (6,) + (8,) * 13, (100,))
+    assert report.plan.remedies["split"].blocks == 1
+
+
 def test_append_cuts_new_files_as_the_cube_recorded(tmp_path):
     rng = np.random.default_rng(8)
     a = year(tmp_path / "a.nc", 30, 0, rng)
@@ -280,6 +307,10 @@ def test_sparse_4tib_netcdf_classic_is_many_references_and_reads(tmp_path):
             want = d["v"][2**20 - 1, 0:6]
         assert_same(z[2**20 - 1, 0:6], np.asarray(want), "4 TiB claim, last row")
         assert z[12345, 678] == 0
+        # a cut into more chunks than a manifest may hold is refused, naming the way out
+        report = virtualize.check(src, chunk_size=4)
+        tm = [p for p in report.problems if p.kind == "too-many-blocks"]
+        assert not report.ok and tm and tm[0].loc.variable == "v" and "--chunk-size" in tm[0].remedy
         # a header claiming more than the file holds stays refused
         os.truncate(src, 2**30)
         report = virtualize.check(src)

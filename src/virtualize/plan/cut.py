@@ -9,8 +9,10 @@ its outer axes, (k, full, full, ...) when one row along axis 0 fits the limit, e
 (1, k, full, ...), and so on inwards; at least one element per chunk along the last axis
 (an element larger than the limit is a chunk of its own). The last chunk along the cut
 axis may be short; it is stored at its true length (an unpadded table), which the
-rectilinear grid lists. Blocks that are compressed cannot be cut (their bytes decode only
-whole): they stay as stored, with a note.
+rectilinear grid lists. Uncompressed HDF5 chunks (padded) are cut alike, in a row count
+that divides the chunk's, so that the last sub-chunk is padded as its chunk was. Blocks
+that are compressed cannot be cut (their bytes decode only whole): they stay as stored,
+with a note.
 
 Every file of a stack is cut alike (`cut_stack`): a variable's cut axis and row count
 are chosen over every file that needs a cut, so that the chunks of files that differ only
@@ -73,8 +75,6 @@ def _cuttable(v: Variable) -> bool:
     if b is None or not v.shape or 0 in v.shape or v.dtype.itemsize == 0 or \
             v.dtype.kind in "OT" or not is_uncompressed(v.codecs):
         return False
-    if b.padded and not (all(g == 1 for g in b.grid_shape) and tuple(b.block_shape) == v.shape):
-        return False  # (a padded block that holds no padding is as good as unpadded)
     return not bool((b.refs["path"] == MATERIALIZED).any())
 
 
@@ -109,12 +109,15 @@ def cut_table(v: Variable, axis: int, rows: int) -> BlockTable | None:
     assert t is not None
     shape, B, G = v.shape, t.block_shape, t.grid_shape
     nd, item = len(shape), v.dtype.itemsize
-    if G[axis] > 1:
+    if G[axis] > 1 or t.padded:
+        # sub-blocks tile each block exactly (a padded block's last one inside its padding)
         rows = max(d for d in range(1, min(rows, B[axis]) + 1) if B[axis] % d == 0)
     else:
         rows = min(rows, shape[axis])
-    # each block's true length along each axis (a short last block is stored at it)
-    lens = [np.minimum(B[i], shape[i] - np.arange(G[i], dtype=np.int64) * B[i]).astype(np.uint64)
+    # each block's stored length along each axis: its true one (a short last block is
+    # stored at it), or the full block's when padded
+    lens = [np.full(G[i], B[i], np.uint64) if t.padded else
+            np.minimum(B[i], shape[i] - np.arange(G[i], dtype=np.int64) * B[i]).astype(np.uint64)
             for i in range(nd)]
     stored = t.refs["length"] > 0
     raw = np.uint64(item)
@@ -161,7 +164,9 @@ def cut_table(v: Variable, axis: int, rows: int) -> BlockTable | None:
     refs["offset"] = np.where(has, old["offset"] + offset, 0)
     refs["length"] = np.where(has, length, 0)
     block = tuple(1 if i < axis else rows if i == axis else B[i] for i in range(nd))
-    return BlockTable(block, padded=False, refs=refs)
+    # (padded: the last sub-block along an axis holds padding, stored at full size, as
+    # the block it is cut from; along the axes before `axis` padding elements are dropped)
+    return BlockTable(block, padded=t.padded, refs=refs)
 
 
 class _TooMany(Exception):
