@@ -317,3 +317,84 @@ def test_sparse_4tib_netcdf_classic_is_many_references_and_reads(tmp_path):
         assert not report.ok and any(p.kind == "truncated" for p in report.problems)
     finally:
         os.remove(src)
+
+
+def test_sparse_4tib_hdf5_contiguous_and_bigtiff_strip_read(tmp_path):
+    n = 2**20
+    h5 = tmp_path / "huge.h5"
+    with h5py.File(h5, "w") as f:  # allocated (no fill written): HDF5 extends the file sparsely
+        dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+        dcpl.set_layout(h5py.h5d.CONTIGUOUS)
+        dcpl.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)
+        dcpl.set_fill_time(h5py.h5d.FILL_TIME_NEVER)
+        ds = h5py.Dataset(h5py.h5d.create(f.id, b"v", h5py.h5t.NATIVE_FLOAT,
+                                          h5py.h5s.create_simple((n, n)), dcpl=dcpl))
+        ds[n - 1, 2:5] = [1, 2, 3]
+    tif = tmp_path / "huge.tif"
+    tifffile.imwrite(tif, shape=(n, n), dtype="f4", bigtiff=True)  # one 4 TiB strip, empty
+    try:
+        for path in (h5, tif):
+            if os.path.getsize(path) < 2**42 or os.stat(path).st_blocks * 512 > 2**20:
+                pytest.skip("this file system does not hold a sparse 4 TiB file")
+        with tifffile.TiffFile(tif) as t:
+            assert list(t.pages[0].databytecounts) == [4 * n * n]
+            start = int(t.pages[0].dataoffsets[0])
+        with open(tif, "r+b") as f:
+            f.seek(start + (n - 1) * n * 4 + 8)
+            f.write(np.array([1, 2, 3], "<f4").tobytes())
+        for path, name in ((h5, "v"), (tif, "image")):
+            cube = tmp_path / f"{path.name}.zarr"
+            report = virtualize.virtualize(path, cube)
+            assert report.plan.arrays[name].refs.size == 262144
+            assert_same(virtualize.open(cube)[name][n - 1, 2:5], np.array([1, 2, 3], "f4"),
+                        f"{path.name}: the last row")
+    finally:
+        for path in (h5, tif):
+            if path.exists():
+                os.remove(path)
+
+
+def test_stack_along_a_later_axis_cut_alike(tmp_path):
+    """Files differing along the concatenation axis, the second one: one row of axis 0
+    holds 365 or 366 steps, so each file alone would fit a different row count; the
+    stack's is the fewest, and the chunks line up on axis 0."""
+    rng = np.random.default_rng(13)
+    files = []
+    for i, days in enumerate((365, 366)):
+        path = tmp_path / f"s{i}.nc"
+        with netCDF4.Dataset(path, "w", format="NETCDF3_CLASSIC") as d:
+            d.createDimension("station", 10)
+            d.createDimension("time", days)
+            t = d.createVariable("time", "f8", ("time",))
+            t.units = "days since 2000-01-01"
+            t[:] = np.arange(days) + 365 * i
+            d.createVariable("obs", "f4", ("station", "time"))[:] = rng.random((10, days))
+        files.append(path)
+    alone = [lengths(virtualize.check(f, chunk_size=2921), "obs")[0] for f in files]
+    assert alone == [(2,) * 5, (1,) * 10]  # 2921 // 1460 = 2, 2921 // 1464 = 1
+    report = roundtrip(files, tmp_path, concat_dim="time", chunk_size=2921)
+    assert report.ok, report.problems
+    assert lengths(report, "obs") == ((1,) * 10, (365, 366))
+
+
+def test_blocks_whose_length_is_not_their_raw_size_are_not_cut():
+    from virtualize.model import REF_DTYPE, BlockTable, FileInventory, Variable
+    from virtualize.plan.cut import cut_stack
+
+    refs = np.zeros((1, 1), REF_DTYPE)
+    refs[0, 0] = (0, 100, 40 * 30 * 4 + 16)  # 16 bytes more than its values
+    v = Variable("v", np.dtype("<f4"), (40, 30), ("y", "x"), {}, np.float32(0),
+                 [{"name": "bytes", "configuration": {"endian": "little"}}],
+                 BlockTable((40, 30), False, refs))
+    inv = FileInventory("/x.tif", "tiff", 10**6, 0, {"": {}}, {}, {"v": v})
+    (out,), notes, problems = cut_stack([inv], 1000)
+    assert out.variables["v"].blocks is v.blocks and not problems
+    assert any("were not cut" in n and "v" in n for n in notes)
+    good = Variable("w", v.dtype, v.shape, v.dims, {}, v.fill_value, v.codecs,
+                    BlockTable((40, 30), False, np.array([[(0, 100, 4800)]], REF_DTYPE)))
+    inv = FileInventory("/x.tif", "tiff", 10**6, 0, {"": {}}, {}, {"w": good})
+    (out,), notes, _ = cut_stack([inv], 1000)
+    t = out.variables["w"].blocks
+    assert t.block_shape == (8, 30) and inv.variables["w"] is good  # (the caller's kept)
+    assert t.refs["offset"].ravel().tolist() == [100 + 960 * i for i in range(5)]
+    assert t.refs["length"].ravel().tolist() == [960] * 5

@@ -202,6 +202,7 @@ def cut_stack(invs: Sequence[FileInventory], chunk_size: int | None
     out: list[FileInventory] = []
     problems: list[Problem] = []
     shown: dict[str, tuple[int, ...]] = {}
+    odd: dict[str, int] = {}  # blocks whose stored length is not their raw size
     for inv in invs:
         changed: dict[str, Variable] = {}
         for name, (a, k) in spec.items():
@@ -218,8 +219,11 @@ def cut_stack(invs: Sequence[FileInventory], chunk_size: int | None
                     f"{math.prod(e.grid)} chunks, more than {MAX_CUT_CHUNKS}",
                     remedy="a larger --chunk-size"))
                 continue
-            if t is None or (t.block_shape == v.blocks.block_shape and
-                             t.grid_shape == v.blocks.grid_shape):
+            if t is None:
+                if _needs_cut(v, limit):
+                    odd[name] = odd.get(name, 0) + 1
+                continue
+            if t.block_shape == v.blocks.block_shape and t.grid_shape == v.blocks.grid_shape:
                 continue
             changed[name] = replace(v, blocks=t)
             shown.setdefault(name, t.block_shape)
@@ -233,4 +237,8 @@ def cut_stack(invs: Sequence[FileInventory], chunk_size: int | None
         notes.append(f"compressed blocks larger than {size_text(limit)} cannot be cut (they "
                      "decode only whole) and are referenced as stored: "
                      + ", ".join(compressed))
+    if odd:
+        notes.append(f"uncompressed blocks larger than {size_text(limit)} whose stored length "
+                     "is not the size of their values were not cut (referenced as stored): "
+                     + ", ".join(odd))
     return out, notes, problems
