@@ -375,6 +375,14 @@ def test_stack_along_a_later_axis_cut_alike(tmp_path):
     report = roundtrip(files, tmp_path, concat_dim="time", chunk_size=2921)
     assert report.ok, report.problems
     assert lengths(report, "obs") == ((1,) * 10, (365, 366))
+    # appended, the new file keeps the cube's cut (its own alone would be 1 station a chunk)
+    cube = tmp_path / "appended.zarr"
+    virtualize.virtualize(files[:1], cube, "time", chunk_size=2921)
+    assert grid(cube, "obs")[0] == 2
+    assert virtualize.append(cube, files[1:]).ok
+    expected = np.concatenate([netCDF4.Dataset(f)["obs"][:] for f in files], axis=1)
+    assert_same(virtualize.open(cube)["obs"][...], expected, "appended along time")
+    assert grid(cube, "obs") == [[[2, 5]], [365, 366]]
 
 
 def test_blocks_whose_length_is_not_their_raw_size_are_not_cut():

@@ -307,7 +307,7 @@ def _append_new(cube: Path, kind: str, info: dict, new: list[str], *, jobs: int 
     last = resume.last.path
     report = _check(new, lambda invs: plan_concat(invs, opts, resume=resume), progress,
                     recipe.get("materialize_limit"), jobs, scan_timeout, exclude=(last,),
-                    executor=executor, chunk_size=recipe.get("chunk_size"))
+                    executor=executor, chunk_size=recipe.get("chunk_size"), like=resume.last)
     plan = report.plan
     if plan is None:
         _refuse_unless_ok(report)
@@ -561,10 +561,11 @@ def _storage(options: dict | None) -> None:
 def _check(paths, planner: Planner, progress, materialize_limit: int | None = None,
            jobs: int | str = "auto", scan_timeout: float | None = DEFAULT_SCAN_TIMEOUT, names=None,
            decode: str = "groups", exclude: Sequence[str] = (), executor=None,
-           chunk_size: int | None = None) -> Report:
+           chunk_size: int | None = None, like: FileInventory | None = None) -> Report:
     """Scan `paths`, plan them, check the plan (`exclude`: files whose chunks the decode
     check does not read: an append's recorded last step; `chunk_size`: large uncompressed
-    blocks cut first, for the plan and the decode check alike)."""
+    blocks cut first, for the plan and the decode check alike; `like`: an append's
+    recorded last step, whose cuts the new files keep)."""
     _check_jobs(jobs, executor)
     empty: list[str] = []
     skipped: dict[str, list[str]] = {}
@@ -600,7 +601,7 @@ def _check(paths, planner: Planner, progress, materialize_limit: int | None = No
     unknown = names(invs) if names is not None and invs else []
     problems.extend(unknown)
     if invs and not unknown:
-        invs, cut_notes, cut_problems = cut_stack(invs, chunk_size)
+        invs, cut_notes, cut_problems = cut_stack(invs, chunk_size, like)
         notes.extend(cut_notes)
         problems.extend(cut_problems)
         plan, plan_problems = planner(invs)

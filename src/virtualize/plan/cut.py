@@ -174,12 +174,15 @@ class _TooMany(Exception):
         self.grid = grid
 
 
-def cut_stack(invs: Sequence[FileInventory], chunk_size: int | None
+def cut_stack(invs: Sequence[FileInventory], chunk_size: int | None,
+              like: FileInventory | None = None
               ) -> tuple[list[FileInventory], list[str], list[Problem]]:
     """`invs` with every uncompressed block larger than `chunk_size` bytes cut (new
     inventories where something was cut: the caller's are not edited), notes saying what
     was cut and what could not be (compressed blocks), and problems (a cut into more
-    chunks than a manifest may hold)."""
+    chunks than a manifest may hold). `like`: the last file of a cube the files are
+    appended to, as it was cut: its variables' cuts are kept, so that the new files' chunks
+    line up with the cube's (even where a new file's alone would be cut otherwise)."""
     if not chunk_size:
         return list(invs), [], []
     limit = int(chunk_size)
@@ -199,6 +202,12 @@ def cut_stack(invs: Sequence[FileInventory], chunk_size: int | None
         a = max(cut_axis(v.blocks.block_shape, v.dtype.itemsize, limit)[0] for v in vs)
         spec[name] = (a, min(_rows_at(v.blocks.block_shape, v.dtype.itemsize, limit, a)
                              for v in vs))
+    for name, v in (like.variables.items() if like is not None else ()):
+        t = v.blocks  # (a cut table: one element along the axes before the cut, k at it)
+        if t is not None and _cuttable(v) and any(g > 1 for g in t.grid_shape) and \
+                any(name in inv.variables for inv in invs):
+            a = next((i for i, b in enumerate(t.block_shape) if b != 1), len(t.block_shape) - 1)
+            spec[name] = (a, t.block_shape[a])
     out: list[FileInventory] = []
     problems: list[Problem] = []
     shown: dict[str, tuple[int, ...]] = {}
