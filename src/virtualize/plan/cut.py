@@ -40,10 +40,8 @@ _UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 def chunk_bytes(value: int | str | None) -> int | None:
     """`chunk_size` as bytes: an int, or a size like "16M", "16MiB", "16MB", "1048576"
     (K, M, G, T are powers of 1024). None or 0: no cut."""
-    if value is None or isinstance(value, bool):
-        if value is None:
-            return None
-        raise ValueError(f"chunk_size must be a number of bytes or a size like '16M', not {value!r}")
+    if value is None:
+        return None
     if isinstance(value, str):
         t = value.strip().upper()
         t = t[:-1] if t.endswith("B") else t
@@ -56,7 +54,7 @@ def chunk_bytes(value: int | str | None) -> int | None:
         if not math.isfinite(number):
             raise ValueError(f"chunk_size: not a size: {value!r}")
         value = int(number * _UNITS[unit])
-    if not isinstance(value, (int, np.integer)) or value < 0:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
         raise ValueError(f"chunk_size must be a number of bytes >= 0 or a size like '16M', "
                          f"not {value!r}")
     return int(value) or None
@@ -111,7 +109,7 @@ def cut_table(v: Variable, axis: int, rows: int) -> BlockTable | None:
     nd, item = len(shape), v.dtype.itemsize
     if G[axis] > 1 or t.padded:
         # sub-blocks tile each block exactly (a padded block's last one inside its padding)
-        rows = max(d for d in range(1, min(rows, B[axis]) + 1) if B[axis] % d == 0)
+        rows = next(d for d in range(min(rows, B[axis]), 0, -1) if B[axis] % d == 0)
     else:
         rows = min(rows, shape[axis])
     # each block's stored length along each axis: its true one (a short last block is
