@@ -209,19 +209,40 @@ def test_uncompressed_hdf5_chunks_cut_padded_and_split(tmp_path):
     assert report.plan.remedies["split"].blocks == 1
 
 
-def test_append_cuts_new_files_as_the_cube_recorded(tmp_path):
+@pytest.mark.parametrize("out", ["cube.zarr", "cube.json"])
+def test_append_cuts_new_files_as_the_cube_recorded(tmp_path, out):
     rng = np.random.default_rng(8)
     a = year(tmp_path / "a.nc", 30, 0, rng)
     b = year(tmp_path / "b.nc", 25, 30, rng)
-    cube = tmp_path / "cube.zarr"
+    cube = tmp_path / out
     virtualize.virtualize([a], cube, "time", chunk_size=192 * 8)
     report = virtualize.append(cube, [b])
     assert report.ok, report.problems
+    assert any("appended 1 file(s)" in n for n in report.notes)  # (not rebuilt)
+    expected = np.concatenate([netCDF4.Dataset(f)["tas"][:] for f in (a, b)])
+    if out.endswith(".json"):
+        assert_same(kerchunk_group(cube)["tas"][...], expected, "appended (kerchunk)")
+        return
     assert virtualize.open(cube)["tas"].shape == (55, 6, 8)
     assert grid(cube, "tas")[0] == [[8, 3], 6, [8, 3], 1]
-    expected = np.concatenate([netCDF4.Dataset(f)["tas"][:] for f in (a, b)])
     assert_same(virtualize.open(cube)["tas"][...], expected, "appended")
     assert virtualize.verify_cube(cube, decode=True) == []
+
+
+def test_materialize_beside_cuts(tmp_path):
+    """A compressed padded variable copied (--materialize) beside a cut contiguous one."""
+    rng = np.random.default_rng(14)
+    files = []
+    for i, days in enumerate((40, 30)):
+        path = year(tmp_path / f"m{i}.nc", days, 40 * i, rng)
+        with netCDF4.Dataset(path, "a") as d:
+            v = d.createVariable("pr", "f4", ("time", "lat", "lon"), zlib=True,
+                                 chunksizes=(16, 6, 8))
+            v[:] = rng.random((days, 6, 8))
+        files.append(path)
+    report = roundtrip(files, tmp_path, concat_dim="time", chunk_size=192 * 8, materialize=True)
+    assert report.ok and report.plan.remedies["materialize"].blocks == 1
+    assert lengths(report, "tas")[0] == (8,) * 5 + (8,) * 3 + (6,)
 
 
 def test_inline_and_mosaic_with_cuts(tmp_path):
