@@ -20,6 +20,7 @@ from .emit.metadata import array_doc, group_doc, omitted_attrs
 from .model import FileInventory, Location, Plan, Problem, UsageError, VirtualizeError
 from .plan import ConcatOptions, MosaicOptions, plan_concat, plan_mosaic
 from .plan._common import DEFAULT_INLINE_THRESHOLD
+from .plan.cut import DEFAULT_CHUNK_SIZE, chunk_bytes, cut_stack
 from .read import changed_sources, open_cube
 from .report import Report
 from .scan import scan as _scan
@@ -32,13 +33,20 @@ Planner = Callable[[list[FileInventory]], tuple[Plan, list[Problem]]]
 DEFAULT_SCAN_TIMEOUT = 60.0
 
 
-def inventory(path: PathLike) -> FileInventory:
+def inventory(path: PathLike, *, chunk_size: int | str | None = None) -> FileInventory:
     """One file's inventory: variables, dimensions, block tables. Reads no data but
     small coordinate variables. A kerchunk reference set's block tables point into the
     data files it names (`data_files`). Raises `VirtualizeError` for unreadable files.
+    `chunk_size` (bytes, or "16M"): the block tables as a cube cuts them (uncompressed
+    blocks larger than that cut at whole rows; docs/planning.md); default: as stored.
     (Called `virtualize.scan(path)` before 0.2, a name that hid the `virtualize.scan`
     subpackage; that call still works, with a DeprecationWarning.)"""
-    return _scan(path)
+    inv = _scan(path)
+    limit = _chunk_size(chunk_size)
+    if limit:
+        (inv,), _, problems = cut_stack([inv], limit)
+        inv.problems = [*inv.problems, *problems]
+    return inv
 
 
 def inventories(paths: Iterable[PathLike] | PathLike, *, jobs: int | str = "auto", executor=None,
@@ -60,7 +68,8 @@ def check(paths: Iterable[PathLike] | PathLike, concat_dim: str | None = None, *
           jobs: int | str = "auto", executor=None, progress=None,
           scan_timeout: float | None = DEFAULT_SCAN_TIMEOUT,
           storage_options: dict | None = None,
-          inline_threshold: int = DEFAULT_INLINE_THRESHOLD) -> Report:
+          inline_threshold: int = DEFAULT_INLINE_THRESHOLD,
+          chunk_size: int | str | None = DEFAULT_CHUNK_SIZE) -> Report:
     """Can this stack be virtualized (concatenated along `concat_dim`)? Scans every file
     and plans the cube, collecting every problem of every file. Writes nothing.
 
@@ -72,17 +81,20 @@ def check(paths: Iterable[PathLike] | PathLike, concat_dim: str | None = None, *
     of `executor` (a `dask.distributed.Client` or `concurrent.futures.Executor`: the files
     are scanned on its workers, the plan is made here; docs/scale.md). Variables that cannot be
     referenced are inlined when they take at most `inline_threshold` decoded bytes per
-    file (0: refused instead)."""
+    file (0: refused instead). Uncompressed blocks larger than `chunk_size` bytes (an int,
+    or "16M"; default 16 MiB; None or 0: never) are cut into chunks at whole rows
+    (docs/planning.md, Chunk size)."""
     _storage(storage_options)
+    limit = _chunk_size(chunk_size)
     opts = ConcatOptions(concat_dim=concat_dim, inline=frozenset(_names(inline)),
                          drop=frozenset(_names(drop)), sort=sort, split=split,
                          materialize=materialize, inline_threshold=inline_threshold)
     recipe = {"kind": "concat", "concat_dim": concat_dim, "inline": sorted(opts.inline),
               "drop": sorted(opts.drop), "sort": sort, "split": split,
               "materialize": materialize, "materialize_limit": materialize_limit,
-              "inline_threshold": inline_threshold}
+              "inline_threshold": inline_threshold, "chunk_size": limit}
     report = _check(paths, lambda invs: plan_concat(invs, opts), progress, materialize_limit, jobs,
-                    scan_timeout, executor=executor,
+                    scan_timeout, executor=executor, chunk_size=limit,
                     names=lambda invs: _unknown_names(invs, opts.drop, opts.inline, concat_dim))
     if report.plan is not None:
         report.plan.recipe = recipe
@@ -95,25 +107,27 @@ def check_mosaic(paths: Iterable[PathLike] | PathLike, *,
                  materialize: bool = False, materialize_limit: int | None = None,
                  jobs: int | str = "auto", executor=None, progress=None,
                  scan_timeout: float | None = DEFAULT_SCAN_TIMEOUT,
-                 storage_options: dict | None = None) -> Report:
+                 storage_options: dict | None = None,
+                 chunk_size: int | str | None = DEFAULT_CHUNK_SIZE) -> Report:
     """Can these tiles be placed into one mosaic? By georeferencing (GeoTIFF transform,
     or 1-D x/y / lon/lat coordinates), or by explicit `offsets` [(row, col), ...] in pixels.
     `overlap`: None (overlaps are problems), "last" or "first" (which tile wins).
     Remedies as in `check`: `split` cuts uncompressed blocks into row ranges, `materialize`
-    copies cells no block fits."""
+    copies cells no block fits; `chunk_size` cuts large uncompressed blocks as in `check`."""
     _storage(storage_options)
+    limit = _chunk_size(chunk_size)
     opts = MosaicOptions(offsets=offsets, overlap=overlap, tolerance=tolerance,
                          drop=frozenset(_names(drop)), split=split, materialize=materialize)
     if overlap not in (None, "last", "first"):
         raise UsageError(f"overlap must be None, 'last' or 'first', not {overlap!r}")
     report = _check(paths, lambda invs: plan_mosaic(invs, opts), progress, materialize_limit, jobs,
-                    scan_timeout, executor=executor,
+                    scan_timeout, executor=executor, chunk_size=limit,
                     names=lambda invs: _unknown_names(invs, opts.drop, (), None))
     if report.plan is not None:
         report.plan.recipe = {"kind": "mosaic", "overlap": overlap, "tolerance": tolerance,
                               "offsets": [list(o) for o in offsets] if offsets else None,
                               "drop": sorted(opts.drop), "split": split,
-                              "materialize": materialize}
+                              "materialize": materialize, "chunk_size": limit}
     return report
 
 
@@ -125,7 +139,8 @@ def virtualize(paths: Iterable[PathLike] | PathLike, out: PathLike, concat_dim: 
                scan_timeout: float | None = DEFAULT_SCAN_TIMEOUT,
                storage_options: dict | None = None,
                relative: bool = False,
-               inline_threshold: int = DEFAULT_INLINE_THRESHOLD) -> Report:
+               inline_threshold: int = DEFAULT_INLINE_THRESHOLD,
+               chunk_size: int | str | None = DEFAULT_CHUNK_SIZE) -> Report:
     """Virtualize a stack into `out`: a cube directory, a kerchunk reference JSON
     (`format="kerchunk"` or `out` ending in `.json`) or an Icechunk repository
     (`format="icechunk"` or `.icechunk`). Nothing is written unless every file
@@ -138,7 +153,7 @@ def virtualize(paths: Iterable[PathLike] | PathLike, out: PathLike, concat_dim: 
     report = check(paths, concat_dim, inline=inline, drop=drop, sort=sort, split=split,
                    materialize=materialize, materialize_limit=materialize_limit,
                    jobs=jobs, executor=executor, progress=progress, scan_timeout=scan_timeout,
-                   inline_threshold=inline_threshold)
+                   inline_threshold=inline_threshold, chunk_size=chunk_size)
     return _write(report, out, kind, overwrite, relative)
 
 
@@ -149,7 +164,8 @@ def mosaic(paths: Iterable[PathLike] | PathLike, out: PathLike, *,
            overwrite: bool = False, format: str | None = None, jobs: int | str = "auto", executor=None,
            progress=None, scan_timeout: float | None = DEFAULT_SCAN_TIMEOUT,
            storage_options: dict | None = None,
-           relative: bool = False) -> Report:
+           relative: bool = False,
+           chunk_size: int | str | None = DEFAULT_CHUNK_SIZE) -> Report:
     """Place tiles into one mosaic cube at `out` (see `check_mosaic`); nothing is written
     unless every cell is exactly one block of one tile or a gap."""
     _storage(storage_options)
@@ -157,7 +173,7 @@ def mosaic(paths: Iterable[PathLike] | PathLike, out: PathLike, *,
     report = check_mosaic(paths, offsets=offsets, overlap=overlap, drop=drop,
                           tolerance=tolerance, split=split, materialize=materialize,
                           materialize_limit=materialize_limit, jobs=jobs, executor=executor,
-                          progress=progress, scan_timeout=scan_timeout)
+                          progress=progress, scan_timeout=scan_timeout, chunk_size=chunk_size)
     return _write(report, out, kind, overwrite, relative)
 
 
@@ -242,6 +258,7 @@ def _append(cube: Path, kind: str, paths, *, jobs, executor, progress, scan_time
         if report is not None:
             return report
     recipe.pop("kind")
+    recipe.setdefault("chunk_size", None)  # (a cube written before the cut: never cut)
     report = check(old + new, jobs=jobs, executor=executor, progress=progress,
                    scan_timeout=scan_timeout, **recipe)
     if report.plan is not None and \
@@ -293,7 +310,7 @@ def _append_new(cube: Path, kind: str, info: dict, new: list[str], *, jobs: int 
     last = resume.last.path
     report = _check(new, lambda invs: plan_concat(invs, opts, resume=resume), progress,
                     recipe.get("materialize_limit"), jobs, scan_timeout, exclude=(last,),
-                    executor=executor)
+                    executor=executor, chunk_size=recipe.get("chunk_size"), like=resume.last)
     plan = report.plan
     if plan is None:
         _refuse_unless_ok(report)
@@ -477,7 +494,8 @@ def _replan(cube: Path, info: dict, *, jobs: int | str = "auto", executor=None, 
                                        "the cube records no recipe (written by an older "
                                        "virtualize): re-run virtualize with its files")])
     report = _check(inputs, planner, progress, recipe.get("materialize_limit"), jobs,
-                    scan_timeout, decode=decode, executor=executor)
+                    scan_timeout, decode=decode, executor=executor,
+                    chunk_size=recipe.get("chunk_size"))
     if report.plan is not None:
         report.plan.recipe = dict(info.get("recipe") or {})
     return report
@@ -545,9 +563,12 @@ def _storage(options: dict | None) -> None:
 
 def _check(paths, planner: Planner, progress, materialize_limit: int | None = None,
            jobs: int | str = "auto", scan_timeout: float | None = DEFAULT_SCAN_TIMEOUT, names=None,
-           decode: str = "groups", exclude: Sequence[str] = (), executor=None) -> Report:
+           decode: str = "groups", exclude: Sequence[str] = (), executor=None,
+           chunk_size: int | None = None, like: FileInventory | None = None) -> Report:
     """Scan `paths`, plan them, check the plan (`exclude`: files whose chunks the decode
-    check does not read: an append's recorded last step)."""
+    check does not read: an append's recorded last step; `chunk_size`: large uncompressed
+    blocks cut first, for the plan and the decode check alike; `like`: an append's
+    recorded last step, whose cuts the new files keep)."""
     _check_jobs(jobs, executor)
     empty: list[str] = []
     skipped: dict[str, list[str]] = {}
@@ -584,6 +605,9 @@ def _check(paths, planner: Planner, progress, materialize_limit: int | None = No
     unknown = names(invs) if names is not None and invs else []
     problems.extend(unknown)
     if invs and not unknown:
+        invs, cut_notes, cut_problems = cut_stack(invs, chunk_size, like)
+        notes.extend(cut_notes)
+        problems.extend(cut_problems)
         plan, plan_problems = planner(invs)
         problems.extend(plan_problems)
         notes.extend(plan.notes)
@@ -642,6 +666,13 @@ def _render_problems(plan: Plan) -> list[Problem]:
 # requests, by up to REMOTE_JOBS at once
 AUTO_SERIAL = 200
 REMOTE_JOBS = 8
+
+
+def _chunk_size(value) -> int | None:
+    try:
+        return chunk_bytes(value)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
 
 
 def _check_jobs(jobs, executor) -> None:

@@ -19,6 +19,7 @@ import time
 
 from . import __version__
 from .api import (
+    DEFAULT_CHUNK_SIZE,
     DEFAULT_SCAN_TIMEOUT,
     append,
     check,
@@ -30,6 +31,7 @@ from .api import (
     virtualize,
 )
 from .model import OutputExistsError, UnsafeOutputError, UsageError, VirtualizeError
+from .plan.cut import cut_stack
 from .report import format_text, to_html, to_json
 
 DONE, REFUSED, USAGE, ERROR = 0, 1, 2, 3
@@ -113,6 +115,14 @@ def _remedy_options(p: argparse.ArgumentParser) -> None:
                    help="refuse plans that would copy more (e.g. 500M, 2G)")
     p.add_argument("--no-split", action="store_true",
                    help="do not cut uncompressed blocks into exact row ranges")
+    _chunk_size_option(p)
+
+
+def _chunk_size_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--chunk-size", type=_bytes_arg, metavar="SIZE", default=DEFAULT_CHUNK_SIZE,
+                   help="cut uncompressed blocks larger than SIZE (contiguous datasets, netCDF "
+                        "classic variables, single-strip TIFFs) into chunks of at most SIZE at "
+                        "whole rows (e.g. 16M, 16MiB, 1048576; default 16M; 0: never)")
 
 
 def _scan_options(p: argparse.ArgumentParser) -> None:
@@ -286,6 +296,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "codecs, byte ranges). Writes nothing.")
     p.add_argument("file", metavar="FILE")
     p.add_argument("--json", action="store_true", help="as JSON")
+    _chunk_size_option(p)
 
     p = cmd("verify", "Re-check a cube's sources (size and modification time): exit 1 naming "
                       "each changed or missing source. --decode also scans and plans the "
@@ -451,7 +462,7 @@ def _kw(args) -> dict:
               executor=getattr(args, "client", None))
     if hasattr(args, "materialize"):
         kw.update(split=not args.no_split, materialize=args.materialize,
-                  materialize_limit=args.materialize_limit)
+                  materialize_limit=args.materialize_limit, chunk_size=args.chunk_size)
     return kw
 
 
@@ -516,8 +527,11 @@ def _verify(args) -> int:
 
 
 def _inspect(args) -> int:
-    inv = inventory(args.file)
+    # the block tables as a cube would cut them (--chunk-size), said in a note
+    (inv,), notes, cut_problems = cut_stack([inventory(args.file)], args.chunk_size)
+    inv.problems = [*inv.problems, *cut_problems]
     doc = _inventory_dict(inv)
+    doc["notes"] = notes
     if args.json:
         print(json.dumps(doc, indent=2, default=str))
         return DONE
@@ -540,6 +554,8 @@ def _inspect(args) -> int:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     for r in rows:
         print("  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1])
+    for note in notes:
+        print(f"note: {note}")
     for p in inv.problems:
         print(f"problem: {p}")
     return DONE
