@@ -23,6 +23,7 @@ from .plan._common import DEFAULT_INLINE_THRESHOLD
 from .read import changed_sources, open_cube
 from .report import Report
 from .scan import scan as _scan
+from .scan._planning import ScanHint
 from .scan._worker import Sharer, scan_bounded, scan_on, scan_or_problems
 from .verify import decode_check
 
@@ -83,7 +84,8 @@ def check(paths: Iterable[PathLike] | PathLike, concat_dim: str | None = None, *
               "inline_threshold": inline_threshold}
     report = _check(paths, lambda invs: plan_concat(invs, opts), progress, materialize_limit, jobs,
                     scan_timeout, executor=executor,
-                    names=lambda invs: _unknown_names(invs, opts.drop, opts.inline, concat_dim))
+                    names=lambda invs: _unknown_names(invs, opts.drop, opts.inline, concat_dim),
+                    hint=ScanHint("concat", concat_dim))
     if report.plan is not None:
         report.plan.recipe = recipe
     return report
@@ -108,7 +110,8 @@ def check_mosaic(paths: Iterable[PathLike] | PathLike, *,
         raise UsageError(f"overlap must be None, 'last' or 'first', not {overlap!r}")
     report = _check(paths, lambda invs: plan_mosaic(invs, opts), progress, materialize_limit, jobs,
                     scan_timeout, executor=executor,
-                    names=lambda invs: _unknown_names(invs, opts.drop, (), None))
+                    names=lambda invs: _unknown_names(invs, opts.drop, (), None),
+                    hint=ScanHint("mosaic"))
     if report.plan is not None:
         report.plan.recipe = {"kind": "mosaic", "overlap": overlap, "tolerance": tolerance,
                               "offsets": [list(o) for o in offsets] if offsets else None,
@@ -290,7 +293,7 @@ def _append_new(cube: Path, kind: str, info: dict, new: list[str], *, jobs: int 
     last = resume.last.path
     report = _check(new, lambda invs: plan_concat(invs, opts, resume=resume), progress,
                     recipe.get("materialize_limit"), jobs, scan_timeout, exclude=(last,),
-                    executor=executor)
+                    executor=executor, hint=ScanHint("concat", resume.dim))
     plan = report.plan
     if plan is None:
         _refuse_unless_ok(report)
@@ -462,6 +465,7 @@ def _replan(cube: Path, info: dict, *, jobs: int | str = "auto", executor=None, 
                              materialize=recipe.get("materialize", False),
                              inline_threshold=recipe.get("inline_threshold", 0))
         planner = lambda invs: plan_concat(invs, opts)  # noqa: E731
+        hint = ScanHint("concat", opts.concat_dim)
     elif kind == "mosaic":
         offsets = recipe.get("offsets")
         opts = MosaicOptions(offsets=[tuple(o) for o in offsets] if offsets else None,
@@ -469,12 +473,13 @@ def _replan(cube: Path, info: dict, *, jobs: int | str = "auto", executor=None, 
                              drop=frozenset(recipe.get("drop") or ()), split=recipe.get("split", True),
                              materialize=recipe.get("materialize", False))
         planner = lambda invs: plan_mosaic(invs, opts)  # noqa: E731
+        hint = ScanHint("mosaic")
     else:
         raise VirtualizeError([Problem(Location(str(cube)), "not-appendable",
                                        "the cube records no recipe (written by an older "
                                        "virtualize): re-run virtualize with its files")])
     report = _check(inputs, planner, progress, recipe.get("materialize_limit"), jobs,
-                    scan_timeout, decode=decode, executor=executor)
+                    scan_timeout, decode=decode, executor=executor, hint=hint)
     if report.plan is not None:
         report.plan.recipe = dict(info.get("recipe") or {})
     return report
@@ -542,9 +547,10 @@ def _storage(options: dict | None) -> None:
 
 def _check(paths, planner: Planner, progress, materialize_limit: int | None = None,
            jobs: int | str = "auto", scan_timeout: float | None = DEFAULT_SCAN_TIMEOUT, names=None,
-           decode: str = "groups", exclude: Sequence[str] = (), executor=None) -> Report:
+           decode: str = "groups", exclude: Sequence[str] = (), executor=None,
+           hint: ScanHint | None = None) -> Report:
     """Scan `paths`, plan them, check the plan (`exclude`: files whose chunks the decode
-    check does not read: an append's recorded last step)."""
+    check does not read: an append's recorded last step; `hint`: how `planner` plans)."""
     _check_jobs(jobs, executor)
     empty: list[str] = []
     skipped: dict[str, list[str]] = {}
@@ -561,7 +567,7 @@ def _check(paths, planner: Planner, progress, materialize_limit: int | None = No
         problems.append(Problem(Location(), "no-files", "no input files were given"))
     share = Sharer()  # what the files repeat is held once (flat memory for large stacks)
     listed: list[str] = []  # the files as the report names them
-    for i, result in enumerate(_scan_all(files, jobs, scan_timeout, executor)):
+    for i, result in enumerate(_scan_all(files, jobs, scan_timeout, executor, hint)):
         listed.append(storage.normalize(files[i]))
         if isinstance(result, FileInventory):
             if result.path == listed[-1]:
@@ -660,20 +666,22 @@ def scan_jobs(jobs: int | str | None, files: Sequence[str]) -> int:
 
 
 def _scan_all(files: list[str], jobs: int | str, scan_timeout: float | None,
-              executor=None) -> Iterator[FileInventory | list[Problem]]:
+              executor=None, hint: ScanHint | None = None
+              ) -> Iterator[FileInventory | list[Problem]]:
     """Scan in file order: as tasks of `executor` when given, else with a time limit (or
     jobs > 1; 0: one per core; "auto": by the stack) in worker processes, each file within
-    `scan_timeout` seconds (see scan/_worker.py and docs/scale.md)."""
+    `scan_timeout` seconds (see scan/_worker.py and docs/scale.md). `hint`: how the files
+    will be planned (the scan digests what that planner compares across files)."""
     if scan_timeout is not None and scan_timeout < 0:
         raise ValueError(f"scan_timeout must be positive (or None / 0 for no limit), not {scan_timeout}")
     if executor is not None:
-        yield from scan_on(executor, files, scan_timeout or None)
+        yield from scan_on(executor, files, scan_timeout or None, hint=hint)
         return
     jobs = scan_jobs(jobs, files)
     if not scan_timeout and jobs <= 1:
-        yield from map(scan_or_problems, files)
+        yield from (scan_or_problems(f, hint) for f in files)
         return
-    yield from scan_bounded(files, scan_timeout or None, jobs)
+    yield from scan_bounded(files, scan_timeout or None, jobs, hint)
 
 
 def _output_kind(out: PathLike, format: str | None, overwrite: bool, paths=None) -> str:
