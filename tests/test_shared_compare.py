@@ -390,3 +390,37 @@ def test_cli_check_names_the_differing_file(tmp_path):
     assert out.returncode == 1
     assert "differs-between-files" in out.stdout + out.stderr
     assert files[1] in out.stdout + out.stderr
+
+
+def test_one_file_is_not_digested_and_its_cube_still_compares_on_append(tmp_path, monkeypatch):
+    """A single file is compared with nothing: its shared variables are not read for
+    digests. Appending to its cube, which recorded none, rebuilds it (both files
+    scanned), so a differing file is still refused, and an agreeing one goes in."""
+    from virtualize.scan import _io
+
+    digested = []
+    real = _io.digest_blocks
+    monkeypatch.setattr(_io, "digest_blocks", lambda paths, refs: digested.append(1) or
+                        real(paths, refs))
+    first = month(tmp_path / "m00.nc", 0)
+    cube = tmp_path / "cube.zarr"
+    virtualize.virtualize([first], cube, scan_timeout=0)
+    assert digested == []
+    (tmp_path / "bad").mkdir()
+    bad = month(tmp_path / "bad" / "m01.nc", 1, change="orog")
+    with pytest.raises(virtualize.VirtualizeError) as e:
+        virtualize.append(cube, [bad], scan_timeout=0)
+    assert [(p.kind, p.loc.file, p.loc.variable) for p in e.value.problems if p.fatal] == \
+        [("differs-between-files", bad, "orog")]
+    good = month(tmp_path / "m01.nc", 1)
+    assert virtualize.append(cube, [good], scan_timeout=0).ok
+    assert virtualize.open(cube)["tas"].shape == (6, LAT, LON)
+    # now the cube's last file has digests: the next append scans only the new file
+    digested.clear()
+    bad2 = month(tmp_path / "bad" / "m02.nc", 2, change="orog")
+    with pytest.raises(virtualize.VirtualizeError) as e:
+        virtualize.append(cube, [bad2], scan_timeout=0)
+    assert [(p.kind, p.loc.file, p.loc.variable) for p in e.value.problems if p.fatal] == \
+        [("differs-between-files", bad2, "orog")]
+    # lat, lon, their bounds, orog, height, crs: of the new file alone
+    assert len(digested) == 7

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import builtins
+import dataclasses
 import glob
 import importlib.util
 import json
@@ -293,7 +294,7 @@ def _append_new(cube: Path, kind: str, info: dict, new: list[str], *, jobs: int 
     last = resume.last.path
     report = _check(new, lambda invs: plan_concat(invs, opts, resume=resume), progress,
                     recipe.get("materialize_limit"), jobs, scan_timeout, exclude=(last,),
-                    executor=executor, hint=ScanHint("concat", resume.dim))
+                    executor=executor, hint=ScanHint("append", resume.dim))
     plan = report.plan
     if plan is None:
         _refuse_unless_ok(report)
@@ -565,6 +566,10 @@ def _check(paths, planner: Planner, progress, materialize_limit: int | None = No
                                 "subdirectories are not read)", fatal=not files))
     if not files and not empty:
         problems.append(Problem(Location(), "no-files", "no input files were given"))
+    if hint is not None and hint.planner != "append" and len(files) == 1:
+        # one file is compared with no other: its shared variables need no digests (an
+        # append to its cube, finding none recorded, rebuilds it: plan/_state.py)
+        hint = dataclasses.replace(hint, alone=True)
     share = Sharer()  # what the files repeat is held once (flat memory for large stacks)
     listed: list[str] = []  # the files as the report names them
     for i, result in enumerate(_scan_all(files, jobs, scan_timeout, executor, hint)):

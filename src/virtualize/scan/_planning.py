@@ -44,11 +44,14 @@ INLINABLE_KINDS = REFERENCE_KINDS | {"unsupported-type"}
 @dataclass(frozen=True)
 class ScanHint:
     """What the caller will plan, so that the scan records what that planner compares:
-    `planner` "concat" along `concat_dim` (None: as the planner chooses it), or "mosaic"
-    (which takes from the first tile only scalars and grid mappings)."""
+    `planner` "concat" along `concat_dim` (None: as the planner chooses it), "append"
+    (the same, after a cube's recorded last file), or "mosaic" (which takes from the
+    first tile only scalars and grid mappings). `alone`: the file is planned by itself
+    (one file, no cube to join): nothing is compared, nothing digested."""
 
     planner: str = "concat"
     concat_dim: str | None = None
+    alone: bool = False
 
 
 def unlimited_dims(inv: FileInventory) -> list[str]:
@@ -92,6 +95,8 @@ def must_agree(v: Variable, dim: str | None, new_axis: bool, mappings: set[str])
 def agreeing(inv: FileInventory, hint: ScanHint | None) -> set[str]:
     """The file's variables a stack planned as `hint` says compares across files."""
     hint = hint or ScanHint()
+    if hint.alone:
+        return set()
     mappings = grid_mappings(inv)
     if hint.planner == "mosaic":
         return {n for n, v in inv.variables.items()
