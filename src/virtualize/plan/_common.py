@@ -333,11 +333,11 @@ def compare_shared(ctx: Context, name: str, vs: list[Variable], why: str,
             block = None
             if index and v.blocks is not None and len(v.blocks.block_shape) == len(index):
                 block = tuple(j // max(b, 1) for j, b in zip(index, v.blocks.block_shape))
-            if index == ():
+            if np.shape(a) != np.shape(a0):
+                at = f"its values have shape {np.shape(a)} here and {np.shape(a0)} in {path0}"
+            elif index == ():
                 at = f"its value is {py(np.asarray(a)[()])!r} here and " \
                      f"{py(np.asarray(a0)[()])!r} in {path0}"
-            elif np.shape(a) != np.shape(a0):
-                at = f"its values have shape {np.shape(a)} here and {np.shape(a0)} in {path0}"
             else:
                 at = (f"its values differ from {path0}, first at index {index} "
                       f"({py(np.asarray(a)[index])!r} here, {py(np.asarray(a0)[index])!r} there)")
@@ -362,11 +362,13 @@ def compare_shared(ctx: Context, name: str, vs: list[Variable], why: str,
                         + (f" ({int(len(diff))} blocks differ)" if len(diff) > 1 else ""),
                         block=block)
         else:
-            first_lacks = v0.digest is None and a0 is None
-            j = i0 if first_lacks and not (v.digest is None and a is None) else i
+            # located at the file lacking a record (the first: every file would say so)
+            j = i0 if v0.digest is None and a0 is None else i
             lacking, w = ctx.invs[j], vs[j]
             if w.digest is not None or held[j] is not None:
-                reason = "one file's digests are of stored bytes, the other's of decoded values"
+                reason = ("the files' records of it are of different kinds: values in one, "
+                          "digests in the other, or digests of stored bytes and of decoded "
+                          "values, or of other block grids")
             elif w.blocks is not None and bool((w.blocks.refs["path"] == MATERIALIZED).any()):
                 reason = (f"it has chunks held by value and more than {DIGEST_LIMIT} decoded "
                           "bytes to digest")
@@ -378,7 +380,7 @@ def compare_shared(ctx: Context, name: str, vs: list[Variable], why: str,
                         f"{here}, but the scan recorded neither its values nor digests both "
                         f"files share ({reason}): it cannot be checked against {other}",
                         remedy=f"--drop {name}")
-            if j == i0:  # (every other file would say the same)
+            if j == i0:
                 break
     return len(ctx.problems) == before
 

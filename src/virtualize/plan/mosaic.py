@@ -634,7 +634,7 @@ def _coordinates(ctx: _Ctx, g: Georef, r0: int, c0: int, height: int, width: int
     mapping = [inv.variables.get(g.mapping) for inv in ctx.invs] if g.mapping else []
     # the tiles' grid mapping is taken from the first tile: each tile's must be its value
     # (their CRS attributes are compared when they are placed; GeoTransform differs)
-    if mapping and None not in mapping and \
+    if mapping and all(m is not None for m in mapping) and \
             compare_shared(ctx, g.mapping, mapping, "is the tiles' grid mapping"):
         m = first[g.mapping]
         attrs = dict(m.attrs)
