@@ -57,15 +57,17 @@ def all_outputs(files, tmp_path, tag, **kw):
 
 
 @pytest.mark.parametrize("fmt", ["NETCDF4", "NETCDF3_CLASSIC"])
-def test_one_file_with_time_out_of_order_is_refused_at_the_index(tmp_path, fmt):
+def test_a_file_with_time_out_of_order_in_a_stack_is_refused_at_the_index(tmp_path, fmt):
+    # (one file alone is not ordered by its time: test_shared_compare.py)
     f = nc_times(tmp_path / "a.nc", [0.0, 2.0, 1.0, 3.0], fmt)
-    r = virtualize.check([f])
+    g = nc_times(tmp_path / "b.nc", [4.0, 5.0], fmt)
+    r = virtualize.check([f, g])
     assert not r.ok
     (p,) = [p for p in r.problems if p.kind == "coordinate-not-increasing"]
     assert (p.loc.file, p.loc.variable, p.loc.axis) == (os.path.abspath(f), "time", "time")
     assert "index 2 (1.0) is not after index 1 (2.0)" in p.message
     with pytest.raises(VirtualizeError):
-        virtualize.virtualize([f], tmp_path / "a.zarr")
+        virtualize.virtualize([f, g], tmp_path / "a.zarr")
     assert not (tmp_path / "a.zarr").exists()
 
 
@@ -320,8 +322,8 @@ def test_check_renders_every_document_as_the_write_does(odd_attrs, monkeypatch, 
 
     real = api.scan_or_problems
 
-    def scan_with_a_bad_attribute(path):
-        inv = real(path)
+    def scan_with_a_bad_attribute(path, hint=None):
+        inv = real(path, hint)
         inv.variables["v"].attrs["bad"] = object()
         return inv
 

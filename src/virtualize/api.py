@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import builtins
+import dataclasses
 import glob
 import importlib.util
 import json
@@ -24,6 +25,7 @@ from .plan.cut import DEFAULT_CHUNK_SIZE, chunk_bytes, cut_stack
 from .read import changed_sources, open_cube
 from .report import Report
 from .scan import scan as _scan
+from .scan._planning import ScanHint
 from .scan._worker import Sharer, scan_bounded, scan_on, scan_or_problems
 from .verify import decode_check
 
@@ -95,7 +97,8 @@ def check(paths: Iterable[PathLike] | PathLike, concat_dim: str | None = None, *
               "inline_threshold": inline_threshold, "chunk_size": limit}
     report = _check(paths, lambda invs: plan_concat(invs, opts), progress, materialize_limit, jobs,
                     scan_timeout, executor=executor, chunk_size=limit,
-                    names=lambda invs: _unknown_names(invs, opts.drop, opts.inline, concat_dim))
+                    names=lambda invs: _unknown_names(invs, opts.drop, opts.inline, concat_dim),
+                    hint=ScanHint("concat", concat_dim))
     if report.plan is not None:
         report.plan.recipe = recipe
     return report
@@ -122,7 +125,8 @@ def check_mosaic(paths: Iterable[PathLike] | PathLike, *,
         raise UsageError(f"overlap must be None, 'last' or 'first', not {overlap!r}")
     report = _check(paths, lambda invs: plan_mosaic(invs, opts), progress, materialize_limit, jobs,
                     scan_timeout, executor=executor, chunk_size=limit,
-                    names=lambda invs: _unknown_names(invs, opts.drop, (), None))
+                    names=lambda invs: _unknown_names(invs, opts.drop, (), None),
+                    hint=ScanHint("mosaic"))
     if report.plan is not None:
         report.plan.recipe = {"kind": "mosaic", "overlap": overlap, "tolerance": tolerance,
                               "offsets": [list(o) for o in offsets] if offsets else None,
@@ -310,7 +314,8 @@ def _append_new(cube: Path, kind: str, info: dict, new: list[str], *, jobs: int 
     last = resume.last.path
     report = _check(new, lambda invs: plan_concat(invs, opts, resume=resume), progress,
                     recipe.get("materialize_limit"), jobs, scan_timeout, exclude=(last,),
-                    executor=executor, chunk_size=recipe.get("chunk_size"), like=resume.last)
+                    executor=executor, chunk_size=recipe.get("chunk_size"), like=resume.last,
+                    hint=ScanHint("append", resume.dim))
     plan = report.plan
     if plan is None:
         _refuse_unless_ok(report)
@@ -482,6 +487,7 @@ def _replan(cube: Path, info: dict, *, jobs: int | str = "auto", executor=None, 
                              materialize=recipe.get("materialize", False),
                              inline_threshold=recipe.get("inline_threshold", 0))
         planner = lambda invs: plan_concat(invs, opts)  # noqa: E731
+        hint = ScanHint("concat", opts.concat_dim)
     elif kind == "mosaic":
         offsets = recipe.get("offsets")
         opts = MosaicOptions(offsets=[tuple(o) for o in offsets] if offsets else None,
@@ -489,13 +495,14 @@ def _replan(cube: Path, info: dict, *, jobs: int | str = "auto", executor=None, 
                              drop=frozenset(recipe.get("drop") or ()), split=recipe.get("split", True),
                              materialize=recipe.get("materialize", False))
         planner = lambda invs: plan_mosaic(invs, opts)  # noqa: E731
+        hint = ScanHint("mosaic")
     else:
         raise VirtualizeError([Problem(Location(str(cube)), "not-appendable",
                                        "the cube records no recipe (written by an older "
                                        "virtualize): re-run virtualize with its files")])
     report = _check(inputs, planner, progress, recipe.get("materialize_limit"), jobs,
                     scan_timeout, decode=decode, executor=executor,
-                    chunk_size=recipe.get("chunk_size"))
+                    chunk_size=recipe.get("chunk_size"), hint=hint)
     if report.plan is not None:
         report.plan.recipe = dict(info.get("recipe") or {})
     return report
@@ -564,11 +571,12 @@ def _storage(options: dict | None) -> None:
 def _check(paths, planner: Planner, progress, materialize_limit: int | None = None,
            jobs: int | str = "auto", scan_timeout: float | None = DEFAULT_SCAN_TIMEOUT, names=None,
            decode: str = "groups", exclude: Sequence[str] = (), executor=None,
-           chunk_size: int | None = None, like: FileInventory | None = None) -> Report:
+           chunk_size: int | None = None, like: FileInventory | None = None,
+           hint: ScanHint | None = None) -> Report:
     """Scan `paths`, plan them, check the plan (`exclude`: files whose chunks the decode
     check does not read: an append's recorded last step; `chunk_size`: large uncompressed
     blocks cut first, for the plan and the decode check alike; `like`: an append's
-    recorded last step, whose cuts the new files keep)."""
+    recorded last step, whose cuts the new files keep; `hint`: how `planner` plans)."""
     _check_jobs(jobs, executor)
     empty: list[str] = []
     skipped: dict[str, list[str]] = {}
@@ -584,9 +592,13 @@ def _check(paths, planner: Planner, progress, materialize_limit: int | None = No
                                 "subdirectories are not read)", fatal=not files))
     if not files and not empty and not unmatched:
         problems.append(Problem(Location(), "no-files", "no input files were given"))
+    if hint is not None and hint.planner != "append" and len(files) == 1:
+        # one file is compared with no other: its shared variables need no digests (an
+        # append to its cube, finding none recorded, rebuilds it: plan/_state.py)
+        hint = dataclasses.replace(hint, alone=True)
     share = Sharer()  # what the files repeat is held once (flat memory for large stacks)
     listed: list[str] = []  # the files as the report names them
-    for i, result in enumerate(_scan_all(files, jobs, scan_timeout, executor)):
+    for i, result in enumerate(_scan_all(files, jobs, scan_timeout, executor, hint)):
         listed.append(storage.normalize(files[i]))
         if isinstance(result, FileInventory):
             if result.path == listed[-1]:
@@ -695,20 +707,22 @@ def scan_jobs(jobs: int | str | None, files: Sequence[str]) -> int:
 
 
 def _scan_all(files: list[str], jobs: int | str, scan_timeout: float | None,
-              executor=None) -> Iterator[FileInventory | list[Problem]]:
+              executor=None, hint: ScanHint | None = None
+              ) -> Iterator[FileInventory | list[Problem]]:
     """Scan in file order: as tasks of `executor` when given, else with a time limit (or
     jobs > 1; 0: one per core; "auto": by the stack) in worker processes, each file within
-    `scan_timeout` seconds (see scan/_worker.py and docs/scale.md)."""
+    `scan_timeout` seconds (see scan/_worker.py and docs/scale.md). `hint`: how the files
+    will be planned (the scan digests what that planner compares across files)."""
     if scan_timeout is not None and scan_timeout < 0:
         raise ValueError(f"scan_timeout must be positive (or None / 0 for no limit), not {scan_timeout}")
     if executor is not None:
-        yield from scan_on(executor, files, scan_timeout or None)
+        yield from scan_on(executor, files, scan_timeout or None, hint=hint)
         return
     jobs = scan_jobs(jobs, files)
     if not scan_timeout and jobs <= 1:
-        yield from map(scan_or_problems, files)
+        yield from (scan_or_problems(f, hint) for f in files)
         return
-    yield from scan_bounded(files, scan_timeout or None, jobs)
+    yield from scan_bounded(files, scan_timeout or None, jobs, hint)
 
 
 # output names whose suffix says a format virtualize does not write (whatever `format`

@@ -183,9 +183,12 @@ class Variable(_ByFields):
     values: np.ndarray | None = None  # small coordinate variables: their data, for checks/inlining
     is_coordinate: bool = False  # 1-D and named after its dimension
     # what the planner compares across files, computed when the file is scanned (planning
-    # reads no source bytes): SHA-256 of the stored blocks ("values:" + of the decoded
-    # values when some chunks are held by value); None when not recorded (docs/planning.md)
+    # reads no source bytes; docs/planning.md): per block of `blocks` (its grid's shape), a
+    # 16-byte BLAKE2b of its stored bytes (of its decoded values when some chunks are held
+    # by value), and `digest` the SHA-256 of them all ("values:" + it in that case); None
+    # when not recorded
     digest: str | None = None
+    block_digests: np.ndarray | None = None  # dtype V16, shape == blocks.refs.shape
 
     @property
     def group(self) -> str:
