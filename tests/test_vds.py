@@ -157,6 +157,31 @@ def test_a_missing_source_file_reads_as_fill_as_hdf5_reads_it(tmp_path):
     assert not note.fatal and "s1.h5" in note.message and note.loc.variable == "vds"
 
 
+def test_sources_are_found_where_hdf5_finds_them(tmp_path, monkeypatch):
+    """An absolute name that does not exist: HDF5 reads the file of its base name beside
+    the VDS; a relative name found only in the working directory: refused (h5py's read
+    would depend on where it runs)."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "cwd").mkdir()
+    source(tmp_path / "a" / "s.h5", np.arange(6.0), chunks=(3,))
+    source(tmp_path / "cwd" / "t.h5", np.arange(6.0), chunks=(3,))
+    for name, fname in (("v", "/nonexistent/dir/s.h5"), ("w", "t.h5")):
+        layout = h5py.VirtualLayout(shape=(6,), dtype="<f8")
+        layout[:] = h5py.VirtualSource(fname, "data", shape=(6,))
+        with h5py.File(tmp_path / "a" / f"{name}.h5", "w") as f:
+            f.create_virtual_dataset("vds", layout, fillvalue=-1)
+    monkeypatch.chdir(tmp_path / "cwd")
+    assert h5read(tmp_path / "a" / "v.h5").tolist() == list(np.arange(6.0))
+    assert h5read(tmp_path / "a" / "w.h5").tolist() == list(np.arange(6.0))
+    report = roundtrip([tmp_path / "a" / "v.h5"], tmp_path)
+    assert referenced(report) == {str(tmp_path / "a" / "s.h5")}
+    # (scanned in this process: scan workers keep the directory they started in)
+    inv = virtualize.inventory(tmp_path / "a" / "w.h5")
+    (p,) = [p for p in inv.problems if p.fatal]
+    assert p.kind == "virtual-dataset" and "working directory" in p.message
+    assert p.loc.variable == "vds"
+
+
 def test_a_source_outside_the_directory_is_refused_located(tmp_path):
     source(tmp_path / "outside.h5", np.arange(10.0))
     (tmp_path / "sub").mkdir()

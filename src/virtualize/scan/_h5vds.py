@@ -238,7 +238,7 @@ def _mappings(sc, name: str, ds, shape) -> list[_Map]:
         if printf:
             out += _printf_maps(sc, base, j, fname, dname, vhs, shs, sspace.shape)
             continue
-        path, dset, label = _source(sc, base, fname, dname, ds)
+        path, dset, label = _source(sc, base, fname, dname)
         out.append(_resolve(j, vhs, shs, sspace.shape, path, dset, label))
     return out
 
@@ -260,7 +260,7 @@ def _printf_maps(sc, base, j, fname, dname, vhs, shs, sshape) -> list[_Map]:
     for k in range(MAX_PRINTF):
         f = _expand(fname, k)
         d = _expand(dname, k)
-        path, dset, label = _source(sc, base, f, d, None, printf=True)
+        path, dset, label = _source(sc, base, f, d, printf=True)
         if dset is None:
             break
         v = list(vhs)
@@ -273,7 +273,7 @@ def _printf_maps(sc, base, j, fname, dname, vhs, shs, sshape) -> list[_Map]:
     return out
 
 
-def _source(sc, base, fname: str, dname: str, vds, printf: bool = False):
+def _source(sc, base, fname: str, dname: str, printf: bool = False):
     """Where HDF5 finds a mapping's source: (path index, dataset, label). A missing file
     is (None, None, label); a printf source that is missing or without the dataset ends
     its sequence (None, None). Files outside the VDS file's directory are refused."""
@@ -285,17 +285,14 @@ def _source(sc, base, fname: str, dname: str, vds, printf: bool = False):
             if printf:
                 return None, None, label
             raise _Fallback(f"source {label} cannot be opened ({type(e).__name__}: {e})") from e
-    if os.path.isabs(fname):
-        if not os.path.exists(fname):  # HDF5 then looks for its base name: not guessed
-            if printf:
-                return None, None, label
-            raise _Fallback(f"source file {fname} does not exist (HDF5 would look for "
-                            f"{os.path.basename(fname)} elsewhere)")
+    if os.path.isabs(fname) and os.path.exists(fname):
         target = os.path.realpath(fname)
-    else:
-        here = os.path.join(os.path.dirname(os.path.abspath(sc.path)), fname)
+    else:  # HDF5 looks beside the VDS file, then in the working directory (an absolute
+        # name that does not exist: for its base name)
+        rel = os.path.basename(fname) if os.path.isabs(fname) else fname
+        here = os.path.join(os.path.dirname(os.path.abspath(sc.path)), rel)
         if not os.path.exists(here):
-            if os.path.exists(fname) and os.path.realpath(fname) != os.path.realpath(here):
+            if os.path.exists(rel) and os.path.realpath(rel) != os.path.realpath(here):
                 raise _Refused("virtual-dataset", f"source file {fname} is found only "
                                "relative to the working directory")
             return None, None, label  # missing: HDF5 reads fill (printf: the sequence ends)
@@ -552,7 +549,8 @@ def _direct(sc, name, ds, dtype, shape, fill, maps):
                                     "the chunks")
         sc.problem(name, "virtual-dataset", f"HDF5 virtual dataset: source file "
                    f"{m.label.rpartition(':')[0]} does not exist: its region reads as the fill "
-                   "value, as HDF5 reads it", fatal=False)
+                   "value, as HDF5 reads it (should it appear, the cube still reads fill "
+                   "there: virtualize again)", fatal=False)
     from .hdf5 import bytes_codec
 
     codecs = codecs or [bytes_codec(dtype)]
