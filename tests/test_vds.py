@@ -126,6 +126,43 @@ def test_vds_in_the_same_file_as_its_sources(tmp_path):
     assert [s.path for s in report.plan.sources] == [str(p)]
 
 
+def test_vds_over_sources_of_many_chunks(tmp_path):
+    """Sources whose chunk indexes the scan reads directly (this file's) or by chunk_iter
+    (another file's), with chunks never written."""
+    p = tmp_path / "v.h5"
+    rng = np.random.default_rng(4)
+    data = rng.integers(0, 1000, size=(40, 64), dtype="<i4")
+    with h5py.File(tmp_path / "other.h5", "w") as f:
+        f.create_dataset("data", data=data, chunks=(2, 4), compression="gzip", fillvalue=0)
+    with h5py.File(p, "w") as f:
+        a = f.create_dataset("a", shape=(40, 64), dtype="<i4", chunks=(2, 4),
+                             compression="gzip", fillvalue=0)
+        a[:20] = data[:20]  # half of its chunks never written
+        layout = h5py.VirtualLayout(shape=(80, 64), dtype="<i4")
+        layout[:40] = h5py.VirtualSource(a)
+        layout[40:] = h5py.VirtualSource("other.h5", "data", shape=(40, 64))
+        f.create_virtual_dataset("vds", layout, fillvalue=0)
+    report = roundtrip([p], tmp_path)
+    assert referenced(report) == {str(p), str(tmp_path / "other.h5")}
+    refs = report.plan.arrays["vds"].refs
+    assert (refs["length"][10:20] == 0).all() and (refs["length"][:10] > 0).all()
+
+
+def test_a_source_fill_value_unlike_the_vds_is_not_referenced(tmp_path):
+    with h5py.File(tmp_path / "s.h5", "w") as f:
+        d = f.create_dataset("data", shape=(4, 4), dtype="<f4", chunks=(2, 4), fillvalue=5)
+        d[:2] = 1
+    layout = h5py.VirtualLayout(shape=(4, 4), dtype="<f4")
+    layout[:] = h5py.VirtualSource(str(tmp_path / "s.h5"), "data", shape=(4, 4))
+    with h5py.File(tmp_path / "v.h5", "w") as f:
+        f.create_virtual_dataset("vds", layout, fillvalue=-1)
+    assert (h5read(tmp_path / "v.h5")[2:] == 5).all()  # the source's fill, not the VDS's
+    report = roundtrip([tmp_path / "v.h5"], tmp_path)
+    assert report.plan.arrays["vds"].refs is None  # inlined
+    (p,) = virtualize.inventory(tmp_path / "v.h5").problems
+    assert "fill value" in p.message
+
+
 def test_stacked_4d_vds_from_3d_sources(tmp_path):
     rng = np.random.default_rng(2)
     layout = h5py.VirtualLayout(shape=(3, 4, 6, 8), dtype="<f8")
@@ -212,6 +249,8 @@ def test_irregular_mapping_is_inlined_when_small_and_refused_when_big(tmp_path):
     sub.mkdir()
     report = roundtrip([tmp_path / "small.h5"], sub)
     assert report.plan.arrays["vds"].refs is None  # inlined, at its extent
+    # its source is a source of the cube still: a change to it makes the cube stale
+    assert str(tmp_path / "small_s.h5") in {s.path for s in report.plan.sources}
     assert any("vds: cannot be referenced" in n for n in report.notes)
     report = virtualize.check([tmp_path / "big.h5"])
     (p,) = [p for p in report.problems if p.fatal]
@@ -297,6 +336,41 @@ def test_unlimited_vds_is_read_at_the_extent_hdf5_resolves(tmp_path):
     assert referenced(report) == {str(tmp_path / "a.h5")}
     (note,) = vds_problems(report)
     assert not note.fatal and "first-missing view see 0" in note.message
+
+
+def test_an_unlimited_vds_that_cannot_be_referenced_is_inlined_at_its_extent(tmp_path):
+    """Every other row of an unlimited source chunked by 2 rows: not whole chunks, so
+    inlined, at the extent h5py reads (3 rows), never the stored 0."""
+    source(tmp_path / "s.h5", np.arange(24, dtype="<i2").reshape(6, 4), maxshape=(None, 4),
+           chunks=(2, 4))
+    low_level_vds(tmp_path / "v.h5", (0, 4), (U, 4), "<i2", [
+        (((0, 0), (1, 1), (U, 1), (1, 4)), "s.h5", "data",
+         ((6, 4), (U, 4), ((0, 0), (U, 1), (2, 1), (1, 4)))),
+    ])
+    assert h5read(tmp_path / "v.h5").shape == (3, 4)
+    report = roundtrip([tmp_path / "v.h5"], tmp_path)
+    assert report.plan.arrays["vds"].refs is None and report.plan.arrays["vds"].shape == (3, 4)
+
+
+def test_unlimited_mapping_clipped_inside_a_block_of_its_source(tmp_path):
+    """Source rows 0-1, 3-4, 6-7 ... of a 7-row source: the last block is cut at row 7
+    (5 rows), beside a mapping of 6 rows; HDF5 fills the sixth row of the first."""
+    source(tmp_path / "a.h5", np.arange(14, dtype="<i2").reshape(7, 2) + 1, maxshape=(None, 2),
+           chunks=(1, 2))
+    source(tmp_path / "b.h5", np.arange(12, dtype="<i2").reshape(6, 2) + 100,
+           maxshape=(None, 2), chunks=(1, 2))
+    low_level_vds(tmp_path / "v.h5", (0, 4), (U, 4), "<i2", [
+        (((0, 0), (1, 1), (U, 1), (1, 2)), "a.h5", "data",
+         ((7, 2), (U, 2), ((0, 0), (U, 1), (3, 1), (2, 2)))),
+        (((0, 2), (1, 1), (U, 1), (1, 2)), "b.h5", "data",
+         ((6, 2), (U, 2), ((0, 0), (U, 1), (1, 1), (1, 2)))),
+    ])
+    expected = h5read(tmp_path / "v.h5")
+    assert expected[:, 0].tolist() == [1, 3, 7, 9, 13, 0]
+    report = roundtrip([tmp_path / "v.h5"], tmp_path)
+    assert len(referenced(report)) == 2
+    (note,) = vds_problems(report)
+    assert "first-missing view see 5" in note.message
 
 
 def test_unlimited_printf_vds_over_numbered_files(tmp_path):

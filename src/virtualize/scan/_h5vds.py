@@ -216,6 +216,16 @@ def _mappings(sc, name: str, ds, shape) -> list[_Map]:
     dcpl = ds.id.get_create_plist()
     n = dcpl.get_virtual_count()
     base = os.path.dirname(os.path.realpath(sc.path))
+    # every named source first: confined, and recorded as a source (staleness) even when
+    # the VDS is inlined
+    found: dict[int, tuple] = {}
+    for j in range(n):
+        fname, dname = dcpl.get_virtual_filename(j), dcpl.get_virtual_dsetname(j)
+        if not (_PRINTF.search(fname) or _PRINTF.search(dname)):
+            try:
+                found[j] = _source(sc, base, fname, dname)
+            except _Fallback as e:
+                found[j] = e
     out = []
     for j in range(n):
         fname = dcpl.get_virtual_filename(j)
@@ -238,7 +248,9 @@ def _mappings(sc, name: str, ds, shape) -> list[_Map]:
         if printf:
             out += _printf_maps(sc, base, j, fname, dname, vhs, shs, sspace.shape)
             continue
-        path, dset, label = _source(sc, base, fname, dname)
+        if isinstance(found[j], _Fallback):
+            raise found[j]
+        path, dset, label = found[j]
         out.append(_resolve(j, vhs, shs, sspace.shape, path, dset, label))
     return out
 
