@@ -424,7 +424,7 @@ def test_a_stack_of_vds_files_concatenates_along_time(tmp_path):
     assert len(referenced(report)) == 6
 
 
-def test_verify_notices_a_changed_vds_source(tmp_path):
+def test_verify_notices_a_changed_vds_source(tmp_path, capsys):
     for i in range(2):
         source(tmp_path / f"s{i}.h5", np.arange(10.0) + i, chunks=(5,))
     layout = h5py.VirtualLayout(shape=(20,), dtype="<f8")
@@ -441,3 +441,22 @@ def test_verify_notices_a_changed_vds_source(tmp_path):
     changed = virtualize.verify_cube(tmp_path / "cube.zarr")
     assert [p.loc.file for p in changed] == [str(tmp_path / "s1.h5")]
     assert report.ok
+    # the command line says so too, exit 1
+    from virtualize.cli import main
+
+    assert main(["verify", str(tmp_path / "cube.zarr")]) == 1
+    assert "s1.h5" in capsys.readouterr().out
+
+
+def test_a_source_smaller_than_its_mapping_is_refused_as_hdf5_cannot_read_it(tmp_path):
+    source(tmp_path / "s.h5", np.arange(6.0), chunks=(3,))
+    layout = h5py.VirtualLayout(shape=(10,), dtype="<f8")
+    layout[:] = h5py.VirtualSource("s.h5", "data", shape=(10,))  # the file holds 6
+    with h5py.File(tmp_path / "v.h5", "w") as f:
+        f.create_virtual_dataset("vds", layout, fillvalue=-1)
+    with pytest.raises(OSError, match="different number of elements"):
+        h5read(tmp_path / "v.h5")
+    report = virtualize.check([tmp_path / "v.h5"])
+    assert not report.ok
+    (p,) = [p for p in report.problems if p.fatal]
+    assert (p.loc.variable, p.kind) == ("vds", "corrupt") and "cannot be inlined" in p.message

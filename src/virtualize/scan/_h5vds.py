@@ -184,28 +184,40 @@ def _hyperslab(space, shape):
     return [tuple(int(x) for x in t) for t in zip(start, stride, count, block)]
 
 
+MAX_RUNS = 1_000_000  # blocks of one selection along one axis, at most
+
+
 def _blocks_along(s, t, c, b, limit=None):
-    """The blocks [(start, length)] a regular hyperslab selects along one axis; with an
-    unlimited count, those before `limit` (the last one cut there)."""
+    """The blocks [(start, length)] a regular hyperslab selects along one axis (runs that
+    touch joined); with an unlimited count, those before `limit` (the last one cut there)."""
     if b > t and c != 1:
         raise _Fallback("a mapping's hyperslab blocks overlap")
-    if c == h5py.h5s.UNLIMITED:
+    unlimited = c == h5py.h5s.UNLIMITED
+    if unlimited:
         if limit is None:
             raise _Fallback("an unlimited selection could not be resolved")
-        k = max(0, -(-(limit - s) // t))
-        return [(s + i * t, min(b, limit - (s + i * t))) for i in range(k)]
-    return [(s + k * t, b) for k in range(c)]
+        if b == t:
+            return [(s, limit - s)] if limit > s else []
+        c = max(0, -(-(limit - s) // t))
+    elif b == t or c == 1:
+        return [(s, c * b)] if c else []
+    if c > MAX_RUNS:
+        raise _Fallback(f"a mapping selects {c} separate blocks along one axis")
+    out = [(s + k * t, b) for k in range(c)]
+    if unlimited and out:
+        last = out[-1]
+        out[-1] = (last[0], min(last[1], limit - last[0]))
+    return out
 
 
 def _first(s, t, b, n):
     """The first n elements of an unlimited selection along one axis, as blocks."""
-    out = []
-    k = 0
-    while n > 0:
-        out.append((s + k * t, min(b, n)))
-        n -= min(b, n)
-        k += 1
-    return out
+    if b == t:
+        return [(s, n)] if n else []
+    k, rest = divmod(n, b)
+    if k + 1 > MAX_RUNS:
+        raise _Fallback(f"a mapping selects {k} separate blocks along one axis")
+    return [(s + i * t, b) for i in range(k)] + ([(s + k * t, rest)] if rest else [])
 
 
 def _count(blocks) -> int:
@@ -408,6 +420,13 @@ def _segments(vbl, sbl):
     return out
 
 
+def _boxes(sel):
+    """The boxes [(start, length) per axis] a selection of block lists covers."""
+    import itertools
+
+    return itertools.product(*sel)
+
+
 def _direct(sc, name, ds, dtype, shape, fill, maps):
     from .hdf5 import MAX_BLOCKS, _fill_value, _numeric_dtype, stored_type_differs
 
@@ -553,12 +572,15 @@ def _direct(sc, name, ds, dtype, shape, fill, maps):
         got = got.copy()
         got["path"][~absent] = m.path
         refs[spot] = got
+    for m in missing:  # read as fill: none of its chunks may hold a source's data
+        if math.prod(len(bl) for bl in m.vsel) > MAX_RUNS:
+            raise _Fallback(f"missing source {m.label}'s region has too many blocks")
+        for box in _boxes(m.vsel):
+            spot = tuple(slice(v0 // c, -(-(v0 + n) // c)) for (v0, n), c in zip(box, chunk))
+            if taken[spot].any():
+                raise _Fallback(f"missing source {m.label}'s region shares chunks with other "
+                                "sources' data")
     for m in missing:
-        for a, bl in enumerate(m.vsel):
-            for v0, n in bl:
-                if v0 % chunk[a] or not (n % chunk[a] == 0 or v0 + n == shape[a]):
-                    raise _Fallback(f"missing source {m.label}'s region is not aligned with "
-                                    "the chunks")
         sc.problem(name, "virtual-dataset", f"HDF5 virtual dataset: source file "
                    f"{m.label.rpartition(':')[0]} does not exist: its region reads as the fill "
                    "value, as HDF5 reads it (should it appear, the cube still reads fill "
