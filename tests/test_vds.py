@@ -163,6 +163,25 @@ def test_a_source_fill_value_unlike_the_vds_is_not_referenced(tmp_path):
     assert "fill value" in p.message
 
 
+def test_many_sources_are_opened_a_few_at_a_time(tmp_path, monkeypatch):
+    """A VDS may name thousands of files: the scan keeps few open (the digest of its
+    blocks too), and records every one."""
+    layout = h5py.VirtualLayout(shape=(12, 3), dtype="<i4")
+    for i in range(12):
+        source(tmp_path / f"p{i}.h5", np.full((1, 3), i, dtype="<i4"), chunks=(1, 3))
+        layout[i] = h5py.VirtualSource(f"p{i}.h5", "data", shape=(1, 3))
+    with h5py.File(tmp_path / "v.h5", "w") as f:
+        f.create_virtual_dataset("vds", layout)
+    digest = virtualize.inventory(tmp_path / "v.h5").variables["vds"].digest
+    from virtualize.scan import _io
+
+    monkeypatch.setattr(_io, "OPEN_FILES", 2)
+    inv = virtualize.inventory(tmp_path / "v.h5")
+    assert inv.variables["vds"].digest == digest and digest is not None
+    assert len(inv.data_files) == 12
+    roundtrip([tmp_path / "v.h5"], tmp_path)
+
+
 def test_stacked_4d_vds_from_3d_sources(tmp_path):
     rng = np.random.default_rng(2)
     layout = h5py.VirtualLayout(shape=(3, 4, 6, 8), dtype="<f8")

@@ -59,6 +59,9 @@ class VirtualFiles:
             self.file = h5py.File(self.path, "r")
         return self.file
 
+    def __getitem__(self, name: str):
+        return self.open()[name]
+
     def close(self) -> None:
         if self.file is not None:
             try:
@@ -66,6 +69,50 @@ class VirtualFiles:
             except Exception:
                 pass
             self.file = None
+
+
+class _LazyFile:
+    """A VDS's source file, open while it is used (a VDS may have thousands): what the
+    scanner's followed link targets are (`get`, `close`), opened again when asked."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.file: h5py.File | None = None
+
+    def open(self) -> h5py.File:
+        if self.file is None:
+            self.file = h5py.File(self.path, "r")
+        return self.file
+
+    def get(self, name: str, default=None):
+        return self.open().get(name, default)
+
+    def __getitem__(self, name: str):
+        return self.open()[name]
+
+    def close(self) -> None:
+        if self.file is not None:
+            try:
+                self.file.close()
+            except Exception:
+                pass
+            self.file = None
+
+
+class _Src:
+    """A mapping's source dataset: its file (opened when asked), name and shape."""
+
+    __slots__ = ("file", "name", "shape")
+
+    def __init__(self, file, name: str, shape: tuple[int, ...]):
+        self.file, self.name, self.shape = file, name, shape
+
+    def open(self) -> h5py.Dataset:
+        return self.file[self.name]
+
+    def release(self) -> None:
+        if isinstance(self.file, _LazyFile):  # (not this file, nor a followed link's)
+            self.file.close()
 
 
 def by_path(sc, name: str, ds: h5py.Dataset) -> h5py.Dataset | None:
@@ -303,12 +350,7 @@ def _source(sc, base, fname: str, dname: str, printf: bool = False):
     its sequence (None, None). Files outside the VDS file's directory are refused."""
     label = f"{fname}:{dname}"
     if fname == ".":
-        try:
-            return 0, sc._vds.open()[dname], label
-        except Exception as e:
-            if printf:
-                return None, None, label
-            raise _Fallback(f"source {label} cannot be opened ({type(e).__name__}: {e})") from e
+        return _opened(sc._vds, 0, dname, label, printf)
     if os.path.isabs(fname) and os.path.exists(fname):
         target = os.path.realpath(fname)
     else:  # HDF5 looks beside the VDS file, then in the working directory (an absolute
@@ -322,19 +364,15 @@ def _source(sc, base, fname: str, dname: str, printf: bool = False):
             return None, None, label  # missing: HDF5 reads fill (printf: the sequence ends)
         target = os.path.realpath(here)
     if target == os.path.realpath(sc.path):
-        try:
-            return 0, sc._vds.open()[dname], label
-        except Exception as e:
-            if printf:
-                return None, None, label
-            raise _Fallback(f"source {label} cannot be opened ({type(e).__name__}: {e})") from e
+        return _opened(sc._vds, 0, dname, label, printf)
     if not target.startswith(base + os.sep):
         raise _Refused("external-link", f"its source file {target} is not in {base} or below "
                        "it, where the cube's sources are")
     if target not in sc._targets:
         try:
             st = os.stat(target)
-            tf = h5py.File(target, "r")
+            tf = _LazyFile(target)
+            tf.open()
         except Exception as e:
             if printf:
                 return None, None, label
@@ -343,16 +381,27 @@ def _source(sc, base, fname: str, dname: str, printf: bool = False):
         sc._targets[target] = (tf, Source(target, st.st_size, st.st_mtime_ns,
                                           referenced_by=sc.path))
     tf, _src = sc._targets[target]
-    k = list(sc._targets).index(target) + 1
+    return _opened(tf, list(sc._targets).index(target) + 1, dname, label, printf)
+
+
+def _opened(file, k: int, dname: str, label: str, printf: bool):
+    """(k, the source dataset, label) once it opens; the file closed again."""
+    src = None
     try:
-        dset = tf[dname]
+        dset = file[dname]
         if not isinstance(dset, h5py.Dataset):
             raise KeyError("not a dataset")
+        src = _Src(file, dname, tuple(int(n) for n in dset.shape))
     except Exception as e:
         if printf:
             return None, None, label
         raise _Fallback(f"source {label} cannot be opened ({type(e).__name__}: {e})") from e
-    return k, dset, label
+    finally:
+        if src is not None:
+            src.release()
+        elif isinstance(file, _LazyFile):
+            file.close()
+    return k, src, label
 
 
 def _resolve(j, vhs, shs, sshape, path, dset, label, unlimited=False) -> _Map:
@@ -420,6 +469,39 @@ def _segments(vbl, sbl):
     return out
 
 
+def _source_table(sc, name, m, src, dtype, n: int):
+    """A mapping's source dataset's block table, codecs and fill value bytes, built as the
+    scanner builds any dataset's (`_Fallback` when it cannot be referenced)."""
+    from .hdf5 import _fill_value, _numeric_dtype, stored_type_differs
+
+    sdtype, _enum = _numeric_dtype(src.dtype)
+    if sdtype is None or sdtype != dtype:
+        raise _Fallback(f"source {m.label} is of type {src.dtype}, the VDS of {dtype} "
+                        "(HDF5 converts)")
+    odd = stored_type_differs(src.id.get_type(), sdtype)
+    if odd:
+        raise _Fallback(f"source {m.label}: {odd}")
+    key = f"{name}\x00vds{n}"
+    saved, sc.problems = sc.problems, []
+    try:
+        if m.path:  # a dataset of another file: its index read as a linked one's
+            sc._origin[key] = m.path - 1
+        st = sc._storage(key, src)
+        if st.layout not in (h5py.h5d.CHUNKED, h5py.h5d.CONTIGUOUS) or st.external:
+            raise _Fallback(f"source {m.label} is neither chunked nor contiguous")
+        bt, cod = sc._blocks(key, src, sdtype, st)
+        found = sc.problems
+    finally:
+        sc.problems = saved
+        sc._origin.pop(key, None)
+    if bt is None or found:
+        why = found[0].message if found else "its blocks cannot be referenced"
+        raise _Fallback(f"source {m.label}: {why}")
+    if (bt.refs["path"] == MATERIALIZED).any():
+        raise _Fallback(f"source {m.label} has chunks that decode differently")
+    return bt, cod, _fill_value(src, dtype).tobytes()
+
+
 def _boxes(sel):
     """The boxes [(start, length) per axis] a selection of block lists covers."""
     import itertools
@@ -428,7 +510,7 @@ def _boxes(sel):
 
 
 def _direct(sc, name, ds, dtype, shape, fill, maps):
-    from .hdf5 import MAX_BLOCKS, _fill_value, _numeric_dtype, stored_type_differs
+    from .hdf5 import MAX_BLOCKS
 
     ndim = len(shape)
     # the extent, as this resolution finds it, must be the one HDF5 resolved
@@ -466,32 +548,12 @@ def _direct(sc, name, ds, dtype, shape, fill, maps):
         if m.dset is None:
             missing.append(m)
             continue
-        src = m.dset
-        sdtype, _enum = _numeric_dtype(src.dtype)
-        if sdtype is None or sdtype != dtype:
-            raise _Fallback(f"source {m.label} is of type {src.dtype}, the VDS of {dtype} "
-                            "(HDF5 converts)")
-        odd = stored_type_differs(src.id.get_type(), sdtype)
-        if odd:
-            raise _Fallback(f"source {m.label}: {odd}")
-        key = f"{name}\x00vds{len(tables)}"
-        saved, sc.problems = sc.problems, []
         try:
-            if m.path:
-                sc._origin[key] = m.path - 1
-            st = sc._storage(key, src)
-            if st.layout not in (h5py.h5d.CHUNKED, h5py.h5d.CONTIGUOUS) or st.external:
-                raise _Fallback(f"source {m.label} is neither chunked nor contiguous")
-            bt, cod = sc._blocks(key, src, sdtype, st)
-            found = sc.problems
+            src = m.dset.open()
+            table = _source_table(sc, name, m, src, dtype, len(tables))
         finally:
-            sc.problems = saved
-            sc._origin.pop(key, None)
-        if bt is None or found:
-            why = found[0].message if found else "its blocks cannot be referenced"
-            raise _Fallback(f"source {m.label}: {why}")
-        if (bt.refs["path"] == MATERIALIZED).any():
-            raise _Fallback(f"source {m.label} has chunks that decode differently")
+            m.dset.release()
+        bt, cod, sfill = table
         if codecs is None:
             codecs = cod
         elif cod != codecs:
@@ -499,7 +561,8 @@ def _direct(sc, name, ds, dtype, shape, fill, maps):
         sl, vl = _listed(m.ssel), _listed(m.vsel)
         if [_count(m.ssel[a]) for a in sl] != [_count(m.vsel[a]) for a in vl]:
             raise _Fallback(f"the mapping of {m.label} is not a block of the same shape")
-        for a in range(src.ndim):  # an axis the mapping takes one element of: one per chunk
+        for a in range(len(m.dset.shape)):  # an axis the mapping takes one element of: one
+            # element per chunk
             if a not in sl and bt.block_shape[a] != 1:
                 raise _Fallback(f"source {m.label}'s chunks ({bt.block_shape}) hold more than "
                                 f"the mapping takes along its axis {a}")
@@ -512,7 +575,7 @@ def _direct(sc, name, ds, dtype, shape, fill, maps):
         elif c != chunk:
             raise _Fallback(f"source {m.label}'s chunks ({bt.block_shape}) do not form one "
                             "grid with the others")
-        tables.append((m, bt, vl, sl))
+        tables.append((m, bt, vl, sl, sfill))
     if chunk is None:
         chunk = tuple(max(n, 1) for n in shape)
         codecs = None
@@ -522,7 +585,7 @@ def _direct(sc, name, ds, dtype, shape, fill, maps):
     refs = empty_refs(grid)
     taken = np.zeros(grid, dtype=bool)
     fbytes = np.asarray(fill, dtype=dtype).tobytes()
-    for m, bt, vl, sl in tables:
+    for m, bt, vl, sl, sfill in tables:
         if any(not bl for bl in m.vsel) or any(not bl for bl in m.ssel):
             continue  # selects nothing (an unlimited source of no elements)
         vidx = [None] * ndim
@@ -566,7 +629,7 @@ def _direct(sc, name, ds, dtype, shape, fill, maps):
             raise _Fallback("its mappings overlap")
         taken[spot] = True
         absent = got["length"] == 0
-        if absent.any() and _fill_value(m.dset, dtype).tobytes() != fbytes:
+        if absent.any() and sfill != fbytes:
             raise _Fallback(f"source {m.label} has chunks never written, whose fill value is "
                             "not the VDS's")
         got = got.copy()
