@@ -99,6 +99,37 @@ def test_fixed_vds_over_three_files_is_referenced_into_their_chunks(tmp_path, st
         assert any(c["name"] == "numcodecs.zlib" for c in report.plan.arrays["vds"].codecs)
 
 
+def test_large_contiguous_sources_are_cut_into_blocks_of_whole_rows(tmp_path):
+    """Two contiguous sources of 18 rows of 1 MiB: blocks of 9 rows (the largest that
+    divides every mapping's runs within 16 MiB), not one 18 MiB chunk each."""
+    layout = h5py.VirtualLayout(shape=(36, 512, 256), dtype="<f8")
+    for i in range(2):
+        data = np.arange(18 * 512 * 256, dtype="<f8").reshape(18, 512, 256) + i
+        source(tmp_path / f"s{i}.h5", data)
+        layout[18 * i:18 * i + 18] = h5py.VirtualSource(f"s{i}.h5", "data",
+                                                       shape=(18, 512, 256))
+    with h5py.File(tmp_path / "v.h5", "w") as f:
+        f.create_virtual_dataset("vds", layout)
+    report = roundtrip([tmp_path / "v.h5"], tmp_path)
+    assert len(referenced(report)) == 2
+    assert report.plan.arrays["vds"].chunk_lengths[0] == (9, 9, 9, 9)
+
+
+def test_chunked_and_contiguous_sources_on_one_grid(tmp_path):
+    """An unfiltered chunked source (chunks of 2 rows) beside a contiguous one of 5 rows:
+    the contiguous one cut at the chunked one's grid, its short last block at the end."""
+    source(tmp_path / "a.h5", np.arange(24, dtype="<i2").reshape(4, 6), chunks=(2, 6))
+    source(tmp_path / "b.h5", -np.arange(30, dtype="<i2").reshape(5, 6))
+    layout = h5py.VirtualLayout(shape=(9, 6), dtype="<i2")
+    layout[:4] = h5py.VirtualSource("a.h5", "data", shape=(4, 6))
+    layout[4:] = h5py.VirtualSource("b.h5", "data", shape=(5, 6))
+    with h5py.File(tmp_path / "v.h5", "w") as f:
+        f.create_virtual_dataset("vds", layout)
+    report = roundtrip([tmp_path / "v.h5"], tmp_path)
+    assert len(referenced(report)) == 2
+    assert report.plan.arrays["vds"].chunk_lengths[0] == (2, 2, 2, 2, 1)
+
+
 def test_unmapped_regions_read_as_the_vds_fill_value(tmp_path):
     source(tmp_path / "s.h5", np.arange(40, dtype="<i2").reshape(4, 10), chunks=(2, 5))
     layout = h5py.VirtualLayout(shape=(10, 10), dtype="<i2")
@@ -236,6 +267,17 @@ def test_sources_are_found_where_hdf5_finds_them(tmp_path, monkeypatch):
     (p,) = [p for p in inv.problems if p.fatal]
     assert p.kind == "virtual-dataset" and "working directory" in p.message
     assert p.loc.variable == "vds"
+
+
+def test_hdf5_vds_prefix_set_is_refused(tmp_path, monkeypatch):
+    source(tmp_path / "s.h5", np.arange(4.0))
+    layout = h5py.VirtualLayout(shape=(4,), dtype="<f8")
+    layout[:] = h5py.VirtualSource("s.h5", "data", shape=(4,))
+    with h5py.File(tmp_path / "v.h5", "w") as f:
+        f.create_virtual_dataset("vds", layout)
+    monkeypatch.setenv("HDF5_VDS_PREFIX", str(tmp_path / "elsewhere"))
+    (p,) = virtualize.inventory(tmp_path / "v.h5").problems  # (in this process)
+    assert p.kind == "virtual-dataset" and p.fatal and "HDF5_VDS_PREFIX" in p.message
 
 
 def test_a_source_outside_the_directory_is_refused_located(tmp_path):

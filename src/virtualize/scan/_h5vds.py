@@ -27,6 +27,7 @@ import numpy as np
 
 from .. import storage
 from ..model import MATERIALIZED, BlockTable, Source, Variable, empty_refs
+from ._values import COORD_VALUES_LIMIT
 
 # printf-style source names: %b is the block number, %% a percent sign
 _PRINTF = re.compile(r"%[b%]")
@@ -164,10 +165,6 @@ def virtual_variable(sc, name: str, fds: h5py.Dataset, dtype: np.dtype,
         sc.problem(name, "virtual-dataset", f"{where} in a file reached by an external link "
                    f"is not followed; --drop {name} virtualizes the rest")
         return None
-    if os.environ.get("HDF5_VDS_PREFIX"):
-        sc.problem(name, "virtual-dataset", f"{where}: HDF5_VDS_PREFIX is set, so where HDF5 "
-                   f"finds its sources depends on it; --drop {name} virtualizes the rest")
-        return None
     try:
         ds = vf.open()[name]
         shape = tuple(int(n) for n in ds.shape)
@@ -197,7 +194,7 @@ def virtual_variable(sc, name: str, fds: h5py.Dataset, dtype: np.dtype,
         return None
     is_coord = len(shape) == 1 and dims[0] == name.rpartition("/")[2]
     values = None
-    if is_coord and blocks is not None and shape[0] <= 100_000:
+    if is_coord and blocks is not None and shape[0] <= COORD_VALUES_LIMIT:
         values = ds[()]
     return Variable(name=name, dtype=dtype, shape=shape, dims=dims, attrs=attrs,
                     fill_value=fill, codecs=codecs, blocks=blocks, values=values,
@@ -272,6 +269,9 @@ def _count(blocks) -> int:
 
 
 def _mappings(sc, name: str, ds, shape) -> list[_Map]:
+    if os.environ.get("HDF5_VDS_PREFIX"):
+        raise _Refused("virtual-dataset", "HDF5_VDS_PREFIX is set, so where HDF5 finds its "
+                       "sources depends on it")
     dcpl = ds.id.get_create_plist()
     n = dcpl.get_virtual_count()
     base = os.path.dirname(os.path.realpath(sc.path))
@@ -489,6 +489,8 @@ def _source_table(sc, name, m, src, dtype, n: int):
         st = sc._storage(key, src)
         if st.layout not in (h5py.h5d.CHUNKED, h5py.h5d.CONTIGUOUS) or st.external:
             raise _Fallback(f"source {m.label} is neither chunked nor contiguous")
+        if st.layout == h5py.h5d.CONTIGUOUS:
+            return _contiguous(m, st, src, sdtype)
         bt, cod = sc._blocks(key, src, sdtype, st)
         found = sc.problems
     finally:
@@ -500,6 +502,77 @@ def _source_table(sc, name, m, src, dtype, n: int):
     if (bt.refs["path"] == MATERIALIZED).any():
         raise _Fallback(f"source {m.label} has chunks that decode differently")
     return bt, cod, _fill_value(src, dtype).tobytes()
+
+
+CONTIGUOUS_CUT = 16 * 2**20  # bytes: the largest block a contiguous source is cut into
+
+
+def _contiguous(m, st, src, dtype):
+    """A contiguous source: ((offset or None, bytes), codecs, fill bytes); its blocks are
+    cut when every source's mapping is known (`_contiguous_table`)."""
+    from .hdf5 import _fill_value, bytes_codec
+
+    if not m.dset.shape:
+        raise _Fallback(f"source {m.label} is a scalar")
+    offset, nbytes = st.contiguous
+    expected = math.prod(m.dset.shape) * dtype.itemsize
+    if offset is not None and nbytes and nbytes != expected:
+        raise _Fallback(f"source {m.label}'s contiguous data is {nbytes} bytes, {expected} "
+                        "expected")
+    where = (offset, nbytes) if offset is not None and nbytes else (None, 0)
+    return where, [bytes_codec(dtype)], _fill_value(src, dtype).tobytes()
+
+
+def _contiguous_rows(found, dtype) -> int | None:
+    """The rows of a block of the contiguous sources: the chunked sources' grid along the
+    axis a contiguous source's first axis is mapped to, else the largest divisor of every
+    run's start and length along it (in the VDS and the source) that keeps a block within
+    CONTIGUOUS_CUT bytes; 1 when a mapping takes one row of it."""
+    chunked = [(m, bt) for m, bt, _c, _f in found if isinstance(bt, BlockTable)]
+    plain = [m for m, bt, _c, _f in found if not isinstance(bt, BlockTable)]
+    if not plain:
+        return None
+    if chunked:  # the grid is the chunked sources': the axis first mapped with them
+        m, bt = chunked[0]
+        sl, vl = _listed(m.ssel), _listed(m.vsel)
+        grid = {va: bt.block_shape[sa] for va, sa in zip(vl, sl)}
+        for p in plain:
+            psl, pvl = _listed(p.ssel), _listed(p.vsel)
+            if psl and psl[0] == 0:
+                return grid.get(pvl[0], 1)
+        return 1
+    g = 0
+    row = max(math.prod(int(n) for n in m.dset.shape[1:]) for m in plain) * dtype.itemsize
+    for p in plain:
+        psl, pvl = _listed(p.ssel), _listed(p.vsel)
+        if not psl or psl[0] != 0:
+            return 1
+        for v0, s0, n in _segments(p.vsel[pvl[0]], p.ssel[0]):
+            g = math.gcd(g, v0, s0, n)
+    limit = max(1, CONTIGUOUS_CUT // max(row, 1))
+    best = 1
+    for r in range(1, int(math.isqrt(g)) + 1 if g else 1):
+        if g % r == 0:
+            for d in (r, g // r):
+                if d <= limit:
+                    best = max(best, d)
+    return best
+
+
+def _contiguous_table(m, where, rows: int, dtype) -> BlockTable:
+    """A contiguous source's blocks of `rows` rows (the last one short, stored so)."""
+    shape = tuple(int(n) for n in m.dset.shape)
+    rows = max(1, min(rows, shape[0])) if shape[0] else 1
+    n = -(-shape[0] // rows)
+    refs = empty_refs((n,) + (1,) * (len(shape) - 1))
+    offset, _nbytes = where
+    if offset is not None and n:
+        row = math.prod(shape[1:]) * dtype.itemsize
+        flat = refs.reshape(-1)
+        starts = np.arange(n, dtype=np.uint64) * rows
+        flat["offset"] = offset + starts * row
+        flat["length"] = (np.minimum(starts + rows, shape[0]) - starts) * row
+    return BlockTable((rows,) + tuple(max(k, 1) for k in shape[1:]), padded=False, refs=refs)
 
 
 def _boxes(sel):
@@ -539,6 +612,7 @@ def _direct(sc, name, ds, dtype, shape, fill, maps):
     padded = None
     tables = []
     missing = []
+    found = []  # (mapping, table or contiguous (offset, bytes), codecs, fill bytes)
     for m in maps:
         if m.vsel is None:
             continue
@@ -549,15 +623,22 @@ def _direct(sc, name, ds, dtype, shape, fill, maps):
             missing.append(m)
             continue
         try:
-            src = m.dset.open()
-            table = _source_table(sc, name, m, src, dtype, len(tables))
+            table = _source_table(sc, name, m, m.dset.open(), dtype, len(found))
         finally:
             m.dset.release()
-        bt, cod, sfill = table
+        found.append((m, *table))
+        cod = table[1]
         if codecs is None:
             codecs = cod
         elif cod != codecs:
             raise _Fallback(f"source {m.label} is stored with other codecs than the others")
+    # contiguous sources are cut into blocks of whole rows (of their first axis), as many
+    # as every mapping of one allows (and at most CONTIGUOUS_CUT bytes), or as the chunked
+    # sources' grid wants
+    rows = _contiguous_rows(found, dtype)
+    for m, bt, _cod, sfill in found:
+        if not isinstance(bt, BlockTable):
+            bt = _contiguous_table(m, bt, rows, dtype)
         sl, vl = _listed(m.ssel), _listed(m.vsel)
         if [_count(m.ssel[a]) for a in sl] != [_count(m.vsel[a]) for a in vl]:
             raise _Fallback(f"the mapping of {m.label} is not a block of the same shape")
