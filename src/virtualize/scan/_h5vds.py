@@ -187,7 +187,7 @@ def virtual_variable(sc, name: str, fds: h5py.Dataset, dtype: np.dtype,
         except _Fallback as e:
             sc.problem(name, "virtual-dataset",
                        f"{where} of shape {shape} cannot be referenced through its mappings: "
-                       f"{e}; inlined when small (--inline {name}), else --drop {name}")
+                       f"{e}")
             codecs = [bytes_codec(dtype)]
     except _Refused as e:
         sc.problem(name, e.kind, f"{where}: {e}; --drop {name} virtualizes the rest")
