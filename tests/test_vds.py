@@ -485,6 +485,38 @@ def test_a_stack_of_vds_files_concatenates_along_time(tmp_path):
     assert len(referenced(report)) == 6
 
 
+def test_unlimited_vds_with_a_vds_time_scale_stacks_along_time(tmp_path):
+    """Each file: `time` (a dimension scale) and `x`, both unlimited VDS over a growing
+    source: the dimension's length is the resolved extent (3, not the stored 0)."""
+    files, times, xs = [], [], []
+    sel1 = ((0,), (U,), (1,), (1,))
+    sel2 = ((0, 0), (U, 1), (1, 1), (1, 4))
+    for d in range(2):
+        day = tmp_path / f"day{d}"
+        day.mkdir()
+        with h5py.File(day / "s.h5", "w") as f:
+            f.create_dataset("t", data=np.arange(3.0) + 3 * d, maxshape=(None,), chunks=(1,))
+            f.create_dataset("x", data=np.arange(12.0).reshape(3, 4) + 100 * d,
+                             maxshape=(None, 4), chunks=(1, 4))
+        v = day / "v.h5"
+        low_level_vds(v, (0,), (U,), "<f8", [
+            (((0,), (1,), (U,), (1,)), "s.h5", "t", ((3,), (U,), sel1))], name="time")
+        low_level_vds(v, (0, 4), (U, 4), "<f8", [
+            (((0, 0), (1, 1), (U, 1), (1, 4)), "s.h5", "x", ((3, 4), (U, 4), sel2))], name="x")
+        with h5py.File(v, "a") as f:
+            f["time"].make_scale("time")
+            f["time"].attrs["units"] = "days since 2000-01-01"
+            f["x"].dims[0].attach_scale(f["time"])
+        files.append(v)
+        times.append(h5read(v, "time"))
+        xs.append(h5read(v, "x"))
+    assert virtualize.inventory(files[0]).dimensions["time"].size == 3
+    report = roundtrip(files, tmp_path, "time", name="x", expected=np.concatenate(xs))
+    assert len(referenced(report, "x")) == 2
+    assert_same(virtualize.open(tmp_path / "cube.zarr")["time"][...], np.concatenate(times),
+                "time")
+
+
 def test_verify_notices_a_changed_vds_source(tmp_path, capsys):
     for i in range(2):
         source(tmp_path / f"s{i}.h5", np.arange(10.0) + i, chunks=(5,))

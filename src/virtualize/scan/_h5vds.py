@@ -116,6 +116,17 @@ class _Src:
             self.file.close()
 
 
+def shape(sc, name: str, ds: h5py.Dataset) -> tuple[int, ...]:
+    """A dataset's shape; a VDS's as HDF5 resolves it (its file opened by path)."""
+    try:
+        if ds.id.get_create_plist().get_layout() == h5py.h5d.VIRTUAL and \
+                not storage.is_url(sc.path) and name not in sc._origin:
+            return tuple(int(n) for n in sc._vds[name].shape)
+    except Exception:  # as the scanner sees it (the VDS itself is judged later)
+        pass
+    return tuple(int(n) for n in ds.shape)
+
+
 def by_path(sc, name: str, ds: h5py.Dataset) -> h5py.Dataset | None:
     """`ds` (as the scanner opened it), or where it is a VDS the same dataset opened by the
     file's path, which reads its sources (strings and compounds are read at scan time);

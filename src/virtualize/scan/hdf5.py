@@ -69,6 +69,7 @@ from ._h5meta import Unexpected as _Unexpected
 from ._h5meta import layout_message as _layout_message
 from ._h5vds import VirtualFiles, virtual_variable
 from ._h5vds import by_path as vds_by_path
+from ._h5vds import shape as vds_shape
 from ._values import (
     COORD_VALUES_LIMIT,
     TEXT_LIMIT,
@@ -291,7 +292,8 @@ class _Scanner:
         for name, ds in self._datasets:
             if name in self._scales:
                 self.netcdf4 = self.netcdf4 or "_Netcdf4Dimid" in self._attrs(name, ds)
-                self.dims[name] = Dimension(name, int(ds.shape[0]) if ds.ndim else 1,
+                shape = vds_shape(self, name, ds)  # a VDS: its extent as HDF5 resolves it
+                self.dims[name] = Dimension(name, int(shape[0]) if ds.ndim else 1,
                                             ds.maxshape[0] is None if ds.ndim else False)
         if self.netcdf4:
             self._netcdf_lengths()
