@@ -100,8 +100,9 @@ def test_fixed_vds_over_three_files_is_referenced_into_their_chunks(tmp_path, st
 
 
 def test_large_contiguous_sources_are_cut_into_blocks_of_whole_rows(tmp_path):
-    """Two contiguous sources of 18 rows of 1 MiB: blocks of 9 rows (the largest that
-    divides every mapping's runs within 16 MiB), not one 18 MiB chunk each."""
+    """Two contiguous sources of 18 rows of 1 MiB: one block of 18 rows each in the scan
+    (what every mapping's runs allow), cut into chunks of 9 rows by --chunk-size (16 MiB
+    by default), not one 18 MiB chunk each."""
     layout = h5py.VirtualLayout(shape=(36, 512, 256), dtype="<f8")
     for i in range(2):
         data = np.arange(18 * 512 * 256, dtype="<f8").reshape(18, 512, 256) + i
@@ -113,6 +114,8 @@ def test_large_contiguous_sources_are_cut_into_blocks_of_whole_rows(tmp_path):
     report = roundtrip([tmp_path / "v.h5"], tmp_path)
     assert len(referenced(report)) == 2
     assert report.plan.arrays["vds"].chunk_lengths[0] == (9, 9, 9, 9)
+    whole = virtualize.check([tmp_path / "v.h5"], chunk_size=0).plan.arrays["vds"]
+    assert whole.chunk_lengths[0] == (18, 18)
 
 
 def test_chunked_and_contiguous_sources_on_one_grid(tmp_path):
@@ -203,11 +206,16 @@ def test_many_sources_are_opened_a_few_at_a_time(tmp_path, monkeypatch):
         layout[i] = h5py.VirtualSource(f"p{i}.h5", "data", shape=(1, 3))
     with h5py.File(tmp_path / "v.h5", "w") as f:
         f.create_virtual_dataset("vds", layout)
-    digest = virtualize.inventory(tmp_path / "v.h5").variables["vds"].digest
-    from virtualize.scan import _io
+        f["t"] = np.arange(2.0)
+    from virtualize.scan import _io, scan
+    from virtualize.scan._planning import ScanHint
 
+    def inventory():  # as a stack along t's axis scans it: the VDS digested
+        return scan(str(tmp_path / "v.h5"), ScanHint(concat_dim="t_dim0"))
+
+    digest = inventory().variables["vds"].digest
     monkeypatch.setattr(_io, "OPEN_FILES", 2)
-    inv = virtualize.inventory(tmp_path / "v.h5")
+    inv = inventory()
     assert inv.variables["vds"].digest == digest and digest is not None
     assert len(inv.data_files) == 12
     roundtrip([tmp_path / "v.h5"], tmp_path)

@@ -515,9 +515,6 @@ def _source_table(sc, name, m, src, dtype, n: int):
     return bt, cod, _fill_value(src, dtype).tobytes()
 
 
-CONTIGUOUS_CUT = 16 * 2**20  # bytes: the largest block a contiguous source is cut into
-
-
 def _contiguous(m, st, src, dtype):
     """A contiguous source: ((offset or None, bytes), codecs, fill bytes); its blocks are
     cut when every source's mapping is known (`_contiguous_table`)."""
@@ -536,9 +533,9 @@ def _contiguous(m, st, src, dtype):
 
 def _contiguous_rows(found, dtype) -> int | None:
     """The rows of a block of the contiguous sources: the chunked sources' grid along the
-    axis a contiguous source's first axis is mapped to, else the largest divisor of every
-    run's start and length along it (in the VDS and the source) that keeps a block within
-    CONTIGUOUS_CUT bytes; 1 when a mapping takes one row of it."""
+    axis a contiguous source's first axis is mapped to, else the greatest common divisor
+    of every run's start and length along it (in the VDS and the source); 1 when a
+    mapping takes one row of it."""
     chunked = [(m, bt) for m, bt, _c, _f in found if isinstance(bt, BlockTable)]
     plain = [m for m, bt, _c, _f in found if not isinstance(bt, BlockTable)]
     if not plain:
@@ -553,21 +550,13 @@ def _contiguous_rows(found, dtype) -> int | None:
                 return grid.get(pvl[0], 1)
         return 1
     g = 0
-    row = max(math.prod(int(n) for n in m.dset.shape[1:]) for m in plain) * dtype.itemsize
     for p in plain:
         psl, pvl = _listed(p.ssel), _listed(p.vsel)
         if not psl or psl[0] != 0:
             return 1
         for v0, s0, n in _segments(p.vsel[pvl[0]], p.ssel[0]):
             g = math.gcd(g, v0, s0, n)
-    limit = max(1, CONTIGUOUS_CUT // max(row, 1))
-    best = 1
-    for r in range(1, int(math.isqrt(g)) + 1 if g else 1):
-        if g % r == 0:
-            for d in (r, g // r):
-                if d <= limit:
-                    best = max(best, d)
-    return best
+    return g or 1
 
 
 def _contiguous_table(m, where, rows: int, dtype) -> BlockTable:
@@ -644,8 +633,8 @@ def _direct(sc, name, ds, dtype, shape, fill, maps):
         elif cod != codecs:
             raise _Fallback(f"source {m.label} is stored with other codecs than the others")
     # contiguous sources are cut into blocks of whole rows (of their first axis), as many
-    # as every mapping of one allows (and at most CONTIGUOUS_CUT bytes), or as the chunked
-    # sources' grid wants
+    # as every mapping of one allows, or as the chunked sources' grid wants (the planner
+    # cuts blocks larger than --chunk-size further)
     rows = _contiguous_rows(found, dtype)
     for m, bt, _cod, sfill in found:
         if not isinstance(bt, BlockTable):
