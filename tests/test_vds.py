@@ -250,6 +250,17 @@ def test_a_missing_source_file_reads_as_fill_as_hdf5_reads_it(tmp_path):
     referenced(report)
     (note,) = vds_problems(report)
     assert not note.fatal and "s1.h5" in note.message and note.loc.variable == "vds"
+    # inlined (HDF5 converts the sources' int32 to int64), the note is given too
+    layout = h5py.VirtualLayout(shape=(4, 5), dtype="<i8")
+    layout[:2] = h5py.VirtualSource("s0.h5", "data", shape=(2, 5))
+    layout[2:] = h5py.VirtualSource("s1.h5", "data", shape=(2, 5))
+    with h5py.File(tmp_path / "w.h5", "w") as f:
+        f.create_virtual_dataset("vds", layout, fillvalue=-1)
+    (out := tmp_path / "w").mkdir()
+    report = roundtrip([tmp_path / "w.h5"], out)
+    assert report.plan.arrays["vds"].refs is None
+    assert [p.fatal for p in vds_problems(report)] == [False]
+    assert (h5read(tmp_path / "w.h5")[2:] == -1).all()
 
 
 def test_sources_are_found_where_hdf5_finds_them(tmp_path, monkeypatch):

@@ -194,6 +194,13 @@ def virtual_variable(sc, name: str, fds: h5py.Dataset, dtype: np.dtype,
     try:
         try:
             maps = _mappings(sc, name, ds, shape)
+            for m in maps:
+                if m.dset is None and m.vsel is not None:
+                    sc.problem(name, "virtual-dataset", f"HDF5 virtual dataset: source file "
+                               f"{m.label.rpartition(':')[0]} does not exist: its region "
+                               "reads as the fill value, as HDF5 reads it (should it appear, "
+                               "the cube still reads fill there: virtualize again)",
+                               fatal=False)
             blocks, codecs = _direct(sc, name, ds, dtype, shape, fill, maps)
         except _Fallback as e:
             sc.problem(name, "virtual-dataset",
@@ -724,11 +731,6 @@ def _direct(sc, name, ds, dtype, shape, fill, maps):
             if taken[spot].any():
                 raise _Fallback(f"missing source {m.label}'s region shares chunks with other "
                                 "sources' data")
-    for m in missing:
-        sc.problem(name, "virtual-dataset", f"HDF5 virtual dataset: source file "
-                   f"{m.label.rpartition(':')[0]} does not exist: its region reads as the fill "
-                   "value, as HDF5 reads it (should it appear, the cube still reads fill "
-                   "there: virtualize again)", fatal=False)
     from .hdf5 import bytes_codec
 
     codecs = codecs or [bytes_codec(dtype)]
