@@ -88,7 +88,7 @@ def test_filters_without_an_exact_codec_are_refused(tmp_path, kw, label):
     assert "ok" in report.plan.arrays and "x" not in report.plan.arrays
 
 
-def test_virtual_and_external_datasets_are_refused(tmp_path):
+def test_external_storage_is_refused_and_a_vds_referenced(tmp_path):
     src = tmp_path / "src.h5"
     with h5py.File(src, "w") as f:
         f["a"] = np.arange(4.0)
@@ -104,9 +104,12 @@ def test_virtual_and_external_datasets_are_refused(tmp_path):
         f["soft"] = h5py.SoftLink("/vds")
     report = virtualize.check([p], inline_threshold=0)
     found = {(q.loc.variable, q.kind, q.fatal) for q in report.problems}
-    # (the external link's target is beside the file: followed, test_coverage.py)
-    assert found == {("vds", "virtual-dataset", True), ("ext", "external-storage", True),
-                     ("soft", "virtual-dataset", True)}
+    # (the external link's target is beside the file: followed, test_coverage.py; the
+    # VDS's source too: referenced through its mapping, test_vds.py)
+    assert found == {("ext", "external-storage", True)}
+    inv = virtualize.inventory(p)
+    assert inv.variables["vds"].blocks is not None and inv.variables["soft"].blocks is not None
+    assert [s.path for s in inv.data_files] == [str(src)]
 
 
 def test_soft_links_to_datasets_are_virtualized_under_both_names(tmp_path):

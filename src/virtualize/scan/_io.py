@@ -59,6 +59,7 @@ def find_hdf5_signature(f) -> bool:
 
 
 BLOCK_DIGEST = np.dtype("V16")  # one block's digest: 16 bytes of BLAKE2b
+OPEN_FILES = 64  # data files digest_blocks keeps open at once
 
 
 def digest_blocks(paths: str | list[str], refs) -> tuple[str, np.ndarray]:
@@ -70,7 +71,6 @@ def digest_blocks(paths: str | list[str], refs) -> tuple[str, np.ndarray]:
     referenced ranges, once. `paths`: what refs' `path` indexes (one path: every block is
     in that file).
     """
-    import contextlib
     import hashlib
 
     from ..storage import open_source
@@ -78,17 +78,22 @@ def digest_blocks(paths: str | list[str], refs) -> tuple[str, np.ndarray]:
     paths = [paths] if isinstance(paths, str) else list(paths)
     flat = refs.reshape(-1)
     out = np.empty(flat.shape, dtype=BLOCK_DIGEST)
-    with contextlib.ExitStack() as stack:
-        files: dict[int, object] = {}
+    files: dict[int, object] = {}  # a few open at a time (a VDS may name thousands)
+    try:
         for i, (p, off, n) in enumerate(zip(flat["path"].tolist(), flat["offset"].tolist(),
                                             flat["length"].tolist())):
             h = hashlib.blake2b(n.to_bytes(8, "little"), digest_size=16)
             if n:
                 f = files.get(p)
                 if f is None:
-                    f = files[p] = stack.enter_context(open_source(paths[p]))
+                    if len(files) >= OPEN_FILES:
+                        files.pop(next(iter(files))).close()
+                    f = files[p] = open_source(paths[p])
                 h.update(f.pread(n, off))
             out[i] = h.digest()
+    finally:
+        for f in files.values():
+            f.close()
     out = out.reshape(refs.shape)
     return summary(out), out
 

@@ -67,6 +67,9 @@ from ._h5meta import (
 from ._h5meta import UNDEFINED as UNDEFINED_ADDRESS
 from ._h5meta import Unexpected as _Unexpected
 from ._h5meta import layout_message as _layout_message
+from ._h5vds import VirtualFiles, virtual_variable
+from ._h5vds import by_path as vds_by_path
+from ._h5vds import shape as vds_shape
 from ._values import (
     COORD_VALUES_LIMIT,
     TEXT_LIMIT,
@@ -209,6 +212,7 @@ class _Scanner:
         self._origin: dict[str, int] = {}
         self._dim_lists: dict[str, tuple] = {}  # per dataset: DIMENSION_LIST targets per axis
         self._names_by_id: dict | None = None  # walked datasets by object identity (`_key`)
+        self._vds = VirtualFiles(path)  # virtual datasets, read through the file by path
 
     def _attrs(self, name: str, obj) -> _Attrs:
         """The attributes of the object walked as `name`, each read at most once."""
@@ -221,7 +225,8 @@ class _Scanner:
         """A dataset's values as h5py reads them (planning data: bounds, inlined values)."""
         if self._by_name is None:
             self._by_name = dict(self._datasets)
-        ds = self._by_name.get(name)
+        ds = self._vds.datasets.get(name)  # a VDS: as h5py reads it by the file's path
+        ds = self._by_name.get(name) if ds is None else ds
         return _read_all(ds) if ds is not None else self.f[name][()]
 
     def _direct_attrs(self, name: str, obj) -> list | None:
@@ -287,7 +292,8 @@ class _Scanner:
         for name, ds in self._datasets:
             if name in self._scales:
                 self.netcdf4 = self.netcdf4 or "_Netcdf4Dimid" in self._attrs(name, ds)
-                self.dims[name] = Dimension(name, int(ds.shape[0]) if ds.ndim else 1,
+                shape = vds_shape(self, name, ds)  # a VDS: its extent as HDF5 resolves it
+                self.dims[name] = Dimension(name, int(shape[0]) if ds.ndim else 1,
                                             ds.maxshape[0] is None if ds.ndim else False)
         if self.netcdf4:
             self._netcdf_lengths()
@@ -429,6 +435,7 @@ class _Scanner:
             refs["path"][mine] = k + 1
 
     def close_targets(self) -> None:
+        self._vds.close()
         for tf, _src in self._targets.values():
             try:
                 tf.close()
@@ -439,10 +446,12 @@ class _Scanner:
 
     def _variable(self, name: str, ds: h5py.Dataset) -> Variable | None:
         if h5py.check_string_dtype(ds.dtype) is not None and ds.shape is not None:
-            return self._text(name, ds)
+            ds = vds_by_path(self, name, ds)  # read at scan time: a VDS by the file's path
+            return self._text(name, ds) if ds is not None else None
         dtype, enum = _numeric_dtype(ds.dtype)
         if dtype is None and ds.dtype.names is not None:
-            return self._compound(name, ds)
+            ds = vds_by_path(self, name, ds)
+            return self._compound(name, ds) if ds is not None else None
         if dtype is None:
             self.problem(name, "unsupported-type",
                          f"data type {_type_words(ds.dtype)} has no zarr data type: variable "
@@ -453,6 +462,8 @@ class _Scanner:
             self.problem(name, "unsupported-type", "null dataspace: skipped", fatal=False)
             return None
         st = self._storage(name, ds)
+        if st.layout == h5py.h5d.VIRTUAL:  # its extent and sources as HDF5 resolves them
+            return virtual_variable(self, name, ds, dtype, enum)
         odd = None if st.standard_type else stored_type_differs(ds.id.get_type(), dtype)
         if odd:  # numbers whose bytes would read wrong: refused unless inlined (as h5py reads
             # them: bfloat16 as float32, n-bit integers as their h5py type) or dropped
