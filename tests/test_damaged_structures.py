@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import shutil
 import struct
-import sys
 import zlib
 from pathlib import Path
 
@@ -15,14 +14,12 @@ import h5py
 import numpy as np
 import pytest
 import tifffile
+from robustness._oracle import judge
 
 import virtualize
 from virtualize import storage
 from virtualize.model import VirtualizeError
 from virtualize.scan import hdf5 as scan_hdf5
-
-sys.path.insert(0, str(Path(__file__).parent))
-from robustness._oracle import judge  # noqa: E402
 
 
 def _fatal(path) -> list:
