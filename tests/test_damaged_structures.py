@@ -85,7 +85,7 @@ def test_an_intact_v1_btree_of_several_levels_is_accepted(tmp_path):
     on a real multi-level tree, and the cube reads as h5py."""
     p = tmp_path / "big.h5"
     with h5py.File(p, "w", libver="earliest") as f:
-        d = f.create_dataset("x", shape=(300, 40), chunks=(2, 2), dtype="i2", fillvalue=-1)
+        d = f.create_dataset("v", shape=(300, 40), chunks=(2, 2), dtype="i2", fillvalue=-1)
         rng = np.random.default_rng(0)
         for i, j in rng.integers(0, (150, 20), (2000, 2)):  # written out of order, sparse
             d[2 * i:2 * i + 2, 2 * j:2 * j + 2] = i + j
@@ -153,6 +153,31 @@ def test_a_masked_chunk_of_a_chunks_size_is_inlined_exact(tmp_path):
     assert "inlined" in report.notes[0]
     assert judge(p, tmp_path / "c.zarr") == "accepted"
     assert (virtualize.open(tmp_path / "c.zarr")["q"][...] == values).all()
+
+
+@pytest.mark.parametrize("fill", [5, 0])
+def test_chunks_never_written_without_fill_are_refused_unless_zero(tmp_path, fill):
+    """Fill time "never" (netCDF-C's nofill): HDF5 leaves an unwritten chunk's part of the
+    reader's buffer as it was, which h5py zeroes; with a fill value other than 0 the cube
+    would read the fill value there: refused, naming the first such chunk. With fill value
+    0 the cube reads what h5py reads."""
+    p = tmp_path / "never.h5"
+    with h5py.File(p, "w") as f:
+        dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+        dcpl.set_chunk((2,))
+        dcpl.set_fill_value(np.array(fill, "i4"))
+        dcpl.set_fill_time(h5py.h5d.FILL_TIME_NEVER)
+        h5py.h5d.create(f.id, b"v", h5py.h5t.STD_I32LE, h5py.h5s.create_simple((6,)), dcpl=dcpl)
+        f["v"][0:2] = [1, 2]
+        f["ok"] = np.arange(3.0)
+    with h5py.File(p) as f:
+        assert f["v"][()].tolist() == [1, 2, 0, 0, 0, 0]
+    if fill:
+        (fatal,) = _fatal(p)
+        assert fatal[:3] == ("fill-never", "v", (1,)) and "fill value 5" in fatal[3]
+        assert judge(p, tmp_path / "c.zarr") == "refused"
+    else:
+        assert judge(p, tmp_path / "c.zarr") == "accepted"
 
 
 def test_values_read_for_inlining_start_initialised(monkeypatch):
@@ -224,13 +249,13 @@ def test_group_cycles_are_walked_once(tmp_path):
     virtualized under both; every array reads as h5py."""
     p = tmp_path / "cycle.h5"
     with h5py.File(p, "w") as f:
-        f["a/b/x"] = np.arange(5.0)
+        f["a/b/v"] = np.arange(5.0)
         f["a/b/loop"] = f["a"]
         f["a/b/top"] = f["/"]
-        f["a/y"] = np.arange(3)
+        f["a/w"] = np.arange(3)
         f["c"] = f["a/b"]
-        f["z"] = f["a/y"]
-        f["s"] = h5py.SoftLink("/a/y")
+        f["z"] = f["a/w"]
+        f["s"] = h5py.SoftLink("/a/w")
     report = virtualize.check([p], scan_timeout=None)
     notes = {(q.loc.variable, q.kind, q.fatal) for q in report.problems}
     assert report.ok and notes == {("a/b/loop", "hard-link", False),
@@ -239,7 +264,7 @@ def test_group_cycles_are_walked_once(tmp_path):
     assert "back to group /a," in messages["a/b/loop"] and "cycle" in messages["a/b/loop"]
     assert "back to group /," in messages["a/b/top"]
     assert "another name of group /a/b" in messages["c"]
-    assert sorted(report.plan.arrays) == ["a/b/x", "a/y", "s", "z"]
+    assert sorted(report.plan.arrays) == ["a/b/v", "a/w", "s", "z"]
     assert judge(p, tmp_path / "c.zarr") == "accepted"
 
 

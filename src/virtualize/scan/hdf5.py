@@ -507,6 +507,8 @@ class _Scanner:
         dims = self._dims(name, ds)
         blocks, codecs = self._blocks(name, ds, dtype, st)
         fill = _fill_value(ds, dtype, st.fill)
+        if blocks is not None and self._unwritten_undefined(name, ds, blocks, fill, dtype):
+            blocks = None
         is_coord = len(shape) == 1 and dims[0] == name.rpartition("/")[2]
         values = None
         if is_coord and shape[0] <= COORD_VALUES_LIMIT:
@@ -516,6 +518,36 @@ class _Scanner:
         return Variable(name=name, dtype=dtype, shape=shape, dims=dims, attrs=attrs,
                         fill_value=fill, codecs=codecs, blocks=blocks, values=values,
                         is_coordinate=is_coord)
+
+    def _unwritten_undefined(self, name: str, ds: h5py.Dataset, blocks: BlockTable, fill,
+                             dtype: np.dtype) -> bool:
+        """Whether blocks never written would read other than h5py reads them (refused):
+        where HDF5 never writes the fill value (fill time "never", or an undefined fill
+        value), it leaves their part of the reader's buffer as it was, which h5py zeroes
+        (netCDF-C and others: whatever the buffer held); the cube would read the dataset's
+        fill value there, so one other than 0 has no library reading to match."""
+        refs = blocks.refs.reshape(-1)
+        missing = (refs["length"] == 0) & (refs["path"] != MATERIALIZED)
+        if not missing.any():
+            return False
+        try:
+            if fill is None or np.asarray(fill, dtype=dtype).tobytes() == bytes(dtype.itemsize):
+                return False
+            dcpl = ds.id.get_create_plist()
+            when = dcpl.get_fill_time()
+            if when != h5py.h5d.FILL_TIME_NEVER and not (
+                    when == h5py.h5d.FILL_TIME_IFSET
+                    and dcpl.fill_value_defined() == h5py.h5d.FILL_VALUE_UNDEFINED):
+                return False
+        except Exception:  # HDF5 cannot tell: as before
+            return False
+        i = int(np.flatnonzero(missing)[0])
+        self.problem(name, "fill-never", f"{int(missing.sum())} block(s) were never written and "
+                     f"HDF5 writes no fill value for this dataset (fill time never): a reader "
+                     f"gets what its buffer held there (h5py 0, not the fill value {fill}); "
+                     f"--drop {name} virtualizes the rest",
+                     block=tuple(int(b) for b in np.unravel_index(i, blocks.refs.shape)))
+        return True
 
     def _compound(self, name: str, ds: h5py.Dataset) -> Variable | None:
         """A compound dataset whose members are all numbers (or compounds of numbers) is
