@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import bisect
 import functools
+import itertools
 import math
 import os
 from array import array
@@ -166,10 +167,13 @@ class _Recorder:
         self.fobj.requests += 1
         return data
 
-    def forget(self, keep: set[int]) -> None:
-        for k in [k for k in self.reads if k not in keep]:
-            self.kept -= len(self.reads.pop(k))
-        self._starts = None
+    def forget(self, keep: int) -> None:
+        """Forget the reads recorded after the first `keep` (in order of recording)."""
+        new = len(self.reads) - keep
+        if new > 0:
+            for k in list(itertools.islice(reversed(self.reads), new)):
+                self.kept -= len(self.reads.pop(k))
+            self._starts = None
 
 
 def _zero_filled(b, n: int | None) -> int | None:
@@ -902,7 +906,7 @@ class _Scanner:
         body = (self._messages.get(name) or {}).get(0x08)
         v1 = body is not None and len(body) > 1 and body[0] == 3 and body[1] == 2
         if name not in self._origin and rec is not None and (cells >= DIRECT_MIN_CHUNKS or v1):
-            keep = set(rec.reads)
+            keep = len(rec.reads)
             try:
                 on, rec.on = rec.on, True  # HDF5's own walk of the index: its count, and its reads
                 try:
@@ -1740,6 +1744,9 @@ def _first_not_increasing(rows) -> int:
     (as HDF5 compares chunk coordinates), or -1."""
     if len(rows) < 2:
         return -1
+    if len(rows) <= 64:  # a small index (most datasets): numpy's per-call cost is more
+        t = rows.tolist()
+        return next((i for i in range(len(t) - 1) if not t[i] < t[i + 1]), -1)
     a, b = rows[:-1], rows[1:]
     ne = a != b
     first = ne.argmax(axis=1)
