@@ -141,9 +141,9 @@ class _Recorder:
 
         def readinto(b):  # h5py's file-object driver: seek, then readinto
             if not self.on:
-                return _zero_filled(b, read(b))
+                return _read_filled(read, b)
             pos = fobj.tell()
-            n = _zero_filled(b, read(b))
+            n = _read_filled(read, b)
             had = self.reads.get(pos)
             if n and n <= self.LIMIT and self.kept + n <= self.BUDGET and \
                     (had is None or len(had) < n):
@@ -176,14 +176,21 @@ class _Recorder:
             self._starts = None
 
 
-def _zero_filled(b, n: int | None) -> int | None:
-    """`b` after a read of `n` bytes into it, its tail zeroed: h5py's file-object driver
-    leaves what a short read (past the end of the file) did not fill as it was, memory
-    that changes from run to run (a damaged superblock's driver block past the end made
-    the verdict change between runs); HDF5's own (sec2) driver zero-fills it, as here."""
+def _read_filled(read, b) -> int:
+    """Read into `b` with `read` (a `readinto`) until it is full or the file ends, the
+    rest zeroed, as HDF5's own (sec2) driver reads: h5py's file-object driver makes one
+    `readinto` call and leaves what a short read (past the end of the file) did not fill
+    as it was, memory that changes from run to run (a damaged superblock's driver block
+    past the end made the verdict change between runs). Returns the bytes read."""
     m = memoryview(b).cast("B")
-    if (n or 0) < len(m):
-        m[n or 0:] = bytes(len(m) - (n or 0))
+    n = 0
+    while n < len(m):
+        k = read(m[n:])
+        if not k:
+            break
+        n += k
+    if n < len(m):
+        m[n:] = bytes(len(m) - n)
     return n
 
 
@@ -1821,15 +1828,16 @@ def _v2_btree(pread, file_size: int, header: int, chunks: tuple[int, ...]):
     if not found:
         return _no_chunks(ndim)
     filtered, width = tree_type == 11, widths["w"]
-    e = np.concatenate(found)
-    e = e[np.lexsort(e["scaled"].T[::-1])] if ndim else e
-    if ndim:  # two records for one chunk: HDF5 finds one of them for both
+    e = np.concatenate(_in_order(found))
+    if ndim:  # HDF5 searches the tree by key: they must increase in its order
         bad = _first_not_increasing(e["scaled"])
         if bad >= 0:
-            block = tuple(int(x) for x in e["scaled"][bad])
-            raise _Corrupt(f"the v2 B-tree holds two records for chunk {block} (scaled "
-                           "coordinates): HDF5 reads one of the chunks they point to for both",
-                           block)
+            a, b = (tuple(int(x) for x in e["scaled"][j]) for j in (bad, bad + 1))
+            raise _Corrupt(f"the v2 B-tree holds two records for chunk {a} (scaled "
+                           "coordinates): HDF5 reads one of the chunks they point to for both"
+                           if a == b else f"the v2 B-tree's record for chunk {b} (scaled "
+                           f"coordinates) follows the one for {a}: its records are out of "
+                           "order, so HDF5 looks for chunks in the wrong place", b)
     if filtered:
         raw8 = np.zeros((len(e), 8), np.uint8)
         raw8[:, :width] = e["filt"][:, :width]
@@ -1840,6 +1848,36 @@ def _v2_btree(pread, file_size: int, header: int, chunks: tuple[int, ...]):
         masks = np.zeros(len(e), np.uint32)
     offsets = e["scaled"].astype(np.int64) * np.asarray(chunks, dtype=np.int64)
     return offsets, e["addr"].astype(np.uint64), sizes, masks.astype(np.uint32), not filtered
+
+
+def _in_order(found: list) -> list:
+    """The records of a v2 B-tree's nodes `found` a level at a time (`v2_records`: the
+    root, then each level's nodes left to right, node i of a level having len(records) + 1
+    children), in the tree's order: each child's records before its parent's record that
+    follows it."""
+    levels, i, width = [], 0, 1
+    while i < len(found):
+        levels.append(found[i:i + width])
+        i += width
+        width = sum(len(n) + 1 for n in levels[-1])
+    if i != len(found):
+        raise _Unexpected("v2 B-tree nodes do not form a tree")
+    firsts = [np.concatenate([[0], np.cumsum([len(n) + 1 for n in level])]).tolist()
+              for level in levels]
+    out: list = []
+
+    def visit(d: int, k: int) -> None:
+        node = levels[d][k]
+        if d == len(levels) - 1:
+            out.append(node)
+            return
+        for j in range(len(node) + 1):
+            visit(d + 1, firsts[d][k] + j)
+            if j < len(node):
+                out.append(node[j:j + 1])
+
+    visit(0, 0)
+    return out
 
 
 def _fixed_array(pread, file_size: int, body: bytes, dsid, chunks: tuple[int, ...]):
