@@ -17,6 +17,7 @@ Only the offset/bytecount tables and tags are read, never pixel data.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import math
 import os
@@ -61,7 +62,9 @@ def scan_tiff(path: str) -> FileInventory:
         check_ifd_chain(fh, path, st.st_size)
         fh.seek(0)  # tifffile starts reading where the handle is
         with tifffile.TiffFile(fh, is_shaped=False, is_ome=False, is_imagej=False) as tif:
-            inv = _TiffScanner(path, tif, st.st_size, _reopener(fh)).run(st.st_mtime_ns)
+            scanner = _TiffScanner(path, tif, st.st_size, _reopener(fh))
+            scanner.source = fh
+            inv = scanner.run(st.st_mtime_ns)
         inv.bytes_read, inv.requests, inv.etag = fh.bytes_read, fh.requests, st.etag
     # what tifffile only logged (a damaged tag it skipped, ...) belongs in the report, once
     # (tifffile reads a page's tags again when it builds its series)
@@ -162,6 +165,8 @@ def _tifffile_warnings():
 
 
 class _TiffScanner:
+    source = None  # the scanned file object (scan_tiff sets it): its `pread` reads its bytes
+
     def __init__(self, path: str, tif: tifffile.TiffFile, size: int, reopen=None):
         self.path = path
         self.tif = tif
@@ -170,6 +175,8 @@ class _TiffScanner:
         self.problems: list[Problem] = []
         self.variables: dict[str, Variable] = {}
         self.groups: dict[str, dict[str, Any]] = {"": {}}
+        self._chain: list = []  # the pages of the IFD chain (`run`)
+        self._ifds: dict[int, int] = {}  # IFD offset -> its end, of the pages looked at
 
     def problem(self, var: str | None, kind: str, msg: str, fatal: bool = True,
                 block: tuple[int, ...] | None = None) -> None:
@@ -403,14 +410,16 @@ class _TiffScanner:
         file is `truncated`: `_check_segments`.)"""
         t = self.tif.tiff
         header = 16 if t.is_bigtiff else 8
-        spans = {}
-        for p in list(self._chain) + list(pages):
+        spans = self._ifds
+        for p in itertools.chain(self._chain, pages):
             at = getattr(p, "offset", None)
             if at is None or at in spans:
                 continue
-            fh = self.tif.filehandle
-            fh.seek(at)
-            raw = fh.read(t.tagnosize)
+            if self.source is not None:
+                raw = bytes(self.source.pread(t.tagnosize, at))
+            else:
+                self.tif.filehandle.seek(at)
+                raw = self.tif.filehandle.read(t.tagnosize)
             n = struct.unpack(t.tagnoformat, raw)[0] if len(raw) == t.tagnosize else 0
             spans[at] = at + t.tagnosize + n * t.tagsize + t.offsetsize
         starts = np.asarray(sorted(spans), dtype=np.uint64)
