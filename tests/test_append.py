@@ -87,9 +87,9 @@ def _scans(monkeypatch):
     seen: list[str] = []
     real = virtualize.scan.scan
 
-    def counting(path):
+    def counting(path, hint=None):
         seen.append(str(path))
-        return real(path)
+        return real(path, hint)
 
     monkeypatch.setattr(virtualize.scan, "scan", counting)
     return seen

@@ -57,15 +57,17 @@ def all_outputs(files, tmp_path, tag, **kw):
 
 
 @pytest.mark.parametrize("fmt", ["NETCDF4", "NETCDF3_CLASSIC"])
-def test_one_file_with_time_out_of_order_is_refused_at_the_index(tmp_path, fmt):
+def test_a_file_with_time_out_of_order_in_a_stack_is_refused_at_the_index(tmp_path, fmt):
+    # (one file alone is not ordered by its time: test_shared_compare.py)
     f = nc_times(tmp_path / "a.nc", [0.0, 2.0, 1.0, 3.0], fmt)
-    r = virtualize.check([f])
+    g = nc_times(tmp_path / "b.nc", [4.0, 5.0], fmt)
+    r = virtualize.check([f, g])
     assert not r.ok
     (p,) = [p for p in r.problems if p.kind == "coordinate-not-increasing"]
     assert (p.loc.file, p.loc.variable, p.loc.axis) == (os.path.abspath(f), "time", "time")
     assert "index 2 (1.0) is not after index 1 (2.0)" in p.message
     with pytest.raises(VirtualizeError):
-        virtualize.virtualize([f], tmp_path / "a.zarr")
+        virtualize.virtualize([f, g], tmp_path / "a.zarr")
     assert not (tmp_path / "a.zarr").exists()
 
 
@@ -320,8 +322,8 @@ def test_check_renders_every_document_as_the_write_does(odd_attrs, monkeypatch, 
 
     real = api.scan_or_problems
 
-    def scan_with_a_bad_attribute(path):
-        inv = real(path)
+    def scan_with_a_bad_attribute(path, hint=None):
+        inv = real(path, hint)
         inv.variables["v"].attrs["bad"] = object()
         return inv
 
@@ -383,6 +385,30 @@ def test_an_empty_directory_is_named(tmp_path, how):
         out, err = p.communicate()
         assert p.returncode == 1
         assert str(empty) in out and "holds no files" in out
+
+
+def test_a_pattern_matching_nothing_is_named(tmp_path):
+    """A quoted glob that matches no file is `no-files` "no file matches ..." (not an
+    unreadable file named with a star), fatal even beside files that exist."""
+    data = tmp_path / "data"
+    data.mkdir()
+    pattern = str(data / "*.nc")
+    out = tmp_path / "c.zarr"
+    p = _cli(pattern, "-o", out, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    stdout, stderr = p.communicate()
+    assert p.returncode == 1 and not out.exists()
+    assert f"no file matches {pattern!r}" in stdout and "unreadable" not in stdout + stderr
+    (p,) = virtualize.check(pattern).problems
+    assert (p.kind, p.loc.file, p.fatal, p.message) == \
+        ("no-files", pattern, True, f"no file matches {pattern!r}")
+    f = nc_times(data / "a.nc", [0.0])
+    r = virtualize.check([f, str(data / "2025*.nc")])
+    assert not r.ok and [(p.kind, p.fatal) for p in r.problems] == [("no-files", True)]
+    cube = tmp_path / "a.zarr"
+    virtualize.virtualize([f], cube)
+    with pytest.raises(VirtualizeError) as e:
+        virtualize.append(cube, [str(data / "2025*.nc")])
+    assert [p.message for p in e.value.problems] == [f"no file matches {str(data / '2025*.nc')!r}"]
 
 
 def test_direct_zarr_open_of_zero_length_cube(zero_length, tmp_path):

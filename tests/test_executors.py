@@ -164,7 +164,7 @@ def test_queued_files_behind_a_crash_are_scanned_by_others(stack, monkeypatch):
     _worker._shutdown()
     monkeypatch.setattr(_worker, "_threads", lambda: 1)
     monkeypatch.setattr(_worker, "scan_or_problems",
-                        lambda p: os._exit(3) if p == files[7] else real(p))
+                        lambda p, hint=None: os._exit(3) if p == files[7] else real(p, hint))
     results = list(_worker.scan_bounded(files, 30, 2))
     _worker._shutdown()  # no worker with the patch is kept
     assert [r.path if hasattr(r, "path") else r[0].kind for r in results] == \

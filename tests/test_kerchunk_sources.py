@@ -424,7 +424,9 @@ def test_mosaic_of_tiff_references(case, tmp_path):
                 "mosaic")
 
 
-def test_partly_inline_shared_variable_compared_by_values(case, tmp_path):
+def test_partly_inline_shared_variable_compared_by_values(case, tmp_path, monkeypatch):
+    from virtualize.scan import _planning
+
     """A variable without the concatenation axis, partly inline: compared across files by
     its decoded values (inline chunks have no bytes to compare), stored in the cube."""
     refs = case("kerchunk_months2024")[:2]
@@ -452,6 +454,13 @@ def test_partly_inline_shared_variable_compared_by_values(case, tmp_path):
     other = _edit(refs[1], tmp_path / "feb2.json", lambda r: add_orog(r, files[1]))
     (p,) = [p for p in virtualize.check([jan, other]).problems if p.fatal]
     assert (p.kind, p.loc.file, p.loc.variable) == ("differs-between-files", str(other), "orog")
+    # by the digests of its decoded values per block: the first differing one is named
+    assert p.loc.block == (1, 0) and "decoded values differ" in p.message
+    # too large to decode for digests (the limit patched small; scanned in this process):
+    # refused, never taken from the first file
+    monkeypatch.setattr(_planning, "DIGEST_LIMIT", 8)
+    (p,) = [p for p in virtualize.check([jan, other], scan_timeout=0).problems if p.fatal]
+    assert (p.kind, p.loc.variable, p.remedy) == ("not-comparable", "orog", "--drop orog")
 
 
 def test_mosaic_refuses_inline_chunks(case, tmp_path):

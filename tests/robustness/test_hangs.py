@@ -364,7 +364,7 @@ def test_a_crashing_scan_is_a_located_problem(tmp_path, monkeypatch):
 
     _worker._shutdown()  # no idle worker: the next one is forked with the patch below
     monkeypatch.setattr(_worker, "_threads", lambda: 1)
-    monkeypatch.setattr(_worker, "scan_or_problems", lambda path: os._exit(3))
+    monkeypatch.setattr(_worker, "scan_or_problems", lambda path, hint=None: os._exit(3))
     path = str(tmp_path / "x.nc")
     [result] = list(_worker.scan_bounded([path], 10))
     monkeypatch.undo()

@@ -25,7 +25,7 @@ from ..model import (
     Variable,
     VariableFigure,
 )
-from ..scan._planning import INLINE_VALUES_LIMIT, REFERENCE_KINDS
+from ..scan._planning import DIGEST_LIMIT, INLINE_VALUES_LIMIT, REFERENCE_KINDS
 from ..scan._values import bytes_codec, py
 
 # Attributes whose drift between files changes what the numbers mean.
@@ -295,23 +295,165 @@ def consistent(ctx: Context, name: str, vs: list[Variable], free: frozenset[str]
     return len(ctx.problems) == before
 
 
+def compare_shared(ctx: Context, name: str, vs: list[Variable], why: str,
+                   values: list[np.ndarray | None] | None = None, attrs: bool = False) -> bool:
+    """The one place that decides whether a variable that must be the same in every file
+    (`scan._planning.must_agree`) is: every planner calls it for each such variable
+    (concat and append: off the concatenation axis, or not stacked along a new one, the
+    cube's recorded last file first; mosaic: what it takes from the first tile), whatever
+    the scan recorded of it. Each file is compared with the first by the values both hold
+    (`values` given, else those the scan recorded: the first differing index is named),
+    else by their per-block digests (the first differing block); a file with neither is
+    refused (`not-comparable`): nothing is taken from the first file unseen. `attrs`: every
+    attribute must agree too (a grid mapping's are what it means). Files whose scanner
+    already refused the variable are left out. Each difference is a located problem
+    (`differs-between-files`); True when every file agrees. `why`: why it must agree."""
+    picked = [i for i, inv in enumerate(ctx.invs) if (inv.path, name) not in ctx.reported]
+    if len(picked) < 2:
+        return True
+    held = values if values is not None else [v.values for v in vs]
+    i0 = picked[0]
+    path0, v0, a0 = ctx.invs[i0].path, vs[i0], held[i0]
+    before = len(ctx.problems)
+    for i in picked[1:]:
+        inv, v, a = ctx.invs[i], vs[i], held[i]
+        here = f"{name!r} {why}, so it must be the same in every file"
+        if attrs:
+            key = next((k for k in sorted(set(v.attrs) | set(v0.attrs))
+                        if not same_value(v.attrs.get(k), v0.attrs.get(k))), None)
+            if key is not None:
+                ctx.problem(inv.path, name, "differs-between-files",
+                            f"{here}, but its attribute {key!r} is {py(v.attrs.get(key))!r} "
+                            f"here and {py(v0.attrs.get(key))!r} in {path0}")
+                continue
+        if a is v.values and a0 is v0.values and v.digest is not None and \
+                v.digest == v0.digest and _native(v.dtype) == _native(v0.dtype) and \
+                codec_key(v.codecs) == codec_key(v0.codecs):
+            continue  # the recorded values of the same stored bytes, decoded alike
+        if a is not None and a0 is not None:
+            index = first_difference(np.asarray(a), np.asarray(a0))
+            if index is None:
+                continue
+            block = None
+            if index and v.blocks is not None and len(v.blocks.block_shape) == len(index):
+                block = tuple(j // max(b, 1) for j, b in zip(index, v.blocks.block_shape))
+            if np.shape(a) != np.shape(a0):
+                at = f"its values have shape {np.shape(a)} here and {np.shape(a0)} in {path0}"
+            elif index == ():
+                at = f"its value is {py(np.asarray(a)[()])!r} here and " \
+                     f"{py(np.asarray(a0)[()])!r} in {path0}"
+            else:
+                at = (f"its values differ from {path0}, first at index {index} "
+                      f"({py(np.asarray(a)[index])!r} here, {py(np.asarray(a0)[index])!r} there)")
+            ctx.problem(inv.path, name, "differs-between-files", f"{here}, but {at}", block=block)
+        elif v.digest is not None and v0.digest is not None and \
+                v.block_digests is not None and v0.block_digests is not None and \
+                v.digest.startswith("values:") == v0.digest.startswith("values:") and \
+                v.block_digests.shape == v0.block_digests.shape:
+            if v.digest == v0.digest:
+                continue
+            diff = np.argwhere(v.block_digests != v0.block_digests)
+            block = tuple(int(j) for j in diff[0]) if diff.size else None
+            of = "decoded values" if v.digest.startswith("values:") else "stored bytes"
+            extent = ""
+            if block and v.blocks is not None and v.blocks.refs.shape == v.block_digests.shape:
+                extent = " (" + ", ".join(
+                    f"{d} {j * b}..{min((j + 1) * b, n) - 1}"
+                    for d, j, b, n in zip(v.dims, block, v.blocks.block_shape, v.shape)) + ")"
+            elif block:  # digested as stored, then cut (plan/cut.py): not a chunk of the cube
+                extent, block = " as stored in the file", None
+            at = f", first in block {tuple(int(j) for j in diff[0])}{extent}" if diff.size else ""
+            ctx.problem(inv.path, name, "differs-between-files",
+                        f"{here}, but its {of} differ from {path0}{at}"
+                        + (f" ({int(len(diff))} blocks differ)" if len(diff) > 1 else ""),
+                        block=block)
+        else:
+            # located at the file lacking a record (the first: every file would say so)
+            j = i0 if v0.digest is None and a0 is None else i
+            lacking, w = ctx.invs[j], vs[j]
+            if w.digest is not None or held[j] is not None:
+                reason = ("the files' records of it are of different kinds: values in one, "
+                          "digests in the other, or digests of stored bytes and of decoded "
+                          "values, or of other block grids")
+            elif w.blocks is not None and bool((w.blocks.refs["path"] == MATERIALIZED).any()):
+                reason = (f"it has chunks held by value and more than {DIGEST_LIMIT} decoded "
+                          "bytes to digest")
+            else:
+                reason = ("the file was scanned for another concatenation dimension: scan it "
+                          "with the one planned, as check and create do")
+            other = inv.path if j == i0 else path0
+            ctx.problem(lacking.path, name, "not-comparable",
+                        f"{here}, but the scan recorded neither its values nor digests both "
+                        f"files share ({reason}): it cannot be checked against {other}",
+                        remedy=f"--drop {name}")
+            if j == i0:
+                break
+    return len(ctx.problems) == before
+
+
+def first_difference(a: np.ndarray, b: np.ndarray) -> tuple[int, ...] | None:
+    """The first index (C order) where two arrays differ (NaN equal to NaN; a struct's
+    members compared one by one), () for differing scalars or shapes; None when equal."""
+    if a.shape != b.shape:
+        return () if a.ndim == 0 or b.ndim == 0 else tuple(0 for _ in a.shape)
+    if a.dtype.names is not None and b.dtype.names is not None:
+        if a.dtype.names != b.dtype.names:
+            return tuple(0 for _ in a.shape)
+        eq = np.ones(a.shape, dtype=bool)
+        for k in a.dtype.names:
+            eq &= _equal(a[k], b[k])
+    else:
+        eq = _equal(a, b)
+    if eq.all():
+        return None
+    if a.ndim == 0:
+        return ()
+    return tuple(int(j) for j in np.unravel_index(int(np.argmin(eq.reshape(-1))), a.shape))
+
+
+def _equal(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Elementwise equality, NaN equal to NaN (a sub-array member: all of its items)."""
+    try:
+        eq = np.asarray(a == b)
+    except (TypeError, ValueError):
+        eq = np.asarray(np.frompyfunc(lambda x, y: bool(np.array_equal(x, y)), 2, 1)(a, b),
+                        dtype=bool)
+    if a.dtype.kind in "fc" and b.dtype.kind in "fc":
+        with np.errstate(invalid="ignore"):
+            eq = eq | (np.isnan(a) & np.isnan(b))
+    if eq.shape != a.shape:  # a member with its own shape: all of it
+        eq = eq.reshape(a.shape + (-1,)).all(axis=-1)
+    return eq
+
+
 def figure(name: str, dims, shape, chunk_lengths, refused: dict[int, set[int]] | None = None,
-           refused_variable: bool = False) -> VariableFigure:
+           refused_variable: bool = False,
+           padding: dict[int, dict[int, int]] | None = None) -> VariableFigure:
     """The bands of one variable: per axis every chunk's length, marked short (shorter than
-    the axis' usual chunk), overhang (reaching past the end) or refused."""
+    the axis' usual chunk), overhang (reaching past the end) or refused. `padding`: per
+    axis, the steps of padding of chunks stored padded inside the axis (a padded block
+    that is not the last); what the chunks reach past the end is the last one's padding."""
     axes = []
     for a, (dim, n, lens) in enumerate(zip(dims, shape, chunk_lengths)):
         lens = np.asarray(lens, dtype=np.int64)
         marks = np.empty(len(lens), dtype=object)
         marks.fill(OK)  # (one string: np.full would make one per chunk)
+        pads = None
+        inside = (padding or {}).get(a)
+        if inside:
+            pads = np.zeros(len(lens), np.int64)
+            pads[list(inside)] = list(inside.values())
         if len(lens):
             values, counts = np.unique(lens, return_counts=True)
             marks[lens < values[counts.argmax()]] = SHORT
-            if int(lens.sum()) > n:
+            over = int(lens.sum()) - (int(pads.sum()) if pads is not None else 0) - int(n)
+            if over > 0:
                 marks[-1] = OVERHANG
+                pads = np.zeros(len(lens), np.int64) if pads is None else pads
+                pads[-1] += over
         for i in (refused or {}).get(a, ()):
             marks[i] = REFUSED
-        axes.append(AxisFigure(dim, int(n), lens, marks))
+        axes.append(AxisFigure(dim, int(n), lens, marks, pads))
     return VariableFigure(name, axes, refused_variable or bool(refused and any(refused.values())))
 
 

@@ -2,14 +2,15 @@
 
 A concatenation is planned against its first file, and every file agrees with it; so the
 last file, as the planner last saw it (coordinate re-expressed in the cube's units,
-digests of the variables every file shares, dtypes, codecs, block layout, attributes),
-stands for all of them. `append_state` keeps it as JSON (no refs: a block table is
-recorded as its block shape and grid), with the concatenation dimension and the final
-set of inlined variables; `resume_from` turns it back into an inventory (`Resume.last`)
-that `plan_concat` puts before the new files. Then `merge_append` takes the new files'
-part of that plan and joins it to the cube's arrays (their zarr.json documents): the new
-chunks along the concatenation axis, or None when the grown cube would not be the tail
-of a full rebuild (the caller then rebuilds).
+per-block digests and values of the variables every file shares, dtypes, codecs, block
+layout, attributes), stands for all of them: the new files' shared variables are compared
+with it as with a first file (`plan._common.compare_shared`). `append_state` keeps it as
+JSON (no refs: a block table is recorded as its block shape and grid), with the
+concatenation dimension and the final set of inlined variables; `resume_from` turns it
+back into an inventory (`Resume.last`) that `plan_concat` puts before the new files.
+Then `merge_append` takes the new files' part of that plan and joins it to the cube's
+arrays (their zarr.json documents): the new chunks along the concatenation axis, or None
+when the grown cube would not be the tail of a full rebuild (the caller then rebuilds).
 """
 
 from __future__ import annotations
@@ -37,7 +38,9 @@ from ..model import (
     Variable,
 )
 
-STATE_VERSION = 1
+# 2: per-block digests of the variables every file shares (a cube of version 1 is rebuilt
+# by `append`: its recorded digests cannot name a block)
+STATE_VERSION = 2
 VALUES_LIMIT = 4 << 20  # bytes of one variable's values recorded (else re-read if needed)
 
 
@@ -126,6 +129,8 @@ def _variable(v: Variable) -> dict:
                        "grid": list(v.blocks.refs.shape), "held": held}
     if v.values is not None and v.values.nbytes <= VALUES_LIMIT:
         d["values"] = _array(np.asarray(v.values))
+    if v.block_digests is not None:  # (compared with the new files': plan._common)
+        d["block_digests"] = _array(v.block_digests)
     return d
 
 
@@ -141,7 +146,8 @@ def _unvariable(name: str, d: dict) -> Variable:
     return Variable(name=name, dtype=dtype, shape=tuple(d["shape"]), dims=tuple(d["dims"]),
                     attrs=_dec(d["attrs"]), fill_value=_unscalar(d["fill"]), codecs=d["codecs"],
                     blocks=blocks, values=_unarray(d["values"]) if "values" in d else None,
-                    is_coordinate=bool(d["is_coordinate"]), digest=d.get("digest"))
+                    is_coordinate=bool(d["is_coordinate"]), digest=d.get("digest"),
+                    block_digests=_unarray(d["block_digests"]) if "block_digests" in d else None)
 
 
 def inventory_json(inv: FileInventory) -> dict:

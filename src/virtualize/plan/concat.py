@@ -29,7 +29,7 @@ from ..model import (
     Problem,
     Variable,
 )
-from ..scan._planning import DIGEST_LIMIT, at_shape
+from ..scan._planning import at_shape, default_concat_dim, grid_mappings, stacks, unlimited_dims
 from ..scan._values import py
 from ._common import (
     DEFAULT_INLINE_THRESHOLD,
@@ -38,6 +38,7 @@ from ._common import (
     auto_inline,
     can_materialize,
     carry_scan_problems,
+    compare_shared,
     consistent,
     figure,
     figure_of,
@@ -50,8 +51,6 @@ from ._common import (
 )
 from ._state import Resume, append_state
 from .grid import block_lengths
-
-COMPARE_LIMIT = DIGEST_LIMIT  # bytes of a non-concatenated variable compared across files
 
 
 @dataclass
@@ -139,24 +138,21 @@ def _choose_concat_dim(ctx: _Context) -> str | None:
             _coordinate_from_names(ctx, dim)
             return dim
     if dim is None:
-        first = invs[0]
-        unlimited = [d.name for d in first.dimensions.values() if d.unlimited and "/" not in d.name]
-        if unlimited:
+        # (as the scan chose it for each file, digesting what must agree: scan/_planning.py)
+        dim = default_concat_dim(invs[0])
+        unlimited = unlimited_dims(invs[0])
+        if len(unlimited) > 1:
             # several unlimited dimensions (netCDF4-python makes every dimension created
             # with size 0 one): `time` if it is one of them, else the first; the report says
-            dim = "time" if "time" in unlimited else unlimited[0]
-            if len(unlimited) > 1:
-                ctx.notes.append(f"the files have several unlimited dimensions "
-                                 f"({', '.join(unlimited)}): concatenated along {dim!r} "
-                                 "(choose another with --concat-dim)")
-        elif any("time" in v.dims for v in first.variables.values()):
-            dim = "time"
-        elif len(invs) > 1:
+            ctx.notes.append(f"the files have several unlimited dimensions "
+                             f"({', '.join(unlimited)}): concatenated along {dim!r} "
+                             "(choose another with --concat-dim)")
+        if dim is None and len(invs) > 1:
             ctx.problem(None, None, "no-concat-dim",
                         "the files have no unlimited dimension and no 'time' dimension: "
                         "name the dimension to concatenate along with --concat-dim")
             return None
-        else:
+        if dim is None:
             return None
     lacking = [inv for inv in invs if not any(dim in v.dims for v in inv.variables.values())]
     if len(lacking) == len(invs) and len(invs) == 1:
@@ -309,10 +305,14 @@ def _reexpress(values: np.ndarray, units: str, units0: str, calendar: str) -> np
 
 
 def _order_by_coordinate(ctx: _Context) -> None:
-    """Check every file's coordinate along the concat dim increases strictly (one file
-    or many); then, when every file has coordinate values, sort the files by their first
-    value and check the coordinate increases strictly across the whole stack."""
+    """Check every file's coordinate along the concat dim increases strictly; then, when
+    every file has coordinate values, sort the files by their first value and check the
+    coordinate increases strictly across the whole stack. One file is neither ordered nor
+    joined by it: its coordinate is taken as it is, in whatever order (the cube equals the
+    file)."""
     dim = ctx.dim
+    if len(ctx.invs) < 2:
+        return
     coords = [inv.variables.get(dim) for inv in ctx.invs]
     for inv, c in zip(ctx.invs, coords):
         if c is not None and c.values is not None and c.values.size > 1:
@@ -447,11 +447,18 @@ def _plan_variable(ctx: _Context, name: str) -> ArrayPlan | None:
 
 def _stacks(ctx: _Context, v: Variable) -> bool:
     """In new-axis mode, which variables get the axis: data, not coordinates, scalars or
-    grid mappings (those must be the same in every file)."""
-    if v.is_coordinate or not v.shape:
-        return False
-    mapped = {x.attrs.get("grid_mapping") for x in ctx.invs[0].variables.values()}
-    return v.basename not in mapped
+    grid mappings (those must be the same in every file; the scan's rule)."""
+    return stacks(v, grid_mappings(ctx.invs[0]))
+
+
+def _why_shared(ctx: _Context) -> str:
+    return (f"is not stacked along the new {ctx.dim!r} axis" if ctx.new_axis else
+            f"has no {ctx.dim!r} axis" if ctx.dim is not None else "is in every file")
+
+
+def _is_mapping(ctx: _Context, v: Variable) -> bool:
+    """A grid mapping: its attributes are what it means (compared with its values)."""
+    return "grid_mapping_name" in v.attrs or v.basename in grid_mappings(ctx.invs[0])
 
 
 def _with_new_axis(v: Variable, dim: str) -> Variable:
@@ -474,6 +481,7 @@ def _concat_array(ctx: _Context, name: str, vs: list[Variable], k: int,
     last = len(vs) - 1
     ok = True
     refused: set[int] = set()
+    padded: dict[int, int] = {}  # chunk -> steps of padding, for the figure
     cells: dict[tuple[int, ...], Cell] = {}
     # the manifest is filled in place, file by file (no copy of each file's block table
     # held until the end), when the files' block grids line up (else they are refused)
@@ -525,6 +533,7 @@ def _concat_array(ctx: _Context, name: str, vs: list[Variable], k: int,
                     ctx.use_remedy("materialize", count, nbytes, enabled=False)
                 ok = False
                 refused.add(len(lengths_k) + j)
+                padded[len(lengths_k) + j] = b - r
         lengths_k.extend(lens)
         if out is None:
             parts.append(refs)
@@ -536,7 +545,8 @@ def _concat_array(ctx: _Context, name: str, vs: list[Variable], k: int,
             chunk_lengths.append(tuple(block_lengths(n, b, first.blocks.padded)))
     shape = list(first.shape)
     shape[k] = sum(v.shape[k] for v in vs)
-    ctx.figures[name] = figure(name, first.dims, shape, chunk_lengths, {k: refused})
+    ctx.figures[name] = figure(name, first.dims, shape, chunk_lengths, {k: refused},
+                               padding={k: padded})
     if not ok or not consistent_ or \
             any(p.shape[:k] + p.shape[k + 1:] != parts[0].shape[:k] + parts[0].shape[k + 1:]
                 for p in parts):
@@ -598,40 +608,10 @@ def _held_cells(ctx: _Context, cells, held: np.ndarray, v: Variable, i: int, nam
 def _shared_array(ctx: _Context, name: str, vs: list[Variable]) -> ArrayPlan | None:
     """A variable without the concat dimension: the same in every file, referenced once."""
     first = vs[0]
-    total = int(first.blocks.refs["length"].sum())
-    if any((v.blocks.refs["path"] == MATERIALIZED).any() for v in vs):
-        # chunks held inline by a reference set have no bytes to compare: compare values
-        # (or their digests, recorded at scan time)
-        if len(vs) > 1 and all(v.values is None and v.digest for v in vs):
-            d0 = vs[0].digest
-            for inv, v in zip(ctx.invs[1:], vs[1:]):
-                if v.digest != d0:
-                    ctx.problem(inv.path, name, "differs-between-files",
-                                f"{name!r} has no {ctx.dim!r} axis, so it must be the same in "
-                                f"every file, but its values differ from {ctx.invs[0].path}")
-                    return None
-        elif len(vs) > 1 and _inline_array(ctx, name, vs, None) is None:
-            return None
-    elif len(vs) > 1:
-        # files whose scanner already reported this variable (e.g. truncated) are not
-        # compared: their bytes differ for the reason already given. The digests were
-        # computed when each file was scanned (scan/_planning.py): planning reads nothing.
-        usable = [(inv.path, v) for inv, v in zip(ctx.invs, vs)
-                  if (inv.path, name) not in ctx.reported]
-        if total > COMPARE_LIMIT:
-            ctx.notes.append(f"{name}: {total} stored bytes per file, not compared across files "
-                             "(taken from the first file)")
-        elif any(v.digest is None for _, v in usable):
-            ctx.notes.append(f"{name}: not compared across files (no digest was recorded when "
-                             f"the files were scanned: it is along {', '.join(first.dims)}, not "
-                             "a record dimension); taken from the first file")
-        else:
-            for path, v in usable[1:]:
-                if v.digest != usable[0][1].digest:
-                    ctx.problem(path, name, "differs-between-files",
-                                f"{name!r} has no {ctx.dim!r} axis, so it must be the same in "
-                                f"every file, but its stored bytes differ from {usable[0][0]}")
-                    return None
+    # compared by the values or per-block digests the scan recorded (planning reads
+    # nothing): differing files, or files that cannot be compared, are refused
+    if not compare_shared(ctx, name, vs, _why_shared(ctx), attrs=_is_mapping(ctx, first)):
+        return None
     refs = first.blocks.refs.copy()
     held = refs["path"] == MATERIALIZED
     refs["path"] = np.where(held, MATERIALIZED, ctx.source_maps[0][np.where(held, 0, refs["path"])])
@@ -667,13 +647,6 @@ def _unscanned_values(ctx: _Context, inv: FileInventory, name: str, v: Variable
         return None
 
 
-def _same_values(a: np.ndarray, b: np.ndarray) -> bool:
-    """Equal values (NaN equal to NaN); a struct's members compared one by one."""
-    if a.dtype.names is not None and a.dtype == b.dtype and a.shape == b.shape:
-        return all(_same_values(a[k], b[k]) for k in a.dtype.names)
-    return np.array_equal(a, b, equal_nan=b.dtype.kind in "fc")
-
-
 def _inline_array(ctx: _Context, name: str, vs: list[Variable], k: int | None) -> ArrayPlan | None:
     """Values stored in the cube itself: coordinates by default, others on request."""
     first = vs[0]
@@ -689,12 +662,9 @@ def _inline_array(ctx: _Context, name: str, vs: list[Variable], k: int | None) -
         data = np.concatenate(values, axis=k)
     else:
         data = values[0]
-        for inv, other in zip(ctx.invs[1:], values[1:]):
-            if not _same_values(other, data):
-                ctx.problem(inv.path, name, "differs-between-files",
-                            f"{name!r} has no {ctx.dim!r} axis, so it must be the same in every "
-                            f"file, but its values differ from {ctx.invs[0].path}")
-                return None
+        if not compare_shared(ctx, name, vs, _why_shared(ctx), values=values,
+                              attrs=_is_mapping(ctx, first)):
+            return None
     return inline_plan(name, np.asarray(data, dtype=first.dtype), first.dims, first.attrs,
                        first.fill_value)
 

@@ -37,6 +37,7 @@ from ._common import (
     SourceMaps,
     can_materialize,
     carry_scan_problems,
+    compare_shared,
     consistent,
     figure,
     figure_of,
@@ -630,7 +631,11 @@ def _coordinates(ctx: _Ctx, g: Georef, r0: int, c0: int, height: int, width: int
         src = first[name]
         values = (start + (np.arange(n) + 0.5) * step).astype(src.dtype.newbyteorder("="))
         out[name] = inline_plan(name, values, (dim,), src.attrs)
-    if g.mapping is not None and g.mapping in first:
+    mapping = [inv.variables.get(g.mapping) for inv in ctx.invs] if g.mapping else []
+    # the tiles' grid mapping is taken from the first tile: each tile's must be its value
+    # (their CRS attributes are compared when they are placed; GeoTransform differs)
+    if mapping and all(m is not None for m in mapping) and \
+            compare_shared(ctx, g.mapping, mapping, "is the tiles' grid mapping"):
         m = first[g.mapping]
         attrs = dict(m.attrs)
         if "GeoTransform" in attrs:

@@ -11,7 +11,7 @@ import numpy as np
 from .. import storage
 from ..model import FileInventory, Location, Problem, VirtualizeError
 from ._io import find_hdf5_signature, sniff
-from ._planning import add_planning_data
+from ._planning import ScanHint, add_planning_data
 
 
 def detect_format(path: str) -> str | None:
@@ -31,9 +31,11 @@ def detect_format(path: str) -> str | None:
     return fmt
 
 
-def scan(path: str | os.PathLike) -> FileInventory:
+def scan(path: str | os.PathLike, hint: ScanHint | None = None) -> FileInventory:
     """Scan one file (HDF5, netCDF-4, netCDF classic, TIFF) or kerchunk reference set
     (whose block tables point into the data files it names) into its inventory.
+    `hint`: how the caller will plan it (which variables to digest for comparing across
+    files; scan/_planning.py).
 
     Raises `VirtualizeError` (carrying one located problem) when the file cannot be read
     at all: missing, unknown format, truncated or corrupt.
@@ -51,16 +53,17 @@ def scan(path: str | os.PathLike) -> FileInventory:
         if fmt == "hdf5":
             from .hdf5 import scan_hdf5
             # planning data added while the scanner's file is open (`read`: its values)
-            return scan_hdf5(path, lambda inv, read: add_planning_data(_check_extent(inv), read))
+            return scan_hdf5(path, lambda inv, read: add_planning_data(_check_extent(inv), read,
+                                                                        hint))
         if fmt == "netcdf3":
             from .netcdf3 import scan_netcdf3
-            return add_planning_data(_check_extent(scan_netcdf3(path)))
+            return add_planning_data(_check_extent(scan_netcdf3(path)), hint=hint)
         if fmt == "tiff":
             from .tiff import scan_tiff
-            return add_planning_data(_check_extent(scan_tiff(path)))
+            return add_planning_data(_check_extent(scan_tiff(path)), hint=hint)
         if fmt == "kerchunk":  # its blocks are in other files: it checks their extents
             from .kerchunk import scan_kerchunk
-            return add_planning_data(scan_kerchunk(path))
+            return add_planning_data(scan_kerchunk(path), hint=hint)
     except VirtualizeError:
         raise
     except Exception as e:  # a library's own error: name the file and what it said

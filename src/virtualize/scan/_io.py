@@ -6,6 +6,8 @@ import functools
 import io
 import os
 
+import numpy as np
+
 HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 
 
@@ -56,12 +58,17 @@ def find_hdf5_signature(f) -> bool:
     return False
 
 
-def digest_blocks(paths: str | list[str], refs) -> str:
-    """SHA-256 over the stored bytes of every referenced block, in manifest order.
+BLOCK_DIGEST = np.dtype("V16")  # one block's digest: 16 bytes of BLAKE2b
+
+
+def digest_blocks(paths: str | list[str], refs) -> tuple[str, np.ndarray]:
+    """Per block, a 16-byte BLAKE2b of its stored bytes (its length first; a block never
+    written digests as length 0), shaped like `refs`; and their SHA-256 (`summary`).
 
     Used to check that a variable without the concatenation axis holds the same stored
-    bytes in every file; reads exactly the referenced ranges. `paths`: what refs' `path`
-    indexes (one path: every block is in that file).
+    bytes in every file, and to name the first block where it does not; reads exactly the
+    referenced ranges, once. `paths`: what refs' `path` indexes (one path: every block is
+    in that file).
     """
     import contextlib
     import hashlib
@@ -69,18 +76,48 @@ def digest_blocks(paths: str | list[str], refs) -> str:
     from ..storage import open_source
 
     paths = [paths] if isinstance(paths, str) else list(paths)
-    h = hashlib.sha256()
     flat = refs.reshape(-1)
+    out = np.empty(flat.shape, dtype=BLOCK_DIGEST)
     with contextlib.ExitStack() as stack:
         files: dict[int, object] = {}
-        for p, off, n in zip(flat["path"].tolist(), flat["offset"].tolist(),
-                             flat["length"].tolist()):
-            h.update(n.to_bytes(8, "little"))
+        for i, (p, off, n) in enumerate(zip(flat["path"].tolist(), flat["offset"].tolist(),
+                                            flat["length"].tolist())):
+            h = hashlib.blake2b(n.to_bytes(8, "little"), digest_size=16)
             if n:
                 f = files.get(p)
                 if f is None:
                     f = files[p] = stack.enter_context(open_source(paths[p]))
                 h.update(f.pread(n, off))
+            out[i] = h.digest()
+    out = out.reshape(refs.shape)
+    return summary(out), out
+
+
+def digest_values(values: np.ndarray, block_shape: tuple[int, ...]) -> tuple[str, np.ndarray]:
+    """Per block of `block_shape`, a 16-byte BLAKE2b of the decoded values it holds (native
+    byte order, C order), and their summary prefixed "values:" (a variable some of whose
+    chunks have no byte range to digest)."""
+    import hashlib
+    import itertools
+
+    values = np.asarray(values)
+    values = np.ascontiguousarray(values, dtype=values.dtype.newbyteorder("=")) \
+        if values.dtype.kind not in "OT" else values
+    grid = tuple(-(-n // b) if b else 0 for n, b in zip(values.shape, block_shape))
+    out = np.empty(grid, dtype=BLOCK_DIGEST)
+    for index in itertools.product(*(range(g) for g in grid)):
+        part = values[tuple(slice(i * b, (i + 1) * b) for i, b in zip(index, block_shape))]
+        raw = part.tobytes() if part.dtype.kind not in "OT" else repr(part.tolist()).encode()
+        out[index] = hashlib.blake2b(raw, digest_size=16).digest()
+    return "values:" + summary(out), out
+
+
+def summary(block_digests: np.ndarray) -> str:
+    """One digest of every block's (their grid's shape included)."""
+    import hashlib
+
+    h = hashlib.sha256(repr(block_digests.shape).encode())
+    h.update(np.ascontiguousarray(block_digests).tobytes())
     return h.hexdigest()
 
 

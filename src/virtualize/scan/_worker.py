@@ -39,11 +39,12 @@ READY = None  # a new worker's first message: it has started
 START_LIMIT = 120.0  # seconds a worker may take to start (the forkserver imports virtualize)
 
 
-def scan_or_problems(path: str) -> Result:
-    """Scan in this process: the inventory, or the problems that stopped the scan."""
+def scan_or_problems(path: str, hint=None) -> Result:
+    """Scan in this process: the inventory, or the problems that stopped the scan
+    (`hint`: how the caller will plan it, a `ScanHint`)."""
     from . import scan
     try:
-        return scan(path)
+        return scan(path, hint)
     except VirtualizeError as e:
         return list(e.problems)
 
@@ -65,6 +66,7 @@ def _serve(conn, preload: bool = False) -> None:  # the worker's main loop
     if preload:  # started afresh (forkserver): the scanners' imports are not a scan's time
         from . import hdf5, kerchunk, netcdf3, tiff  # noqa: F401
     conn.send(READY)  # (a forkserver's worker may take seconds to start: not a scan's time)
+    hint = None
     while True:
         # a worker never outlives its caller: a forked child also holds the caller's end of
         # the pipe (no EOF when the caller dies) and its stdout/stderr (a `subprocess.run`
@@ -80,12 +82,13 @@ def _serve(conn, preload: bool = False) -> None:  # the worker's main loop
             return
         # jobs are queued in the pipe (several per worker): the worker goes from one file to
         # the next without waiting for its caller; the storage settings come with a job
-        # only when they changed
+        # only when they changed (with the scan hint: what the caller will plan)
         path, settings = job
         if settings is not None:
             storage.set_options(settings[0])
             storage.set_environment(settings[1])
-        result = scan_or_problems(path)
+            hint = settings[2]
+        result = scan_or_problems(path, hint)
         try:
             conn.send(result)
         except Exception as e:  # an inventory that cannot be sent back (should not happen)
@@ -230,14 +233,16 @@ def crashed(path: str, code: int | None) -> list[Problem]:
 QUEUE = 8
 
 
-def scan_bounded(paths: Iterable[str], timeout: float | None, jobs: int = 1) -> Iterator[Result]:
+def scan_bounded(paths: Iterable[str], timeout: float | None, jobs: int = 1,
+                 hint=None) -> Iterator[Result]:
     """Scan `paths` in worker processes (`jobs` of them), each file within `timeout` seconds
-    (None: no limit), yielding each file's result in the order given. Each worker has up to
+    (None: no limit), yielding each file's result in the order given (`hint`: how the
+    caller will plan them, a `ScanHint`). Each worker has up to
     `QUEUE` files queued; one that times out or crashes is replaced, the files queued behind
     the one it was scanning are scanned again by the others."""
     from .. import storage
     paths = [storage.normalize(p) for p in paths]
-    settings = (storage.get_options(), storage.environment())
+    settings = (storage.get_options(), storage.environment(), hint)
     results: dict[int, Result] = {}
     todo = deque(range(len(paths)))
     workers: list[_Worker] = []
@@ -300,8 +305,8 @@ def scan_task(paths: list[str], settings: tuple, timeout: float | None) -> list[
     storage.set_options(settings[0])
     storage.set_environment(settings[1])
     if not timeout:
-        return [scan_or_problems(p) for p in paths]
-    return list(scan_bounded(paths, timeout, 1))
+        return [scan_or_problems(p, settings[2]) for p in paths]
+    return list(scan_bounded(paths, timeout, 1, settings[2]))
 
 
 def dask_client(address: str | None = None):
@@ -346,7 +351,7 @@ def task_failed(path: str, e: BaseException) -> list[Problem]:
 
 
 def scan_on(executor, paths: Iterable[str], timeout: float | None,
-            batch: int | None = None) -> Iterator[Result]:
+            batch: int | None = None, hint=None) -> Iterator[Result]:
     """Scan `paths` as tasks of `executor`, `batch` files a task (several so that a task
     costs little next to its files), yielding each file's result in the order given. The
     workers return the inventories (FileInventory pickles compactly: its block tables
@@ -354,7 +359,7 @@ def scan_on(executor, paths: Iterable[str], timeout: float | None,
     run again one file a task, so the file at fault is named (`scan-crashed`)."""
     from .. import storage
     paths = [storage.normalize(p) for p in paths]
-    settings = (storage.get_options(), storage.environment())
+    settings = (storage.get_options(), storage.environment(), hint)
     slots = executor_slots(executor)
     batch = batch or max(1, min(64, len(paths) // (slots * 4)))
     if _is_dask(executor):
@@ -468,6 +473,9 @@ class Sharer:
                     v.blocks = self._held(b, (BlockTable, b.block_shape, b.padded, id(b.refs)))
             if v.values is not None:
                 v.values = self._array(v.values)
+            if v.block_digests is not None and v.digest is not None:
+                # (one copy of equal variables' digests: their summary names them)
+                v.block_digests = self._held(v.block_digests, ("digests", v.digest))
         inv.variables = {one(n): self._variable(v) for n, v in inv.variables.items()}
         # (no empty list per file: an immutable empty tuple, shared)
         if not inv.problems:
@@ -485,6 +493,8 @@ class Sharer:
         parts = (v.dtype, v.shape, v.dims, v.attrs, v.codecs, v.blocks)
         if v.values is not None:
             parts += (v.values,)
+        if v.block_digests is not None:
+            parts += (v.block_digests,)
         if v.blocks is None or not all(id(x) in self.held for x in parts):
             return v
         held = {id(x) for x in parts}
