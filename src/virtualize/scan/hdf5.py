@@ -553,8 +553,9 @@ class _Scanner:
         except Exception:  # HDF5 cannot tell: as before
             return False
         i = int(np.flatnonzero(missing)[0])
+        why = "fill time never" if when == h5py.h5d.FILL_TIME_NEVER else "fill value undefined"
         self.problem(name, "fill-never", f"{int(missing.sum())} block(s) were never written and "
-                     f"HDF5 writes no fill value for this dataset (fill time never): a reader "
+                     f"HDF5 writes no fill value for this dataset ({why}): a reader "
                      f"gets what its buffer held there (h5py 0, not the fill value {fill}); "
                      f"--drop {name} virtualizes the rest",
                      block=tuple(int(b) for b in np.unravel_index(i, blocks.refs.shape)))
