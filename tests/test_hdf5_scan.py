@@ -903,7 +903,9 @@ def test_chunks_of_an_unlimited_axis_not_the_first_are_at_their_places(tmp_path,
                         lambda *a: read.append(len(real(*a)[0])) or real(*a))
     inv = virtualize.inventory(tmp_path / "m.h5")  # every dataset referenced, none inlined
     assert not inv.problems and all(v.blocks is not None for v in inv.variables.values())
-    assert read == [601]  # "big", read directly
+    # "big", read directly (a v1 B-tree's every dataset: only its keys show a key HDF5's
+    # lookups miss)
+    assert read == ([601] if libver == "latest" else [9, 1, 601, 13, 10, 4])
     out = tmp_path / "m.zarr"
     report = virtualize.virtualize([tmp_path / "m.h5"], out, scan_timeout=None)
     assert report.ok, report.problems
@@ -1028,7 +1030,8 @@ def test_scan_with_the_direct_reader_equals_the_scan_without(tmp_path, monkeypat
     monkeypatch.setattr(scan_hdf5, "_native_chunk_index",
                         lambda *a: got.append(real(*a)) or got[-1])
     direct = virtualize.inventory(p)
-    assert [len(g[1]) for g in got] == [600]  # the 600-chunk index was read directly
+    # the 600-chunk index was read directly (and a v1 B-tree of any size: its keys)
+    assert [len(g[1]) for g in got] == ([21, 600] if index == "btree-v1" else [600])
     monkeypatch.setattr(scan_hdf5, "_native_chunk_index", lambda *a: None)
     plain = virtualize.inventory(p)
     for name in ("x", "y"):

@@ -504,8 +504,13 @@ class RemoteFile(io.RawIOBase):
         return data
 
     def readinto(self, b) -> int:
-        data = self.read(len(b))
-        b[:len(data)] = data
+        m = memoryview(b).cast("B")
+        data = self.read(len(m))
+        m[:len(data)] = data
+        # past the end of the object the rest is zeroed, as HDF5's own driver does (h5py's
+        # file-object driver would leave the buffer's tail as it was: memory that changes
+        # from run to run)
+        m[len(data):] = bytes(len(m) - len(data))
         return len(data)
 
     def readall(self) -> bytes:

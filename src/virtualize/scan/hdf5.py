@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import bisect
 import functools
+import itertools
 import math
 import os
 from array import array
@@ -143,9 +144,9 @@ class _Recorder:
 
         def readinto(b):  # h5py's file-object driver: seek, then readinto
             if not self.on:
-                return read(b)
+                return _read_filled(read, b)
             pos = fobj.tell()
-            n = read(b)
+            n = _read_filled(read, b)
             had = self.reads.get(pos)
             if n and n <= self.LIMIT and self.kept + n <= self.BUDGET and \
                     (had is None or len(had) < n):
@@ -169,10 +170,31 @@ class _Recorder:
         self.fobj.requests += 1
         return data
 
-    def forget(self, keep: set[int]) -> None:
-        for k in [k for k in self.reads if k not in keep]:
-            self.kept -= len(self.reads.pop(k))
-        self._starts = None
+    def forget(self, keep: int) -> None:
+        """Forget the reads recorded after the first `keep` (in order of recording)."""
+        new = len(self.reads) - keep
+        if new > 0:
+            for k in list(itertools.islice(reversed(self.reads), new)):
+                self.kept -= len(self.reads.pop(k))
+            self._starts = None
+
+
+def _read_filled(read, b) -> int:
+    """Read into `b` with `read` (a `readinto`) until it is full or the file ends, the
+    rest zeroed, as HDF5's own (sec2) driver reads: h5py's file-object driver makes one
+    `readinto` call and leaves what a short read (past the end of the file) did not fill
+    as it was, memory that changes from run to run (a damaged superblock's driver block
+    past the end made the verdict change between runs). Returns the bytes read."""
+    m = memoryview(b).cast("B")
+    n = 0
+    while n < len(m):
+        k = read(m[n:])
+        if not k:
+            break
+        n += k
+    if n < len(m):
+        m[n:] = bytes(len(m) - n)
+    return n
 
 
 class _Scanner:
@@ -213,6 +235,8 @@ class _Scanner:
         self._dim_lists: dict[str, tuple] = {}  # per dataset: DIMENSION_LIST targets per axis
         self._names_by_id: dict | None = None  # walked datasets by object identity (`_key`)
         self._vds = VirtualFiles(path)  # virtual datasets, read through the file by path
+        self._walked: dict = {}  # groups walked: identity (`_identity`) -> name
+        self._walking: list = []  # the identities of the groups being walked (ancestors)
 
     def _attrs(self, name: str, obj) -> _Attrs:
         """The attributes of the object walked as `name`, each read at most once."""
@@ -313,6 +337,25 @@ class _Scanner:
                              self.groups, self.dims, self.variables, self.problems)
 
     def _walk(self, g: h5py.Group, prefix: str) -> None:
+        """Walk group `g` (named `prefix`): each group once, by its identity (file and
+        header address), so a hard link back to an ancestor (a cycle) or a group's second
+        name is a located note, not a walk without end."""
+        ident = _identity(g)
+        if ident is not None:
+            if ident in self._walked:
+                first = self._walked[ident]
+                why = (f"a link back to group /{first}, which contains it (a cycle)"
+                       if ident in self._walking else f"another name of group /{first}")
+                self.problem(prefix, "hard-link", f"{why}: skipped", fatal=False)
+                return
+            self._walked[ident] = prefix
+        self._walking.append(ident)
+        try:
+            self._walk_links(g, prefix)
+        finally:
+            self._walking.pop()
+
+    def _walk_links(self, g: h5py.Group, prefix: str) -> None:
         self.groups[prefix] = self._attrs(prefix, g).plain(self._omitted(prefix or None,
                                                                         "group /" + prefix))
         links = _hard_links(g)
@@ -353,8 +396,16 @@ class _Scanner:
             try:  # a hard link: opened directly (h5py's `get` also builds a File object)
                 obj = _open(g, key)
             except Exception as e:
-                self.problem(name, "unsupported-object", f"h5py cannot open this object "
-                             f"({type(e).__name__}: {e}): skipped", fatal=False)
+                # a hard link HDF5 listed whose object it cannot open is damaged (a header
+                # failing its checksum, ...): its arrays would be missing from the cube;
+                # HDF5 saying the object is of a kind it does not know is a note
+                text = str(e.args[0]) if isinstance(e, KeyError) and e.args else str(e)
+                if _unknown_kind(text):
+                    self.problem(name, "unsupported-object", f"h5py cannot open this object "
+                                 f"({type(e).__name__}: {text}): skipped", fatal=False)
+                else:
+                    self.problem(name, "corrupt", f"HDF5 cannot open this object, which is "
+                                 f"damaged ({text}); --drop {name} virtualizes the rest")
                 continue
             if isinstance(obj, h5py.Group):
                 self._walk(obj, name)
@@ -478,6 +529,8 @@ class _Scanner:
         dims = self._dims(name, ds)
         blocks, codecs = self._blocks(name, ds, dtype, st)
         fill = _fill_value(ds, dtype, st.fill)
+        if blocks is not None and self._unwritten_undefined(name, ds, blocks, fill, dtype):
+            blocks = None
         is_coord = len(shape) == 1 and dims[0] == name.rpartition("/")[2]
         values = None
         if is_coord and shape[0] <= COORD_VALUES_LIMIT:
@@ -487,6 +540,37 @@ class _Scanner:
         return Variable(name=name, dtype=dtype, shape=shape, dims=dims, attrs=attrs,
                         fill_value=fill, codecs=codecs, blocks=blocks, values=values,
                         is_coordinate=is_coord)
+
+    def _unwritten_undefined(self, name: str, ds: h5py.Dataset, blocks: BlockTable, fill,
+                             dtype: np.dtype) -> bool:
+        """Whether blocks never written would read other than h5py reads them (refused):
+        where HDF5 never writes the fill value (fill time "never", or an undefined fill
+        value), it leaves their part of the reader's buffer as it was, which h5py zeroes
+        (netCDF-C and others: whatever the buffer held); the cube would read the dataset's
+        fill value there, so one other than 0 has no library reading to match."""
+        refs = blocks.refs.reshape(-1)
+        missing = (refs["length"] == 0) & (refs["path"] != MATERIALIZED)
+        if not missing.any():
+            return False
+        try:
+            if fill is None or np.asarray(fill, dtype=dtype).tobytes() == bytes(dtype.itemsize):
+                return False
+            dcpl = ds.id.get_create_plist()
+            when = dcpl.get_fill_time()
+            if when != h5py.h5d.FILL_TIME_NEVER and not (
+                    when == h5py.h5d.FILL_TIME_IFSET
+                    and dcpl.fill_value_defined() == h5py.h5d.FILL_VALUE_UNDEFINED):
+                return False
+        except Exception:  # HDF5 cannot tell: as before
+            return False
+        i = int(np.flatnonzero(missing)[0])
+        why = "fill time never" if when == h5py.h5d.FILL_TIME_NEVER else "fill value undefined"
+        self.problem(name, "fill-never", f"{int(missing.sum())} block(s) were never written and "
+                     f"HDF5 writes no fill value for this dataset ({why}): a reader "
+                     f"gets what its buffer held there (h5py 0, not the fill value {fill}); "
+                     f"--drop {name} virtualizes the rest",
+                     block=tuple(int(b) for b in np.unravel_index(i, blocks.refs.shape)))
+        return True
 
     def _compound(self, name: str, ds: h5py.Dataset) -> Variable | None:
         """A compound dataset whose members are all numbers (or compounds of numbers) is
@@ -738,7 +822,12 @@ class _Scanner:
             return None, codecs
         refs = empty_refs(grid)
         if all(grid):
-            got = self._chunk_index(name, ds, chunks)
+            try:
+                got = self._chunk_index(name, ds, chunks)
+            except _Corrupt as e:
+                self.problem(name, "corrupt", f"the chunk index is damaged: {e}; --drop {name} "
+                             "virtualizes the rest", block=e.block)
+                return None, codecs
             if got is None:
                 self.problem(name, "chunk-coordinates",
                              "cannot be referenced: HDF5's chunk_iter lists the chunks of an "
@@ -782,12 +871,28 @@ class _Scanner:
         # a chunk with an address holds bytes: unfiltered exactly one chunk's, filtered at
         # least one (libhdf5 reads a 0-byte chunk as uninitialised memory)
         full = math.prod(chunks) * dtype.itemsize
-        odd = ((sizes != full) & (masks == mask)) if not filters else (sizes == 0)
+        # ... and a chunk whose filter mask skips every filter that changes its size holds
+        # exactly one chunk's bytes (plus fletcher32's checksum): HDF5 reads a chunk of
+        # another size into a chunk's buffer and leaves the rest uninitialised (a mask
+        # 0x7fffffff on a deflated chunk: its compressed bytes, then memory that changes
+        # from run to run), so h5py's read is no reading to inline or copy either
+        odd, raw = sizes == 0, np.zeros(len(sizes), bool)
+        for m in np.unique(masks).tolist():
+            left = [code for i, (code, *_rest) in enumerate(pipeline) if not m >> i & 1]
+            if set(left) <= {2, 3}:  # shuffle keeps the size, fletcher32 adds 4 bytes
+                wrong = (masks == m) & (sizes != full + 4 * left.count(3))
+                odd |= wrong
+                raw |= wrong
         if odd.any():
             i = int(np.flatnonzero(odd)[0])
+            how = ""
+            if raw[i] and int(masks[i]) != mask:
+                how = (f" with filter mask {int(masks[i]):#x} (its filters skipped), where HDF5 "
+                       "reads it into one chunk's buffer, leaving the rest uninitialised")
             self.problem(name, "corrupt", f"the chunk index lists {int(sizes[i])} stored bytes at "
-                         f"byte offset {int(offsets[i])}"
-                         + (f", {full} expected (no filters)" if not filters else ""),
+                         f"byte offset {int(offsets[i])}{how}"
+                         + (f", {full} expected (no filters)" if raw[i] and not how else "")
+                         + f"; --drop {name} virtualizes the rest",
                          block=tuple(int(b) for b in idx[i]))
             return None, codecs
         if len(offsets):
@@ -815,8 +920,12 @@ class _Scanner:
         only): `chunk_iter`. None: the chunks' coordinates cannot be told."""
         rec = self.recorder
         cells = math.prod(-(-int(n) // c) for n, c in zip(ds.shape, chunks))
-        if name not in self._origin and rec is not None and cells >= DIRECT_MIN_CHUNKS:
-            keep = set(rec.reads)
+        # a v1 B-tree's keys are read whatever its size: only they show a key HDF5's
+        # lookups miss (a datatype offset not 0) that chunk_iter lists all the same
+        body = (self._messages.get(name) or {}).get(0x08)
+        v1 = body is not None and len(body) > 1 and body[0] == 3 and body[1] == 2
+        if name not in self._origin and rec is not None and (cells >= DIRECT_MIN_CHUNKS or v1):
+            keep = len(rec.reads)
             try:
                 on, rec.on = rec.on, True  # HDF5's own walk of the index: its count, and its reads
                 try:
@@ -824,7 +933,9 @@ class _Scanner:
                 finally:
                     rec.on = on
                 got = _native_chunk_index(rec.pread, self.size, ds.id, chunks, lambda: count,
-                                          (self._messages.get(name) or {}).get(0x08))
+                                          body)
+            except _Corrupt:  # HDF5 would misread it: refused (`_blocks`)
+                raise
             except Exception:  # _Unexpected, or HDF5 failing to count: chunk_iter decides
                 got = None
             finally:
@@ -840,6 +951,12 @@ class _Scanner:
         put at their places from their order (`_chunk_iter_renumbered`) once the dataset's
         layout message says its index is an extensible array; None if that cannot be told."""
         got = _walk_chunk_index(ds.id, len(chunks))
+        # HDF5 lists chunks in the order of their coordinates (by key in a B-tree, by
+        # position in the other indexes), except an extensible array's whose unlimited axis
+        # is not the first where this HDF5 does not misplace them (they come in its order)
+        k = ds.maxshape.index(None) if ds.maxshape is not None and \
+            ds.maxshape.count(None) == 1 else 0
+        _check_listed(got[0], chunks, ordered=k == 0 or _chunk_iter_swizzles() is True)
         if ds.maxshape is None or ds.maxshape.count(None) != 1:
             return got  # no extensible array: not one unlimited axis
         try:
@@ -939,6 +1056,34 @@ class _Scanner:
             out.append((code, label, hdf5_filter_codec(code, tuple(values), dtype),
                         NO_EXACT_CODEC.get(code)))
         return out
+
+
+def _check_listed(offsets, chunks: tuple[int, ...], ordered: bool) -> None:
+    """The chunks `chunk_iter` lists must be at whole chunks, each listed once, and
+    (`ordered`) in increasing order of their coordinates: else keys of the index are
+    damaged (two keys for one chunk, a key out of order) and HDF5's lookups, which search
+    the index by key, read other chunks for them than the ones listed (`_Corrupt`)."""
+    if not len(offsets):
+        return
+    c = np.asarray(chunks, dtype=np.int64)
+    off = (offsets < 0).any(axis=1) | (offsets % c).any(axis=1)
+    if off.any():
+        i = int(np.flatnonzero(off)[0])
+        raise _Corrupt(f"HDF5 lists a chunk at element offsets {tuple(int(x) for x in offsets[i])}, "
+                       f"not at a whole chunk of {tuple(chunks)}")
+    scaled = offsets // c
+    if not ordered:
+        scaled = scaled[np.lexsort(scaled.T[::-1])]
+    bad = _first_not_increasing(scaled)
+    if bad >= 0:
+        a, b = (tuple(int(x) for x in scaled[j] * c) for j in (bad, bad + 1))
+        block = tuple(int(x) for x in scaled[bad + 1])
+        if a == b:
+            raise _Corrupt(f"HDF5's index lists chunk {a} (element offsets) twice: two keys "
+                           "for one chunk, HDF5 reads one of the chunks they point to for both",
+                           block)
+        raise _Corrupt(f"HDF5's index lists chunk {b} after {a}: its keys are out of order, so "
+                       "HDF5's lookups look for chunks in the wrong place", block)
 
 
 def _walk_chunk_index(dsid, ndim: int):
@@ -1187,7 +1332,7 @@ def _read_all(ds: h5py.Dataset):
     shape = ds.shape
     if dt.kind in "iuf" and dt.metadata is None and dt.names is None and shape \
             and all(shape):
-        out = np.empty(shape, dtype=dt)
+        out = np.zeros(shape, dtype=dt)  # initialised: what HDF5 leaves unset is 0
         ds.id.read(h5py.h5s.ALL, h5py.h5s.ALL, out)
         return out
     return ds[()]
@@ -1234,6 +1379,27 @@ def _hard_links(g: h5py.Group) -> dict | None:
         return None
 
 
+# What HDF5 says of an object it cannot open because it is of a kind it does not know
+# (an object header message it must understand, from a newer library), not damaged.
+_UNKNOWN_KIND = ("unknown message", "unsupported", "not supported", "unknown object",
+                 "unknown link")
+
+
+def _unknown_kind(text: str) -> bool:
+    text = text.lower()
+    return any(w in text for w in _UNKNOWN_KIND)
+
+
+def _identity(g: h5py.Group):
+    """A group's identity: its file's number and header address (None if HDF5 cannot
+    tell)."""
+    try:
+        info = h5py.h5g.get_objinfo(g.id, b".")
+        return info.fileno, tuple(info.objno)
+    except Exception:
+        return None
+
+
 def _open(g: h5py.Group, key: str):
     """The object behind hard link `key` of `g` (a Group, Dataset or Datatype), or None
     when there is none; what `g.get(key)` returns, without the `File` object h5py's
@@ -1242,10 +1408,9 @@ def _open(g: h5py.Group, key: str):
         encode = g._e  # h5py's own name encoding (private: else its `get`)
     except AttributeError:  # pragma: no cover
         return g.get(key)
-    try:
-        oid = h5py.h5o.open(g.id, encode(key))
-    except KeyError:
-        return None
+    # h5o.open raises KeyError when the object cannot be opened (a damaged header too): the
+    # caller tells what it is from HDF5's message
+    oid = h5py.h5o.open(g.id, encode(key))
     if isinstance(oid, h5py.h5d.DatasetID):
         return _Dataset(oid, readonly=True)
     if isinstance(oid, h5py.h5g.GroupID):
@@ -1505,7 +1670,12 @@ def _no_chunks(ndim: int):
 
 
 def _v1_btree(pread, file_size: int, body: bytes, ndim: int):
-    """Layout message version 3: the chunks' v1 B-tree, walked a level at a time."""
+    """Layout message version 3: the chunks' v1 B-tree, walked a level at a time. Its keys
+    are checked as HDF5's lookups use them (H5B_find, H5D__btree_cmp3): each node's keys
+    strictly increasing, a child's within its parent's keys around it, and every chunk's
+    key ending in a datatype offset of 0; HDF5 reads a chunk whose key breaks these at
+    another place or not at all (the fill value) while its walk of the tree, `chunk_iter`,
+    lists it: `_Corrupt`, the dataset is refused."""
     dimensionality = body[2]
     if dimensionality != ndim + 1 or len(body) < 11 + 4 * dimensionality:
         raise _Unexpected(f"layout message of {dimensionality} dimensions for rank {ndim}")
@@ -1515,11 +1685,13 @@ def _v1_btree(pread, file_size: int, body: bytes, ndim: int):
     entry = np.dtype([("size", "<u4"), ("mask", "<u4"), ("offset", "<u8", (dimensionality,)),
                       ("child", "<u8")])
     key_size = 8 + 8 * dimensionality
-    level_nodes, level, leaves = [root], None, []
+    # per node of a level: its address and the parent's keys on its left and right
+    level_nodes: list = [(root, None, None)]
+    level, leaves = None, []
     seen = 0
     while level_nodes:
         children = []
-        for node in level_nodes:
+        for node, lo, hi in level_nodes:
             seen += 1
             if seen > MAX_BLOCKS or not 0 < node < file_size:
                 raise _Unexpected(f"B-tree node address {node}")
@@ -1537,20 +1709,92 @@ def _v1_btree(pread, file_size: int, body: bytes, ndim: int):
                 if len(head) < need:
                     raise _Unexpected(f"B-tree node at {node} ends past the end of the file")
             entries = np.frombuffer(head, entry, count=used, offset=24)
+            keys = np.empty((used + 1, dimensionality), np.uint64)
+            keys[:used] = entries["offset"]
+            keys[used] = np.frombuffer(head, "<u8", count=dimensionality,
+                                       offset=24 + used * (key_size + 8) + 8)
+            bad = _first_not_increasing(keys)
+            if bad >= 0:
+                raise _Corrupt(f"B-tree node at byte offset {node}: {_key_order(keys, bad, ndim)}",
+                               _scaled_key(keys[min(bad + 1, used - 1)], body, ndim))
+            if lo is not None and not tuple(lo) <= tuple(keys[0]) or \
+                    hi is not None and not tuple(keys[used]) <= tuple(hi):
+                raise _Corrupt(f"B-tree node at byte offset {node} holds keys "
+                               f"{_shown_key(keys[0], ndim)} to {_shown_key(keys[used], ndim)}, "
+                               f"outside its parent's {_shown_key(lo, ndim)} to "
+                               f"{_shown_key(hi, ndim)}: HDF5 looks for its chunks elsewhere",
+                               _scaled_key(keys[0], body, ndim) if used else None)
             if level:
-                children.append(entries["child"])
+                children.extend(zip(entries["child"].tolist(), keys[:-1], keys[1:]))
             else:
                 leaves.append(entries)
         if level:
-            level_nodes = [int(c) for c in np.concatenate(children)] if children else []
+            level_nodes = children
             level -= 1
         else:
             level_nodes = []
     e = np.concatenate(leaves) if leaves else np.zeros(0, entry)
-    if (e["offset"][:, ndim] != 0).any():
-        raise _Unexpected("a chunk key with an element offset")
-    return (e["offset"][:, :ndim].astype(np.int64), e["child"].astype(np.uint64),
+    keys = e["offset"]
+    typed = np.flatnonzero(keys[:, ndim] != 0)
+    if typed.size:
+        i = int(typed[0])
+        raise _Corrupt(f"the key of chunk {_shown_key(keys[i], ndim)} has a datatype offset of "
+                       f"{int(keys[i, ndim])}, not 0: HDF5 finds no chunk there (it reads the "
+                       "fill value) while its index lists one", _scaled_key(keys[i], body, ndim))
+    bad = _first_not_increasing(keys)
+    if bad >= 0:
+        raise _Corrupt(_key_order(keys, bad, ndim), _scaled_key(keys[bad + 1], body, ndim))
+    return (keys[:, :ndim].astype(np.int64), e["child"].astype(np.uint64),
             e["size"].astype(np.uint64), e["mask"].astype(np.uint32))
+
+
+class _Corrupt(Exception):
+    """A chunk index whose entries HDF5's reads would misplace (two keys for one chunk,
+    keys out of order, ...): the dataset is refused (`corrupt`), not read by `chunk_iter`,
+    which lists such chunks all the same. `block`: the chunk named (scaled coordinates)."""
+
+    def __init__(self, message: str, block: tuple[int, ...] | None = None):
+        super().__init__(message)
+        self.block = block
+
+
+def _first_not_increasing(rows) -> int:
+    """The first i at which rows[i + 1] is not lexicographically greater than rows[i]
+    (as HDF5 compares chunk coordinates), or -1."""
+    if len(rows) < 2:
+        return -1
+    if len(rows) <= 64:  # a small index (most datasets): numpy's per-call cost is more
+        t = rows.tolist()
+        return next((i for i in range(len(t) - 1) if not t[i] < t[i + 1]), -1)
+    a, b = rows[:-1], rows[1:]
+    ne = a != b
+    first = ne.argmax(axis=1)
+    r = np.arange(len(a))
+    bad = np.flatnonzero(~(ne.any(axis=1) & (b[r, first] > a[r, first])))
+    return int(bad[0]) if bad.size else -1
+
+
+def _shown_key(key, ndim: int) -> str:
+    return "(none)" if key is None else "(" + ", ".join(str(int(x)) for x in key[:ndim]) + ")"
+
+
+def _key_order(keys, i: int, ndim: int) -> str:
+    """What is wrong where keys[i + 1] does not follow keys[i]."""
+    a, b = keys[i], keys[i + 1]
+    if (a == b).all() or (a[:ndim] == b[:ndim]).all():
+        return (f"two keys for chunk {_shown_key(a, ndim)} (element offsets): HDF5 reads one "
+                "of the chunks they point to for both")
+    return (f"chunk key {_shown_key(b, ndim)} follows {_shown_key(a, ndim)}: the keys are out "
+            "of order, so HDF5 looks for chunks in the wrong place")
+
+
+def _scaled_key(key, body: bytes, ndim: int) -> tuple[int, ...] | None:
+    """A v1 B-tree key's chunk (scaled coordinates), from the layout message's chunk
+    dimensions (after the root address: 4 bytes each)."""
+    dims = [int.from_bytes(body[11 + 4 * a:15 + 4 * a], "little") for a in range(ndim)]
+    if not all(dims):
+        return None
+    return tuple(int(x) // d for x, d in zip(key[:ndim], dims))
 
 
 def _implicit(addr: int, dsid, chunks: tuple[int, ...]):
@@ -1596,8 +1840,16 @@ def _v2_btree(pread, file_size: int, header: int, chunks: tuple[int, ...]):
     if not found:
         return _no_chunks(ndim)
     filtered, width = tree_type == 11, widths["w"]
-    e = np.concatenate(found)
-    e = e[np.lexsort(e["scaled"].T[::-1])] if ndim else e
+    e = np.concatenate(_in_order(found))
+    if ndim:  # HDF5 searches the tree by key: they must increase in its order
+        bad = _first_not_increasing(e["scaled"])
+        if bad >= 0:
+            a, b = (tuple(int(x) for x in e["scaled"][j]) for j in (bad, bad + 1))
+            raise _Corrupt(f"the v2 B-tree holds two records for chunk {a} (scaled "
+                           "coordinates): HDF5 reads one of the chunks they point to for both"
+                           if a == b else f"the v2 B-tree's record for chunk {b} (scaled "
+                           f"coordinates) follows the one for {a}: its records are out of "
+                           "order, so HDF5 looks for chunks in the wrong place", b)
     if filtered:
         raw8 = np.zeros((len(e), 8), np.uint8)
         raw8[:, :width] = e["filt"][:, :width]
@@ -1608,6 +1860,36 @@ def _v2_btree(pread, file_size: int, header: int, chunks: tuple[int, ...]):
         masks = np.zeros(len(e), np.uint32)
     offsets = e["scaled"].astype(np.int64) * np.asarray(chunks, dtype=np.int64)
     return offsets, e["addr"].astype(np.uint64), sizes, masks.astype(np.uint32), not filtered
+
+
+def _in_order(found: list) -> list:
+    """The records of a v2 B-tree's nodes `found` a level at a time (`v2_records`: the
+    root, then each level's nodes left to right, node i of a level having len(records) + 1
+    children), in the tree's order: each child's records before its parent's record that
+    follows it."""
+    levels, i, width = [], 0, 1
+    while i < len(found):
+        levels.append(found[i:i + width])
+        i += width
+        width = sum(len(n) + 1 for n in levels[-1])
+    if i != len(found):
+        raise _Unexpected("v2 B-tree nodes do not form a tree")
+    firsts = [np.concatenate([[0], np.cumsum([len(n) + 1 for n in level])]).tolist()
+              for level in levels]
+    out: list = []
+
+    def visit(d: int, k: int) -> None:
+        node = levels[d][k]
+        if d == len(levels) - 1:
+            out.append(node)
+            return
+        for j in range(len(node) + 1):
+            visit(d + 1, firsts[d][k] + j)
+            if j < len(node):
+                out.append(node[j:j + 1])
+
+    visit(0, 0)
+    return out
 
 
 def _fixed_array(pread, file_size: int, body: bytes, dsid, chunks: tuple[int, ...]):

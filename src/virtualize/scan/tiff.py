@@ -17,6 +17,7 @@ Only the offset/bytecount tables and tags are read, never pixel data.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import math
 import os
@@ -61,7 +62,9 @@ def scan_tiff(path: str) -> FileInventory:
         check_ifd_chain(fh, path, st.st_size)
         fh.seek(0)  # tifffile starts reading where the handle is
         with tifffile.TiffFile(fh, is_shaped=False, is_ome=False, is_imagej=False) as tif:
-            inv = _TiffScanner(path, tif, st.st_size, _reopener(fh)).run(st.st_mtime_ns)
+            scanner = _TiffScanner(path, tif, st.st_size, _reopener(fh))
+            scanner.source = fh
+            inv = scanner.run(st.st_mtime_ns)
         inv.bytes_read, inv.requests, inv.etag = fh.bytes_read, fh.requests, st.etag
     # what tifffile only logged (a damaged tag it skipped, ...) belongs in the report, once
     # (tifffile reads a page's tags again when it builds its series)
@@ -162,6 +165,8 @@ def _tifffile_warnings():
 
 
 class _TiffScanner:
+    source = None  # the scanned file object (scan_tiff sets it): its `pread` reads its bytes
+
     def __init__(self, path: str, tif: tifffile.TiffFile, size: int, reopen=None):
         self.path = path
         self.tif = tif
@@ -170,6 +175,8 @@ class _TiffScanner:
         self.problems: list[Problem] = []
         self.variables: dict[str, Variable] = {}
         self.groups: dict[str, dict[str, Any]] = {"": {}}
+        self._chain: list = []  # the pages of the IFD chain (`run`)
+        self._ifds: dict[int, int] = {}  # IFD offset -> its end, of the pages looked at
 
     def problem(self, var: str | None, kind: str, msg: str, fatal: bool = True,
                 block: tuple[int, ...] | None = None) -> None:
@@ -179,6 +186,7 @@ class _TiffScanner:
         tif = self.tif
         fmt = "bigtiff" if tif.is_bigtiff else "tiff"
         pages = _pages(tif)  # tifffile parses the IFDs again on each walk of tif.pages
+        self._chain = pages
         if self._damaged_pages(tif, pages):  # nothing of the file is described: it is refused
             return FileInventory(self.path, fmt, self.size, mtime_ns, self.groups, {},
                                  self.variables, self.problems)
@@ -364,6 +372,8 @@ class _TiffScanner:
             starts = np.concatenate([[0], np.cumsum(expected)[:-1]]).astype(np.uint64)
             offsets[contiguous] = offsets[contiguous][:, :1] + starts
             counts[contiguous] = expected
+        if not self._segments_placed(name, where, pages, offsets, counts, grid):
+            return
         counts = self._check_segments(name, page, dtype, offsets, counts, block_shape, shape, grid)
         if counts is None:
             return
@@ -392,6 +402,51 @@ class _TiffScanner:
         if geo is not None:
             self._georeferencing(group, page, geo)
 
+    def _segments_placed(self, name, where, pages, offsets, counts, grid) -> bool:
+        """Every segment holding bytes (count > 0) lies past the TIFF header and outside
+        every image directory (IFD): a StripOffsets of 0 made the cube read the header and
+        the IFD as pixels (tifffile's page did too; `tifffile.imread` refuses, "failed to
+        read"). Else `corrupt`, naming the page and block. (A segment past the end of the
+        file is `truncated`: `_check_segments`.)"""
+        t = self.tif.tiff
+        header = 16 if t.is_bigtiff else 8
+        spans = self._ifds
+        for p in itertools.chain(self._chain, pages):
+            at = getattr(p, "offset", None)
+            if at is None or at in spans:
+                continue
+            if self.source is not None:
+                raw = bytes(self.source.pread(t.tagnosize, at))
+            else:
+                self.tif.filehandle.seek(at)
+                raw = self.tif.filehandle.read(t.tagnosize)
+            n = struct.unpack(t.tagnoformat, raw)[0] if len(raw) == t.tagnosize else 0
+            spans[at] = at + t.tagnosize + n * t.tagsize + t.offsetsize
+        starts = np.asarray(sorted(spans), dtype=np.uint64)
+        ends = np.asarray([spans[a] for a in sorted(spans)], dtype=np.uint64)
+        held = counts > 0
+        end = offsets + counts
+        i = np.searchsorted(starts, end, side="left") - 1  # the last IFD starting before the end
+        in_ifd = (i >= 0) & (ends[np.maximum(i, 0)] > offsets) if len(starts) else \
+            np.zeros(offsets.shape, bool)
+        bad = held & ((offsets < header) | in_ifd)
+        if not bad.any():
+            return True
+        k, j = (int(x[0]) for x in np.nonzero(bad))
+        off, n = int(offsets[k, j]), int(counts[k, j])
+        if off < header:
+            why = ("lies in the TIFF header: its bytes would be read as pixels" if off else
+                   "has offset 0 (no data) but a byte count: the file's header would be read "
+                   "as pixels (tifffile.imread refuses it)")
+        else:
+            at = int(starts[i[k, j]])
+            why = f"overlaps the image directory (IFD) at byte {at}: it would be read as pixels"
+        self.problem(name, "corrupt", f"{where}: page {k}: strip/tile {j} ({n} bytes at byte "
+                     f"offset {off}) {why}; --drop {name} virtualizes the rest",
+                     block=((k,) if len(pages) > 1 else ()) + tuple(
+                         int(b) for b in np.unravel_index(j, grid)))
+        return False
+
     def _check_segments(self, name, page, dtype, offsets, counts, block_shape, shape, grid):
         """Segments must lie inside the file; uncompressed ones hold exactly their pixels
         (a last strip stored at full height is trimmed: its tail is padding)."""
@@ -399,8 +454,9 @@ class _TiffScanner:
         bad = np.flatnonzero((end > self.size).reshape(-1) & (counts > 0).reshape(-1))
         if bad.size:
             i = int(bad[0])
-            self.problem(name, "truncated", f"segment {i % offsets.shape[1]} ends at byte "
-                         f"{int(end.reshape(-1)[i])}, the file at {self.size}",
+            self.problem(name, "truncated", f"page {i // offsets.shape[1]}: segment "
+                         f"{i % offsets.shape[1]} ends at byte {int(end.reshape(-1)[i])}, the "
+                         f"file at {self.size}",
                          block=tuple(int(b) for b in np.unravel_index(i % offsets.shape[1], grid)))
             return None
         if page.compression != C.NONE:
