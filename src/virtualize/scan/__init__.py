@@ -10,6 +10,7 @@ import numpy as np
 
 from .. import storage
 from ..model import FileInventory, Location, Problem, VirtualizeError
+from ._fingerprint import add_fingerprints
 from ._io import find_hdf5_signature, sniff
 from ._planning import add_planning_data
 
@@ -31,7 +32,12 @@ def detect_format(path: str) -> str | None:
     return fmt
 
 
-def scan(path: str | os.PathLike) -> FileInventory:
+def scan(path: str | os.PathLike, *args, **kwargs) -> FileInventory:
+    """`_scan_file` (below), with the file's fingerprint added (scan/_fingerprint.py)."""
+    return add_fingerprints(_scan_file(path, *args, **kwargs))
+
+
+def _scan_file(path: str | os.PathLike) -> FileInventory:
     """Scan one file (HDF5, netCDF-4, netCDF classic, TIFF) or kerchunk reference set
     (whose block tables point into the data files it names) into its inventory.
 
