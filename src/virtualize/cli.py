@@ -300,8 +300,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("file", metavar="FILE")
     p.add_argument("--json", action="store_true", help="as JSON")
 
-    p = cmd("verify", "Re-check a cube's sources (size and modification time): exit 1 naming "
-                      "each changed or missing source. --decode also scans and plans the "
+    p = cmd("verify", "Re-check a cube's sources (size, identity; a file whose time alone "
+                      "changed is re-scanned: touched, its blocks as recorded, is a note, "
+                      "--refresh records its new time): exit 1 naming each changed or missing "
+                      "source. --decode also scans and plans the "
                       "sources again with the cube's recipe and decodes one chunk per source "
                       "through the cube's codecs, compared with the source library's read.")
     p.add_argument("cube", metavar="CUBE")
