@@ -208,3 +208,50 @@ def test_append_leaves_out_a_truncated_file(with_truncated, tmp_path):
     assert any(p.kind == "coordinate-gap" for p in report.problems)
     assert_same(virtualize.open(out)["tas"][...], tas([files[0], files[1], files[3]]),
                 "appended without the bad file")
+
+
+def test_a_file_with_damaged_variables_is_left_out_whole(tmp_path):
+    """A file that scans but whose variables are damaged (here netCDF classic records
+    past its end: `truncated` at the variables) is left out whole, not in part."""
+    import netCDF4
+    import numpy as np
+
+    files = []
+    for i in range(3):
+        f = tmp_path / f"n{i}.nc"
+        with netCDF4.Dataset(f, "w", format="NETCDF3_CLASSIC") as ds:
+            ds.createDimension("time", None)
+            ds.createDimension("x", 50)
+            ds.createVariable("time", "f8", ("time",))[:] = np.arange(i * 10, i * 10 + 10)
+            ds.createVariable("v", "f4", ("time", "x"))[:] = np.full((10, 50), i, "f4")
+        files.append(f)
+    data = files[1].read_bytes()
+    files[1].write_bytes(data[:-900])
+    refused = virtualize.check(files)
+    assert {(p.kind, p.loc.file) for p in refused.problems if p.fatal} == {
+        ("truncated", str(files[1]))}
+    assert all(p.loc.variable for p in refused.problems)  # located at its variables
+    report = virtualize.check(files, skip_unreadable=True)
+    assert report.ok and [(d["path"], d["kind"]) for d in report.left_out] == [
+        (str(files[1]), "truncated")]
+    out = tmp_path / "c.zarr"
+    virtualize.virtualize(files, out, skip_unreadable=True)
+    g = virtualize.open(out)
+    with netCDF4.Dataset(files[0]) as a, netCDF4.Dataset(files[2]) as b:
+        expected = np.concatenate([a["v"][...], b["v"][...]])
+    assert_same(g["v"][...], expected, "the stack without the damaged file")
+
+
+def test_mosaic_leaves_out_an_unreadable_tile(case, tmp_path):
+    tiles = [shutil.copy2(f, tmp_path / f.name) for f in case("mosaic_staggered_misaligned")]
+    bad = tmp_path / "broken.tif"
+    bad.write_bytes(b"II*\0" + b"\xff" * 4)  # a TIFF header pointing nowhere
+    with pytest.raises(VirtualizeError):
+        virtualize.mosaic([*tiles, bad], tmp_path / "m.zarr", materialize=True)
+    report = virtualize.mosaic([*tiles, bad], tmp_path / "m.zarr", materialize=True,
+                               skip_unreadable=True)
+    assert report.ok and [d["path"] for d in report.left_out] == [str(bad)]
+    assert virtualize.check_mosaic([*tiles, bad], materialize=True,
+                                   skip_unreadable=True).left_out == report.left_out
+    info = json.loads((tmp_path / "m.zarr" / "virtualize.json").read_text())
+    assert [d["path"] for d in info["left_out"]] == [str(bad)]
