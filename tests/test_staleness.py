@@ -86,6 +86,15 @@ def test_touched_source_is_read_with_a_note_and_refreshed(built):
     assert (p.kind, p.fatal) == ("source-touched", False) and "now recorded" in p.message
     assert virtualize.verify_cube(out) == []
     opens_silently(out, files)
+    if kind != "icechunk":  # the xarray engine takes `strict` too
+        import xarray as xr
+
+        later(files[1])
+        with pytest.raises(VirtualizeError, match="source-touched"):
+            xr.open_dataset(out, engine="virtualize", strict=True)
+        with pytest.warns(SourceTouchedWarning):
+            ds = xr.open_dataset(out, engine="virtualize", mask_and_scale=False)
+        assert_same(ds["tas"].values, tas(files), "xarray with a touched source")
 
 
 def test_copy_without_p_is_touched_and_the_cli_refreshes(built, tmp_path):
@@ -196,6 +205,30 @@ def test_fingerprints_are_recorded_for_every_source(built):
     assert [s["path"] for s in info["sources"]] == [str(f) for f in files]
     fps = [s.get("fingerprint") for s in info["sources"]]
     assert all(isinstance(f, str) and f.startswith("v1:") for f in fps) and len(set(fps)) == 3
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_appended_sources_get_fingerprints_and_can_be_touched(case, tmp_path, kind):
+    if kind == "icechunk":
+        pytest.importorskip("icechunk")
+    d = tmp_path / "src"
+    d.mkdir()
+    files = [shutil.copy2(f, d / f.name) for f in case("appended_batches")]
+    out = tmp_path / KINDS[kind]
+    virtualize.virtualize(files[:2], out)
+    virtualize.append(out, files[2:4])
+    info = virtualize.api._recorded(out, kind)
+    assert all(str(s.get("fingerprint", "")).startswith("v1:") for s in info["sources"])
+    later(files[3])
+    [p] = virtualize.verify_cube(out, refresh=True)
+    assert p.kind == "source-touched" and p.loc.file == str(files[3])
+    opens_silently(out, files[:4])
+    later(files[3])
+    report = virtualize.append(out, files[3:])  # a touched file given again: skipped
+    assert report.already == [str(files[3])]
+    assert [p.kind for p in report.problems if p.kind.startswith("source")] == ["source-touched"]
+    virtualize.verify_cube(out, refresh=True)
+    opens_silently(out, files)
 
 
 def test_append_and_export_accept_a_touched_source_unless_strict(case, tmp_path):

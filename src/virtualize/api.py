@@ -240,7 +240,7 @@ def _append(cube: Path, kind: str, paths, *, jobs, executor, progress, scan_time
                                        "this Icechunk repository is relocatable (--relative): "
                                        "appending to it is not supported yet; re-run virtualize "
                                        "--relative with all the files")])
-    checked = check_sources(info["sources"], strict=strict)
+    checked = check_sources(info["sources"], strict=strict, scan_timeout=scan_timeout)
     # the files given (data files found through reference sets are not inputs)
     old = [s["path"] for s in info["sources"] if not s.get("referenced_by")]
     empty: list[str] = []
@@ -561,7 +561,7 @@ def verify_cube(cube: PathLike, *, decode: bool = False, refresh: bool = False,
     kind = _cube_kind(cube)
     with locked(cube) if refresh else _nothing():  # (an append waits, as for appends)
         info = _recorded(cube, kind)
-        checked = check_sources(info["sources"], strict=strict)
+        checked = check_sources(info["sources"], strict=strict, scan_timeout=scan_timeout)
         problems = checked.problems
         if any(p.fatal for p in problems):
             return problems
