@@ -19,11 +19,11 @@ import make_fixtures  # noqa: E402
 import make_mosaic  # noqa: E402
 
 OUT = ROOT / "docs" / "report"
-CASES = {
-    "months": ("months2024", "stack"),
-    "leap-years": ("years2000_2010", "stack"),
-    "ten-day-padded": ("tenday_padded", "stack"),
-    "staggered-mosaic": ("mosaic_staggered_misaligned", "mosaic"),
+CASES = {  # name: (fixture case, kind, screenshot height: the page down to its pictures)
+    "months": ("months2024", "stack", 1300),
+    "leap-years": ("years2000_2010", "stack", 1300),
+    "ten-day-padded": ("tenday_padded", "stack", 2000),
+    "staggered-mosaic": ("mosaic_staggered_misaligned", "mosaic", 1300),
 }
 
 
@@ -32,7 +32,7 @@ def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         tmp = pathlib.Path(tmp)
-        for name, (case, kind) in CASES.items():
+        for name, (case, kind, height) in CASES.items():
             module = make_mosaic if kind == "mosaic" else make_fixtures
             files = module.make(case, tmp / "data")
             report = (virtualize.check_mosaic(files) if kind == "mosaic"
@@ -46,7 +46,7 @@ def main() -> None:
                                 "--no-first-run", "--disable-background-networking",
                                 "--disable-component-update", "--disable-sync",
                                 f"--user-data-dir={tmp / 'profile'}", "--hide-scrollbars",
-                                "--window-size=1000,1300", f"--screenshot={OUT / (name + '.png')}",
+                                f"--window-size=1000,{height}", f"--screenshot={OUT / (name + '.png')}",
                                 page.as_uri()], capture_output=True, check=True, timeout=120)
             print(f"{name}: {report.to_text().splitlines()[0]}")
 

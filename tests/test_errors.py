@@ -385,6 +385,30 @@ def test_an_empty_directory_is_named(tmp_path, how):
         assert str(empty) in out and "holds no files" in out
 
 
+def test_a_pattern_matching_nothing_is_named(tmp_path):
+    """A quoted glob that matches no file is `no-files` "no file matches ..." (not an
+    unreadable file named with a star), fatal even beside files that exist."""
+    data = tmp_path / "data"
+    data.mkdir()
+    pattern = str(data / "*.nc")
+    out = tmp_path / "c.zarr"
+    p = _cli(pattern, "-o", out, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    stdout, stderr = p.communicate()
+    assert p.returncode == 1 and not out.exists()
+    assert f"no file matches {pattern!r}" in stdout and "unreadable" not in stdout + stderr
+    (p,) = virtualize.check(pattern).problems
+    assert (p.kind, p.loc.file, p.fatal, p.message) == \
+        ("no-files", pattern, True, f"no file matches {pattern!r}")
+    f = nc_times(data / "a.nc", [0.0])
+    r = virtualize.check([f, str(data / "2025*.nc")])
+    assert not r.ok and [(p.kind, p.fatal) for p in r.problems] == [("no-files", True)]
+    cube = tmp_path / "a.zarr"
+    virtualize.virtualize([f], cube)
+    with pytest.raises(VirtualizeError) as e:
+        virtualize.append(cube, [str(data / "2025*.nc")])
+    assert [p.message for p in e.value.problems] == [f"no file matches {str(data / '2025*.nc')!r}"]
+
+
 def test_direct_zarr_open_of_zero_length_cube(zero_length, tmp_path):
     """zarr alone (no virtualize code) reads the netCDF shape from a kerchunk export."""
     files = zero_length["nc4"]

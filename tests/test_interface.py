@@ -51,6 +51,40 @@ def test_help_lists_every_command():
     assert h.returncode == 0 and "--decode" in h.stdout
 
 
+def test_help_points_to_guides_an_installed_virtualize_prints(tmp_path):
+    """docs/*.md are shipped in the package (virtualize/docs): `virtualize docs` lists and
+    prints them, and every guide the help texts name is one it prints (no docs/ path a
+    pip install has not got)."""
+    import re
+    from importlib import resources
+    from pathlib import Path
+
+    repo_docs = Path(__file__).resolve().parents[1] / "docs"
+    shipped = resources.files("virtualize") / "docs"
+    assert sorted(f.name for f in shipped.iterdir() if f.name.endswith(".md")) == \
+        sorted(f.name for f in repo_docs.glob("*.md"))
+    r = run("docs", cwd=tmp_path)  # not next to the repository's docs/
+    assert r.returncode == 0
+    listed = dict(line.split(None, 1) for line in r.stdout.splitlines()[1:])
+    assert set(listed) == {f.stem for f in repo_docs.glob("*.md")}
+    assert listed["report"] == "The preflight report"
+    r = run("docs", "report", cwd=tmp_path)
+    assert r.returncode == 0 and r.stdout == (repo_docs / "report.md").read_text()
+    assert run("docs", "reading.md", cwd=tmp_path).stdout == (repo_docs / "reading.md").read_text()
+    r = run("docs", "reprot")
+    assert r.returncode == 2 and "did you mean 'report'" in r.stderr
+    texts = [run("--help").stdout] + [run("help", c).stdout for c in
+                                      ("create", "check", "mosaic", "append", "inspect",
+                                       "verify", "export", "docs")]
+    named = set()
+    for text in texts:
+        assert "docs/" not in text and ".md" not in text
+        named |= set(re.findall(r"virtualize\s+docs\s+([a-z][\w-]+)", text))
+    assert {"report", "references"} <= named <= set(listed), named
+    from virtualize.access import not_allowed
+    assert "virtualize docs reading" in str(not_allowed("x", "why"))
+
+
 def test_usage_errors_give_usage_not_a_scan(months, tmp_path):
     for args in (["chek", *data_files(months)], ["help", "nope"], [*data_files(months)],
                  ["check", "-j", "-1", months], ["check", "-j", "x", months], []):
@@ -119,15 +153,30 @@ def test_lists_stdin_globs_and_directories(months, tmp_path):
     assert len(notes) == 1 and "SHA256SUMS.md5" in notes[0] and ".aux.xml" in notes[0]
 
 
-def test_names_no_file_has_are_errors_listing_the_names(months):
+def test_names_no_file_has_are_usage_errors_listing_the_names(months, tmp_path):
+    """A name no file has is a usage error (exit 2), with the located message listing the
+    names that exist; the API still reports (check) or raises (virtualize) the problem."""
     files = data_files(months)
     for option, name in (("--drop", "orgo"), ("--inline", "orgo"), ("--concat-dim", "tme")):
         r = run("check", "--json", *files, option, name)
-        assert r.returncode == 1
+        assert r.returncode == 2
         doc = json.loads(r.stdout)
         assert [p["kind"] for p in doc["problems"]] == ["unknown-name"]
         msg = doc["problems"][0]["message"]
         assert name in msg and ("tas" in msg if option != "--concat-dim" else "time" in msg)
+        out = tmp_path / f"c{option}.zarr"
+        r = run(*files, "-o", out, option, name)
+        assert r.returncode == 2 and not out.exists()
+        assert name in r.stdout and f"nothing was written to {out}" in r.stderr
+    r = run("mosaic", "--check", *files[:1], "--drop", "orgo")
+    assert r.returncode == 2 and "'orgo'" in r.stdout
+    # a real refusal stays exit 1
+    assert run("check", *files, "--concat-dim", "lat").returncode == 1
+    report = virtualize.check(files, drop=["orgo"])
+    assert not report.ok and [p.kind for p in report.problems] == ["unknown-name"]
+    with pytest.raises(virtualize.VirtualizeError) as e:
+        virtualize.virtualize(files, tmp_path / "api.zarr", drop=["orgo"])
+    assert [p.kind for p in e.value.problems] == ["unknown-name"]
 
 
 # -- inspect, verify, export --------------------------------------------------------------
@@ -141,6 +190,26 @@ def test_inspect_shows_a_files_block_tables(months):
     assert tas["shape"] == [31, 3, 4] and tas["blocks"]["count"] >= 1
     assert tas["blocks"]["end_offset"] <= doc["size"]
     assert run("inspect", months / "SHA256SUMS.md5").returncode == 1
+
+
+def test_inspect_shows_padded_only_where_a_last_block_holds_padding(tmp_path):
+    """HDF5 stores every chunk at full size, but a block that fits its axis exactly (90 in
+    blocks of 90) holds no padding: padded only when the length is no multiple."""
+    import h5py
+
+    path = tmp_path / "p.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("lat", data=np.arange(90, dtype="f4"), chunks=(90,))
+        f.create_dataset("grid", data=np.zeros((90, 40), "f4"), chunks=(30, 20))
+        f.create_dataset("tas", data=np.zeros((31, 90), "f4"), chunks=(10, 90))
+    r = run("inspect", path)
+    assert r.returncode == 0, r.stderr
+    padded = {line.split()[0]: line.split()[6] for line in r.stdout.splitlines()[1:]
+              if line.startswith("  ") and not line.split()[0] == "variable"}
+    assert padded == {"lat": "no", "grid": "no", "tas": "yes"}, r.stdout
+    doc = json.loads(run("inspect", "--json", path).stdout)
+    assert {v["name"]: v["blocks"]["padded"] for v in doc["variables"]} == \
+        {"lat": False, "grid": False, "tas": True}
 
 
 def test_verify_names_changed_and_missing_sources(months, tmp_path):
@@ -182,6 +251,34 @@ def test_export_between_kinds_and_kerchunk_is_a_cube(months, tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     assert virtualize.open(refs)["tas"].shape == (366, 3, 4)
     assert run("export", tmp_path / "c.zarr", "-o", tmp_path / "back.json").returncode == 3
+
+
+def test_output_names_of_formats_not_written_are_usage_errors(months, case, tmp_path):
+    """-o x.parquet / x.parq / x.vrt / x.nc ... would be a cube directory (or JSON) under a
+    name promising another format: a usage error naming the kinds written, before any
+    scan, in create, mosaic, export and the API."""
+    files = data_files(months)[:2]
+    cube = tmp_path / "c.zarr"
+    virtualize.virtualize(files, cube)
+    tiles = case("mosaic_uneven_2x2")
+    for name, extra in (("x.parquet", ()), ("x.parq", ()), ("x.vrt", ()), ("x.nc", ()),
+                        ("x.TIF", ()), ("x.parquet", ("--format", "kerchunk")),
+                        ("x.h5", ("--format", "icechunk"))):
+        out = tmp_path / name
+        for args in ((*files, "-o", out), ("mosaic", *tiles, "-o", out), ("export", cube, "-o", out)):
+            r = run(*args, *extra)
+            assert r.returncode == 2, (args, r.stdout, r.stderr)
+            assert f"does not write {out.suffix} files" in r.stderr
+            assert ".zarr" in r.stderr and ".json" in r.stderr and ".icechunk" in r.stderr
+            assert r.stdout == "" and not out.exists()
+    with pytest.raises(ValueError, match="does not write .parquet"):
+        virtualize.virtualize(files, tmp_path / "x.parquet")
+    with pytest.raises(virtualize.UsageError):
+        virtualize.mosaic(tiles, tmp_path / "x.vrt")
+    with pytest.raises(virtualize.UsageError):
+        virtualize.export(cube, tmp_path / "x.parq", format="cube")
+    assert not any(tmp_path.glob("x.*"))
+    assert run(*files, "-o", tmp_path / "fine.v2").returncode == 0  # any other suffix: a cube
 
 
 # -- the Python API ---------------------------------------------------------------------
@@ -244,7 +341,7 @@ def test_xarray_backend_recognises_cubes_without_engine(months, tmp_path):
     assert backend.guess_can_open(out) and backend.guess_can_open(str(out))
     assert backend.guess_can_open(tmp_path / "x.icechunk")
     assert not backend.guess_can_open(months)
-    assert "docs/reading.md" in backend.url
+    assert "virtualize docs reading" in backend.url
     ds = xr.open_dataset(out)
     assert ds["tas"].shape == (366, 3, 4)
     virtualize.virtualize(data_files(months), tmp_path / "refs.json")

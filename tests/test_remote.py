@@ -150,6 +150,9 @@ def test_missing_and_forbidden_objects_are_located_problems(served, s3):
     assert kinds[forbidden] == "source-forbidden"
     report = virtualize.check([f"s3://{BUCKET}/months2024/nope.nc"])
     assert [p.kind for p in report.problems] == ["source-missing"]
+    pattern = f"s3://{BUCKET}/months2024/*.nope"  # a glob that matches nothing
+    (p,) = virtualize.check([pattern]).problems
+    assert (p.kind, p.loc.file, p.message) == ("no-files", pattern, f"no file matches {pattern!r}")
 
 
 def test_changed_object_is_detected_on_open(served, s3, tmp_path):
@@ -631,3 +634,41 @@ def test_aws_environment_fills_what_the_options_do_not(options_reset, monkeypatc
     s3 = storage.options_for("s3")  # what is given wins over the environment
     assert s3["endpoint_url"] == "http://given:3"
     assert s3["client_kwargs"] == {"region_name": "us-west-2"}
+
+
+def test_reading_remote_references_leaves_no_session_open(case, tmp_path, monkeypatch):
+    """A kerchunk JSON whose references are http:// or s3:// URLs is read through
+    asynchronous file systems; their client sessions are closed when the store goes (or
+    at exit): no aiohttp "Unclosed client session" warning (scripts/remote_demo.sh)."""
+    files = case("months2024")[:2]
+    root = tmp_path / "served"
+    root.mkdir()
+    for f in files:
+        shutil.copy2(f, root / f.name)
+    srv = RangeHTTPServer(root)
+    server, endpoint = start_moto()
+    try:
+        client = s3_bucket(monkeypatch, endpoint, "bucket")
+        for f in files:
+            client.upload_file(str(f), "bucket", f"path/{f.name}")
+        over_http = tmp_path / "http.json"
+        virtualize.virtualize([f"{srv.url}/{f.name}" for f in files], over_http)
+        over_s3 = tmp_path / "s3.json"
+        virtualize.virtualize("s3://bucket/path/*.nc", over_s3)
+        want = np.concatenate([virtualize.check([f]).to_zarr()["tas"][...] for f in files])
+        np.save(tmp_path / "want.npy", want)
+        code = ("import gc, sys, numpy as np, virtualize\n"
+                "want = np.load(sys.argv[1])\n"
+                "for cube in sys.argv[2:]:\n"
+                "    g = virtualize.open(cube)\n"
+                "    assert np.array_equal(g['tas'][...], want), cube\n"
+                "g = virtualize.open(sys.argv[2]); g['tas'][0]; del g; gc.collect()\n"  # dropped
+                "print('read')\n")
+        r = subprocess.run([sys.executable, "-c", code, str(tmp_path / "want.npy"),
+                            str(over_http), str(over_s3)], capture_output=True, text=True,
+                           timeout=120)
+        assert r.returncode == 0 and r.stdout == "read\n", r.stderr
+        assert "Unclosed" not in r.stderr and r.stderr == "", r.stderr
+    finally:
+        srv.stop()
+        server.stop()

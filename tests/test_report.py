@@ -101,6 +101,62 @@ def test_large_grids_are_summarized_not_drawn_chunk_by_chunk():
     assert len(svg) < 100_000 and "more chunks" in svg
 
 
+def _rects(svg: str) -> list[dict]:
+    import re
+    out = []
+    for m in re.finditer(r'<rect class="(chunk|padding)" ([^>]*)>', svg):
+        attrs = dict(re.findall(r'([\w-]+)="([^"]*)"', m.group(2)))
+        out.append({"class": m.group(1), "x": float(attrs["x"]), "w": float(attrs["width"]),
+                    "steps": int(attrs["data-steps"]), "fill": attrs["fill"]})
+    return out
+
+
+def test_padded_stack_figure_draws_blocks_at_their_lengths_and_the_end_at_the_end(case):
+    """Ten-day blocks of 12 monthly files: 366 days in 43 chunks, 8 of them padded (7 inside
+    the stack, refused; December's last): drawn at their stored lengths, data then padding,
+    the bars filling the band without gaps or overlaps, the end-of-array line where
+    December's data ends, and a caption whose numbers add up (366 + 64 = 430)."""
+    import re
+
+    from virtualize.report import BAND_WIDTH, MARK_COLORS, _band
+
+    report = virtualize.check(case("tenday_padded"))
+    axis = report.plan.figures["tas"].axes[0]
+    svg = _band(axis)
+    rects = _rects(svg)
+    scale = BAND_WIDTH / 430
+    x = 0.0
+    for r in rects:  # contiguous, each at its true length
+        assert r["x"] == pytest.approx(x, abs=0.02) and r["w"] == pytest.approx(r["steps"] * scale, abs=0.02)
+        x = r["x"] + r["w"]
+    assert x == pytest.approx(BAND_WIDTH, abs=0.05)
+    data = sum(r["steps"] for r in rects if r["class"] == "chunk")
+    padding = [r for r in rects if r["class"] == "padding"]
+    assert data == 366 and sum(r["steps"] for r in padding) == 64 and len(padding) == 8
+    assert [r["steps"] for r in padding] == [9, 1, 9, 9, 9, 9, 9, 9]
+    # the refused padded blocks: their data red, followed by their padding
+    before = [rects[rects.index(p) - 1] for p in padding]
+    assert [b["fill"] for b in before[:7]] == [MARK_COLORS["refused"]] * 7
+    assert [b["steps"] for b in before] == [1, 9, 1, 1, 1, 1, 1, 1]
+    (end,) = re.findall(r'<line class="end" x1="([\d.]+)"', svg)
+    assert float(end) == pytest.approx(366 * scale + 55 * scale, abs=0.02) == padding[-1]["x"]
+    caption = re.search(r"<figcaption>(.*)</figcaption>", svg).group(1)
+    assert "366 steps in 43 chunk(s); 8 of them padded: 366 steps of data + 64 of padding = " \
+        "430 stored" in caption
+    # one file: its last block padded past the end; the line at 31 of 40
+    axis = virtualize.check(case("tenday_padded")[:1]).plan.figures["tas"].axes[0]
+    svg = _band(axis)
+    rects = _rects(svg)
+    assert [(r["class"], r["steps"]) for r in rects] == [("chunk", 30), ("chunk", 1), ("padding", 9)]
+    (end,) = re.findall(r'<line class="end" x1="([\d.]+)"', svg)
+    assert float(end) == pytest.approx(31 * BAND_WIDTH / 40, abs=0.02)
+    assert "31 steps in 4 chunk(s); 1 of them padded: 31 steps of data + 9 of padding = 40 stored" in svg
+    # no padding: no line, no padding rectangles, the caption as before
+    svg = _band(virtualize.check(case("months2024")).plan.figures["tas"].axes[0])
+    assert 'class="end"' not in svg and 'class="padding"' not in svg
+    assert sum(r["steps"] for r in _rects(svg)) == 366 and "366 steps in 12 chunk(s) <code>" in svg
+
+
 def test_cli_writes_html_and_exit_codes(case, tmp_path):
     exe = os.path.join(os.path.dirname(sys.executable), "virtualize")
     page = tmp_path / "r.html"

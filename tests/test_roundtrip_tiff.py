@@ -312,3 +312,52 @@ def test_series_corners_keep_tifffile_warnings_and_nested_levels_as_notes(case):
     assert report.ok and [(p.kind, p.fatal) for p in report.problems] == [("overviews-skipped", False)]
     dims = virtualize.check(case("imagej_hyperstack")).plan.arrays["image"].dims
     assert dims == ("page_t", "page_z", "y", "x")
+
+
+def _damaged_tag_tiff(path):
+    """A 4-page tiled TIFF whose page 0 ResolutionUnit entry has no TIFF data type:
+    tifffile logs a warning each time it reads the page's tags, and skips the tag."""
+    import struct
+    tifffile.imwrite(path, np.arange(4 * 70 * 100, dtype="<u2").reshape(4, 70, 100),
+                     tile=(32, 32), resolution=(1, 1), photometric="minisblack", metadata=None)
+    b = bytearray(path.read_bytes())
+    ifd = struct.unpack_from("<I", b, 4)[0]
+    for i in range(struct.unpack_from("<H", b, ifd)[0]):
+        at = ifd + 2 + 12 * i
+        if struct.unpack_from("<H", b, at)[0] == 296:
+            struct.pack_into("<H", b, at + 2, 99)
+    path.write_bytes(bytes(b))
+    return path
+
+
+def test_tifffile_warnings_are_notes_not_stderr(tmp_path, capfd, caplog):
+    """What tifffile logs (a damaged tag) is the report's `tiff-warning` note only: nothing
+    reaches logging's handlers (stderr) from the scan in this process, in a worker process,
+    the decode check of a write or `verify --decode` (tifffile reads the tags again for
+    each region); and nothing on a real command line's stderr."""
+    import subprocess
+    import sys
+
+    from virtualize.cli import main
+
+    path = _damaged_tag_tiff(tmp_path / "damaged.tif")
+    with tifffile.TiffFile(path) as tif:  # tifffile does warn about this file
+        tif.pages[0].tags
+    assert any("invalid data type 99" in r.getMessage() for r in caplog.records)
+    caplog.clear()
+    cube = tmp_path / "c.zarr"
+    for args in (["check", "-v", "--scan-timeout", "0", path], ["check", "-v", path],
+                 [path, "-o", cube, "-v"], ["verify", "--decode", cube]):
+        assert main([str(a) for a in args]) == 0
+        out, err = capfd.readouterr()
+        assert err == "" and not caplog.records, (args, err, caplog.records)
+        if args[0] != "verify":
+            assert "tiff-warning" in out and "invalid data type 99" in out, (args, out)
+    with tifffile.TiffFile(path) as tif:
+        want = tif.series[0].asarray()
+    assert_same(virtualize.open(cube)["image"][...], want, "damaged.tif")
+    exe = [sys.executable, "-m", "virtualize.cli"]
+    for args in (["check", "-v", "--scan-timeout", "0", path], ["check", "-v", path],
+                 ["verify", "--decode", cube]):
+        r = subprocess.run([*exe, *map(str, args)], capture_output=True, text=True)
+        assert r.returncode == 0 and r.stderr == "", (args, r.stderr)

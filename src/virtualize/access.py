@@ -39,8 +39,8 @@ def _under(path: str, root: str) -> bool:
 def not_allowed(what: str | os.PathLike, message: str, variable: str | None = None) -> VirtualizeError:
     return VirtualizeError([Problem(Location(str(what), variable), "reference-not-allowed",
                                     message)],
-                           f"{what}: refused to follow a reference (docs/reading.md, "
-                           "Confinement)")
+                           f"{what}: refused to follow a reference (see "
+                           "Confinement in `virtualize docs reading`)")
 
 
 def invalid(what: str | os.PathLike, message: str, variable: str | None = None,

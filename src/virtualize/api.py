@@ -20,6 +20,7 @@ from .emit.metadata import array_doc, group_doc, omitted_attrs
 from .model import FileInventory, Location, Plan, Problem, UsageError, VirtualizeError
 from .plan import ConcatOptions, MosaicOptions, plan_concat, plan_mosaic
 from .plan._common import DEFAULT_INLINE_THRESHOLD
+from .plan.cut import DEFAULT_CHUNK_SIZE, chunk_bytes, cut_stack
 from .read import open_cube
 from .report import Report
 from .scan import scan as _scan
@@ -33,13 +34,20 @@ Planner = Callable[[list[FileInventory]], tuple[Plan, list[Problem]]]
 DEFAULT_SCAN_TIMEOUT = 60.0
 
 
-def inventory(path: PathLike) -> FileInventory:
+def inventory(path: PathLike, *, chunk_size: int | str | None = None) -> FileInventory:
     """One file's inventory: variables, dimensions, block tables. Reads no data but
     small coordinate variables. A kerchunk reference set's block tables point into the
     data files it names (`data_files`). Raises `VirtualizeError` for unreadable files.
+    `chunk_size` (bytes, or "16M"): the block tables as a cube cuts them (uncompressed
+    blocks larger than that cut at whole rows; docs/planning.md); default: as stored.
     (Called `virtualize.scan(path)` before 0.2, a name that hid the `virtualize.scan`
     subpackage; that call still works, with a DeprecationWarning.)"""
-    return _scan(path)
+    inv = _scan(path)
+    limit = _chunk_size(chunk_size)
+    if limit:
+        (inv,), _, problems = cut_stack([inv], limit)
+        inv.problems = [*inv.problems, *problems]
+    return inv
 
 
 def inventories(paths: Iterable[PathLike] | PathLike, *, jobs: int | str = "auto", executor=None,
@@ -61,7 +69,8 @@ def check(paths: Iterable[PathLike] | PathLike, concat_dim: str | None = None, *
           jobs: int | str = "auto", executor=None, progress=None,
           scan_timeout: float | None = DEFAULT_SCAN_TIMEOUT,
           storage_options: dict | None = None,
-          inline_threshold: int = DEFAULT_INLINE_THRESHOLD, skip_unreadable: bool = False,
+          inline_threshold: int = DEFAULT_INLINE_THRESHOLD,
+          chunk_size: int | str | None = DEFAULT_CHUNK_SIZE, skip_unreadable: bool = False,
           no_gaps: bool = False) -> Report:
     """Can this stack be virtualized (concatenated along `concat_dim`)? Scans every file
     and plans the cube, collecting every problem of every file. Writes nothing.
@@ -74,7 +83,9 @@ def check(paths: Iterable[PathLike] | PathLike, concat_dim: str | None = None, *
     of `executor` (a `dask.distributed.Client` or `concurrent.futures.Executor`: the files
     are scanned on its workers, the plan is made here; docs/scale.md). Variables that cannot be
     referenced are inlined when they take at most `inline_threshold` decoded bytes per
-    file (0: refused instead).
+    file (0: refused instead). Uncompressed blocks larger than `chunk_size` bytes (an int,
+    or "16M"; default 16 MiB; None or 0: never) are cut into chunks at whole rows
+    (docs/planning.md, Chunk size).
 
     `skip_unreadable`: a file that cannot be scanned (unreadable, of no format read,
     truncated, corrupt, a damaged object in it, its scan timed out or crashed) is left out
@@ -82,6 +93,7 @@ def check(paths: Iterable[PathLike] | PathLike, concat_dim: str | None = None, *
     `no_gaps`: a gap in a regular concatenation coordinate (`coordinate-gap`, otherwise a
     note) is fatal."""
     _storage(storage_options)
+    limit = _chunk_size(chunk_size)
     opts = ConcatOptions(concat_dim=concat_dim, inline=frozenset(_names(inline)),
                          drop=frozenset(_names(drop)), sort=sort, split=split,
                          materialize=materialize, inline_threshold=inline_threshold,
@@ -89,9 +101,9 @@ def check(paths: Iterable[PathLike] | PathLike, concat_dim: str | None = None, *
     recipe = {"kind": "concat", "concat_dim": concat_dim, "inline": sorted(opts.inline),
               "drop": sorted(opts.drop), "sort": sort, "split": split,
               "materialize": materialize, "materialize_limit": materialize_limit,
-              "inline_threshold": inline_threshold}
+              "inline_threshold": inline_threshold, "chunk_size": limit}
     report = _check(paths, lambda invs: plan_concat(invs, opts), progress, materialize_limit, jobs,
-                    scan_timeout, executor=executor,
+                    scan_timeout, executor=executor, chunk_size=limit,
                     names=lambda invs: _unknown_names(invs, opts.drop, opts.inline, concat_dim),
                     skip_unreadable=skip_unreadable)
     if report.plan is not None:
@@ -105,26 +117,30 @@ def check_mosaic(paths: Iterable[PathLike] | PathLike, *,
                  materialize: bool = False, materialize_limit: int | None = None,
                  jobs: int | str = "auto", executor=None, progress=None,
                  scan_timeout: float | None = DEFAULT_SCAN_TIMEOUT,
-                 storage_options: dict | None = None, skip_unreadable: bool = False) -> Report:
+                 storage_options: dict | None = None,
+                 chunk_size: int | str | None = DEFAULT_CHUNK_SIZE,
+                 skip_unreadable: bool = False) -> Report:
     """Can these tiles be placed into one mosaic? By georeferencing (GeoTIFF transform,
     or 1-D x/y / lon/lat coordinates), or by explicit `offsets` [(row, col), ...] in pixels.
     `overlap`: None (overlaps are problems), "last" or "first" (which tile wins).
     Remedies as in `check`: `split` cuts uncompressed blocks into row ranges, `materialize`
-    copies cells no block fits; `skip_unreadable` as in `check`."""
+    copies cells no block fits; `chunk_size` cuts large uncompressed blocks as in `check`;
+    `skip_unreadable` as in `check`."""
     _storage(storage_options)
+    limit = _chunk_size(chunk_size)
     opts = MosaicOptions(offsets=offsets, overlap=overlap, tolerance=tolerance,
                          drop=frozenset(_names(drop)), split=split, materialize=materialize)
     if overlap not in (None, "last", "first"):
         raise UsageError(f"overlap must be None, 'last' or 'first', not {overlap!r}")
     report = _check(paths, lambda invs: plan_mosaic(invs, opts), progress, materialize_limit, jobs,
-                    scan_timeout, executor=executor,
+                    scan_timeout, executor=executor, chunk_size=limit,
                     names=lambda invs: _unknown_names(invs, opts.drop, (), None),
                     skip_unreadable=skip_unreadable)
     if report.plan is not None:
         report.plan.recipe = {"kind": "mosaic", "overlap": overlap, "tolerance": tolerance,
                               "offsets": [list(o) for o in offsets] if offsets else None,
                               "drop": sorted(opts.drop), "split": split,
-                              "materialize": materialize}
+                              "materialize": materialize, "chunk_size": limit}
     return report
 
 
@@ -136,7 +152,8 @@ def virtualize(paths: Iterable[PathLike] | PathLike, out: PathLike, concat_dim: 
                scan_timeout: float | None = DEFAULT_SCAN_TIMEOUT,
                storage_options: dict | None = None,
                relative: bool = False,
-               inline_threshold: int = DEFAULT_INLINE_THRESHOLD, skip_unreadable: bool = False,
+               inline_threshold: int = DEFAULT_INLINE_THRESHOLD,
+               chunk_size: int | str | None = DEFAULT_CHUNK_SIZE, skip_unreadable: bool = False,
                no_gaps: bool = False) -> Report:
     """Virtualize a stack into `out`: a cube directory, a kerchunk reference JSON
     (`format="kerchunk"` or `out` ending in `.json`) or an Icechunk repository
@@ -151,8 +168,8 @@ def virtualize(paths: Iterable[PathLike] | PathLike, out: PathLike, concat_dim: 
     report = check(paths, concat_dim, inline=inline, drop=drop, sort=sort, split=split,
                    materialize=materialize, materialize_limit=materialize_limit,
                    jobs=jobs, executor=executor, progress=progress, scan_timeout=scan_timeout,
-                   inline_threshold=inline_threshold, skip_unreadable=skip_unreadable,
-                   no_gaps=no_gaps)
+                   inline_threshold=inline_threshold, chunk_size=chunk_size,
+                   skip_unreadable=skip_unreadable, no_gaps=no_gaps)
     return _write(report, out, kind, overwrite, relative)
 
 
@@ -163,7 +180,9 @@ def mosaic(paths: Iterable[PathLike] | PathLike, out: PathLike, *,
            overwrite: bool = False, format: str | None = None, jobs: int | str = "auto", executor=None,
            progress=None, scan_timeout: float | None = DEFAULT_SCAN_TIMEOUT,
            storage_options: dict | None = None,
-           relative: bool = False, skip_unreadable: bool = False) -> Report:
+           relative: bool = False,
+           chunk_size: int | str | None = DEFAULT_CHUNK_SIZE,
+           skip_unreadable: bool = False) -> Report:
     """Place tiles into one mosaic cube at `out` (see `check_mosaic`); nothing is written
     unless every cell is exactly one block of one tile or a gap."""
     _storage(storage_options)
@@ -171,7 +190,7 @@ def mosaic(paths: Iterable[PathLike] | PathLike, out: PathLike, *,
     report = check_mosaic(paths, offsets=offsets, overlap=overlap, drop=drop,
                           tolerance=tolerance, split=split, materialize=materialize,
                           materialize_limit=materialize_limit, jobs=jobs, executor=executor,
-                          progress=progress, scan_timeout=scan_timeout,
+                          progress=progress, scan_timeout=scan_timeout, chunk_size=chunk_size,
                           skip_unreadable=skip_unreadable)
     return _write(report, out, kind, overwrite, relative)
 
@@ -244,7 +263,10 @@ def _append(cube: Path, kind: str, paths, *, jobs, executor, progress, scan_time
     # the files given (data files found through reference sets are not inputs)
     old = [s["path"] for s in info["sources"] if not s.get("referenced_by")]
     empty: list[str] = []
-    new = [storage.normalize(p) for p in _paths(paths, empty)]
+    unmatched: list[str] = []
+    new = [storage.normalize(p) for p in _paths(paths, empty, unmatched=unmatched)]
+    if unmatched:
+        raise VirtualizeError(_unmatched(unmatched), "nothing appended")
     if not new:
         raise VirtualizeError([Problem(Location(os.path.abspath(d)), "no-files",
                                        f"the directory {d} holds no files") for d in empty]
@@ -295,6 +317,7 @@ def _append_files(cube: Path, kind: str, info: dict, old: list[str], new: list[s
         if report is not None:
             return report
     recipe.pop("kind")
+    recipe.setdefault("chunk_size", None)  # (a cube written before the cut: never cut)
     report = check(old + new, jobs=jobs, executor=executor, progress=progress,
                    scan_timeout=scan_timeout, skip_unreadable=skip_unreadable, no_gaps=no_gaps,
                    **recipe)
@@ -351,7 +374,8 @@ def _append_new(cube: Path, kind: str, info: dict, new: list[str], *, jobs: int 
     last = resume.last.path
     report = _check(new, lambda invs: plan_concat(invs, opts, resume=resume), progress,
                     recipe.get("materialize_limit"), jobs, scan_timeout, exclude=(last,),
-                    executor=executor, skip_unreadable=skip_unreadable)
+                    executor=executor, chunk_size=recipe.get("chunk_size"), like=resume.last,
+                    skip_unreadable=skip_unreadable)
     plan = report.plan
     if plan is None:
         _refuse_unless_ok(report)
@@ -537,7 +561,8 @@ def _replan(cube: Path, info: dict, *, jobs: int | str = "auto", executor=None, 
                                        "the cube records no recipe (written by an older "
                                        "virtualize): re-run virtualize with its files")])
     report = _check(inputs, planner, progress, recipe.get("materialize_limit"), jobs,
-                    scan_timeout, decode=decode, executor=executor)
+                    scan_timeout, decode=decode, executor=executor,
+                    chunk_size=recipe.get("chunk_size"))
     if report.plan is not None:
         report.plan.recipe = dict(info.get("recipe") or {})
     return report
@@ -698,15 +723,19 @@ def _unscannable(result: FileInventory | list[Problem]) -> Problem | None:
 def _check(paths, planner: Planner, progress, materialize_limit: int | None = None,
            jobs: int | str = "auto", scan_timeout: float | None = DEFAULT_SCAN_TIMEOUT, names=None,
            decode: str = "groups", exclude: Sequence[str] = (), executor=None,
+           chunk_size: int | None = None, like: FileInventory | None = None,
            skip_unreadable: bool = False) -> Report:
     """Scan `paths`, plan them, check the plan (`exclude`: files whose chunks the decode
-    check does not read: an append's recorded last step; `skip_unreadable`: files that
+    check does not read: an append's recorded last step; `chunk_size`: large uncompressed
+    blocks cut first, for the plan and the decode check alike; `like`: an append's
+    recorded last step, whose cuts the new files keep; `skip_unreadable`: files that
     cannot be scanned are left out, listed in the report's `left_out`)."""
     _check_jobs(jobs, executor)
     empty: list[str] = []
     skipped: dict[str, list[str]] = {}
-    files = _paths(paths, empty, skipped)
-    problems: list[Problem] = []
+    unmatched: list[str] = []
+    files = _paths(paths, empty, skipped, unmatched)
+    problems: list[Problem] = _unmatched(unmatched)
     invs: list[FileInventory] = []
     bytes_read: dict[str, int] = {}
     requests: dict[str, int] = {}
@@ -714,7 +743,7 @@ def _check(paths, planner: Planner, progress, materialize_limit: int | None = No
         problems.append(Problem(Location(os.path.abspath(d)), "no-files",
                                 f"the directory {d} holds no files (hidden files and "
                                 "subdirectories are not read)", fatal=not files))
-    if not files and not empty:
+    if not files and not empty and not unmatched:
         problems.append(Problem(Location(), "no-files", "no input files were given"))
     share = Sharer()  # what the files repeat is held once (flat memory for large stacks)
     listed: list[str] = []  # the files as the report names them
@@ -746,6 +775,9 @@ def _check(paths, planner: Planner, progress, materialize_limit: int | None = No
     unknown = names(invs) if names is not None and invs else []
     problems.extend(unknown)
     if invs and not unknown:
+        invs, cut_notes, cut_problems = cut_stack(invs, chunk_size, like)
+        notes.extend(cut_notes)
+        problems.extend(cut_problems)
         plan, plan_problems = planner(invs)
         problems.extend(plan_problems)
         notes.extend(plan.notes)
@@ -813,6 +845,13 @@ AUTO_SERIAL = 200
 REMOTE_JOBS = 8
 
 
+def _chunk_size(value) -> int | None:
+    try:
+        return chunk_bytes(value)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+
+
 def _check_jobs(jobs, executor) -> None:
     if jobs not in ("auto", None) and (isinstance(jobs, bool) or not isinstance(jobs, int)
                                        or jobs < 0):
@@ -849,8 +888,19 @@ def _scan_all(files: list[str], jobs: int | str, scan_timeout: float | None,
     yield from scan_bounded(files, scan_timeout or None, jobs)
 
 
+# output names whose suffix says a format virtualize does not write (whatever `format`
+# says): writing a cube directory or JSON under such a name would mislead every reader
+FOREIGN_SUFFIXES = frozenset({
+    ".parq", ".parquet", ".vrt", ".nc", ".nc3", ".nc4", ".cdf", ".netcdf", ".h5", ".hdf5",
+    ".he5", ".hdf", ".tif", ".tiff", ".gtiff", ".cog", ".grib", ".grib2", ".grb", ".grb2",
+    ".fits", ".fit", ".fts", ".zip", ".n5", ".csv", ".npy", ".npz", ".mat", ".jp2", ".png",
+    ".jpg", ".jpeg", ".gz", ".bz2", ".xz", ".zst", ".tar", ".yaml", ".yml", ".html",
+    ".txt", ".xml"})
+
+
 def _output_kind(out: PathLike, format: str | None, overwrite: bool, paths=None) -> str:
-    """The output's kind; refuses early (before any scanning) an output that exists
+    """The output's kind; refuses early (before any scanning) an output named with a
+    suffix of a format virtualize does not write (FOREIGN_SUFFIXES), one that exists
     without `overwrite`, that virtualize did not write, or that is, holds or sits in one
     of `paths` (when given as a path or a list: an iterator is checked at writing)."""
     remote = storage.is_url(out)
@@ -868,8 +918,13 @@ def _output_kind(out: PathLike, format: str | None, overwrite: bool, paths=None)
     if remote:
         from .emit.remote import guard_remote
         guard_remote(out, overwrite, sources)
-        return kind
-    guard_output(out, overwrite, sources)  # before any scanning: fail fast, lose nothing
+    else:
+        guard_output(out, overwrite, sources)  # before any scanning: fail fast, lose nothing
+    # (after the guards: a source named as the output is refused as that)
+    if suffix.lower() in FOREIGN_SUFFIXES:  # a name that promises a format not written
+        raise UsageError(f"{out}: virtualize does not write {suffix} files; it writes a cube "
+                         "directory (OUT.zarr or no suffix), a kerchunk reference file "
+                         "(OUT.json) or an Icechunk repository (OUT.icechunk)")
     return kind
 
 
@@ -925,12 +980,14 @@ DATA_SUFFIXES = (".nc", ".nc4", ".nc3", ".cdf", ".netcdf", ".h5", ".hdf5", ".he5
 
 
 def _paths(paths, empty: list[str] | None = None,
-           skipped: dict[str, list[str]] | None = None) -> list[str]:
+           skipped: dict[str, list[str]] | None = None,
+           unmatched: list[str] | None = None) -> list[str]:
     """Files as given; a pattern with * ? [ that names no file is expanded (sorted, as a
-    shell would); a directory stands for the files in it (sorted, not hidden, not
-    recursive) of formats virtualize reads (others, such as .aux.xml side-cars and
-    checksums, are added to `skipped` by directory), unless it is a kerchunk parquet
-    reference set (one input); directories that hold none are added to `empty`."""
+    shell would; one that matches nothing is added to `unmatched`); a directory stands for
+    the files in it (sorted, not hidden, not recursive) of formats virtualize reads
+    (others, such as .aux.xml side-cars and checksums, are added to `skipped` by
+    directory), unless it is a kerchunk parquet reference set (one input); directories
+    that hold none are added to `empty`."""
     from .scan.kerchunk import is_parquet_references
 
     if isinstance(paths, (str, os.PathLike)):
@@ -940,7 +997,10 @@ def _paths(paths, empty: list[str] | None = None,
         if storage.is_url(p):
             storage.normalize(p)  # an unknown scheme is refused here
             if storage.has_magic(p):
-                out += storage.glob(p)
+                matched = storage.glob(p)
+                if not matched and unmatched is not None:
+                    unmatched.append(p)
+                out += matched
             elif p.endswith("/") and storage.isdir(p):
                 inside = storage.listdir(p)
                 if not inside and empty is not None:
@@ -954,6 +1014,9 @@ def _paths(paths, empty: list[str] | None = None,
             if matched:
                 out += _paths(matched, empty, skipped)
                 continue
+            if unmatched is not None:  # not a file named with * either: nothing matches
+                unmatched.append(p)
+                continue
         if os.path.isdir(p) and not is_parquet_references(p):
             inside = sorted(os.path.join(p, f) for f in os.listdir(p)
                             if not f.startswith(".") and os.path.isfile(os.path.join(p, f)))
@@ -966,6 +1029,13 @@ def _paths(paths, empty: list[str] | None = None,
         else:
             out.append(p)
     return out
+
+
+def _unmatched(patterns: list[str]) -> list[Problem]:
+    """A pattern that matches nothing: fatal, as a missing file is (a stack without the
+    files it names would be silently shorter)."""
+    return [Problem(Location(p if storage.is_url(p) else os.path.abspath(p)), "no-files",
+                    f"no file matches {p!r}") for p in patterns]
 
 
 def _readable_format(path: str) -> bool:

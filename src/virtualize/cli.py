@@ -1,9 +1,10 @@
 """Command line: `virtualize COMMAND ...` (`virtualize --help` lists the commands);
 `virtualize FILES... -o OUT` is short for `virtualize create FILES... -o OUT`.
 
-Exit codes (docs/report.md): 0 done (check: the stack can be virtualized), 1 refused
-(problems; check: it cannot; verify: a source changed), 2 usage error, 3 any other
-error (I/O, an existing or unsafe output, not a cube).
+Exit codes (docs/report.md, `virtualize docs report`): 0 done (check: the stack can be
+virtualized), 1 refused (problems; check: it cannot; verify: a source changed), 2 usage
+error (also a --drop/--inline/--concat-dim name no file has), 3 any other error (I/O, an
+existing or unsafe output, not a cube).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import time
 
 from . import __version__
 from .api import (
+    DEFAULT_CHUNK_SIZE,
     DEFAULT_SCAN_TIMEOUT,
     append,
     check,
@@ -29,9 +31,12 @@ from .api import (
     virtualize,
 )
 from .model import OutputExistsError, UnsafeOutputError, UsageError, VirtualizeError
+from .plan.cut import cut_stack
 from .report import format_text, to_html, to_json
 
 DONE, REFUSED, USAGE, ERROR = 0, 1, 2, 3
+# problems that mean the arguments were wrong, not the files: a usage error (exit 2)
+USAGE_KINDS = {"unknown-name", "usage"}
 
 COMMANDS = {
     "create": "write a cube from FILES (the short form: virtualize FILES -o OUT)",
@@ -41,6 +46,7 @@ COMMANDS = {
     "inspect": "one file's variables, dimensions and block tables",
     "verify": "have a cube's sources changed? (--decode: decode one chunk per source)",
     "export": "write a cube as another kind: directory, kerchunk JSON, Icechunk",
+    "docs": "print a guide shipped with virtualize (virtualize docs: the list)",
     "help": "help on a command",
 }
 
@@ -126,6 +132,14 @@ def _remedy_options(p: argparse.ArgumentParser) -> None:
                    help="refuse plans that would copy more (e.g. 500M, 2G)")
     p.add_argument("--no-split", action="store_true",
                    help="do not cut uncompressed blocks into exact row ranges")
+    _chunk_size_option(p)
+
+
+def _chunk_size_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--chunk-size", type=_bytes_arg, metavar="SIZE", default=DEFAULT_CHUNK_SIZE,
+                   help="cut uncompressed blocks larger than SIZE (contiguous datasets, netCDF "
+                        "classic variables, single-strip TIFFs) into chunks of at most SIZE at "
+                        "whole rows (e.g. 16M, 16MiB, 1048576; default 16M; 0: never)")
 
 
 def _scan_options(p: argparse.ArgumentParser) -> None:
@@ -151,7 +165,8 @@ def _scan_options(p: argparse.ArgumentParser) -> None:
 
 def _report_options(p: argparse.ArgumentParser, html: bool = True) -> None:
     _scan_options(p)
-    p.add_argument("--json", action="store_true", help="print the report as JSON (docs/report.md)")
+    p.add_argument("--json", action="store_true",
+                   help="print the report as JSON (its schema: virtualize docs report)")
     if html:
         p.add_argument("--html", metavar="FILE", help="also write the report as one HTML page")
     _verbosity(p)
@@ -171,12 +186,13 @@ def _output_options(p: argparse.ArgumentParser, required: bool) -> None:
                         "or an Icechunk repository (*.icechunk)")
     p.add_argument("--format", choices=["cube", "kerchunk", "icechunk"],
                    help="output kind (default: by OUT's suffix: .json kerchunk, .icechunk "
-                        "icechunk, else cube)")
+                        "icechunk, else cube; a suffix of another format, such as .parquet, "
+                        ".vrt or .nc, is refused)")
     p.add_argument("--overwrite", action="store_true",
                    help="replace OUT if it exists (only an output virtualize wrote)")
     p.add_argument("--relative", action="store_true",
                    help="record the sources relative to OUT, so that OUT and its files can be "
-                        "moved or mirrored together (docs/references.md)")
+                        "moved or mirrored together (virtualize docs references)")
 
 
 def _bytes_arg(text: str) -> int:
@@ -242,7 +258,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "for `virtualize create FILES -o OUT`.",
         epilog="exit codes: 0 done, 1 refused (problems; check: cannot be virtualized; "
                "verify: a source changed), 2 usage error, 3 other error (I/O, existing output, "
-               "not a cube). Docs: docs/report.md, docs/reading.md.",
+               "not a cube). The guides (the report, reading a cube, every problem kind, "
+               "...) are shipped with virtualize: `virtualize docs` lists them, `virtualize "
+               "docs report` prints one.",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     top.add_argument("--version", action="version", version=f"virtualize {__version__}")
     sub = top.add_subparsers(dest="command", metavar="COMMAND", title="commands")
@@ -296,9 +314,11 @@ def build_parser() -> argparse.ArgumentParser:
     _report_options(p)
 
     p = cmd("inspect", "One file's variables, dimensions and block tables (block shape and "
-                       "count, padded or not, codecs, byte ranges). Writes nothing.")
+                       "count, padded: a last block stored padded past the axis' end, "
+                       "codecs, byte ranges). Writes nothing.")
     p.add_argument("file", metavar="FILE")
     p.add_argument("--json", action="store_true", help="as JSON")
+    _chunk_size_option(p)
 
     p = cmd("verify", "Re-check a cube's sources (size, identity; a file whose time alone "
                       "changed is re-scanned: touched, its blocks as recorded, is a note, "
@@ -323,6 +343,10 @@ def build_parser() -> argparse.ArgumentParser:
     _output_options(p, required=True)
     _strict_option(p)
     _report_options(p, html=False)
+
+    p = cmd("docs", "Print one of the guides shipped with virtualize (Markdown: the "
+                    "report, reading a cube, problem kinds, ...); without TOPIC, list them.")
+    p.add_argument("topic", nargs="?", metavar="TOPIC")
 
     p = cmd("help", "Help on a command.")
     p.add_argument("topic", nargs="?", metavar="COMMAND")
@@ -467,7 +491,7 @@ def _kw(args) -> dict:
               executor=getattr(args, "client", None))
     if hasattr(args, "materialize"):
         kw.update(split=not args.no_split, materialize=args.materialize,
-                  materialize_limit=args.materialize_limit)
+                  materialize_limit=args.materialize_limit, chunk_size=args.chunk_size)
     for name in ("skip_unreadable", "no_gaps", "strict"):
         if hasattr(args, name):
             kw[name] = getattr(args, name)
@@ -489,7 +513,7 @@ def _create(args) -> int:
 def _check(args) -> int:
     report = check(args.files, args.concat_dim, **_concat_kw(args), **_kw(args))
     _show(report, args)
-    return DONE if report.ok else REFUSED
+    return _outcome(report)
 
 
 def _mosaic(args) -> int:
@@ -501,7 +525,7 @@ def _mosaic(args) -> int:
     if args.check:
         report = check_mosaic(args.files, **kw)
         _show(report, args)
-        return DONE if report.ok else REFUSED
+        return _outcome(report)
     if not args.output:
         raise UsageError("-o/--output is required unless --check")
     return _write(args, lambda: mosaic(args.files, args.output, overwrite=args.overwrite,
@@ -542,8 +566,11 @@ def _verify(args) -> int:
 
 
 def _inspect(args) -> int:
-    inv = inventory(args.file)
+    # the block tables as a cube would cut them (--chunk-size), said in a note
+    (inv,), notes, cut_problems = cut_stack([inventory(args.file)], args.chunk_size)
+    inv.problems = [*inv.problems, *cut_problems]
     doc = _inventory_dict(inv)
+    doc["notes"] = notes
     if args.json:
         print(json.dumps(doc, indent=2, default=str))
         return DONE
@@ -566,6 +593,8 @@ def _inspect(args) -> int:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     for r in rows:
         print("  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1])
+    for note in notes:
+        print(f"note: {note}")
     for p in inv.problems:
         print(f"problem: {p}")
     return DONE
@@ -583,7 +612,11 @@ def _inventory_dict(inv) -> dict:
             refs = v.blocks.refs.reshape(-1)
             stored = refs[refs["length"] > 0]
             b = {"block_shape": list(v.blocks.block_shape), "grid": list(v.blocks.grid_shape),
-                 "count": int(refs.size), "stored": int(stored.size), "padded": v.blocks.padded,
+                 "count": int(refs.size), "stored": int(stored.size),
+                 # padding only where a last block is stored padded and holds less than a
+                 # block (an axis of 90 in blocks of 90 has none)
+                 "padded": bool(v.blocks.padded and any(
+                     size and n % size for n, size in zip(v.shape, v.blocks.block_shape))),
                  "bytes": int(stored["length"].sum()),
                  "first_offset": int(stored["offset"].min()) if stored.size else None,
                  "end_offset": int((stored["offset"] + stored["length"]).max())
@@ -595,8 +628,34 @@ def _inventory_dict(inv) -> dict:
     return out
 
 
+def _guides() -> dict[str, object]:
+    """topic -> the guide's file (docs/*.md, shipped in the package as virtualize/docs)."""
+    from importlib import resources
+
+    root = resources.files("virtualize") / "docs"
+    return {f.name[:-3]: f for f in sorted(root.iterdir(), key=lambda f: f.name)
+            if f.name.endswith(".md")} if root.is_dir() else {}
+
+
+def _docs(args) -> int:
+    guides = _guides()
+    topic = args.topic[:-3] if args.topic and args.topic.endswith(".md") else args.topic
+    if topic is None:
+        print("guides (virtualize docs TOPIC prints one):")
+        for name, f in guides.items():
+            title = f.read_text(encoding="utf-8").partition("\n")[0].lstrip("# ")
+            print(f"  {name:<12}  {title}")
+        return DONE
+    if topic not in guides:
+        close = difflib.get_close_matches(topic, list(guides), n=1)
+        raise UsageError(f"no guide {topic!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
+                         + "; virtualize docs lists them")
+    print(guides[topic].read_text(encoding="utf-8"), end="")
+    return DONE
+
+
 COMMAND_RUNNERS = {"create": _create, "check": _check, "mosaic": _mosaic, "append": _append,
-                   "inspect": _inspect, "verify": _verify, "export": _export}
+                   "inspect": _inspect, "verify": _verify, "export": _export, "docs": _docs}
 
 
 def _write(args, job) -> int:
@@ -608,7 +667,7 @@ def _write(args, job) -> int:
             raise
         _show(e.report, args, failed=True)
         _err(f"nothing was written to {args.output}")
-        return REFUSED
+        return _outcome(e.report, failed=True)
     _show(report, args, wrote=report.output)
     return DONE
 
@@ -617,10 +676,18 @@ def _write(args, job) -> int:
 _OUTCOME: list[int] = []
 
 
+def _outcome(report, failed: bool = False) -> int:
+    """A report's exit code: done, refused, or a usage error when a fatal problem says the
+    arguments were wrong (a --drop / --inline / --concat-dim name no file has)."""
+    if report.ok and not failed:
+        return DONE
+    return USAGE if any(p.fatal and p.kind in USAGE_KINDS for p in report.problems) else REFUSED
+
+
 def _show(report, args, wrote: dict | None = None, failed: bool = False) -> None:
     """The report: JSON, or text (accepted: one line unless -v; -q: only a refusal's
     problems); and the HTML page when asked."""
-    _OUTCOME.append(DONE if report.ok and not failed else REFUSED)
+    _OUTCOME.append(_outcome(report, failed))
     if getattr(args, "html", None):
         with open(args.html, "w", encoding="utf-8") as f:
             f.write(to_html(report))

@@ -321,21 +321,31 @@ OK, SHORT, OVERHANG, REFUSED, GAP = "ok", "short", "overhang", "refused", "gap"
 class AxisFigure:
     """The cuts along one axis of one variable, for pictures: every chunk's length and
     its mark (ok, short: shorter than the usual chunk, overhang: a padded last block that
-    reaches past the end, refused: cannot be referenced there, gap: no tile)."""
+    reaches past the end, refused: cannot be referenced there, gap: no tile), and the
+    steps of padding each holds (a block stored padded: its length is the stored one, of
+    which `length - padding` steps are data), so that `lengths.sum() - padding.sum()`
+    is the extent."""
 
     dim: str
     extent: int
     lengths: np.ndarray  # int64, one per chunk (as listed: the last may overhang)
     marks: np.ndarray  # str (object), one per chunk
+    padding: np.ndarray | None = None  # int64, one per chunk; None: no chunk is padded
 
-    def runs(self) -> list[tuple[int, str, int]]:
-        """(length, mark, count) runs, so a million regular chunks draw as one band."""
-        out: list[tuple[int, str, int]] = []
-        for length, mark in zip(self.lengths.tolist(), self.marks.tolist()):
-            if out and out[-1][0] == length and out[-1][1] == mark:
-                out[-1] = (length, mark, out[-1][2] + 1)
+    def pads(self) -> np.ndarray:
+        """The steps of padding of every chunk (zeros when none is padded)."""
+        return np.zeros(len(self.lengths), np.int64) if self.padding is None else self.padding
+
+    def runs(self) -> list[tuple[int, str, int, int]]:
+        """(length, mark, padding, count) runs, so a million regular chunks draw as one
+        band."""
+        out: list[tuple[int, str, int, int]] = []
+        for length, mark, pad in zip(self.lengths.tolist(), self.marks.tolist(),
+                                     self.pads().tolist()):
+            if out and out[-1][:3] == (length, mark, pad):
+                out[-1] = (length, mark, pad, out[-1][3] + 1)
             else:
-                out.append((length, mark, 1))
+                out.append((length, mark, pad, 1))
         return out
 
 

@@ -858,8 +858,8 @@ def _check_references(path: Path, refs, access: Access, sources) -> bool:
         if why is not None:
             raise VirtualizeError([Problem(Location(str(path), key.rpartition("/c")[0] or None),
                                            "reference-not-allowed", f"{key}: {why}")],
-                                  f"{path}: refused to follow a reference (docs/reading.md, "
-                                  "Confinement)")
+                                  f"{path}: refused to follow a reference (see "
+                                  "Confinement in `virtualize docs reading`)")
         if isinstance(url, str) and protocol(url) not in (None, "file"):
             remote.add(protocol(url))
         if sizes is None:

@@ -439,6 +439,8 @@ MARK_NAMES = {OK: "chunk", SHORT: "short chunk", OVERHANG: "padded last block (o
               REFUSED: "refused block", GAP: "gap (no tile)"}
 BAND_WIDTH = 900
 MAX_RUNS = 300  # runs drawn per band; the rest are summarized, so huge grids stay small
+MAX_PADDED_DRAWN = 64  # padded chunks of one run drawn one by one (data, then padding)
+PAD_FILL = "#ececec"
 
 CSS = """
 body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#222;max-width:1000px}
@@ -493,9 +495,9 @@ def to_html(report: model.Report) -> str:
         parts.append("<h2>Chunk grids</h2>")
         used = {_shown_mark(m, i, len(ax.marks)) for fig in plan.figures.values()
                 for ax in fig.axes for i, m in enumerate(ax.marks.tolist())}
-        overhang = any(int(ax.lengths.sum()) > ax.extent for fig in plan.figures.values()
-                       for ax in fig.axes)
-        parts.append(_legend(used, overhang))
+        pads = [ax.pads() for fig in plan.figures.values() for ax in fig.axes]
+        parts.append(_legend(used, any(len(p) and p[-1] for p in pads),
+                             any(p.any() for p in pads)))
         for name, fig in plan.figures.items():
             a = plan.arrays.get(name)
             kind = ("refused" if fig.refused or a is None else
@@ -555,10 +557,16 @@ def _shown_mark(mark: str, i: int, n: int) -> str:
     return OK if mark == SHORT and i == n - 1 else mark
 
 
-def _legend(used: set[str] | None = None, overhang: bool = False) -> str:
-    """The marks the page uses (all when `used` is None), and the dashed line when drawn."""
+def _legend(used: set[str] | None = None, overhang: bool = False,
+            padding: bool = False) -> str:
+    """The marks the page uses (all when `used` is None), padding and the dashed line
+    when drawn."""
     items = "".join(f'<span><i style="background:{c}"></i>{MARK_NAMES[m]}</span>'
                     for m, c in MARK_COLORS.items() if used is None or m in used)
+    if padding:
+        items += (f'<span><i style="background:{PAD_FILL};outline:1px dashed #555;'
+                  'outline-offset:-1px"></i>padding (stored in a padded block, holds no '
+                  "data)</span>")
     if overhang:
         items += ('<span><i style="border-left:2px dashed #222;width:0"></i>end of the array, '
                   "where a padded last block reaches past it</span>")
@@ -567,46 +575,74 @@ def _legend(used: set[str] | None = None, overhang: bool = False) -> str:
 
 def _band(axis) -> str:
     """One axis as a horizontal band: each run of equal chunks one rectangle, chunk
-    boundaries drawn as ticks while there are few enough to see."""
+    boundaries drawn as ticks while there are few enough to see. A padded block is drawn
+    at its stored length: its data, then its padding (lighter, dashed); the dashed line
+    marks the array's end when the last block is padded past it."""
     runs = axis.runs()
-    if runs and runs[-1][1] == SHORT and runs[-1][2] == 1:  # the usual remainder at the end
-        runs[-1] = (runs[-1][0], _shown_mark(SHORT, 0, 1), 1)
-    total = max(int(axis.lengths.sum()), axis.extent, 1)
+    if runs and runs[-1][1] == SHORT and runs[-1][3] == 1:  # the usual remainder at the end
+        runs[-1] = (runs[-1][0], _shown_mark(SHORT, 0, 1), *runs[-1][2:])
+    stored = int(axis.lengths.sum())
+    pads = axis.pads()
+    total = max(stored, axis.extent, 1)
     scale = BAND_WIDTH / total
     h, y = 26, 4
     svg = [f'<svg width="{BAND_WIDTH + 2}" height="{h + 22}" role="img">']
     x = 0.0
     shown = runs[:MAX_RUNS]
-    for length, mark, count in shown:
+    for length, mark, pad, count in shown:
         w = length * count * scale
         color = MARK_COLORS.get(mark, MARK_COLORS[OK])
-        label = f"{length}" + (f" × {count}" if count > 1 else "")
-        svg.append(f'<rect x="{x:.2f}" y="{y}" width="{max(w, 0.8):.2f}" height="{h}" '
-                   f'fill="{color}" stroke="white" stroke-width="{0.6 if w > 3 else 0}">'
-                   f"<title>{label} ({MARK_NAMES.get(mark, mark)})</title></rect>")
-        if count > 1 and length * scale >= 4:
-            for i in range(1, count):
-                tx = x + i * length * scale
-                svg.append(f'<line x1="{tx:.2f}" y1="{y}" x2="{tx:.2f}" y2="{y + h}" '
-                           'stroke="white" stroke-width="0.6"/>')
+        held = length - pad
+        label = (f"{held}+{pad}" if pad else f"{length}") + (f" × {count}" if count > 1 else "")
+        what = MARK_NAMES.get(mark, mark) + (f"; {held} step(s) of data, stored padded to "
+                                             f"{length}" if pad else "")
+        if pad:  # each chunk: its data, then its padding
+            for i in range(min(count, MAX_PADDED_DRAWN)):
+                cx = x + i * length * scale
+                svg.append(f'<rect class="chunk" x="{cx:.2f}" y="{y}" '
+                           f'width="{max(held * scale, 0.8):.2f}" height="{h}" fill="{color}" '
+                           f'data-steps="{held}"><title>{label} ({what})</title></rect>')
+                svg.append(f'<rect class="padding" x="{cx + held * scale:.2f}" y="{y}" '
+                           f'width="{pad * scale:.2f}" height="{h}" fill="{PAD_FILL}" '
+                           f'stroke="{color}" stroke-width="0.8" stroke-dasharray="2,2" '
+                           f'data-steps="{pad}"><title>{pad} step(s) of padding</title></rect>')
+            if count > MAX_PADDED_DRAWN:  # the rest of a long run: one band
+                cx = x + MAX_PADDED_DRAWN * length * scale
+                svg.append(f'<rect x="{cx:.2f}" y="{y}" width="{w - (cx - x):.2f}" height="{h}" '
+                           f'fill="{color}" opacity="0.6"><title>{label} ({what})</title></rect>')
+        else:
+            svg.append(f'<rect class="chunk" x="{x:.2f}" y="{y}" width="{max(w, 0.8):.2f}" '
+                       f'height="{h}" fill="{color}" stroke="white" '
+                       f'stroke-width="{0.6 if w > 3 else 0}" data-steps="{length * count}">'
+                       f"<title>{label} ({what})</title></rect>")
+            if count > 1 and length * scale >= 4:
+                for i in range(1, count):
+                    tx = x + i * length * scale
+                    svg.append(f'<line x1="{tx:.2f}" y1="{y}" x2="{tx:.2f}" y2="{y + h}" '
+                               'stroke="white" stroke-width="0.6"/>')
         if w >= 8 * len(label):
             svg.append(f'<text x="{x + w / 2:.2f}" y="{y + h / 2 + 4}" fill="white" '
                        f'font-size="11" text-anchor="middle">{label}</text>')
         x += w
     if len(runs) > MAX_RUNS:
-        rest = sum(n for _, _, n in runs[MAX_RUNS:])
+        rest = sum(r[3] for r in runs[MAX_RUNS:])
         svg.append(f'<text x="{min(x, BAND_WIDTH - 160):.2f}" y="{y + h + 14}" font-size="11">'
                    f"… {rest} more chunks in {len(runs) - MAX_RUNS} runs</text>")
-    if int(axis.lengths.sum()) > axis.extent:  # a padded last block overhangs the end
-        ext = axis.extent * scale
-        svg.append(f'<line x1="{ext:.2f}" y1="0" x2="{ext:.2f}" y2="{h + 8}" stroke="#222" '
-                   'stroke-dasharray="3,2"><title>end of the array (the last block is padded '
-                   "past it)</title></line>")
+    if len(pads) and pads[-1]:  # the last block is padded past the end of the array
+        ext = (stored - int(pads[-1])) * scale
+        svg.append(f'<line class="end" x1="{ext:.2f}" y1="0" x2="{ext:.2f}" y2="{h + 8}" '
+                   'stroke="#222" stroke-dasharray="3,2"><title>end of the array (the last '
+                   "block is padded past it)</title></line>")
     svg.append("</svg>")
-    spec = json.dumps([r[0] if r[2] == 1 else [r[0], r[2]] for r in runs[:12]])
+    spec = json.dumps([(f"{r[0] - r[2]}+{r[2]}" if r[2] else r[0]) if r[3] == 1 else
+                       [f"{r[0] - r[2]}+{r[2]}" if r[2] else r[0], r[3]] for r in runs[:12]])
     more = " …" if len(runs) > 12 else ""
+    padding = int(pads.sum())
+    padded = (f"; {int((pads > 0).sum())} of them padded: {axis.extent} steps of data + "
+              f"{padding} of padding = {stored} stored" if padding else "")
     caption = (f"<figcaption><b>{html.escape(axis.dim)}</b>: {axis.extent} steps in "
-               f"{len(axis.lengths)} chunk(s) <code>{html.escape(spec)}{more}</code></figcaption>")
+               f"{len(axis.lengths)} chunk(s){padded} <code>{html.escape(spec)}{more}</code>"
+               "</figcaption>")
     return (f'<figure class="band" data-axis="{html.escape(axis.dim)}">{"".join(svg)}'
             f"{caption}</figure>")
 

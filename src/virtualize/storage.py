@@ -227,8 +227,37 @@ def async_filesystems(protocols) -> dict[str, Any]:
         if not fs.async_impl:  # memory://
             from fsspec.implementations.asyn_wrapper import AsyncFileSystemWrapper
             fs = AsyncFileSystemWrapper(fs, asynchronous=True)
-        out[proto] = fs
+        out[proto] = _closes_its_session(fs)
     return out
+
+
+def _closes_its_session(fs):
+    """`fs` (asynchronous) with its client session closed when it is dropped or at exit.
+    fsspec's http and s3fs close the session they open on first use only for synchronous
+    file systems, so each cube read over http(s):// or s3:// through `reference://` left
+    aiohttp's "Unclosed client session" warning behind at exit."""
+    import asyncio
+    import weakref
+
+    setter = getattr(type(fs), "set_session", None)
+    close = getattr(type(fs), "close_session", None)
+    if setter is None or close is None:
+        return fs
+    me = weakref.ref(fs)  # (the wrapper must not keep the file system alive)
+    closing: set[int] = set()
+
+    async def set_session(*args, **kwargs):
+        this = me()
+        session = await setter(this, *args, **kwargs)
+        # what close_session takes: s3fs its client's context, http the aiohttp session
+        held = getattr(this, "_s3creator", None) or getattr(this, "_session", None)
+        if held is not None and id(held) not in closing:
+            closing.add(id(held))
+            weakref.finalize(this, close, asyncio.get_running_loop(), held)
+        return session
+
+    fs.set_session = set_session
+    return fs
 
 
 _ENV_PREFIXES = ("AWS_", "GOOGLE_", "GCS", "AZURE_", "FSSPEC_")

@@ -13,8 +13,8 @@ from .read import open_store, rectilinear_enabled
 class VirtualizeBackendEntrypoint(BackendEntrypoint):
     description = ("Open a virtualize cube (directory, kerchunk reference JSON or Icechunk "
                    "repository) with xarray")
-    # the project has no published address yet: the page in its repository
-    url = "docs/reading.md in the virtualize repository (the xarray section)"
+    # the project has no published address yet: the guide shipped with it
+    url = "virtualize docs reading (shipped with virtualize: the xarray section)"
     open_dataset_parameters = ("filename_or_obj", "drop_variables", "group", "mask_and_scale",
                                "decode_times", "decode_timedelta", "use_cftime", "concat_characters",
                                "decode_coords", "check_sources", "allow", "storage_options",

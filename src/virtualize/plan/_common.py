@@ -298,22 +298,33 @@ def consistent(ctx: Context, name: str, vs: list[Variable], free: frozenset[str]
 
 
 def figure(name: str, dims, shape, chunk_lengths, refused: dict[int, set[int]] | None = None,
-           refused_variable: bool = False) -> VariableFigure:
+           refused_variable: bool = False,
+           padding: dict[int, dict[int, int]] | None = None) -> VariableFigure:
     """The bands of one variable: per axis every chunk's length, marked short (shorter than
-    the axis' usual chunk), overhang (reaching past the end) or refused."""
+    the axis' usual chunk), overhang (reaching past the end) or refused. `padding`: per
+    axis, the steps of padding of chunks stored padded inside the axis (a padded block
+    that is not the last); what the chunks reach past the end is the last one's padding."""
     axes = []
     for a, (dim, n, lens) in enumerate(zip(dims, shape, chunk_lengths)):
         lens = np.asarray(lens, dtype=np.int64)
         marks = np.empty(len(lens), dtype=object)
         marks.fill(OK)  # (one string: np.full would make one per chunk)
+        pads = None
+        inside = (padding or {}).get(a)
+        if inside:
+            pads = np.zeros(len(lens), np.int64)
+            pads[list(inside)] = list(inside.values())
         if len(lens):
             values, counts = np.unique(lens, return_counts=True)
             marks[lens < values[counts.argmax()]] = SHORT
-            if int(lens.sum()) > n:
+            over = int(lens.sum()) - (int(pads.sum()) if pads is not None else 0) - int(n)
+            if over > 0:
                 marks[-1] = OVERHANG
+                pads = np.zeros(len(lens), np.int64) if pads is None else pads
+                pads[-1] += over
         for i in (refused or {}).get(a, ()):
             marks[i] = REFUSED
-        axes.append(AxisFigure(dim, int(n), lens, marks))
+        axes.append(AxisFigure(dim, int(n), lens, marks, pads))
     return VariableFigure(name, axes, refused_variable or bool(refused and any(refused.values())))
 
 

@@ -477,6 +477,7 @@ def _concat_array(ctx: _Context, name: str, vs: list[Variable], k: int,
     last = len(vs) - 1
     ok = True
     refused: set[int] = set()
+    padded: dict[int, int] = {}  # chunk -> steps of padding, for the figure
     cells: dict[tuple[int, ...], Cell] = {}
     # the manifest is filled in place, file by file (no copy of each file's block table
     # held until the end), when the files' block grids line up (else they are refused)
@@ -528,6 +529,7 @@ def _concat_array(ctx: _Context, name: str, vs: list[Variable], k: int,
                     ctx.use_remedy("materialize", count, nbytes, enabled=False)
                 ok = False
                 refused.add(len(lengths_k) + j)
+                padded[len(lengths_k) + j] = b - r
         lengths_k.extend(lens)
         if out is None:
             parts.append(refs)
@@ -539,7 +541,8 @@ def _concat_array(ctx: _Context, name: str, vs: list[Variable], k: int,
             chunk_lengths.append(tuple(block_lengths(n, b, first.blocks.padded)))
     shape = list(first.shape)
     shape[k] = sum(v.shape[k] for v in vs)
-    ctx.figures[name] = figure(name, first.dims, shape, chunk_lengths, {k: refused})
+    ctx.figures[name] = figure(name, first.dims, shape, chunk_lengths, {k: refused},
+                               padding={k: padded})
     if not ok or not consistent_ or \
             any(p.shape[:k] + p.shape[k + 1:] != parts[0].shape[:k] + parts[0].shape[k + 1:]
                 for p in parts):

@@ -919,6 +919,9 @@ def _scaled(geo: dict | None, base, page) -> dict | None:
 
 
 
+# (tifffile's warnings while reading values are dropped: the scan reported them, once, as
+# `tiff-warning` notes; they are not printed beside the report)
+@_tifffile_warnings()
 def read_tiff_region(path: str, name: str, region: tuple[tuple[int, int], ...]) -> np.ndarray:
     """Decode one region of an image with tifffile, touching only the strips or tiles it
     overlaps (tifffile's `selection`)."""
@@ -971,6 +974,7 @@ def _page_region(path, page, sel: tuple[slice, ...]) -> np.ndarray:
     return tifffile.imread(path, key=page.index, selection=sel)
 
 
+@_tifffile_warnings()
 def read_tiff_values(path: str, name: str) -> np.ndarray:
     """Decode one image (for inlining) with tifffile."""
     if storage.is_url(path):
