@@ -255,3 +255,38 @@ def test_mosaic_leaves_out_an_unreadable_tile(case, tmp_path):
                                    skip_unreadable=True).left_out == report.left_out
     info = json.loads((tmp_path / "m.zarr" / "virtualize.json").read_text())
     assert [d["path"] for d in info["left_out"]] == [str(bad)]
+
+
+def _time_files(tmp_path, starts, n, units, name="t"):
+    import netCDF4
+    import numpy as np
+
+    files = []
+    for i, start in enumerate(starts):
+        f = tmp_path / f"{name}{i:02d}.nc"
+        with netCDF4.Dataset(f, "w") as ds:
+            ds.createDimension("time", None)
+            t = ds.createVariable("time", "f8", ("time",))
+            t.units = units
+            t[:] = start + np.arange(n[i] if isinstance(n, list) else n) * \
+                (1 if isinstance(n, list) else 6)
+            ds.createVariable("v", "f4", ("time",))[:] = np.zeros(len(t[:]), "f4")
+        files.append(f)
+    return files
+
+
+def test_gaps_of_six_hourly_data_and_of_monthly_means(tmp_path):
+    import datetime
+
+    # 6-hourly, 4 steps a file (0-18 h, 24-42 h): the third starts at 72 h, 4 steps late
+    files = _time_files(tmp_path, [0, 24, 72], 4, "hours since 2024-01-01 00:00:00")
+    [gap] = [p for p in virtualize.check(files).problems if p.kind == "coordinate-gap"]
+    assert "4 step(s) of 6 hours missing between 2024-01-02T18:00:00 and " \
+           "2024-01-04T00:00:00" in gap.message and gap.loc.file == str(files[2])
+    # monthly means, one step a file (28-31 days apart): March missing
+    months = [1, 2, 4, 5, 6, 7, 8]
+    days = [(datetime.date(2024, m, 15) - datetime.date(2024, 1, 1)).days for m in months]
+    files = _time_files(tmp_path, days, [1] * len(days), "days since 2024-01-01", "m")
+    gaps = [p for p in virtualize.check(files).problems if p.kind == "coordinate-gap"]
+    assert [p.loc.file for p in gaps] == [str(files[2])]
+    assert "missing between 2024-02-15 and 2024-04-15" in gaps[0].message

@@ -31,7 +31,8 @@ def coordinate_gaps(invs: Sequence[FileInventory], dim: str, *, fatal: bool = Fa
     diffs = np.diff(values)
     if diffs.size < 2 or not np.isfinite(diffs).all() or (diffs <= 0).any():
         return []  # too few steps to call one usual, or out of order (reported elsewhere)
-    steps, counts = np.unique(diffs, return_counts=True)
+    # (steps equal but for float rounding, as of hours in days, count as one)
+    steps, counts = np.unique(np.round(diffs, 9), return_counts=True)
     step = float(steps[np.argmax(counts)])
     if counts.max() < REGULAR_SHARE * diffs.size:
         return []
@@ -61,7 +62,9 @@ def _missing(attrs: dict, dim: str, n: int, step: float, a: float, b: float) -> 
             cal = attrs.get("calendar") if isinstance(attrs.get("calendar"), str) else "standard"
             da, db = cftime.num2date([a, b], units, cal, only_use_cftime_datetimes=True)
             word = units.split(" since ")[0].strip().lower()
-            when = [_date(d) for d in (da, db)]
+            whole = all((d.hour, d.minute, d.second, d.microsecond) == (0, 0, 0, 0)
+                        for d in (da, db))  # (both as dates, or both with their times)
+            when = [_date(d) if whole else d.isoformat() for d in (da, db)]
             span = (f"{n} {word}" if step == 1 and word.endswith("s") else
                     f"{n} step(s) of {step:g} {word}")
             return f"{span} missing between {when[0]} and {when[1]}"
@@ -71,6 +74,4 @@ def _missing(attrs: dict, dim: str, n: int, step: float, a: float, b: float) -> 
 
 
 def _date(d) -> str:
-    if (d.hour, d.minute, d.second, d.microsecond) == (0, 0, 0, 0):
-        return f"{d.year:04d}-{d.month:02d}-{d.day:02d}"
-    return d.isoformat()
+    return f"{d.year:04d}-{d.month:02d}-{d.day:02d}"
