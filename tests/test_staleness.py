@@ -82,6 +82,9 @@ def test_touched_source_is_read_with_a_note_and_refreshed(built):
     [p] = virtualize.verify_cube(out)
     assert (p.kind, p.fatal, p.loc.file) == ("source-touched", False, str(files[1]))
     assert [p.fatal for p in virtualize.verify_cube(out, strict=True)] == [True]
+    # --decode goes on past a touched source (a note), re-scanning and decoding
+    assert [(p.kind, p.fatal) for p in virtualize.verify_cube(out, decode=True)] == [
+        ("source-touched", False)]
     [p] = virtualize.verify_cube(out, refresh=True)
     assert (p.kind, p.fatal) == ("source-touched", False) and "now recorded" in p.message
     assert virtualize.verify_cube(out) == []
