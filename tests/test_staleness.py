@@ -252,3 +252,33 @@ def test_append_and_export_accept_a_touched_source_unless_strict(case, tmp_path)
     with pytest.raises(VirtualizeError):
         virtualize.export(cube, tmp_path / "e.json", strict=True)
     virtualize.export(cube, tmp_path / "e.json")
+
+
+def test_a_touched_external_link_target_is_proved_through_the_linking_file(tmp_path):
+    import h5py
+
+    target = tmp_path / "target.h5"
+    with h5py.File(target, "w") as f:
+        f.create_dataset("data", data=np.arange(24, dtype="f4").reshape(4, 6), chunks=(2, 6))
+    linked = tmp_path / "linked.h5"
+    with h5py.File(linked, "w") as f:
+        f.create_dataset("own", data=np.arange(5, dtype="i4"))
+        f["lnk"] = h5py.ExternalLink("target.h5", "/data")
+    out = tmp_path / "c.zarr"
+    report = virtualize.virtualize([linked], out)
+    (src,) = [s for s in report.plan.sources if s.path == str(target)]
+    assert src.referenced_by == str(linked) and src.fingerprint.startswith("v1:")
+    later(target)
+    with pytest.warns(SourceTouchedWarning):
+        g = virtualize.open(out)
+    np.testing.assert_array_equal(g["lnk"][...], np.arange(24, dtype="f4").reshape(4, 6))
+    [p] = virtualize.verify_cube(out, refresh=True)
+    assert (p.kind, p.loc.file) == ("source-touched", str(target))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        virtualize.open(out, strict=True)
+    with h5py.File(target, "a") as f:  # other chunks: a new dataset layout, same name
+        del f["data"]
+        f.create_dataset("data", data=np.arange(24, dtype="f4").reshape(4, 6), chunks=(4, 3))
+    with pytest.raises(VirtualizeError, match="source-changed"):
+        virtualize.open(out)
