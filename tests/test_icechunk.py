@@ -101,9 +101,9 @@ def test_append_to_icechunk_is_a_new_commit(case, tmp_path):
     repo = ic.Repository.open(storage)
     messages = [s.message for s in repo.ancestry(branch="main")]
     assert messages[:2] == ["virtualize append: 1 file(s)", "virtualize append: 2 file(s)"]
-    with pytest.raises(virtualize.VirtualizeError) as e:
-        virtualize.append(out, files[1:2])
-    assert [p.kind for p in e.value.problems] == ["already-in-cube"]
+    report = virtualize.append(out, files[1:2])  # already in: a no-op, no commit
+    assert report.ok and report.already == [str(files[1])]
+    assert len(list(ic.Repository.open(storage).ancestry(branch="main"))) == len(messages)
 
 
 def test_append_files_from_another_directory_adds_a_container(case, tmp_path):

@@ -57,6 +57,10 @@ def test_source_changed_shows_sizes_and_utc_times(case, tmp_path):
     f = tmp_path / "a.nc"
     shutil.copy2(case("months2024")[0], f)
     virtualize.virtualize([f], tmp_path / "cube")
+    rec = tmp_path / "cube" / "virtualize.json"  # a cube recording no fingerprint (older):
+    info = json.loads(rec.read_text())  # a touched source is stale there
+    info["sources"][0].pop("fingerprint")
+    rec.write_text(json.dumps(info))
     st = f.stat()
     os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns + 1))  # one nanosecond later
     with pytest.raises(VirtualizeError) as e:

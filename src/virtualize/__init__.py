@@ -46,13 +46,15 @@ from .api import (  # noqa: E402
 from .model import (  # noqa: E402
     OutputExistsError,
     Problem,
+    SourceTouchedWarning,
     UnsafeOutputError,
     UsageError,
     VirtualizeError,
 )
 from .report import Report  # noqa: E402
 
-__all__ = ["OutputExistsError", "Problem", "Report", "UnsafeOutputError", "UsageError",
+__all__ = ["OutputExistsError", "Problem", "Report", "SourceTouchedWarning", "UnsafeOutputError",
+           "UsageError",
            "VirtualizeError", "append", "check", "check_mosaic", "export", "inventories", "inventory",
            "mosaic",
            "open", "verify_cube", "virtualize"]

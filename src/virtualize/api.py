@@ -22,11 +22,12 @@ from .model import FileInventory, Location, Plan, Problem, UsageError, Virtualiz
 from .plan import ConcatOptions, MosaicOptions, plan_concat, plan_mosaic
 from .plan._common import DEFAULT_INLINE_THRESHOLD
 from .plan.cut import DEFAULT_CHUNK_SIZE, chunk_bytes, cut_stack
-from .read import changed_sources, open_cube
+from .read import open_cube
 from .report import Report
 from .scan import scan as _scan
 from .scan._planning import ScanHint
 from .scan._worker import Sharer, scan_bounded, scan_on, scan_or_problems
+from .staleness import check_sources
 from .verify import decode_check
 
 PathLike = str | os.PathLike
@@ -71,7 +72,8 @@ def check(paths: Iterable[PathLike] | PathLike, concat_dim: str | None = None, *
           scan_timeout: float | None = DEFAULT_SCAN_TIMEOUT,
           storage_options: dict | None = None,
           inline_threshold: int = DEFAULT_INLINE_THRESHOLD,
-          chunk_size: int | str | None = DEFAULT_CHUNK_SIZE) -> Report:
+          chunk_size: int | str | None = DEFAULT_CHUNK_SIZE, skip_unreadable: bool = False,
+          no_gaps: bool = False) -> Report:
     """Can this stack be virtualized (concatenated along `concat_dim`)? Scans every file
     and plans the cube, collecting every problem of every file. Writes nothing.
 
@@ -85,12 +87,19 @@ def check(paths: Iterable[PathLike] | PathLike, concat_dim: str | None = None, *
     referenced are inlined when they take at most `inline_threshold` decoded bytes per
     file (0: refused instead). Uncompressed blocks larger than `chunk_size` bytes (an int,
     or "16M"; default 16 MiB; None or 0: never) are cut into chunks at whole rows
-    (docs/planning.md, Chunk size)."""
+    (docs/planning.md, Chunk size).
+
+    `skip_unreadable`: a file that cannot be scanned (unreadable, of no format read,
+    truncated, corrupt, a damaged object in it, its scan timed out or crashed) is left out
+    and listed (`Report.left_out`, and the cube's record) instead of stopping the job.
+    `no_gaps`: a gap in a regular concatenation coordinate (`coordinate-gap`, otherwise a
+    note) is fatal."""
     _storage(storage_options)
     limit = _chunk_size(chunk_size)
     opts = ConcatOptions(concat_dim=concat_dim, inline=frozenset(_names(inline)),
                          drop=frozenset(_names(drop)), sort=sort, split=split,
-                         materialize=materialize, inline_threshold=inline_threshold)
+                         materialize=materialize, inline_threshold=inline_threshold,
+                         no_gaps=no_gaps)
     recipe = {"kind": "concat", "concat_dim": concat_dim, "inline": sorted(opts.inline),
               "drop": sorted(opts.drop), "sort": sort, "split": split,
               "materialize": materialize, "materialize_limit": materialize_limit,
@@ -98,7 +107,8 @@ def check(paths: Iterable[PathLike] | PathLike, concat_dim: str | None = None, *
     report = _check(paths, lambda invs: plan_concat(invs, opts), progress, materialize_limit, jobs,
                     scan_timeout, executor=executor, chunk_size=limit,
                     names=lambda invs: _unknown_names(invs, opts.drop, opts.inline, concat_dim),
-                    hint=ScanHint("concat", concat_dim))
+                    hint=ScanHint("concat", concat_dim),
+                    skip_unreadable=skip_unreadable)
     if report.plan is not None:
         report.plan.recipe = recipe
     return report
@@ -111,12 +121,14 @@ def check_mosaic(paths: Iterable[PathLike] | PathLike, *,
                  jobs: int | str = "auto", executor=None, progress=None,
                  scan_timeout: float | None = DEFAULT_SCAN_TIMEOUT,
                  storage_options: dict | None = None,
-                 chunk_size: int | str | None = DEFAULT_CHUNK_SIZE) -> Report:
+                 chunk_size: int | str | None = DEFAULT_CHUNK_SIZE,
+                 skip_unreadable: bool = False) -> Report:
     """Can these tiles be placed into one mosaic? By georeferencing (GeoTIFF transform,
     or 1-D x/y / lon/lat coordinates), or by explicit `offsets` [(row, col), ...] in pixels.
     `overlap`: None (overlaps are problems), "last" or "first" (which tile wins).
     Remedies as in `check`: `split` cuts uncompressed blocks into row ranges, `materialize`
-    copies cells no block fits; `chunk_size` cuts large uncompressed blocks as in `check`."""
+    copies cells no block fits; `chunk_size` cuts large uncompressed blocks as in `check`;
+    `skip_unreadable` as in `check`."""
     _storage(storage_options)
     limit = _chunk_size(chunk_size)
     opts = MosaicOptions(offsets=offsets, overlap=overlap, tolerance=tolerance,
@@ -126,7 +138,8 @@ def check_mosaic(paths: Iterable[PathLike] | PathLike, *,
     report = _check(paths, lambda invs: plan_mosaic(invs, opts), progress, materialize_limit, jobs,
                     scan_timeout, executor=executor, chunk_size=limit,
                     names=lambda invs: _unknown_names(invs, opts.drop, (), None),
-                    hint=ScanHint("mosaic"))
+                    hint=ScanHint("mosaic"),
+                    skip_unreadable=skip_unreadable)
     if report.plan is not None:
         report.plan.recipe = {"kind": "mosaic", "overlap": overlap, "tolerance": tolerance,
                               "offsets": [list(o) for o in offsets] if offsets else None,
@@ -144,20 +157,23 @@ def virtualize(paths: Iterable[PathLike] | PathLike, out: PathLike, concat_dim: 
                storage_options: dict | None = None,
                relative: bool = False,
                inline_threshold: int = DEFAULT_INLINE_THRESHOLD,
-               chunk_size: int | str | None = DEFAULT_CHUNK_SIZE) -> Report:
+               chunk_size: int | str | None = DEFAULT_CHUNK_SIZE, skip_unreadable: bool = False,
+               no_gaps: bool = False) -> Report:
     """Virtualize a stack into `out`: a cube directory, a kerchunk reference JSON
     (`format="kerchunk"` or `out` ending in `.json`) or an Icechunk repository
     (`format="icechunk"` or `.icechunk`). Nothing is written unless every file
     can be referenced exactly; then `VirtualizeError` carries every problem.
     `relative`: record the sources relative to the output (a relocatable cube, to be moved
     or mirrored together with its files: a cube directory's source table, a kerchunk
-    JSON's template, an Icechunk repository's named virtual chunk container)."""
+    JSON's template, an Icechunk repository's named virtual chunk container).
+    `skip_unreadable`, `no_gaps`: as for `check`."""
     _storage(storage_options)
     kind = _output_kind(out, format, overwrite, paths)
     report = check(paths, concat_dim, inline=inline, drop=drop, sort=sort, split=split,
                    materialize=materialize, materialize_limit=materialize_limit,
                    jobs=jobs, executor=executor, progress=progress, scan_timeout=scan_timeout,
-                   inline_threshold=inline_threshold, chunk_size=chunk_size)
+                   inline_threshold=inline_threshold, chunk_size=chunk_size,
+                   skip_unreadable=skip_unreadable, no_gaps=no_gaps)
     return _write(report, out, kind, overwrite, relative)
 
 
@@ -169,7 +185,8 @@ def mosaic(paths: Iterable[PathLike] | PathLike, out: PathLike, *,
            progress=None, scan_timeout: float | None = DEFAULT_SCAN_TIMEOUT,
            storage_options: dict | None = None,
            relative: bool = False,
-           chunk_size: int | str | None = DEFAULT_CHUNK_SIZE) -> Report:
+           chunk_size: int | str | None = DEFAULT_CHUNK_SIZE,
+           skip_unreadable: bool = False) -> Report:
     """Place tiles into one mosaic cube at `out` (see `check_mosaic`); nothing is written
     unless every cell is exactly one block of one tile or a gap."""
     _storage(storage_options)
@@ -177,7 +194,8 @@ def mosaic(paths: Iterable[PathLike] | PathLike, out: PathLike, *,
     report = check_mosaic(paths, offsets=offsets, overlap=overlap, drop=drop,
                           tolerance=tolerance, split=split, materialize=materialize,
                           materialize_limit=materialize_limit, jobs=jobs, executor=executor,
-                          progress=progress, scan_timeout=scan_timeout, chunk_size=chunk_size)
+                          progress=progress, scan_timeout=scan_timeout, chunk_size=chunk_size,
+                          skip_unreadable=skip_unreadable)
     return _write(report, out, kind, overwrite, relative)
 
 
@@ -203,7 +221,8 @@ def _appending(fn):
 
 @_appending
 def append(cube: PathLike, paths: Iterable[PathLike] | PathLike, *, jobs: int | str = "auto",
-           executor=None, progress=None, scan_timeout: float | None = DEFAULT_SCAN_TIMEOUT) -> Report:
+           executor=None, progress=None, scan_timeout: float | None = DEFAULT_SCAN_TIMEOUT,
+           strict: bool = False, skip_unreadable: bool = False, no_gaps: bool = False) -> Report:
     """Add files to the end of a cube directory, kerchunk JSON or Icechunk repository
     written by `virtualize`: only the new files are scanned, planned as the cube was (its
     recorded recipe) after the cube's last step (recorded with it: docs/planning.md,
@@ -213,18 +232,26 @@ def append(cube: PathLike, paths: Iterable[PathLike] | PathLike, *, jobs: int | 
     grown cube would differ from a full rebuild beyond its new chunks (the last file's
     padded block no longer last, a variable stored differently), the whole stack is
     scanned and planned again instead. Refused (nothing changed) when a source of the
-    cube changed, a file is already in it, or a new file does not come after its last
-    step."""
+    cube changed (`strict`: or was touched), or a new file does not come after its last
+    step.
+
+    For cron jobs: a file given that is already in the cube, as recorded (its size and
+    time or identity, or a touched file's fingerprint), is skipped with a note, so running
+    a job again is a no-op ("nothing to append"); one with the same path but other
+    content is refused (`already-in-cube`). `skip_unreadable`, `no_gaps`: as for `check`
+    (a gap between the cube's last step and the new files counts)."""
     from .emit._staging import locked
 
     cube = _local_cube(cube, "append")
     kind = _cube_kind(cube)  # (not a cube: refused before anything is locked)
     with locked(cube):  # concurrent appends to one cube wait for each other
         return _append(cube, kind, paths, jobs=jobs, executor=executor, progress=progress,
-                       scan_timeout=scan_timeout)
+                       scan_timeout=scan_timeout, strict=strict, skip_unreadable=skip_unreadable,
+                       no_gaps=no_gaps)
 
 
-def _append(cube: Path, kind: str, paths, *, jobs, executor, progress, scan_timeout) -> Report:
+def _append(cube: Path, kind: str, paths, *, jobs, executor, progress, scan_timeout,
+            strict=False, skip_unreadable=False, no_gaps=False) -> Report:
     info = _recorded(cube, kind)
     recipe = dict(info.get("recipe") or {})
     if recipe.get("kind") != "concat":
@@ -236,9 +263,7 @@ def _append(cube: Path, kind: str, paths, *, jobs, executor, progress, scan_time
                                        "this Icechunk repository is relocatable (--relative): "
                                        "appending to it is not supported yet; re-run virtualize "
                                        "--relative with all the files")])
-    changed = list(changed_sources(info["sources"]))
-    if changed:
-        raise VirtualizeError(changed, f"{cube}: its sources changed since it was written")
+    checked = check_sources(info["sources"], strict=strict, scan_timeout=scan_timeout)
     # the files given (data files found through reference sets are not inputs)
     old = [s["path"] for s in info["sources"] if not s.get("referenced_by")]
     empty: list[str] = []
@@ -251,20 +276,57 @@ def _append(cube: Path, kind: str, paths, *, jobs, executor, progress, scan_time
                                        f"the directory {d} holds no files") for d in empty]
                               or [Problem(Location(), "no-files", "no files to append were given")],
                               "nothing appended")
+    # a file given again (a cron job run twice): skipped when the cube's record of it
+    # holds (size, identity or time, or a touched file's fingerprint); refused when not
     old_set = set(old)
-    twice = [Problem(Location(p), "already-in-cube", f"{p} is already a source of {cube}")
-             for p in new if p in old_set]
-    if twice:
-        raise VirtualizeError(twice, "nothing appended")
+    again = list(dict.fromkeys(p for p in new if p in old_set))
+    stale = [p for p in checked.problems if p.fatal]
+    changed = {p.loc.file: p for p in stale}
+    refused = [Problem(Location(p), "already-in-cube",
+                       f"{p} is already a source of {cube}, with other content now ("
+                       f"{changed[p].message}): re-run virtualize with all the files")
+               for p in again if p in changed]
+    if stale:
+        raise VirtualizeError(refused + [p for p in stale if p.loc.file not in set(again)],
+                              f"{cube}: its sources changed since it was written; nothing "
+                              "appended")
+    touched = [p for p in checked.problems if not p.fatal]
+    new = [p for p in new if p not in old_set]
+    if not new:
+        report = Report(files=again, problems=touched, plan=Plan([], {}, {}),
+                        notes=[f"nothing to append: 0 new, {len(again)} already in the cube"])
+        report.output = {"path": os.path.abspath(cube), "kind": kind}
+        report.already = again
+        return report
+    report = _append_files(cube, kind, info, old, new, recipe, jobs=jobs, executor=executor,
+                           progress=progress, scan_timeout=scan_timeout,
+                           skip_unreadable=skip_unreadable, no_gaps=no_gaps)
+    report.problems[:0] = touched
+    if again:
+        report.notes.insert(0, f"{len(new)} new, {len(again)} already in the cube (skipped: "
+                            + ", ".join(os.path.basename(p) for p in again[:3])
+                            + (", ..." if len(again) > 3 else "") + ")")
+        report.already = again
+    return report
+
+
+def _append_files(cube: Path, kind: str, info: dict, old: list[str], new: list[str],
+                  recipe: dict, *, jobs, executor, progress, scan_timeout, skip_unreadable,
+                  no_gaps) -> Report:
+    """Append the files `new` (none of them in the cube)."""
     if kind in ("cube", "icechunk", "kerchunk"):
         report = _append_new(cube, kind, info, new, jobs=jobs, executor=executor,
-                             progress=progress, scan_timeout=scan_timeout)
+                             progress=progress, scan_timeout=scan_timeout,
+                             skip_unreadable=skip_unreadable, no_gaps=no_gaps)
         if report is not None:
             return report
     recipe.pop("kind")
     recipe.setdefault("chunk_size", None)  # (a cube written before the cut: never cut)
     report = check(old + new, jobs=jobs, executor=executor, progress=progress,
-                   scan_timeout=scan_timeout, **recipe)
+                   scan_timeout=scan_timeout, skip_unreadable=skip_unreadable, no_gaps=no_gaps,
+                   **recipe)
+    if report.plan is not None:  # the files left out before, and now
+        report.plan.left_out = list(info.get("left_out") or []) + report.plan.left_out
     if report.plan is not None and \
             [s.path for s in report.plan.sources if not s.referenced_by][: len(old)] != old:
         report.problems.append(_not_at_end(cube, report.plan.concat_dim))
@@ -294,7 +356,8 @@ def _not_at_end(cube: Path, dim: str | None) -> Problem:
 
 
 def _append_new(cube: Path, kind: str, info: dict, new: list[str], *, jobs: int | str,
-                executor, progress, scan_timeout) -> Report | None:
+                executor, progress, scan_timeout, skip_unreadable=False,
+                no_gaps=False) -> Report | None:
     """Append by scanning only the new files (see `append`); None when the cube must be
     rebuilt instead (no recorded last step, or a grown cube that would differ from a full
     rebuild beyond its new chunks)."""
@@ -310,12 +373,14 @@ def _append_new(cube: Path, kind: str, info: dict, new: list[str], *, jobs: int 
                          drop=frozenset(recipe.get("drop") or ()), sort=recipe.get("sort", True),
                          split=recipe.get("split", True),
                          materialize=recipe.get("materialize", False),
-                         inline_threshold=recipe.get("inline_threshold", DEFAULT_INLINE_THRESHOLD))
+                         inline_threshold=recipe.get("inline_threshold", DEFAULT_INLINE_THRESHOLD),
+                         no_gaps=no_gaps)
     last = resume.last.path
     report = _check(new, lambda invs: plan_concat(invs, opts, resume=resume), progress,
                     recipe.get("materialize_limit"), jobs, scan_timeout, exclude=(last,),
                     executor=executor, chunk_size=recipe.get("chunk_size"), like=resume.last,
-                    hint=ScanHint("append", resume.dim))
+                    hint=ScanHint("append", resume.dim),
+                    skip_unreadable=skip_unreadable)
     plan = report.plan
     if plan is None:
         _refuse_unless_ok(report)
@@ -328,7 +393,7 @@ def _append_new(cube: Path, kind: str, info: dict, new: list[str], *, jobs: int 
     report.problems = [p for p in report.problems if p.loc.file != last]
     _refuse_unless_ok(report)
     old_sources = [Source(s["path"], s["size"], s["mtime_ns"], s.get("referenced_by"),
-                          s.get("etag")) for s in info["sources"]]
+                          s.get("etag"), s.get("fingerprint")) for s in info["sources"]]
     kerchunk = _load_json_file(cube) if kind == "kerchunk" else None
     docs, old_inline = _array_docs(cube, kind, plan, kerchunk)
     if old_inline is None:
@@ -336,6 +401,7 @@ def _append_new(cube: Path, kind: str, info: dict, new: list[str], *, jobs: int 
     merged = merge_append(plan, resume, docs, old_sources, old_inline)
     if isinstance(merged, str):
         return None
+    merged.plan.left_out = list(info.get("left_out") or []) + plan.left_out
     fresh = [s.path for s in merged.sources[len(old_sources):]]
     if kind == "kerchunk":
         from .emit.kerchunk import append_kerchunk
@@ -353,7 +419,8 @@ def _append_new(cube: Path, kind: str, info: dict, new: list[str], *, jobs: int 
         from .emit.cube import append_cube
         raw = json.loads((cube / SOURCES_NAME).read_text())
         append_cube(cube, merged, raw, fresh, relative_to=_relative(cube))
-    report.notes.append(f"appended {len(new)} file(s) after the cube's last step, scanning only "
+    report.notes.append(f"appended {len(new) - len(report.left_out)} file(s) after the cube's "
+                        "last step, scanning only "
                         f"them: {len(old_sources)} recorded source(s) checked unchanged, not "
                         "read")
     report.output = {"path": os.path.abspath(cube), "kind": kind}
@@ -508,37 +575,107 @@ def _replan(cube: Path, info: dict, *, jobs: int | str = "auto", executor=None, 
     return report
 
 
-def verify_cube(cube: PathLike, *, decode: bool = False, jobs: int | str = "auto", executor=None,
-                progress=None,
+def verify_cube(cube: PathLike, *, decode: bool = False, refresh: bool = False,
+                strict: bool = False, jobs: int | str = "auto", executor=None, progress=None,
                 scan_timeout: float | None = DEFAULT_SCAN_TIMEOUT) -> list[Problem]:
-    """Re-check a cube's sources: each one's size and modification time against what the
-    cube recorded (`source-changed` / `source-missing` problems name each one). With
-    `decode`, the stack is also scanned and planned again from the cube's recorded
+    """Re-check a cube's sources against what the cube recorded (`source-changed` /
+    `source-missing` problems name each stale one; a source whose modification time
+    alone changed is re-scanned and, its block tables as recorded, is `source-touched`:
+    a note, fatal when `strict`; docs/reading.md, Staleness). `refresh`: record the
+    touched sources' new times in the cube (any kind), so that later opens are silent.
+    With `decode`, the stack is also scanned and planned again from the cube's recorded
     inputs and recipe, and one chunk per source is decoded through the cube's codecs and
-    compared with the source library's read (`decode-mismatch`). [] when all is well."""
+    compared with the source library's read (`decode-mismatch`). [] when all is well;
+    fatal problems when the cube is stale (or broken)."""
+    from .emit._staging import locked
+
     cube = _local_cube(cube, "verify")
-    info = _recorded(cube, _cube_kind(cube))
-    changed = list(changed_sources(info["sources"]))
-    if changed or not decode:
-        return changed
+    kind = _cube_kind(cube)
+    with locked(cube) if refresh else _nothing():  # (an append waits, as for appends)
+        info = _recorded(cube, kind)
+        checked = check_sources(info["sources"], strict=strict, scan_timeout=scan_timeout)
+        problems = checked.problems
+        if any(p.fatal for p in problems):
+            return problems
+        report = None
+        if refresh and checked.touched:
+            if kind == "icechunk" and info.get("containers"):
+                return problems + [Problem(Location(str(cube)), "not-refreshable",
+                                           "this Icechunk repository is relocatable (--relative): "
+                                           "refreshing it is not supported yet; re-run virtualize "
+                                           "--relative with all the files")]
+            report = _refresh(cube, kind, info, checked.touched, jobs=jobs, executor=executor,
+                              progress=progress, scan_timeout=scan_timeout, decode=decode)
+            if not report.ok:
+                return problems + [p for p in report.problems if p.fatal]
+            problems = [Problem(p.loc, p.kind, p.message.split("; `virtualize verify")[0]
+                                + "; its new time is now recorded", fatal=False)
+                        for p in problems]
+        if not decode:
+            return problems
+        if report is None:
+            report = _replan(cube, info, jobs=jobs, executor=executor, progress=progress,
+                             decode="sources", scan_timeout=scan_timeout)
+        return problems + _rewritten(info, report) + [p for p in report.problems if p.fatal]
+
+
+def _rewritten(info: dict, report: Report) -> list[Problem]:
+    """The sources whose block tables, scanned again, differ from the fingerprints the cube
+    recorded although size and time are as recorded (a rewrite in place)."""
+    if report.plan is None:
+        return []
+    now = {s.path: s.fingerprint for s in report.plan.sources}
+    return [Problem(Location(s["path"]), "source-changed",
+                    "its size and modification time are as recorded, but scanned again its "
+                    "block tables differ from what the cube recorded (rewritten in place?)")
+            for s in info["sources"] if isinstance(s.get("fingerprint"), str)
+            and now.get(s["path"]) not in (None, s["fingerprint"])
+            and _scanned_alike(now[s["path"]], s["fingerprint"])]
+
+
+def _scanned_alike(a: str, b: str) -> bool:
+    """Two fingerprints made under the same scan hint (which variables carry digests): a
+    cube's files re-planned otherwise than they were scanned (one file, then appended to)
+    cannot be compared by them."""
+    return a.rsplit(":", 1)[0] == b.rsplit(":", 1)[0]
+
+
+def _nothing():
+    import contextlib
+    return contextlib.nullcontext()
+
+
+def _refresh(cube: Path, kind: str, info: dict, touched, *, jobs, executor, progress,
+             scan_timeout, decode: bool) -> Report:
+    """Record the touched sources' new times in the cube (`verify --refresh`). An Icechunk
+    repository's references carry the times too: the stack is planned again (the same
+    references, the touched files' block tables being as recorded) to stamp them again."""
+    times = {t.index: t.mtime_ns for t in touched}
+    if kind != "icechunk":
+        from .emit.cube import refresh_cube
+        from .emit.kerchunk import refresh_kerchunk
+        (refresh_kerchunk if kind == "kerchunk" else refresh_cube)(cube, times)
+        return Report(files=[], problems=[], plan=Plan([], {}, {}))
     report = _replan(cube, info, jobs=jobs, executor=executor, progress=progress,
-                     decode="sources", scan_timeout=scan_timeout)
-    return [p for p in report.problems if p.fatal]
+                     decode="sources" if decode else "groups", scan_timeout=scan_timeout)
+    if report.ok:
+        from .emit.icechunk import refresh_icechunk
+        refresh_icechunk(cube, report.plan, info, times)
+    return report
 
 
 def export(cube: PathLike, out: PathLike, *, format: str | None = None,
            overwrite: bool = False, jobs: int | str = "auto", executor=None, progress=None,
-           scan_timeout: float | None = DEFAULT_SCAN_TIMEOUT, relative: bool = False) -> Report:
+           scan_timeout: float | None = DEFAULT_SCAN_TIMEOUT, relative: bool = False,
+           strict: bool = False) -> Report:
     """Write a cube (directory, kerchunk JSON or Icechunk repository written by
     virtualize) as another kind: `format` or `out`'s suffix as for `virtualize`. Its
     recorded inputs are scanned and planned again with its recorded recipe (after
-    checking that none changed), so the export holds the same references (`relative`:
-    recorded relative to `out`, as for `virtualize`)."""
+    checking that none changed; `strict`: a touched one refused too), so the export holds
+    the same references (`relative`: recorded relative to `out`, as for `virtualize`)."""
     cube = _local_cube(cube, "export")
     info = _recorded(cube, _cube_kind(cube))
-    changed = list(changed_sources(info["sources"]))
-    if changed:
-        raise VirtualizeError(changed, f"{cube}: its sources changed since it was written")
+    _refuse_stale(cube, info, strict)
     kind = _output_kind(out, format, overwrite,
                         [s["path"] for s in info["sources"] if not s.get("referenced_by")])
     return _write(_replan(cube, info, jobs=jobs, executor=executor, progress=progress,
@@ -547,16 +684,32 @@ def export(cube: PathLike, out: PathLike, *, format: str | None = None,
 
 
 def open(path: PathLike, *, check_sources: bool = True, allow=None,  # noqa: A001
-         storage_options: dict | None = None) -> zarr.Group:
+         storage_options: dict | None = None, strict: bool = False) -> zarr.Group:
     """A cube (directory, kerchunk JSON or Icechunk repository) as a read-only zarr
     group. Rectilinear grids
     are enabled for the open only; the caller's zarr config is left as it was.
 
     The reader follows only references inside the roots recorded when the cube was
     written (its sources' directories) or in `allow` (paths, or URL prefixes such as
-    "s3://bucket/"): docs/reading.md, Confinement."""
+    "s3://bucket/"): docs/reading.md, Confinement.
+
+    A source that changed is refused (`check_sources`); one that was only touched (its
+    modification time changed, a re-scan finds its blocks as recorded) is read with a
+    `SourceTouchedWarning`, or refused when `strict` (docs/reading.md, Staleness)."""
     _storage(storage_options)
-    return open_cube(path, check_sources=check_sources, allow=allow)
+    return open_cube(path, check_sources=check_sources, allow=allow, strict=strict)
+
+
+def _refuse_stale(cube: Path, info: dict, strict: bool) -> list:
+    """The cube's source check (staleness.py): refused when a source is stale (or touched,
+    when `strict`); the touched sources otherwise (a note for the report)."""
+    checked = check_sources(info["sources"], strict=strict)
+    fatal = [p for p in checked.problems if p.fatal]
+    if fatal:
+        raise VirtualizeError(fatal, f"{cube}: its sources changed since it was written"
+                              + ("" if checked.stale else
+                                 " (touched only: `virtualize verify --refresh` records them)"))
+    return checked.problems
 
 
 def _storage(options: dict | None) -> None:
@@ -568,15 +721,31 @@ def _storage(options: dict | None) -> None:
 
 # -- the shared steps ------------------------------------------------------------------
 
+# what leaves a file out with `skip_unreadable`: a scan that failed so (the file is not a
+# readable file of a format virtualize reads), or a damaged object in it (fatal corrupt)
+UNSCANNABLE = frozenset({"unreadable", "unknown-format", "corrupt", "truncated",
+                         "scan-timeout", "scan-crashed"})
+DAMAGED = frozenset({"corrupt", "truncated"})
+
+
+def _unscannable(result: FileInventory | list[Problem]) -> Problem | None:
+    """The problem that makes this file one `skip_unreadable` leaves out, or None."""
+    if isinstance(result, FileInventory):
+        return next((p for p in result.problems if p.fatal and p.kind in DAMAGED), None)
+    return next((p for p in result if p.fatal and p.kind in UNSCANNABLE), None)
+
+
 def _check(paths, planner: Planner, progress, materialize_limit: int | None = None,
            jobs: int | str = "auto", scan_timeout: float | None = DEFAULT_SCAN_TIMEOUT, names=None,
            decode: str = "groups", exclude: Sequence[str] = (), executor=None,
            chunk_size: int | None = None, like: FileInventory | None = None,
-           hint: ScanHint | None = None) -> Report:
+           hint: ScanHint | None = None, skip_unreadable: bool = False) -> Report:
     """Scan `paths`, plan them, check the plan (`exclude`: files whose chunks the decode
     check does not read: an append's recorded last step; `chunk_size`: large uncompressed
     blocks cut first, for the plan and the decode check alike; `like`: an append's
-    recorded last step, whose cuts the new files keep; `hint`: how `planner` plans)."""
+    recorded last step, whose cuts the new files keep; `hint`: how `planner` plans;
+    `skip_unreadable`: files that cannot be scanned are left out, listed in the report's
+    `left_out`)."""
     _check_jobs(jobs, executor)
     empty: list[str] = []
     skipped: dict[str, list[str]] = {}
@@ -598,9 +767,13 @@ def _check(paths, planner: Planner, progress, materialize_limit: int | None = No
         hint = dataclasses.replace(hint, alone=True)
     share = Sharer()  # what the files repeat is held once (flat memory for large stacks)
     listed: list[str] = []  # the files as the report names them
+    left_out: list[dict[str, str]] = []
     for i, result in enumerate(_scan_all(files, jobs, scan_timeout, executor, hint)):
         listed.append(storage.normalize(files[i]))
-        if isinstance(result, FileInventory):
+        why = _unscannable(result) if skip_unreadable else None
+        if why is not None:
+            left_out.append({"path": listed.pop(), "kind": why.kind, "message": why.message})
+        elif isinstance(result, FileInventory):
             if result.path == listed[-1]:
                 result.path = listed[-1]  # one string for the report, the plan and the check
             invs.append(share(result))
@@ -610,6 +783,11 @@ def _check(paths, planner: Planner, progress, materialize_limit: int | None = No
             problems.extend(result)
         if progress is not None:
             progress(i + 1, len(files), result if isinstance(result, FileInventory) else None)
+    if left_out and not invs and not any(p.fatal for p in problems):
+        problems.append(Problem(Location(), "no-files",
+                                f"every file was left out: none of the {len(left_out)} file(s) "
+                                f"can be scanned (first: {left_out[0]['path']}: "
+                                f"{left_out[0]['kind']} {left_out[0]['message']})"))
     plan = None
     notes: list[str] = [f"skipped {len(fs)} file(s) in {d} of no format virtualize reads: "
                         + ", ".join(fs[:5]) + (", ..." if len(fs) > 5 else "")
@@ -644,12 +822,19 @@ def _check(paths, planner: Planner, progress, materialize_limit: int | None = No
                                | {(f, None) for f in exclude})
         problems.extend(checked.problems)
         notes.extend(checked.notes)
-    if len(invs) < len(files) and plan is not None:
-        notes.append(f"{len(files) - len(invs)} file(s) could not be scanned")
-    if len(listed) != len(files):
+    if len(invs) + len(left_out) < len(files) and plan is not None:
+        notes.append(f"{len(files) - len(invs) - len(left_out)} file(s) could not be scanned")
+    if left_out:
+        notes.insert(0, f"left out {len(left_out)} file(s) that cannot be scanned "
+                        "(--skip-unreadable): " + ", ".join(
+                            f"{os.path.basename(d['path'])} ({d['kind']})" for d in left_out[:5])
+                     + (", ..." if len(left_out) > 5 else ""))
+        if plan is not None:
+            plan.left_out = left_out
+    if len(listed) + len(left_out) != len(files):
         listed = [storage.normalize(f) for f in files]
-    return Report(files=listed, problems=problems, plan=plan,
-                  notes=notes, bytes_read=bytes_read, requests=requests)
+    return Report(files=listed, problems=problems, plan=plan, notes=notes,
+                  bytes_read=bytes_read, requests=requests, left_out=left_out)
 
 
 def _render_problems(plan: Plan) -> list[Problem]:

@@ -107,6 +107,23 @@ def _concat_options(p: argparse.ArgumentParser) -> None:
                    help="keep the files in the order given instead of sorting by coordinate")
 
 
+def _job_options(p: argparse.ArgumentParser, gaps: bool) -> None:
+    p.add_argument("--skip-unreadable", action="store_true",
+                   help="leave out files that cannot be scanned (unreadable, truncated, corrupt, "
+                        "timed out), listed in the report and the cube's record, instead of "
+                        "stopping")
+    if gaps:
+        p.add_argument("--no-gaps", action="store_true",
+                       help="refuse a gap in a regular concatenation coordinate (steps missing "
+                            "between two files; otherwise a note)")
+
+
+def _strict_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--strict", action="store_true",
+                   help="refuse a touched source too (modification time changed, blocks as "
+                        "recorded), not only a changed one")
+
+
 def _remedy_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--materialize", action="store_true",
                    help="copy blocks that cannot be referenced into the cube (decoded, cut to "
@@ -257,12 +274,14 @@ def build_parser() -> argparse.ArgumentParser:
     _output_options(p, required=True)
     _concat_options(p)
     _remedy_options(p)
+    _job_options(p, gaps=True)
     _report_options(p)
 
     p = cmd("check", "Can this stack be virtualized? Writes nothing.")
     _files(p)
     _concat_options(p)
     _remedy_options(p)
+    _job_options(p, gaps=True)
     _report_options(p)
 
     p = cmd("mosaic", "Place map tiles (GeoTIFFs, or netCDF/HDF5 with 1-D x/y coordinates) into "
@@ -282,6 +301,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="how far from whole-pixel alignment tiles may be (default 0.001)")
     p.add_argument("--drop", metavar="VAR", action="append", default=[])
     _remedy_options(p)
+    _job_options(p, gaps=False)
     _report_options(p)
 
     p = cmd("append", "Add files to the end of a cube (directory, kerchunk JSON or Icechunk "
@@ -289,6 +309,8 @@ def build_parser() -> argparse.ArgumentParser:
                       "cube was, and the cube replaced when complete.")
     p.add_argument("output", metavar="CUBE")
     _files(p)
+    _job_options(p, gaps=True)
+    _strict_option(p)
     _report_options(p)
 
     p = cmd("inspect", "One file's variables, dimensions and block tables (block shape and "
@@ -298,13 +320,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="as JSON")
     _chunk_size_option(p)
 
-    p = cmd("verify", "Re-check a cube's sources (size and modification time): exit 1 naming "
-                      "each changed or missing source. --decode also scans and plans the "
+    p = cmd("verify", "Re-check a cube's sources (size, identity; a file whose time alone "
+                      "changed is re-scanned: touched, its blocks as recorded, is a note, "
+                      "--refresh records its new time): exit 1 naming each changed or missing "
+                      "source. --decode also scans and plans the "
                       "sources again with the cube's recipe and decodes one chunk per source "
                       "through the cube's codecs, compared with the source library's read.")
     p.add_argument("cube", metavar="CUBE")
     p.add_argument("--decode", action="store_true",
                    help="also decode one chunk per source and compare with the source")
+    p.add_argument("--refresh", action="store_true",
+                   help="record the new modification times of touched sources (their blocks "
+                        "re-scanned and found as recorded), so that later opens are silent")
+    _strict_option(p)
     p.add_argument("--json", action="store_true", help="the problems as JSON")
     _scan_options(p)
     _verbosity(p)
@@ -313,6 +341,7 @@ def build_parser() -> argparse.ArgumentParser:
                       "Icechunk repository (its sources are planned again with its recipe).")
     p.add_argument("cube", metavar="CUBE")
     _output_options(p, required=True)
+    _strict_option(p)
     _report_options(p, html=False)
 
     p = cmd("docs", "Print one of the guides shipped with virtualize (Markdown: the "
@@ -463,6 +492,9 @@ def _kw(args) -> dict:
     if hasattr(args, "materialize"):
         kw.update(split=not args.no_split, materialize=args.materialize,
                   materialize_limit=args.materialize_limit, chunk_size=args.chunk_size)
+    for name in ("skip_unreadable", "no_gaps", "strict"):
+        if hasattr(args, name):
+            kw[name] = getattr(args, name)
     return kw
 
 
@@ -511,19 +543,26 @@ def _export(args) -> int:
 
 
 def _verify(args) -> int:
-    problems = verify_cube(args.cube, decode=args.decode, **_kw(args))
+    problems = verify_cube(args.cube, decode=args.decode, refresh=args.refresh, **_kw(args))
+    fatal = [p for p in problems if p.fatal]
     if args.json:
-        print(json.dumps({"cube": os.path.abspath(args.cube), "ok": not problems,
-                          "decode": args.decode, "problems": [p.to_dict() for p in problems]},
-                         indent=2))
-    elif problems:
+        print(json.dumps({"cube": os.path.abspath(args.cube), "ok": not fatal,
+                          "decode": args.decode, "refresh": args.refresh,
+                          "problems": [p.to_dict() for p in problems]}, indent=2))
+    elif fatal:
         for p in problems:
             print(str(p))
     elif not args.quiet:
+        for p in problems:  # touched sources: notes
+            print(str(p))
+        touched = len(problems)
         print(f"ok: the sources of {args.cube} are as recorded"
+              + (f" ({touched} touched, blocks unchanged"
+                 + ("; new times recorded)" if args.refresh else
+                    "; `verify --refresh` records their new times)") if touched else "")
               + ("; one chunk per source decodes as the source library reads it"
                  if args.decode else ""))
-    return REFUSED if problems else DONE
+    return REFUSED if fatal else DONE
 
 
 def _inspect(args) -> int:

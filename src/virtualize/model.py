@@ -107,6 +107,11 @@ class UsageError(VirtualizeError, ValueError):
         return self.args[0]
 
 
+class SourceTouchedWarning(UserWarning):
+    """A cube's source was touched (its modification time changed, its blocks did not):
+    the cube is read, and `virtualize verify --refresh` records the new time."""
+
+
 class OutputExistsError(VirtualizeError, FileExistsError):
     """The output exists and `overwrite` was not given (a `FileExistsError` too, for
     callers that caught that). Its message is one line: the located problem."""
@@ -224,10 +229,14 @@ class FileInventory(_ByFields):
     # files other than `path` whose bytes the block tables reference (refs path k -> k - 1):
     # the data files a kerchunk reference set names; empty for a scanned file
     data_files: list[Source] = field(default_factory=list)
+    # a digest of this file's block tables and recorded digests (scan/_fingerprint.py): a
+    # source whose modification time alone changed is unchanged when a re-scan gives it
+    fingerprint: str | None = None
 
     def sources(self) -> list[Source]:
         """What refs' `path` indexes: the file itself, then its data files."""
-        return [Source(self.path, self.size, self.mtime_ns, etag=self.etag), *self.data_files]
+        return [Source(self.path, self.size, self.mtime_ns, etag=self.etag,
+                       fingerprint=self.fingerprint), *self.data_files]
 
 
 @dataclass(slots=True)
@@ -241,11 +250,14 @@ class Source(_ByFields):
     mtime_ns: int
     referenced_by: str | None = None
     etag: str | None = None  # a remote source's ETag (or Last-Modified)
+    fingerprint: str | None = None  # its block tables' digest (FileInventory.fingerprint)
 
     def to_dict(self) -> dict[str, Any]:
         d = {"path": self.path, "size": self.size, "mtime_ns": self.mtime_ns}
         if self.etag is not None:
             d["etag"] = self.etag
+        if self.fingerprint is not None:
+            d["fingerprint"] = self.fingerprint
         if self.referenced_by is not None:
             d["referenced_by"] = self.referenced_by
         return d
@@ -379,6 +391,9 @@ class Plan:
     # what `virtualize append` needs of the stack's last file to plan new files after it
     # without the old ones (plan/_state.py); recorded with the cube
     append_state: dict[str, Any] | None = None
+    # the files left out because they cannot be scanned (skip_unreadable), each
+    # {"path", "kind", "message"}; recorded with the cube
+    left_out: list[dict[str, str]] = field(default_factory=list)
 
 
 @dataclass
@@ -393,6 +408,11 @@ class Report:
     # after a write: {"path": ..., "kind": "cube" | "kerchunk" | "icechunk"}; None before
     output: dict[str, str] | None = None
     requests: dict[str, int] = field(default_factory=dict)  # read requests per scanned file
+    # files left out because they cannot be scanned (skip_unreadable), each
+    # {"path", "kind", "message"}; not in `files`
+    left_out: list[dict[str, str]] = field(default_factory=list)
+    # `append`: the files given that are already in the cube (skipped)
+    already: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -408,6 +428,8 @@ class Report:
             "bytes_read": dict(self.bytes_read),
             "output": dict(self.output) if self.output else None,
             "requests": dict(self.requests),
+            "left_out": [dict(d) for d in self.left_out],
+            "already_in_cube": list(self.already),
             "arrays": {
                 name: {
                     "shape": list(a.shape),

@@ -55,7 +55,6 @@ from .emit.cube import SOURCES_NAME, manifest_segments
 from .emit.metadata import MANIFEST_FIELD
 from .model import MATERIALIZED, REF_DTYPE, Location, Problem, VirtualizeError
 from .storage import is_url, read_range
-from .storage import stat as source_stat
 
 
 @functools.cache
@@ -294,7 +293,8 @@ class CubeStore(Store):
     supports_listing = True
 
     def __init__(self, root: str | os.PathLike, *, check_sources: bool = True, allow=None,
-                 base: str | None = None, _files: _RemoteFiles | None = None):
+                 base: str | None = None, _files: _RemoteFiles | None = None,
+                 strict: bool = False):
         super().__init__(read_only=True)
         from .storage import is_url as _is_url
         from .storage import resolve
@@ -348,10 +348,8 @@ class CubeStore(Store):
         for s in self.sources:  # before anything is opened
             self.access.check(s)
         if check_sources:
-            problems = list(changed_sources(sources))
-            if problems:
-                raise VirtualizeError(problems, f"{self.root}: its source files changed since "
-                                      "the cube was written; re-run virtualize")
+            from .staleness import refuse_stale
+            refuse_stale(sources, self.root, strict=strict)
         for n in self.virtual:  # each manifest's segments and header, checked at open (an
             # invalid cube is one error here, not one per chunk task of a later read)
             self._manifest(n)
@@ -625,43 +623,9 @@ def _roots(what: Path, info: dict) -> list[str]:
 
 
 def changed_sources(sources: list[dict[str, Any]]):
-    from .storage import forget
-
-    forget()  # nothing remembered from a scan: ask the servers now
-    for s in sources:
-        if is_url(s["path"]):
-            try:
-                st = source_stat(s["path"])
-            except VirtualizeError as e:
-                yield from e.problems
-                continue
-            if st.st_size != s["size"] or (s.get("etag") is not None and st.etag != s["etag"]):
-                yield Problem(Location(s["path"]), "source-changed",
-                              f"changed since it was recorded: size {st.st_size:,} bytes "
-                              f"(recorded {s['size']:,}), ETag {st.etag} (recorded "
-                              f"{s.get('etag')})")
-            continue
-        try:
-            st = os.stat(s["path"])
-        except OSError as e:
-            yield Problem(Location(s["path"]), "source-missing", f"cannot be opened: {e.strerror}")
-            continue
-        if st.st_size != s["size"] or st.st_mtime_ns != s["mtime_ns"]:
-            yield Problem(Location(s["path"]), "source-changed",
-                          f"changed since it was recorded: size {st.st_size:,} bytes (recorded "
-                          f"{s['size']:,}), modified {_when(st.st_mtime_ns)} (recorded "
-                          f"{_when(s['mtime_ns'])})")
-
-
-def _when(ns: int) -> str:
-    """A modification time in ns as UTC, to the nanosecond (a rewrite may keep the second)."""
-    import datetime
-
-    try:
-        t = datetime.datetime.fromtimestamp(ns // 10**9, tz=datetime.UTC)
-    except (OverflowError, OSError, ValueError):
-        return f"{ns} ns"
-    return f"{t:%Y-%m-%d %H:%M:%S}.{ns % 10**9:09d} UTC"
+    """The stale sources' problems (kept for callers of 0.x: staleness.check_sources)."""
+    from .staleness import check_sources
+    yield from check_sources(sources).stale
 
 
 class ConsolidatedView(WrapperStore):
@@ -724,12 +688,14 @@ class ConsolidatedView(WrapperStore):
                     groups.append(node)
 
 
-def open_cube(path: str | os.PathLike, *, check_sources: bool = True, allow=None) -> zarr.Group:
+def open_cube(path: str | os.PathLike, *, check_sources: bool = True, allow=None,
+              strict: bool = False) -> zarr.Group:
     """Open a cube directory, a kerchunk reference JSON or an Icechunk repository written
     by virtualize as a read-only zarr group. `allow`: more roots (paths, or URL prefixes)
-    the reader may open files in (docs/reading.md, Confinement)."""
+    the reader may open files in (docs/reading.md, Confinement). `strict`: a touched
+    source (blocks unchanged: docs/reading.md, Staleness) is refused, not a warning."""
     with rectilinear_enabled(codecs=False):  # the store registers them when needed
-        store = open_store(path, check_sources=check_sources, allow=allow)
+        store = open_store(path, check_sources=check_sources, allow=allow, strict=strict)
         try:
             return zarr.open_group(store, mode="r", zarr_format=3)
         except VirtualizeError:
@@ -740,7 +706,7 @@ def open_cube(path: str | os.PathLike, *, check_sources: bool = True, allow=None
 
 
 def open_store(path: str | os.PathLike, *, check_sources: bool = True, allow=None,
-               base: str | None = None) -> Store:
+               base: str | None = None, strict: bool = False) -> Store:
     """The read-only zarr store of a cube of any of the three kinds (checked and confined).
     `base`: where it really is (the URL of a downloaded copy), for relative sources."""
     from .storage import is_url, normalize
@@ -754,7 +720,7 @@ def open_store(path: str | os.PathLike, *, check_sources: bool = True, allow=Non
         if info is not None:  # a cube directory: read in place, nothing downloaded
             files.cached[SOURCES_NAME] = info
             return ConsolidatedView(CubeStore(url, check_sources=check_sources, allow=allow,
-                                              _files=files))
+                                              _files=files, strict=strict))
         # a kerchunk JSON or an Icechunk repository: copied here first
         import tempfile
 
@@ -767,7 +733,7 @@ def open_store(path: str | os.PathLike, *, check_sources: bool = True, allow=Non
             local = download(normalize(path), tmp)
             # relative sources (a relocatable output) resolve against its URL
             store = open_store(local, check_sources=check_sources, allow=allow,
-                               base=normalize(path))
+                               base=normalize(path), strict=strict)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
@@ -778,23 +744,26 @@ def open_store(path: str | os.PathLike, *, check_sources: bool = True, allow=Non
         # a file is a kerchunk reference JSON, whatever its name (`--format kerchunk -o refs`)
         from .storage import dirname
         return kerchunk_store(path, check_sources=check_sources, allow=allow,
-                              base=dirname(base) if base else None)
+                              base=dirname(base) if base else None, strict=strict)
     from .emit.icechunk import is_icechunk_repo, open_icechunk
     if is_icechunk_repo(path):
         store = open_icechunk(path, allow=allow, base=base)
         if check_sources:  # as for cube directories: refused at open, not at a chunk's read
             from .emit.icechunk import recorded
+            from .staleness import refuse_stale
             info = recorded(path, base) or {}
-            problems = list(changed_sources(info.get("sources") or []))
-            if problems:
-                raise VirtualizeError(problems, f"{path}: its source files changed since "
-                                      "the repository was written; re-run virtualize")
+            # Icechunk compares each reference's recorded time itself: a touched source's
+            # chunks are refused at read until the new times are recorded
+            refuse_stale(info.get("sources") or [], path, strict=strict,
+                         touched_fatal="Icechunk refuses its chunks until `virtualize verify "
+                         "--refresh` records the new time")
         return ConsolidatedView(store)
-    return ConsolidatedView(CubeStore(path, check_sources=check_sources, allow=allow, base=base))
+    return ConsolidatedView(CubeStore(path, check_sources=check_sources, allow=allow, base=base,
+                                      strict=strict))
 
 
 def kerchunk_store(path: str | os.PathLike, *, check_sources: bool = True, allow=None,
-                   base: str | None = None):
+                   base: str | None = None, strict: bool = False):
     """A zarr store over a kerchunk reference JSON (fsspec `reference://`). Written by
     virtualize, it records its sources (checked for changes, like a cube directory's) and
     its allowed roots; any other reference set may only reach files under its own
@@ -827,10 +796,8 @@ def kerchunk_store(path: str | os.PathLike, *, check_sources: bool = True, allow
     for s in sources:
         access.check(s["path"])
     if section is not None and check_sources:
-        problems = list(changed_sources(sources))
-        if problems:
-            raise VirtualizeError(problems, f"{path}: its source files changed since it was "
-                                  "written; re-run virtualize")
+        from .staleness import refuse_stale
+        refuse_stale(sources, path, strict=strict)
     return reference_store(doc, path, access, sources if section else None, templates)
 
 

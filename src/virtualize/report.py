@@ -275,6 +275,22 @@ def summary_line(report: model.Report) -> str:
     others = len(groups) - len(skipped) + len(report.notes)
     if others:
         line += f"; {others} note(s) (-v)"
+    return _job_words(report, line)
+
+
+def _job_words(report: model.Report, line: str) -> str:
+    """The summary line with the files left out (skip_unreadable) and, for `append`, the
+    files already in the cube."""
+    if report.already and report.plan is not None and not report.plan.arrays:
+        line = (f"{verdict(report)}: nothing to append to {report.output['kind']} "
+                f"{report.output['path']}: 0 new, {len(report.already)} already in the cube"
+                if report.output else line)
+    elif report.already:
+        line += f"; {len(report.already)} file(s) already in the cube, skipped"
+    if report.left_out:
+        kinds = sorted({d["kind"] for d in report.left_out})
+        line += (f"; {len(report.left_out)} file(s) left out, cannot be scanned "
+                 f"({', '.join(kinds)}; -v lists them)")
     return line
 
 
@@ -332,6 +348,11 @@ def format_text(report: model.Report, verbose: bool = False, color: bool = False
     if report.notes:
         lines.append("")
         lines.extend(f"note: {t}" for t in report.notes)
+    if report.left_out:
+        lines.append("")
+        lines.append(f"left out ({len(report.left_out)} file(s) that cannot be scanned, "
+                     "--skip-unreadable):")
+        lines.extend(f"  {d['path']}: {d['kind']} {d['message']}" for d in report.left_out)
     if report.plan is not None and (verbose or report.ok):
         lines.append("")
         concat = report.plan.concat_dim
@@ -486,6 +507,12 @@ def to_html(report: model.Report) -> str:
             for axis in fig.axes:
                 parts.append(_band(axis))
             parts.append("</section>")
+    if report.left_out:
+        parts.append(f"<h2>Left out</h2><p>{len(report.left_out)} file(s) that cannot be "
+                     "scanned (--skip-unreadable):</p><ul class=left-out>")
+        parts += [f"<li><code>{html.escape(d['path'])}</code>: {html.escape(d['kind'])} "
+                  f"{html.escape(d['message'])}</li>" for d in report.left_out]
+        parts.append("</ul>")
     if report.notes:
         parts.append("<h2>Notes</h2><ul class=notes>")
         parts += [f"<li>{html.escape(n)}</li>" for n in report.notes]

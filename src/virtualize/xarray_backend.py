@@ -17,20 +17,23 @@ class VirtualizeBackendEntrypoint(BackendEntrypoint):
     url = "virtualize docs reading (shipped with virtualize: the xarray section)"
     open_dataset_parameters = ("filename_or_obj", "drop_variables", "group", "mask_and_scale",
                                "decode_times", "decode_timedelta", "use_cftime", "concat_characters",
-                               "decode_coords", "check_sources", "allow", "storage_options")
+                               "decode_coords", "check_sources", "allow", "storage_options",
+                               "strict")
 
     def open_dataset(self, filename_or_obj, *, drop_variables=None, group=None,
                      mask_and_scale=True, decode_times=True, decode_timedelta=None,
                      use_cftime=None, concat_characters=True, decode_coords=True,
-                     check_sources=True, allow=None, storage_options=None):
-        """`check_sources`: refuse a cube whose sources changed (default); `allow`: more
+                     check_sources=True, allow=None, storage_options=None, strict=False):
+        """`check_sources`: refuse a cube whose sources changed (default; `strict`: a
+        touched one too, docs/reading.md, Staleness); `allow`: more
         roots (paths or URL prefixes) the cube may reference; `storage_options`: as for
         `virtualize.open` (per protocol or flat: docs/reading.md)."""
         if storage_options is not None:
             from .api import _storage
 
             _storage(storage_options)
-        store = open_store(os.fspath(filename_or_obj), check_sources=check_sources, allow=allow)
+        store = open_store(os.fspath(filename_or_obj), check_sources=check_sources, allow=allow,
+                           strict=strict)
         with rectilinear_enabled(codecs=False):  # the store registers what it needs
             return ZarrBackendEntrypoint().open_dataset(
                 store, group=group, drop_variables=drop_variables, mask_and_scale=mask_and_scale,

@@ -77,8 +77,15 @@ def write_cube(plan: Plan, dest: str | Path, overwrite: bool = False, *,
             "remedies": [r.to_dict() for r in plan.remedies.values() if r.enabled],
             "notes": plan.notes,
             "append": relative_state(plan.append_state, relative_to),
+            **left_out_record(plan),
         })
     return dest
+
+
+def left_out_record(plan: Plan) -> dict:
+    """The record's `left_out` field: files left out because they cannot be scanned
+    (skip_unreadable), each {path, kind, message}; none when no file was left out."""
+    return {"left_out": list(plan.left_out)} if plan.left_out else {}
 
 
 # -- manifest segments (appends) ------------------------------------------------------------
@@ -161,9 +168,40 @@ def append_cube(dest: str | Path, merged, info: dict, new_sources: list[str],
         info["notes"] = list(info.get("notes") or []) + [
             n for n in plan.notes if n not in (info.get("notes") or [])]
         info["append"] = relative_state(plan.append_state, relative_to)
+        info.update(left_out_record(plan))
         # (compact: the C encoder; a source table of 10,000 files indented takes 10x as long)
         _replace(stage / SOURCES_NAME, json.dumps(info, allow_nan=False).encode())
     return dest
+
+
+def refresh_cube(dest: str | Path, times: dict[int, int]) -> None:
+    """Record new modification times (source index -> mtime_ns) of touched sources in a
+    cube directory's virtualize.json, replaced in one rename (readers see either)."""
+    path = Path(dest) / SOURCES_NAME
+    info = json.loads(path.read_text())
+    set_times(info["sources"], times)
+    replace_atomically(path, json.dumps(info, allow_nan=False).encode())
+
+
+def set_times(sources: list[dict], times: dict[int, int]) -> None:
+    """A recorded source table with the new times of `times` (index -> mtime_ns)."""
+    for i, mtime in times.items():
+        sources[i]["mtime_ns"] = int(mtime)
+
+
+def replace_atomically(path: Path, data: bytes) -> None:
+    """`path` replaced by `data` in one rename (a file beside it, then os.replace)."""
+    tmp = path.with_name(f".{path.name}.refresh-{os.getpid()}")
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
 
 
 def _json(doc: dict) -> bytes:

@@ -27,7 +27,7 @@ from .. import storage
 from ..model import MATERIALIZED, Plan
 from ..storage import is_url
 from ._staging import staged_dir
-from .cube import grow_roots, inline_chunks, source_roots
+from .cube import grow_roots, inline_chunks, left_out_record, source_roots
 from .materialize import materialized_chunks
 from .metadata import array_doc, chunk_grid, group_doc
 
@@ -179,8 +179,30 @@ def append_icechunk_new(dest: str | Path, merged, recipe: dict, old_roots=()) ->
         "sources": [s.to_dict() for s in merged.sources],
         "roots": grow_roots(list(old_roots), [s.path for s in merged.sources
                                               [len(merged.old_sources):]]),
-        "append": plan.append_state}})
+        "append": plan.append_state, **left_out_record(plan)}})
     return Path(dest)
+
+
+def refresh_icechunk(dest: str | Path, plan: Plan, info: dict, times: dict[int, int]) -> None:
+    """A commit on `main` recording new modification times (recorded source index ->
+    mtime_ns) of touched sources: their virtual references stamped again (Icechunk
+    compares each reference's time itself) from `plan`, the stack planned again (the
+    same references: the touched files' block tables are as recorded), and the commit's
+    record with the new times."""
+    from .cube import set_times
+
+    paths = {info["sources"][i]["path"] for i in times}
+    session = _open_to_append(dest, plan, plan.sources).writable_session("main")
+    mine = [i for i, s in enumerate(plan.sources) if s.path in paths]
+    for name, a in plan.arrays.items():
+        if a.inline is not None or a.refs is None:
+            continue
+        refs = a.refs.copy()
+        refs["length"][~np.isin(refs["path"], mine)] = 0  # only the touched files' chunks
+        _virtual_refs(session.store, plan, name, refs, {})
+    set_times(info["sources"], times)
+    session.commit(f"virtualize verify --refresh: {len(times)} touched source(s)",
+                   metadata={"virtualize": info})
 
 
 def recorded(path: str | os.PathLike, base: str | None = None) -> dict | None:
@@ -235,7 +257,7 @@ def _commit(repo, plan: Plan, message: str, locations: dict | None = None,
     info = {"concat_dim": plan.concat_dim, "recipe": plan.recipe,
             "sources": [s.to_dict() for s in plan.sources],
             "roots": source_roots([s.path for s in plan.sources]),
-            "append": plan.append_state}
+            "append": plan.append_state, **left_out_record(plan)}
     if relative_to is not None and moving is not None:
         rel = lambda p: storage.relative(p, relative_to)  # noqa: E731
         info["sources"] = [dict(d, path=rel(d["path"])) for d in info["sources"]]

@@ -15,7 +15,14 @@ from .. import __version__
 from ..model import Plan
 from ..storage import common_dir, dirname, relative, resolve
 from ._staging import staged_file
-from .cube import CUBE_FORMAT_VERSION, grow_roots, inline_chunks, relative_state, source_roots
+from .cube import (
+    CUBE_FORMAT_VERSION,
+    grow_roots,
+    inline_chunks,
+    left_out_record,
+    relative_state,
+    source_roots,
+)
 from .materialize import materialized_chunks
 from .metadata import array_doc, chunk_grid, group_doc
 
@@ -93,7 +100,7 @@ def kerchunk_section(plan: Plan) -> dict:
             "recipe": plan.recipe,
             "sources": [s.to_dict() for s in plan.sources],
             "roots": source_roots([s.path for s in plan.sources]),
-            "append": plan.append_state}
+            "append": plan.append_state, **left_out_record(plan)}
 
 
 def append_kerchunk(dest: str | Path, merged, doc: dict, new_sources: list[str]) -> list[str]:
@@ -150,6 +157,7 @@ def append_kerchunk(dest: str | Path, merged, doc: dict, new_sources: list[str])
     old_roots = [resolve(r, base) for r in section.get("roots") or []]
     section["roots"] = [relative(r, rel) if rel else r for r in grow_roots(old_roots, new_sources)]
     section["append"] = relative_state(plan.append_state, rel)
+    section.update(left_out_record(plan))
     out = {"version": 1, "virtualize": section}
     if u is not None:
         out["templates"] = dict(doc.get("templates") or {}, u=u)  # (where the JSON is now)
@@ -183,6 +191,18 @@ def write_kerchunk(plan: Plan, dest: str | Path, overwrite: bool = False, *,
         with open(stage, "w") as f:
             ujson.dump(doc, f, escape_forward_slashes=False)
     return dest
+
+
+def refresh_kerchunk(dest: str | Path, times: dict[int, int]) -> None:
+    """Record new modification times (source index -> mtime_ns) of touched sources in a
+    reference JSON's `virtualize` section (the file replaced in one rename)."""
+    from .cube import replace_atomically, set_times
+
+    dest = Path(dest)
+    with open(dest, "rb") as f:
+        doc = ujson.load(f)
+    set_times(doc["virtualize"]["sources"], times)
+    replace_atomically(dest, ujson.dumps(doc, escape_forward_slashes=False).encode())
 
 
 def _key(prefix: str, key: str) -> str:

@@ -193,14 +193,16 @@ def source_table(invs: list[FileInventory]) -> tuple[list[Source], SourceMaps]:
     flat: list[int] = []
     starts = np.zeros(len(invs) + 1, dtype=np.int64)
     for n, inv in enumerate(invs):
-        own = [Source(inv.path, inv.size, inv.mtime_ns, etag=inv.etag)] \
+        own = [Source(inv.path, inv.size, inv.mtime_ns, etag=inv.etag,
+                      fingerprint=inv.fingerprint)] \
             if not inv.data_files else inv.sources()
         for k, s in enumerate(own):
             i = index.get(s.path)
             if i is None:
                 i = index[s.path] = len(sources)
                 sources.append(s if not inv.data_files else
-                               Source(s.path, s.size, s.mtime_ns, s.referenced_by, s.etag))
+                               Source(s.path, s.size, s.mtime_ns, s.referenced_by, s.etag,
+                                      s.fingerprint))
             elif k == 0:
                 sources[i].referenced_by = None  # given as an input, not only referenced
             flat.append(i)

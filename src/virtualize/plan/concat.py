@@ -50,6 +50,7 @@ from ._common import (
     variable_names,
 )
 from ._state import Resume, append_state
+from .gaps import coordinate_gaps
 from .grid import block_lengths
 
 
@@ -64,6 +65,7 @@ class ConcatOptions:
     # variables that cannot be referenced are inlined when their decoded values take at
     # most this many bytes per file (0: never)
     inline_threshold: int = DEFAULT_INLINE_THRESHOLD
+    no_gaps: bool = False  # a gap in a regular concat coordinate is fatal (plan/gaps.py)
 
 
 @dataclass
@@ -105,6 +107,7 @@ def plan_concat(inventories: Sequence[FileInventory], options: ConcatOptions | N
         _harmonize_time_units(ctx)
     if ctx.dim is not None:
         _order_by_coordinate(ctx)
+        ctx.problems.extend(coordinate_gaps(ctx.invs, ctx.dim, fatal=opts.no_gaps))
     invs = ctx.invs
     sources, ctx.source_maps = source_table(invs)
     arrays: dict[str, ArrayPlan] = {}

@@ -10,6 +10,7 @@ import numpy as np
 
 from .. import storage
 from ..model import FileInventory, Location, Problem, VirtualizeError
+from ._fingerprint import add_fingerprints
 from ._io import find_hdf5_signature, sniff
 from ._planning import ScanHint, add_planning_data
 
@@ -32,6 +33,11 @@ def detect_format(path: str) -> str | None:
 
 
 def scan(path: str | os.PathLike, hint: ScanHint | None = None) -> FileInventory:
+    """`_scan_file` (below), with the file's fingerprint added (scan/_fingerprint.py)."""
+    return add_fingerprints(_scan_file(path, hint), hint)
+
+
+def _scan_file(path: str | os.PathLike, hint: ScanHint | None = None) -> FileInventory:
     """Scan one file (HDF5, netCDF-4, netCDF classic, TIFF) or kerchunk reference set
     (whose block tables point into the data files it names) into its inventory.
     `hint`: how the caller will plan it (which variables to digest for comparing across

@@ -1,0 +1,93 @@
+"""A source's fingerprint: one digest over what the cube takes from it (its block
+tables and recorded digests), so that a file whose modification time alone changed can
+be re-scanned and found unchanged (docs/reading.md, Staleness).
+
+For each variable (by name): its name, dtype, shape, block shape and padding; for the
+inventory's own file every block row (path, offset, length, in grid order) and its
+recorded digest and values; for a data file whose index the file's scan read (an HDF5
+external link's target) the positions and rows of the blocks held in it. Data files named by a kerchunk
+reference set get none: their rows come from the reference set, and re-reading it says
+nothing of their bytes. Versioned ("v1:"): a later virtualize whose scanner records
+other tables finds old fingerprints different (stale, never wrongly unchanged).
+
+Which variables carry digests depends on how the file was scanned (its `ScanHint`:
+concatenated along which dimension, alone, as a mosaic tile), so a fingerprint names its
+hint ("v1:concat=time:<hex>"): a re-scan to prove a file unchanged scans it as it was
+scanned for the cube (`hint_of`)."""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+
+from ..model import REF_DTYPE, FileInventory
+from ._planning import ScanHint
+
+VERSION = "v1"
+
+
+def hint_tag(hint: ScanHint | None) -> str:
+    """The hint as a fingerprint names it: planner, "!" when alone, "=dim" when named."""
+    hint = hint or ScanHint()
+    return hint.planner + ("!" if hint.alone else "") + \
+        (f"={hint.concat_dim}" if hint.concat_dim is not None else "")
+
+
+def hint_of(fingerprint: str) -> ScanHint | None:
+    """The hint a fingerprint was made under (None: not a fingerprint of this form)."""
+    parts = fingerprint.split(":", 1)
+    if len(parts) != 2 or parts[0] != VERSION or ":" not in parts[1]:
+        return None
+    tag = parts[1].rsplit(":", 1)[0]
+    planner, _, dim = tag.partition("=")
+    alone = planner.endswith("!")
+    return ScanHint(planner.rstrip("!"), dim if "=" in tag else None, alone)
+
+
+def fingerprints(inv: FileInventory, hint: ScanHint | None = None) -> list[str | None]:
+    """One fingerprint per entry of `inv.sources()` (the file, then its data files), for a
+    file scanned under `hint`."""
+    n = 1 + len(inv.data_files)
+    own = hashlib.sha256()
+    # the data files of a scanned file (an HDF5 external link's target), whose index the
+    # file's scan read: the rows into each; none for a reference set's (see above)
+    linked = [hashlib.sha256() for _ in range(n - 1)] \
+        if not inv.format.startswith("kerchunk") else []
+    for name in sorted(inv.variables):
+        v = inv.variables[name]
+        b = v.blocks  # (None: held by value, no blocks)
+        head = repr((name, v.dtype.str, tuple(v.shape), b and tuple(b.block_shape),
+                     b and bool(b.padded))).encode()
+        refs = np.ascontiguousarray(b.refs).reshape(-1) if b is not None \
+            else np.zeros(0, REF_DTYPE)
+        # the file's own: every row (a reference set's rows are its own content)
+        own.update(head)
+        own.update(refs.astype(REF_DTYPE).tobytes())
+        own.update(repr(v.digest).encode())
+        if v.values is not None:
+            vals = np.asarray(v.values)
+            own.update(repr(vals.tolist()).encode() if vals.dtype.kind == "O"
+                       else np.ascontiguousarray(vals).tobytes())
+        if linked:
+            paths = refs["path"]
+            order = np.argsort(paths, kind="stable")  # one pass, whatever the file count
+            bounds = np.searchsorted(paths[order], np.arange(1, n + 1))
+            for k, h in enumerate(linked, start=1):
+                mine = order[bounds[k - 1]:bounds[k]]
+                h.update(head)
+                h.update(mine.astype("<i8").tobytes())
+                h.update(refs[mine].astype(REF_DTYPE).tobytes())
+    tag = f"{VERSION}:{hint_tag(hint)}"
+    out: list[str | None] = [f"{tag}:{own.hexdigest()}"]
+    out += [f"{tag}:{h.hexdigest()}" for h in linked] if linked else [None] * (n - 1)
+    return out
+
+
+def add_fingerprints(inv: FileInventory, hint: ScanHint | None = None) -> FileInventory:
+    """The inventory (scanned under `hint`) with its own and its data files' fingerprints."""
+    fps = fingerprints(inv, hint)
+    inv.fingerprint = fps[0]
+    for s, fp in zip(inv.data_files, fps[1:]):
+        s.fingerprint = fp
+    return inv
