@@ -35,15 +35,25 @@ Planner = Callable[[list[FileInventory]], tuple[Plan, list[Problem]]]
 DEFAULT_SCAN_TIMEOUT = 60.0
 
 
-def inventory(path: PathLike, *, chunk_size: int | str | None = None) -> FileInventory:
+def inventory(path: PathLike, *, chunk_size: int | str | None = None,
+              scan_timeout: float | None = None,
+              storage_options: dict | None = None) -> FileInventory:
     """One file's inventory: variables, dimensions, block tables. Reads no data but
     small coordinate variables. A kerchunk reference set's block tables point into the
     data files it names (`data_files`). Raises `VirtualizeError` for unreadable files.
     `chunk_size` (bytes, or "16M"): the block tables as a cube cuts them (uncompressed
     blocks larger than that cut at whole rows; docs/planning.md); default: as stored.
+    Scanned in this process (`scan_timeout` None or 0), else in a worker process within
+    `scan_timeout` seconds, as `check` scans (`virtualize inspect` does).
     (Called `virtualize.scan(path)` before 0.2, a name that hid the `virtualize.scan`
     subpackage; that call still works, with a DeprecationWarning.)"""
-    inv = _scan(path)
+    _storage(storage_options)
+    if not scan_timeout:
+        inv = _scan(path)
+    else:
+        [inv] = _scan_all([os.fspath(path)], 1, scan_timeout)
+        if isinstance(inv, list):
+            raise VirtualizeError(inv, f"{storage.normalize(path)}: cannot be scanned")
     limit = _chunk_size(chunk_size)
     if limit:
         (inv,), _, problems = cut_stack([inv], limit)

@@ -297,6 +297,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("file", metavar="FILE")
     p.add_argument("--json", action="store_true", help="as JSON")
     _chunk_size_option(p)
+    p.add_argument("--scan-timeout", type=_seconds, default=DEFAULT_SCAN_TIMEOUT, metavar="SECONDS",
+                   help="stop scanning after SECONDS and report it (scan-timeout), as check "
+                        f"does; 0: no limit, scan in this process (default {DEFAULT_SCAN_TIMEOUT:g})")
+    p.add_argument("--storage-option", action=_StorageOption, default=[], metavar="[PROTO.]KEY=VALUE",
+                   help="an option of remote storage, as for check; repeatable")
 
     p = cmd("verify", "Re-check a cube's sources (size and modification time): exit 1 naming "
                       "each changed or missing source. --decode also scans and plans the "
@@ -527,8 +532,10 @@ def _verify(args) -> int:
 
 
 def _inspect(args) -> int:
-    # the block tables as a cube would cut them (--chunk-size), said in a note
-    (inv,), notes, cut_problems = cut_stack([inventory(args.file)], args.chunk_size)
+    # the block tables as a cube would cut them (--chunk-size), said in a note; scanned in
+    # a bounded worker, as check scans (a damaged heap can make libhdf5 loop forever)
+    (inv,), notes, cut_problems = cut_stack([inventory(args.file, scan_timeout=args.scan_timeout)],
+                                            args.chunk_size)
     inv.problems = [*inv.problems, *cut_problems]
     doc = _inventory_dict(inv)
     doc["notes"] = notes
