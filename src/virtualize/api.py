@@ -430,7 +430,9 @@ def _array_docs(cube: Path, kind: str, plan: Plan, kerchunk: dict | None = None
 
 
 def _local_cube(cube: PathLike, what: str) -> Path:
-    """`cube` as a local path; a URL is refused (not mangled into a local path)."""
+    """`cube` as a local path (a file:// URL too); another URL is refused (not mangled
+    into a local path)."""
+    cube = storage.local_path(cube)
     if storage.is_url(str(cube)):
         raise VirtualizeError([Problem(Location(str(cube)), "remote-cube",
                                        f"{what} works on a cube on this machine's file system; "
@@ -566,7 +568,7 @@ def open(path: PathLike, *, check_sources: bool = True, allow=None,  # noqa: A00
     written (its sources' directories) or in `allow` (paths, or URL prefixes such as
     "s3://bucket/"): docs/reading.md, Confinement."""
     _storage(storage_options)
-    return open_cube(path, check_sources=check_sources, allow=allow)
+    return open_cube(storage.local_path(path), check_sources=check_sources, allow=allow)
 
 
 def _storage(options: dict | None) -> None:
@@ -750,6 +752,7 @@ def _output_kind(out: PathLike, format: str | None, overwrite: bool, paths=None)
     suffix of a format virtualize does not write (FOREIGN_SUFFIXES), one that exists
     without `overwrite`, that virtualize did not write, or that is, holds or sits in one
     of `paths` (when given as a path or a list: an iterator is checked at writing)."""
+    out = storage.local_path(out)  # (file:///abs/x.zarr is /abs/x.zarr)
     remote = storage.is_url(out)
     if remote:
         storage.normalize(out)  # an unknown scheme is refused before anything is scanned
@@ -785,6 +788,7 @@ def _refuse_unless_ok(report: Report) -> None:
 def _write(report: Report, out: PathLike, kind: str, overwrite: bool,
            relative: bool = False) -> Report:
     _refuse_unless_ok(report)
+    out = storage.local_path(out)
     # every file named, scanned or not, is protected (the writers check their plan's too)
     if storage.is_url(out):  # object storage: built here, uploaded root documents last
         from .emit.remote import write_remote
@@ -841,6 +845,7 @@ def _paths(paths, empty: list[str] | None = None,
         paths = [paths]
     out: list[str] = []
     for p in map(os.fspath, paths):
+        p = os.fspath(storage.local_path(p))  # file:///abs: a local path (a directory, a glob)
         if storage.is_url(p):
             storage.normalize(p)  # an unknown scheme is refused here
             if storage.has_magic(p):

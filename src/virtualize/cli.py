@@ -396,7 +396,9 @@ def _main(argv: list[str] | None = None) -> int:
         return ERROR
     except VirtualizeError as e:
         _err(str(e))
-        return ERROR if {p.kind for p in e.problems} <= {"not-a-cube", "usage"} else REFUSED
+        # (an output that cannot be reached is an I/O error, as a full disk is)
+        return ERROR if {p.kind for p in e.problems} <= {"not-a-cube", "usage",
+                                                          "output-unreachable"} else REFUSED
     except BrokenPipeError:  # the reader stopped: main() ends quietly
         raise
     except OSError as e:  # PermissionError, a full disk, ...
