@@ -301,6 +301,15 @@ def test_s3_output_without_credentials_is_a_located_error(served, s3, out, tmp_p
     [p] = ei.value.problems
     assert p.kind == "output-unreachable" and p.loc.file == url
     assert "Contents" not in client.list_objects_v2(Bucket=BUCKET, Prefix="nocreds/")
+    # reading one back, and a source, say the same
+    with pytest.raises(VirtualizeError) as ei:
+        virtualize.open(url)
+    assert [p.kind for p in ei.value.problems] == ["output-unreachable"]
+    assert "no credentials were found" in str(ei.value)
+    report = virtualize.check([f"s3://{BUCKET}/months2024/{local['months2024'][0].name}"])
+    [p] = report.problems
+    assert p.kind == "source-forbidden" and "no credentials were found" in p.message
+    assert "AWS_ACCESS_KEY_ID" in p.message
 
 
 def test_s3_output_refused_on_upload_publishes_nothing(served, s3, tmp_path, monkeypatch):

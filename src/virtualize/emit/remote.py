@@ -30,9 +30,10 @@ def _fs(url: str):
     return fs, fs._strip_protocol(url).rstrip("/")
 
 
-def unreachable(url: str, e: BaseException) -> VirtualizeError:
-    """A failed request of object storage for output `url` as the located problem
-    `output-unreachable` (no credentials, forbidden, no such bucket, no connection)."""
+def unreachable(url: str, e: BaseException, writing: bool = True) -> VirtualizeError:
+    """A failed request of object storage for output `url` (being written, or read back)
+    as the located problem `output-unreachable` (no credentials, forbidden, no such bucket,
+    no connection)."""
     text = f"{type(e).__name__}: {e}"[:300]
     status = getattr(e, "status", None)
     if storage.no_credentials(e):
@@ -44,18 +45,18 @@ def unreachable(url: str, e: BaseException) -> VirtualizeError:
         what = f"{text}"
     return VirtualizeError([Problem(Location(url), "output-unreachable",
                                     f"cannot be reached: {what}")],
-                           f"{url}: cannot be reached; nothing was written")
+                           f"{url}: cannot be reached" + ("; nothing was written" if writing else ""))
 
 
 @contextlib.contextmanager
-def reaching(url: str):
+def reaching(url: str, writing: bool = True):
     """Requests for output `url` inside: their errors as `unreachable` (never a traceback)."""
     try:
         yield
     except VirtualizeError:
         raise
     except Exception as e:
-        raise unreachable(url, e) from None
+        raise unreachable(url, e, writing) from None
 
 
 def remote_kind(url: str) -> str | None:
@@ -137,7 +138,7 @@ def download(url: str, into: str | os.PathLike) -> Path:
     """A copy of a remote output in `into` (for reading): the object, or every object
     under the prefix."""
     fs, base = _fs(url)
-    with reaching(url):
+    with reaching(url, writing=False):
         return _download(fs, base, url, into)
 
 
