@@ -89,17 +89,8 @@ def test_started_worker_is_bounded_and_replaced(stack, tmp_path, monkeypatch):
     """A worker started while the caller has threads (a new interpreter) keeps the workers'
     bounds: a scan that loops in libhdf5 is killed at the time limit and reported, the
     files queued behind it are scanned by its replacement, and an idle one exits when told."""
-    import h5py
-
     files, _ = stack
-    loop = tmp_path / "heap.h5"  # libhdf5 loops forever on it (tests/robustness/test_hangs.py)
-    with h5py.File(loop, "w") as f:
-        f.attrs["title"] = "a variable length string"
-        f.create_dataset("x", data=np.arange(100, dtype="f4"), chunks=(10,))
-    b = bytearray(loop.read_bytes())
-    at = b.find(b"GCOL")
-    b[at + 24] ^= 0xFF
-    loop.write_bytes(b)
+    loop = _heap_loop(tmp_path / "heap.h5")  # libhdf5 loops forever on it (test_hangs.py)
     _worker._shutdown()
     monkeypatch.setattr(_worker, "_threads", lambda: 2)  # as with a second thread
     results = list(_worker.scan_bounded([str(loop), *files], 5, 1))
@@ -109,3 +100,45 @@ def test_started_worker_is_bounded_and_replaced(stack, tmp_path, monkeypatch):
     assert isinstance(w.proc, _worker._Started) and w.proc.is_alive()
     _worker._shutdown()
     assert not w.proc.is_alive() and w.proc.exitcode == 0
+
+
+def _heap_loop(path: Path) -> Path:
+    import h5py
+
+    with h5py.File(path, "w") as f:
+        f.attrs["title"] = "a variable length string"
+        f.create_dataset("x", data=np.arange(100, dtype="f4"), chunks=(10,))
+    b = bytearray(path.read_bytes())
+    at = b.find(b"GCOL")
+    b[at + 24] ^= 0xFF
+    path.write_bytes(b)
+    return path
+
+
+@pytest.mark.parametrize("threads", [1, 2], ids=["forked", "started"])
+def test_both_kinds_of_worker_are_capped_and_report_their_death(tmp_path, monkeypatch, threads):
+    """Forked or started afresh, a worker has the address-space cap, and its death in a
+    scan (here a SIGKILL, as the kernel OOM killer sends) is reported with the signal (`scan-crashed`)."""
+    import signal
+    import time
+
+    monkeypatch.setattr(_worker, "_threads", lambda: threads)
+    w = _worker._Worker()
+    try:
+        assert isinstance(w.proc, _worker._Forked if threads == 1 else _worker._Started)
+        assert w.conn.recv() is _worker.READY
+        pid = w.proc.proc.pid if threads == 1 else w.proc.popen.pid
+        limits = Path(f"/proc/{pid}/limits").read_text()
+        [line] = [x for x in limits.splitlines() if x.startswith("Max address space")]
+        assert int(line.split()[3]) == _worker.WORKER_MEMORY
+        w.conn.send((str(_heap_loop(tmp_path / "heap.h5")), None))  # it loops in libhdf5
+        time.sleep(0.5)
+        os.kill(pid, signal.SIGKILL)
+        with pytest.raises((EOFError, OSError)):
+            w.conn.recv()
+        w.proc.join()
+        assert w.proc.exitcode == -signal.SIGKILL and not w.proc.is_alive()
+        [p] = _worker.crashed("heap.h5", w.proc.exitcode)
+        assert p.kind == "scan-crashed" and "signal 9" in p.message
+    finally:
+        w.kill()
