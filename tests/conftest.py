@@ -59,9 +59,13 @@ def pytest_configure(config):
                                        "Python packages are installed (tests/conftest.py)")
 
 
-def pytest_runtest_setup(item):
-    for mark in item.iter_markers("needs"):
-        require(*mark.args)
+def pytest_collection_modifyitems(config, items):
+    # (a skip mark, not a skip in setup: the summary names the test, not this file)
+    for item in items:
+        why = next((w for mark in item.iter_markers("needs") for w in map(missing, mark.args) if w),
+                   None)
+        if why:
+            item.add_marker(pytest.mark.skip(reason=why))
 
 
 @pytest.fixture(scope="session")
