@@ -132,8 +132,11 @@ class _Worker:
         else:
             self.conn, child = multiprocessing.Pipe()
             self.proc = _Started(child)
-            try:  # its first message: where to import from
-                self.conn.send(list(sys.path))
+            # its first message: the caller's sys.path, and where this virtualize is (the
+            # worker imports the same copy, whatever else the path holds)
+            here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+            try:
+                self.conn.send((list(sys.path), here))
             except OSError:  # it died at once: the caller's next receive reports it
                 pass
         child.close()
@@ -215,11 +218,15 @@ class _Forked:
 
 
 # The new interpreter's first lines: only the standard library until it has the caller's
-# sys.path (its first message), then virtualize's worker loop; nothing of the caller's.
+# sys.path and the directory of the caller's virtualize (its first message), then that
+# virtualize's worker loop (its own directory first while it is imported); nothing of the
+# caller's code.
 _BOOTSTRAP = ("import signal, sys; signal.signal(signal.SIGINT, signal.SIG_IGN); "
               "from multiprocessing.connection import Connection; "
-              "conn = Connection(int(sys.argv[1])); sys.path[:] = conn.recv(); "
+              "conn = Connection(int(sys.argv[1])); path, here = conn.recv(); "
+              "sys.path[:] = [here, *path]; "
               "from virtualize.scan._worker import _serve; "
+              "sys.path[:] = path; "
               "_serve(conn, True, sys.argv[2] == '1')")
 
 
