@@ -1,3 +1,4 @@
+import importlib.util
 import shutil
 import sys
 from pathlib import Path
@@ -7,9 +8,64 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "fixtures"))
 
+import _cases  # noqa: E402
 import make_fixtures  # noqa: E402
 import make_mosaic  # noqa: E402
 import make_tiff  # noqa: E402
+
+# What a test may need that a machine may lack: the Debian tools some tests and fixture
+# cases run (with the package that carries each; .ci/run installs them), and optional
+# Python packages (any other name). A test asks with `@pytest.mark.needs("h5repack")` (a
+# parametrized case with `pytest.param(..., marks=needs("h5repack"))`), a fixture or test
+# body with `require("h5repack")`; where it is missing the test is skipped, saying why.
+COMMANDS = {**_cases.PACKAGES, "h5dump": "hdf5-tools", "ncdump": "netcdf-bin",
+            "gdalinfo": "gdal-bin", "chromium": "chromium"}
+
+
+def chromium() -> str | None:
+    """The headless browser of the HTML report's test, if installed."""
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def missing(name: str) -> str | None:
+    """Why `name` (a command of COMMANDS, else a Python package) cannot be used here, or
+    None when it can."""
+    if name in COMMANDS:
+        found = chromium() if name == "chromium" else shutil.which(name)
+        return None if found else f"{name} is not installed (Debian: apt-get install {COMMANDS[name]})"
+    try:
+        found = importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        found = False
+    return None if found else f"the Python package {name} is not installed"
+
+
+def require(*names: str) -> None:
+    """Skip the running test (or fixture) unless every one of `names` is here."""
+    for name in names:
+        why = missing(name)
+        if why:
+            pytest.skip(why)
+
+
+def needs(*names: str):
+    """The marker `needs(*names)`: skipped, saying why, unless each of `names` is here."""
+    return pytest.mark.needs(*names)
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "needs(*names): skip unless these commands (ncgen, "
+                                       "h5repack, gdal_translate, tiffcp, chromium, ...) or "
+                                       "Python packages are installed (tests/conftest.py)")
+
+
+def pytest_collection_modifyitems(config, items):
+    # (a skip mark, not a skip in setup: the summary names the test, not this file)
+    for item in items:
+        why = next((w for mark in item.iter_markers("needs") for w in map(missing, mark.args) if w),
+                   None)
+        if why:
+            item.add_marker(pytest.mark.skip(reason=why))
 
 
 @pytest.fixture(scope="session")
@@ -26,12 +82,11 @@ def case(fixture_root):
         if name not in built:
             module = next(m for m in (make_tiff, make_mosaic, make_fixtures) if name in m.CASES)
             if not module.available(name):
-                pytest.skip(f"fixture {name} needs {module.REQUIRES[name]}, not installed")
+                tool = module.REQUIRES[name]
+                pytest.skip(f"fixture {name} needs {tool}, not installed (Debian: apt-get "
+                            f"install {COMMANDS.get(tool, tool)})")
             built[name] = module.make(name, fixture_root)
         return built[name]
 
     return get
 
-
-def needs(tool: str):
-    return pytest.mark.skipif(shutil.which(tool) is None, reason=f"{tool} is not installed")

@@ -292,7 +292,9 @@ def _szip_by_h5repack(path, data):
 
 
 @pytest.mark.skipif(not h5py.h5z.filter_avail(h5py.h5z.FILTER_SZIP), reason="HDF5 without szip")
-@pytest.mark.parametrize("writer", [_szip_by_h5py, _szip_by_h5repack], ids=["h5py", "h5repack"])
+@pytest.mark.parametrize("writer", [_szip_by_h5py, pytest.param(_szip_by_h5repack,
+                                                                  marks=pytest.mark.needs("h5repack"))],
+                         ids=["h5py", "h5repack"])
 @pytest.mark.parametrize("dtype", ["<f4", "<i2", ">f8", "u1"])
 def test_szip_decodes_with_imagecodecs_szip(tmp_path, writer, dtype):
     """szip (filter 4, NASA's HDF-EOS / netCDF-4 products) is imagecodecs' szip with the

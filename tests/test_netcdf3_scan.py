@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 import os
-import shutil
 import subprocess
 
 import numpy as np
@@ -319,7 +318,7 @@ CDF5_EXTRA = {
 }
 
 
-@pytest.mark.skipif(shutil.which("ncgen") is None, reason="ncgen (netcdf-bin) not installed")
+@pytest.mark.needs("ncgen")
 @pytest.mark.parametrize("kind,fmt", [("classic", "NETCDF3_CLASSIC"),
                                       ("64-bit-offset", "NETCDF3_64BIT_OFFSET"),
                                       ("64-bit-data", "NETCDF3_64BIT_DATA")])

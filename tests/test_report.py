@@ -18,10 +18,10 @@ import pytest
 import virtualize
 from virtualize.report import format_text, to_html, verdict
 
+from conftest import chromium
 from helpers import read_pty
 
 SCHEMA = json.loads(resources.files("virtualize").joinpath("schemas/report-v1.json").read_text())
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
 def padded_and_string_stack(case, tmp_path):
@@ -168,41 +168,110 @@ def test_cli_writes_html_and_exit_codes(case, tmp_path):
     assert r.returncode == 0 and r.stderr == ""
 
 
-def chromium(*args, tmp_path):
-    if CHROMIUM is None:
-        if os.environ.get("CI"):
-            pytest.fail("chromium is not installed (.ci/run installs Debian's chromium)")
-        pytest.skip("chromium is not installed")
-    cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+def run_chromium(*args, tmp_path, height: int = 1600):
+    """Headless Chromium on a window WIDTH x `height` CSS pixels (scale factor 1)."""
+    cmd = [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
            "--no-first-run", "--disable-background-networking", "--disable-component-update",
            "--disable-sync", f"--user-data-dir={tmp_path / 'profile'}", "--hide-scrollbars",
-           "--window-size=1100,1600", *args]
+           "--force-device-scale-factor=1", f"--window-size={WIDTH},{height}", *args]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
 
 
+WIDTH = 1100  # the window's width: the page's layout (its height only adds rows below)
+
+# Added to a copy of the page (which has no scripts of its own): the box, as Chromium laid
+# it out, of every shape the page draws in the refused colour, filled or outlined, put in
+# an attribute of <body> (no layout change) for --dump-dom to show.
+GEOMETRY = """<script>
+const red = "%s", shapes = [];
+for (const el of document.querySelectorAll("svg rect")) {
+  const fill = el.getAttribute("fill"), stroke = el.getAttribute("stroke");
+  const opaque = (el.getAttribute("fill-opacity") || "1") === "1";
+  const how = fill === red && opaque ? "fill" : stroke === red && fill === "none" ? "stroke" : null;
+  if (!how) continue;
+  const r = el.getBoundingClientRect();
+  shapes.push({how, x: r.left + scrollX, y: r.top + scrollY, w: r.width, h: r.height});
+}
+document.body.setAttribute("data-red-shapes", JSON.stringify(shapes));
+document.body.setAttribute("data-page-height", document.documentElement.scrollHeight);
+</script>"""
+
+
+def red_shapes(dom: str) -> tuple[list[dict], int]:
+    """The boxes the geometry script found, and the page's height (CSS pixels)."""
+    import html as html_module
+    import re
+
+    m = re.search(r'data-red-shapes="([^"]*)"', dom)
+    height = re.search(r'data-page-height="([0-9]+)"', dom)
+    assert m and height, "the geometry script did not run"
+    return json.loads(html_module.unescape(m.group(1))), int(height.group(1))
+
+
+def is_red(pixels: np.ndarray) -> np.ndarray:
+    """Pixels of the refused colour (#d62728), within what colour management may shift."""
+    return (np.abs(pixels - np.array([0xD6, 0x27, 0x28])) < 48).all(axis=-1)
+
+
+def check_drawn(img: np.ndarray, shape: dict) -> bool | None:
+    """Is `shape` (a box from the page's own layout) drawn in red in the screenshot `img`?
+    A filled box: most of its inside (1 px in from each edge: antialiased, and a white
+    separating stroke) is red; an outlined one (a 2 px stroke centred on the box's edges):
+    the middle of each edge is red within 2 px. None: not inside the screenshot."""
+    x, y, w, h = shape["x"], shape["y"], shape["w"], shape["h"]
+    if x < 0 or y < 0 or x + w + 3 > img.shape[1] or y + h + 3 > img.shape[0]:
+        return None
+    if shape["how"] == "fill":
+        inside = img[int(np.ceil(y + 1)):int(np.floor(y + h - 1)),
+                     int(np.ceil(x + 1)):int(np.floor(x + w - 1))]
+        if inside.size == 0:
+            return None
+        return bool(is_red(inside).mean() > 0.5)  # (a label may be written across it, in white)
+    mids = [(y, x + w / 2), (y + h, x + w / 2), (y + h / 2, x), (y + h / 2, x + w)]
+    return all(bool(is_red(img[int(r) - 2:int(r) + 3, int(c) - 2:int(c) + 3]).any()) for r, c in mids)
+
+
+@pytest.mark.needs("chromium")
 @pytest.mark.parametrize("which", ["stack", "mosaic"])
 def test_html_report_renders_in_chromium(case, tmp_path, which):
+    """Chromium renders the page: its elements are in the DOM it builds, and every shape the
+    page draws in the refused colour is red in a screenshot where the page's own layout
+    puts it (the boxes read from that layout), whatever the browser build's antialiasing."""
+    from virtualize.model import REFUSED
+    from virtualize.report import MARK_COLORS
+
     if which == "stack":
         report = virtualize.check(padded_and_string_stack(case, tmp_path))
     else:
         report = virtualize.check_mosaic(case("mosaic_staggered_misaligned"))
     page = tmp_path / "report.html"
     page.write_text(to_html(report))
-    dom = chromium("--dump-dom", page.as_uri(), tmp_path=tmp_path).stdout
+    dom = run_chromium("--dump-dom", page.as_uri(), tmp_path=tmp_path).stdout
     assert f'id="verdict">{verdict(report)}</div>' in dom
     axes = sum(len(f.axes) for f in report.plan.figures.values())
     assert dom.count('<figure class="band"') == axes > 0
     assert dom.count('<tr class="problem') == len(report.problems)
     if which == "mosaic":
         assert dom.count('class="tile"') == 4 and 'class="mosaic-map"' in dom
+    # the same page with the geometry script, laid out and shot at the same size
+    probe = tmp_path / "probe.html"
+    probe.write_text(to_html(report).replace("</body>", GEOMETRY % MARK_COLORS[REFUSED] + "</body>"))
+    shapes, height = red_shapes(run_chromium("--dump-dom", probe.as_uri(), tmp_path=tmp_path).stdout)
+    assert shapes, "refused blocks are drawn in the refused colour"
+    if which == "mosaic":  # one outline per refused cut block
+        assert sum(s["how"] == "stroke" for s in shapes) == len(report.plan.mosaic.refused) > 0
+    # the whole page in one shot: a window as tall as the page (capped)
+    height = min(max(height, 600), 8000)
     shot = tmp_path / "shot.png"
-    chromium(f"--screenshot={shot}", page.as_uri(), tmp_path=tmp_path)
+    run_chromium(f"--screenshot={shot}", probe.as_uri(), tmp_path=tmp_path, height=height)
     img = imagecodecs.png_decode(shot.read_bytes())[..., :3].astype(int)
-    assert img.shape[0] > 500 and img.shape[1] > 500
+    assert img.shape[:2] == (height, WIDTH)
     not_white = (img.sum(axis=-1) < 740).mean()
     assert not_white > 0.05, "the screenshot is (nearly) blank"
-    red = (img[..., 0] > 190) & (img[..., 1] < 80) & (img[..., 2] < 80)
-    assert red.sum() > 200, "refused blocks are drawn in red"
+    drawn = [check_drawn(img, s) for s in shapes]
+    seen = [d for d in drawn if d is not None]
+    assert seen, f"no red shape inside the screenshot: {shapes}"
+    assert all(seen), [s for s, d in zip(shapes, drawn) if d is False]
 
 
 def test_progress_bar_only_on_a_terminal(case):

@@ -36,15 +36,25 @@ Planner = Callable[[list[FileInventory]], tuple[Plan, list[Problem]]]
 DEFAULT_SCAN_TIMEOUT = 60.0
 
 
-def inventory(path: PathLike, *, chunk_size: int | str | None = None) -> FileInventory:
+def inventory(path: PathLike, *, chunk_size: int | str | None = None,
+              scan_timeout: float | None = None,
+              storage_options: dict | None = None) -> FileInventory:
     """One file's inventory: variables, dimensions, block tables. Reads no data but
     small coordinate variables. A kerchunk reference set's block tables point into the
     data files it names (`data_files`). Raises `VirtualizeError` for unreadable files.
     `chunk_size` (bytes, or "16M"): the block tables as a cube cuts them (uncompressed
     blocks larger than that cut at whole rows; docs/planning.md); default: as stored.
+    Scanned in this process (`scan_timeout` None or 0), else in a worker process within
+    `scan_timeout` seconds, as `check` scans (`virtualize inspect` does).
     (Called `virtualize.scan(path)` before 0.2, a name that hid the `virtualize.scan`
     subpackage; that call still works, with a DeprecationWarning.)"""
-    inv = _scan(path)
+    _storage(storage_options)
+    if not scan_timeout:
+        inv = _scan(path)
+    else:
+        [inv] = _scan_all([os.fspath(path)], 1, scan_timeout)
+        if isinstance(inv, list):
+            raise VirtualizeError(inv, f"{storage.normalize(path)}: cannot be scanned")
     limit = _chunk_size(chunk_size)
     if limit:
         (inv,), _, problems = cut_stack([inv], limit)
@@ -487,7 +497,9 @@ def _array_docs(cube: Path, kind: str, plan: Plan, kerchunk: dict | None = None
 
 
 def _local_cube(cube: PathLike, what: str) -> Path:
-    """`cube` as a local path; a URL is refused (not mangled into a local path)."""
+    """`cube` as a local path (a file:// URL too); another URL is refused (not mangled
+    into a local path)."""
+    cube = storage.local_path(cube)
     if storage.is_url(str(cube)):
         raise VirtualizeError([Problem(Location(str(cube)), "remote-cube",
                                        f"{what} works on a cube on this machine's file system; "
@@ -697,7 +709,8 @@ def open(path: PathLike, *, check_sources: bool = True, allow=None,  # noqa: A00
     modification time changed, a re-scan finds its blocks as recorded) is read with a
     `SourceTouchedWarning`, or refused when `strict` (docs/reading.md, Staleness)."""
     _storage(storage_options)
-    return open_cube(path, check_sources=check_sources, allow=allow, strict=strict)
+    return open_cube(storage.local_path(path), check_sources=check_sources, allow=allow,
+                     strict=strict)
 
 
 def _refuse_stale(cube: Path, info: dict, strict: bool) -> list:
@@ -925,6 +938,7 @@ def _output_kind(out: PathLike, format: str | None, overwrite: bool, paths=None)
     suffix of a format virtualize does not write (FOREIGN_SUFFIXES), one that exists
     without `overwrite`, that virtualize did not write, or that is, holds or sits in one
     of `paths` (when given as a path or a list: an iterator is checked at writing)."""
+    out = storage.local_path(out)  # (file:///abs/x.zarr is /abs/x.zarr)
     remote = storage.is_url(out)
     if remote:
         storage.normalize(out)  # an unknown scheme is refused before anything is scanned
@@ -960,6 +974,7 @@ def _refuse_unless_ok(report: Report) -> None:
 def _write(report: Report, out: PathLike, kind: str, overwrite: bool,
            relative: bool = False) -> Report:
     _refuse_unless_ok(report)
+    out = storage.local_path(out)
     # every file named, scanned or not, is protected (the writers check their plan's too)
     if storage.is_url(out):  # object storage: built here, uploaded root documents last
         from .emit.remote import write_remote
@@ -1016,6 +1031,7 @@ def _paths(paths, empty: list[str] | None = None,
         paths = [paths]
     out: list[str] = []
     for p in map(os.fspath, paths):
+        p = os.fspath(storage.local_path(p))  # file:///abs: a local path (a directory, a glob)
         if storage.is_url(p):
             storage.normalize(p)  # an unknown scheme is refused here
             if storage.has_magic(p):

@@ -319,6 +319,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("file", metavar="FILE")
     p.add_argument("--json", action="store_true", help="as JSON")
     _chunk_size_option(p)
+    p.add_argument("--scan-timeout", type=_seconds, default=DEFAULT_SCAN_TIMEOUT, metavar="SECONDS",
+                   help="stop scanning after SECONDS and report it (scan-timeout), as check "
+                        f"does; 0: no limit, scan in this process (default {DEFAULT_SCAN_TIMEOUT:g})")
+    p.add_argument("--storage-option", action=_StorageOption, default=[], metavar="[PROTO.]KEY=VALUE",
+                   help="an option of remote storage, as for check; repeatable")
 
     p = cmd("verify", "Re-check a cube's sources (size, identity; a file whose time alone "
                       "changed is re-scanned: touched, its blocks as recorded, is a note, "
@@ -420,7 +425,9 @@ def _main(argv: list[str] | None = None) -> int:
         return ERROR
     except VirtualizeError as e:
         _err(str(e))
-        return ERROR if {p.kind for p in e.problems} <= {"not-a-cube", "usage"} else REFUSED
+        # (an output that cannot be reached is an I/O error, as a full disk is)
+        return ERROR if {p.kind for p in e.problems} <= {"not-a-cube", "usage",
+                                                          "output-unreachable"} else REFUSED
     except BrokenPipeError:  # the reader stopped: main() ends quietly
         raise
     except OSError as e:  # PermissionError, a full disk, ...
@@ -566,8 +573,10 @@ def _verify(args) -> int:
 
 
 def _inspect(args) -> int:
-    # the block tables as a cube would cut them (--chunk-size), said in a note
-    (inv,), notes, cut_problems = cut_stack([inventory(args.file)], args.chunk_size)
+    # the block tables as a cube would cut them (--chunk-size), said in a note; scanned in
+    # a bounded worker, as check scans (a damaged heap can make libhdf5 loop forever)
+    (inv,), notes, cut_problems = cut_stack([inventory(args.file, scan_timeout=args.scan_timeout)],
+                                            args.chunk_size)
     inv.problems = [*inv.problems, *cut_problems]
     doc = _inventory_dict(inv)
     doc["notes"] = notes

@@ -82,6 +82,29 @@ def normalize(p: str | os.PathLike) -> str:
     return p
 
 
+def local_path(p: str | os.PathLike) -> str | os.PathLike:
+    """A `file://` URL as the local path it names (`file:///abs/x.zarr`,
+    `file://localhost/abs/x.zarr`: never `./file:/abs/x.zarr`); anything else as given."""
+    return normalize(p) if protocol(os.fspath(p)) == "file" else p
+
+
+def credentials_hint(p: str) -> str:
+    """Where the credentials of URL `p`'s protocol are set (for a message)."""
+    proto = protocol(p) or ""
+    if proto in ("s3", "s3a"):
+        return ("set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE) in the "
+                "environment, or --storage-option s3.key=KEY --storage-option s3.secret=SECRET "
+                "(API storage_options=); s3.anon=true reads a public bucket")
+    return (f"set the credentials of {proto}:// with --storage-option {proto}.KEY=VALUE "
+            "(API storage_options=) or the environment variables its filesystem reads")
+
+
+def no_credentials(e: BaseException) -> bool:
+    """An error saying that no credentials were found (botocore's NoCredentialsError, ...)."""
+    return any(c.__name__ in ("NoCredentialsError", "PartialCredentialsError")
+               for c in type(e).__mro__)
+
+
 def set_options(options: dict[str, Any] | None) -> None:
     """Storage options for the remote filesystems of this process (replaces the previous):
     {protocol: {key: value}} sections and/or flat {key: value} for every protocol."""
@@ -322,7 +345,9 @@ def _problem(p: str, e: BaseException) -> VirtualizeError:
     status = getattr(e, "status", None)
     if status is not None:
         text = f"HTTP {status}: {getattr(e, 'message', '') or type(e).__name__}"
-    if status in (401, 403):
+    if no_credentials(e):
+        kind, what = "source-forbidden", f"no credentials were found ({credentials_hint(p)})"
+    elif status in (401, 403):
         kind, what = "source-forbidden", "access is forbidden"
     elif status == 404 or isinstance(e, FileNotFoundError) or "404" in text or "NoSuchKey" in text:
         kind, what = "source-missing", "does not exist"

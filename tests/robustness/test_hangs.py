@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 import struct
 import subprocess
 
@@ -51,7 +50,7 @@ def test_ifd_chain_loop_is_refused(tmp_path, pages):
 
 # -- TIFF: cut inside the first tile -------------------------------------------------------
 
-@pytest.mark.parametrize("writer", ["tifffile", "tiffcp"])
+@pytest.mark.parametrize("writer", ["tifffile", pytest.param("tiffcp", marks=pytest.mark.needs("tiffcp"))])
 def test_cut_inside_first_tile(tmp_path, writer):
     """A tiled file cut inside its first tile: IFD before the data (tifffile) gives a
     located truncated problem; IFD after the data (libtiff/tiffcp) loses the IFD: corrupt.
@@ -61,8 +60,6 @@ def test_cut_inside_first_tile(tmp_path, writer):
     data = np.arange(128 * 128, dtype="u2").reshape(128, 128)
     tifffile.imwrite(src, data, tile=(64, 64), photometric="minisblack", metadata=None)
     if writer == "tiffcp":
-        if shutil.which("tiffcp") is None:
-            pytest.skip("tiffcp is not installed")
         out = tmp_path / "tiffcp.tif"
         subprocess.run(["tiffcp", "-t", "-w", "64", "-l", "64", str(src), str(out)], check=True)
         src = out
@@ -172,6 +169,88 @@ def test_scan_timeout_on_the_command_line(global_heap_loop, capsys):
     assert "scan-timeout" in out and str(global_heap_loop) in out
 
 
+def test_inspect_is_bounded_as_check_is(global_heap_loop, capsys):
+    """`virtualize inspect` scans in a worker within --scan-timeout (it used to scan in its
+    own process and hang on this file); so does `inventory(path, scan_timeout=...)`."""
+    import time
+
+    start = time.monotonic()
+    assert main(["inspect", "--scan-timeout", "2", str(global_heap_loop)]) == 1
+    err = capsys.readouterr().err
+    assert "scan-timeout" in err and str(global_heap_loop) in err
+    with pytest.raises(VirtualizeError) as ei:
+        virtualize.inventory(global_heap_loop, scan_timeout=2)
+    [p] = ei.value.problems
+    assert p.kind == "scan-timeout" and p.loc.file == str(global_heap_loop)
+    assert time.monotonic() - start < 60
+    # a sound file inspects through the worker as in process
+    good = global_heap_loop.parent / "good.h5"
+    with h5py.File(good, "w") as f:
+        f.create_dataset("x", data=np.arange(100, dtype="f4"), chunks=(10,))
+    assert main(["inspect", "--json", str(good)]) == 0
+    assert '"stored": 10' in capsys.readouterr().out
+    inv = virtualize.inventory(good, scan_timeout=30)
+    assert inv.variables["x"].blocks.refs.size == 10
+
+
+def _special_files(tmp_path):
+    """A FIFO (opening it blocks until a writer comes), a character device (/dev/zero:
+    reading never ends), a socket; each named 'x.nc', as a data file would be."""
+    import os
+    import socket
+
+    fifo = tmp_path / "fifo" / "x.nc"
+    fifo.parent.mkdir()
+    os.mkfifo(fifo)
+    sock_path = tmp_path / "sock" / "x.nc"
+    sock_path.parent.mkdir()
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(sock_path))
+    return {"FIFO": fifo, "character device": "/dev/zero", "socket": sock_path}, sock
+
+
+@pytest.mark.parametrize("how", ["check", "create", "inspect", "inventory"])
+def test_special_files_are_refused_up_front_as_unreadable(tmp_path, how, capsys):
+    """A FIFO, device or socket (and a directory where inspect wants a file) is refused
+    as not a regular file, at once: not opened, not blamed on a corrupt index after the
+    scan timeout."""
+    import time
+
+    special, sock = _special_files(tmp_path)
+    special["directory"] = tmp_path / "fifo"  # (check and create take a directory's files)
+    try:
+        for what, path in special.items():
+            if what == "directory" and how in ("check", "create"):
+                continue
+            start = time.monotonic()
+            if how == "inventory":
+                with pytest.raises(VirtualizeError) as ei:
+                    virtualize.inventory(path)  # in this process
+                problems = list(ei.value.problems)
+            elif how == "inspect":
+                assert main(["inspect", "--scan-timeout", "30", str(path)]) == 1
+                err = capsys.readouterr().err
+                assert f"{path}: unreadable: not a regular file: " in err, err
+                problems = None
+            else:
+                kw = {"scan_timeout": 30}
+                if how == "check":
+                    report = virtualize.check([path], **kw)
+                else:
+                    with pytest.raises(VirtualizeError) as ei:
+                        virtualize.virtualize([path], tmp_path / "out.zarr", **kw)
+                    report = ei.value.report
+                    assert not (tmp_path / "out.zarr").exists()
+                problems = list(report.problems)
+            if problems is not None:
+                [p] = [p for p in problems if p.fatal]
+                assert p.kind == "unreadable" and p.loc.file == str(path), p
+                assert p.message.startswith(f"not a regular file: a {what}"), p
+            assert time.monotonic() - start < 20, what  # refused, not timed out
+    finally:
+        sock.close()
+
+
 def test_scan_timeout_must_be_a_number_of_seconds(capsys):
     with pytest.raises(SystemExit):
         main(["check", "--scan-timeout", "soon", "x.nc"])
@@ -181,7 +260,7 @@ def test_scan_timeout_must_be_a_number_of_seconds(capsys):
 
 # -- HDF5: h5repack with many layouts ----------------------------------------------------------
 
-@pytest.mark.skipif(shutil.which("h5repack") is None, reason="h5repack is not installed")
+@pytest.mark.needs("h5repack")
 def test_h5repack_many_layouts(tmp_path):
     """Datasets repacked with different layouts and filters (chunked of several shapes,
     contiguous, compact, shuffle+gzip, fletcher32, gzip). The reported hang did not

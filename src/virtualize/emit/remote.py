@@ -12,13 +12,14 @@ have are deleted after the new root documents are in place.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
 from pathlib import Path
 
 from .. import storage
-from ..model import Location, OutputExistsError, Problem, UnsafeOutputError
+from ..model import Location, OutputExistsError, Problem, UnsafeOutputError, VirtualizeError
 
 # uploaded last, in this order: what makes a reader see the output
 ROOT_DOCUMENTS = ("virtualize.json", "zarr.json", "repo")
@@ -29,10 +30,44 @@ def _fs(url: str):
     return fs, fs._strip_protocol(url).rstrip("/")
 
 
+def unreachable(url: str, e: BaseException, writing: bool = True) -> VirtualizeError:
+    """A failed request of object storage for output `url` (being written, or read back)
+    as the located problem `output-unreachable` (no credentials, forbidden, no such bucket,
+    no connection)."""
+    text = f"{type(e).__name__}: {e}"[:300]
+    status = getattr(e, "status", None)
+    if storage.no_credentials(e):
+        what = f"no credentials were found: {storage.credentials_hint(url)}"
+    elif status in (401, 403) or isinstance(e, PermissionError) or "AccessDenied" in text \
+            or "Forbidden" in text:
+        what = f"access is forbidden ({text}): {storage.credentials_hint(url)}"
+    else:
+        what = f"{text}"
+    return VirtualizeError([Problem(Location(url), "output-unreachable",
+                                    f"cannot be reached: {what}")],
+                           f"{url}: cannot be reached" + ("; nothing was written" if writing else ""))
+
+
+@contextlib.contextmanager
+def reaching(url: str, writing: bool = True):
+    """Requests for output `url` inside: their errors as `unreachable` (never a traceback)."""
+    try:
+        yield
+    except VirtualizeError:
+        raise
+    except Exception as e:
+        raise unreachable(url, e, writing) from None
+
+
 def remote_kind(url: str) -> str | None:
     """"cube", "kerchunk" or "icechunk" when `url` holds an output virtualize wrote;
     "other" when it holds something else; None when nothing is there."""
     fs, base = _fs(url)
+    with reaching(url):
+        return _remote_kind(fs, base)
+
+
+def _remote_kind(fs, base: str) -> str | None:
     try:
         if fs.isfile(base):
             head = fs.cat_file(base, start=0, end=200)
@@ -73,23 +108,29 @@ def write_remote(write, plan, url: str, kind: str, overwrite: bool) -> str:
     with tempfile.TemporaryDirectory(prefix="virtualize-out-") as tmp:
         local = Path(tmp) / (os.path.basename(base) or "out")
         write(plan, local, False)
-        old = set()
-        if overwrite and kind != "kerchunk":
-            try:
-                old = {p for p in fs.find(base)}
-            except FileNotFoundError:
-                old = set()
-        if local.is_file():
-            fs.put_file(str(local), base)
-            return url
-        files = sorted(p.relative_to(local).as_posix() for p in local.rglob("*") if p.is_file())
-        rank = {name: i for i, name in enumerate(ROOT_DOCUMENTS)}
-        files.sort(key=lambda f: (rank.get(f, -1), f))  # root documents last, in order
-        for f in files:
-            fs.put_file(str(local / f), f"{base}/{f}")
-        stale = sorted(old - {f"{base}/{f}" for f in files})
-        if stale:
-            fs.rm(stale)
+        with reaching(url):
+            return _upload(fs, base, local, url, kind, overwrite)
+
+
+def _upload(fs, base: str, local: Path, url: str, kind: str, overwrite: bool) -> str:
+    """Upload the output built at `local` to `base` on `fs`, root documents last."""
+    old = set()
+    if overwrite and kind != "kerchunk":
+        try:
+            old = {p for p in fs.find(base)}
+        except FileNotFoundError:
+            old = set()
+    if local.is_file():
+        fs.put_file(str(local), base)
+        return url
+    files = sorted(p.relative_to(local).as_posix() for p in local.rglob("*") if p.is_file())
+    rank = {name: i for i, name in enumerate(ROOT_DOCUMENTS)}
+    files.sort(key=lambda f: (rank.get(f, -1), f))  # root documents last, in order
+    for f in files:
+        fs.put_file(str(local / f), f"{base}/{f}")
+    stale = sorted(old - {f"{base}/{f}" for f in files})
+    if stale:
+        fs.rm(stale)
     return url
 
 
@@ -97,13 +138,17 @@ def download(url: str, into: str | os.PathLike) -> Path:
     """A copy of a remote output in `into` (for reading): the object, or every object
     under the prefix."""
     fs, base = _fs(url)
+    with reaching(url, writing=False):
+        return _download(fs, base, url, into)
+
+
+def _download(fs, base: str, url: str, into: str | os.PathLike) -> Path:
     dest = Path(into) / (os.path.basename(base) or "out")
     if fs.isfile(base):
         fs.get_file(base, str(dest))
         return dest
     found = fs.find(base)
     if not found:
-        from ..model import VirtualizeError
         raise VirtualizeError([Problem(Location(url), "not-a-cube", "nothing is there")],
                               f"{url}: not found")
     for obj in found:

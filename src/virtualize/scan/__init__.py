@@ -4,6 +4,7 @@ reading its data (only headers, block indexes, and small coordinate variables)."
 from __future__ import annotations
 
 import os
+import stat
 import sys
 
 import numpy as np
@@ -48,6 +49,7 @@ def _scan_file(path: str | os.PathLike, hint: ScanHint | None = None) -> FileInv
     """
     path = storage.normalize(path)
     storage.forget()  # what an earlier scan saw of any object is not trusted
+    _refuse_special(path)
     try:
         fmt = detect_format(path)
     except VirtualizeError:
@@ -78,6 +80,34 @@ def _scan_file(path: str | os.PathLike, hint: ScanHint | None = None) -> FileInv
     what = ("an empty file (0 bytes)" if storage.stat(path).st_size == 0 else
             "not an HDF5, netCDF-4, netCDF classic or TIFF file, nor a kerchunk reference set")
     raise VirtualizeError([Problem(Location(path), "unknown-format", what)], f"{path}: {what}")
+
+
+# what a path that is not a regular file is (opening a FIFO blocks until a writer comes;
+# reading a device never ends)
+_SPECIAL = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+            (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"),
+            (stat.S_ISDIR, "a directory"))
+
+
+def _refuse_special(path: str) -> None:
+    """A local path that is not a regular file (a FIFO, device, socket, or a directory that
+    is no kerchunk parquet reference set) is `unreadable`, before anything opens it."""
+    if storage.is_url(path):
+        return
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return  # (missing, permissions: said by the open that follows)
+    if stat.S_ISREG(mode):
+        return
+    if stat.S_ISDIR(mode):
+        from .kerchunk import is_parquet_references
+        if is_parquet_references(path):
+            return
+    what = next((name for test, name in _SPECIAL if test(mode)), "not a regular file")
+    raise VirtualizeError([Problem(Location(path), "unreadable",
+                                   f"not a regular file: {what}; nothing was read from it")],
+                          f"{path}: not a regular file")
 
 
 def _check_extent(inv: FileInventory) -> FileInventory:

@@ -9,9 +9,17 @@ of a C library (reported as a located `scan-crashed` problem, not the caller's d
 
 Cost: the workers are started once per process and reused for every later scan (a scan
 costs one pipe round trip, well under a millisecond, plus pickling its inventory). A
-worker is forked when the caller has no other Python threads (about 20 ms), else started by the
-forkserver (about a second: it imports virtualize afresh). A worker that timed out is
-killed and replaced on the next scan.
+worker is forked when the caller has no other Python threads (about 20 ms), else started
+as a new interpreter running this module's `_BOOTSTRAP` (about 0.4 s: it imports
+virtualize afresh). A worker that timed out is killed and replaced on the next scan.
+
+A worker never runs the caller's code: multiprocessing's spawn and forkserver start
+methods import the caller's `__main__` again in the child (an ingest script without
+`if __name__ == "__main__":` would run again there, and fail with "An attempt has been
+made to start a new process before the current process has finished its bootstrapping
+phase"), so neither is used; a fork copies the caller without running anything, and the
+new interpreter imports only virtualize. The caller's own multiprocessing settings
+(`set_start_method`, the forkserver's preload) are neither read nor changed.
 """
 
 from __future__ import annotations
@@ -19,6 +27,8 @@ from __future__ import annotations
 import atexit
 import multiprocessing
 import os
+import subprocess
+import sys
 import threading
 import time
 import warnings
@@ -36,7 +46,7 @@ WORKER_MEMORY = 8 << 30
 
 Result = FileInventory | list[Problem]
 READY = None  # a new worker's first message: it has started
-START_LIMIT = 120.0  # seconds a worker may take to start (the forkserver imports virtualize)
+START_LIMIT = 120.0  # seconds a worker may take to start (a new interpreter imports virtualize)
 
 
 def scan_or_problems(path: str, hint=None) -> Result:
@@ -49,13 +59,14 @@ def scan_or_problems(path: str, hint=None) -> Result:
         return list(e.problems)
 
 
-def _serve(conn, preload: bool = False) -> None:  # the worker's main loop
+def _serve(conn, preload: bool = False, die_with_parent: bool = True) -> None:  # its main loop
     import resource
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the caller decides; Ctrl-C kills us
     parent = os.getppid()
-    _die_with_parent()
+    if die_with_parent:
+        _die_with_parent()
     _soft, hard = resource.getrlimit(resource.RLIMIT_AS)
     cap = WORKER_MEMORY if hard == resource.RLIM_INFINITY else min(WORKER_MEMORY, hard)
     try:
@@ -63,9 +74,9 @@ def _serve(conn, preload: bool = False) -> None:  # the worker's main loop
     except (ValueError, OSError):
         pass
     from .. import storage
-    if preload:  # started afresh (forkserver): the scanners' imports are not a scan's time
+    if preload:  # started afresh: the scanners' imports are not a scan's time
         from . import hdf5, kerchunk, netcdf3, tiff  # noqa: F401
-    conn.send(READY)  # (a forkserver's worker may take seconds to start: not a scan's time)
+    conn.send(READY)  # (a new interpreter may take seconds to start: not a scan's time)
     hint = None
     while True:
         # a worker never outlives its caller: a forked child also holds the caller's end of
@@ -110,25 +121,24 @@ def _die_with_parent() -> None:
 class _Worker:
     def __init__(self) -> None:
         # fork is cheap and safe while the caller has no other Python threads; zarr's
-        # event-loop thread (or the caller's own) makes it unsafe, then the forkserver
-        # starts us
-        method = "fork" if _threads() == 1 else "forkserver"
-        ctx = multiprocessing.get_context(method)
-        self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_serve, args=(child, method == "forkserver"), daemon=True,
-                                name="virtualize-scan")
-        # a daemonic process (a dask worker) may not start children: multiprocessing would
-        # not wait for them at exit; this one dies with its parent anyway (PDEATHSIG, the
-        # parent check), so the rule is lifted for its start
-        config = multiprocessing.current_process()._config
-        daemonic = config.pop("daemon", None)
-        try:
-            with warnings.catch_warnings():  # (a thread Python counts differently, in exit)
-                warnings.simplefilter("ignore", DeprecationWarning)
-                self.proc.start()
-        finally:
-            if daemonic is not None:
-                config["daemon"] = daemonic
+        # event-loop thread (or the caller's own) makes it unsafe, then a new interpreter
+        # is started (never multiprocessing's spawn or forkserver: they import the caller's
+        # __main__ again in the child)
+        if _threads() == 1:
+            ctx = multiprocessing.get_context("fork")
+            self.conn, child = ctx.Pipe()
+            self.proc = _Forked(ctx.Process(target=_serve, args=(child,), daemon=True,
+                                            name="virtualize-scan"))
+        else:
+            self.conn, child = multiprocessing.Pipe()
+            self.proc = _Started(child)
+            # its first message: the caller's sys.path, and where this virtualize is (the
+            # worker imports the same copy, whatever else the path holds)
+            here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+            try:
+                self.conn.send((list(sys.path), here))
+            except OSError:  # it died at once: the caller's next receive reports it
+                pass
         child.close()
         self.owner = os.getpid()  # a forked caller must not use its parent's workers
         self.queue: deque[int] = deque()  # indexes of the files sent, in order
@@ -173,6 +183,87 @@ class _Worker:
             self.proc.kill()
             self.proc.join()
         self.conn.close()
+
+
+class _Forked:
+    """A worker forked from the caller (multiprocessing's fork context)."""
+
+    def __init__(self, proc) -> None:
+        self.proc = proc
+        # a daemonic process (a dask worker) may not start children: multiprocessing would
+        # not wait for them at exit; this one dies with its parent anyway (PDEATHSIG, the
+        # parent check), so the rule is lifted for its start
+        config = multiprocessing.current_process()._config
+        daemonic = config.pop("daemon", None)
+        try:
+            with warnings.catch_warnings():  # (a thread Python counts differently, in exit)
+                warnings.simplefilter("ignore", DeprecationWarning)
+                proc.start()
+        finally:
+            if daemonic is not None:
+                config["daemon"] = daemonic
+
+    def kill(self) -> None:
+        self.proc.kill()
+
+    def join(self, timeout: float | None = None) -> None:
+        self.proc.join(timeout)
+
+    def is_alive(self) -> bool:
+        return self.proc.is_alive()
+
+    @property
+    def exitcode(self) -> int | None:
+        return self.proc.exitcode
+
+
+# The new interpreter's first lines: only the standard library until it has the caller's
+# sys.path and the directory of the caller's virtualize (its first message), then that
+# virtualize's worker loop (its own directory first while it is imported); nothing of the
+# caller's code.
+_BOOTSTRAP = ("import signal, sys; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+              "from multiprocessing.connection import Connection; "
+              "conn = Connection(int(sys.argv[1])); path, here = conn.recv(); "
+              "sys.path[:] = [here, *path]; "
+              "from virtualize.scan._worker import _serve; "
+              "sys.path[:] = path; "
+              "_serve(conn, True, sys.argv[2] == '1')")
+
+
+class _Started:
+    """A worker started as a new interpreter (`_BOOTSTRAP`), talking over `child`, a
+    socket of a multiprocessing Pipe passed as its file descriptor."""
+
+    def __init__(self, child) -> None:
+        from multiprocessing import spawn
+
+        # PR_SET_PDEATHSIG fires when the *thread* that started the child ends: only a
+        # worker started by the main thread asks for it (the others check their parent
+        # every second)
+        main = threading.current_thread() is threading.main_thread()
+        argv = [spawn.get_executable(), *subprocess._args_from_interpreter_flags(),
+                "-c", _BOOTSTRAP, str(child.fileno()), "1" if main else "0"]
+        self.popen = subprocess.Popen(argv, pass_fds=(child.fileno(),),
+                                      stdin=subprocess.DEVNULL)
+
+    def kill(self) -> None:
+        try:
+            self.popen.kill()
+        except OSError:
+            pass
+
+    def join(self, timeout: float | None = None) -> None:
+        try:
+            self.popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            pass
+
+    def is_alive(self) -> bool:
+        return self.popen.poll() is None
+
+    @property
+    def exitcode(self) -> int | None:
+        return self.popen.returncode
 
 
 def _threads() -> int:
