@@ -282,3 +282,37 @@ def test_a_touched_external_link_target_is_proved_through_the_linking_file(tmp_p
         f.create_dataset("data", data=np.arange(24, dtype="f4").reshape(4, 6), chunks=(4, 3))
     with pytest.raises(VirtualizeError, match="source-changed"):
         virtualize.open(out)
+
+
+@pytest.mark.parametrize("how", ["one file", "another concat dim"])
+def test_a_touched_file_is_rescanned_as_the_cube_scanned_it(tmp_path, how):
+    """Which variables carry digests depends on how a file was scanned (alone; along which
+    dimension): the re-scan that proves a touched file unchanged scans it the same way, so
+    a cube of one file, or one concatenated along a dimension the scanner would not have
+    chosen, reads a touched source with a note, not as changed."""
+    files = []
+    for i in range(2):
+        f = tmp_path / f"f{i}.nc"
+        with netCDF4.Dataset(f, "w") as ds:
+            ds.createDimension("time", None)
+            ds.createDimension("member", 1)
+            ds.createDimension("y", 4)
+            ds.createVariable("time", "f8", ("time",))[:] = np.arange(3.0)
+            ds.createVariable("member", "i4", ("member",))[:] = [i]
+            ds.createVariable("orog", "f4", ("y",))[:] = np.arange(4.0)
+            v = ds.createVariable("v", "f4", ("member", "time", "y"))
+            v[:] = np.full((1, 3, 4), i, "f4")
+        files.append(f)
+    out = tmp_path / "c.zarr"
+    if how == "one file":
+        virtualize.virtualize(files[:1], out)
+    else:
+        virtualize.virtualize(files, out, concat_dim="member")
+    later(files[0])
+    with pytest.warns(SourceTouchedWarning):
+        g = virtualize.open(out)
+    with netCDF4.Dataset(files[0]) as ds:
+        np.testing.assert_array_equal(g["v"][0:1], ds["v"][:])
+    with pytest.raises(VirtualizeError) as e:
+        virtualize.open(out, strict=True)
+    assert kinds(e) == ["source-touched"]
