@@ -52,6 +52,7 @@ def test_a_gap_in_the_time_coordinate_is_a_note_or_fatal(months):
     assert [(p.kind, p.fatal) for p in refused.problems] == [("coordinate-gap", True)]
     r = run("check", "--no-gaps", *months)
     assert r.returncode == 1 and "coordinate-gap" in r.stdout
+    assert "time (add the missing files, or leave out --no-gaps)" in r.stdout  # not --drop
     r = run("check", "-v", *months)
     assert r.returncode == 0 and "31 days missing" in r.stdout
     assert not [p for p in virtualize.check(months[:2]).problems if p.kind == "coordinate-gap"]

@@ -164,7 +164,10 @@ def refused_variables(report: model.Report) -> dict[str, list[str]]:
             ways.append("leave out the file given twice")
         if "coordinate-not-increasing" in kinds:
             ways.append(f"leave out the file(s) whose {dim} steps overlap or go back")
-        ways.append("--concat-dim DIM (another dimension)")
+        if "coordinate-gap" in kinds:
+            ways.append("add the missing files, or leave out --no-gaps")
+        if kinds - {"coordinate-gap"}:
+            ways.append("--concat-dim DIM (another dimension)")
     if getattr(report, "appending", False):
         for ways in out.values():
             ways[:] = [_rerun(w) if w.startswith("--") else w for w in ways]
@@ -172,7 +175,7 @@ def refused_variables(report: model.Report) -> dict[str, list[str]]:
 
 
 # problems of the concatenation coordinate's order: `--drop` does not remove them
-_ORDER_KINDS = frozenset({"duplicate-coordinate", "coordinate-not-increasing"})
+_ORDER_KINDS = frozenset({"duplicate-coordinate", "coordinate-not-increasing", "coordinate-gap"})
 
 
 def _rerun(option: str) -> str:
