@@ -17,7 +17,7 @@ import os
 import sys
 import time
 
-from . import __version__
+from ._version import __version__
 from .api import (
     DEFAULT_CHUNK_SIZE,
     DEFAULT_SCAN_TIMEOUT,

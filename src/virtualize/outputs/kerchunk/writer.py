@@ -11,20 +11,14 @@ from pathlib import Path
 import numpy as np
 import ujson
 
-from .. import __version__
-from ..model import Plan
-from ..storage import common_dir, dirname, relative, resolve
-from ._staging import staged_file
-from .cube import (
-    CUBE_FORMAT_VERSION,
-    grow_roots,
-    inline_chunks,
-    left_out_record,
-    relative_state,
-    source_roots,
-)
-from .materialize import materialized_chunks
-from .metadata import array_doc, chunk_grid, group_doc
+from ..._version import __version__
+from ...model import Plan
+from ...storage import common_dir, dirname, relative, resolve
+from ..cube.writer import CUBE_FORMAT_VERSION, inline_chunks
+from ..materialize import materialized_chunks
+from ..metadata import array_doc, chunk_grid, group_doc
+from ..record import grow_roots, left_out_record, relative_state, source_roots
+from ..staging import staged_file
 
 
 def kerchunk_refs(plan: Plan, relative_to: str | None = None) -> dict:
@@ -196,7 +190,8 @@ def write_kerchunk(plan: Plan, dest: str | Path, overwrite: bool = False, *,
 def refresh_kerchunk(dest: str | Path, times: dict[int, int]) -> None:
     """Record new modification times (source index -> mtime_ns) of touched sources in a
     reference JSON's `virtualize` section (the file replaced in one rename)."""
-    from .cube import replace_atomically, set_times
+    from ..record import set_times
+    from ..staging import replace_atomically
 
     dest = Path(dest)
     with open(dest, "rb") as f:

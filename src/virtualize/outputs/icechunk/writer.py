@@ -23,13 +23,14 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import storage
-from ..model import MATERIALIZED, Plan
-from ..storage import is_url
-from ._staging import staged_dir
-from .cube import grow_roots, inline_chunks, left_out_record, source_roots
-from .materialize import materialized_chunks
-from .metadata import array_doc, chunk_grid, group_doc
+from ... import storage
+from ...model import MATERIALIZED, Plan
+from ...storage import is_url
+from ..cube.writer import inline_chunks
+from ..materialize import materialized_chunks
+from ..metadata import array_doc, chunk_grid, group_doc
+from ..record import grow_roots, left_out_record, source_roots
+from ..staging import staged_dir
 
 
 def container_prefix(plan: Plan) -> str:
@@ -189,7 +190,7 @@ def refresh_icechunk(dest: str | Path, plan: Plan, info: dict, times: dict[int, 
     compares each reference's time itself) from `plan`, the stack planned again (the
     same references: the touched files' block tables are as recorded), and the commit's
     record with the new times."""
-    from .cube import set_times
+    from ..record import set_times
 
     paths = {info["sources"][i]["path"] for i in times}
     session = _open_to_append(dest, plan, plan.sources).writable_session("main")
@@ -334,51 +335,6 @@ def credentials(prefix: str) -> dict:
     if prefix.startswith(("http://", "https://")):
         return ic.containers_credentials({prefix: None})
     return ic.containers_credentials({prefix: ic.Credentials.LocalFileSystemAccess()})
-
-
-def is_icechunk_repo(path: str | os.PathLike) -> bool:
-    p = Path(path)
-    return p.is_dir() and (p / "repo").exists() and not (p / "virtualize.json").exists()
-
-
-def open_icechunk(path: str | os.PathLike, allow=None, base: str | None = None):
-    """A read-only zarr store of an Icechunk repo's main branch. Only the virtual chunk
-    containers inside the allowed roots are authorized (access.py): the roots recorded by
-    virtualize in the last commit (or the repository's own directory, for one it did not
-    write) and the caller's `allow`. A container outside them is refused. A relocatable
-    repository's `relative` container is re-pointed at its location (`base`: the URL it
-    was read from)."""
-    import icechunk as ic
-
-    from ..access import Access, not_allowed
-
-    storage = ic.local_filesystem_storage(str(path))
-    config = ic.Repository.fetch_config(storage)
-    containers = (config.virtual_chunk_containers or {}) if config else {}
-    info = recorded(path, base) if containers else None
-    moved = (info or {}).get("containers") or {}
-    for name, prefix in moved.items():
-        if any(c.name == name for c in containers.values()):
-            config.set_virtual_chunk_container(_container(prefix, name))
-    prefixes = list((config.virtual_chunk_containers or {}) if config else {})
-    roots = (info or {}).get("roots")
-    if not isinstance(roots, list):
-        roots = [os.path.dirname(os.path.realpath(path))]
-    access = Access(path, roots, allow)
-    broad = False  # a container wider than the roots (sources in several directories)
-    for prefix in prefixes:
-        why = access.container(prefix)
-        if why is not None:
-            if not access.within(prefix):
-                raise not_allowed(path, why)
-            broad = True
-    repo = ic.Repository.open(storage, config=config if moved else None,
-                              authorize_virtual_chunk_access=_credentials(prefixes) or None)
-    session = repo.readonly_session("main")
-    if broad:  # then every virtual chunk's location is checked
-        for location in set(session.all_virtual_chunk_locations()):
-            access.check(location)
-    return session.store
 
 
 def _key(prefix: str, key: str) -> str:

@@ -22,12 +22,20 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import __version__
-from ..model import REF_DTYPE, ArrayPlan, Plan
-from ..storage import relative
-from ._staging import staged_dir
-from .materialize import materialized_chunks
-from .metadata import MANIFEST_FIELD, array_doc, chunk_grid, group_doc
+from ..._version import __version__
+from ...model import REF_DTYPE, ArrayPlan, Plan
+from ...storage import relative
+from ..materialize import materialized_chunks
+from ..metadata import MANIFEST_FIELD, array_doc, chunk_grid, group_doc
+from ..record import (
+    grow_roots,
+    left_out_record,
+    relative_sources,
+    relative_state,
+    set_times,
+    source_roots,
+)
+from ..staging import replace_atomically, staged_dir
 
 CUBE_FORMAT_VERSION = 1
 MANIFEST_NAME = "manifest.npy"
@@ -68,7 +76,7 @@ def write_cube(plan: Plan, dest: str | Path, overwrite: bool = False, *,
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "concat_dim": plan.concat_dim,
             "recipe": plan.recipe,
-            "sources": _relative_sources(plan, relative_to),
+            "sources": relative_sources(plan, relative_to),
             "roots": [relative(r, relative_to) if relative_to else r
                       for r in source_roots([s.path for s in plan.sources])],
             "arrays": {name: ("inline" if a.inline is not None else "virtual")
@@ -80,12 +88,6 @@ def write_cube(plan: Plan, dest: str | Path, overwrite: bool = False, *,
             **left_out_record(plan),
         })
     return dest
-
-
-def left_out_record(plan: Plan) -> dict:
-    """The record's `left_out` field: files left out because they cannot be scanned
-    (skip_unreadable), each {path, kind, message}; none when no file was left out."""
-    return {"left_out": list(plan.left_out)} if plan.left_out else {}
 
 
 # -- manifest segments (appends) ------------------------------------------------------------
@@ -160,7 +162,7 @@ def append_cube(dest: str | Path, merged, info: dict, new_sources: list[str],
         info["sources"] = list(info["sources"]) + [
             dict(s.to_dict(), path=relative(s.path, relative_to) if relative_to else s.path)
             for s in merged.sources[len(info["sources"]):]]
-        from ..storage import resolve
+        from ...storage import resolve
         old_roots = [resolve(r, relative_to) if relative_to else r for r in info.get("roots") or []]
         info["roots"] = [relative(r, relative_to) if relative_to else r
                          for r in grow_roots(old_roots, [s.path for s in merged.sources
@@ -183,27 +185,6 @@ def refresh_cube(dest: str | Path, times: dict[int, int]) -> None:
     replace_atomically(path, json.dumps(info, allow_nan=False).encode())
 
 
-def set_times(sources: list[dict], times: dict[int, int]) -> None:
-    """A recorded source table with the new times of `times` (index -> mtime_ns)."""
-    for i, mtime in times.items():
-        sources[i]["mtime_ns"] = int(mtime)
-
-
-def replace_atomically(path: Path, data: bytes) -> None:
-    """`path` replaced by `data` in one rename (a file beside it, then os.replace)."""
-    tmp = path.with_name(f".{path.name}.refresh-{os.getpid()}")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
-
-
 def _json(doc: dict) -> bytes:
     return json.dumps(doc, indent=2, allow_nan=False).encode()
 
@@ -215,72 +196,6 @@ def _replace(path: Path, data: bytes) -> None:
     with contextlib.suppress(FileNotFoundError):
         path.unlink()
     path.write_bytes(data)
-
-
-def relative_state(state: dict | None, base: str | None) -> dict | None:
-    """The append state (plan/_state.py) to record: its paths relative to `base` (a
-    relocatable output's location) like the sources, or as they are without one."""
-    if not base:
-        return state
-    from ..plan._state import relocate_state
-    return relocate_state(state, lambda p: relative(p, base))
-
-
-def _relative_sources(plan: Plan, base: str | None) -> list[dict]:
-    def one(s) -> dict:
-        d = s.to_dict()
-        if base:
-            d["path"] = relative(s.path, base)
-        return d
-    return _Lazy(plan.sources, one)
-
-
-class _Lazy(list):
-    """A list for `json`'s encoder whose items are made as they are written (`_write_json`
-    streams): a source table of 10,000 files is not held as 10,000 dicts at once."""
-
-    def __init__(self, items, make) -> None:
-        super().__init__()
-        self.items, self.make = items, make
-
-    def __len__(self) -> int:
-        return len(self.items)
-
-    def __iter__(self):
-        return map(self.make, self.items)
-
-
-def source_roots(paths: list[str]) -> list[str]:
-    """The directories a reader of this output may open files in: each source's
-    directory (as named and with symlinks resolved), nested ones folded into their
-    parent. Recorded with the output; see docs/reading.md (confinement)."""
-    from ..storage import dirname, is_url
-
-    dirs = set()
-    urls = sorted({dirname(p) for p in paths if is_url(p)})
-    for p in paths:
-        if is_url(p):
-            continue
-        dirs.add(os.path.dirname(os.path.abspath(p)))
-        dirs.add(os.path.dirname(os.path.realpath(p)))
-    roots: list[str] = []
-    for d in sorted(dirs):
-        if not any(d == r or d.startswith(r.rstrip("/") + "/") for r in roots):
-            roots.append(d)
-    for u in urls:  # URL prefixes ('s3://bucket/tas/'), nested ones folded
-        if not any(u.startswith(r) for r in roots):
-            roots.append(u)
-    return roots
-
-
-def grow_roots(roots: list[str], paths: list[str]) -> list[str]:
-    """`roots` (recorded) and those of `paths` (new sources), nested ones folded: the
-    roots of all the sources, without resolving the old ones again."""
-    out = list(roots)
-    for r in source_roots(paths):
-        if not any(r == o or r.startswith(o.rstrip("/") + "/") for o in out):
-            out = [o for o in out if not o.startswith(r.rstrip("/") + "/")] + [r]
-    return out
 
 
 def inline_chunks(a: ArrayPlan):
