@@ -16,7 +16,6 @@ import contextlib
 import json
 import os
 import re
-import struct
 import time
 from pathlib import Path
 
@@ -25,7 +24,6 @@ import numpy as np
 from ..._version import __version__
 from ...model import REF_DTYPE, ArrayPlan, Plan
 from ...storage import relative
-from ..materialize import materialized_chunks
 from ..metadata import MANIFEST_FIELD, array_doc, chunk_grid, group_doc
 from ..record import (
     grow_roots,
@@ -36,6 +34,7 @@ from ..record import (
     source_roots,
 )
 from ..staging import replace_atomically, staged_dir
+from ..walk import walk, walk_append
 
 CUBE_FORMAT_VERSION = 1
 MANIFEST_NAME = "manifest.npy"
@@ -49,26 +48,7 @@ def write_cube(plan: Plan, dest: str | Path, overwrite: bool = False, *,
     relocatable cube: move or mirror it together with its files)."""
     dest = Path(dest)
     with staged_dir(dest, overwrite, [s.path for s in plan.sources]) as stage:
-        for group, attrs in plan.groups.items():
-            _write_json(stage / group / "zarr.json", group_doc(attrs))
-        for name, a in plan.arrays.items():
-            d = stage / name
-            if a.inline is not None:
-                _write_json(d / "zarr.json", array_doc(a))
-                for key, data in inline_chunks(a):
-                    p = d / key
-                    p.parent.mkdir(parents=True, exist_ok=True)
-                    p.write_bytes(data)
-            else:
-                manifest = {"version": CUBE_FORMAT_VERSION, "manifest": MANIFEST_NAME,
-                            "sources": "/" + SOURCES_NAME}
-                _write_json(d / "zarr.json", array_doc(a, manifest))
-                np.save(d / MANIFEST_NAME, np.asarray(a.refs, dtype=REF_DTYPE).copy(order="C"),
-                        allow_pickle=False)
-                for key, data in materialized_chunks(plan, a):  # native chunks at their keys
-                    p = d / key
-                    p.parent.mkdir(parents=True, exist_ok=True)
-                    p.write_bytes(data)
+        walk(plan, _NewCube(stage))
         _write_json(stage / SOURCES_NAME, {
             "format": "virtualize-cube",
             "version": CUBE_FORMAT_VERSION,
@@ -88,6 +68,60 @@ def write_cube(plan: Plan, dest: str | Path, overwrite: bool = False, *,
             **left_out_record(plan),
         })
     return dest
+
+
+class _NewCube:
+    """The walk's sink of a new cube directory (`stage`): documents, manifests, chunks."""
+
+    def __init__(self, stage: Path) -> None:
+        self.stage = stage
+
+    def group(self, path: str, attrs: dict) -> None:
+        _write_json(self.stage / path / "zarr.json", group_doc(attrs))
+
+    def array(self, name: str, a: ArrayPlan) -> None:
+        if a.inline is not None:
+            _write_json(self.stage / name / "zarr.json", array_doc(a))
+            return
+        manifest = {"version": CUBE_FORMAT_VERSION, "manifest": MANIFEST_NAME,
+                    "sources": "/" + SOURCES_NAME}
+        _write_json(self.stage / name / "zarr.json", array_doc(a, manifest))
+
+    def references(self, name: str, a: ArrayPlan) -> None:
+        np.save(self.stage / name / MANIFEST_NAME,
+                np.asarray(a.refs, dtype=REF_DTYPE).copy(order="C"), allow_pickle=False)
+
+    def chunk(self, name: str, key: str, data: bytes) -> None:
+        p = self.stage / name / key
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(data)
+
+
+class _GrownCube:
+    """The append walk's sink of a cube directory (`dest`) staged at `stage` (its files
+    hard-linked): grown documents, one new manifest segment per grown virtual array."""
+
+    def __init__(self, dest: Path, stage: Path) -> None:
+        self.dest, self.stage = dest, stage
+
+    def array(self, name: str, a: ArrayPlan, g) -> None:
+        old = json.loads((self.dest / name / "zarr.json").read_text())
+        doc = dict(old, shape=[int(n) for n in a.shape], chunk_grid=chunk_grid(a))
+        if a.inline is None:
+            field = dict(old[MANIFEST_FIELD])
+            _axis, segments = manifest_segments(field)
+            self.segment = f"manifest.{len(segments)}.npy"
+            field["segments"] = [list(s) for s in segments] + [[g.start, self.segment]]
+            field["axis"] = g.axis
+            doc[MANIFEST_FIELD] = field
+        _replace(self.stage / name / "zarr.json", _json(doc))
+
+    def references(self, name: str, a: ArrayPlan, g) -> None:
+        np.save(self.stage / name / self.segment,
+                np.asarray(a.refs, dtype=REF_DTYPE).copy(order="C"), allow_pickle=False)
+
+    def chunk(self, name: str, key: str, data: bytes) -> None:
+        _replace(self.stage / name / key, data)
 
 
 # -- manifest segments (appends) ------------------------------------------------------------
@@ -137,27 +171,7 @@ def append_cube(dest: str | Path, merged, info: dict, new_sources: list[str],
             (stage / rel).mkdir(parents=True, exist_ok=True)
             for f in files:
                 os.link(Path(dirpath) / f, stage / rel / f)
-        for name, g in merged.grown.items():
-            a = g.array
-            d = stage / name
-            old = json.loads((dest / name / "zarr.json").read_text())
-            doc = dict(old, shape=[int(n) for n in a.shape], chunk_grid=chunk_grid(a))
-            if a.inline is not None:
-                for key, data in inline_chunks(a):
-                    _replace(d / key, data)
-                _replace(d / "zarr.json", _json(doc))
-                continue
-            field = dict(old[MANIFEST_FIELD])
-            _axis, segments = manifest_segments(field)
-            seg = f"manifest.{len(segments)}.npy"
-            field["segments"] = [list(s) for s in segments] + [[g.start, seg]]
-            field["axis"] = g.axis
-            doc[MANIFEST_FIELD] = field
-            np.save(d / seg, np.asarray(a.refs, dtype=REF_DTYPE).copy(order="C"),
-                    allow_pickle=False)
-            for key, data in materialized_chunks(plan, a):
-                _replace(d / key, data)
-            _replace(d / "zarr.json", _json(doc))
+        walk_append(merged, _GrownCube(dest, stage))
         info = dict(info)
         info["sources"] = list(info["sources"]) + [
             dict(s.to_dict(), path=relative(s.path, relative_to) if relative_to else s.path)
@@ -196,21 +210,6 @@ def _replace(path: Path, data: bytes) -> None:
     with contextlib.suppress(FileNotFoundError):
         path.unlink()
     path.write_bytes(data)
-
-
-def inline_chunks(a: ArrayPlan):
-    """(chunk key, encoded bytes) of an inline array: one chunk holding all values,
-    encoded with its `bytes` codec (little-endian, C order)."""
-    data = a.inline
-    if data is None or data.size == 0:
-        return
-    key = "c" if data.ndim == 0 else "c/" + "/".join("0" for _ in range(data.ndim))
-    if data.dtype.kind == "T":  # zarr's vlen-utf8: item count, then each length and bytes
-        items = [str(x).encode("utf-8") for x in data.reshape(-1)]
-        yield key, b"".join([struct.pack("<I", len(items)),
-                             *(struct.pack("<I", len(b)) + b for b in items)])
-        return
-    yield key, data.tobytes(order="C")
 
 
 def _write_json(path: Path, doc: dict) -> None:

@@ -26,11 +26,10 @@ import numpy as np
 from ... import storage
 from ...model import MATERIALIZED, Plan
 from ...storage import is_url
-from ..cube.writer import inline_chunks
-from ..materialize import materialized_chunks
 from ..metadata import array_doc, chunk_grid, group_doc
 from ..record import grow_roots, left_out_record, source_roots
 from ..staging import staged_dir
+from ..walk import walk, walk_append
 
 
 def container_prefix(plan: Plan) -> str:
@@ -149,31 +148,13 @@ def append_icechunk_new(dest: str | Path, merged, recipe: dict, old_roots=()) ->
     chunks (and materialized ones), inline arrays' chunk; the commit records the grown
     source list and the new last step."""
     import zarr
-    from zarr.core.buffer import cpu, default_buffer_prototype
-    from zarr.core.sync import sync
 
     plan = merged.plan
     session = _open_to_append(dest, plan, merged.sources).writable_session("main")
     store = session.store
 
-    def put(key: str, data: bytes) -> None:
-        sync(store.set(key, cpu.Buffer.from_bytes(data)))
-
     with zarr.config.set({"array.rectilinear_chunks": True}):
-        for name, g in merged.grown.items():
-            a = g.array
-            buf = sync(store.get(_key(name, "zarr.json"), default_buffer_prototype()))
-            doc = dict(json.loads(buf.to_bytes()), shape=[int(n) for n in a.shape],
-                       chunk_grid=chunk_grid(a))
-            put(_key(name, "zarr.json"), json.dumps(doc, allow_nan=False).encode())
-            if a.inline is not None:
-                for key, data in inline_chunks(a):
-                    put(_key(name, key), data)
-                continue
-            origin = tuple(g.start if ax == g.axis else 0 for ax in range(a.refs.ndim))
-            _virtual_refs(store, plan, name, a.refs, {}, origin)
-            for key, data in materialized_chunks(plan, a):
-                put(_key(name, key), data)
+        walk_append(merged, _Session(store, plan, {}))
     added = len(merged.sources) - len(merged.old_sources)
     session.commit(f"virtualize append: {added} file(s)", metadata={"virtualize": {
         "concat_dim": plan.concat_dim, "recipe": recipe,
@@ -234,27 +215,12 @@ def recorded(path: str | os.PathLike, base: str | None = None) -> dict | None:
 def _commit(repo, plan: Plan, message: str, locations: dict | None = None,
             relative_to: str | None = None, moving: str | None = None) -> None:
     import zarr
-    from zarr.core.buffer import cpu
-    from zarr.core.sync import sync
 
     session = repo.writable_session("main")
     store = session.store
 
-    def put(key: str, data: bytes) -> None:
-        sync(store.set(key, cpu.Buffer.from_bytes(data)))
-
     with zarr.config.set({"array.rectilinear_chunks": True}):
-        for group, attrs in plan.groups.items():
-            put(_key(group, "zarr.json"), json.dumps(group_doc(attrs), allow_nan=False).encode())
-        for name, a in plan.arrays.items():
-            put(_key(name, "zarr.json"), json.dumps(array_doc(a), allow_nan=False).encode())
-            if a.inline is not None:
-                for key, data in inline_chunks(a):
-                    put(_key(name, key), data)
-                continue
-            _virtual_refs(store, plan, name, a.refs, locations or {})
-            for key, data in materialized_chunks(plan, a):
-                put(_key(name, key), data)
+        walk(plan, _Session(store, plan, locations or {}))
     info = {"concat_dim": plan.concat_dim, "recipe": plan.recipe,
             "sources": [s.to_dict() for s in plan.sources],
             "roots": source_roots([s.path for s in plan.sources]),
@@ -266,6 +232,44 @@ def _commit(repo, plan: Plan, message: str, locations: dict | None = None,
         local = moving[len("file://"):] if moving.startswith("file://") else moving
         info["containers"] = {RELATIVE: rel(local)}
     session.commit(message, metadata={"virtualize": info})
+
+
+class _Session:
+    """The walk's sink of an Icechunk writable session's store: documents and stored
+    chunks set as keys, references as virtual chunks (`moved`: a relocatable
+    repository's locations); an append's grown documents from the stored ones."""
+
+    def __init__(self, store, plan: Plan, moved: dict) -> None:
+        self.store, self.plan, self.moved = store, plan, moved
+
+    def _put(self, key: str, data: bytes) -> None:
+        from zarr.core.buffer import cpu
+        from zarr.core.sync import sync
+
+        sync(self.store.set(key, cpu.Buffer.from_bytes(data)))
+
+    def group(self, path: str, attrs: dict) -> None:
+        self._put(_key(path, "zarr.json"), json.dumps(group_doc(attrs), allow_nan=False).encode())
+
+    def array(self, name: str, a, g=None) -> None:
+        if g is None:
+            self._put(_key(name, "zarr.json"), json.dumps(array_doc(a), allow_nan=False).encode())
+            return
+        from zarr.core.buffer import default_buffer_prototype
+        from zarr.core.sync import sync
+
+        buf = sync(self.store.get(_key(name, "zarr.json"), default_buffer_prototype()))
+        doc = dict(json.loads(buf.to_bytes()), shape=[int(n) for n in a.shape],
+                   chunk_grid=chunk_grid(a))
+        self._put(_key(name, "zarr.json"), json.dumps(doc, allow_nan=False).encode())
+
+    def chunk(self, name: str, key: str, data: bytes) -> None:
+        self._put(_key(name, key), data)
+
+    def references(self, name: str, a, g=None) -> None:
+        origin = None if g is None else tuple(g.start if ax == g.axis else 0
+                                              for ax in range(a.refs.ndim))
+        _virtual_refs(self.store, self.plan, name, a.refs, self.moved, origin)
 
 
 def _container(prefix: str, name: str | None = None):
