@@ -533,12 +533,8 @@ def _recorded(cube: Path, kind: str | bool) -> dict:
         base = os.path.abspath(cube)
     if kind in ("kerchunk", "cube") and isinstance(info, dict) \
             and isinstance(info.get("sources"), list):
-        info["sources"] = [dict(s, path=storage.resolve(s["path"], base))
-                           if isinstance(s, dict) and isinstance(s.get("path"), str) else s
-                           for s in info["sources"]]
-        if "append" in info:  # the recorded last step's paths: relative ones too
-            from .plan._state import relocate_state
-            info["append"] = relocate_state(info["append"], lambda p: storage.resolve(p, base))
+        from .outputs.record import resolved
+        resolved(info, base, roots=False, append=True)
     if not isinstance(info, dict) or not isinstance(info.get("sources"), list):
         raise VirtualizeError([Problem(Location(str(cube)), "not-a-cube",
                                        "not a cube directory, kerchunk JSON or Icechunk "

@@ -10,8 +10,9 @@ import os
 from pathlib import Path
 from typing import Any
 
+from .._version import __version__
 from ..model import Plan
-from ..storage import relative
+from ..storage import relative, resolve
 from .access import invalid
 
 
@@ -39,6 +40,79 @@ def recorded_roots(what: Path, info: dict) -> list[str]:
     if not isinstance(roots, list):
         raise invalid(what, "'roots' is not a list")
     return roots
+
+
+def resolve_sources(sources: list, base: str) -> list:
+    """Recorded sources with their paths resolved against `base` (the output's location:
+    relative ones are a relocatable output's); entries that are not {path: str} as they
+    are (the table's own check refuses them where it matters)."""
+    return [dict(s, path=resolve(s["path"], base))
+            if isinstance(s, dict) and isinstance(s.get("path"), str) else s for s in sources]
+
+
+def resolve_roots(roots: list, base: str) -> list:
+    """Recorded roots resolved against `base`, as `resolve_sources`."""
+    return [resolve(r, base) if isinstance(r, str) else r for r in roots]
+
+
+def resolved(info, base: str, *, roots: bool = True, append: bool = False):
+    """A read record (a dict; anything else as it is) with its sources (and `roots`,
+    and the append state's paths when `append`) resolved against `base`."""
+    if not isinstance(info, dict):
+        return info
+    if isinstance(info.get("sources"), list):
+        info["sources"] = resolve_sources(info["sources"], base)
+    if roots and isinstance(info.get("roots"), list):
+        info["roots"] = resolve_roots(info["roots"], base)
+    if append and "append" in info:  # the recorded last step's paths: relative ones too
+        from ..plan._state import relocate_state
+        info["append"] = relocate_state(info["append"], lambda p: resolve(p, base))
+    return info
+
+
+def record(plan: Plan, layout: tuple[str, ...], relative_to: str | None = None, *,
+           lazy: bool = False, **fields) -> dict:
+    """A new output's record: the fields of `layout` in that order (its kind's: the
+    order is part of the format), each from `fields` or else the plan's own (sources,
+    roots, append state relative to `relative_to` when given), then `left_out`.
+    `lazy`: the source table made as it is encoded (a streaming writer's)."""
+    def sources():
+        if lazy:
+            return relative_sources(plan, relative_to)
+        return [s.to_dict() for s in plan.sources]
+
+    standard = {
+        "created_by": lambda: f"virtualize {__version__}",
+        "concat_dim": lambda: plan.concat_dim,
+        "recipe": lambda: plan.recipe,
+        "sources": sources,
+        "roots": lambda: [relative(r, relative_to) if relative_to else r
+                          for r in source_roots([s.path for s in plan.sources])],
+        "append": lambda: relative_state(plan.append_state, relative_to),
+    }
+    out = {k: fields[k] if k in fields else standard[k]() for k in layout}
+    out.update(left_out_record(plan))
+    return out
+
+
+def grow_record(info: dict, merged, new_paths: list[str], *, rel: str | None,
+                old_base: str | None) -> dict:
+    """`info` (a read record) grown by an append (plan/_state.py `Merged`): the new
+    sources (relative to `rel` when given), the roots of old and new (`old_base`: what
+    the recorded roots resolve against), the new append state and left-out files."""
+    info["sources"] = list(info["sources"]) + [
+        dict(s.to_dict(), path=relative(s.path, rel) if rel else s.path)
+        for s in merged.sources[len(merged.old_sources):]]
+    old_roots = [resolve(r, old_base) if old_base else r for r in info.get("roots") or []]
+    info["roots"] = [relative(r, rel) if rel else r for r in grow_roots(old_roots, new_paths)]
+    return info
+
+
+def finish_growth(info: dict, plan: Plan, rel: str | None) -> dict:
+    """The last fields an append records: its append state, its left-out files."""
+    info["append"] = relative_state(plan.append_state, rel)
+    info.update(left_out_record(plan))
+    return info
 
 
 def changed_sources(sources: list[dict[str, Any]]):

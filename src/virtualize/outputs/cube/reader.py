@@ -50,7 +50,7 @@ from ..access import (
     stored_bytes_of_rows,
 )
 from ..metadata import MANIFEST_FIELD
-from ..record import recorded_roots, source_table
+from ..record import recorded_roots, resolve_roots, resolve_sources, source_table
 from .writer import SOURCES_NAME, manifest_segments
 
 
@@ -271,7 +271,6 @@ class CubeStore(Store):
                  strict: bool = False):
         super().__init__(read_only=True)
         from ...storage import is_url as _is_url
-        from ...storage import resolve
 
         if isinstance(root, str) and _is_url(root):
             self.root: Path | str = root.rstrip("/")
@@ -294,11 +293,9 @@ class CubeStore(Store):
                                            f"no {SOURCES_NAME}: not a cube written by virtualize")],
                                   f"{self.root}: not a virtualize cube")
         info = _load_json(self.root, raw, SOURCES_NAME)
-        sources = [dict(s, path=resolve(s["path"], self.base))
-                   for s in source_table(self.root, info)]
+        sources = resolve_sources(source_table(self.root, info), self.base)
         if isinstance(info.get("roots"), list):
-            info["roots"] = [resolve(r, self.base) if isinstance(r, str) else r
-                             for r in info["roots"]]
+            info["roots"] = resolve_roots(info["roots"], self.base)
         arrays = info.get("arrays")
         if not isinstance(arrays, dict):
             raise invalid(self.root, f"{SOURCES_NAME} has no 'arrays' table")

@@ -21,22 +21,16 @@ from pathlib import Path
 
 import numpy as np
 
-from ..._version import __version__
 from ...model import REF_DTYPE, ArrayPlan, Plan
-from ...storage import relative
 from ..metadata import MANIFEST_FIELD, array_doc, chunk_grid, group_doc
-from ..record import (
-    grow_roots,
-    left_out_record,
-    relative_sources,
-    relative_state,
-    set_times,
-    source_roots,
-)
+from ..record import finish_growth, grow_record, record, set_times
 from ..staging import replace_atomically, staged_dir
 from ..walk import walk, walk_append
 
 CUBE_FORMAT_VERSION = 1
+# the fields of virtualize.json, in order (record.record)
+RECORD_LAYOUT = ("format", "version", "created_by", "created", "concat_dim", "recipe", "sources",
+                 "roots", "arrays", "groups", "remedies", "notes", "append")
 MANIFEST_NAME = "manifest.npy"
 SOURCES_NAME = "virtualize.json"
 
@@ -49,24 +43,16 @@ def write_cube(plan: Plan, dest: str | Path, overwrite: bool = False, *,
     dest = Path(dest)
     with staged_dir(dest, overwrite, [s.path for s in plan.sources]) as stage:
         walk(plan, _NewCube(stage))
-        _write_json(stage / SOURCES_NAME, {
-            "format": "virtualize-cube",
-            "version": CUBE_FORMAT_VERSION,
-            "created_by": f"virtualize {__version__}",
-            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "concat_dim": plan.concat_dim,
-            "recipe": plan.recipe,
-            "sources": relative_sources(plan, relative_to),
-            "roots": [relative(r, relative_to) if relative_to else r
-                      for r in source_roots([s.path for s in plan.sources])],
-            "arrays": {name: ("inline" if a.inline is not None else "virtual")
-                       for name, a in plan.arrays.items()},
-            "groups": sorted(g for g in plan.groups if g),  # readers list no directories
-            "remedies": [r.to_dict() for r in plan.remedies.values() if r.enabled],
-            "notes": plan.notes,
-            "append": relative_state(plan.append_state, relative_to),
-            **left_out_record(plan),
-        })
+        _write_json(stage / SOURCES_NAME, record(
+            plan, RECORD_LAYOUT, relative_to, lazy=True,
+            format="virtualize-cube",
+            version=CUBE_FORMAT_VERSION,
+            created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            arrays={name: ("inline" if a.inline is not None else "virtual")
+                    for name, a in plan.arrays.items()},
+            groups=sorted(g for g in plan.groups if g),  # readers list no directories
+            remedies=[r.to_dict() for r in plan.remedies.values() if r.enabled],
+            notes=plan.notes))
     return dest
 
 
@@ -172,19 +158,12 @@ def append_cube(dest: str | Path, merged, info: dict, new_sources: list[str],
             for f in files:
                 os.link(Path(dirpath) / f, stage / rel / f)
         walk_append(merged, _GrownCube(dest, stage))
-        info = dict(info)
-        info["sources"] = list(info["sources"]) + [
-            dict(s.to_dict(), path=relative(s.path, relative_to) if relative_to else s.path)
-            for s in merged.sources[len(info["sources"]):]]
-        from ...storage import resolve
-        old_roots = [resolve(r, relative_to) if relative_to else r for r in info.get("roots") or []]
-        info["roots"] = [relative(r, relative_to) if relative_to else r
-                         for r in grow_roots(old_roots, [s.path for s in merged.sources
-                                                         [len(merged.old_sources):]])]
+        info = grow_record(dict(info), merged, [s.path for s in merged.sources
+                                                 [len(merged.old_sources):]],
+                           rel=relative_to, old_base=relative_to)
         info["notes"] = list(info.get("notes") or []) + [
             n for n in plan.notes if n not in (info.get("notes") or [])]
-        info["append"] = relative_state(plan.append_state, relative_to)
-        info.update(left_out_record(plan))
+        finish_growth(info, plan, relative_to)
         # (compact: the C encoder; a source table of 10,000 files indented takes 10x as long)
         _replace(stage / SOURCES_NAME, json.dumps(info, allow_nan=False).encode())
     return dest

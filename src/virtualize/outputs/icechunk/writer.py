@@ -27,7 +27,7 @@ from ... import storage
 from ...model import MATERIALIZED, Plan
 from ...storage import is_url
 from ..metadata import array_doc, chunk_grid, group_doc
-from ..record import grow_roots, left_out_record, source_roots
+from ..record import grow_roots, record, resolved
 from ..staging import staged_dir
 from ..walk import walk, walk_append
 
@@ -50,6 +50,9 @@ def container_prefixes(plan: Plan, skip=frozenset()) -> list[str]:
         out.append("file://" + common.rstrip("/") + "/")
     return out
 
+
+# the fields of a commit's `virtualize` metadata, in order (record.record)
+RECORD_LAYOUT = ("concat_dim", "recipe", "sources", "roots", "append")
 
 RELATIVE = "relative"  # the container of a relocatable repository's movable sources
 
@@ -156,12 +159,10 @@ def append_icechunk_new(dest: str | Path, merged, recipe: dict, old_roots=()) ->
     with zarr.config.set({"array.rectilinear_chunks": True}):
         walk_append(merged, _Session(store, plan, {}))
     added = len(merged.sources) - len(merged.old_sources)
-    session.commit(f"virtualize append: {added} file(s)", metadata={"virtualize": {
-        "concat_dim": plan.concat_dim, "recipe": recipe,
-        "sources": [s.to_dict() for s in merged.sources],
-        "roots": grow_roots(list(old_roots), [s.path for s in merged.sources
-                                              [len(merged.old_sources):]]),
-        "append": plan.append_state, **left_out_record(plan)}})
+    session.commit(f"virtualize append: {added} file(s)", metadata={"virtualize": record(
+        plan, RECORD_LAYOUT, recipe=recipe, sources=[s.to_dict() for s in merged.sources],
+        roots=grow_roots(list(old_roots), [s.path for s in merged.sources
+                                           [len(merged.old_sources):]]))})
     return Path(dest)
 
 
@@ -199,13 +200,7 @@ def recorded(path: str | os.PathLike, base: str | None = None) -> dict | None:
     info = (head.metadata or {}).get("virtualize")
     if isinstance(info, dict):
         base = base or os.path.abspath(path)
-        if isinstance(info.get("sources"), list):
-            info["sources"] = [dict(s, path=storage.resolve(s["path"], base))
-                               if isinstance(s, dict) and isinstance(s.get("path"), str) else s
-                               for s in info["sources"]]
-        if isinstance(info.get("roots"), list):
-            info["roots"] = [storage.resolve(r, base) if isinstance(r, str) else r
-                             for r in info["roots"]]
+        resolved(info, base)
         if isinstance(info.get("containers"), dict):
             info["containers"] = {k: _prefix_url(storage.resolve(v, base))
                                   for k, v in info["containers"].items() if isinstance(v, str)}
@@ -221,10 +216,7 @@ def _commit(repo, plan: Plan, message: str, locations: dict | None = None,
 
     with zarr.config.set({"array.rectilinear_chunks": True}):
         walk(plan, _Session(store, plan, locations or {}))
-    info = {"concat_dim": plan.concat_dim, "recipe": plan.recipe,
-            "sources": [s.to_dict() for s in plan.sources],
-            "roots": source_roots([s.path for s in plan.sources]),
-            "append": plan.append_state, **left_out_record(plan)}
+    info = record(plan, RECORD_LAYOUT)
     if relative_to is not None and moving is not None:
         rel = lambda p: storage.relative(p, relative_to)  # noqa: E731
         info["sources"] = [dict(d, path=rel(d["path"])) for d in info["sources"]]

@@ -10,7 +10,7 @@ from ...model import Location, Problem, VirtualizeError
 from ..access import Access, invalid
 from ..base import register_codecs
 from ..cube.reader import _load_json
-from ..record import recorded_roots, source_table
+from ..record import recorded_roots, resolve_roots, resolve_sources, source_table
 
 
 def kerchunk_store(path: str | os.PathLike, *, check_sources: bool = True, allow=None,
@@ -35,8 +35,8 @@ def kerchunk_store(path: str | os.PathLike, *, check_sources: bool = True, allow
     if section is not None:
         if not isinstance(section, dict):
             raise invalid(path, "its 'virtualize' section is not an object")
-        sources = [dict(s, path=resolve(s["path"], base)) for s in source_table(path, section)]
-        roots = [resolve(r, base) if isinstance(r, str) else r for r in recorded_roots(path, section)]
+        sources = resolve_sources(source_table(path, section), base)
+        roots = resolve_roots(recorded_roots(path, section), base)
         access = Access(path, roots, allow)
         moved = section.get("templates")
         if isinstance(moved, dict) and all(isinstance(v, str) for v in moved.values()):

@@ -11,12 +11,11 @@ from pathlib import Path
 import numpy as np
 import ujson
 
-from ..._version import __version__
 from ...model import Plan
 from ...storage import common_dir, dirname, relative, resolve
 from ..cube.writer import CUBE_FORMAT_VERSION
 from ..metadata import array_doc, chunk_grid, group_doc
-from ..record import grow_roots, left_out_record, relative_state, source_roots
+from ..record import finish_growth, grow_record, record, relative_state
 from ..staging import staged_file
 from ..walk import walk, walk_append
 
@@ -119,12 +118,8 @@ class _Refs:
 
 
 def kerchunk_section(plan: Plan) -> dict:
-    return {"format": "virtualize-kerchunk", "version": CUBE_FORMAT_VERSION,
-            "created_by": f"virtualize {__version__}",
-            "recipe": plan.recipe,
-            "sources": [s.to_dict() for s in plan.sources],
-            "roots": source_roots([s.path for s in plan.sources]),
-            "append": plan.append_state, **left_out_record(plan)}
+    return record(plan, ("format", "version", "created_by", "recipe", "sources", "roots",
+                         "append"), format="virtualize-kerchunk", version=CUBE_FORMAT_VERSION)
 
 
 def append_kerchunk(dest: str | Path, merged, doc: dict, new_sources: list[str]) -> list[str]:
@@ -155,15 +150,9 @@ def append_kerchunk(dest: str | Path, merged, doc: dict, new_sources: list[str])
         for name in merged.grown:
             meta[name] = json.loads(refs[_key(name, "zarr.json")])
         refs["zarr.json"] = json.dumps(root, allow_nan=False)
-    section = dict(doc["virtualize"])
     rel = base if u is not None else None
-    section["sources"] = list(section["sources"]) + [
-        dict(s.to_dict(), path=relative(s.path, rel) if rel else s.path)
-        for s in merged.sources[len(merged.old_sources):]]
-    old_roots = [resolve(r, base) for r in section.get("roots") or []]
-    section["roots"] = [relative(r, rel) if rel else r for r in grow_roots(old_roots, new_sources)]
-    section["append"] = relative_state(plan.append_state, rel)
-    section.update(left_out_record(plan))
+    section = finish_growth(grow_record(dict(doc["virtualize"]), merged, new_sources, rel=rel,
+                                        old_base=base), plan, rel)
     out = {"version": 1, "virtualize": section}
     if u is not None:
         out["templates"] = dict(doc.get("templates") or {}, u=u)  # (where the JSON is now)
