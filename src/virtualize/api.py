@@ -17,8 +17,7 @@ from .checks.decode import decode_check
 from .model import FileInventory, Location, Plan, Problem, UsageError, VirtualizeError
 from .open import open_cube
 from .outputs import registry
-from .outputs.cube.writer import SOURCES_NAME, write_cube
-from .outputs.kerchunk.writer import write_kerchunk
+from .outputs.cube.writer import SOURCES_NAME
 from .outputs.metadata import array_doc, group_doc, omitted_attrs
 from .outputs.staging import guard_output
 from .outputs.staleness import check_sources
@@ -948,37 +947,20 @@ def _write(report: Report, out: PathLike, kind: str, overwrite: bool,
            relative: bool = False) -> Report:
     _refuse_unless_ok(report)
     out = storage.local_path(out)
+    plugin = registry.by_name(kind)
     # every file named, scanned or not, is protected (the writers check their plan's too)
     if storage.is_url(out):  # object storage: built here, uploaded root documents last
         from .outputs.remote import write_remote
         url = storage.normalize(out)
-        if kind == "kerchunk":
-            def write(plan, local, over):
-                return write_kerchunk(plan, local, over, relative_to=url if relative else None)
-            write_remote(write, report.plan, url, kind, overwrite)
-        elif kind == "icechunk":
-            from .outputs.icechunk.writer import write_icechunk
 
-            def write(plan, local, over):
-                return write_icechunk(plan, local, over, relative_to=url if relative else None)
-            write_remote(write, report.plan, url, kind, overwrite)
-        else:
-            def write(plan, local, over):
-                return write_cube(plan, local, over, relative_to=url if relative else None)
-            write_remote(write, report.plan, url, kind, overwrite)
+        def write(plan, local, over):
+            return plugin.write(plan, local, over, relative_to=url if relative else None)
+        write_remote(write, report.plan, url, kind, overwrite)
         report.output = {"path": url, "kind": kind}
         return report
     guard_output(out, overwrite, report.files)
-    if kind == "kerchunk":
-        write_kerchunk(report.plan, out, overwrite,
-                       relative_to=os.path.abspath(out) if relative else None)
-    elif kind == "icechunk":
-        from .outputs.icechunk.writer import write_icechunk
-        write_icechunk(report.plan, out, overwrite,
-                       relative_to=os.path.abspath(out) if relative else None)
-    else:
-        write_cube(report.plan, out, overwrite,
-                   relative_to=os.path.abspath(out) if relative else None)
+    plugin.write(report.plan, out, overwrite,
+                 relative_to=os.path.abspath(out) if relative else None)
     report.output = {"path": os.path.abspath(out), "kind": kind}
     return report
 

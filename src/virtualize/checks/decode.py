@@ -17,7 +17,7 @@ another file holds it: a handful per stack, whatever its number of files, since 
 array has one codec chain. `select="sources"` takes the first and last chunk per shape
 and source file, `select="all"` every stored chunk (for `virtualize verify --decode`).
 Materialized chunks are not taken: they are decoded, re-encoded and checked when written
-(emit/materialize.py).
+(outputs/materialize.py).
 
 Locating a chunk in its source needs that file's block table: the chunk's reference
 (source, offset) is looked up among the blocks of the file's variable (an offset inside a

@@ -8,7 +8,7 @@ are files in the cube. Sources are checked against the size and modification tim
 when the cube was written: a changed source would read as wrong data, so it is refused.
 The same holds for the kerchunk JSON (its `virtualize` section) and Icechunk repositories.
 
-Opening is confined (access.py, docs/reading.md): only sources in the cube's table, inside
+Opening is confined (outputs/access.py, docs/reading.md): only sources in the cube's table, inside
 the allowed roots; the cube's own files only inside the cube; every manifest is checked
 against the recorded source sizes before a chunk of its array is read.
 """
@@ -122,7 +122,7 @@ MAX_OPEN_SOURCES = 128
 class Manifest:
     """One array's manifest: its segments (`manifest.npy`, then one `manifest.N.npy` per
     `virtualize append`, each holding the chunks from its first index along the
-    concatenation axis: emit/cube.py `manifest_segments`), each read block by block."""
+    concatenation axis: cube/writer.py `manifest_segments`), each read block by block."""
 
     def __init__(self, store: CubeStore, name: str):
         doc = store._doc(f"{name}/zarr.json")

@@ -11,7 +11,7 @@ from .writer import _container, _credentials, recorded
 
 def open_icechunk(path: str | os.PathLike, allow=None, base: str | None = None):
     """A read-only zarr store of an Icechunk repo's main branch. Only the virtual chunk
-    containers inside the allowed roots are authorized (access.py): the roots recorded by
+    containers inside the allowed roots are authorized (outputs/access.py): the roots recorded by
     virtualize in the last commit (or the repository's own directory, for one it did not
     write) and the caller's `allow`. A container outside them is refused. A relocatable
     repository's `relative` container is re-pointed at its location (`base`: the URL it
