@@ -7,7 +7,8 @@ import os
 from xarray.backends import BackendEntrypoint
 from xarray.backends.zarr import ZarrBackendEntrypoint
 
-from .open import open_store, rectilinear_enabled
+from .open import open_store
+from .outputs.base import rectilinear_enabled
 
 
 class VirtualizeBackendEntrypoint(BackendEntrypoint):
