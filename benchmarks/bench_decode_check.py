@@ -7,7 +7,7 @@ written the same way, on one file of 100 variables, and on a stack of tiled TIFF
     python benchmarks/bench_decode_check.py --quick    # small inputs, median of 3
 
 Per case: `scan+plan` (check with the decode check replaced by a no-op), `decode` (the
-decode check alone on the same plan: `virtualize.verify.decode_check`), the chunks it
+decode check alone on the same plan: `virtualize.checks.decode.decode_check`), the chunks it
 decoded and the bytes it read, and decode / scan+plan.
 """
 
@@ -27,7 +27,7 @@ import bench_netcdf3  # noqa: E402
 
 import virtualize  # noqa: E402
 import virtualize.api  # noqa: E402
-from virtualize.verify import DecodeCheck, decode_check  # noqa: E402
+from virtualize.checks.decode import DecodeCheck, decode_check  # noqa: E402
 
 
 def tiff_stack(workdir: Path, n: int, size: int) -> list[str]:

@@ -95,9 +95,9 @@ def build(work: Path, n: int) -> dict[str, Path]:
             f"({out['h5'].stat().st_size / MB:.1f} MB)")
     sys.path.insert(0, str(ROOT / "src"))
     import virtualize
-    from virtualize.emit.cube import write_cube
-    from virtualize.emit.icechunk import write_icechunk
-    from virtualize.emit.kerchunk import write_kerchunk
+    from virtualize.outputs.cube.writer import write_cube
+    from virtualize.outputs.icechunk.writer import write_icechunk
+    from virtualize.outputs.kerchunk.writer import write_kerchunk
 
     t = time.perf_counter()
     report = virtualize.check([out["h5"]], scan_timeout=None)

@@ -15,7 +15,7 @@ import zarr
 
 import virtualize
 from virtualize.model import VirtualizeError
-from virtualize.read import CubeStore
+from virtualize.outputs.cube.reader import CubeStore
 
 from helpers import assert_same, kerchunk_group, source_values
 

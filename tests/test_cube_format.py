@@ -82,7 +82,7 @@ def test_open_leaves_the_callers_zarr_config_alone(cube):
 
 
 def test_reads_touch_only_the_chunks_they_need(cube):
-    from virtualize.read import CubeStore
+    from virtualize.outputs.cube.reader import CubeStore
 
     store = CubeStore(cube)
     asked = []
@@ -147,7 +147,7 @@ def test_kerchunk_export_reads_without_virtualize(case, tmp_path):
 def test_a_cube_keeps_few_source_files_open(case, tmp_path, monkeypatch):
     """Reading a cube of many files whole holds at most MAX_OPEN_SOURCES descriptors (a
     10,000-file cube would otherwise exhaust the process's limit), values unchanged."""
-    from virtualize import read
+    from virtualize.outputs.cube import reader as read
 
     monkeypatch.setattr(read, "MAX_OPEN_SOURCES", 2)
     files = case("months2024")

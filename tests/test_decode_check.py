@@ -13,10 +13,10 @@ import pytest
 import tifffile
 
 import virtualize
+from virtualize.checks.decode import decode_check
 from virtualize.model import MATERIALIZED
 from virtualize.scan import hdf5 as scan_hdf5
 from virtualize.scan import tiff as scan_tiff
-from virtualize.verify import decode_check
 
 H, W, RPS = 70, 90, 16
 
@@ -193,7 +193,7 @@ def test_select_is_checked(case):
 def test_large_chunks_are_checked_on_their_leading_rows(case, monkeypatch):
     """An uncompressed chunk over the limit is decoded as its first rows (an array of its
     own); a compressed one is not decoded at all, and a note says so."""
-    from virtualize import verify
+    from virtualize.checks import decode as verify
 
     monkeypatch.setattr(verify, "DECODE_LIMIT", 64)
     files = case("contiguous")
@@ -210,7 +210,7 @@ def test_large_chunks_are_checked_on_their_leading_rows(case, monkeypatch):
 
 def test_every_chunk_in_bounded_batches(case, monkeypatch):
     """select="all" (for `verify --decode`) decodes in batches, not all chunks at once."""
-    from virtualize import verify
+    from virtualize.checks import decode as verify
 
     calls = []
     real = verify._decode

@@ -81,7 +81,7 @@ def test_help_points_to_guides_an_installed_virtualize_prints(tmp_path):
         assert "docs/" not in text and ".md" not in text
         named |= set(re.findall(r"virtualize\s+docs\s+([a-z][\w-]+)", text))
     assert {"report", "references"} <= named <= set(listed), named
-    from virtualize.access import not_allowed
+    from virtualize.outputs.access import not_allowed
     assert "virtualize docs reading" in str(not_allowed("x", "why"))
 
 

@@ -16,8 +16,8 @@ from servers import RangeHTTPServer, s3_bucket, start_moto
 from zarr.storage import WrapperStore
 
 import virtualize
-from virtualize import read
 from virtualize.model import REF_DTYPE, VirtualizeError
+from virtualize.outputs.cube import reader as read
 
 SIZES = (100, 30000)  # chunks: a manifest smaller than the header read, and several blocks
 BUCKET = "cubes"
@@ -233,7 +233,7 @@ def test_icechunk_open_lists_no_chunk_keys(served, tmp_path, monkeypatch):
     _srv, root = served
     n = SIZES[1]
     virtualize.virtualize([root / "data" / f"big{n}.h5"], tmp_path / "repo.icechunk")
-    from virtualize.emit import icechunk as emit_icechunk
+    from virtualize.outputs import icechunk as emit_icechunk
 
     real = emit_icechunk.open_icechunk
     monkeypatch.setattr(emit_icechunk, "open_icechunk",

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 import virtualize
-from virtualize.emit import _staging
 from virtualize.model import OutputExistsError, UnsafeOutputError, VirtualizeError
+from virtualize.outputs import staging as _staging
 
 from helpers import assert_same, source_values
 
@@ -259,7 +259,7 @@ def test_a_replaced_output_whose_successor_never_came_is_restored(tree):
 KILLER = """
 import os, signal, sys
 import virtualize
-from virtualize.emit import _staging as s
+from virtualize.outputs import staging as s
 
 mode, out, files = sys.argv[1], sys.argv[2], sys.argv[3:]
 

@@ -201,7 +201,7 @@ def test_unknown_scheme_is_refused_clearly(tmp_path):
 
 
 def test_recorded_url_roots_are_honoured_but_not_metadata_addresses():
-    from virtualize.access import Access
+    from virtualize.outputs.access import Access
 
     a = Access("cube", ["s3://bucket/tas/", "http://169.254.169.254/latest/",
                         "http://metadata.google.internal/x/"])
@@ -315,7 +315,7 @@ def test_s3_output_without_credentials_is_a_located_error(served, s3, out, tmp_p
 def test_s3_output_refused_on_upload_publishes_nothing(served, s3, tmp_path, monkeypatch):
     """Access denied while uploading (after the output was checked): a located problem, and
     no root document was uploaded (a reader finds no output)."""
-    from virtualize.emit import remote
+    from virtualize.outputs import remote
 
     client, _ = s3
     _srv, local = served
@@ -428,7 +428,7 @@ def test_relative_output_moves_with_its_files(case, out, tmp_path):
     else:
         import icechunk as ic
 
-        from virtualize.emit.icechunk import recorded
+        from virtualize.outputs.icechunk.writer import recorded
         repo = ic.Repository.open(ic.local_filesystem_storage(str(base / out)))
         info = next(iter(repo.ancestry(branch="main"))).metadata["virtualize"]
         assert info["containers"] == {"relative": "../data/2024"}

@@ -29,8 +29,7 @@ called in the calling process after each file (`inventory` is None for a file th
 not be scanned). Every exception raised on purpose is a `VirtualizeError`.
 """
 
-__version__ = "0.1.0"
-
+from ._version import __version__  # noqa: F401 - re-exported
 from .api import (  # noqa: E402
     append,
     check,

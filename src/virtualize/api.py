@@ -5,7 +5,6 @@ from __future__ import annotations
 import builtins
 import dataclasses
 import glob
-import importlib.util
 import json
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -14,21 +13,21 @@ from pathlib import Path
 import zarr
 
 from . import storage
-from .emit import write_cube, write_kerchunk
-from .emit._staging import guard_output
-from .emit.cube import SOURCES_NAME
-from .emit.metadata import array_doc, group_doc, omitted_attrs
+from .checks.decode import decode_check
 from .model import FileInventory, Location, Plan, Problem, UsageError, VirtualizeError
+from .open import open_cube
+from .outputs import registry
+from .outputs.cube.writer import SOURCES_NAME
+from .outputs.metadata import array_doc, group_doc, omitted_attrs
+from .outputs.staging import guard_output
+from .outputs.staleness import check_sources
 from .plan import ConcatOptions, MosaicOptions, plan_concat, plan_mosaic
 from .plan._common import DEFAULT_INLINE_THRESHOLD
 from .plan.cut import DEFAULT_CHUNK_SIZE, chunk_bytes, cut_stack
-from .read import open_cube
 from .report import Report
 from .scan import scan as _scan
 from .scan._planning import ScanHint
 from .scan._worker import Sharer, scan_bounded, scan_on, scan_or_problems
-from .staleness import check_sources
-from .verify import decode_check
 
 PathLike = str | os.PathLike
 Planner = Callable[[list[FileInventory]], tuple[Plan, list[Problem]]]
@@ -250,7 +249,7 @@ def append(cube: PathLike, paths: Iterable[PathLike] | PathLike, *, jobs: int | 
     a job again is a no-op ("nothing to append"); one with the same path but other
     content is refused (`already-in-cube`). `skip_unreadable`, `no_gaps`: as for `check`
     (a gap between the cube's last step and the new files counts)."""
-    from .emit._staging import locked
+    from .outputs.staging import locked
 
     cube = _local_cube(cube, "append")
     kind = _cube_kind(cube)  # (not a cube: refused before anything is locked)
@@ -342,7 +341,7 @@ def _append_files(cube: Path, kind: str, info: dict, old: list[str], new: list[s
         report.problems.append(_not_at_end(cube, report.plan.concat_dim))
     if kind == "icechunk":
         _refuse_unless_ok(report)
-        from .emit.icechunk import append_icechunk
+        from .outputs.icechunk.writer import append_icechunk
         append_icechunk(report.plan, cube, added=len(new))
         return report
     return _write(report, cube, kind, overwrite=True,
@@ -414,7 +413,7 @@ def _append_new(cube: Path, kind: str, info: dict, new: list[str], *, jobs: int 
     merged.plan.left_out = list(info.get("left_out") or []) + plan.left_out
     fresh = [s.path for s in merged.sources[len(old_sources):]]
     if kind == "kerchunk":
-        from .emit.kerchunk import append_kerchunk
+        from .outputs.kerchunk.writer import append_kerchunk
         outside = append_kerchunk(cube, merged, kerchunk, fresh)
         if outside:
             report.notes.append(
@@ -423,10 +422,10 @@ def _append_new(cube: Path, kind: str, info: dict, new: list[str], *, jobs: int 
                 "JSON is no longer relocatable as a whole (re-run virtualize --relative with "
                 "all the files to make it so)")
     elif kind == "icechunk":
-        from .emit.icechunk import append_icechunk_new
+        from .outputs.icechunk.writer import append_icechunk_new
         append_icechunk_new(cube, merged, recipe, info.get("roots") or [])
     else:
-        from .emit.cube import append_cube
+        from .outputs.cube.writer import append_cube
         raw = json.loads((cube / SOURCES_NAME).read_text())
         append_cube(cube, merged, raw, fresh, relative_to=_relative(cube))
     report.notes.append(f"appended {len(new) - len(report.left_out)} file(s) after the cube's "
@@ -478,7 +477,7 @@ def _array_docs(cube: Path, kind: str, plan: Plan, kerchunk: dict | None = None
         from zarr.core.buffer import default_buffer_prototype
         from zarr.core.sync import sync
 
-        from .emit.icechunk import open_icechunk
+        from .outputs.icechunk.reader import open_icechunk
         store = open_icechunk(cube)
         for n in plan.arrays:
             buf = sync(store.get(f"{n}/zarr.json", default_buffer_prototype()))
@@ -510,11 +509,7 @@ def _local_cube(cube: PathLike, what: str) -> Path:
 
 def _cube_kind(cube: Path) -> str:
     """"icechunk", "kerchunk" (a file: a reference JSON) or "cube" (a directory)."""
-    from .emit.icechunk import is_icechunk_repo
-
-    if is_icechunk_repo(cube):
-        return "icechunk"
-    return "kerchunk" if cube.is_file() else "cube"
+    return registry.kind_at(cube, by_name=False)
 
 
 def _recorded(cube: Path, kind: str | bool) -> dict:
@@ -522,7 +517,7 @@ def _recorded(cube: Path, kind: str | bool) -> dict:
     written by virtualize: its `virtualize` section)."""
     info = None
     if kind is True or kind == "icechunk":
-        from .emit.icechunk import recorded
+        from .outputs.icechunk.writer import recorded
         info = recorded(cube)
     elif kind == "kerchunk":
         try:
@@ -537,12 +532,8 @@ def _recorded(cube: Path, kind: str | bool) -> dict:
         base = os.path.abspath(cube)
     if kind in ("kerchunk", "cube") and isinstance(info, dict) \
             and isinstance(info.get("sources"), list):
-        info["sources"] = [dict(s, path=storage.resolve(s["path"], base))
-                           if isinstance(s, dict) and isinstance(s.get("path"), str) else s
-                           for s in info["sources"]]
-        if "append" in info:  # the recorded last step's paths: relative ones too
-            from .plan._state import relocate_state
-            info["append"] = relocate_state(info["append"], lambda p: storage.resolve(p, base))
+        from .outputs.record import resolved
+        resolved(info, base, roots=False, append=True)
     if not isinstance(info, dict) or not isinstance(info.get("sources"), list):
         raise VirtualizeError([Problem(Location(str(cube)), "not-a-cube",
                                        "not a cube directory, kerchunk JSON or Icechunk "
@@ -599,7 +590,7 @@ def verify_cube(cube: PathLike, *, decode: bool = False, refresh: bool = False,
     inputs and recipe, and one chunk per source is decoded through the cube's codecs and
     compared with the source library's read (`decode-mismatch`). [] when all is well;
     fatal problems when the cube is stale (or broken)."""
-    from .emit._staging import locked
+    from .outputs.staging import locked
 
     cube = _local_cube(cube, "verify")
     kind = _cube_kind(cube)
@@ -664,14 +655,14 @@ def _refresh(cube: Path, kind: str, info: dict, touched, *, jobs, executor, prog
     references, the touched files' block tables being as recorded) to stamp them again."""
     times = {t.index: t.mtime_ns for t in touched}
     if kind != "icechunk":
-        from .emit.cube import refresh_cube
-        from .emit.kerchunk import refresh_kerchunk
+        from .outputs.cube.writer import refresh_cube
+        from .outputs.kerchunk.writer import refresh_kerchunk
         (refresh_kerchunk if kind == "kerchunk" else refresh_cube)(cube, times)
         return Report(files=[], problems=[], plan=Plan([], {}, {}))
     report = _replan(cube, info, jobs=jobs, executor=executor, progress=progress,
                      decode="sources" if decode else "groups", scan_timeout=scan_timeout)
     if report.ok:
-        from .emit.icechunk import refresh_icechunk
+        from .outputs.icechunk.writer import refresh_icechunk
         refresh_icechunk(cube, report.plan, info, times)
     return report
 
@@ -923,19 +914,9 @@ def _scan_all(files: list[str], jobs: int | str, scan_timeout: float | None,
     yield from scan_bounded(files, scan_timeout or None, jobs, hint)
 
 
-# output names whose suffix says a format virtualize does not write (whatever `format`
-# says): writing a cube directory or JSON under such a name would mislead every reader
-FOREIGN_SUFFIXES = frozenset({
-    ".parq", ".parquet", ".vrt", ".nc", ".nc3", ".nc4", ".cdf", ".netcdf", ".h5", ".hdf5",
-    ".he5", ".hdf", ".tif", ".tiff", ".gtiff", ".cog", ".grib", ".grib2", ".grb", ".grb2",
-    ".fits", ".fit", ".fts", ".zip", ".n5", ".csv", ".npy", ".npz", ".mat", ".jp2", ".png",
-    ".jpg", ".jpeg", ".gz", ".bz2", ".xz", ".zst", ".tar", ".yaml", ".yml", ".html",
-    ".txt", ".xml"})
-
-
 def _output_kind(out: PathLike, format: str | None, overwrite: bool, paths=None) -> str:
     """The output's kind; refuses early (before any scanning) an output named with a
-    suffix of a format virtualize does not write (FOREIGN_SUFFIXES), one that exists
+    suffix of a format virtualize does not write (outputs/registry.py FOREIGN_SUFFIXES), one that exists
     without `overwrite`, that virtualize did not write, or that is, holds or sits in one
     of `paths` (when given as a path or a list: an iterator is checked at writing)."""
     out = storage.local_path(out)  # (file:///abs/x.zarr is /abs/x.zarr)
@@ -943,24 +924,15 @@ def _output_kind(out: PathLike, format: str | None, overwrite: bool, paths=None)
     if remote:
         storage.normalize(out)  # an unknown scheme is refused before anything is scanned
     out = os.fspath(out) if remote else Path(out)
-    suffix = os.path.splitext(str(out).rstrip("/"))[1]
-    kind = format or {".json": "kerchunk", ".icechunk": "icechunk"}.get(suffix, "cube")
-    if kind not in ("cube", "kerchunk", "icechunk"):
-        raise UsageError(f"unknown output format {kind!r} (cube, kerchunk or icechunk)")
-    if kind == "icechunk" and importlib.util.find_spec("icechunk") is None:
-        raise UsageError("the icechunk output needs the icechunk package: "
-                         "pip install 'virtualize[icechunk]'")
+    kind = registry.kind_of(out, format)
     sources = _paths(paths) if isinstance(paths, (str, os.PathLike, list, tuple)) else []
     if remote:
-        from .emit.remote import guard_remote
+        from .outputs.remote import guard_remote
         guard_remote(out, overwrite, sources)
     else:
         guard_output(out, overwrite, sources)  # before any scanning: fail fast, lose nothing
     # (after the guards: a source named as the output is refused as that)
-    if suffix.lower() in FOREIGN_SUFFIXES:  # a name that promises a format not written
-        raise UsageError(f"{out}: virtualize does not write {suffix} files; it writes a cube "
-                         "directory (OUT.zarr or no suffix), a kerchunk reference file "
-                         "(OUT.json) or an Icechunk repository (OUT.icechunk)")
+    registry.refuse_foreign(out)  # a name that promises a format not written
     return kind
 
 
@@ -975,37 +947,20 @@ def _write(report: Report, out: PathLike, kind: str, overwrite: bool,
            relative: bool = False) -> Report:
     _refuse_unless_ok(report)
     out = storage.local_path(out)
+    plugin = registry.by_name(kind)
     # every file named, scanned or not, is protected (the writers check their plan's too)
     if storage.is_url(out):  # object storage: built here, uploaded root documents last
-        from .emit.remote import write_remote
+        from .outputs.remote import write_remote
         url = storage.normalize(out)
-        if kind == "kerchunk":
-            def write(plan, local, over):
-                return write_kerchunk(plan, local, over, relative_to=url if relative else None)
-            write_remote(write, report.plan, url, kind, overwrite)
-        elif kind == "icechunk":
-            from .emit.icechunk import write_icechunk
 
-            def write(plan, local, over):
-                return write_icechunk(plan, local, over, relative_to=url if relative else None)
-            write_remote(write, report.plan, url, kind, overwrite)
-        else:
-            def write(plan, local, over):
-                return write_cube(plan, local, over, relative_to=url if relative else None)
-            write_remote(write, report.plan, url, kind, overwrite)
+        def write(plan, local, over):
+            return plugin.write(plan, local, over, relative_to=url if relative else None)
+        write_remote(write, report.plan, url, kind, overwrite)
         report.output = {"path": url, "kind": kind}
         return report
     guard_output(out, overwrite, report.files)
-    if kind == "kerchunk":
-        write_kerchunk(report.plan, out, overwrite,
-                       relative_to=os.path.abspath(out) if relative else None)
-    elif kind == "icechunk":
-        from .emit.icechunk import write_icechunk
-        write_icechunk(report.plan, out, overwrite,
-                       relative_to=os.path.abspath(out) if relative else None)
-    else:
-        write_cube(report.plan, out, overwrite,
-                   relative_to=os.path.abspath(out) if relative else None)
+    plugin.write(report.plan, out, overwrite,
+                 relative_to=os.path.abspath(out) if relative else None)
     report.output = {"path": os.path.abspath(out), "kind": kind}
     return report
 

@@ -17,7 +17,7 @@ import os
 import sys
 import time
 
-from . import __version__
+from ._version import __version__
 from .api import (
     DEFAULT_CHUNK_SIZE,
     DEFAULT_SCAN_TIMEOUT,
@@ -365,7 +365,7 @@ def main(argv: list[str] | None = None) -> int:
     it quietly, as Python's documentation recommends for SIGPIPE."""
     _OUTCOME.clear()
     # Icechunk's warnings (its local storage and concurrent commits: appends take a lock,
-    # emit/_staging.py `locked`) are not the user's business; ICECHUNK_LOG set wins
+    # outputs/staging.py `locked`) are not the user's business; ICECHUNK_LOG set wins
     os.environ.setdefault("ICECHUNK_LOG", "error")
     try:
         code = _main(argv)

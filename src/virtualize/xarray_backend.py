@@ -7,7 +7,8 @@ import os
 from xarray.backends import BackendEntrypoint
 from xarray.backends.zarr import ZarrBackendEntrypoint
 
-from .read import open_store, rectilinear_enabled
+from .open import open_store
+from .outputs.base import rectilinear_enabled
 
 
 class VirtualizeBackendEntrypoint(BackendEntrypoint):
@@ -51,15 +52,6 @@ class VirtualizeBackendEntrypoint(BackendEntrypoint):
             return False
         if not isinstance(path, str) or "://" in path:
             return False
-        if os.path.isfile(os.path.join(path, "virtualize.json")):
-            return True
-        if path.rstrip("/").endswith(".icechunk"):
-            return True
-        if os.path.isfile(path):
-            try:
-                with open(path, "rb") as f:
-                    head = f.read(64)
-            except OSError:
-                return False
-            return head.replace(b" ", b"").startswith(b'{"version":1,"virtualize":')
-        return False
+        from .outputs.registry import guess_can_open
+
+        return guess_can_open(path)

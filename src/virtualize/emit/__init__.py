@@ -1,6 +1,7 @@
-"""Emitters: write a plan as a cube directory or as a kerchunk reference export."""
+"""Deprecated: the writers moved to `virtualize.outputs` (one package per output kind).
+This package only re-exports the old names."""
 
-from .cube import write_cube
-from .kerchunk import kerchunk_refs, write_kerchunk
+from ..outputs.cube.writer import write_cube
+from ..outputs.kerchunk.writer import kerchunk_refs, write_kerchunk
 
 __all__ = ["kerchunk_refs", "write_cube", "write_kerchunk"]

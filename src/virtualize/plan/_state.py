@@ -260,7 +260,7 @@ def merge_append(plan: Plan, resume: Resume, docs: dict[str, dict | None],
     array documents are `docs` (zarr.json, manifest field included) and sources
     `old_sources`; `old_inline(name)` gives an inline array's stored values. A string
     (why) when the grown cube would differ from a full rebuild beyond its new chunks."""
-    from ..emit.metadata import array_doc
+    from ..outputs.metadata import array_doc
 
     last = resume.last
     if set(docs) != set(plan.arrays) or set(resume.arrays) != set(plan.arrays):

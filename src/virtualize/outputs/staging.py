@@ -29,65 +29,9 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from ..model import Location, OutputExistsError, Problem, UnsafeOutputError
+from .kerchunk import KERCHUNK_HEAD
 
 STAGING_MARK = ".virtualize-staging"  # inside a staging directory until it is published
-CUBE_FILES = {"zarr.json", "virtualize.json", "manifest.npy"}
-# a kerchunk JSON written by virtualize begins with this (its `virtualize` section first)
-KERCHUNK_HEAD = b'{"version":1,"virtualize":{"format":"virtualize-kerchunk"'
-ICECHUNK_ENTRIES = {"repo", "config.yaml", "snapshots", "manifests", "transactions", "chunks",
-                    "refs", "overwritten", "attributes"}
-
-
-# -- what is at the destination ---------------------------------------------------------
-
-def output_kind(path: str | os.PathLike) -> str | None:
-    """"cube", "kerchunk" or "icechunk" when `path` (following a symlink) is an output
-    virtualize wrote, else None."""
-    p = Path(path)
-    try:
-        if p.is_dir():
-            if (p / "virtualize.json").is_file():
-                return "cube" if _is_cube_dir(p) else None
-            return "icechunk" if _is_icechunk_dir(p) else None
-        if p.is_file():
-            with open(p, "rb") as f:
-                return "kerchunk" if f.read(len(KERCHUNK_HEAD)) == KERCHUNK_HEAD else None
-    except OSError:
-        return None
-    return None
-
-
-def _is_cube_dir(p: Path) -> bool:
-    try:
-        info = json.loads((p / "virtualize.json").read_text())
-    except (OSError, ValueError):
-        return False
-    if not isinstance(info, dict) or info.get("format") != "virtualize-cube":
-        return False
-    # nothing but what the cube writer makes: documents, manifests, chunk files c/i/j/k
-    for dirpath, dirs, files in os.walk(p):
-        rel = Path(dirpath).relative_to(p).parts
-        for name in dirs + files:
-            full = os.path.join(dirpath, name)
-            if os.path.islink(full):
-                return False
-            if name in dirs:
-                continue
-            parts = rel + (name,)
-            if name in CUBE_FILES or re.fullmatch(r"manifest\.[1-9][0-9]*\.npy", name):
-                continue  # (manifest.N.npy: the segments appends add)
-            if "c" in parts:
-                after = parts[parts.index("c") + 1:]
-                if all(x.isdigit() for x in after):
-                    continue
-            return False
-    return True
-
-
-def _is_icechunk_dir(p: Path) -> bool:
-    entries = set(os.listdir(p))
-    return "repo" in entries and entries <= ICECHUNK_ENTRIES
-
 
 # -- the guards ---------------------------------------------------------------------------
 
@@ -146,7 +90,9 @@ def guard_output(dest: str | os.PathLike, overwrite: bool,
     if not overwrite:
         raise OutputExistsError(Problem(Location(str(dest)), "output-exists",
                                         "exists; pass overwrite=True (--overwrite) to replace it"))
-    if output_kind(dest) is None:
+    from .registry import written_kind
+
+    if written_kind(dest) is None:
         raise UnsafeOutputError(Problem(
             Location(str(dest)), "output-not-ours",
             "exists and was not written by virtualize (not a cube directory, kerchunk JSON "
@@ -360,7 +306,7 @@ def recover(dest: str | os.PathLike, sources: Iterable[str | os.PathLike] = ()) 
         m = replaced.fullmatch(n)
         p = dest.parent / n
         if m and not _alive(int(m.group(1))) and _real(p) not in keep and \
-                output_kind(p) is not None:
+                _written_kind(p) is not None:
             if not os.path.lexists(dest):
                 if _rename_noreplace(p, dest):
                     done.append(f"restored {dest} from {p}")
@@ -376,6 +322,12 @@ def recover(dest: str | os.PathLike, sources: Iterable[str | os.PathLike] = ()) 
     return done
 
 
+def _written_kind(p: Path) -> str | None:
+    from .registry import written_kind
+
+    return written_kind(p)
+
+
 def _our_stage(p: Path) -> bool:
     """A staging leftover virtualize made on this host (see `recover`)."""
     try:
@@ -385,7 +337,7 @@ def _our_stage(p: Path) -> bool:
             mark = p / STAGING_MARK
             if mark.is_file():
                 return json.loads(mark.read_text()).get("host") == socket.gethostname()
-            return output_kind(p) is not None
+            return _written_kind(p) is not None
         if p.is_file():
             if os.path.getsize(p) == 0:
                 return True
@@ -419,3 +371,18 @@ def _umask() -> int:
     mask = os.umask(0o022)
     os.umask(mask)
     return mask
+
+
+def replace_atomically(path: Path, data: bytes) -> None:
+    """`path` replaced by `data` in one rename (a file beside it, then os.replace)."""
+    tmp = path.with_name(f".{path.name}.refresh-{os.getpid()}")
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise

@@ -11,20 +11,13 @@ from pathlib import Path
 import numpy as np
 import ujson
 
-from .. import __version__
-from ..model import Plan
-from ..storage import common_dir, dirname, relative, resolve
-from ._staging import staged_file
-from .cube import (
-    CUBE_FORMAT_VERSION,
-    grow_roots,
-    inline_chunks,
-    left_out_record,
-    relative_state,
-    source_roots,
-)
-from .materialize import materialized_chunks
-from .metadata import array_doc, chunk_grid, group_doc
+from ...model import Plan
+from ...storage import common_dir, dirname, relative, resolve
+from ..cube.writer import CUBE_FORMAT_VERSION
+from ..metadata import array_doc, chunk_grid, group_doc
+from ..record import finish_growth, grow_record, record, relative_state
+from ..staging import staged_file
+from ..walk import walk, walk_append
 
 
 def kerchunk_refs(plan: Plan, relative_to: str | None = None) -> dict:
@@ -59,9 +52,10 @@ def kerchunk_refs(plan: Plan, relative_to: str | None = None) -> dict:
                 d["path"] = relative(d["path"], base)
             section["roots"] = [relative(r, base) for r in section["roots"]]
             section["append"] = relative_state(section["append"], base)
+    sink = _Refs(paths)
+    walk(plan, sink)
     refs: dict[str, object] = {}
-    docs = {group: group_doc(attrs) for group, attrs in plan.groups.items()}
-    docs.update({name: array_doc(a) for name, a in plan.arrays.items()})
+    docs = sink.docs
     for path, doc in docs.items():
         if path == "":
             # the whole hierarchy in the root document: one read opens every array
@@ -69,24 +63,7 @@ def kerchunk_refs(plan: Plan, relative_to: str | None = None) -> dict:
                 "kind": "inline", "must_understand": False,
                 "metadata": {p: d for p, d in docs.items() if p}})
         refs[_key(path, "zarr.json")] = json.dumps(doc, allow_nan=False)
-    for name, a in plan.arrays.items():
-        if a.inline is not None:
-            for key, data in inline_chunks(a):
-                refs[_key(name, key)] = "base64:" + base64.b64encode(data).decode()
-            continue
-        m = a.refs
-        if m.ndim == 0:
-            if m["length"]:
-                refs[_key(name, "c")] = [paths[int(m["path"])], int(m["offset"]), int(m["length"])]
-            continue
-        idx = np.nonzero(m["length"])
-        sel = m[idx]
-        prefix = _key(name, "c/")
-        for coords, p, off, n in zip(zip(*(i.tolist() for i in idx)), sel["path"].tolist(),
-                                     sel["offset"].tolist(), sel["length"].tolist()):
-            refs[prefix + "/".join(map(str, coords))] = [paths[p], off, n]
-        for key, data in materialized_chunks(plan, a):  # copied chunks travel inline
-            refs[_key(name, key)] = "base64:" + base64.b64encode(data).decode()
+    refs.update(sink.refs)  # (after every document, as readers of the set expect)
     doc = {"version": 1, "virtualize": section}
     if templates:
         doc["templates"] = templates
@@ -94,13 +71,55 @@ def kerchunk_refs(plan: Plan, relative_to: str | None = None) -> dict:
     return doc
 
 
+class _Refs:
+    """The walk's sink of a reference set: documents (`docs`, joined into the root's
+    consolidated metadata by `kerchunk_refs`) and references (`refs`: [url, offset,
+    length] through `paths`, or inline base64); an append's grown documents and new
+    references go straight into the set's `refs`."""
+
+    def __init__(self, paths: list[str], refs: dict | None = None) -> None:
+        self.paths = paths
+        self.docs: dict[str, dict] = {}
+        self.refs: dict[str, object] = {} if refs is None else refs
+
+    def group(self, path: str, attrs: dict) -> None:
+        self.docs[path] = group_doc(attrs)
+
+    def array(self, name: str, a, g=None) -> None:
+        if g is None:
+            self.docs[name] = array_doc(a)
+            return
+        key = _key(name, "zarr.json")
+        self.refs[key] = json.dumps(dict(json.loads(self.refs[key]),
+                                         shape=[int(n) for n in a.shape],
+                                         chunk_grid=chunk_grid(a)), allow_nan=False)
+
+    def chunk(self, name: str, key: str, data: bytes) -> None:
+        self.refs[_key(name, key)] = "base64:" + base64.b64encode(data).decode()
+
+    def references(self, name: str, a, g=None) -> None:
+        m, paths, refs = a.refs, self.paths, self.refs
+        if m.ndim == 0:
+            if m["length"]:
+                refs[_key(name, "c")] = [paths[int(m["path"])], int(m["offset"]), int(m["length"])]
+            return
+        idx = np.nonzero(m["length"])
+        sel = m[idx]
+        prefix = _key(name, "c/")
+        if g is None:
+            for coords, p, off, n in zip(zip(*(i.tolist() for i in idx)), sel["path"].tolist(),
+                                         sel["offset"].tolist(), sel["length"].tolist()):
+                refs[prefix + "/".join(map(str, coords))] = [paths[p], off, n]
+            return
+        for coords, p, off, n in zip(zip(*(i.tolist() for i in idx)), sel["path"].tolist(),
+                                     sel["offset"].tolist(), sel["length"].tolist()):
+            coords = [c + g.start if ax == g.axis else c for ax, c in enumerate(coords)]
+            refs[prefix + "/".join(map(str, coords))] = [paths[p], off, n]
+
+
 def kerchunk_section(plan: Plan) -> dict:
-    return {"format": "virtualize-kerchunk", "version": CUBE_FORMAT_VERSION,
-            "created_by": f"virtualize {__version__}",
-            "recipe": plan.recipe,
-            "sources": [s.to_dict() for s in plan.sources],
-            "roots": source_roots([s.path for s in plan.sources]),
-            "append": plan.append_state, **left_out_record(plan)}
+    return record(plan, ("format", "version", "created_by", "recipe", "sources", "roots",
+                         "append"), format="virtualize-kerchunk", version=CUBE_FORMAT_VERSION)
 
 
 def append_kerchunk(dest: str | Path, merged, doc: dict, new_sources: list[str]) -> list[str]:
@@ -124,40 +143,16 @@ def append_kerchunk(dest: str | Path, merged, doc: dict, new_sources: list[str])
     outside = [p for p, s in zip(paths[len(merged.old_sources):],
                                  merged.sources[len(merged.old_sources):])
                if u is not None and p == s.path]
-    for name, g in merged.grown.items():
-        a = g.array
-        key = _key(name, "zarr.json")
-        refs[key] = json.dumps(dict(json.loads(refs[key]), shape=[int(n) for n in a.shape],
-                                    chunk_grid=chunk_grid(a)), allow_nan=False)
-        if a.inline is not None:
-            for k, data in inline_chunks(a):
-                refs[_key(name, k)] = "base64:" + base64.b64encode(data).decode()
-            continue
-        m = a.refs
-        idx = np.nonzero(m["length"])
-        sel = m[idx]
-        prefix = _key(name, "c/")
-        for coords, p, off, n in zip(zip(*(i.tolist() for i in idx)), sel["path"].tolist(),
-                                     sel["offset"].tolist(), sel["length"].tolist()):
-            coords = [c + g.start if ax == g.axis else c for ax, c in enumerate(coords)]
-            refs[prefix + "/".join(map(str, coords))] = [paths[p], off, n]
-        for k, data in materialized_chunks(plan, a):
-            refs[_key(name, k)] = "base64:" + base64.b64encode(data).decode()
+    walk_append(merged, _Refs(paths, refs))
     root = json.loads(refs["zarr.json"])
     meta = root.get("consolidated_metadata", {}).get("metadata")
     if isinstance(meta, dict):
         for name in merged.grown:
             meta[name] = json.loads(refs[_key(name, "zarr.json")])
         refs["zarr.json"] = json.dumps(root, allow_nan=False)
-    section = dict(doc["virtualize"])
     rel = base if u is not None else None
-    section["sources"] = list(section["sources"]) + [
-        dict(s.to_dict(), path=relative(s.path, rel) if rel else s.path)
-        for s in merged.sources[len(merged.old_sources):]]
-    old_roots = [resolve(r, base) for r in section.get("roots") or []]
-    section["roots"] = [relative(r, rel) if rel else r for r in grow_roots(old_roots, new_sources)]
-    section["append"] = relative_state(plan.append_state, rel)
-    section.update(left_out_record(plan))
+    section = finish_growth(grow_record(dict(doc["virtualize"]), merged, new_sources, rel=rel,
+                                        old_base=base), plan, rel)
     out = {"version": 1, "virtualize": section}
     if u is not None:
         out["templates"] = dict(doc.get("templates") or {}, u=u)  # (where the JSON is now)
@@ -196,7 +191,8 @@ def write_kerchunk(plan: Plan, dest: str | Path, overwrite: bool = False, *,
 def refresh_kerchunk(dest: str | Path, times: dict[int, int]) -> None:
     """Record new modification times (source index -> mtime_ns) of touched sources in a
     reference JSON's `virtualize` section (the file replaced in one rename)."""
-    from .cube import replace_atomically, set_times
+    from ..record import set_times
+    from ..staging import replace_atomically
 
     dest = Path(dest)
     with open(dest, "rb") as f:

@@ -23,13 +23,13 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import storage
-from ..model import MATERIALIZED, Plan
-from ..storage import is_url
-from ._staging import staged_dir
-from .cube import grow_roots, inline_chunks, left_out_record, source_roots
-from .materialize import materialized_chunks
-from .metadata import array_doc, chunk_grid, group_doc
+from ... import storage
+from ...model import MATERIALIZED, Plan
+from ...storage import is_url
+from ..metadata import array_doc, chunk_grid, group_doc
+from ..record import grow_roots, record, resolved
+from ..staging import staged_dir
+from ..walk import walk, walk_append
 
 
 def container_prefix(plan: Plan) -> str:
@@ -50,6 +50,9 @@ def container_prefixes(plan: Plan, skip=frozenset()) -> list[str]:
         out.append("file://" + common.rstrip("/") + "/")
     return out
 
+
+# the fields of a commit's `virtualize` metadata, in order (record.record)
+RECORD_LAYOUT = ("concat_dim", "recipe", "sources", "roots", "append")
 
 RELATIVE = "relative"  # the container of a relocatable repository's movable sources
 
@@ -148,38 +151,18 @@ def append_icechunk_new(dest: str | Path, merged, recipe: dict, old_roots=()) ->
     chunks (and materialized ones), inline arrays' chunk; the commit records the grown
     source list and the new last step."""
     import zarr
-    from zarr.core.buffer import cpu, default_buffer_prototype
-    from zarr.core.sync import sync
 
     plan = merged.plan
     session = _open_to_append(dest, plan, merged.sources).writable_session("main")
     store = session.store
 
-    def put(key: str, data: bytes) -> None:
-        sync(store.set(key, cpu.Buffer.from_bytes(data)))
-
     with zarr.config.set({"array.rectilinear_chunks": True}):
-        for name, g in merged.grown.items():
-            a = g.array
-            buf = sync(store.get(_key(name, "zarr.json"), default_buffer_prototype()))
-            doc = dict(json.loads(buf.to_bytes()), shape=[int(n) for n in a.shape],
-                       chunk_grid=chunk_grid(a))
-            put(_key(name, "zarr.json"), json.dumps(doc, allow_nan=False).encode())
-            if a.inline is not None:
-                for key, data in inline_chunks(a):
-                    put(_key(name, key), data)
-                continue
-            origin = tuple(g.start if ax == g.axis else 0 for ax in range(a.refs.ndim))
-            _virtual_refs(store, plan, name, a.refs, {}, origin)
-            for key, data in materialized_chunks(plan, a):
-                put(_key(name, key), data)
+        walk_append(merged, _Session(store, plan, {}))
     added = len(merged.sources) - len(merged.old_sources)
-    session.commit(f"virtualize append: {added} file(s)", metadata={"virtualize": {
-        "concat_dim": plan.concat_dim, "recipe": recipe,
-        "sources": [s.to_dict() for s in merged.sources],
-        "roots": grow_roots(list(old_roots), [s.path for s in merged.sources
-                                              [len(merged.old_sources):]]),
-        "append": plan.append_state, **left_out_record(plan)}})
+    session.commit(f"virtualize append: {added} file(s)", metadata={"virtualize": record(
+        plan, RECORD_LAYOUT, recipe=recipe, sources=[s.to_dict() for s in merged.sources],
+        roots=grow_roots(list(old_roots), [s.path for s in merged.sources
+                                           [len(merged.old_sources):]]))})
     return Path(dest)
 
 
@@ -189,7 +172,7 @@ def refresh_icechunk(dest: str | Path, plan: Plan, info: dict, times: dict[int, 
     compares each reference's time itself) from `plan`, the stack planned again (the
     same references: the touched files' block tables are as recorded), and the commit's
     record with the new times."""
-    from .cube import set_times
+    from ..record import set_times
 
     paths = {info["sources"][i]["path"] for i in times}
     session = _open_to_append(dest, plan, plan.sources).writable_session("main")
@@ -217,13 +200,7 @@ def recorded(path: str | os.PathLike, base: str | None = None) -> dict | None:
     info = (head.metadata or {}).get("virtualize")
     if isinstance(info, dict):
         base = base or os.path.abspath(path)
-        if isinstance(info.get("sources"), list):
-            info["sources"] = [dict(s, path=storage.resolve(s["path"], base))
-                               if isinstance(s, dict) and isinstance(s.get("path"), str) else s
-                               for s in info["sources"]]
-        if isinstance(info.get("roots"), list):
-            info["roots"] = [storage.resolve(r, base) if isinstance(r, str) else r
-                             for r in info["roots"]]
+        resolved(info, base)
         if isinstance(info.get("containers"), dict):
             info["containers"] = {k: _prefix_url(storage.resolve(v, base))
                                   for k, v in info["containers"].items() if isinstance(v, str)}
@@ -233,31 +210,13 @@ def recorded(path: str | os.PathLike, base: str | None = None) -> dict | None:
 def _commit(repo, plan: Plan, message: str, locations: dict | None = None,
             relative_to: str | None = None, moving: str | None = None) -> None:
     import zarr
-    from zarr.core.buffer import cpu
-    from zarr.core.sync import sync
 
     session = repo.writable_session("main")
     store = session.store
 
-    def put(key: str, data: bytes) -> None:
-        sync(store.set(key, cpu.Buffer.from_bytes(data)))
-
     with zarr.config.set({"array.rectilinear_chunks": True}):
-        for group, attrs in plan.groups.items():
-            put(_key(group, "zarr.json"), json.dumps(group_doc(attrs), allow_nan=False).encode())
-        for name, a in plan.arrays.items():
-            put(_key(name, "zarr.json"), json.dumps(array_doc(a), allow_nan=False).encode())
-            if a.inline is not None:
-                for key, data in inline_chunks(a):
-                    put(_key(name, key), data)
-                continue
-            _virtual_refs(store, plan, name, a.refs, locations or {})
-            for key, data in materialized_chunks(plan, a):
-                put(_key(name, key), data)
-    info = {"concat_dim": plan.concat_dim, "recipe": plan.recipe,
-            "sources": [s.to_dict() for s in plan.sources],
-            "roots": source_roots([s.path for s in plan.sources]),
-            "append": plan.append_state, **left_out_record(plan)}
+        walk(plan, _Session(store, plan, locations or {}))
+    info = record(plan, RECORD_LAYOUT)
     if relative_to is not None and moving is not None:
         rel = lambda p: storage.relative(p, relative_to)  # noqa: E731
         info["sources"] = [dict(d, path=rel(d["path"])) for d in info["sources"]]
@@ -265,6 +224,44 @@ def _commit(repo, plan: Plan, message: str, locations: dict | None = None,
         local = moving[len("file://"):] if moving.startswith("file://") else moving
         info["containers"] = {RELATIVE: rel(local)}
     session.commit(message, metadata={"virtualize": info})
+
+
+class _Session:
+    """The walk's sink of an Icechunk writable session's store: documents and stored
+    chunks set as keys, references as virtual chunks (`moved`: a relocatable
+    repository's locations); an append's grown documents from the stored ones."""
+
+    def __init__(self, store, plan: Plan, moved: dict) -> None:
+        self.store, self.plan, self.moved = store, plan, moved
+
+    def _put(self, key: str, data: bytes) -> None:
+        from zarr.core.buffer import cpu
+        from zarr.core.sync import sync
+
+        sync(self.store.set(key, cpu.Buffer.from_bytes(data)))
+
+    def group(self, path: str, attrs: dict) -> None:
+        self._put(_key(path, "zarr.json"), json.dumps(group_doc(attrs), allow_nan=False).encode())
+
+    def array(self, name: str, a, g=None) -> None:
+        if g is None:
+            self._put(_key(name, "zarr.json"), json.dumps(array_doc(a), allow_nan=False).encode())
+            return
+        from zarr.core.buffer import default_buffer_prototype
+        from zarr.core.sync import sync
+
+        buf = sync(self.store.get(_key(name, "zarr.json"), default_buffer_prototype()))
+        doc = dict(json.loads(buf.to_bytes()), shape=[int(n) for n in a.shape],
+                   chunk_grid=chunk_grid(a))
+        self._put(_key(name, "zarr.json"), json.dumps(doc, allow_nan=False).encode())
+
+    def chunk(self, name: str, key: str, data: bytes) -> None:
+        self._put(_key(name, key), data)
+
+    def references(self, name: str, a, g=None) -> None:
+        origin = None if g is None else tuple(g.start if ax == g.axis else 0
+                                              for ax in range(a.refs.ndim))
+        _virtual_refs(self.store, self.plan, name, a.refs, self.moved, origin)
 
 
 def _container(prefix: str, name: str | None = None):
@@ -334,51 +331,6 @@ def credentials(prefix: str) -> dict:
     if prefix.startswith(("http://", "https://")):
         return ic.containers_credentials({prefix: None})
     return ic.containers_credentials({prefix: ic.Credentials.LocalFileSystemAccess()})
-
-
-def is_icechunk_repo(path: str | os.PathLike) -> bool:
-    p = Path(path)
-    return p.is_dir() and (p / "repo").exists() and not (p / "virtualize.json").exists()
-
-
-def open_icechunk(path: str | os.PathLike, allow=None, base: str | None = None):
-    """A read-only zarr store of an Icechunk repo's main branch. Only the virtual chunk
-    containers inside the allowed roots are authorized (access.py): the roots recorded by
-    virtualize in the last commit (or the repository's own directory, for one it did not
-    write) and the caller's `allow`. A container outside them is refused. A relocatable
-    repository's `relative` container is re-pointed at its location (`base`: the URL it
-    was read from)."""
-    import icechunk as ic
-
-    from ..access import Access, not_allowed
-
-    storage = ic.local_filesystem_storage(str(path))
-    config = ic.Repository.fetch_config(storage)
-    containers = (config.virtual_chunk_containers or {}) if config else {}
-    info = recorded(path, base) if containers else None
-    moved = (info or {}).get("containers") or {}
-    for name, prefix in moved.items():
-        if any(c.name == name for c in containers.values()):
-            config.set_virtual_chunk_container(_container(prefix, name))
-    prefixes = list((config.virtual_chunk_containers or {}) if config else {})
-    roots = (info or {}).get("roots")
-    if not isinstance(roots, list):
-        roots = [os.path.dirname(os.path.realpath(path))]
-    access = Access(path, roots, allow)
-    broad = False  # a container wider than the roots (sources in several directories)
-    for prefix in prefixes:
-        why = access.container(prefix)
-        if why is not None:
-            if not access.within(prefix):
-                raise not_allowed(path, why)
-            broad = True
-    repo = ic.Repository.open(storage, config=config if moved else None,
-                              authorize_virtual_chunk_access=_credentials(prefixes) or None)
-    session = repo.readonly_session("main")
-    if broad:  # then every virtual chunk's location is checked
-        for location in set(session.all_virtual_chunk_locations()):
-            access.check(location)
-    return session.store
 
 
 def _key(prefix: str, key: str) -> str:

@@ -13,7 +13,6 @@ have are deleted after the new root documents are in place.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import tempfile
 from pathlib import Path
@@ -64,27 +63,13 @@ def remote_kind(url: str) -> str | None:
     "other" when it holds something else; None when nothing is there."""
     fs, base = _fs(url)
     with reaching(url):
-        return _remote_kind(fs, base)
+        from .registry import remote_written_kind
 
-
-def _remote_kind(fs, base: str) -> str | None:
-    try:
-        if fs.isfile(base):
-            head = fs.cat_file(base, start=0, end=200)
-            return "kerchunk" if head.startswith(b'{"version":1,"virtualize":') else "other"
-        if fs.exists(base + "/virtualize.json"):
-            info = json.loads(fs.cat_file(base + "/virtualize.json"))
-            return "cube" if isinstance(info, dict) and info.get("format") == "virtualize-cube" \
-                else "other"
-        if fs.exists(base + "/repo"):
-            return "icechunk"
-        return "other" if fs.find(base, maxdepth=1) else None
-    except (FileNotFoundError, ValueError):
-        return None
+        return remote_written_kind(fs, base)
 
 
 def guard_remote(url: str, overwrite: bool, sources=()) -> None:
-    from ._staging import refuse_sources
+    from .staging import refuse_sources
 
     refuse_sources(url, sources)
     kind = remote_kind(url)

@@ -16,9 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from . import model
-from .emit.metadata import chunk_grid
-from .model import GAP, OK, OVERHANG, REFUSED, SHORT
+from .. import model
+from ..model import GAP, OK, OVERHANG, REFUSED, SHORT
+from ..outputs.metadata import chunk_grid
 
 JSON_SCHEMA_VERSION = 1
 YES, REMEDIES, NO = "yes", "yes with remedies", "no"
@@ -56,7 +56,7 @@ class Report(model.Report):
         """The plan as a read-only in-memory zarr store (metadata and inline values in
         memory, chunks read from the sources by byte range); nothing is written. Raises
         `VirtualizeError` with the problems when the stack cannot be virtualized."""
-        from .read import plan_store
+        from ..open import plan_store
 
         if not self.ok:
             raise model.VirtualizeError([p for p in self.problems if p.fatal] or
@@ -70,7 +70,7 @@ class Report(model.Report):
         """The plan as a read-only zarr group (see `to_store`)."""
         import zarr
 
-        from .read import rectilinear_enabled
+        from ..outputs.base import rectilinear_enabled
 
         with rectilinear_enabled():
             return zarr.open_group(self.to_store(allow=allow), mode="r", zarr_format=3)
@@ -80,7 +80,7 @@ class Report(model.Report):
         extra); `kwargs` go to `xarray.open_dataset`."""
         import xarray as xr
 
-        from .read import rectilinear_enabled
+        from ..outputs.base import rectilinear_enabled
 
         store = self.to_store(allow=allow)
         with rectilinear_enabled():

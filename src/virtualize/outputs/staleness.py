@@ -24,9 +24,9 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
-from .model import FileInventory, Location, Problem, SourceTouchedWarning, VirtualizeError
-from .storage import is_url
-from .storage import stat as source_stat
+from ..model import FileInventory, Location, Problem, SourceTouchedWarning, VirtualizeError
+from ..storage import is_url
+from ..storage import stat as source_stat
 
 TOUCHED = "source-touched"
 RESCAN_TIMEOUT = 60.0  # seconds a touched file's re-scan may take (as a scan's default)
@@ -59,7 +59,7 @@ def check_sources(sources: list[dict[str, Any]], *, strict: bool = False,
                   scan_timeout: float | None = RESCAN_TIMEOUT) -> SourceCheck:
     """Each recorded source ({path, size, mtime_ns[, etag, fingerprint, referenced_by]},
     paths resolved) checked against the file as it is now (see the module's docstring)."""
-    from .storage import forget
+    from ..storage import forget
 
     forget()  # nothing remembered from a scan: ask the servers now
     out = SourceCheck()
@@ -103,8 +103,8 @@ def _rescan(suspects: list[tuple[int, dict, int]], out: SourceCheck, strict: boo
     """The sources whose modification time alone changed: touched when a re-scan of the
     file whose scan read their block tables (itself, or the file that links to it) gives
     the fingerprint recorded, else stale."""
-    from .scan._fingerprint import hint_of
-    from .scan._worker import scan_bounded
+    from ..scan._fingerprint import hint_of
+    from ..scan._worker import scan_bounded
 
     # by file and by how the cube scanned it (a fingerprint names its scan's hint)
     todo: dict[tuple[str, str], list[tuple[int, dict, int]]] = {}

@@ -1,0 +1,1 @@
+"""Checks of a plan against its sources (decode.py: the decode check)."""

@@ -1,0 +1,89 @@
+"""Opening an output of any kind (`virtualize.open`, the xarray backend): the kind is
+found by outputs/registry.py, its reader returns a confined, checked, read-only zarr
+store (docs/reading.md: Confinement, Staleness)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import zarr
+from zarr.abc.store import Store
+
+from .model import VirtualizeError
+from .outputs import registry
+from .outputs.access import Access, invalid
+from .outputs.base import ConsolidatedView, rectilinear_enabled
+from .outputs.cube.reader import CubeStore, _RemoteFiles
+from .outputs.cube.writer import SOURCES_NAME
+from .outputs.kerchunk.reader import reference_store
+
+
+def open_cube(path: str | os.PathLike, *, check_sources: bool = True, allow=None,
+              strict: bool = False) -> zarr.Group:
+    """Open a cube directory, a kerchunk reference JSON or an Icechunk repository written
+    by virtualize as a read-only zarr group. `allow`: more roots (paths, or URL prefixes)
+    the reader may open files in (docs/reading.md, Confinement). `strict`: a touched
+    source (blocks unchanged: docs/reading.md, Staleness) is refused, not a warning."""
+    with rectilinear_enabled(codecs=False):  # the store registers them when needed
+        store = open_store(path, check_sources=check_sources, allow=allow, strict=strict)
+        try:
+            return zarr.open_group(store, mode="r", zarr_format=3)
+        except VirtualizeError:
+            raise
+        except (ValueError, TypeError, KeyError) as e:  # metadata zarr cannot take (edited)
+            raise invalid(path, f"its metadata cannot be opened by zarr: {type(e).__name__}: "
+                                f"{e}") from None
+
+
+def open_store(path: str | os.PathLike, *, check_sources: bool = True, allow=None,
+               base: str | None = None, strict: bool = False) -> Store:
+    """The read-only zarr store of a cube of any of the three kinds (checked and confined).
+    `base`: where it really is (the URL of a downloaded copy), for relative sources."""
+    from .storage import is_url, normalize
+    if is_url(path):
+        url = normalize(path).rstrip("/")
+        files = _RemoteFiles(url)
+        try:
+            info = files.read(SOURCES_NAME)
+        except VirtualizeError:
+            info = None
+        if info is not None:  # a cube directory: read in place, nothing downloaded
+            files.cached[SOURCES_NAME] = info
+            return ConsolidatedView(CubeStore(url, check_sources=check_sources, allow=allow,
+                                              _files=files, strict=strict))
+        # a kerchunk JSON or an Icechunk repository: copied here first
+        import tempfile
+
+        from .outputs.remote import download
+        tmp = tempfile.mkdtemp(prefix="virtualize-open-")
+        import shutil
+        import weakref
+
+        try:
+            local = download(normalize(path), tmp)
+            # relative sources (a relocatable output) resolve against its URL
+            store = open_store(local, check_sources=check_sources, allow=allow,
+                               base=normalize(path), strict=strict)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        weakref.finalize(store, shutil.rmtree, tmp, True)  # the copy goes with the store
+        return store
+    path = Path(path)
+    kind = registry.by_name(registry.kind_at(path))
+    return kind.open_store(path, check_sources=check_sources, allow=allow, base=base,
+                           strict=strict)
+
+
+def plan_store(plan, allow=None):
+    """A read-only in-memory zarr store of a plan (nothing written): its metadata and
+    inline values in memory, its chunks read from the sources by byte range, as the
+    kerchunk export would serve them; confined to the sources' directories and `allow`."""
+    from .outputs.kerchunk.writer import kerchunk_refs
+    from .outputs.record import source_roots
+
+    doc = kerchunk_refs(plan)
+    sources = [s.to_dict() for s in plan.sources]
+    access = Access("(in-memory plan)", source_roots([s["path"] for s in sources]), allow)
+    return reference_store(doc, Path("(in-memory plan)"), access, sources)

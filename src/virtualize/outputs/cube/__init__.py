@@ -1,0 +1,74 @@
+"""The cube directory plug-in: writer (writer.py) and reader (reader.py, CubeStore)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+CUBE_FILES = {"zarr.json", "virtualize.json", "manifest.npy"}
+
+
+class Cube:
+    kind = "cube"
+    suffixes = (".zarr", "")  # and any other name: the default kind
+
+    def detect(self, path: Path, *, by_name: bool = True) -> bool:
+        return not path.is_file()  # what no other kind takes: checked when read
+
+    def ours(self, path: Path) -> bool:
+        return path.is_dir() and (path / "virtualize.json").is_file() and _is_cube_dir(path)
+
+    def ours_remote(self, fs, base: str) -> bool:
+        # (registry.remote_written_kind asks only when base/virtualize.json exists)
+        info = json.loads(fs.cat_file(base + "/virtualize.json"))
+        return isinstance(info, dict) and info.get("format") == "virtualize-cube"
+
+    def looks_like(self, path: str) -> bool:
+        return os.path.isfile(os.path.join(path, "virtualize.json"))
+
+    def write(self, plan, dest, overwrite: bool = False, *, relative_to=None) -> Path:
+        from .writer import write_cube
+        return write_cube(plan, dest, overwrite, relative_to=relative_to)
+
+    def append(self, dest, merged, info: dict, new_sources: list[str], relative_to=None):
+        from .writer import append_cube
+        return append_cube(dest, merged, info, new_sources, relative_to)
+
+    def open_store(self, path: Path, *, check_sources: bool = True, allow=None, base=None,
+                   strict: bool = False):
+        from ..base import ConsolidatedView
+        from .reader import CubeStore
+        return ConsolidatedView(CubeStore(path, check_sources=check_sources, allow=allow,
+                                          base=base, strict=strict))
+
+
+def _is_cube_dir(p: Path) -> bool:
+    try:
+        info = json.loads((p / "virtualize.json").read_text())
+    except (OSError, ValueError):
+        return False
+    if not isinstance(info, dict) or info.get("format") != "virtualize-cube":
+        return False
+    # nothing but what the cube writer makes: documents, manifests, chunk files c/i/j/k
+    for dirpath, dirs, files in os.walk(p):
+        rel = Path(dirpath).relative_to(p).parts
+        for name in dirs + files:
+            full = os.path.join(dirpath, name)
+            if os.path.islink(full):
+                return False
+            if name in dirs:
+                continue
+            parts = rel + (name,)
+            if name in CUBE_FILES or re.fullmatch(r"manifest\.[1-9][0-9]*\.npy", name):
+                continue  # (manifest.N.npy: the segments appends add)
+            if "c" in parts:
+                after = parts[parts.index("c") + 1:]
+                if all(x.isdigit() for x in after):
+                    continue
+            return False
+    return True
+
+
+KIND = Cube()

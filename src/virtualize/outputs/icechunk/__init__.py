@@ -1,0 +1,67 @@
+"""The Icechunk repository plug-in: writer (writer.py) and reader (reader.py,
+open_icechunk)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from .reader import open_icechunk
+from .writer import (
+    MANIFEST_SPLIT,
+    append_icechunk,
+    append_icechunk_new,
+    recorded,
+    refresh_icechunk,
+    write_icechunk,
+)
+
+ICECHUNK_ENTRIES = {"repo", "config.yaml", "snapshots", "manifests", "transactions", "chunks",
+                    "refs", "overwritten", "attributes"}
+
+
+class Icechunk:
+    kind = "icechunk"
+    suffixes = (".icechunk",)
+
+    def detect(self, path: Path, *, by_name: bool = True) -> bool:
+        return path.is_dir() and (path / "repo").exists() and \
+            not (path / "virtualize.json").exists()
+
+    def ours(self, path: Path) -> bool:
+        if not path.is_dir() or (path / "virtualize.json").is_file():
+            return False
+        entries = set(os.listdir(path))
+        return "repo" in entries and entries <= ICECHUNK_ENTRIES
+
+    def ours_remote(self, fs, base: str) -> bool:
+        return fs.exists(base + "/repo")
+
+    def looks_like(self, path: str) -> bool:
+        return path.rstrip("/").endswith(".icechunk")  # as xarray's zarr backend goes by .zarr
+
+    def write(self, plan, dest, overwrite: bool = False, *, relative_to=None) -> Path:
+        return write_icechunk(plan, dest, overwrite, relative_to=relative_to)
+
+    def append(self, dest, merged, recipe: dict, old_roots=()) -> Path:
+        return append_icechunk_new(dest, merged, recipe, old_roots)
+
+    def open_store(self, path: Path, *, check_sources: bool = True, allow=None, base=None,
+                   strict: bool = False):
+        from ..base import ConsolidatedView
+        store = open_icechunk(path, allow=allow, base=base)
+        if check_sources:  # as for cube directories: refused at open, not at a chunk's read
+            from ..staleness import refuse_stale
+            info = recorded(path, base) or {}
+            # Icechunk compares each reference's recorded time itself: a touched source's
+            # chunks are refused at read until the new times are recorded
+            refuse_stale(info.get("sources") or [], path, strict=strict,
+                         touched_fatal="Icechunk refuses its chunks until `virtualize verify "
+                         "--refresh` records the new time")
+        return ConsolidatedView(store)
+
+
+KIND = Icechunk()
+
+__all__ = ["KIND", "MANIFEST_SPLIT", "append_icechunk", "append_icechunk_new", "open_icechunk",
+           "recorded", "refresh_icechunk", "write_icechunk"]
