@@ -14,7 +14,7 @@ import pytest
 import virtualize
 from virtualize.api import AUTO_SERIAL, REMOTE_JOBS, scan_jobs
 from virtualize.cli import main
-from virtualize.scan import _worker
+from virtualize.run import workers as _worker
 
 distributed = pytest.importorskip("distributed")
 

@@ -14,19 +14,23 @@ from pathlib import Path
 import zarr
 
 from . import storage
+from .conventions import ScanHint
 from .emit import write_cube, write_kerchunk
 from .emit._staging import guard_output
 from .emit.cube import SOURCES_NAME
 from .emit.metadata import array_doc, group_doc, omitted_attrs
+from .formats import read_values
+from .formats import registry as _formats
+from .formats import scan as _scan
 from .model import FileInventory, Location, Plan, Problem, UsageError, VirtualizeError
 from .plan import ConcatOptions, MosaicOptions, plan_concat, plan_mosaic
 from .plan._common import DEFAULT_INLINE_THRESHOLD
 from .plan.cut import DEFAULT_CHUNK_SIZE, chunk_bytes, cut_stack
 from .read import open_cube
 from .report import Report
-from .scan import scan as _scan
-from .scan._planning import ScanHint
-from .scan._worker import Sharer, scan_bounded, scan_on, scan_or_problems
+from .run.executors import scan_on
+from .run.share import Sharer
+from .run.workers import scan_bounded, scan_or_problems
 from .staleness import check_sources
 from .verify import decode_check
 
@@ -109,7 +113,7 @@ def check(paths: Iterable[PathLike] | PathLike, concat_dim: str | None = None, *
     opts = ConcatOptions(concat_dim=concat_dim, inline=frozenset(_names(inline)),
                          drop=frozenset(_names(drop)), sort=sort, split=split,
                          materialize=materialize, inline_threshold=inline_threshold,
-                         no_gaps=no_gaps)
+                         no_gaps=no_gaps, read=read_values)
     recipe = {"kind": "concat", "concat_dim": concat_dim, "inline": sorted(opts.inline),
               "drop": sorted(opts.drop), "sort": sort, "split": split,
               "materialize": materialize, "materialize_limit": materialize_limit,
@@ -384,7 +388,7 @@ def _append_new(cube: Path, kind: str, info: dict, new: list[str], *, jobs: int 
                          split=recipe.get("split", True),
                          materialize=recipe.get("materialize", False),
                          inline_threshold=recipe.get("inline_threshold", DEFAULT_INLINE_THRESHOLD),
-                         no_gaps=no_gaps)
+                         no_gaps=no_gaps, read=read_values)
     last = resume.last.path
     report = _check(new, lambda invs: plan_concat(invs, opts, resume=resume), progress,
                     recipe.get("materialize_limit"), jobs, scan_timeout, exclude=(last,),
@@ -408,7 +412,7 @@ def _append_new(cube: Path, kind: str, info: dict, new: list[str], *, jobs: int 
     docs, old_inline = _array_docs(cube, kind, plan, kerchunk)
     if old_inline is None:
         return None
-    merged = merge_append(plan, resume, docs, old_sources, old_inline)
+    merged = merge_append(plan, resume, docs, old_sources, old_inline, array_doc)
     if isinstance(merged, str):
         return None
     merged.plan.left_out = list(info.get("left_out") or []) + plan.left_out
@@ -564,7 +568,7 @@ def _replan(cube: Path, info: dict, *, jobs: int | str = "auto", executor=None, 
                              drop=frozenset(recipe.get("drop") or ()), sort=recipe.get("sort", True),
                              split=recipe.get("split", True),
                              materialize=recipe.get("materialize", False),
-                             inline_threshold=recipe.get("inline_threshold", 0))
+                             inline_threshold=recipe.get("inline_threshold", 0), read=read_values)
         planner = lambda invs: plan_concat(invs, opts)  # noqa: E731
         hint = ScanHint("concat", opts.concat_dim)
     elif kind == "mosaic":
@@ -1012,8 +1016,7 @@ def _write(report: Report, out: PathLike, kind: str, overwrite: bool,
 
 # names of files a directory argument takes without looking inside (a damaged one is then
 # reported, not skipped); any other file is taken when its first bytes are of a format read
-DATA_SUFFIXES = (".nc", ".nc4", ".nc3", ".cdf", ".netcdf", ".h5", ".hdf5", ".he5", ".hdf",
-                 ".tif", ".tiff", ".gtiff", ".json")
+DATA_SUFFIXES = _formats.suffixes()  # (every format's: formats/registry.py)
 
 
 def _paths(paths, empty: list[str] | None = None,
@@ -1025,7 +1028,7 @@ def _paths(paths, empty: list[str] | None = None,
     (others, such as .aux.xml side-cars and checksums, are added to `skipped` by
     directory), unless it is a kerchunk parquet reference set (one input); directories
     that hold none are added to `empty`."""
-    from .scan.kerchunk import is_parquet_references
+    from .formats import is_input_directory
 
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
@@ -1055,7 +1058,7 @@ def _paths(paths, empty: list[str] | None = None,
             if unmatched is not None:  # not a file named with * either: nothing matches
                 unmatched.append(p)
                 continue
-        if os.path.isdir(p) and not is_parquet_references(p):
+        if os.path.isdir(p) and not is_input_directory(p):
             inside = sorted(os.path.join(p, f) for f in os.listdir(p)
                             if not f.startswith(".") and os.path.isfile(os.path.join(p, f)))
             taken = [f for f in inside if _readable_format(f)]
@@ -1077,7 +1080,7 @@ def _unmatched(patterns: list[str]) -> list[Problem]:
 
 
 def _readable_format(path: str) -> bool:
-    from .scan import detect_format
+    from .formats import detect_format
 
     if path.lower().endswith(DATA_SUFFIXES):
         return True

@@ -484,7 +484,7 @@ def _decode(jobs: list[_Job]) -> None:
 
 def _compare(jobs: list[_Job]) -> None:
     """Each decoded chunk against the source library's read, one open per source."""
-    from .scan import SourceReader
+    from .formats import SourceReader
 
     by_source: dict[str, list[_Job]] = defaultdict(list)
     for job in jobs:

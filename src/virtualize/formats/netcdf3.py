@@ -40,7 +40,9 @@ from ..model import (
     VirtualizeError,
     empty_refs,
 )
+from ._planning import finish
 from ._values import COORD_VALUES_LIMIT, TEXT_LIMIT, bytes_codec, chars_to_text, plain
+from .base import Format
 
 MAGIC = b"CDF"
 FORMATS = {1: "netcdf3-cdf1", 2: "netcdf3-cdf2", 5: "netcdf3-cdf5"}
@@ -639,3 +641,22 @@ def _read_remote_values(path: str, variable: str,
         out = np.frombuffer(raw, dtype=v.dtype).reshape((b0 - a0, *v.shape[1:]))
         rest = cut[1:] if cut else ()
         return np.array(out[(slice(None), *rest)])
+
+
+class NetCDF3(Format):
+    name = "netcdf3"
+    suffixes = (".nc", ".nc3", ".cdf", ".netcdf")  # (a .nc may be netCDF-4: HDF5 sniffs it)
+    modules = (__name__,)
+
+    def sniff(self, head: bytes, f=None) -> bool:
+        return head[:3] == MAGIC and len(head) > 3 and head[3] in FORMATS
+
+    def scan(self, path: str, hint=None) -> FileInventory:
+        return finish(scan_netcdf3(path), hint)
+
+    def read_region(self, path: str, name: str, region=None):
+        # a strided view of the mapped file, cut before copying
+        return read_netcdf3_values(path, name, region)
+
+
+FORMAT = NetCDF3()

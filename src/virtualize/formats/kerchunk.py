@@ -44,7 +44,9 @@ from ..model import (
     empty_refs,
 )
 from ._io import system_location
+from ._planning import finish
 from ._values import COORD_VALUES_LIMIT, bytes_codec, plain
+from .base import Format
 
 # numcodecs ids (zarr v2 `compressor` / `filters`) whose zarr v3 codec decodes the same
 # bytes exactly: all bytes -> bytes, so they follow the `bytes` codec in encode order.
@@ -622,3 +624,27 @@ def read_kerchunk_values(path: str, variable: str, region=None) -> np.ndarray:
     if region is None:
         return np.asarray(a[...])
     return np.asarray(a[tuple(slice(lo, hi) for lo, hi in region)])
+
+
+class Kerchunk(Format):
+    name = "kerchunk"
+    suffixes = (".json",)
+    modules = (__name__,)
+
+    def sniff(self, head: bytes, f=None) -> bool:
+        # JSON (a file starting with '{'): asked last, after every format's own signature
+        return f is not None and looks_like_json(head)
+
+    def sniff_directory(self, path: str) -> bool:
+        return is_parquet_references(path)
+
+    def scan(self, path: str, hint=None) -> FileInventory:
+        # its blocks are in other files: it checks their extents
+        return finish(scan_kerchunk(path), hint, extent=False)
+
+    def read_region(self, path: str, name: str, region=None):
+        # zarr over the references, reading the data files
+        return read_kerchunk_values(path, name, region)
+
+
+FORMAT = Kerchunk()
