@@ -913,7 +913,7 @@ def _scan_all(files: list[str], jobs: int | str, scan_timeout: float | None,
               ) -> Iterator[FileInventory | list[Problem]]:
     """Scan in file order: as tasks of `executor` when given, else with a time limit (or
     jobs > 1; 0: one per core; "auto": by the stack) in worker processes, each file within
-    `scan_timeout` seconds (see scan/_worker.py and docs/scale.md). `hint`: how the files
+    `scan_timeout` seconds (see run/workers.py and docs/scale.md). `hint`: how the files
     will be planned (the scan digests what that planner compares across files)."""
     if scan_timeout is not None and scan_timeout < 0:
         raise ValueError(f"scan_timeout must be positive (or None / 0 for no limit), not {scan_timeout}")

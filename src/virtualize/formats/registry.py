@@ -1,6 +1,21 @@
-"""The input formats: the one list. Detection, scanning and reading loop over it; adding a
-format is one module (or package) beside this one defining `FORMAT` (a `base.Format`) and
-one line here. Order is sniff order."""
+"""The input formats: the one list. Detection (`formats.detect`), scanning
+(`formats.scan`), reading (`formats.read_values`, `formats.SourceReader`), the scan
+workers' preload (`run/workers.py`) and directory expansion (`api.DATA_SUFFIXES`) loop
+over it. Order is sniff order.
+
+Adding a format:
+1. a module (or package) `formats/NAME.py` that imports cheaply (its library on first
+   use) and defines `FORMAT`, an instance of a `base.Format` subclass: `name`,
+   `suffixes`, `modules` (what a new worker preloads), `sniff(head, f)`, `scan(path,
+   hint)` (its scanner's `FileInventory`, passed through `_planning.finish`), and
+   `read_region(path, name, region)` (values by the format's own library: `--inline`,
+   bounds, the materialize remedy, the decode check); `reader(path)` when keeping the
+   file open across reads pays;
+2. its module name in `FORMATS` below, before any format whose `sniff` would also claim
+   its files;
+3. its tests (fixtures by the format's own writer; round trips compared with its library)
+   and a docs/NAME.md.
+"""
 
 from __future__ import annotations
 

@@ -73,7 +73,7 @@ class Context:
 
 
 # decoded bytes per file inlined automatically: the scanners record the values of
-# variables up to this size that cannot be referenced (scan/_planning.py)
+# variables up to this size that cannot be referenced (formats/_planning.py)
 DEFAULT_INLINE_THRESHOLD = INLINE_VALUES_LIMIT
 
 

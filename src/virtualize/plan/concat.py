@@ -146,7 +146,7 @@ def _choose_concat_dim(ctx: _Context) -> str | None:
             _coordinate_from_names(ctx, dim)
             return dim
     if dim is None:
-        # (as the scan chose it for each file, digesting what must agree: scan/_planning.py)
+        # (as the scan chose it for each file, digesting what must agree: conventions.must_agree)
         dim = default_concat_dim(invs[0])
         unlimited = unlimited_dims(invs[0])
         if len(unlimited) > 1:
@@ -632,9 +632,6 @@ def _shared_array(ctx: _Context, name: str, vs: list[Variable]) -> ArrayPlan | N
                      chunk_lengths=chunk_lengths, codecs=first.codecs,
                      fill_value=first.fill_value, attrs=dict(first.attrs), refs=refs,
                      materialize=cells)
-
-
-_at_shape = at_shape  # (moved to scan/_planning.py)
 
 
 def _unscanned_values(ctx: _Context, inv: FileInventory, name: str, v: Variable

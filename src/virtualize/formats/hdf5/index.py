@@ -25,7 +25,7 @@ from .header import (
 
 class _Recorder:
     """What HDF5 reads from a local source while `on` (the whole scan), kept by offset,
-    so the direct readers of attributes and chunk indexes (`_h5meta`,
+    so the direct readers of attributes and chunk indexes (`header.py`,
     `_native_chunk_index`) read the superblock, object headers and index structures HDF5
     has just read from memory: the scan reads them from the file once. Anything else they
     read with `os.pread`, counted in the source's bytes_read and requests."""

@@ -176,7 +176,7 @@ class _Scanner:
         return _read_all(ds) if ds is not None else self.f[name][()]
 
     def _direct_attrs(self, name: str, obj) -> list | None:
-        """An object's attributes read from the file's bytes (`_h5meta.AttrReader`), or None
+        """An object's attributes read from the file's bytes (`header.AttrReader`), or None
         (h5py reads them): objects of this file only, after HDF5 has loaded (and checked)
         what is read, and only if as many are read as HDF5 counts."""
         if self.attr_reader is None:
@@ -682,7 +682,7 @@ class _Scanner:
 
     def _storage(self, name: str, ds: h5py.Dataset) -> Storage:
         """The dataset's layout, chunk shape, filters and fill value: from the header
-        messages the attribute reader read (`_h5meta.dataset_storage`), else from h5py's
+        messages the attribute reader read (`header.dataset_storage`), else from h5py's
         creation property list."""
         messages = self._messages.get(name)
         if messages is not None:
