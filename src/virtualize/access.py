@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .formats._io import system_locations
+from .formats import system_locations
 from .model import MATERIALIZED, REF_DTYPE, Location, Problem, VirtualizeError
 
 _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")

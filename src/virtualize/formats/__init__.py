@@ -12,7 +12,8 @@ from .. import storage
 from ..conventions import ScanHint
 from ..model import FileInventory, Location, Problem, VirtualizeError
 from . import registry
-from ._fingerprint import add_fingerprints
+from ._fingerprint import add_fingerprints, hint_of  # noqa: F401 (staleness: the hint of a scan)
+from ._io import system_location, system_locations  # noqa: F401 (open.py's confinement too)
 from ._planning import _check_extent  # noqa: F401 (tests call it here)
 from .base import Format
 
