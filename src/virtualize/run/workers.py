@@ -155,7 +155,10 @@ class _Worker:
         if not self.queue:
             self._restart_clock(timeout)
         self.queue.append(i)
-        self.conn.send((path, settings if settings != self.settings else None))
+        try:
+            self.conn.send((path, settings if settings != self.settings else None))
+        except OSError:  # it died since its last answer: the caller's next receive reports
+            return  # it (its head crashed; the files queued behind it go to the others)
         self.settings = settings
 
     def started_next(self, timeout: float | None) -> None:
