@@ -373,7 +373,7 @@ def _floor_read(path: str, values: frozenset) -> None:
     """What any scan must do at least (see the docstring): attributes, values, chunk_iter."""
     import h5py
 
-    from virtualize.scan.hdf5 import HIDDEN_ATTRS
+    from virtualize.formats.hdf5.attrs import HIDDEN_ATTRS
 
     def noop(_info):
         return None

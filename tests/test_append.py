@@ -84,6 +84,7 @@ def test_cli_append(case, tmp_path):
 
 def _scans(monkeypatch):
     """Count the files scanned (in this process: scan_timeout=0)."""
+    import virtualize.formats
     import virtualize.scan
 
     seen: list[str] = []
@@ -93,7 +94,7 @@ def _scans(monkeypatch):
         seen.append(str(path))
         return real(path, hint)
 
-    monkeypatch.setattr(virtualize.scan, "scan", counting)
+    monkeypatch.setattr(virtualize.formats, "scan", counting)
     return seen
 
 

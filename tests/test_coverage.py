@@ -251,7 +251,8 @@ def test_external_link_to_a_large_chunk_index_reads_the_target_files_index(tmp_p
             f.create_dataset("a", data=values, chunks=(2, 2))  # 400 chunks, a fixed array
     with h5py.File(tmp_path / "m.h5", "a") as f:
         f["lnk"] = h5py.ExternalLink("sub/t.h5", "/a")
-    from virtualize.scan import hdf5 as scan_hdf5
+    from virtualize.formats import hdf5 as scan_hdf5
+    from virtualize.formats.hdf5 import walk as hdf5_walk
 
     read_by = []
     real = scan_hdf5._native_chunk_index
@@ -260,7 +261,7 @@ def test_external_link_to_a_large_chunk_index_reads_the_target_files_index(tmp_p
         read_by.append(h5py.h5f.get_name(dsid).decode())
         return real(pread, size, dsid, *a)
 
-    monkeypatch.setattr(scan_hdf5, "_native_chunk_index", spy)
+    monkeypatch.setattr(hdf5_walk, "_native_chunk_index", spy)
     out = tmp_path / "m.zarr"
     report = virtualize.virtualize([tmp_path / "m.h5"], out, scan_timeout=None)
     assert report.ok, report.problems

@@ -18,8 +18,10 @@ from robustness._oracle import judge
 
 import virtualize
 from virtualize import storage
+from virtualize.formats import hdf5 as scan_hdf5
+from virtualize.formats.hdf5 import index as hdf5_index
+from virtualize.formats.hdf5 import walk as hdf5_walk
 from virtualize.model import VirtualizeError
-from virtualize.scan import hdf5 as scan_hdf5
 
 
 def _fatal(path) -> list:
@@ -75,7 +77,7 @@ def test_chunk_iter_listing_duplicates_or_out_of_order_is_refused(tmp_path, monk
     node, key_size = _v1_file(p)
     for i, offsets in damage.items():
         _set_key(p, node, key_size, i, offsets)
-    monkeypatch.setattr(scan_hdf5, "_native_chunk_index", lambda *a: None)
+    monkeypatch.setattr(hdf5_walk, "_native_chunk_index", lambda *a: None)
     (fatal,) = _fatal(p)
     assert fatal[:2] == ("corrupt", "x") and text in fatal[3] and fatal[2] is not None, fatal
 
@@ -110,7 +112,7 @@ def _v2(monkeypatch, *nodes):
         assert record_of(10, 8 + 8 * 2) == rec
         return 10, found
 
-    monkeypatch.setattr(scan_hdf5, "v2_records", records)
+    monkeypatch.setattr(hdf5_index, "v2_records", records)
     return scan_hdf5._v2_btree(None, 1000, 0, (4, 4))
 
 
@@ -132,11 +134,11 @@ def test_a_v2_btree_of_many_nodes_reads_in_order_as_chunk_iter(tmp_path, monkeyp
                          maxshape=(None, None), compression=compression)
     nodes = []
     real = scan_hdf5._in_order
-    monkeypatch.setattr(scan_hdf5, "_in_order", lambda found: nodes.append(len(found)) or
+    monkeypatch.setattr(hdf5_index, "_in_order", lambda found: nodes.append(len(found)) or
                         real(found))
     direct = virtualize.inventory(p)
     assert nodes and nodes[0] > 100 and not direct.problems
-    monkeypatch.setattr(scan_hdf5, "_native_chunk_index", lambda *a: None)
+    monkeypatch.setattr(hdf5_walk, "_native_chunk_index", lambda *a: None)
     listed = virtualize.inventory(p)
     assert (direct.variables["v"].blocks.refs == listed.variables["v"].blocks.refs).all()
 

@@ -14,9 +14,10 @@ import tifffile
 
 import virtualize
 from virtualize.checks.decode import decode_check
+from virtualize.formats import hdf5 as scan_hdf5
+from virtualize.formats.hdf5 import walk as hdf5_walk
+from virtualize.formats.tiff import scan as scan_tiff
 from virtualize.model import MATERIALIZED
-from virtualize.scan import hdf5 as scan_hdf5
-from virtualize.scan import tiff as scan_tiff
 
 H, W, RPS = 70, 90, 16
 
@@ -116,7 +117,7 @@ def test_values_that_differ_are_caught(case, monkeypatch):
             return {"name": "numcodecs.shuffle", "configuration": {"elementsize": 1}}
         return codec
 
-    monkeypatch.setattr(scan_hdf5, "hdf5_filter_codec", wrong_shuffle)
+    monkeypatch.setattr(hdf5_walk, "hdf5_filter_codec", wrong_shuffle)
     report = virtualize.check(files, scan_timeout=None)
     bad = [p for p in report.problems if p.kind == "decode-mismatch"]
     assert bad and not report.ok

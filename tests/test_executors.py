@@ -14,7 +14,7 @@ import pytest
 import virtualize
 from virtualize.api import AUTO_SERIAL, REMOTE_JOBS, scan_jobs
 from virtualize.cli import main
-from virtualize.scan import _worker
+from virtualize.run import workers as _worker
 
 distributed = pytest.importorskip("distributed")
 
@@ -226,3 +226,24 @@ def test_shared_inventories_keep_their_values(stack):
     assert not a.variables["tas"].blocks.refs.flags.writeable
     assert (a.variables["time"].values[0], b.variables["time"].values[0]) == (0, 1)
     assert a.variables["tas"].dtype is b.variables["tas"].dtype
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # fork in a threaded test process
+def test_a_file_queued_on_a_worker_that_just_died_is_reported_not_raised(stack, monkeypatch):
+    """A worker may die between its last answer and the next file sent to it (the caller
+    queues files before it sees the death): the send's broken pipe is no error of the
+    caller's; the death is reported at the next receive, and the file scanned by another."""
+    files = stack[0][:3]
+    _worker._shutdown()
+    monkeypatch.setattr(_worker, "_threads", lambda: 1)
+    w = _worker._Worker()
+    w.proc.kill()
+    w.proc.join()
+    settings = (virtualize.storage.get_options(), virtualize.storage.environment(), None)
+    for i, f in enumerate(files):
+        w.submit(i, f, settings, None)  # (the first send may still fill the pipe's buffer)
+    assert list(w.queue) == [0, 1, 2]
+    w.conn.close()
+    results = list(_worker.scan_bounded(files, 30, 2))
+    assert [r.path for r in results] == files
+    _worker._shutdown()

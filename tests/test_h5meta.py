@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 
 import virtualize
-from virtualize.scan import _h5meta
-from virtualize.scan import hdf5 as scan_hdf5
+from virtualize.formats import hdf5 as scan_hdf5
+from virtualize.formats.hdf5 import header as _h5meta
+from virtualize.formats.hdf5 import walk as hdf5_walk
 
 # fixtures of netCDF-4 / HDF5 files written by netCDF4-python, h5py and the HDF5 tools
 HDF5_CASES = ["months2024", "years2000_2010", "tenday_padded", "appended_batches",
@@ -317,7 +318,7 @@ def test_direct_reader_is_used_on_netcdf4(case, monkeypatch):
         return got
 
     monkeypatch.setattr(scan_hdf5._Scanner, "_direct_attrs", spy)
-    monkeypatch.setattr(scan_hdf5, "dataset_storage", spy_storage)
+    monkeypatch.setattr(hdf5_walk, "dataset_storage", spy_storage)
     inv = virtualize.inventory(case("months2024")[0])
     assert used and all(ok for _n, ok in used), used
     # and every variable's layout, filters and fill value come from its header

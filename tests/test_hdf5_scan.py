@@ -370,7 +370,7 @@ def test_truncated_hdf5_is_a_located_problem(tmp_path):
 
 
 def test_blocks_past_the_end_of_a_file_are_truncated(tmp_path):
-    from virtualize.scan import _check_extent
+    from virtualize.formats import _check_extent
 
     p = tmp_path / "a.h5"
     with h5py.File(p, "w") as f:
@@ -386,7 +386,8 @@ def test_objects_hdf5_cannot_open_are_refused_alone(tmp_path, monkeypatch):
     """A link h5py cannot follow ("Unknown link type") is skipped, a dataset it cannot
     describe ("Insufficient precision") refused, each named; the rest of the file is
     virtualized (with --drop for the refused one)."""
-    from virtualize.scan import hdf5 as scan_hdf5
+    from virtualize.formats import hdf5 as scan_hdf5
+    from virtualize.formats.hdf5 import walk as hdf5_walk
 
     p = tmp_path / "odd.h5"
     with h5py.File(p, "w") as f:
@@ -410,7 +411,7 @@ def test_objects_hdf5_cannot_open_are_refused_alone(tmp_path, monkeypatch):
         return real_dims(self, name, ds)
 
     monkeypatch.setattr(h5py.Group, "get", get)
-    monkeypatch.setattr(scan_hdf5, "_hard_links", links)
+    monkeypatch.setattr(hdf5_walk, "_hard_links", links)
     monkeypatch.setattr(scan_hdf5._Scanner, "_dims", dims)
     report = virtualize.check([p], scan_timeout=None)
     found = {(q.loc.variable, q.kind, q.fatal) for q in report.problems}
@@ -528,7 +529,7 @@ def test_block_table_equals_the_chunk_index_on_every_index_type(tmp_path, index,
 def _native_and_chunk_iter(path, name="x"):
     import os
 
-    from virtualize.scan import hdf5 as scan_hdf5
+    from virtualize.formats import hdf5 as scan_hdf5
 
     with h5py.File(path, "r") as f:
         d = f[name]
@@ -585,7 +586,8 @@ def test_chunk_index_read_directly_equals_chunk_iter(tmp_path, index, shape, chu
 def test_chunk_index_reader_refuses_what_it_does_not_expect(tmp_path, monkeypatch):
     """A damaged node or a chunk count other than HDF5's is `_Unexpected` (the scan then
     asks chunk_iter); with the direct reader failing the scan's block table is the same."""
-    from virtualize.scan import hdf5 as scan_hdf5
+    from virtualize.formats import hdf5 as scan_hdf5
+    from virtualize.formats.hdf5 import walk as hdf5_walk
 
     p = tmp_path / "v1.h5"
     with h5py.File(p, "w", libver="earliest") as f:
@@ -612,7 +614,7 @@ def test_chunk_index_reader_refuses_what_it_does_not_expect(tmp_path, monkeypatc
 
     def unexpected(*a, **kw):
         raise scan_hdf5._Unexpected("as if")
-    monkeypatch.setattr(scan_hdf5, "_native_chunk_index", unexpected)
+    monkeypatch.setattr(hdf5_walk, "_native_chunk_index", unexpected)
     assert (virtualize.inventory(p).variables["x"].blocks.refs == good).all()
 
 
@@ -620,7 +622,7 @@ def test_damaged_fixed_array_is_refused_as_before(tmp_path):
     """A fixed array element damaged on disk fails HDF5's checksum in its own walk of the
     index (which the direct reader asks for its count): the dataset is refused as corrupt,
     as chunk_iter refuses it, never referenced from the damaged bytes."""
-    from virtualize.scan import hdf5 as scan_hdf5
+    from virtualize.formats import hdf5 as scan_hdf5
 
     p = tmp_path / "fa.h5"
     with h5py.File(p, "w", libver="latest") as f:
@@ -727,7 +729,7 @@ def test_extensible_array_read_directly_equals_chunk_iter(tmp_path, case, filter
     (`_chunk_iter_swizzles`) from which the scan puts them right."""
     import os
 
-    from virtualize.scan import hdf5 as scan_hdf5
+    from virtualize.formats import hdf5 as scan_hdf5
 
     shape, chunks, maxshape, writes, structures = EARRAYS[case]
     p = tmp_path / "ea.h5"
@@ -794,7 +796,7 @@ def test_damaged_extensible_array_is_unexpected(earray_paged, damage, message):
     them (HDF5 reads the file, the reader a damaged copy): a signature, the owning header's
     address, a block's offset, the header's block counts, a page bitmap (fewer chunks
     than HDF5 counts), or a count other than HDF5's is `_Unexpected` (chunk_iter decides)."""
-    from virtualize.scan import hdf5 as scan_hdf5
+    from virtualize.formats import hdf5 as scan_hdf5
 
     p, good, where = earray_paged
     raw = bytearray(good)
@@ -826,7 +828,8 @@ def test_damaged_extensible_array_falls_back_to_chunk_iter(earray_paged, tmp_pat
     chunk_iter: the same block table as a scan without the direct reader. Damaged on disk
     (an element), HDF5's own walk fails its checksum: refused as corrupt, as chunk_iter
     refuses it, never referenced from the damaged bytes."""
-    from virtualize.scan import hdf5 as scan_hdf5
+    from virtualize.formats import hdf5 as scan_hdf5
+    from virtualize.formats.hdf5 import walk as hdf5_walk
 
     p, good, where = earray_paged
     real = scan_hdf5._native_chunk_index
@@ -842,13 +845,13 @@ def test_damaged_extensible_array_falls_back_to_chunk_iter(earray_paged, tmp_pat
             raised.append(e)
             raise
 
-    monkeypatch.setattr(scan_hdf5, "_native_chunk_index", damaged)
+    monkeypatch.setattr(hdf5_walk, "_native_chunk_index", damaged)
     fallback = virtualize.inventory(p)
     assert len(raised) == 1
-    monkeypatch.setattr(scan_hdf5, "_native_chunk_index", lambda *a: None)
+    monkeypatch.setattr(hdf5_walk, "_native_chunk_index", lambda *a: None)
     plain = virtualize.inventory(p)
     assert (fallback.variables["x"].blocks.refs == plain.variables["x"].blocks.refs).all()
-    monkeypatch.setattr(scan_hdf5, "_native_chunk_index", real)
+    monkeypatch.setattr(hdf5_walk, "_native_chunk_index", real)
     raw = bytearray(good)
     block = where[b"EADB"][0]
     raw[block + 18 + 5] ^= 0x40  # the first data block's first chunk address
@@ -892,7 +895,8 @@ def test_chunks_of_an_unlimited_axis_not_the_first_are_at_their_places(tmp_path,
     directly (a large grid) or listed by chunk_iter and put at their places (small
     grids, a dataset behind an external link, a file with a user block), and a v1 B-tree
     (libver "earliest"), which chunk_iter lists right: every cube reads as h5py."""
-    from virtualize.scan import hdf5 as scan_hdf5
+    from virtualize.formats import hdf5 as scan_hdf5
+    from virtualize.formats.hdf5 import walk as hdf5_walk
 
     (tmp_path / "sub").mkdir()
     _unlimited_later_file(tmp_path / "sub" / "t.h5", libver)
@@ -901,7 +905,7 @@ def test_chunks_of_an_unlimited_axis_not_the_first_are_at_their_places(tmp_path,
         f["lnk"] = h5py.ExternalLink("sub/t.h5", "/a")
     read = []
     real = scan_hdf5._native_chunk_index
-    monkeypatch.setattr(scan_hdf5, "_native_chunk_index",
+    monkeypatch.setattr(hdf5_walk, "_native_chunk_index",
                         lambda *a: read.append(len(real(*a)[0])) or real(*a))
     inv = virtualize.inventory(tmp_path / "m.h5")  # every dataset referenced, none inlined
     assert not inv.problems and all(v.blocks is not None for v in inv.variables.values())
@@ -933,7 +937,8 @@ def test_chunks_that_cannot_be_placed_are_refused(tmp_path, monkeypatch):
     refused (`chunk-coordinates`, inlined on request), never referenced at chunk_iter's
     places; datasets whose chunks chunk_iter places right (the unlimited axis first, one
     chunk before it) are not."""
-    from virtualize.scan import hdf5 as scan_hdf5
+    from virtualize.formats import hdf5 as scan_hdf5
+    from virtualize.formats.hdf5 import walk as hdf5_walk
 
     p = tmp_path / "u.h5"
     _unlimited_later_file(p)
@@ -942,7 +947,7 @@ def test_chunks_that_cannot_be_placed_are_refused(tmp_path, monkeypatch):
         raise OSError("as if")
 
     for i, patch in enumerate([(scan_hdf5._Scanner, "_layout_body", unreadable),
-                               (scan_hdf5, "_chunk_iter_swizzles", lambda: None)]):
+                               (hdf5_walk, "_chunk_iter_swizzles", lambda: None)]):
         with monkeypatch.context() as m:
             m.setattr(*patch)
             inv = virtualize.inventory(p)
@@ -1005,7 +1010,8 @@ def test_implicit_index_read_directly_equals_chunk_iter(tmp_path, shape, chunks,
 def test_scan_with_the_direct_reader_equals_the_scan_without(tmp_path, monkeypatch, index):
     """A whole scan (block tables, problems, bytes read) is the same whether the chunk
     index is read directly or through chunk_iter; the direct reader is used."""
-    from virtualize.scan import hdf5 as scan_hdf5
+    from virtualize.formats import hdf5 as scan_hdf5
+    from virtualize.formats.hdf5 import walk as hdf5_walk
 
     p = tmp_path / "a.h5"
     spec = {"btree-v1": dict(libver="earliest", maxshape=None),
@@ -1029,12 +1035,12 @@ def test_scan_with_the_direct_reader_equals_the_scan_without(tmp_path, monkeypat
                              compression="gzip")
     got = []
     real = scan_hdf5._native_chunk_index
-    monkeypatch.setattr(scan_hdf5, "_native_chunk_index",
+    monkeypatch.setattr(hdf5_walk, "_native_chunk_index",
                         lambda *a: got.append(real(*a)) or got[-1])
     direct = virtualize.inventory(p)
     # the 600-chunk index was read directly (and a v1 B-tree of any size: its keys)
     assert [len(g[1]) for g in got] == ([21, 600] if index == "btree-v1" else [600])
-    monkeypatch.setattr(scan_hdf5, "_native_chunk_index", lambda *a: None)
+    monkeypatch.setattr(hdf5_walk, "_native_chunk_index", lambda *a: None)
     plain = virtualize.inventory(p)
     for name in ("x", "y"):
         assert (direct.variables[name].blocks.refs == plain.variables[name].blocks.refs).all()

@@ -425,7 +425,7 @@ def test_mosaic_of_tiff_references(case, tmp_path):
 
 
 def test_partly_inline_shared_variable_compared_by_values(case, tmp_path, monkeypatch):
-    from virtualize.scan import _planning
+    from virtualize.formats import _planning
 
     """A variable without the concatenation axis, partly inline: compared across files by
     its decoded values (inline chunks have no bytes to compare), stored in the cube."""

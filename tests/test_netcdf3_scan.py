@@ -16,9 +16,9 @@ import pytest
 
 netCDF4 = pytest.importorskip("netCDF4")
 
+from virtualize.formats._values import plain  # noqa: E402
+from virtualize.formats.netcdf3 import parse_header, read_netcdf3_values, scan_netcdf3  # noqa: E402
 from virtualize.model import VirtualizeError  # noqa: E402
-from virtualize.scan._values import plain  # noqa: E402
-from virtualize.scan.netcdf3 import parse_header, read_netcdf3_values, scan_netcdf3  # noqa: E402
 
 FORMATS = {
     "NETCDF3_CLASSIC": "netcdf3-cdf1",

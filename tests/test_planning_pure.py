@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 import virtualize
-import virtualize.scan
-import virtualize.scan._io
+import virtualize.formats
+import virtualize.formats._io
 from virtualize.plan import ConcatOptions, plan_concat
 
 CASES = ["nc3_months_classic", "nc3_mixed", "months2024", "dtypes", "groups", "bigendian",
@@ -65,8 +65,8 @@ def test_planning_with_every_source_gone_gives_the_same_plan(case, tmp_path, mon
     def refuse(*args, **kw):
         raise AssertionError("planning read a source")
 
-    monkeypatch.setattr(virtualize.scan, "read_values", refuse)
-    monkeypatch.setattr(virtualize.scan._io, "digest_blocks", refuse)
+    monkeypatch.setattr(virtualize.formats, "read_values", refuse)
+    monkeypatch.setattr(virtualize.formats._io, "digest_blocks", refuse)
     gone, gone_problems = plan_concat(copy.deepcopy(invs), opts)
     assert [str(p) for p in gone_problems] == [str(p) for p in here_problems]
     _same_plan(here, gone)

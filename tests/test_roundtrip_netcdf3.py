@@ -16,8 +16,8 @@ import xarray as xr
 from test_roundtrip_hdf5 import roundtrip
 
 import virtualize
+from virtualize.formats.netcdf3 import parse_header
 from virtualize.model import VirtualizeError
-from virtualize.scan.netcdf3 import parse_header
 
 import make_fixtures as mf
 from conftest import needs
@@ -330,7 +330,7 @@ def test_truncated_header_and_empty_file_are_located(case, tmp_path):
 def test_many_records_read_through_in_windows(tmp_path):
     """A record coordinate of 20,000 records 72 bytes apart: read through in windows of
     whole records (a few reads), not one read per record; values exact either way."""
-    from virtualize.scan.netcdf3 import WINDOW
+    from virtualize.formats.netcdf3 import WINDOW
 
     n = 20_000
     path = tmp_path / "long.nc"

@@ -17,7 +17,7 @@ import pytest
 import xarray as xr
 
 import virtualize
-from virtualize.scan import _planning
+from virtualize.formats import _planning
 
 FORMATS = ["NETCDF4", "NETCDF3_CLASSIC"]
 LAT, LON = 4, 5
@@ -396,7 +396,7 @@ def test_one_file_is_not_digested_and_its_cube_still_compares_on_append(tmp_path
     """A single file is compared with nothing: its shared variables are not read for
     digests. Appending to its cube, which recorded none, rebuilds it (both files
     scanned), so a differing file is still refused, and an agreeing one goes in."""
-    from virtualize.scan import _io
+    from virtualize.formats import _io
 
     digested = []
     real = _io.digest_blocks

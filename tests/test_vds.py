@@ -207,8 +207,8 @@ def test_many_sources_are_opened_a_few_at_a_time(tmp_path, monkeypatch):
     with h5py.File(tmp_path / "v.h5", "w") as f:
         f.create_virtual_dataset("vds", layout)
         f["t"] = np.arange(2.0)
-    from virtualize.scan import _io, scan
-    from virtualize.scan._planning import ScanHint
+    from virtualize.conventions import ScanHint
+    from virtualize.formats import _io, scan
 
     def inventory():  # as a stack along t's axis scans it: the VDS digested
         return scan(str(tmp_path / "v.h5"), ScanHint(concat_dim="t_dim0"))

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import virtualize
-from virtualize.scan import _worker
+from virtualize.run import workers as _worker
 
 # no `if __name__ == "__main__":` on purpose: multiprocessing's spawn and forkserver would
 # run all of it again in each worker

@@ -3,7 +3,7 @@
 The Python API (the CLI is a thin layer over it):
 
 - `inventory(path) -> FileInventory`: one file's variables and block tables (the
-  `virtualize.scan` subpackage holds the scanners).
+  `virtualize.formats` subpackage holds the scanners, one plug-in per format).
 - `inventories(paths, executor=None)`: many files' inventories (or their problems), in
   order, scanned in worker processes or on an executor (dask.distributed, concurrent.futures).
 - `check(paths, concat_dim=None) -> Report`: can this stack be virtualized? `.ok`,
@@ -29,6 +29,8 @@ called in the calling process after each file (`inventory` is None for a file th
 not be scanned). Every exception raised on purpose is a `VirtualizeError`.
 """
 
+# deprecated: `virtualize.scan(path)` and the scanners' old paths (`virtualize.scan.hdf5`...)
+from . import scan  # noqa: E402, F401
 from ._version import __version__  # noqa: F401 - re-exported
 from .api import (  # noqa: E402
     append,

@@ -14,6 +14,10 @@ import zarr
 
 from . import storage
 from .checks.decode import decode_check
+from .conventions import ScanHint
+from .formats import read_values
+from .formats import registry as _formats
+from .formats import scan as _scan
 from .model import FileInventory, Location, Plan, Problem, UsageError, VirtualizeError
 from .open import open_cube
 from .outputs import registry
@@ -25,9 +29,9 @@ from .plan import ConcatOptions, MosaicOptions, plan_concat, plan_mosaic
 from .plan._common import DEFAULT_INLINE_THRESHOLD
 from .plan.cut import DEFAULT_CHUNK_SIZE, chunk_bytes, cut_stack
 from .report import Report
-from .scan import scan as _scan
-from .scan._planning import ScanHint
-from .scan._worker import Sharer, scan_bounded, scan_on, scan_or_problems
+from .run.executors import scan_on
+from .run.share import Sharer
+from .run.workers import scan_bounded, scan_or_problems
 
 PathLike = str | os.PathLike
 Planner = Callable[[list[FileInventory]], tuple[Plan, list[Problem]]]
@@ -108,7 +112,7 @@ def check(paths: Iterable[PathLike] | PathLike, concat_dim: str | None = None, *
     opts = ConcatOptions(concat_dim=concat_dim, inline=frozenset(_names(inline)),
                          drop=frozenset(_names(drop)), sort=sort, split=split,
                          materialize=materialize, inline_threshold=inline_threshold,
-                         no_gaps=no_gaps)
+                         no_gaps=no_gaps, read=read_values)
     recipe = {"kind": "concat", "concat_dim": concat_dim, "inline": sorted(opts.inline),
               "drop": sorted(opts.drop), "sort": sort, "split": split,
               "materialize": materialize, "materialize_limit": materialize_limit,
@@ -383,7 +387,7 @@ def _append_new(cube: Path, kind: str, info: dict, new: list[str], *, jobs: int 
                          split=recipe.get("split", True),
                          materialize=recipe.get("materialize", False),
                          inline_threshold=recipe.get("inline_threshold", DEFAULT_INLINE_THRESHOLD),
-                         no_gaps=no_gaps)
+                         no_gaps=no_gaps, read=read_values)
     last = resume.last.path
     report = _check(new, lambda invs: plan_concat(invs, opts, resume=resume), progress,
                     recipe.get("materialize_limit"), jobs, scan_timeout, exclude=(last,),
@@ -407,7 +411,7 @@ def _append_new(cube: Path, kind: str, info: dict, new: list[str], *, jobs: int 
     docs, old_inline = _array_docs(cube, kind, plan, kerchunk)
     if old_inline is None:
         return None
-    merged = merge_append(plan, resume, docs, old_sources, old_inline)
+    merged = merge_append(plan, resume, docs, old_sources, old_inline, array_doc)
     if isinstance(merged, str):
         return None
     merged.plan.left_out = list(info.get("left_out") or []) + plan.left_out
@@ -555,7 +559,7 @@ def _replan(cube: Path, info: dict, *, jobs: int | str = "auto", executor=None, 
                              drop=frozenset(recipe.get("drop") or ()), sort=recipe.get("sort", True),
                              split=recipe.get("split", True),
                              materialize=recipe.get("materialize", False),
-                             inline_threshold=recipe.get("inline_threshold", 0))
+                             inline_threshold=recipe.get("inline_threshold", 0), read=read_values)
         planner = lambda invs: plan_concat(invs, opts)  # noqa: E731
         hint = ScanHint("concat", opts.concat_dim)
     elif kind == "mosaic":
@@ -900,7 +904,7 @@ def _scan_all(files: list[str], jobs: int | str, scan_timeout: float | None,
               ) -> Iterator[FileInventory | list[Problem]]:
     """Scan in file order: as tasks of `executor` when given, else with a time limit (or
     jobs > 1; 0: one per core; "auto": by the stack) in worker processes, each file within
-    `scan_timeout` seconds (see scan/_worker.py and docs/scale.md). `hint`: how the files
+    `scan_timeout` seconds (see run/workers.py and docs/scale.md). `hint`: how the files
     will be planned (the scan digests what that planner compares across files)."""
     if scan_timeout is not None and scan_timeout < 0:
         raise ValueError(f"scan_timeout must be positive (or None / 0 for no limit), not {scan_timeout}")
@@ -967,8 +971,7 @@ def _write(report: Report, out: PathLike, kind: str, overwrite: bool,
 
 # names of files a directory argument takes without looking inside (a damaged one is then
 # reported, not skipped); any other file is taken when its first bytes are of a format read
-DATA_SUFFIXES = (".nc", ".nc4", ".nc3", ".cdf", ".netcdf", ".h5", ".hdf5", ".he5", ".hdf",
-                 ".tif", ".tiff", ".gtiff", ".json")
+DATA_SUFFIXES = _formats.suffixes()  # (every format's: formats/registry.py)
 
 
 def _paths(paths, empty: list[str] | None = None,
@@ -980,7 +983,7 @@ def _paths(paths, empty: list[str] | None = None,
     (others, such as .aux.xml side-cars and checksums, are added to `skipped` by
     directory), unless it is a kerchunk parquet reference set (one input); directories
     that hold none are added to `empty`."""
-    from .scan.kerchunk import is_parquet_references
+    from .formats import is_input_directory
 
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
@@ -1010,7 +1013,7 @@ def _paths(paths, empty: list[str] | None = None,
             if unmatched is not None:  # not a file named with * either: nothing matches
                 unmatched.append(p)
                 continue
-        if os.path.isdir(p) and not is_parquet_references(p):
+        if os.path.isdir(p) and not is_input_directory(p):
             inside = sorted(os.path.join(p, f) for f in os.listdir(p)
                             if not f.startswith(".") and os.path.isfile(os.path.join(p, f)))
             taken = [f for f in inside if _readable_format(f)]
@@ -1032,7 +1035,7 @@ def _unmatched(patterns: list[str]) -> list[Problem]:
 
 
 def _readable_format(path: str) -> bool:
-    from .scan import detect_format
+    from .formats import detect_format
 
     if path.lower().endswith(DATA_SUFFIXES):
         return True

@@ -480,7 +480,7 @@ def _executor(args):
     if getattr(args, "executor", "local") != "dask" and not getattr(args, "scheduler", None):
         yield
         return
-    from .scan._worker import dask_client
+    from .run.executors import dask_client
     client = dask_client(args.scheduler)
     args.client = client
     try:

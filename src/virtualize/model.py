@@ -229,7 +229,7 @@ class FileInventory(_ByFields):
     # files other than `path` whose bytes the block tables reference (refs path k -> k - 1):
     # the data files a kerchunk reference set names; empty for a scanned file
     data_files: list[Source] = field(default_factory=list)
-    # a digest of this file's block tables and recorded digests (scan/_fingerprint.py): a
+    # a digest of this file's block tables and recorded digests (formats/_fingerprint.py): a
     # source whose modification time alone changed is unchanged when a re-scan gives it
     fingerprint: str | None = None
 

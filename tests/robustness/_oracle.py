@@ -45,7 +45,7 @@ def library_read(path: Path, name: str) -> np.ndarray:
             main = [p for p in tif.pages if isinstance(p, tifffile.TiffPage)
                     and not (p.subfiletype & 0b101)]
             if name == "image":
-                from virtualize.scan.tiff import _signature
+                from virtualize.formats.tiff.scan import _signature
                 shaped = _metadata_series(path, main)
                 if shaped is not None:
                     return shaped

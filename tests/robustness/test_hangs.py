@@ -439,7 +439,7 @@ def test_a_crashing_scan_is_a_located_problem(tmp_path, monkeypatch):
     problem scan-crashed for that file; the next scan gets a fresh worker."""
     import os
 
-    from virtualize.scan import _worker
+    from virtualize.run import workers as _worker
 
     _worker._shutdown()  # no idle worker: the next one is forked with the patch below
     monkeypatch.setattr(_worker, "_threads", lambda: 1)

@@ -484,12 +484,12 @@ def _decode(jobs: list[_Job]) -> None:
 
 def _compare(jobs: list[_Job]) -> None:
     """Each decoded chunk against the source library's read, one open per source."""
-    from ..scan import SourceReader
+    from ..formats import SourceReader
 
     by_source: dict[str, list[_Job]] = defaultdict(list)
     for job in jobs:
         if job.fallback and (job.reader or job.path) != job.fallback:
-            from ..scan import detect_format
+            from ..formats import detect_format
             try:
                 known = detect_format(job.path) is not None
             except OSError:

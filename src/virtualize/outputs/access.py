@@ -26,8 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..formats import system_locations
 from ..model import MATERIALIZED, REF_DTYPE, Location, Problem, VirtualizeError
-from ..scan._io import system_locations
 
 _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 

@@ -13,8 +13,8 @@ import zarr
 from zarr.core.buffer import cpu
 from zarr.storage import MemoryStore
 
+from ..formats import SourceReader
 from ..model import ArrayPlan, Location, Plan, Problem, VirtualizeError
-from ..scan import SourceReader
 from .metadata import CHUNK_KEY_ENCODING, array_doc, data_type, fill_json
 
 

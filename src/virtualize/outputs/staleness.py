@@ -103,8 +103,8 @@ def _rescan(suspects: list[tuple[int, dict, int]], out: SourceCheck, strict: boo
     """The sources whose modification time alone changed: touched when a re-scan of the
     file whose scan read their block tables (itself, or the file that links to it) gives
     the fingerprint recorded, else stale."""
-    from ..scan._fingerprint import hint_of
-    from ..scan._worker import scan_bounded
+    from ..formats import hint_of
+    from ..run.workers import scan_bounded
 
     # by file and by how the cube scanned it (a fingerprint names its scan's hint)
     todo: dict[tuple[str, str], list[tuple[int, dict, int]]] = {}

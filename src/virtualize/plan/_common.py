@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from ..conventions import DIGEST_LIMIT, INLINE_VALUES_LIMIT, REFERENCE_KINDS, bytes_codec, py
 from ..model import (
     MATERIALIZED,
     OK,
@@ -25,8 +26,6 @@ from ..model import (
     Variable,
     VariableFigure,
 )
-from ..scan._planning import DIGEST_LIMIT, INLINE_VALUES_LIMIT, REFERENCE_KINDS
-from ..scan._values import bytes_codec, py
 
 # Attributes whose drift between files changes what the numbers mean.
 MEANING_ATTRS = ("scale_factor", "add_offset", "units", "calendar", "_FillValue", "missing_value",
@@ -74,7 +73,7 @@ class Context:
 
 
 # decoded bytes per file inlined automatically: the scanners record the values of
-# variables up to this size that cannot be referenced (scan/_planning.py)
+# variables up to this size that cannot be referenced (formats/_planning.py)
 DEFAULT_INLINE_THRESHOLD = INLINE_VALUES_LIMIT
 
 
@@ -300,7 +299,7 @@ def consistent(ctx: Context, name: str, vs: list[Variable], free: frozenset[str]
 def compare_shared(ctx: Context, name: str, vs: list[Variable], why: str,
                    values: list[np.ndarray | None] | None = None, attrs: bool = False) -> bool:
     """The one place that decides whether a variable that must be the same in every file
-    (`scan._planning.must_agree`) is: every planner calls it for each such variable
+    (`conventions.must_agree`) is: every planner calls it for each such variable
     (concat and append: off the concatenation axis, or not stacked along a new one, the
     cube's recorded last file first; mosaic: what it takes from the first tile), whatever
     the scan recorded of it. Each file is compared with the first by the values both hold
@@ -487,7 +486,7 @@ def inline_plan(name: str, values: np.ndarray, dims, attrs: dict, fill_value=Non
                          fill_value=None, attrs=dict(attrs), refs=None, inline=data)
     dtype = values.dtype.newbyteorder("<") if values.dtype.itemsize > 1 else values.dtype
     if dtype.names is not None:  # a struct: packed, as zarr stores it (members in order)
-        from ..scan.hdf5 import struct_dtype
+        from ..conventions import struct_dtype
         dtype = struct_dtype(values.dtype)[0]
     data = np.asarray(values, dtype=dtype).copy(order="C")  # (ascontiguousarray makes 0-d 1-d)
     return ArrayPlan(name=name, dtype=dtype, shape=tuple(data.shape), dims=tuple(dims),

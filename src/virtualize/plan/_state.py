@@ -255,12 +255,14 @@ class Merged:
 
 
 def merge_append(plan: Plan, resume: Resume, docs: dict[str, dict | None],
-                 old_sources: list[Source], old_inline: dict[str, np.ndarray]) -> Merged | str:
+                 old_sources: list[Source], old_inline: dict[str, np.ndarray],
+                 array_doc) -> Merged | str:
     """The new files' part of `plan` (planned after `resume.last`) joined to the cube whose
     array documents are `docs` (zarr.json, manifest field included) and sources
-    `old_sources`; `old_inline(name)` gives an inline array's stored values. A string
-    (why) when the grown cube would differ from a full rebuild beyond its new chunks."""
-    from ..outputs.metadata import array_doc
+    `old_sources`; `old_inline(name)` gives an inline array's stored values;
+    `array_doc(array_plan)`: the zarr.json an array plan is written as (the cube writer's,
+    passed in: the planner imports no writer). A string (why) when the grown cube would
+    differ from a full rebuild beyond its new chunks."""
 
     last = resume.last
     if set(docs) != set(plan.arrays) or set(resume.arrays) != set(plan.arrays):

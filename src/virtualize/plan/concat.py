@@ -13,11 +13,13 @@ import itertools
 import math
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 
+from ..conventions import at_shape, default_concat_dim, grid_mappings, py, stacks, unlimited_dims
 from ..model import (
     MATERIALIZED,
     REF_DTYPE,
@@ -29,8 +31,6 @@ from ..model import (
     Problem,
     Variable,
 )
-from ..scan._planning import at_shape, default_concat_dim, grid_mappings, stacks, unlimited_dims
-from ..scan._values import py
 from ._common import (
     DEFAULT_INLINE_THRESHOLD,
     Context,
@@ -66,6 +66,11 @@ class ConcatOptions:
     # most this many bytes per file (0: never)
     inline_threshold: int = DEFAULT_INLINE_THRESHOLD
     no_gaps: bool = False  # a gap in a regular concat coordinate is fatal (plan/gaps.py)
+    # `read(path, name)`: a variable's values by its format's library, for one the scan did
+    # not record (--inline VAR): the planner's one read of a source, passed in by the caller
+    # (api: formats.read_values) so that plan/ imports no scanner; None: such a variable is
+    # refused (located)
+    read: Callable[[str, str], Any] | None = None
 
 
 @dataclass
@@ -141,7 +146,7 @@ def _choose_concat_dim(ctx: _Context) -> str | None:
             _coordinate_from_names(ctx, dim)
             return dim
     if dim is None:
-        # (as the scan chose it for each file, digesting what must agree: scan/_planning.py)
+        # (as the scan chose it for each file, digesting what must agree: conventions.must_agree)
         dim = default_concat_dim(invs[0])
         unlimited = unlimited_dims(invs[0])
         if len(unlimited) > 1:
@@ -629,9 +634,6 @@ def _shared_array(ctx: _Context, name: str, vs: list[Variable]) -> ArrayPlan | N
                      materialize=cells)
 
 
-_at_shape = at_shape  # (moved to scan/_planning.py)
-
-
 def _unscanned_values(ctx: _Context, inv: FileInventory, name: str, v: Variable
                       ) -> np.ndarray | None:
     """Values the plan stores but the scan did not record: a variable named with --inline
@@ -639,10 +641,10 @@ def _unscanned_values(ctx: _Context, inv: FileInventory, name: str, v: Variable
     their bounds), or one its library could not decode when scanned. The one place
     planning reads a source (docs/planning.md); None (with a located problem) when the
     library cannot read it."""
-    from ..scan import read_values
-
     try:
-        return at_shape(read_values(inv.path, name), v)
+        if ctx.opts.read is None:
+            raise LookupError("the planner was given no source reader (ConcatOptions.read)")
+        return at_shape(ctx.opts.read(inv.path, name), v)
     except Exception as e:  # the library cannot decode it (a damaged block, a filter
         # it has no plugin for): refused, located, like a scanner's corrupt data
         ctx.problem(inv.path, name, "corrupt", f"cannot be inlined: the source library "

@@ -22,74 +22,24 @@ After a format's scanner has read the file's metadata, `add_planning_data` adds
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 
-from ..model import MATERIALIZED, FileInventory, Variable
+from ..conventions import (  # noqa: F401 (the planning conventions, read here by tests)
+    DIGEST_LIMIT,
+    INLINABLE_KINDS,
+    INLINE_VALUES_LIMIT,
+    REFERENCE_KINDS,
+    ScanHint,
+    at_shape,
+    default_concat_dim,
+    grid_mappings,
+    must_agree,
+    stacks,
+    unlimited_dims,
+)
+from ..model import MATERIALIZED, FileInventory, Location, Problem
 from ._values import COORD_VALUES_LIMIT
-
-# decoded bytes of a variable with chunks held by value read to digest it (its values are
-# decoded in memory); variables with byte ranges are digested whatever their size
-DIGEST_LIMIT = 64 * 2**20
-INLINE_VALUES_LIMIT = 64 * 1024  # decoded bytes: the default --inline-threshold
-# Problems a scanner raises when a variable's blocks cannot be referenced; inlining
-# (reading the values with the format's own library) resolves them.
-REFERENCE_KINDS = frozenset({"compact-layout", "external-storage", "virtual-dataset",
-                             "unsupported-filter", "filter-mask", "partial-records",
-                             "chunk-coordinates"})
-INLINABLE_KINDS = REFERENCE_KINDS | {"unsupported-type"}
-
-
-@dataclass(frozen=True)
-class ScanHint:
-    """What the caller will plan, so that the scan records what that planner compares:
-    `planner` "concat" along `concat_dim` (None: as the planner chooses it), "append"
-    (the same, after a cube's recorded last file), or "mosaic" (which takes from the
-    first tile only scalars and grid mappings). `alone`: the file is planned by itself
-    (one file, no cube to join): nothing is compared, nothing digested."""
-
-    planner: str = "concat"
-    concat_dim: str | None = None
-    alone: bool = False
-
-
-def unlimited_dims(inv: FileInventory) -> list[str]:
-    """The file's unlimited dimensions of the root group, in order."""
-    return [d.name for d in inv.dimensions.values() if d.unlimited and "/" not in d.name]
-
-
-def default_concat_dim(inv: FileInventory) -> str | None:
-    """The dimension a stack whose first file is `inv` is concatenated along when none is
-    named: its unlimited one (`time` if it is one of several, else the first), else `time`
-    if a variable has it, else None."""
-    unlimited = unlimited_dims(inv)
-    if unlimited:
-        return "time" if "time" in unlimited else unlimited[0]
-    if any("time" in v.dims for v in inv.variables.values()):
-        return "time"
-    return None
-
-
-def grid_mappings(inv: FileInventory) -> set[str]:
-    """Names the file's variables give as their `grid_mapping` (basenames)."""
-    return {x.attrs.get("grid_mapping") for x in inv.variables.values()} - {None}
-
-
-def stacks(v: Variable, mappings: set[str]) -> bool:
-    """In a stack along a new axis, whether `v` gets the axis: data do; coordinates,
-    scalars and grid mappings do not (they must be the same in every file)."""
-    return not (v.is_coordinate or not v.shape or v.basename in mappings
-                or "grid_mapping_name" in v.attrs)
-
-
-def must_agree(v: Variable, dim: str | None, new_axis: bool, mappings: set[str]) -> bool:
-    """Whether `v` must be the same in every file of a stack concatenated along `dim`
-    (`new_axis`: stacked along a new leading `dim` axis): the one rule by which the scan
-    digests and the planner compares (`plan._common.compare_shared`)."""
-    if new_axis or dim is None:
-        return not stacks(v, mappings)
-    return dim not in v.dims
 
 
 def agreeing(inv: FileInventory, hint: ScanHint | None) -> set[str]:
@@ -169,15 +119,31 @@ def digest_values(values, block_shape):
     return digest(values, block_shape)
 
 
-def at_shape(values: np.ndarray, v: Variable) -> np.ndarray:
-    """Values read with h5py at the variable's netCDF shape: a netCDF-4 variable with fewer
-    records than its unlimited dimension reads as the fill value past its HDF5 extent (as
-    netCDF-C reads it)."""
-    values = np.asarray(values)
-    if values.shape == tuple(v.shape) or values.ndim != len(v.shape) or \
-            any(a > b for a, b in zip(values.shape, v.shape)):
-        return values
-    fill = v.fill_value if v.fill_value is not None else 0
-    out = np.full(v.shape, fill, dtype=values.dtype)
-    out[tuple(slice(0, n) for n in values.shape)] = values
-    return out
+def _check_extent(inv: FileInventory) -> FileInventory:
+    """Every referenced block must lie inside the file: a block past its end (a truncated
+    file) is a located problem here, not an error at read time."""
+    told = {p.loc.variable for p in inv.problems if p.kind == "truncated"}
+    # blocks in the inventory's data files (an HDF5 external link's target) against theirs
+    sizes = np.array([s.size for s in inv.sources()] + [0], dtype=np.uint64)
+    for name, v in inv.variables.items():
+        if v.blocks is None or name in told:
+            continue
+        refs = v.blocks.refs.reshape(-1)
+        end = refs["offset"] + refs["length"]
+        size = sizes[np.minimum(refs["path"], len(sizes) - 1)]
+        bad = (refs["length"] > 0) & (refs["path"] < len(sizes) - 1) & (end > size)
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            block = tuple(int(b) for b in np.unravel_index(i, v.blocks.refs.shape))
+            inv.problems.append(Problem(
+                Location(inv.path, name, None, block), "truncated",
+                f"{int(bad.sum())} block(s) end past the end of the file ({inv.size} bytes), "
+                f"the first at byte {int(end[i])}"))
+    return inv
+
+
+def finish(inv: FileInventory, hint: ScanHint | None = None, read=None,
+           extent: bool = True) -> FileInventory:
+    """What every scan adds after its format's scanner: the extent check (`extent`: a format
+    whose blocks lie in other files checks them itself) and the planning data."""
+    return add_planning_data(_check_extent(inv) if extent else inv, read, hint)

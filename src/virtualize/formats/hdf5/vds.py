@@ -25,9 +25,12 @@ import re
 import h5py
 import numpy as np
 
-from .. import storage
-from ..model import MATERIALIZED, BlockTable, Source, Variable, empty_refs
-from ._values import COORD_VALUES_LIMIT
+from ... import storage
+from ...conventions import bytes_codec
+from ...model import MATERIALIZED, BlockTable, Source, Variable, empty_refs
+from .._values import COORD_VALUES_LIMIT
+from .codecs import _fill_value, _numeric_dtype, stored_type_differs
+from .index import MAX_BLOCKS
 
 # printf-style source names: %b is the block number, %% a percent sign
 _PRINTF = re.compile(r"%[b%]")
@@ -164,7 +167,6 @@ def virtual_variable(sc, name: str, fds: h5py.Dataset, dtype: np.dtype,
                      enum: dict | None) -> Variable | None:
     """The Variable of VDS `name` (`fds`: as the scanner opened it), its problems recorded
     in the scanner `sc`; None when it cannot be virtualized at all."""
-    from .hdf5 import _fill_value, bytes_codec
 
     vf = sc._vds
     where = "HDF5 virtual dataset (VDS)"
@@ -490,7 +492,6 @@ def _segments(vbl, sbl):
 def _source_table(sc, name, m, src, dtype, n: int):
     """A mapping's source dataset's block table, codecs and fill value bytes, built as the
     scanner builds any dataset's (`_Fallback` when it cannot be referenced)."""
-    from .hdf5 import _fill_value, _numeric_dtype, stored_type_differs
 
     sdtype, _enum = _numeric_dtype(src.dtype)
     if sdtype is None or sdtype != dtype:
@@ -525,7 +526,6 @@ def _source_table(sc, name, m, src, dtype, n: int):
 def _contiguous(m, st, src, dtype):
     """A contiguous source: ((offset or None, bytes), codecs, fill bytes); its blocks are
     cut when every source's mapping is known (`_contiguous_table`)."""
-    from .hdf5 import _fill_value, bytes_codec
 
     if not m.dset.shape:
         raise _Fallback(f"source {m.label} is a scalar")
@@ -590,7 +590,6 @@ def _boxes(sel):
 
 
 def _direct(sc, name, ds, dtype, shape, fill, maps):
-    from .hdf5 import MAX_BLOCKS
 
     ndim = len(shape)
     # the extent, as this resolution finds it, must be the one HDF5 resolved
@@ -731,7 +730,6 @@ def _direct(sc, name, ds, dtype, shape, fill, maps):
             if taken[spot].any():
                 raise _Fallback(f"missing source {m.label}'s region shares chunks with other "
                                 "sources' data")
-    from .hdf5 import bytes_codec
 
     codecs = codecs or [bytes_codec(dtype)]
     return BlockTable(chunk, padded=True if padded is None else padded, refs=refs), codecs

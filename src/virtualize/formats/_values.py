@@ -7,15 +7,9 @@ from typing import Any
 
 import numpy as np
 
+from ..conventions import bytes_codec, py  # noqa: F401 (the scanners' shared helpers)
+
 COORD_VALUES_LIMIT = 10_000_000  # elements: coordinate variables larger than this are not read
-
-
-def bytes_codec(dtype: np.dtype) -> dict[str, Any]:
-    if dtype.itemsize == 1:
-        return {"name": "bytes", "configuration": {}}
-    endian = "big" if dtype.byteorder == ">" or (dtype.byteorder == "=" and
-                                                 np.little_endian is False) else "little"
-    return {"name": "bytes", "configuration": {"endian": endian}}
 
 
 class Unrepresentable(ValueError):
@@ -62,16 +56,6 @@ def plain(v: Any) -> Any:
     if isinstance(v, dict):
         return {str(k): plain(x) for k, x in v.items()}
     raise Unrepresentable(f"a value of type {type(v).__name__}")
-
-
-def py(v: Any) -> Any:
-    """A value for a message: numpy scalars and 0-d arrays as Python numbers, so messages
-    print `2`, not `np.int32(2)`."""
-    if isinstance(v, np.ndarray) and v.ndim == 0:
-        v = v[()]
-    if isinstance(v, np.generic):
-        return v.item()
-    return v
 
 
 # Strings are read when scanned and stored in the cube: at most this many bytes per variable.

@@ -1,62 +1,12 @@
-"""File access shared by the scanners: byte counting and format sniffing."""
+"""What the scanners share of file access: digests of stored blocks and of values, and
+the system locations nothing is read from on a file's say-so."""
 
 from __future__ import annotations
 
 import functools
-import io
 import os
 
 import numpy as np
-
-HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
-
-
-class CountingFile(io.FileIO):
-    """A read-only file that counts the bytes handed out (the scan's I/O cost)."""
-
-    def __init__(self, path: str | os.PathLike):
-        super().__init__(os.fspath(path), "rb")
-        self.bytes_read = 0
-
-    def readinto(self, b):  # type: ignore[override]
-        n = super().readinto(b)
-        self.bytes_read += n or 0
-        return n
-
-    def read(self, size: int = -1) -> bytes:  # type: ignore[override]
-        data = super().read(size)
-        self.bytes_read += len(data or b"")
-        return data
-
-
-def sniff(head: bytes) -> str | None:
-    """The format of a file from its first bytes: 'hdf5', 'netcdf3', 'tiff' or None.
-
-    HDF5 allows a user block before the signature, at 512, 1024, 2048, ... bytes; callers
-    that see None for a file with a user block get 'hdf5' from `find_hdf5_signature`.
-    """
-    if head.startswith(HDF5_SIGNATURE):
-        return "hdf5"
-    if head[:3] == b"CDF" and len(head) > 3 and head[3] in (1, 2, 5):
-        return "netcdf3"
-    if head[:4] in (b"II*\x00", b"MM\x00*", b"II+\x00", b"MM\x00+"):
-        return "tiff"
-    return None
-
-
-def find_hdf5_signature(f) -> bool:
-    """True when an HDF5 superblock signature sits at 512 * 2**k bytes (a user block)."""
-    from ..storage import file_size
-
-    size = file_size(f)
-    pos = 512
-    while pos + 8 <= size:
-        f.seek(pos)
-        if f.read(8) == HDF5_SIGNATURE:
-            return True
-        pos *= 2
-    return False
-
 
 BLOCK_DIGEST = np.dtype("V16")  # one block's digest: 16 bytes of BLAKE2b
 OPEN_FILES = 64  # data files digest_blocks keeps open at once

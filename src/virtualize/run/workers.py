@@ -36,9 +36,7 @@ from collections import deque
 from collections.abc import Iterable, Iterator
 from multiprocessing.connection import wait
 
-import numpy as np
-
-from ..model import BlockTable, FileInventory, Location, Problem, UsageError, VirtualizeError
+from ..model import FileInventory, Location, Problem, VirtualizeError
 
 # Address-space cap of a scan worker (a backstop: sizes and counts read from headers are
 # checked against the file size before anything is allocated).
@@ -52,7 +50,7 @@ START_LIMIT = 120.0  # seconds a worker may take to start (a new interpreter imp
 def scan_or_problems(path: str, hint=None) -> Result:
     """Scan in this process: the inventory, or the problems that stopped the scan
     (`hint`: how the caller will plan it, a `ScanHint`)."""
-    from . import scan
+    from ..formats import scan
     try:
         return scan(path, hint)
     except VirtualizeError as e:
@@ -75,7 +73,12 @@ def _serve(conn, preload: bool = False, die_with_parent: bool = True) -> None:  
         pass
     from .. import storage
     if preload:  # started afresh: the scanners' imports are not a scan's time
-        from . import hdf5, kerchunk, netcdf3, tiff  # noqa: F401
+        import importlib
+
+        from ..formats import registry
+        for fmt in registry.formats():
+            for module in fmt.modules:
+                importlib.import_module(module)
     conn.send(READY)  # (a new interpreter may take seconds to start: not a scan's time)
     hint = None
     while True:
@@ -152,7 +155,10 @@ class _Worker:
         if not self.queue:
             self._restart_clock(timeout)
         self.queue.append(i)
-        self.conn.send((path, settings if settings != self.settings else None))
+        try:
+            self.conn.send((path, settings if settings != self.settings else None))
+        except OSError:  # it died since its last answer: the caller's next receive reports
+            return  # it (its head crashed; the files queued behind it go to the others)
         self.settings = settings
 
     def started_next(self, timeout: float | None) -> None:
@@ -225,7 +231,7 @@ _BOOTSTRAP = ("import signal, sys; signal.signal(signal.SIGINT, signal.SIG_IGN);
               "from multiprocessing.connection import Connection; "
               "conn = Connection(int(sys.argv[1])); path, here = conn.recv(); "
               "sys.path[:] = [here, *path]; "
-              "from virtualize.scan._worker import _serve; "
+              "from virtualize.run.workers import _serve; "
               "sys.path[:] = path; "
               "_serve(conn, True, sys.argv[2] == '1')")
 
@@ -387,229 +393,6 @@ def scan_bounded(paths: Iterable[str], timeout: float | None, jobs: int = 1,
                 _give_back(w)
 
 
-# -- scans on an executor (a dask.distributed Client or a concurrent.futures.Executor) --------
-
-def scan_task(paths: list[str], settings: tuple, timeout: float | None) -> list[Result]:
-    """One task on an executor: scan `paths` where the task runs, each file bounded as
-    locally (a worker process of this one, `timeout`; in this process when None)."""
-    from .. import storage
-    storage.set_options(settings[0])
-    storage.set_environment(settings[1])
-    if not timeout:
-        return [scan_or_problems(p, settings[2]) for p in paths]
-    return list(scan_bounded(paths, timeout, 1, settings[2]))
-
-
-def dask_client(address: str | None = None):
-    """A dask.distributed Client of the scheduler at `address`, or of a new local cluster
-    sized to this machine (one single-threaded worker process a core; closed with the
-    client by the caller: `client._virtualize_cluster`)."""
-    try:
-        from dask.distributed import Client, LocalCluster
-    except ImportError:
-        raise UsageError("--executor dask needs dask.distributed: "
-                         "pip install 'virtualize[dask]'") from None
-    if address:
-        try:
-            return Client(address, timeout=30)
-        except (OSError, TimeoutError) as e:
-            raise UsageError(f"--scheduler {address}: cannot connect ({e})") from None
-    cluster = LocalCluster(n_workers=os.cpu_count() or 1, threads_per_worker=1,
-                           dashboard_address=None)
-    client = Client(cluster)
-    client._virtualize_cluster = cluster
-    return client
-
-
-def executor_slots(executor) -> int:
-    """How many tasks `executor` runs at once (a guess where it does not say)."""
-    if _is_dask(executor):
-        try:
-            return max(1, sum(executor.nthreads().values()))
-        except Exception:
-            return 4
-    return max(1, getattr(executor, "_max_workers", 0) or 4)
-
-
-def _is_dask(executor) -> bool:
-    return type(executor).__module__.startswith("distributed")
-
-
-def task_failed(path: str, e: BaseException) -> list[Problem]:
-    return [Problem(Location(path), "scan-crashed",
-                    f"the scan of this file failed on the executor ({type(e).__name__}: {e}); "
-                    "its worker died or could not run the task")]
-
-
-def scan_on(executor, paths: Iterable[str], timeout: float | None,
-            batch: int | None = None, hint=None) -> Iterator[Result]:
-    """Scan `paths` as tasks of `executor`, `batch` files a task (several so that a task
-    costs little next to its files), yielding each file's result in the order given. The
-    workers return the inventories (FileInventory pickles compactly: its block tables
-    are numpy arrays); the caller plans. A task that fails as a whole (its worker died) is
-    run again one file a task, so the file at fault is named (`scan-crashed`)."""
-    from .. import storage
-    paths = [storage.normalize(p) for p in paths]
-    settings = (storage.get_options(), storage.environment(), hint)
-    slots = executor_slots(executor)
-    batch = batch or max(1, min(64, len(paths) // (slots * 4)))
-    if _is_dask(executor):
-        def submit(chunk):
-            return executor.submit(scan_task, chunk, settings, timeout, pure=False)
-    else:
-        def submit(chunk):
-            return executor.submit(scan_task, chunk, settings, timeout)
-    chunks = [paths[i:i + batch] for i in range(0, len(paths), batch)]
-    window = deque()  # at most 2 tasks a slot in flight: results wait on the workers
-    nxt = 0
-    try:
-        for chunk in chunks:
-            while nxt < len(chunks) and len(window) < 2 * slots:
-                window.append(submit(chunks[nxt]))
-                nxt += 1
-            future = window.popleft()
-            try:
-                results = future.result()
-            except Exception as e:
-                if len(chunk) == 1:
-                    results = [task_failed(chunk[0], e)]
-                else:  # again, one file a task
-                    results = []
-                    for f in [submit([p]) for p in chunk]:
-                        try:
-                            results += f.result()
-                        except Exception as e1:
-                            results.append(task_failed(chunk[len(results)], e1))
-            yield from results
-    finally:
-        for f in window:
-            f.cancel()
-
-
-# -- the caller's copy of many inventories: what files have in common held once ------------
-
-class Sharer:
-    """Makes inventories received from workers share what is equal across files (attribute
-    dicts, codecs, names, dims and shapes, dtypes, fill values, dimensions): a stack of
-    10,000 files holds one copy of what they repeat, so the caller's memory grows by the
-    little that differs per file (paths, block tables, coordinate values). The shared
-    objects must not be changed in place (the planner copies what it edits)."""
-
-    MAX_ARRAYS = 1024  # distinct small arrays remembered
-
-    def __init__(self) -> None:
-        self.memo: dict = {}
-        self.held: set[int] = set()  # ids of the objects in memo (alive as long as it is)
-        self.arrays = 0
-
-    def _one(self, value, key=None):
-        try:
-            k = (type(value), key if key is not None else value)
-            hash(k)
-        except TypeError:  # unhashable (dicts, lists, arrays): by their pickle
-            k = (type(value), _pickled(value))
-            if k[1] is None:
-                return value
-        return self._held(value, k)
-
-    def _array(self, a: np.ndarray) -> np.ndarray:
-        """One read-only copy of equal small arrays (block tables of files laid out alike,
-        coordinate values they repeat); a large one keeps its own data but takes the
-        shared dtype (an unpickled array has its own dtype object, a structured one of
-        about a kilobyte)."""
-        if not isinstance(a, np.ndarray) or a.dtype.hasobject:
-            return a
-        dtype = self._dtype(a.dtype)
-        if a.nbytes <= 256:
-            k = (np.ndarray, dtype, a.shape, a.tobytes())
-            have = self.memo.get(k)
-            if have is None and self.arrays >= self.MAX_ARRAYS:  # (values unique per file)
-                # a copy with the shared dtype: half the size of a view (two array objects)
-                return np.array(a, dtype=dtype) if a.dtype is not dtype else a
-            if have is None:
-                self.arrays += 1
-                have = a.view(dtype) if a.dtype is not dtype else a
-                have.flags.writeable = False
-                self.memo[k] = have
-                self.held.add(id(have))
-            return have
-        return a.view(dtype) if a.dtype is not dtype else a
-
-    def _dtype(self, d: np.dtype) -> np.dtype:
-        return self._held(d, (np.dtype, d, d.str, d.isalignedstruct))
-
-    def __call__(self, inv: FileInventory) -> FileInventory:
-        one = self._one
-        inv.format = one(inv.format)
-        inv.groups = {one(g): one(a) for g, a in inv.groups.items()}
-        inv.dimensions = {one(n): one(d, (d.name, d.size, d.unlimited))
-                          for n, d in inv.dimensions.items()}
-        inv.dimensions = one(inv.dimensions, tuple((n, id(d)) for n, d in inv.dimensions.items()))
-        inv.groups = one(inv.groups, tuple((g, id(a)) for g, a in inv.groups.items()))
-        for v in inv.variables.values():
-            v.name = one(v.name)
-            v.dtype = self._dtype(v.dtype)
-            v.shape = one(v.shape)
-            v.dims = one(v.dims)
-            v.attrs = one(v.attrs)
-            v.codecs = one(v.codecs)
-            fill = _pickled(v.fill_value) if v.fill_value is not None else None
-            if fill is not None:  # (by its bytes: -0.0 is not 0.0, NaN payloads)
-                v.fill_value = one(v.fill_value, ("fill", fill))
-            if v.blocks is not None:
-                b = v.blocks
-                b.block_shape = one(b.block_shape)
-                b.refs = self._array(b.refs)
-                if id(b.refs) in self.held:  # files laid out alike: one table
-                    v.blocks = self._held(b, (BlockTable, b.block_shape, b.padded, id(b.refs)))
-            if v.values is not None:
-                v.values = self._array(v.values)
-            if v.block_digests is not None and v.digest is not None:
-                # (one copy of equal variables' digests: their summary names them)
-                v.block_digests = self._held(v.block_digests, ("digests", v.digest))
-        inv.variables = {one(n): self._variable(v) for n, v in inv.variables.items()}
-        # (no empty list per file: an immutable empty tuple, shared)
-        if not inv.problems:
-            inv.problems = ()
-        if not inv.data_files:
-            inv.data_files = ()
-        return inv
-
-    def _variable(self, v):
-        """The variable itself when every part of it is held (equal in an earlier file)
-        and every other field (fill value, digest, ...: all of them, by their pickled
-        bytes) is equal too."""
-        from dataclasses import fields
-
-        parts = (v.dtype, v.shape, v.dims, v.attrs, v.codecs, v.blocks)
-        if v.values is not None:
-            parts += (v.values,)
-        if v.block_digests is not None:
-            parts += (v.block_digests,)
-        if v.blocks is None or not all(id(x) in self.held for x in parts):
-            return v
-        held = {id(x) for x in parts}
-        key: list = [type(v)]
-        for f in fields(v):
-            x = getattr(v, f.name)
-            if id(x) in held:
-                key.append((f.name, id(x)))
-            else:
-                raw = _pickled(x)
-                if raw is None:
-                    return v
-                key.append((f.name, type(x), raw))
-        return self._held(v, tuple(key))
-
-    def _held(self, value, key):
-        have = self.memo.setdefault(key, value)
-        self.held.add(id(have))
-        return have
-
-
-def _pickled(value) -> bytes | None:
-    import pickle
-    try:
-        return pickle.dumps(value, 5)
-    except Exception:
-        return None
+# the pool's users' other names, here too (tests and older callers import them from here)
+from .executors import dask_client, executor_slots, scan_on, scan_task  # noqa: E402, F401
+from .share import Sharer  # noqa: E402, F401

@@ -1,0 +1,58 @@
+"""The input formats: the one list. Detection (`formats.detect`), scanning
+(`formats.scan`), reading (`formats.read_values`, `formats.SourceReader`), the scan
+workers' preload (`run/workers.py`) and directory expansion (`api.DATA_SUFFIXES`) loop
+over it. Order is sniff order.
+
+Adding a format:
+1. a module (or package) `formats/NAME.py` that imports cheaply (its library on first
+   use) and defines `FORMAT`, an instance of a `base.Format` subclass: `name`,
+   `suffixes`, `modules` (what a new worker preloads), `sniff(head, f)`, `scan(path,
+   hint)` (its scanner's `FileInventory`, passed through `_planning.finish`), and
+   `read_region(path, name, region)` (values by the format's own library: `--inline`,
+   bounds, the materialize remedy, the decode check); `reader(path)` when keeping the
+   file open across reads pays;
+2. its module name in `FORMATS` below, before any format whose `sniff` would also claim
+   its files;
+3. its tests (fixtures by the format's own writer; round trips compared with its library)
+   and a docs/NAME.md.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+
+from .base import Format
+
+# the modules defining each format's `FORMAT`, in the order their `sniff` is asked
+FORMATS = (
+    "hdf5",      # HDF5, netCDF-4
+    "netcdf3",   # netCDF classic (CDF-1, CDF-2, CDF-5)
+    "tiff",      # TIFF, BigTIFF, GeoTIFF, OME-TIFF
+    "kerchunk",  # kerchunk reference sets (JSON, parquet), reading their data files
+)
+
+
+@functools.cache
+def formats() -> tuple[Format, ...]:
+    """Every format's plug-in object, in registry order."""
+    return tuple(importlib.import_module(f"{__package__}.{m}").FORMAT for m in FORMATS)
+
+
+def by_name(name: str) -> Format:
+    """The format called `name` (KeyError for none)."""
+    for fmt in formats():
+        if fmt.name == name:
+            return fmt
+    raise KeyError(name)
+
+
+def suffixes() -> tuple[str, ...]:
+    """Every format's file name endings (what a directory is expanded to)."""
+    return tuple(s for fmt in formats() for s in fmt.suffixes)
+
+
+def sniff(head: bytes, f=None) -> Format | None:
+    """The format that claims a file from its first bytes `head` (and, given, its open
+    file `f`: see `Format.sniff`), or None."""
+    return next((fmt for fmt in formats() if fmt.sniff(head, f)), None)
