@@ -1,0 +1,267 @@
+"""FITS images: every array read through the cube (virtualize.open, xarray's
+engine="virtualize", the kerchunk JSON export read with fsspec + zarr) equals astropy's."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import virtualize
+from virtualize.model import VirtualizeError
+
+from helpers import assert_same, kerchunk_group, kerchunk_xarray
+
+fits = pytest.importorskip("astropy.io.fits")
+xr = pytest.importorskip("xarray")
+
+import make_fits  # noqa: E402 (fixtures/, on the path by conftest)
+
+
+@pytest.fixture(scope="module")
+def fits_case(tmp_path_factory):
+    made: dict[str, list] = {}
+
+    def get(name: str):
+        if name not in made:
+            made[name] = make_fits.make(name, tmp_path_factory.mktemp(name))
+        return made[name]
+
+    return get
+
+
+def hdu_of(path, name: str) -> int:
+    """The HDU index of the cube's array `name` (its FITS_HDU attribute's rule)."""
+    with fits.open(path) as hdul:
+        for k, h in enumerate(hdul):
+            if name in (h.name, f"hdu{k}") and (k or name == "hdu0"):
+                return k
+    raise KeyError(name)
+
+
+def astropy_data(path, k: int, raw: bool = False) -> np.ndarray:
+    return fits.getdata(path, k, do_not_scale_image_data=raw)
+
+
+def stored(attrs) -> bool:
+    """Arrays holding the stored integers with CF attributes (read raw by astropy)."""
+    return any(a in attrs for a in ("scale_factor", "add_offset", "_FillValue"))
+
+
+def roundtrip(files, tmp_path, **kw):
+    cube, refs = tmp_path / "cube.zarr", tmp_path / "cube.json"
+    report = virtualize.virtualize(files, cube, **kw)
+    virtualize.virtualize(files, refs, **kw)
+    return report, virtualize.open(cube), kerchunk_group(refs)
+
+
+@pytest.mark.parametrize("name,kw", [("multi", {}), ("scaled", {}),
+                                     ("compressed", {"drop": ["GZ"]}),
+                                     ("cube3d", {"chunk_size": "256K"})])
+def test_every_image_reads_like_astropy(fits_case, tmp_path, name, kw):
+    (path,) = fits_case(name)
+    report, g, k = roundtrip([path], tmp_path, **kw)
+    assert report.ok
+    ds = xr.open_dataset(tmp_path / "cube.zarr", engine="virtualize", mask_and_scale=False)
+    dec = xr.open_dataset(tmp_path / "cube.zarr", engine="virtualize")
+    kx = kerchunk_xarray(tmp_path / "cube.json", mask_and_scale=False)
+    assert report.plan.arrays
+    for var in report.plan.arrays:
+        h = hdu_of(path, var)
+        attrs = dict(g[var].attrs)
+        assert attrs["FITS_HDU"] == h
+        want = astropy_data(path, h, raw=stored(attrs))
+        assert_same(g[var][...], want, f"{name} {var}")
+        assert_same(k[var][...], want, f"{name} {var}: kerchunk export")
+        assert_same(ds[var].values, want, f"{name} {var}: xarray")
+        assert_same(kx[var].values, want, f"{name} {var}: kerchunk via xarray")
+        # decoded (CF: scale, offset, BLANK as NaN) as astropy decodes
+        data = astropy_data(path, h)
+        got = dec[var].values
+        assert np.array_equal(got, data, equal_nan=True), f"{var}: decoded values differ"
+        native = data.dtype.newbyteorder("=")
+        if got.dtype != native:  # xarray scales in float64 where astropy uses float32
+            assert (got.dtype, native) == (np.float64, np.float32)
+            assert_same(got.astype(np.float32), data, f"{var}: decoded, as float32")
+
+
+def test_data_offsets_are_astropys(fits_case):
+    from virtualize.formats import scan
+
+    (path,) = fits_case("multi")
+    inv = scan(path)
+    with fits.open(path, memmap=True, lazy_load_hdus=True) as hdul:
+        for v in inv.variables.values():
+            info = hdul.fileinfo(v.attrs["FITS_HDU"])
+            ref = v.blocks.refs.reshape(-1)[0]
+            assert int(ref["offset"]) == info["datLoc"]
+            assert int(ref["length"]) == info["datSpan"] - (-int(ref["length"]) % 2880) or \
+                int(ref["length"]) == hdul[v.attrs["FITS_HDU"]].data.nbytes
+
+
+def test_names_dims_and_header_cards(fits_case):
+    (path,) = fits_case("multi")
+    report = virtualize.check([path])
+    arrays = report.plan.arrays
+    assert set(arrays) == {"hdu0", "I16", "I32", "I64", "F32", "F64", "U16", "U32", "hdu9"}
+    assert arrays["I16"].dims == ("I16_naxis2", "I16_naxis1")  # lengths differ in the file
+    assert arrays["I16"].shape == fits.getdata(path, 1).shape == (5, 7)
+    assert arrays["I16"].codecs == [{"name": "bytes", "configuration": {"endian": "big"}}]
+    attrs = arrays["hdu0"].attrs
+    assert attrs["OBJECT"] == "M31" and attrs["EXPTIME"] == 12.5
+    assert attrs["HISTORY"] == ["first line", "second line"]
+    assert attrs["COMMENT"][-1] == "a comment"
+    assert "BZERO" not in arrays["U16"].attrs and arrays["U16"].dtype == np.dtype("u2")
+    (skip,) = [p for p in report.problems if p.kind == "unsupported-object"]
+    assert not skip.fatal and skip.loc.variable == "hdu8" and "BINTABLE" in skip.message
+    json.dumps(attrs)
+
+
+def test_shared_axes_are_named_naxis(fits_case):
+    (path,) = fits_case("cube3d")
+    assert virtualize.check([path]).plan.arrays["hdu0"].dims == ("naxis3", "naxis2", "naxis1")
+
+
+def test_unsigned_offsets_decode_every_value_exactly(tmp_path):
+    """BZERO 2**15 / 2**31 / -128: the fixedscaleoffset codec's float64 arithmetic holds
+    every 8- and 16-bit value and the 32-bit extremes exactly."""
+    u16 = np.arange(65536, dtype=np.uint16).reshape(256, 256)
+    u32 = np.array([0, 1, 2**31 - 1, 2**31, 2**32 - 2, 2**32 - 1], dtype=np.uint32)
+    i8 = np.arange(-128, 128, dtype=np.int16)
+    s8 = fits.ImageHDU((i8 + 128).astype(np.uint8), name="S8", do_not_scale_image_data=True)
+    s8.header["BZERO"] = -128
+    path = tmp_path / "u.fits"
+    fits.HDUList([fits.PrimaryHDU(u16), fits.ImageHDU(u32, name="U32"), s8]).writeto(path)
+    _, g, k = roundtrip([path], tmp_path)
+    for var, h in [("hdu0", 0), ("U32", 1), ("S8", 2)]:
+        want = fits.getdata(path, h)
+        assert_same(g[var][...], want, var)
+        assert_same(k[var][...], want, f"{var}: kerchunk export")
+    assert g["S8"].dtype == np.int8 and g["hdu0"].dtype == np.uint16
+
+
+def test_scaling_and_blank_are_cf_attributes(fits_case):
+    (path,) = fits_case("scaled")
+    report = virtualize.check([path])
+    a = report.plan.arrays
+    assert a["S16"].attrs["scale_factor"] == 0.25 and a["S16"].attrs["add_offset"] == 10.5
+    assert a["S16"].attrs["_FillValue"] == -32768 and int(a["S16"].fill_value) == -32768
+    assert "BSCALE" not in a["S16"].attrs and "BLANK" not in a["S16"].attrs
+    assert a["BLANKED"].attrs["_FillValue"] == -1 and "scale_factor" not in a["BLANKED"].attrs
+    # astropy ignores BLANK in an unsigned image: the cube too (the card stays)
+    assert "_FillValue" not in a["U16B"].attrs and a["U16B"].attrs["BLANK"] == -32768
+    (u64,) = [p for p in report.problems if p.loc.variable == "U64"]
+    assert u64.kind == "unsupported-scaling" and not u64.fatal  # small: inlined
+    assert a["U64"].inline is not None
+
+
+def test_tile_compressed_images_are_inlined_when_small_else_refused(fits_case, tmp_path):
+    (path,) = fits_case("compressed")
+    report = virtualize.check([path])
+    assert not report.ok
+    (gz,) = [p for p in report.problems if p.fatal]
+    assert (gz.kind, gz.loc.file, gz.loc.variable) == ("unsupported-compression", str(path), "GZ")
+    assert "GZIP_2" in gz.message
+    (rice,) = [p for p in report.problems if p.loc.variable == "RICE"]
+    assert not rice.fatal and "RICE_1" in rice.message
+    report, g, _ = roundtrip([path], tmp_path, drop=["GZ"])
+    assert_same(g["RICE"][...], fits.getdata(path, 1), "RICE")
+    assert set(report.plan.arrays) == {"RICE", "PLAIN"}
+
+
+def test_big_cube_is_cut_into_whole_rows_and_scan_reads_headers_only(fits_case, tmp_path):
+    from virtualize.formats import scan
+
+    (path,) = fits_case("cube3d")
+    inv = scan(path)
+    assert inv.bytes_read <= 2 * 2880 < inv.size
+    report, g, _ = roundtrip([path], tmp_path, chunk_size="256K")
+    assert report.plan.arrays["hdu0"].chunk_lengths[0] == (2,) * 8
+    assert_same(g["hdu0"][3:7, 100:, :5], fits.getdata(path)[3:7, 100:, :5], "a region")
+
+
+def test_exposures_stack_along_a_new_time_axis(fits_case, tmp_path):
+    files = fits_case("exposures")
+    report, g, k = roundtrip(list(reversed(files)), tmp_path, concat_dim="time")
+    assert report.plan.arrays["hdu0"].dims == ("time", "naxis2", "naxis1")
+    want = np.stack([fits.getdata(f) for f in files])
+    assert_same(g["hdu0"][...], want, "stack")
+    assert_same(k["hdu0"][...], want, "stack: kerchunk export")
+    ds = xr.open_dataset(tmp_path / "cube.zarr", engine="virtualize")
+    assert [str(t)[:10] for t in ds.time.values] == ["2024-01-01", "2024-01-02", "2024-01-03"]
+    assert_same(ds["hdu0"].values, want, "stack via xarray")
+
+
+def test_cli_stacks_exposures(fits_case, tmp_path):
+    from virtualize.cli import main
+
+    files = fits_case("exposures")
+    assert main([*map(str, files), "-o", str(tmp_path / "c.zarr"), "--concat-dim", "time"]) in (0, None)
+    assert virtualize.open(tmp_path / "c.zarr")["hdu0"].shape == (3, 24, 32)
+
+
+# -- damaged files: clean, located refusals -------------------------------------------------
+
+def _damaged(fits_case, tmp_path, edit) -> str:
+    (path,) = fits_case("multi")
+    data = bytearray(path.read_bytes())
+    data = edit(data)
+    out = tmp_path / "damaged.fits"
+    out.write_bytes(bytes(data))
+    return str(out)
+
+
+@pytest.mark.parametrize("edit,kind,where", [
+    (lambda d: d[:2000], "corrupt", "before its END card"),  # inside the first header
+    (lambda d: d[:40000], "truncated", "end past the end of the file"),  # inside U16's data
+    (lambda d: d[:2880 * 2 + 100], "corrupt", "before its END card"),  # the 2nd header
+    (lambda d: d[:80 + 28] + b"99" + d[80 + 30:], "corrupt", "BITPIX = 99"),
+    (lambda d: d[:80 * 2 + 28] + b"-3" + d[80 * 2 + 30:], "corrupt", "NAXIS = -3"),
+    (lambda d: d[:80 + 10] + b"x" + d[80 + 11:], "corrupt", "BITPIX card"),  # unparsable
+    # no END: the cards run into the data, which are no ASCII text
+    (lambda d: d.replace(b"END" + b" " * 77, b"ENX" + b" " * 77, 1), "corrupt",
+     "cannot be parsed"),
+])
+def test_damaged_headers_are_refused_located(fits_case, tmp_path, edit, kind, where):
+    path = _damaged(fits_case, tmp_path, edit)
+    try:
+        report = virtualize.check([path])
+    except VirtualizeError as e:
+        problems = e.problems
+    else:
+        assert not report.ok
+        problems = [p for p in report.problems if p.fatal]
+    assert problems and problems[0].kind == kind and problems[0].loc.file == path
+    assert where in problems[0].message
+
+
+def test_a_file_cut_in_its_last_padding_is_noted(fits_case, tmp_path):
+    (path,) = fits_case("cube3d")
+    data = path.read_bytes()
+    out = tmp_path / "cut.fits"
+    out.write_bytes(data[:2880 + 16 * 128 * 256 * 4 + 10])
+    report = virtualize.check([str(out)])
+    assert report.ok
+    (p,) = [p for p in report.problems if p.kind == "truncated-padding"]
+    assert not p.fatal and p.loc.file == str(out)
+
+
+def test_missing_astropy_is_a_located_problem_naming_the_extra(fits_case, monkeypatch):
+    from virtualize.formats import fits as plugin
+    from virtualize.formats import scan
+
+    (path,) = fits_case("multi")
+    monkeypatch.setattr(plugin, "_astropy_fits", lambda: None)
+    with pytest.raises(VirtualizeError) as e:
+        scan(path)
+    (p,) = e.value.problems
+    assert p.kind == "missing-library" and p.loc.file == str(path)
+    assert "virtualize[fits]" in p.message
+
+
+def test_sniff():
+    from virtualize.formats import registry
+
+    assert registry.sniff(b"SIMPLE  ").name == "fits"
+    assert registry.sniff(b"SIMPLEX ") is None
