@@ -16,19 +16,10 @@ from helpers import assert_same, kerchunk_group, kerchunk_xarray
 fits = pytest.importorskip("astropy.io.fits")
 xr = pytest.importorskip("xarray")
 
-import make_fits  # noqa: E402 (fixtures/, on the path by conftest)
 
-
-@pytest.fixture(scope="module")
-def fits_case(tmp_path_factory):
-    made: dict[str, list] = {}
-
-    def get(name: str):
-        if name not in made:
-            made[name] = make_fits.make(name, tmp_path_factory.mktemp(name))
-        return made[name]
-
-    return get
+@pytest.fixture
+def fits_case(case):
+    return lambda name: case(f"fits_{name}")
 
 
 def hdu_of(path, name: str) -> int:
@@ -219,6 +210,10 @@ def _damaged(fits_case, tmp_path, edit) -> str:
     (lambda d: d[:80 + 28] + b"99" + d[80 + 30:], "corrupt", "BITPIX = 99"),
     (lambda d: d[:80 * 2 + 28] + b"-3" + d[80 * 2 + 30:], "corrupt", "NAXIS = -3"),
     (lambda d: d[:80 + 10] + b"x" + d[80 + 11:], "corrupt", "BITPIX card"),  # unparsable
+    # an END astropy would read past or take for END with a warning: refused
+    (lambda d: d.replace(b"END" + b" " * 77, b"END  {" + b" " * 74, 1), "corrupt", "damaged END"),
+    (lambda d: d.replace(b"END" + b" " * 77, b"END     A" + b" " * 71, 1), "corrupt",
+     "damaged END"),
     # no END: the cards run into the data, which are no ASCII text
     (lambda d: d.replace(b"END" + b" " * 77, b"ENX" + b" " * 77, 1), "corrupt",
      "cannot be parsed"),
@@ -245,6 +240,16 @@ def test_a_file_cut_in_its_last_padding_is_noted(fits_case, tmp_path):
     assert report.ok
     (p,) = [p for p in report.problems if p.kind == "truncated-padding"]
     assert not p.fatal and p.loc.file == str(out)
+
+
+def test_bytes_after_the_last_hdu_are_noted_and_ignored(fits_case, tmp_path):
+    (path,) = fits_case("cube3d")
+    out = tmp_path / "trailing.fits"
+    out.write_bytes(path.read_bytes() + b"\x00junk" * 100)
+    report, g, _ = roundtrip([out], tmp_path)
+    (p,) = [p for p in report.problems if p.kind == "trailing-bytes"]
+    assert not p.fatal and p.loc.file == str(out)
+    assert_same(g["hdu0"][...], fits.getdata(out), "hdu0")
 
 
 def test_missing_astropy_is_a_located_problem_naming_the_extra(fits_case, monkeypatch):

@@ -69,6 +69,8 @@ SOURCES = [
     ("tiff-tiffcp", "tiffcp_tiles", 0),  # libtiff: IFD after the data
     ("cog-gdal", "cog", 0),  # GDAL COG: overviews, ghost header
     ("netcdf4-groups", "groups", 0),
+    ("fits-images", "fits_multi", 0),  # every BITPIX, unsigned offsets, a table
+    ("fits-scaled", "fits_scaled", 0),  # BSCALE / BZERO / BLANK, an inlined uint64
 ]
 
 

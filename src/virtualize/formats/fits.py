@@ -52,6 +52,8 @@ from .base import Format
 BLOCK = 2880
 CARD = 80
 MAGIC = b"SIMPLE  ="
+END_CARD = b"END" + b" " * 77
+KEYWORD_CHARS = b"ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-"  # "ENDX": a keyword, not END
 MAX_HEADER_BLOCKS = 10_000  # 28.8 MB of cards: past that, a header without END is corrupt
 BITPIX = {8: np.dtype("u1"), 16: np.dtype(">i2"), 32: np.dtype(">i4"), 64: np.dtype(">i8"),
           -32: np.dtype(">f4"), -64: np.dtype(">f8")}
@@ -112,7 +114,8 @@ def _int(path: str, header, key: str, at: int, default=None) -> int:
     return int(value)
 
 
-def _read_header(f, path: str, size: int, at: int, fits) -> tuple[Any, int]:
+def _read_header(f, path: str, size: int, at: int, fits, notes: list[Problem]
+                 ) -> tuple[Any, int]:
     """The header starting at byte `at` (astropy's parse) and its length in bytes."""
     raw = bytearray()
     for k in range(MAX_HEADER_BLOCKS):
@@ -123,14 +126,25 @@ def _read_header(f, path: str, size: int, at: int, fits) -> tuple[Any, int]:
                                 f"{at + k * BLOCK + len(block)} (end of file) before its END card")
         raw += block
         for c in range(0, BLOCK, CARD):
-            if block[c:c + 8] == b"END     ":
-                text = bytes(raw[:k * BLOCK + c + CARD])
-                try:
+            card = block[c:c + CARD]
+            if card[:3] != b"END" or card[3:4] and card[3:4] in KEYWORD_CHARS:
+                continue
+            if card != END_CARD:  # astropy takes some of these for END, and some not
+                raise corrupt(path, f"a damaged END card at byte offset {at + k * BLOCK + c} "
+                                    f"({bytes(card).rstrip()!r})")
+            text = bytes(raw[:k * BLOCK + c + CARD])
+            try:
+                with warnings.catch_warnings(record=True) as said:
+                    warnings.simplefilter("always")
                     header = fits.Header.fromstring(text.decode("ascii"))
-                except Exception as e:  # non-ASCII bytes, a card astropy cannot parse
-                    raise corrupt(path, f"the header at byte offset {at} cannot be parsed "
-                                        f"({type(e).__name__}: {e})") from None
-                return header, (k + 1) * BLOCK
+            except Exception as e:  # non-ASCII bytes, a card astropy cannot parse
+                raise corrupt(path, f"the header at byte offset {at} cannot be parsed "
+                                    f"({type(e).__name__}: {e})") from None
+            for w in said:  # (cards astropy reads past; the report says so, once)
+                notes.append(Problem(Location(path), "fits-warning",
+                                     f"the header at byte offset {at}: {w.message}",
+                                     fatal=False))
+            return header, (k + 1) * BLOCK
     raise corrupt(path, f"the header at byte offset {at} has no END card in "
                         f"{MAX_HEADER_BLOCKS} blocks")
 
@@ -144,20 +158,22 @@ def walk(f, path: str, size: int) -> list[Hdu]:
     if f.read(len(MAGIC)) != MAGIC:
         raise corrupt(path, "no SIMPLE card at byte offset 0")
     hdus: list[Hdu] = []
+    notes: list[Problem] = []
     at = 0
     while at < size:
         if hdus:
             f.seek(at)
             head = f.read(9)
             if head != b"XTENSION=":  # (astropy too stops at what is no extension)
-                hdus[0].problems.append(Problem(
+                notes.append(Problem(
                     Location(path), "trailing-bytes",
                     f"{size - at} byte(s) after the last HDU (at byte offset {at}) are no "
                     "FITS extension: ignored", fatal=False))
                 break
-        header, hlen = _read_header(f, path, size, at, fits)
+        header, hlen = _read_header(f, path, size, at, fits, notes)
         hdus.append(_layout(path, header, len(hdus), at, at + hlen))
         at = hdus[-1].data_offset + -(-hdus[-1].nbytes // BLOCK) * BLOCK
+    hdus[0].problems += notes
     last = hdus[-1]
     if last.data_offset + last.nbytes <= size < at:  # (data cut short: `finish` says so)
         hdus[0].problems.append(Problem(
