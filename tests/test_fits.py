@@ -48,7 +48,7 @@ def roundtrip(files, tmp_path, **kw):
 
 
 @pytest.mark.parametrize("name,kw", [("multi", {}), ("scaled", {}),
-                                     ("compressed", {"drop": ["GZ"]}),
+                                     ("compressed", {"drop": ["HC"]}),
                                      ("cube3d", {"chunk_size": "256K"})])
 def test_every_image_reads_like_astropy(fits_case, tmp_path, name, kw):
     (path,) = fits_case(name)
@@ -147,18 +147,38 @@ def test_scaling_and_blank_are_cf_attributes(fits_case):
     assert a["U64"].inline is not None
 
 
-def test_tile_compressed_images_are_inlined_when_small_else_refused(fits_case, tmp_path):
+def test_tile_compressed_images_are_one_chunk_per_tile(fits_case, tmp_path):
+    (path,) = fits_case("compressed")
+    report, g, k = roundtrip([path], tmp_path, drop=["HC"])
+    a = report.plan.arrays
+    assert a["RICE"].chunk_lengths == ((16, 16, 16, 2), (32, 32, 6))  # edge tiles short
+    assert a["RICE"].codecs == [{"name": "imagecodecs_rcomp", "configuration": {"nblock": 32}}]
+    assert [c["name"] for c in a["GZ2"].codecs] == ["bytes", "numcodecs.shuffle", "gzip"]
+    assert [c["name"] for c in a["GZ1"].codecs] == ["bytes", "gzip"]
+    assert a["RICEU16"].dtype == np.dtype("u2")
+    assert [c["name"] for c in a["RICEU16"].codecs] == ["numcodecs.fixedscaleoffset",
+                                                       "imagecodecs_rcomp"]
+    assert a["GZ3D"].chunk_lengths == ((2, 2, 2), (5,), (40,))
+    for var in ("RICE", "GZ1", "GZ2", "RICEU16", "GZ3D"):
+        assert a[var].inline is None
+        assert "ZCMPTYPE" not in a[var].attrs and "TFORM1" not in a[var].attrs
+        h = hdu_of(path, var)
+        assert_same(g[var][...], fits.getdata(path, h), var)
+        assert_same(k[var][...], fits.getdata(path, h), f"{var}: kerchunk export")
+        assert_same(g[var][5:9, 3:], fits.getdata(path, h)[5:9, 3:], f"{var}: a region")
+
+
+def test_other_tile_compressions_are_inlined_when_small_else_refused(fits_case):
     (path,) = fits_case("compressed")
     report = virtualize.check([path])
     assert not report.ok
-    (gz,) = [p for p in report.problems if p.fatal]
-    assert (gz.kind, gz.loc.file, gz.loc.variable) == ("unsupported-compression", str(path), "GZ")
-    assert "GZIP_2" in gz.message
-    (rice,) = [p for p in report.problems if p.loc.variable == "RICE"]
-    assert not rice.fatal and "RICE_1" in rice.message
-    report, g, _ = roundtrip([path], tmp_path, drop=["GZ"])
-    assert_same(g["RICE"][...], fits.getdata(path, 1), "RICE")
-    assert set(report.plan.arrays) == {"RICE", "PLAIN"}
+    (hc,) = [p for p in report.problems if p.fatal]
+    assert (hc.kind, hc.loc.file, hc.loc.variable) == ("unsupported-compression", str(path), "HC")
+    assert "HCOMPRESS_1" in hc.message
+    for var, what in [("PLIO", "PLIO_1"), ("FRICE", "RICE_1")]:  # (FRICE: quantized floats)
+        (p,) = [p for p in report.problems if p.loc.variable == var]
+        assert not p.fatal and p.kind == "unsupported-compression" and what in p.message
+        assert report.plan.arrays[var].inline is not None
 
 
 def test_big_cube_is_cut_into_whole_rows_and_scan_reads_headers_only(fits_case, tmp_path):

@@ -71,6 +71,7 @@ SOURCES = [
     ("netcdf4-groups", "groups", 0),
     ("fits-images", "fits_multi", 0),  # every BITPIX, unsigned offsets, a table
     ("fits-scaled", "fits_scaled", 0),  # BSCALE / BZERO / BLANK, an inlined uint64
+    ("fits-tiles", "fits_tiles", 0),  # tile-compressed: RICE_1, GZIP_2 (uint16), per tile
 ]
 
 

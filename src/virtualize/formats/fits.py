@@ -15,9 +15,13 @@ What this module promises:
   `numcodecs.fixedscaleoffset` codec (float64 arithmetic, exact for every 8-, 16- and
   32-bit value); any other scaling keeps the stored integers with CF `scale_factor` /
   `add_offset` (what xarray decodes); BLANK is the fill value and `_FillValue`.
-- What has no exact reference: tile-compressed images (a ZIMAGE binary table), the
-  uint64 offset (BZERO = 2**63: not exact in float64) are inlined when small (decoded by
-  astropy) and otherwise refused (`unsupported-compression`, `unsupported-scaling`).
+- Tile-compressed integer images (a ZIMAGE binary table) with RICE_1, GZIP_1 or GZIP_2:
+  one chunk per tile, located by the table's heap descriptors (`imagecodecs_rcomp`;
+  `gzip` [+ `numcodecs.shuffle`] + big-endian `bytes`).
+- What has no exact reference: other tile compressions (PLIO_1, HCOMPRESS_1, quantized
+  floats), the uint64 offset (BZERO = 2**63: not exact in float64) are inlined when small
+  (decoded by astropy) and otherwise refused (`unsupported-compression`,
+  `unsupported-scaling`).
   Tables and random groups are skipped with a note.
 - A damaged header (no END, a bad keyword value, a size past the end) raises
   `VirtualizeError` with one `corrupt` problem naming the file and byte offset.
@@ -297,7 +301,7 @@ def _scaling(h: Hdu) -> tuple[str, Any, Any, Any]:
     return "cf", bscale, bzero, blank
 
 
-def _variable(path: str, h: Hdu, dims: tuple[str, ...], problems: list[Problem]
+def _variable(path: str, h: Hdu, dims: tuple[str, ...], problems: list[Problem], f=None
               ) -> Variable | None:
     loc = Location(path, h.name)
     how = _scaling(h)[0] if h.kind == "image" else "compressed"
@@ -308,9 +312,13 @@ def _variable(path: str, h: Hdu, dims: tuple[str, ...], problems: list[Problem]
     attrs["FITS_HDU"] = h.index
     stored = BITPIX[h.bitpix]
     if h.kind == "compressed":
-        return _held(path, h, dims, attrs, problems, "unsupported-compression",
-                     f"a tile-compressed image ({h.header.get('ZCMPTYPE', '?')}): no zarr codec "
-                     "is proven to decode its tiles as astropy does")
+        tiles = _tiles(h, f, problems, path)
+        v = _tiled(path, h, dims, attrs, problems, *tiles) if tiles is not None else None
+        if v is None:
+            return _held(path, h, dims, attrs, problems, "unsupported-compression",
+                         f"a tile-compressed image ({h.header.get('ZCMPTYPE', '?')}): no zarr "
+                         "codec is proven to decode its tiles as astropy does")
+        return v
     how, bscale, bzero, blank = _scaling(h)
     codecs = [bytes_codec(stored)]
     dtype, fill = stored, np.zeros((), stored)[()]
@@ -342,6 +350,107 @@ def _variable(path: str, h: Hdu, dims: tuple[str, ...], problems: list[Problem]
                     blocks=BlockTable(h.shape, padded=False, refs=refs))
 
 
+# tile compressions with an exact zarr decoding of one tile (integer images only: floats
+# are quantized, with per-tile ZSCALE / ZZERO); the bytes codec's dtype is ZBITPIX's
+TILE_CODECS = ("RICE_1", "GZIP_1", "GZIP_2")
+
+
+def _tiles(h: Hdu, f, problems, path: str):
+    """(tile shape, grid, offsets, lengths, codecs) of a tile-compressed image whose every
+    tile is one COMPRESSED_DATA heap entry of an exact codec; None otherwise. Reads the
+    table's descriptors (8 or 16 bytes per tile: its chunk index), not the tiles."""
+    hd = h.header
+    ctype = str(hd.get("ZCMPTYPE", "")).strip()
+    zbitpix = hd.get("ZBITPIX")
+    if ctype not in TILE_CODECS or zbitpix not in (8, 16, 32, 64) or f is None or \
+            hd.get("TFIELDS") != 1 or str(hd.get("TTYPE1", "")).strip() != "COMPRESSED_DATA" or \
+            (ctype == "RICE_1" and zbitpix == 64) or "ZQUANTIZ" in hd or "ZBLANK" in hd:
+        return None
+    form = str(hd.get("TFORM1", "")).strip().upper()
+    if form[:3] not in ("1PB", "1QB", "PB(", "QB("):
+        return None
+    width, rows = int(hd["NAXIS1"]), int(hd["NAXIS2"])
+    desc = np.dtype(">i4" if "P" in form[:2] else ">i8")
+    if width != 2 * desc.itemsize:
+        return None
+    n = int(hd.get("ZNAXIS", 0))
+    axes = [int(hd.get(f"ZNAXIS{k}", 0)) for k in range(1, n + 1)]
+    tile = [int(hd.get(f"ZTILE{k}", axes[0] if k == 1 else 1)) for k in range(1, n + 1)]
+    if not n or not all(axes) or not all(t > 0 for t in tile):
+        return None
+    grid = [-(-a // t) for a, t in zip(axes, tile)]
+    if math.prod(grid) != rows:
+        return None
+    f.seek(h.data_offset)
+    table = np.frombuffer(f.read(rows * width), dtype=desc).reshape(rows, 2)
+    if table.shape[0] != rows:
+        return None
+    theap = hd.get("THEAP", rows * width)
+    if not isinstance(theap, int) or theap < rows * width:
+        return None
+    heap = h.data_offset + theap
+    counts, offsets = table[:, 0].astype(np.int64), table[:, 1].astype(np.int64)
+    if (counts <= 0).any() or (offsets < 0).any() or \
+            (offsets + counts > h.nbytes - (heap - h.data_offset)).any():
+        return None
+    stored = BITPIX[zbitpix]
+    if ctype == "RICE_1":
+        names = {str(hd.get(f"ZNAME{k}", "")).strip().upper(): hd.get(f"ZVAL{k}")
+                 for k in range(1, 10) if f"ZNAME{k}" in hd}
+        if names.get("BYTEPIX", 4) != stored.itemsize:
+            return None
+        codecs = [{"name": "imagecodecs_rcomp",
+                   "configuration": {"nblock": int(names.get("BLOCKSIZE", 32))}}]
+    else:
+        codecs = [bytes_codec(stored)]
+        if ctype == "GZIP_2" and stored.itemsize > 1:
+            codecs.append({"name": "numcodecs.shuffle",
+                           "configuration": {"elementsize": stored.itemsize}})
+        codecs.append({"name": "gzip", "configuration": {"level": 1}})
+    return (tuple(reversed(tile)), tuple(reversed(grid)), heap + offsets, counts, codecs,
+            stored)
+
+
+def _tiled(path: str, h: Hdu, dims, attrs, problems, tile, grid, offsets, counts, codecs,
+           stored) -> Variable | None:
+    """A tile-compressed image as one chunk per tile (the edge tiles short)."""
+    hd = h.header
+    shape = _decoded_shape(h)
+    attrs = {k: v for k, v in attrs.items() if not _compression_card(k)}
+    bscale, bzero = hd.get("BSCALE", 1), hd.get("BZERO", 0)
+    blank = hd.get("BLANK")
+    dtype, fill = stored, np.zeros((), stored)[()]
+    if (bscale, bzero) != (1, 0) or blank is not None:
+        zbitpix = int(hd["ZBITPIX"])
+        if bscale == 1 and bzero == UNSIGNED[zbitpix][0] and zbitpix != 64:
+            dtype = UNSIGNED[zbitpix][1].newbyteorder("=")
+            codecs = [{"name": "numcodecs.fixedscaleoffset", "configuration": {
+                "offset": int(bzero), "scale": 1, "dtype": dtype.str,
+                "astype": stored.newbyteorder("=").str}}, *codecs]
+            for k in ("BSCALE", "BZERO"):
+                attrs.pop(k, None)
+        else:  # (not proven here yet: inlined or refused)
+            return None
+    refs = empty_refs(grid)
+    flat = refs.reshape(-1)
+    flat["offset"], flat["length"] = offsets, counts
+    return Variable(name=h.name, dtype=dtype, shape=shape, dims=dims, attrs=attrs,
+                    fill_value=fill, codecs=codecs,
+                    blocks=BlockTable(tile, padded=False, refs=refs))
+
+
+def _compression_card(key: str) -> bool:
+    """The binary table's own cards (the compressed image's header keeps the image's)."""
+    return key in ("XTENSION", "BITPIX", "NAXIS", "NAXIS1", "NAXIS2", "PCOUNT", "GCOUNT",
+                   "TFIELDS", "THEAP", *ZCARDS) or key[:5] in ("TTYPE", "TFORM") or \
+        key.rstrip("0123456789") in ("ZNAXIS", "ZTILE", "ZNAME", "ZVAL")
+
+
+ZCARDS = ("ZIMAGE", "ZCMPTYPE", "ZBITPIX", "ZNAXIS", "ZMASKCMP", "ZSIMPLE", "ZTENSION",
+          "ZEXTEND", "ZBLOCKED", "ZPCOUNT", "ZGCOUNT", "ZHECKSUM", "ZDATASUM", "ZQUANTIZ",
+          "ZDITHER0")
+
+
 def _held(path: str, h: Hdu, dims, attrs, problems, kind: str, why: str) -> Variable | None:
     """An image with no exact reference: its values, decoded by astropy, when small
     (stored in the cube), else refused."""
@@ -358,7 +467,7 @@ def _held(path: str, h: Hdu, dims, attrs, problems, kind: str, why: str) -> Vari
         values = np.asarray(hdul[h.index].data)
     problems.append(Problem(loc, kind, f"{why}: its {values.nbytes} decoded bytes are "
                             "stored in the cube (decoded by astropy)", fatal=False))
-    attrs = {k: v for k, v in attrs.items() if not k.startswith("Z")}
+    attrs = {k: v for k, v in attrs.items() if not _compression_card(k)}
     return Variable(name=h.name, dtype=values.dtype, shape=values.shape, dims=dims[-values.ndim:]
                     if len(dims) >= values.ndim else tuple(f"naxis{n}" for n in
                                                            range(values.ndim, 0, -1)),
@@ -382,7 +491,12 @@ def scan_fits(path: str) -> FileInventory:
     st = storage.stat(path)
     with storage.open_source(path, st.st_size) as f:
         hdus = walk(f, path, st.st_size)
-        bytes_read, requests = f.bytes_read, f.requests
+        inv = _inventory(path, st, f, hdus)
+        inv.bytes_read, inv.requests = f.bytes_read, f.requests
+    return inv
+
+
+def _inventory(path: str, st, f, hdus: list[Hdu]) -> FileInventory:
     problems: list[Problem] = list(hdus[0].problems)
     _names(hdus)
     for h in hdus:
@@ -402,7 +516,7 @@ def scan_fits(path: str) -> FileInventory:
     variables: dict[str, Variable] = {}
     dimensions: dict[str, Dimension] = {}
     for h in images:
-        v = _variable(path, h, dims[h.index], problems)
+        v = _variable(path, h, dims[h.index], problems, f)
         if v is None:
             continue
         variables[h.name] = v
@@ -410,8 +524,8 @@ def scan_fits(path: str) -> FileInventory:
             dimensions[d] = Dimension(d, n)
     gattrs = _attrs(hdus[0].header, path, None, problems) if hdus[0].kind != "image" else {}
     inv = FileInventory(path, "fits", st.st_size, st.st_mtime_ns, {"": gattrs}, dimensions,
-                        variables, problems, bytes_read)
-    inv.requests, inv.etag = requests, st.etag
+                        variables, problems)
+    inv.etag = st.etag
     return inv
 
 
