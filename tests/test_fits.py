@@ -290,3 +290,9 @@ def test_sniff():
 
     assert registry.sniff(b"SIMPLE  ").name == "fits"
     assert registry.sniff(b"SIMPLEX ") is None
+
+
+def test_a_directory_of_exposures_is_expanded_to_its_fits_files(fits_case):
+    files = fits_case("exposures")
+    report = virtualize.check([str(files[0].parent)], concat_dim="time")
+    assert report.ok and sorted(report.files) == sorted(map(str, files))

@@ -217,6 +217,14 @@ def _layout(path: str, header, index: int, at: int, data_offset: int) -> Hdu:
         kind = "table" if xtension else "unknown"
     else:
         kind = "image" if naxis and all(axes) else "empty"
+        if kind == "image" and (pcount, gcount) != (0, 1):
+            kind = "unknown"  # (an image with a heap or groups: not the standard's)
+    if kind == "image":
+        for key in ("BSCALE", "BZERO"):
+            value = header.get(key, 0)
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise corrupt(path, f"{key} = {value!r} in the header at byte offset {at} is "
+                                    "not a number")
     return Hdu(index, header, at, data_offset, nbytes, kind, bitpix, tuple(reversed(axes)))
 
 
@@ -501,14 +509,13 @@ def _inventory(path: str, st, f, hdus: list[Hdu]) -> FileInventory:
     _names(hdus)
     for h in hdus:
         if h.kind in ("table", "groups", "unknown"):
-            what = {"groups": "random groups", "unknown": "an unknown extension"}.get(
+            what = {"groups": "random groups",
+                    "unknown": "an unknown extension (or an image with PCOUNT / GCOUNT)"}.get(
                 h.kind, f"a {str(h.header.get('XTENSION', '')).strip()} table")
             problems.append(Problem(Location(path, f"hdu{h.index}"), "unsupported-object",
                                     f"HDU {h.index} (at byte offset {h.header_offset}) is "
                                     f"{what}: skipped", fatal=False))
     images = [h for h in hdus if h.kind in ("image", "compressed")]
-    if hdus[0].kind == "compressed":
-        images = images[1:]
     dims = _dims([h for h in images if h.kind == "image"])
     for h in images:
         if h.kind == "compressed":
