@@ -15,11 +15,12 @@ What this module promises:
   `numcodecs.fixedscaleoffset` codec (float64 arithmetic, exact for every 8-, 16- and
   32-bit value); any other scaling keeps the stored integers with CF `scale_factor` /
   `add_offset` (what xarray decodes); BLANK is the fill value and `_FillValue`.
-- Tile-compressed integer images (a ZIMAGE binary table) with RICE_1, GZIP_1 or GZIP_2:
-  one chunk per tile, located by the table's heap descriptors (`imagecodecs_rcomp`;
-  `gzip` [+ `numcodecs.shuffle`] + big-endian `bytes`).
-- What has no exact reference: other tile compressions (PLIO_1, HCOMPRESS_1, quantized
-  floats), the uint64 offset (BZERO = 2**63: not exact in float64) are inlined when small
+- Tile-compressed integer images (a ZIMAGE binary table) with RICE_1, GZIP_1, GZIP_2 or
+  lossless HCOMPRESS_1: one chunk per tile, located by the table's heap descriptors
+  (`imagecodecs_rcomp`; `gzip` [+ `numcodecs.shuffle`] + big-endian `bytes`;
+  `imagecodecs_hcomp`).
+- What has no exact reference: other tile compressions (PLIO_1, lossy HCOMPRESS_1,
+  quantized floats), the uint64 offset (BZERO = 2**63: not exact in float64) are inlined when small
   (decoded by astropy) and otherwise refused (`unsupported-compression`,
   `unsupported-scaling`).
   Tables and random groups are skipped with a note.
@@ -360,7 +361,7 @@ def _variable(path: str, h: Hdu, dims: tuple[str, ...], problems: list[Problem],
 
 # tile compressions with an exact zarr decoding of one tile (integer images only: floats
 # are quantized, with per-tile ZSCALE / ZZERO); the bytes codec's dtype is ZBITPIX's
-TILE_CODECS = ("RICE_1", "GZIP_1", "GZIP_2")
+TILE_CODECS = ("RICE_1", "GZIP_1", "GZIP_2", "HCOMPRESS_1")
 
 
 def _tiles(h: Hdu, f, problems, path: str):
@@ -402,9 +403,15 @@ def _tiles(h: Hdu, f, problems, path: str):
             (offsets + counts > h.nbytes - (heap - h.data_offset)).any():
         return None
     stored = BITPIX[zbitpix]
-    if ctype == "RICE_1":
-        names = {str(hd.get(f"ZNAME{k}", "")).strip().upper(): hd.get(f"ZVAL{k}")
-                 for k in range(1, 10) if f"ZNAME{k}" in hd}
+    names = {str(hd.get(f"ZNAME{k}", "")).strip().upper(): hd.get(f"ZVAL{k}")
+             for k in range(1, 10) if f"ZNAME{k}" in hd}
+    if ctype == "HCOMPRESS_1":
+        # lossless only (SCALE 0; SMOOTH 0): the decoder is cfitsio's, as astropy's
+        if names.get("SCALE", 0) != 0 or names.get("SMOOTH", 0) != 0 or n < 2 or \
+                any(t != 1 for t in tile[2:]):
+            return None
+        codecs = [{"name": "imagecodecs_hcomp"}]
+    elif ctype == "RICE_1":
         if names.get("BYTEPIX", 4) != stored.itemsize:
             return None
         codecs = [{"name": "imagecodecs_rcomp",
