@@ -142,6 +142,9 @@ def test_scaling_and_blank_are_cf_attributes(fits_case):
     assert a["BLANKED"].attrs["_FillValue"] == -1 and "scale_factor" not in a["BLANKED"].attrs
     # astropy ignores BLANK in an unsigned image: the cube too (the card stays)
     assert "_FillValue" not in a["U16B"].attrs and a["U16B"].attrs["BLANK"] == -32768
+    notes = {p.loc.variable for p in report.problems if p.kind == "cf-scaling"}
+    assert notes == {"S16", "FSCALED"} and not any(
+        p.fatal for p in report.problems if p.kind == "cf-scaling")  # (S32: float64, exact)
     (u64,) = [p for p in report.problems if p.loc.variable == "U64"]
     assert u64.kind == "unsupported-scaling" and not u64.fatal  # small: inlined
     assert a["U64"].inline is not None
@@ -299,3 +302,39 @@ def test_a_directory_of_exposures_is_expanded_to_its_fits_files(fits_case):
     files = fits_case("exposures")
     report = virtualize.check([str(files[0].parent)], concat_dim="time")
     assert report.ok and sorted(report.files) == sorted(map(str, files))
+
+
+def _astropy_test_files() -> list:
+    """astropy's own test files (real FITS from its suite: an HST raw exposure, RICE tiles,
+    random groups, tables), where the installed astropy ships them."""
+    from pathlib import Path
+
+    try:
+        import astropy.io.fits.tests as t
+    except ImportError:
+        return []
+    return sorted((Path(t.__file__).parent / "data").glob("*.fits"))
+
+
+@pytest.mark.filterwarnings("ignore")
+@pytest.mark.parametrize("path", _astropy_test_files(), ids=lambda p: p.name)
+def test_astropys_test_files_read_like_astropy_or_are_refused_for_having_no_image(path, tmp_path):
+    try:
+        report = virtualize.virtualize([path], tmp_path / "cube.zarr")
+    except VirtualizeError as e:
+        assert {p.kind for p in e.problems} == {"no-arrays"}, str(e)
+        with fits.open(path) as hdul:  # a file of tables (or random groups) only
+            assert not any(h.is_image and h.size and not h.header.get("GROUPS") for h in hdul)
+        return
+    g = virtualize.open(tmp_path / "cube.zarr")
+    for var in report.plan.arrays:
+        attrs = dict(g[var].attrs)
+        want = astropy_data(path, attrs["FITS_HDU"], raw=stored(attrs))
+        assert_same(g[var][...], want, f"{path.name} {var}")
+
+
+def test_astropys_test_files_include_images():
+    names = {p.name for p in _astropy_test_files()}
+    if not names:
+        pytest.skip("this astropy ships no test data")
+    assert {"o4sp040b0_raw.fits", "comp.fits", "scale.fits", "blank.fits"} <= names

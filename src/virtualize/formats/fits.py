@@ -344,6 +344,12 @@ def _variable(path: str, h: Hdu, dims: tuple[str, ...], problems: list[Problem],
         if how == "cf" and (bscale != 1 or bzero != 0):
             attrs["scale_factor"] = float(bscale)
             attrs["add_offset"] = float(bzero)
+            if h.bitpix in (8, 16, -32):
+                problems.append(Problem(loc, "cf-scaling", (
+                    f"BSCALE = {bscale}, BZERO = {bzero}: the cube holds the stored values with "
+                    "scale_factor / add_offset; CF readers (xarray) apply them in float64, "
+                    f"astropy in float32 for BITPIX {h.bitpix}: decoded values may differ from "
+                    "astropy's in the last bit of a float32"), fatal=False))
         if blank is not None:
             fill = np.array(blank).astype(stored)[()]
             if int(fill) == int(blank):
