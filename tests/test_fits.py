@@ -366,3 +366,18 @@ def test_fits_over_http_reads_like_the_local_file(fits_case, tmp_path):
                 assert_same(g[var][...], want, f"{name} {var} over HTTP")
     finally:
         srv.stop()
+
+
+def test_a_damaged_tile_card_is_refused_at_its_image(fits_case, tmp_path):
+    (path,) = fits_case("tiles")
+    data = bytearray(path.read_bytes())
+    at = data.index(b"ZTILE1  =")
+    data[at + 10:at + 30] = b"'forty'".ljust(20)
+    out = tmp_path / "tile-card.fits"
+    out.write_bytes(bytes(data))
+    report = virtualize.check([str(out)])
+    (p,) = [p for p in report.problems if p.loc.variable == "RICE"]
+    assert (p.kind, p.loc.file, p.fatal) == ("corrupt", str(out), True)
+    assert "forty" in p.message
+    # (astropy cannot open the HDUs after it either: the decode check refuses those)
+    assert not report.ok

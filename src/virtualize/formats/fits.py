@@ -321,12 +321,17 @@ def _variable(path: str, h: Hdu, dims: tuple[str, ...], problems: list[Problem],
     attrs["FITS_HDU"] = h.index
     stored = BITPIX[h.bitpix]
     if h.kind == "compressed":
-        tiles = _tiles(h, f, problems, path)
-        v = _tiled(path, h, dims, attrs, problems, *tiles) if tiles is not None else None
-        if v is None:
-            return _held(path, h, dims, attrs, problems, "unsupported-compression",
-                         f"a tile-compressed image ({h.header.get('ZCMPTYPE', '?')}): no zarr "
-                         "codec is proven to decode its tiles as astropy does")
+        try:
+            tiles = _tiles(h, f, problems, path)
+            v = _tiled(path, h, dims, attrs, problems, *tiles) if tiles is not None else None
+            if v is None:
+                return _held(path, h, dims, attrs, problems, "unsupported-compression",
+                             f"a tile-compressed image ({h.header.get('ZCMPTYPE', '?')}): no "
+                             "zarr codec is proven to decode its tiles as astropy does")
+        except Exception as e:  # a damaged ZNAXISn / ZTILEn card, tiles astropy cannot read
+            problems.append(Problem(loc, "corrupt", f"the tile-compressed image of HDU "
+                                    f"{h.index} cannot be read ({type(e).__name__}: {e})"))
+            return None
         return v
     how, bscale, bzero, blank = _scaling(h)
     codecs = [bytes_codec(stored)]
@@ -396,10 +401,13 @@ def _tiles(h: Hdu, f, problems, path: str):
     grid = [-(-a // t) for a, t in zip(axes, tile)]
     if math.prod(grid) != rows:
         return None
-    f.seek(h.data_offset)
-    table = np.frombuffer(f.read(rows * width), dtype=desc).reshape(rows, 2)
-    if table.shape[0] != rows:
+    if rows * width > h.nbytes:
         return None
+    f.seek(h.data_offset)
+    raw = f.read(rows * width)
+    if len(raw) != rows * width:  # (a truncated file: the extent check says so)
+        return None
+    table = np.frombuffer(raw, dtype=desc).reshape(rows, 2)
     theap = hd.get("THEAP", rows * width)
     if not isinstance(theap, int) or theap < rows * width:
         return None
@@ -484,8 +492,10 @@ def _held(path: str, h: Hdu, dims, attrs, problems, kind: str, why: str) -> Vari
         problems.append(Problem(loc, kind, f"{why}: refused ({nbytes} bytes decoded; "
                                 f"--drop {h.name} leaves it out)"))
         return None
-    with fits.open(path, memmap=False, lazy_load_hdus=True) as hdul:
-        values = np.asarray(hdul[h.index].data)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with fits.open(path, memmap=False, lazy_load_hdus=True) as hdul:
+            values = np.asarray(hdul[h.index].data)
     problems.append(Problem(loc, kind, f"{why}: its {values.nbytes} decoded bytes are "
                             "stored in the cube (decoded by astropy)", fatal=False))
     attrs = {k: v for k, v in attrs.items() if not _compression_card(k)}
