@@ -381,3 +381,20 @@ def test_a_damaged_tile_card_is_refused_at_its_image(fits_case, tmp_path):
     assert "forty" in p.message
     # (astropy cannot open the HDUs after it either: the decode check refuses those)
     assert not report.ok
+
+
+def test_tile_compressed_exposures_stack_and_append(tmp_path):
+    rng = np.random.default_rng(7)
+    files = []
+    for k in range(4):
+        p = tmp_path / f"obs_2024010{k + 1}.fits"
+        image = fits.CompImageHDU(rng.integers(0, 65536, (50, 70)).astype(np.uint16), name="SCI",
+                                  compression_type="RICE_1", tile_shape=(16, 32))
+        fits.HDUList([fits.PrimaryHDU(), image]).writeto(p)
+        files.append(p)
+    cube = tmp_path / "cube.zarr"
+    report = virtualize.virtualize(files[:3], cube, concat_dim="time")
+    assert report.plan.arrays["SCI"].chunk_lengths == ((1, 1, 1), (16, 16, 16, 2), (32, 32, 6))
+    virtualize.append(cube, [files[3]])
+    g = virtualize.open(cube)
+    assert_same(g["SCI"][...], np.stack([fits.getdata(f, 1) for f in files]), "stack + append")
