@@ -145,9 +145,9 @@ def test_scaling_and_blank_are_cf_attributes(fits_case):
     notes = {p.loc.variable for p in report.problems if p.kind == "cf-scaling"}
     assert notes == {"S16", "FSCALED"} and not any(
         p.fatal for p in report.problems if p.kind == "cf-scaling")  # (S32: float64, exact)
-    (u64,) = [p for p in report.problems if p.loc.variable == "U64"]
-    assert u64.kind == "unsupported-scaling" and not u64.fatal  # small: inlined
-    assert a["U64"].inline is not None
+    assert not [p for p in report.problems if p.loc.variable == "U64"]  # small: inlined
+    assert any(n.startswith("U64: cannot be referenced (unsupported-scaling)") for n in report.notes)
+    assert a["U64"].inline is not None and a["U64"].dtype == np.dtype("u8")
 
 
 def test_tile_compressed_images_are_one_chunk_per_tile(fits_case, tmp_path):
@@ -173,18 +173,25 @@ def test_tile_compressed_images_are_one_chunk_per_tile(fits_case, tmp_path):
         assert_same(g[var][5:9, 3:], fits.getdata(path, h)[5:9, 3:], f"{var}: a region")
 
 
-def test_other_tile_compressions_are_inlined_when_small_else_refused(fits_case):
+def test_other_tile_compressions_are_inlined_when_small_else_refused(fits_case, tmp_path):
     (path,) = fits_case("compressed")
     report = virtualize.check([path])
     assert not report.ok
     (hc,) = [p for p in report.problems if p.fatal]
     assert (hc.kind, hc.loc.file, hc.loc.variable) == ("unsupported-compression", str(path),
                                                        "HCLOSSY")
-    assert "HCOMPRESS_1" in hc.message
-    for var, what in [("PLIO", "PLIO_1"), ("FRICE", "RICE_1")]:  # (FRICE: quantized floats)
-        (p,) = [p for p in report.problems if p.loc.variable == var]
-        assert not p.fatal and p.kind == "unsupported-compression" and what in p.message
+    assert "HCOMPRESS_1" in hc.message and "--inline HCLOSSY" in hc.remedy
+    for var in ("PLIO", "FRICE"):  # (FRICE: quantized floats) small: inlined by the planner
+        assert any(n.startswith(f"{var}: cannot be referenced (unsupported-compression)")
+                   for n in report.notes)
         assert report.plan.arrays[var].inline is not None
+    # --inline-threshold 0 refuses them; --inline takes a large one
+    strict = virtualize.check([path], inline_threshold=0)
+    assert {p.loc.variable for p in strict.problems if p.fatal} == {"PLIO", "FRICE", "HCLOSSY"}
+    report = virtualize.virtualize([path], tmp_path / "c.zarr", inline=["HCLOSSY"])
+    g = virtualize.open(tmp_path / "c.zarr")
+    for var in ("PLIO", "FRICE", "HCLOSSY"):
+        assert_same(g[var][...], fits.getdata(path, hdu_of(path, var)), var)
 
 
 def test_big_cube_is_cut_into_whole_rows_and_scan_reads_headers_only(fits_case, tmp_path):

@@ -20,9 +20,9 @@ What this module promises:
   (`imagecodecs_rcomp`; `gzip` [+ `numcodecs.shuffle`] + big-endian `bytes`;
   `imagecodecs_hcomp`).
 - What has no exact reference: other tile compressions (PLIO_1, lossy HCOMPRESS_1,
-  quantized floats), the uint64 offset (BZERO = 2**63: not exact in float64) are inlined when small
-  (decoded by astropy) and otherwise refused (`unsupported-compression`,
-  `unsupported-scaling`).
+  quantized floats), the uint64 offset (BZERO = 2**63: not exact in float64) are in the
+  inventory without blocks, with a fatal `unsupported-compression` / `unsupported-scaling`
+  that inlining resolves (the planner inlines them when small; astropy decodes them).
   Tables and random groups are skipped with a note.
 - A damaged header (no END, a bad keyword value, a size past the end) raises
   `VirtualizeError` with one `corrupt` problem naming the file and byte offset.
@@ -39,7 +39,6 @@ from typing import Any
 import numpy as np
 
 from .. import storage
-from ..conventions import INLINE_VALUES_LIMIT
 from ..model import (
     BlockTable,
     Dimension,
@@ -480,29 +479,15 @@ ZCARDS = ("ZIMAGE", "ZCMPTYPE", "ZBITPIX", "ZNAXIS", "ZMASKCMP", "ZSIMPLE", "ZTE
           "ZDITHER0")
 
 
-def _held(path: str, h: Hdu, dims, attrs, problems, kind: str, why: str) -> Variable | None:
-    """An image with no exact reference: its values, decoded by astropy, when small
-    (stored in the cube), else refused."""
-    fits = _astropy_fits()
-    shape = _decoded_shape(h)
-    dtype = _decoded_dtype(h)
-    nbytes = math.prod(shape) * dtype.itemsize
-    loc = Location(path, h.name)
-    if nbytes > INLINE_VALUES_LIMIT or storage.is_url(path):
-        problems.append(Problem(loc, kind, f"{why}: refused ({nbytes} bytes decoded; "
-                                f"--drop {h.name} leaves it out)"))
-        return None
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        with fits.open(path, memmap=False, lazy_load_hdus=True) as hdul:
-            values = np.asarray(hdul[h.index].data)
-    problems.append(Problem(loc, kind, f"{why}: its {values.nbytes} decoded bytes are "
-                            "stored in the cube (decoded by astropy)", fatal=False))
+def _held(path: str, h: Hdu, dims, attrs, problems, kind: str, why: str) -> Variable:
+    """An image with no exact reference: in the inventory without blocks, with a fatal
+    problem that inlining resolves (the planner inlines it when small, `--inline-threshold`;
+    else `--inline NAME` or `--drop NAME`); its values are astropy's (`read_fits_region`),
+    of the type astropy gives them (`_astropy_dtype`)."""
+    problems.append(Problem(Location(path, h.name), kind, why))
     attrs = {k: v for k, v in attrs.items() if not _compression_card(k)}
-    return Variable(name=h.name, dtype=values.dtype, shape=values.shape, dims=dims[-values.ndim:]
-                    if len(dims) >= values.ndim else tuple(f"naxis{n}" for n in
-                                                           range(values.ndim, 0, -1)),
-                    attrs=attrs, fill_value=None, codecs=[], blocks=None, values=values)
+    return Variable(name=h.name, dtype=_astropy_dtype(h), shape=_decoded_shape(h), dims=dims,
+                    attrs=attrs, fill_value=None, codecs=[], blocks=None)
 
 
 def _decoded_shape(h: Hdu) -> tuple[int, ...]:
@@ -512,9 +497,20 @@ def _decoded_shape(h: Hdu) -> tuple[int, ...]:
     return h.shape
 
 
-def _decoded_dtype(h: Hdu) -> np.dtype:
-    bitpix = int(h.header.get("ZBITPIX", h.bitpix)) if h.kind == "compressed" else h.bitpix
-    return BITPIX.get(bitpix, np.dtype("f8"))
+def _astropy_dtype(h: Hdu) -> np.dtype:
+    """The type of astropy's `hdu.data` (its `_dtype_for_bitpix` rule): the stored type
+    unscaled; the unsigned types of the offsets; else float32 for BITPIX 8 / 16, float64
+    for 32 / 64 (floats stay floats). A read of another type is refused (`_read`)."""
+    hd = h.header
+    bitpix = int(hd.get("ZBITPIX", h.bitpix)) if h.kind == "compressed" else h.bitpix
+    raw = BITPIX[bitpix].newbyteorder("=")
+    bscale, bzero = hd.get("BSCALE", 1), hd.get("BZERO", 0)
+    blank = hd.get("BLANK") if bitpix > 0 else None
+    if bscale == 1 and bzero == 0 and blank is None:
+        return raw
+    if bitpix > 0 and bscale == 1 and bzero == UNSIGNED[bitpix][0]:
+        return UNSIGNED[bitpix][1]
+    return np.dtype("f8") if bitpix > 16 else np.dtype("f4") if bitpix > 0 else raw
 
 
 def scan_fits(path: str) -> FileInventory:
@@ -594,11 +590,20 @@ def _read(fits, path: str, h: Hdu, how: str, sel, kw) -> np.ndarray:
     if storage.is_url(path):
         with storage.open_source(path) as fobj, \
                 fits.open(fobj, memmap=False, lazy_load_hdus=True, **kw) as hdul:
-            return np.array(hdul[h.index].data[sel])
+            return _checked(h, how, np.array(hdul[h.index].data[sel]))
     # (astropy maps only images it neither scales nor blanks; those are read whole)
     with fits.open(os.fspath(path), memmap=how in ("raw", "cf"), lazy_load_hdus=True,
                    **kw) as hdul:
-        return np.array(hdul[h.index].data[sel])
+        return _checked(h, how, np.array(hdul[h.index].data[sel]))
+
+
+def _checked(h: Hdu, how: str, values: np.ndarray) -> np.ndarray:
+    """Values of a compressed or uint64 image must have the type the scan gave the array
+    (the planner stores inlined values at that type): another is an error, not a cast."""
+    if how in ("compressed", "inexact") and values.dtype.newbyteorder("=") != _astropy_dtype(h):
+        raise ValueError(f"astropy reads HDU {h.index} as {values.dtype}, not "
+                         f"{_astropy_dtype(h)} as its header says")
+    return values
 
 
 class Fits(Format):
