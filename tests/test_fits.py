@@ -405,3 +405,16 @@ def test_tile_compressed_exposures_stack_and_append(tmp_path):
     virtualize.append(cube, [files[3]])
     g = virtualize.open(cube)
     assert_same(g["SCI"][...], np.stack([fits.getdata(f, 1) for f in files]), "stack + append")
+
+
+def test_extension_names_a_cube_cannot_hold_are_hdu_k(tmp_path):
+    hdus = [fits.PrimaryHDU()]
+    for name in ["a/b", "..", "__x", "SCI", "SCI", "hdu9", "AIPS FQ"]:
+        hdus.append(fits.ImageHDU(np.zeros((2, 2), np.int16), name=name))
+    hdus[4].header["EXTVER"] = 1
+    hdus[5].header["EXTVER"] = 2
+    path = tmp_path / "names.fits"
+    fits.HDUList(hdus).writeto(path)
+    report, g, _ = roundtrip([path], tmp_path)
+    assert set(report.plan.arrays) == {"hdu1", "hdu2", "hdu3", "SCI_1", "SCI_2", "hdu6",
+                                       "AIPS FQ"}

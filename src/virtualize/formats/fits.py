@@ -230,12 +230,17 @@ def _layout(path: str, header, index: int, at: int, data_offset: int) -> Hdu:
 
 def _names(hdus: list[Hdu]) -> None:
     """Each array's name: its EXTNAME (with `_<EXTVER>` when the name repeats), `hdu<k>`
-    when it has none, repeats without distinct EXTVERs, or holds a '/'."""
+    when it has none, repeats without distinct EXTVERs (names compared without case),
+    starts with `hdu` (any case), or is no zarr node name ('/' in it, '.', '..', a
+    leading '__')."""
     arrays = [h for h in hdus if h.kind in ("image", "compressed")]
 
     def extname(h):
         v = h.header.get("EXTNAME")
-        return v.strip() if isinstance(v, str) and v.strip() and "/" not in v else None
+        v = v.strip() if isinstance(v, str) else ""
+        # (names a zarr node cannot have: '/', '.', '..', a leading '__')
+        return v if v and "/" not in v and v not in (".", "..") and not v.startswith("__") \
+            else None
 
     counts: dict[str, int] = {}
     for h in arrays:
@@ -247,9 +252,11 @@ def _names(hdus: list[Hdu]) -> None:
         if name and counts[name] > 1:
             ver = h.header.get("EXTVER")
             name = f"{name}_{ver}" if isinstance(ver, int) and not isinstance(ver, bool) else None
-        if not name or name in taken or name.startswith("hdu"):
+        # (compared without case: a cube's nodes are directories, on file systems too
+        # that do not tell SCI from sci)
+        if not name or name.lower() in taken or name.lower().startswith("hdu"):
             name = f"hdu{h.index}"
-        taken.add(name)
+        taken.add(name.lower())
         h.name = name
 
 
