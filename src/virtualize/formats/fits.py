@@ -30,6 +30,7 @@ What this module promises:
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import os
 import warnings
@@ -616,7 +617,8 @@ def _checked(h: Hdu, how: str, values: np.ndarray) -> np.ndarray:
 class Fits(Format):
     name = "fits"
     suffixes = (".fits", ".fit", ".fts")
-    modules = (__name__,)
+    # (astropy preloaded by a new scan worker when installed: 0.3 s not in a scan's time)
+    modules = (__name__, *(("astropy.io.fits",) if importlib.util.find_spec("astropy") else ()))
 
     def sniff(self, head: bytes, f=None) -> bool:
         return head[:8] == MAGIC[:8]
