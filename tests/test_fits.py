@@ -418,3 +418,15 @@ def test_extension_names_a_cube_cannot_hold_are_hdu_k(tmp_path):
     report, g, _ = roundtrip([path], tmp_path)
     assert set(report.plan.arrays) == {"hdu1", "hdu2", "hdu3", "SCI_1", "SCI_2", "hdu6",
                                        "AIPS FQ"}
+
+
+def test_without_astropy_check_reports_the_extra_to_install(fits_case, monkeypatch):
+    import sys
+
+    (path,) = fits_case("multi")
+    monkeypatch.setitem(sys.modules, "astropy", None)  # `import astropy` fails
+    report = virtualize.check([path])
+    assert not report.ok
+    (p,) = report.problems
+    assert (p.kind, p.loc.file) == ("missing-library", str(path))
+    assert "pip install 'virtualize[fits]'" in p.message

@@ -614,11 +614,18 @@ def _checked(h: Hdu, how: str, values: np.ndarray) -> np.ndarray:
     return values
 
 
+def _installed(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError, AttributeError):  # (a module blocked in sys.modules)
+        return False
+
+
 class Fits(Format):
     name = "fits"
     suffixes = (".fits", ".fit", ".fts")
     # (astropy preloaded by a new scan worker when installed: 0.3 s not in a scan's time)
-    modules = (__name__, *(("astropy.io.fits",) if importlib.util.find_spec("astropy") else ()))
+    modules = (__name__, *(("astropy.io.fits",) if _installed("astropy") else ()))
 
     def sniff(self, head: bytes, f=None) -> bool:
         return head[:8] == MAGIC[:8]
