@@ -1,0 +1,240 @@
+"""Zarr v2 directory stores as sources: a local store (a directory with `.zgroup` or
+`.zarray`, or a consolidated `.zmetadata`) becomes a `FileInventory` whose block tables
+reference the chunk files where they are: each chunk file is one block (path = that file,
+one of `FileInventory.data_files`; offset 0; length = its size), an absent chunk file is
+an absent chunk (it reads as the fill value, as zarr reads it).
+
+The v2 metadata is mapped to v3 by the kerchunk source's scanner (formats/kerchunk.py,
+whose reference sets hold the same zarr v2 keys): dtype with its byte order, order C and F
+(a `transpose` codec), `fill_value` (NaN / Infinity strings; `null` with absent chunks is
+refused, `unknown-fill`), `dimension_separator` "." or "/", the compressor and filters as
+`numcodecs.*` v3 codecs (the ones with an exact v3 equivalent; others `unsupported-filter`),
+`.zattrs` with xarray's `_ARRAY_DIMENSIONS` as dimension names. Object, string, datetime
+and structured dtypes are skipped (`unsupported-type`, not fatal).
+
+The metadata comes from the consolidated `.zmetadata` when the store has one (what zarr
+and xarray read), else from a walk of the `.zgroup` groups. Scanning reads only metadata
+files and stats the chunk files (coordinates and shared variables are read as for any
+source). Values (coordinates, `--inline`, materialize, the decode check) are read by
+zarr-python itself with `zarr_format=2`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from typing import Any
+
+import numpy as np
+
+from .. import storage
+from ..model import FileInventory, Location, Problem, Source, VirtualizeError
+from ._io import system_location
+from ._planning import finish
+from .base import Format
+from .kerchunk import _Scanner, is_parquet_references
+
+ROOT_ARRAY = "data"  # the name of an array stored at the root of a store
+V2_KEYS = (".zgroup", ".zarray", ".zattrs")
+
+
+def is_zarr2_store(path: str) -> bool:
+    """A local directory holding a zarr v2 group or array (not a kerchunk parquet set,
+    which has a `.zmetadata` too, nor a zarr v3 store or a cube)."""
+    if storage.is_url(path) or not os.path.isdir(path):
+        return False
+    has = {n for n in (*V2_KEYS, ".zmetadata", "zarr.json") if os.path.isfile(os.path.join(path, n))}
+    if "zarr.json" in has or not has & {".zgroup", ".zarray", ".zmetadata"}:
+        return False
+    if has & {".zgroup", ".zarray"}:
+        return True
+    return not is_parquet_references(path) and _consolidated(path) is not None
+
+
+def _consolidated(path: str) -> dict | None:
+    try:
+        with open(os.path.join(path, ".zmetadata"), "rb") as f:
+            doc = json.loads(f.read())
+    except (OSError, ValueError):
+        return None
+    if isinstance(doc, dict) and isinstance(doc.get("metadata"), dict) and \
+            "zarr_consolidated_format" in doc:
+        return doc
+    return None
+
+
+class _StoreRefs:
+    """The reference mapping of `kerchunk._Scanner` over a directory store: `meta` (zarr
+    key -> JSON text) and `get(key)`: None for an absent chunk file, else (path, 0, size),
+    size None when the path is there but no regular file (`why[path]` says why)."""
+
+    kind = "directory"
+    gen: list = []
+
+    def __init__(self, path: str):
+        self.path = path
+        self.bytes_read = 0
+        self.meta: dict[str, str] = {}
+        self.why: dict[str, str] = {}
+        self.stats: dict[str, os.stat_result] = {}
+        doc = _consolidated(path) if os.path.isfile(os.path.join(path, ".zmetadata")) else None
+        if doc is not None:
+            self.bytes_read += os.path.getsize(os.path.join(path, ".zmetadata"))
+            self.meta = {k: (v if isinstance(v, str) else json.dumps(v))
+                         for k, v in doc["metadata"].items() if k.rpartition("/")[2] in V2_KEYS}
+        else:
+            self._walk("")
+
+    def _walk(self, node: str) -> None:
+        """The metadata of the group or array at `node`, and of its member groups/arrays."""
+        d = os.path.join(self.path, *node.split("/")) if node else self.path
+        for leaf in V2_KEYS:
+            f = os.path.join(d, leaf)
+            if os.path.isfile(f):
+                with open(f, "rb") as fh:
+                    raw = fh.read()
+                self.bytes_read += len(raw)
+                self.meta[f"{node}/{leaf}" if node else leaf] = raw.decode("utf-8", "replace")
+        here = {k.rpartition("/")[2] for k in self.meta if k.rpartition("/")[0] == node}
+        if ".zarray" in here or ".zgroup" not in here:
+            return  # an array's directory holds its chunks; no group, no members
+        with os.scandir(d) as it:
+            subdirs = sorted(e.name for e in it if e.is_dir() and not e.name.startswith("."))
+        for name in subdirs:
+            self._walk(f"{node}/{name}" if node else name)
+
+    def get(self, key: str):
+        p = os.path.join(self.path, *key.split("/"))
+        try:
+            st = os.stat(p)
+        except (FileNotFoundError, NotADirectoryError):
+            return None  # never written: zarr reads the fill value
+        except OSError as e:
+            self.why[p] = f"cannot be read ({e.strerror})"
+            return (p, 0, None)
+        if not stat.S_ISREG(st.st_mode):
+            self.why[p] = "is not a regular file"
+            return (p, 0, None)
+        self.stats[p] = st
+        return (p, 0, st.st_size)
+
+
+class _StoreScanner(_Scanner):
+    root_array = ROOT_ARRAY
+
+    def read_values(self, node: str) -> np.ndarray:
+        return read_zarr2_values(self.path, node or ROOT_ARRAY)
+
+    def _data_file(self, url: str) -> int | None:
+        """A chunk file: one data file (stat'ed by `_StoreRefs.get`)."""
+        k = self._file_index.get(url)
+        if k is not None or url in self._missing:
+            return k
+        st = self.refs.stats.get(url)
+        where = system_location(os.path.realpath(url))
+        if where is not None:  # a symlink in a store must not make us reference /etc/passwd
+            self._missing[url] = f"it lies in a system location ({where}), which a source may " \
+                                 "not point into"
+            self._refused.add(url)
+            return None
+        if st is None:
+            self._missing[url] = self.refs.why.get(url, "cannot be read")
+            return None
+        self.data_files.append(Source(url, st.st_size, st.st_mtime_ns, referenced_by=self.path))
+        k = self._file_index[url] = len(self.data_files)
+        return k
+
+
+def scan_zarr2(path: str) -> FileInventory:
+    """One store's inventory."""
+    path = os.path.abspath(path)
+    st = os.stat(path)
+    refs = _StoreRefs(path)
+    s = _StoreScanner(path, refs)
+    s.run()
+    missing = [p for p in s.problems if p.kind == "missing-data-file"]
+    for p in missing:  # (a chunk file of the store itself, not a reference set's data file)
+        s.problems[s.problems.index(p)] = Problem(p.loc, "unreadable", p.message, p.fatal,
+                                                  p.remedy)
+    return FileInventory(path, "zarr2", st.st_size, st.st_mtime_ns, s.groups, s.dims,
+                         s.variables, s.problems, bytes_read=refs.bytes_read,
+                         data_files=s.data_files)
+
+
+def open_zarr2(path: str):
+    """The store, read-only, as zarr-python opens it with `zarr_format=2` (its consolidated
+    metadata when it has some)."""
+    import zarr
+    from zarr.storage import LocalStore
+
+    return zarr.open(LocalStore(str(path), read_only=True), mode="r", zarr_format=2)
+
+
+def read_zarr2_values(path: str, variable: str, region=None) -> np.ndarray:
+    """A variable's values (or a region [a, b) per axis of them), decoded by zarr-python."""
+    import zarr
+
+    node = open_zarr2(path)
+    if isinstance(node, zarr.Array):
+        if variable not in ("", ROOT_ARRAY):
+            raise KeyError(f"{path}: no array {variable!r} (the store is one array, "
+                           f"{ROOT_ARRAY!r})")
+        a = node
+    else:
+        a = node[variable]
+    if region is None:
+        return np.asarray(a[...])
+    return np.asarray(a[tuple(slice(lo, hi) for lo, hi in region)])
+
+
+class Zarr2(Format):
+    name = "zarr2"
+    suffixes = ()  # a store is a directory: given by name (a directory is not expanded to it)
+    modules = (__name__,)
+
+    def sniff(self, head: bytes, f=None) -> bool:
+        return False  # a store is a directory, never a file
+
+    def sniff_directory(self, path: str) -> bool:
+        return is_zarr2_store(path)
+
+    def scan(self, path: str, hint=None) -> FileInventory:
+        if storage.is_url(path):
+            raise VirtualizeError([Problem(Location(path), "unsupported-object",
+                                           "a remote zarr v2 store is not read as a source yet")],
+                                  f"{path}: cannot be scanned")
+        # its blocks are its chunk files: their extents are their sizes
+        return finish(scan_zarr2(path), hint, extent=False)
+
+    def read_region(self, path: str, name: str, region=None) -> Any:
+        return read_zarr2_values(path, name, region)
+
+    def reader(self, path: str) -> "_Reader":
+        return _Reader(self, path)
+
+
+class _Reader:
+    """Regions of one store's arrays, the store opened once."""
+
+    def __init__(self, fmt: Format, path: str):
+        self.format, self.path, self._node = fmt, os.fspath(path), None
+
+    def __enter__(self) -> "_Reader":
+        return self
+
+    def __exit__(self, *_exc) -> None:
+        self._node = None
+
+    def read(self, name: str, region):
+        import zarr
+
+        if self._node is None:
+            self._node = open_zarr2(self.path)
+        a = self._node if isinstance(self._node, zarr.Array) else self._node[name]
+        return np.asarray(a[tuple(slice(lo, hi) for lo, hi in region)])
+
+
+FORMAT = Zarr2()
+
+__all__ = ["FORMAT", "is_zarr2_store", "read_zarr2_values", "scan_zarr2"]

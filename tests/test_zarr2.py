@@ -1,0 +1,362 @@
+"""Zarr v2 directory stores as sources (formats/zarr2.py): fixtures written by zarr-python
+with zarr_format=2 (and xarray); every array read through the cube (virtualize.open,
+xarray engine="virtualize", the kerchunk export read with fsspec + zarr) equals
+zarr-python's own v2 read of the store."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numcodecs
+import numpy as np
+import pytest
+import xarray as xr
+import zarr
+
+import virtualize
+from virtualize.formats import detect_format, is_input_directory, scan
+from virtualize.model import UnsafeOutputError, VirtualizeError
+
+from helpers import assert_same, kerchunk_group, kerchunk_xarray
+
+pytestmark = pytest.mark.filterwarnings("ignore::zarr.errors.ZarrUserWarning",
+                                        "ignore::UserWarning:zarr")
+
+
+def v2(store):
+    """The store as zarr-python reads it as zarr v2 (the oracle)."""
+    return zarr.open(str(store), mode="r", zarr_format=2)
+
+
+def make_store(path, arrays: dict, attrs: dict | None = None, consolidated: bool = False):
+    """A v2 group at `path` with arrays name -> (data, dims, create_array keywords); the
+    arrays' data written whole (pass `write=False` in the keywords to leave it unwritten,
+    or `regions` to write only those)."""
+    g = zarr.open_group(str(path), mode="w", zarr_format=2)
+    g.attrs.update(attrs or {})
+    for name, (data, dims, kw) in arrays.items():
+        kw = dict(kw)
+        regions = kw.pop("regions", None)
+        kw.setdefault("fill_value", 0)
+        a = g.create_array(name, shape=data.shape, dtype=data.dtype, **kw)
+        a.attrs["_ARRAY_DIMENSIONS"] = list(dims)
+        if regions is None:
+            a[...] = data
+        else:
+            for r in regions:
+                a[r] = data[r]
+    if consolidated:
+        zarr.consolidate_metadata(str(path), zarr_format=2)
+    return path
+
+
+def same_everywhere(store, tmp_path, names=None, tag="cube"):
+    """Virtualize the store alone; compare every array read through the cube, xarray and
+    the kerchunk export with zarr-python's v2 read. Returns the report."""
+    cube, export = tmp_path / f"{tag}.zarr", tmp_path / f"{tag}.json"
+    report = virtualize.virtualize([store], cube)
+    assert report.ok, report.problems
+    assert virtualize.virtualize([store], export).ok
+    src = v2(store)
+    names = names or [n for n, _ in src.arrays()]
+    g, k = virtualize.open(cube), kerchunk_group(export)
+    ds = xr.open_dataset(cube, engine="virtualize", mask_and_scale=False, decode_times=False)
+    kx = kerchunk_xarray(export, mask_and_scale=False, decode_times=False)
+    for name in names:
+        want = src[name][...]
+        assert_same(g[name][...], want, f"{name} (cube)")
+        assert_same(k[name][...], want, f"{name} (kerchunk export)")
+        if "/" not in name:  # (xarray opens the root group)
+            assert_same(ds[name].values, want, f"{name} (xarray)")
+            assert_same(kx[name].values, want, f"{name} (xarray over the export)")
+    return report
+
+
+# -- codecs, byte order, layout -----------------------------------------------------------
+
+CODECS = [
+    ("<f8", dict(compressors=None)),
+    (">i4", dict(compressors=None)),
+    (">f8", dict(compressors=numcodecs.Blosc("zstd", 3, numcodecs.Blosc.BITSHUFFLE))),
+    ("<f4", dict(compressors=numcodecs.Blosc("lz4", 5, numcodecs.Blosc.SHUFFLE))),
+    ("<u2", dict(compressors=numcodecs.Zstd(level=3))),
+    ("<i2", dict(compressors=numcodecs.GZip(level=5))),
+    ("<i8", dict(compressors=numcodecs.Zlib(level=1))),
+    ("<u4", dict(compressors=numcodecs.LZ4())),
+    ("<f4", dict(compressors=numcodecs.BZ2())),
+    ("<f8", dict(compressors=numcodecs.LZMA())),
+    ("<i4", dict(filters=[numcodecs.Delta("<i4", astype=">i2")], compressors=numcodecs.Zlib())),
+    ("<f8", dict(filters=[numcodecs.FixedScaleOffset(0, 4, "<f8", astype="<u2")],
+                 compressors=numcodecs.Zstd())),
+    (">f4", dict(filters=[numcodecs.Shuffle(4)], compressors=numcodecs.Blosc("lz4"))),
+    ("<i8", dict(filters=[numcodecs.AsType(">i4", "<i8"), numcodecs.Shuffle(4)],
+                 compressors=None)),
+    ("<f4", dict(compressors=numcodecs.Zstd(), chunk_key_encoding={"name": "v2",
+                                                                   "separator": "/"})),
+    (">i2", dict(order="F", compressors=None)),
+    ("<f8", dict(order="F", compressors=numcodecs.Zstd())),
+]
+
+
+@pytest.mark.parametrize("dtype, kw", CODECS, ids=[f"{d}-{i}" for i, (d, _) in enumerate(CODECS)])
+def test_codecs_byte_order_and_layout(tmp_path, dtype, kw):
+    data = (np.arange(7 * 5).reshape(7, 5) * 3 + 1).astype(dtype)
+    store = make_store(tmp_path / "s.zarr", {"v": (data, ("y", "x"), dict(chunks=(3, 2), **kw))})
+    assert detect_format(store) == "zarr2"
+    report = same_everywhere(store, tmp_path, ["v"])
+    a = report.plan.arrays["v"]
+    # every chunk is referenced, from its own chunk file, whole
+    assert a.refs is not None and (a.refs["length"] > 0).all()
+    sources = report.plan.sources
+    files = {sources[i].path for i in a.refs["path"].reshape(-1)}
+    assert len(files) == 3 * 3 and all(f.startswith(str(store)) for f in files)
+    assert (a.refs["offset"] == 0).all()
+    assert [int(x) for x in a.refs["length"].reshape(-1)] == \
+        [os.path.getsize(f) for f in (sources[i].path for i in a.refs["path"].reshape(-1))]
+
+
+def test_root_array_store(tmp_path):
+    data = np.arange(20, dtype=">u2").reshape(4, 5)
+    a = zarr.create_array(str(tmp_path / "r.zarr"), shape=data.shape, dtype=data.dtype,
+                          chunks=(3, 3), zarr_format=2, compressors=numcodecs.Zlib(),
+                          fill_value=9)
+    a[...] = data
+    inv = scan(tmp_path / "r.zarr")
+    assert list(inv.variables) == ["data"] and inv.variables["data"].dims == ("y", "x")
+    cube = tmp_path / "cube.zarr"
+    assert virtualize.virtualize([tmp_path / "r.zarr"], cube).ok
+    assert_same(virtualize.open(cube)["data"][...], v2(tmp_path / "r.zarr")[...], "data")
+
+
+def test_unknown_codec_is_refused_located(tmp_path):
+    data = np.arange(12, dtype="<f4").reshape(3, 4)
+    store = make_store(tmp_path / "s.zarr", {"v": (data, ("y", "x"), dict(
+        chunks=(3, 4), filters=[numcodecs.Quantize(2, "<f4")], compressors=None))})
+    (p,) = [p for p in virtualize.check([store]).problems if p.fatal]
+    assert (p.kind, p.loc.file, p.loc.variable) == ("unsupported-filter", str(store), "v")
+    assert "'quantize'" in p.message
+
+
+# -- fill values and absent chunks --------------------------------------------------------
+
+@pytest.mark.parametrize("dtype, fill", [("<f8", np.nan), ("<f4", np.inf), (">f8", -np.inf),
+                                         ("<i4", -99), ("<u1", 255)])
+def test_absent_chunks_read_as_the_fill_value(tmp_path, dtype, fill):
+    data = np.arange(10 * 6).reshape(10, 6).astype(dtype)
+    store = make_store(tmp_path / "s.zarr", {"v": (data, ("t", "x"), dict(
+        chunks=(4, 3), fill_value=fill, compressors=numcodecs.Zstd(),
+        regions=[(slice(0, 4), slice(0, 3)), (slice(8, 10), slice(3, 6))]))})
+    raw = json.loads((store / "v" / ".zarray").read_text())["fill_value"]
+    if dtype[1] == "f":
+        assert raw == {np.nan: "NaN", np.inf: "Infinity", -np.inf: "-Infinity"}.get(fill, raw) \
+            or np.isnan(fill) and raw == "NaN"
+    report = same_everywhere(store, tmp_path, ["v"])
+    refs = report.plan.arrays["v"].refs
+    assert int((refs["length"] > 0).sum()) == 2  # 4 of the 6 chunks were never written
+    got = virtualize.open(tmp_path / "cube.zarr")["v"][...]
+    assert_same(got[4:8], np.full((4, 6), fill, dtype), "fill")
+
+
+def test_null_fill_with_absent_chunks_is_refused(tmp_path):
+    data = np.arange(8, dtype="<i4")
+    store = make_store(tmp_path / "s.zarr", {"v": (data, ("t",), dict(
+        chunks=(4,), fill_value=None, compressors=None, regions=[slice(0, 4)]))})
+    assert json.loads((store / "v" / ".zarray").read_text())["fill_value"] is None
+    (p,) = [p for p in virtualize.check([store]).problems if p.fatal]
+    assert (p.kind, p.loc.variable, p.loc.block) == ("unknown-fill", "v", (1,))
+
+
+def test_null_fill_with_every_chunk_present_is_read(tmp_path):
+    data = np.arange(8, dtype="<i4") - 3
+    store = make_store(tmp_path / "s.zarr", {"v": (data, ("t",), dict(
+        chunks=(4,), fill_value=None, compressors=None))})
+    same_everywhere(store, tmp_path, ["v"])
+
+
+# -- what is refused or skipped -----------------------------------------------------------
+
+def test_strings_objects_and_structs_are_skipped_located(tmp_path):
+    g = zarr.open_group(str(tmp_path / "s.zarr"), mode="w", zarr_format=2)
+    ok = g.create_array("ok", shape=(4,), dtype="<f4", chunks=(2,), fill_value=0)
+    ok[...] = np.arange(4, dtype="<f4")
+    ok.attrs["_ARRAY_DIMENSIONS"] = ["n"]
+    s = g.create_array("name", shape=(4,), dtype=str, chunks=(2,))
+    s[...] = np.array(["a", "bb", "ccc", "d"])
+    s.attrs["_ARRAY_DIMENSIONS"] = ["n"]
+    fixed = g.create_array("code", shape=(4,), dtype="S3", chunks=(2,))
+    fixed[...] = np.array([b"a", b"bb", b"ccc", b"d"])
+    fixed.attrs["_ARRAY_DIMENSIONS"] = ["n"]
+    rec = g.create_array("rec", shape=(4,), dtype=[("a", "<i4"), ("b", "<f8")], chunks=(2,))
+    rec.attrs["_ARRAY_DIMENSIONS"] = ["n"]
+    report = virtualize.check([tmp_path / "s.zarr"])
+    skipped = {p.loc.variable: p for p in report.problems}
+    assert set(skipped) == {"name", "code", "rec"}
+    assert all(p.kind == "unsupported-type" and not p.fatal and p.loc.file == str(tmp_path / "s.zarr")
+               for p in skipped.values())
+    assert report.ok and set(report.plan.arrays) == {"ok"}
+    cube = tmp_path / "cube.zarr"
+    assert virtualize.virtualize([tmp_path / "s.zarr"], cube).ok
+    assert_same(virtualize.open(cube)["ok"][...], v2(tmp_path / "s.zarr")["ok"][...], "ok")
+
+
+def test_bad_metadata_and_chunks_are_located(tmp_path):
+    data = np.arange(12, dtype="<f4").reshape(3, 4)
+    store = make_store(tmp_path / "s.zarr", {
+        "v": (data, ("y", "x"), dict(chunks=(3, 2), compressors=None)),
+        "w": (data, ("y", "x"), dict(chunks=(3, 2), compressors=None)),
+        "u": (data, ("y", "x"), dict(chunks=(3, 2), compressors=None))})
+    (store / "w" / ".zarray").write_text('{"shape": [3, 4], "chunks": [3')  # cut short
+    (store / "v" / "0.1").unlink()
+    (store / "v" / "0.1").mkdir()  # a directory where a chunk file should be
+    with open(store / "u" / "0.0", "r+b") as f:  # an uncompressed chunk cut short
+        f.truncate(20)
+    problems = {p.loc.variable: p for p in virtualize.check([store]).problems}
+    assert problems["w"].kind == "corrupt"
+    assert (problems["v"].kind, problems["v"].loc.block) == ("unreadable", (0, 1))
+    assert (problems["u"].kind, problems["u"].loc.block) == ("chunk-length", (0, 0))
+    assert all(p.fatal and p.loc.file == str(store) for p in problems.values())
+
+
+def test_detection_is_strict(tmp_path):
+    store = make_store(tmp_path / "s.zarr", {"v": (np.zeros(3), ("t",), dict(chunks=(3,)))},
+                       consolidated=True)
+    assert detect_format(store) == "zarr2"
+    (store / ".zgroup").unlink()  # consolidated metadata alone still says v2
+    assert detect_format(store) == "zarr2"
+    v3 = zarr.open_group(str(tmp_path / "v3.zarr"), mode="w", zarr_format=3)
+    v3.create_array("v", shape=(3,), dtype="f8")
+    cube = tmp_path / "cube.zarr"
+    virtualize.virtualize([store], cube)
+    for d in (tmp_path / "v3.zarr", cube):  # a zarr v3 store, a cube: not zarr v2 stores
+        assert not is_input_directory(d)
+        with pytest.raises(VirtualizeError) as e:
+            scan(d)
+        assert e.value.problems[0].kind == "unreadable"
+
+
+def test_consolidated_and_walked_metadata_agree(tmp_path):
+    arrays = {"a": (np.arange(6.0), ("t",), dict(chunks=(4,))),
+              "g/b": (np.arange(12, dtype="<i2").reshape(3, 4), ("y", "x"), dict(chunks=(2, 2)))}
+    walked = scan(make_store(tmp_path / "w.zarr", arrays, attrs={"title": "x"}))
+    cons = scan(make_store(tmp_path / "c.zarr", arrays, attrs={"title": "x"}, consolidated=True))
+    assert set(walked.variables) == set(cons.variables) == {"a", "g/b"}
+    assert walked.groups[""] == cons.groups[""] == {"title": "x"}
+    for name, v in walked.variables.items():
+        w = cons.variables[name]
+        assert (v.dims, v.shape, v.codecs, v.attrs) == (w.dims, w.shape, w.codecs, w.attrs)
+    # only metadata was read: the .z* files, no chunk
+    meta = sum(f.stat().st_size for f in (tmp_path / "w.zarr").rglob(".z*"))
+    assert walked.bytes_read == meta
+    same_everywhere(tmp_path / "c.zarr", tmp_path, ["a", "g/b"])
+
+
+# -- xarray stores and stacks ----------------------------------------------------------------
+
+def _xr_store(path, start, n, chunk, seed, compressor=True):
+    import pandas as pd
+
+    rng = np.random.default_rng(seed)
+    ds = xr.Dataset(
+        {"tas": (("time", "lat", "lon"), rng.random((n, 3, 4)).astype("f4"),
+                 {"units": "K", "standard_name": "air_temperature"}),
+         "orog": (("lat", "lon"), np.arange(12.0).reshape(3, 4), {"units": "m"})},
+        coords={"time": pd.date_range(start, periods=n, freq="D"),
+                "lat": ("lat", [10.0, 20.0, 30.0], {"units": "degrees_north"}),
+                "lon": ("lon", [0.0, 1.0, 2.0, 3.0], {"units": "degrees_east"})},
+        attrs={"Conventions": "CF-1.8", "title": "test"})
+    enc = {"tas": {"chunks": (chunk, 3, 4)}}
+    if not compressor:
+        enc["tas"]["compressors"] = None
+    ds.to_zarr(path, zarr_format=2, encoding=enc, mode="w")
+    return path
+
+
+def test_xarray_store_dimensions_and_cf_attrs(tmp_path):
+    store = _xr_store(tmp_path / "x.zarr", "2000-01-01", 9, 4, 0)
+    report = same_everywhere(store, tmp_path)
+    assert report.plan.arrays["tas"].dims == ("time", "lat", "lon")
+    ds = xr.open_dataset(tmp_path / "cube.zarr", engine="virtualize")
+    want = xr.open_zarr(store, zarr_format=2)
+    xr.testing.assert_identical(ds.load(), want.load())
+
+
+def test_two_stores_of_different_chunkings_become_one_cube(tmp_path):
+    a = _xr_store(tmp_path / "a.zarr", "2000-01-01", 30, 10, 1)
+    b = _xr_store(tmp_path / "b.zarr", "2000-01-31", 21, 7, 2)
+    cube = tmp_path / "cube.zarr"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [os.path.join(os.path.dirname(virtualize.__file__), os.pardir), *sys.path])}
+    run = subprocess.run([sys.executable, "-m", "virtualize.cli", str(a), str(b), "-o", str(cube)],
+                         capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr + run.stdout
+    grid = json.loads((cube / "tas" / "zarr.json").read_text())["chunk_grid"]["configuration"]
+    lengths = [[n] if isinstance(n, int) else [n[0]] * n[1] for n in grid["chunk_shapes"][0]]
+    assert sum(lengths, []) == [10, 10, 10, 7, 7, 7]
+    ds = xr.open_dataset(cube, engine="virtualize")
+    want = xr.concat([xr.open_zarr(a, zarr_format=2), xr.open_zarr(b, zarr_format=2)], "time",
+                     data_vars="minimal", coords="minimal", compat="override")
+    xr.testing.assert_identical(ds.load(), want.load())
+    export = tmp_path / "cube.json"
+    assert virtualize.virtualize([a, b], export).ok
+    want_tas = np.concatenate([v2(a)["tas"][...], v2(b)["tas"][...]])
+    assert_same(kerchunk_group(export)["tas"][...], want_tas, "tas (kerchunk export)")
+    assert_same(virtualize.open(cube)["tas"][...], want_tas, "tas (cube)")
+
+
+@pytest.mark.parametrize("compressor", [True, False])
+def test_padded_last_chunk_mid_stack(tmp_path, compressor):
+    """a (25 steps in chunks of 10: its last chunk stored padded) then b: compressed, the
+    padded chunk cannot be the middle of the cube (refused, located); uncompressed, the
+    split remedy trims it exactly."""
+    a = _xr_store(tmp_path / "a.zarr", "2000-01-01", 25, 10, 3, compressor)
+    b = _xr_store(tmp_path / "b.zarr", "2000-01-26", 14, 7, 4, compressor)
+    report = virtualize.check([a, b])
+    if compressor:
+        (p,) = [p for p in report.problems if p.fatal]
+        assert (p.kind, p.loc.file, p.loc.variable, p.loc.block) == \
+            ("padded-block", str(a), "tas", (2,))
+        # the other order is fine: the padded chunk is the cube's last
+        b2 = _xr_store(tmp_path / "b2.zarr", "1999-12-01", 14, 7, 4, compressor)
+        cube = tmp_path / "cube.zarr"
+        assert virtualize.virtualize([b2, a], cube).ok
+        want = np.concatenate([v2(b2)["tas"][...], v2(a)["tas"][...]])
+        assert_same(virtualize.open(cube)["tas"][...], want, "tas")
+        return
+    assert report.ok, report.problems
+    assert report.plan.remedies["split"].blocks == 1
+    cube = tmp_path / "cube.zarr"
+    assert virtualize.virtualize([a, b], cube).ok
+    want = np.concatenate([v2(a)["tas"][...], v2(b)["tas"][...]])
+    assert_same(virtualize.open(cube)["tas"][...], want, "tas")
+
+
+def test_stores_stack_along_a_new_axis(tmp_path):
+    stores = [make_store(tmp_path / f"m{i}.zarr", {"v": (np.arange(12.0).reshape(3, 4) + i,
+                                                        ("y", "x"), dict(chunks=(2, 4)))})
+              for i in range(3)]
+    cube = tmp_path / "cube.zarr"
+    report = virtualize.virtualize(stores, cube, concat_dim="member")
+    assert report.ok, report.problems
+    want = np.stack([v2(s)["v"][...] for s in stores])
+    assert_same(virtualize.open(cube)["v"][...], want, "v")
+
+
+# -- outputs never confused with sources ---------------------------------------------------
+
+def test_an_existing_v2_store_is_never_overwritten(tmp_path):
+    src = make_store(tmp_path / "in.zarr", {"v": (np.arange(4.0), ("t",), dict(chunks=(2,)))})
+    other = make_store(tmp_path / "other.zarr", {"v": (np.arange(4.0), ("t",), dict(chunks=(2,)))})
+    before = sorted(p.name for p in other.rglob("*"))
+    with pytest.raises(UnsafeOutputError) as e:
+        virtualize.virtualize([src], other, overwrite=True)
+    assert e.value.problems[0].kind == "output-not-ours"
+    assert sorted(p.name for p in other.rglob("*")) == before
+    with pytest.raises(UnsafeOutputError) as e:
+        virtualize.virtualize([src], src, overwrite=True)
+    assert e.value.problems[0].kind == "output-is-source"
+    with pytest.raises(UnsafeOutputError):
+        virtualize.virtualize([src], src / "v" / "cube.zarr")
+    assert_same(v2(src)["v"][...], np.arange(4.0), "the source is untouched")
