@@ -360,3 +360,86 @@ def test_an_existing_v2_store_is_never_overwritten(tmp_path):
     with pytest.raises(UnsafeOutputError):
         virtualize.virtualize([src], src / "v" / "cube.zarr")
     assert_same(v2(src)["v"][...], np.arange(4.0), "the source is untouched")
+
+
+def test_staleness_and_decode_check(tmp_path):
+    a = _xr_store(tmp_path / "a.zarr", "2000-01-01", 8, 4, 5)
+    b = _xr_store(tmp_path / "b.zarr", "2000-01-09", 6, 3, 6)
+    cube = tmp_path / "cube.zarr"
+    assert virtualize.virtualize([a, b], cube).ok
+    # every chunk file is a source of the cube, found through its store
+    sources = json.loads((cube / "virtualize.json").read_text())["sources"]
+    chunk = str(b / "tas" / "1.0.0")
+    assert {"path": chunk, "referenced_by": str(b)}.items() <= \
+        next(s for s in sources if s["path"] == chunk).items()
+    assert virtualize.verify_cube(cube, decode=True) == []
+    # a chunk rewritten (other values): the cube is stale, located at that chunk file
+    z = zarr.open_array(str(b / "tas"), mode="r+", zarr_format=2)
+    z[3:6] = z[3:6] + 1
+    problems = virtualize.verify_cube(cube)
+    assert [(p.kind, p.loc.file) for p in problems if p.fatal] == [("source-changed", chunk)]
+    with pytest.raises(VirtualizeError):
+        virtualize.open(cube)
+
+
+# -- damaged metadata: a clean located refusal, or the values zarr itself reads ------------
+
+def _outcome(store, tmp_path, tag):
+    """("refused", problems) or ("read", values) for virtualizing the store."""
+    try:
+        report = virtualize.virtualize([store], tmp_path / f"{tag}.zarr")
+    except VirtualizeError as e:
+        return "refused", e.problems
+    if not report.ok or "v" not in report.plan.arrays:
+        return "refused", report.problems
+    return "read", virtualize.open(tmp_path / f"{tag}.zarr")["v"][...]
+
+
+def test_mutated_array_metadata(tmp_path):
+    data = (np.arange(7 * 5).reshape(7, 5) - 11).astype("<i4")
+    store = make_store(tmp_path / "s.zarr", {"v": (data, ("y", "x"), dict(
+        chunks=(3, 2), compressors=numcodecs.Zlib(), fill_value=-1))})
+    meta = store / "v" / ".zarray"
+    good = meta.read_bytes()
+    rng = np.random.default_rng(23)
+    cases = [("cut", int(n)) for n in rng.choice(len(good), 12, replace=False)] + \
+        [("flip", int(i)) for i in rng.choice(len(good), 40, replace=False)]
+    seen = set()
+    for n, (kind, at) in enumerate(cases):
+        b = bytearray(good)
+        if kind == "cut":
+            b = b[:at]
+        else:
+            b[at] ^= 1 << int(rng.integers(0, 8))
+        meta.write_bytes(bytes(b))
+        what, got = _outcome(store, tmp_path, f"m{n}")
+        seen.add(what)
+        where = f"{kind} at {at}: {bytes(b)!r}"
+        if what == "refused":
+            # (a chunk file, when the decode check found the cube would read otherwise)
+            assert got and all(p.loc.file.startswith(str(store)) for p in got), where
+            continue
+        try:  # accepted: exactly what zarr reads from the damaged store
+            want = v2(store)["v"][...]
+        except Exception as e:  # zarr cannot read it: neither may the cube
+            raise AssertionError(f"{where}: read by the cube, not by zarr ({e})") from None
+        assert_same(got, want, where)
+    meta.write_bytes(good)
+    assert "refused" in seen
+
+
+def test_truncated_compressed_chunk_does_not_read_as_data(tmp_path):
+    data = np.arange(40, dtype="<f8").reshape(8, 5)
+    store = make_store(tmp_path / "s.zarr", {"v": (data, ("y", "x"), dict(
+        chunks=(4, 5), compressors=numcodecs.Zstd()))})
+    chunk = store / "v" / "1.0"
+    chunk.write_bytes(chunk.read_bytes()[:-6])
+    with pytest.raises(Exception):
+        v2(store)["v"][...]  # zarr itself cannot decode it
+    # scanning reads no chunk; the decode check before writing finds it (one per source)
+    with pytest.raises(VirtualizeError) as e:
+        virtualize.virtualize([store], tmp_path / "cube.zarr")
+    (p,) = e.value.problems
+    assert (p.kind, p.loc.file, p.loc.variable, p.loc.block) == \
+        ("decode-mismatch", str(chunk), "v", (1, 0))
+    assert not (tmp_path / "cube.zarr").exists()
