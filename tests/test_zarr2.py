@@ -18,7 +18,7 @@ import zarr
 
 import virtualize
 from virtualize.formats import detect_format, is_input_directory, scan
-from virtualize.model import UnsafeOutputError, VirtualizeError
+from virtualize.model import OutputExistsError, UnsafeOutputError, VirtualizeError
 
 from helpers import assert_same, kerchunk_group, kerchunk_xarray
 
@@ -94,6 +94,7 @@ CODECS = [
     (">f4", dict(filters=[numcodecs.Shuffle(4)], compressors=numcodecs.Blosc("lz4"))),
     ("<i8", dict(filters=[numcodecs.AsType(">i4", "<i8"), numcodecs.Shuffle(4)],
                  compressors=None)),
+    ("<f4", dict(filters=[numcodecs.Fletcher32()], compressors=numcodecs.Zlib())),
     ("<f4", dict(compressors=numcodecs.Zstd(), chunk_key_encoding={"name": "v2",
                                                                    "separator": "/"})),
     (">i2", dict(order="F", compressors=None)),
@@ -191,9 +192,12 @@ def test_strings_objects_and_structs_are_skipped_located(tmp_path):
     fixed.attrs["_ARRAY_DIMENSIONS"] = ["n"]
     rec = g.create_array("rec", shape=(4,), dtype=[("a", "<i4"), ("b", "<f8")], chunks=(2,))
     rec.attrs["_ARRAY_DIMENSIONS"] = ["n"]
+    when = g.create_array("when", shape=(4,), dtype="<M8[s]", chunks=(2,))
+    when[...] = np.arange(4).astype("<M8[s]")
+    when.attrs["_ARRAY_DIMENSIONS"] = ["n"]
     report = virtualize.check([tmp_path / "s.zarr"])
     skipped = {p.loc.variable: p for p in report.problems}
-    assert set(skipped) == {"name", "code", "rec"}
+    assert set(skipped) == {"name", "code", "rec", "when"}
     assert all(p.kind == "unsupported-type" and not p.fatal and p.loc.file == str(tmp_path / "s.zarr")
                for p in skipped.values())
     assert report.ok and set(report.plan.arrays) == {"ok"}
@@ -350,6 +354,8 @@ def test_an_existing_v2_store_is_never_overwritten(tmp_path):
     src = make_store(tmp_path / "in.zarr", {"v": (np.arange(4.0), ("t",), dict(chunks=(2,)))})
     other = make_store(tmp_path / "other.zarr", {"v": (np.arange(4.0), ("t",), dict(chunks=(2,)))})
     before = sorted(p.name for p in other.rglob("*"))
+    with pytest.raises(OutputExistsError):
+        virtualize.virtualize([src], other)
     with pytest.raises(UnsafeOutputError) as e:
         virtualize.virtualize([src], other, overwrite=True)
     assert e.value.problems[0].kind == "output-not-ours"
@@ -443,3 +449,14 @@ def test_truncated_compressed_chunk_does_not_read_as_data(tmp_path):
     assert (p.kind, p.loc.file, p.loc.variable, p.loc.block) == \
         ("decode-mismatch", str(chunk), "v", (1, 0))
     assert not (tmp_path / "cube.zarr").exists()
+
+
+def test_a_chunk_symlinked_into_a_system_location_is_refused(tmp_path):
+    data = np.arange(4, dtype="u1")
+    store = make_store(tmp_path / "s.zarr", {"v": (data, ("t",), dict(
+        chunks=(4,), compressors=None))})
+    (store / "v" / "0").unlink()
+    (store / "v" / "0").symlink_to("/etc/hostname" if os.path.exists("/etc/hostname")
+                                   else "/etc/passwd")
+    (p,) = [p for p in virtualize.check([store]).problems if p.fatal]
+    assert (p.kind, p.loc.variable, p.loc.block) == ("reference-not-allowed", "v", (0,))
