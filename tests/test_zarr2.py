@@ -287,6 +287,22 @@ def test_xarray_store_dimensions_and_cf_attrs(tmp_path):
     xr.testing.assert_identical(ds.load(), want.load())
 
 
+def test_xarray_decodes_as_it_decodes_the_store(tmp_path):
+    """xarray takes a v2 fill_value as _FillValue (masking it), 0 included: so does the
+    cube's xarray view of the store."""
+    data = np.array([[0, 1, 2], [3, 0, 5]])
+    store = make_store(tmp_path / "s.zarr", {
+        "i": (data.astype("<i2"), ("y", "x"), dict(chunks=(1, 3), fill_value=0)),
+        "f": (data.astype("<f4"), ("y", "x"), dict(chunks=(2, 2), fill_value=0.0)),
+        "n": (data.astype("<f8"), ("y", "x"), dict(chunks=(2, 2), fill_value=np.nan)),
+        "j": (data.astype("<u1"), ("y", "x"), dict(chunks=(2, 2), fill_value=None))})
+    same_everywhere(store, tmp_path)
+    got = xr.open_dataset(tmp_path / "cube.zarr", engine="virtualize")
+    want = xr.open_zarr(store, zarr_format=2, consolidated=False)
+    assert np.isnan(want["i"].values[0, 0])  # (xarray masks a v2 store's 0 fill)
+    xr.testing.assert_identical(got.load(), want.load())
+
+
 def test_two_stores_of_different_chunkings_become_one_cube(tmp_path):
     a = _xr_store(tmp_path / "a.zarr", "2000-01-01", 30, 10, 1)
     b = _xr_store(tmp_path / "b.zarr", "2000-01-31", 21, 7, 2)

@@ -9,7 +9,8 @@ whose reference sets hold the same zarr v2 keys): dtype with its byte order, ord
 (a `transpose` codec), `fill_value` (NaN / Infinity strings; `null` with absent chunks is
 refused, `unknown-fill`), `dimension_separator` "." or "/", the compressor and filters as
 `numcodecs.*` v3 codecs (the ones with an exact v3 equivalent; others `unsupported-filter`),
-`.zattrs` with xarray's `_ARRAY_DIMENSIONS` as dimension names. Object, string, datetime
+`.zattrs` with xarray's `_ARRAY_DIMENSIONS` as dimension names; the fill value is also
+the `_FillValue` attribute, as xarray reads a v2 store. Object, string, datetime
 and structured dtypes are skipped (`unsupported-type`, not fatal).
 
 The metadata comes from the consolidated `.zmetadata` when the store has one (what zarr
@@ -125,6 +126,14 @@ class _StoreScanner(_Scanner):
 
     def read_values(self, node: str) -> np.ndarray:
         return read_zarr2_values(self.path, node or ROOT_ARRAY)
+
+    def _variable(self, name, node, doc, attrs, zf):
+        var = super()._variable(name, node, doc, attrs, zf)
+        if var is not None and var.fill_value is not None and "_FillValue" not in var.attrs:
+            # xarray reads a zarr v2 fill_value as _FillValue, whatever it is (0 too: the
+            # reference-set scanner leaves netCDF's defaults out, a store's are its own)
+            var.attrs["_FillValue"] = var.fill_value.item()
+        return var
 
     def _data_file(self, url: str) -> int | None:
         """A chunk file: one data file (stat'ed by `_StoreRefs.get`)."""
