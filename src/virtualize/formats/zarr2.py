@@ -22,6 +22,7 @@ zarr-python itself with `zarr_format=2`.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import stat
@@ -31,7 +32,7 @@ import numpy as np
 
 from .. import storage
 from ..model import FileInventory, Location, Problem, Source, VirtualizeError
-from ._io import system_location
+from ._io import _system_cache
 from ._planning import finish
 from .base import Format
 from .kerchunk import _Scanner, is_parquet_references
@@ -68,7 +69,8 @@ def _consolidated(path: str) -> dict | None:
 class _StoreRefs:
     """The reference mapping of `kerchunk._Scanner` over a directory store: `meta` (zarr
     key -> JSON text) and `get(key)`: None for an absent chunk file, else (path, 0, size),
-    size None when the path is there but no regular file (`why[path]` says why)."""
+    size None when the path is there but cannot be referenced (`why[path]` says why: no
+    regular file, or in a system location)."""
 
     kind = "directory"
     gen: list = []
@@ -79,6 +81,8 @@ class _StoreRefs:
         self.meta: dict[str, str] = {}
         self.why: dict[str, str] = {}
         self.stats: dict[str, os.stat_result] = {}
+        self.refused: set[str] = set()  # chunk paths that lie in a system location
+        self._real_dirs: dict[str, tuple[str, str | None]] = {}
         doc = _consolidated(path) if os.path.isfile(os.path.join(path, ".zmetadata")) else None
         if doc is not None:
             self.bytes_read += os.path.getsize(os.path.join(path, ".zmetadata"))
@@ -108,17 +112,50 @@ class _StoreRefs:
     def get(self, key: str):
         p = os.path.join(self.path, *key.split("/"))
         try:
-            st = os.stat(p)
+            st = os.lstat(p)
+            if stat.S_ISLNK(st.st_mode):
+                where = _system_location(os.path.realpath(p))
+                st = os.stat(p)
+            else:  # in its directory: where that is (a file itself a system location: named)
+                real_dir, where = self._real_dir(os.path.dirname(p))
+                real = os.path.join(real_dir, os.path.basename(p))
+                where = where or (real if real in _system_set() else None)
         except (FileNotFoundError, NotADirectoryError):
-            return None  # never written: zarr reads the fill value
+            return None  # never written (or a dangling link): zarr reads the fill value
         except OSError as e:
             self.why[p] = f"cannot be read ({e.strerror})"
+            return (p, 0, None)
+        if where is not None:  # a symlink in a store must not make us reference /etc/passwd
+            self.why[p] = f"it lies in a system location ({where}), which a source may not " \
+                          "point into"
+            self.refused.add(p)
             return (p, 0, None)
         if not stat.S_ISREG(st.st_mode):
             self.why[p] = "is not a regular file"
             return (p, 0, None)
         self.stats[p] = st
         return (p, 0, st.st_size)
+
+    def _real_dir(self, d: str) -> tuple[str, str | None]:
+        """A chunk directory with symlinks resolved, and the system location it lies in
+        (once per directory: a store's chunks are many, its directories few)."""
+        got = self._real_dirs.get(d)
+        if got is None:
+            real = os.path.realpath(d)
+            got = self._real_dirs[d] = (real, _system_location(real))
+        return got
+
+
+def _system_location(real: str) -> str | None:
+    """The system location a resolved path lies in (`_io.system_location` without its
+    `realpath`), or None."""
+    return next((s for s in _system_cache() if real == s or real.startswith(s.rstrip("/") + "/")),
+                None)
+
+
+@functools.cache
+def _system_set() -> frozenset[str]:
+    return frozenset(_system_cache())
 
 
 class _StoreScanner(_Scanner):
@@ -141,12 +178,8 @@ class _StoreScanner(_Scanner):
         if k is not None or url in self._missing:
             return k
         st = self.refs.stats.get(url)
-        where = system_location(os.path.realpath(url))
-        if where is not None:  # a symlink in a store must not make us reference /etc/passwd
-            self._missing[url] = f"it lies in a system location ({where}), which a source may " \
-                                 "not point into"
+        if url in self.refs.refused:
             self._refused.add(url)
-            return None
         if st is None:
             self._missing[url] = self.refs.why.get(url, "cannot be read")
             return None
