@@ -476,3 +476,15 @@ def test_a_chunk_symlinked_into_a_system_location_is_refused(tmp_path):
                                    else "/etc/passwd")
     (p,) = [p for p in virtualize.check([store]).problems if p.fatal]
     assert (p.kind, p.loc.variable, p.loc.block) == ("reference-not-allowed", "v", (0,))
+
+
+def test_append_a_store_to_a_cube_of_stores(tmp_path):
+    a = _xr_store(tmp_path / "a.zarr", "2000-01-01", 30, 10, 7)
+    b = _xr_store(tmp_path / "b.zarr", "2000-01-31", 21, 7, 8)
+    c = _xr_store(tmp_path / "c.zarr", "2000-02-21", 5, 5, 9)
+    cube = tmp_path / "cube.zarr"
+    assert virtualize.virtualize([a, b], cube).ok
+    assert virtualize.append(cube, [c]).ok
+    want = np.concatenate([v2(s)["tas"][...] for s in (a, b, c)])
+    assert_same(virtualize.open(cube)["tas"][...], want, "tas")
+    assert virtualize.verify_cube(cube, decode=True) == []
