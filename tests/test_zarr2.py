@@ -488,3 +488,92 @@ def test_append_a_store_to_a_cube_of_stores(tmp_path):
     want = np.concatenate([v2(s)["tas"][...] for s in (a, b, c)])
     assert_same(virtualize.open(cube)["tas"][...], want, "tas")
     assert virtualize.verify_cube(cube, decode=True) == []
+
+
+# -- remote stores (object storage: moto's S3; a web server) ---------------------------------
+
+BUCKET = "stores"
+
+
+@pytest.fixture(scope="module")
+def remote(tmp_path_factory):
+    """Stores on moto's S3 (s3://stores/<name>) and over HTTP (<url>/<name>): a.zarr and
+    b.zarr (xarray, consolidated; chunks of 10 and 7 along time) and w.zarr (zarr-python,
+    not consolidated, with absent chunks and a nested group)."""
+    pytest.importorskip("moto")
+    pytest.importorskip("s3fs")
+    from servers import RangeHTTPServer, s3_bucket, start_moto
+
+    root = tmp_path_factory.mktemp("remote")
+    _xr_store(root / "a.zarr", "2000-01-01", 30, 10, 1)
+    _xr_store(root / "b.zarr", "2000-01-31", 21, 7, 2)
+    data = np.arange(10 * 6, dtype="<i4").reshape(10, 6)
+    make_store(root / "w.zarr", {
+        "v": (data, ("t", "x"), dict(chunks=(4, 3), fill_value=-5, compressors=numcodecs.Zstd(),
+                                     regions=[(slice(0, 4), slice(0, 6))])),
+        "g/u": (data.astype(">f8"), ("t", "x"), dict(chunks=(5, 6), compressors=None))})
+    srv = RangeHTTPServer(root)
+    server, endpoint = start_moto()
+    with pytest.MonkeyPatch.context() as mp:
+        client = s3_bucket(mp, endpoint, BUCKET)
+        for f in sorted(root.rglob("*")):
+            if f.is_file():
+                client.upload_file(str(f), BUCKET, f.relative_to(root).as_posix())
+        yield root, client, srv
+    server.stop()
+    srv.stop()
+
+
+def test_s3_stores_of_different_chunkings_become_one_cube(remote, tmp_path):
+    root, _client, _srv = remote
+    urls = [f"s3://{BUCKET}/a.zarr", f"s3://{BUCKET}/b.zarr"]
+    assert detect_format(urls[0]) == "zarr2"
+    cube = tmp_path / "cube.zarr"
+    report = virtualize.virtualize(urls, cube)
+    assert report.ok, report.problems
+    grid = json.loads((cube / "tas" / "zarr.json").read_text())["chunk_grid"]["configuration"]
+    assert grid["chunk_shapes"][0] == [[10, 3], [7, 3]]
+    want = np.concatenate([v2(root / "a.zarr")["tas"][...], v2(root / "b.zarr")["tas"][...]])
+    assert_same(virtualize.open(cube)["tas"][...], want, "tas")
+    # the chunk objects are the cube's references; each store recorded by its .zmetadata
+    sources = json.loads((cube / "virtualize.json").read_text())["sources"]
+    assert [s["path"] for s in sources if not s.get("referenced_by")] == \
+        [f"{u}/.zmetadata" for u in urls]
+    assert f"s3://{BUCKET}/b.zarr/tas/2.0.0" in {s["path"] for s in sources}
+    ds = xr.open_dataset(cube, engine="virtualize")
+    local = xr.concat([xr.open_zarr(root / n, zarr_format=2) for n in ("a.zarr", "b.zarr")],
+                      "time", data_vars="minimal", coords="minimal", compat="override")
+    xr.testing.assert_identical(ds.load(), local.load())
+    assert virtualize.verify_cube(cube, decode=True) == []
+
+
+def test_s3_store_walked_without_consolidated_metadata(remote, tmp_path):
+    root, client, _srv = remote
+    url = f"s3://{BUCKET}/w.zarr"
+    inv = scan(url)
+    assert inv.path == f"{url}/.zgroup" and set(inv.variables) == {"v", "g/u"}
+    assert inv.requests < 10  # one listing, the metadata objects: no request per chunk
+    cube = tmp_path / "cube.zarr"
+    assert virtualize.virtualize([url], cube).ok
+    g, src = virtualize.open(cube), v2(root / "w.zarr")
+    for name in ("v", "g/u"):
+        assert_same(g[name][...], src[name][...], name)
+    assert int((virtualize.check([url]).plan.arrays["v"].refs["length"] > 0).sum()) == 2
+    # a chunk object rewritten: the cube is stale, located at that object
+    client.put_object(Bucket=BUCKET, Key="w.zarr/g/u/0.0", Body=b"\0" * 240)
+    problems = [p for p in virtualize.verify_cube(cube) if p.fatal]
+    assert [(p.kind, p.loc.file) for p in problems] == [("source-changed", f"{url}/g/u/0.0")]
+    client.upload_file(str(root / "w.zarr" / "g" / "u" / "0.0"), BUCKET, "w.zarr/g/u/0.0")
+
+
+def test_http_stores(remote, tmp_path):
+    root, _client, srv = remote
+    url = f"{srv.url}/a.zarr"
+    cube = tmp_path / "cube.zarr"
+    assert virtualize.virtualize([url], cube).ok  # consolidated: read over http
+    assert_same(virtualize.open(cube)["tas"][...], v2(root / "a.zarr")["tas"][...], "tas")
+    # a group without .zmetadata cannot be listed over http: refused, located
+    with pytest.raises(VirtualizeError) as e:
+        scan(f"{srv.url}/w.zarr")
+    (p,) = e.value.problems
+    assert (p.kind, p.loc.file) == ("unsupported-object", f"{srv.url}/w.zarr")

@@ -145,6 +145,127 @@ class _StoreRefs:
             got = self._real_dirs[d] = (real, _system_location(real))
         return got
 
+class _RemoteStoreRefs:
+    """`_StoreRefs` of a store on object storage or a web server (`storage`): its metadata
+    from `.zmetadata`, else (object storage) a walk of a listing of the store; chunk
+    objects found in that listing (one paginated list, not a request per chunk) or, over
+    http(s), asked for one by one (404: never written)."""
+
+    kind = "remote"
+    gen: list = []
+
+    def __init__(self, root: str):
+        self.path = root
+        self.bytes_read = 0
+        self.requests = 0
+        self.meta: dict[str, str] = {}
+        self.why: dict[str, str] = {}
+        self.stats: dict[str, storage.Stat] = {}
+        self.refused: set[str] = set()
+        self.http = storage.protocol(root) in ("http", "https")
+        self.listing: dict[str, storage.Stat] | None = None
+        if not self.http:
+            self.listing = self._list()
+        doc = self._json(".zmetadata")
+        if isinstance(doc, dict) and isinstance(doc.get("metadata"), dict) and \
+                "zarr_consolidated_format" in doc:
+            self.meta = {k: (v if isinstance(v, str) else json.dumps(v))
+                         for k, v in doc["metadata"].items() if k.rpartition("/")[2] in V2_KEYS}
+        elif self.http:  # no listing over http: the root's own metadata only
+            for leaf in V2_KEYS:
+                raw = self._read(leaf)
+                if raw is not None:
+                    self.meta[leaf] = raw.decode("utf-8", "replace")
+            if ".zgroup" in self.meta:
+                raise VirtualizeError([Problem(Location(root), "unsupported-object",
+                                               "a zarr v2 group over http(s) without consolidated "
+                                               "metadata (.zmetadata): its arrays cannot be listed")],
+                                      f"{root}: cannot be scanned")
+        else:
+            self._walk("")
+
+    def _list(self) -> dict[str, storage.Stat]:
+        fs = storage.filesystem(self.path)
+        base = storage._fs_path(fs, self.path).rstrip("/")
+        try:
+            found = storage.retrying(fs.find, base, detail=True)
+        except Exception as e:
+            raise storage._problem(self.path, e) from None
+        finally:  # the listing must not answer a later stat (a staleness check) from cache
+            _forget_listing(fs, base)
+        self.requests += 1
+        out = {}
+        for name, info in found.items():
+            if info.get("type") == "directory" or not name.startswith(base + "/"):
+                continue
+            out[name[len(base) + 1:]] = storage.Stat(int(info.get("size") or 0),
+                                                     storage._mtime_ns(info), storage._etag(info))
+        return out
+
+    def _read(self, key: str) -> bytes | None:
+        if self.listing is not None and key not in self.listing:
+            return None
+        url = f"{self.path}/{key}"
+        try:
+            with storage.open_source(url) as f:
+                raw = f.read()
+        except VirtualizeError as e:
+            if e.problems[0].kind == "source-missing":
+                return None
+            raise
+        self.bytes_read += len(raw)
+        self.requests += 1
+        return raw
+
+    def _json(self, key: str):
+        raw = self._read(key)
+        try:
+            return json.loads(raw) if raw is not None else None
+        except ValueError:
+            return None
+
+    def _walk(self, node: str) -> None:
+        prefix = f"{node}/" if node else ""
+        for leaf in V2_KEYS:
+            raw = self._read(prefix + leaf)
+            if raw is not None:
+                self.meta[prefix + leaf] = raw.decode("utf-8", "replace")
+        if prefix + ".zarray" in self.meta or prefix + ".zgroup" not in self.meta:
+            return
+        subdirs = sorted({k[len(prefix):].split("/", 1)[0] for k in self.listing
+                          if k.startswith(prefix) and "/" in k[len(prefix):]})
+        for name in subdirs:
+            if not name.startswith("."):
+                self._walk(prefix + name)
+
+    def get(self, key: str):
+        url = f"{self.path}/{key}"
+        if self.listing is not None:
+            st = self.listing.get(key)
+            if st is None:
+                return None  # not in the store's listing: never written
+        else:
+            try:
+                st = storage.stat(url)
+            except VirtualizeError as e:
+                if e.problems[0].kind == "source-missing":
+                    return None
+                self.why[url] = e.problems[0].message
+                return (url, 0, None)
+            self.requests += 1
+        self.stats[url] = st
+        return (url, 0, st.st_size)
+
+
+def _forget_listing(fs, base: str) -> None:
+    """Drop what a listing of `base` left in the file system's directory cache (s3fs keeps
+    every directory `find` saw, and answers `info` from it)."""
+    cache = getattr(fs, "dircache", None)
+    if cache is not None:
+        for k in [k for k in list(cache) if k == base or k.startswith(base + "/")]:
+            cache.pop(k, None)
+    fs.invalidate_cache(base)
+
 
 def _system_location(real: str) -> str | None:
     """The system location a resolved path lies in (`_io.system_location` without its
@@ -183,34 +304,94 @@ class _StoreScanner(_Scanner):
         if st is None:
             self._missing[url] = self.refs.why.get(url, "cannot be read")
             return None
-        self.data_files.append(Source(url, st.st_size, st.st_mtime_ns, referenced_by=self.path))
+        self.data_files.append(Source(url, st.st_size, st.st_mtime_ns, referenced_by=self.path,
+                                      etag=getattr(st, "etag", None)))
         k = self._file_index[url] = len(self.data_files)
         return k
 
 
 def scan_zarr2(path: str) -> FileInventory:
-    """One store's inventory."""
-    path = os.path.abspath(path)
-    st = os.stat(path)
-    refs = _StoreRefs(path)
+    """One store's inventory: a local directory, or a store URL (`remote_store`), recorded
+    by its metadata object (an object store has no directory to stat for staleness)."""
+    if storage.is_url(path):
+        found = remote_store(path)
+        if found is None:
+            raise VirtualizeError([Problem(Location(path), "unknown-format",
+                                           "not a zarr v2 store")], f"{path}: not a zarr v2 store")
+        root, path = found
+        st = storage.stat(path)
+        refs = _RemoteStoreRefs(root)
+    else:
+        path = os.path.abspath(path)
+        st = os.stat(path)
+        refs = _StoreRefs(path)
     s = _StoreScanner(path, refs)
     s.run()
     missing = [p for p in s.problems if p.kind == "missing-data-file"]
     for p in missing:  # (a chunk file of the store itself, not a reference set's data file)
         s.problems[s.problems.index(p)] = Problem(p.loc, "unreadable", p.message, p.fatal,
                                                   p.remedy)
-    return FileInventory(path, "zarr2", st.st_size, st.st_mtime_ns, s.groups, s.dims,
-                         s.variables, s.problems, bytes_read=refs.bytes_read,
-                         data_files=s.data_files)
+    inv = FileInventory(path, "zarr2", st.st_size, st.st_mtime_ns, s.groups, s.dims,
+                        s.variables, s.problems, bytes_read=refs.bytes_read,
+                        requests=getattr(refs, "requests", 0), data_files=s.data_files)
+    inv.etag = getattr(st, "etag", None)
+    return inv
+
+
+META_LEAVES = (".zmetadata", ".zgroup", ".zarray")
+
+
+def remote_store(url: str) -> tuple[str, str] | None:
+    """(the store's URL, its metadata object's URL) for a URL naming a zarr v2 store: one
+    whose name ends in `.zarr` (only such URLs are asked: a request or two each), or the
+    `.zmetadata` / `.zgroup` / `.zarray` object of a store; else None."""
+    url = url.rstrip("/")
+    root, _, leaf = url.rpartition("/")
+    if leaf in META_LEAVES:
+        leaves = (leaf,)
+    elif leaf.lower().endswith(".zarr"):
+        root, leaves = url, META_LEAVES
+    else:
+        return None
+    for leaf in leaves:
+        meta = f"{root}/{leaf}"
+        try:
+            storage.stat(meta)
+        except VirtualizeError:
+            continue
+        if leaf == ".zmetadata":
+            try:
+                with storage.open_source(meta) as f:
+                    doc = json.loads(f.read())
+            except (VirtualizeError, ValueError):
+                continue
+            if not (isinstance(doc, dict) and "zarr_consolidated_format" in doc):
+                continue
+        return root, meta
+    return None
+
+
+def store_root(path: str) -> str:
+    """The store of an inventory's path (a remote store's is its metadata object)."""
+    if storage.is_url(path):
+        root, _, leaf = path.rstrip("/").rpartition("/")
+        return root if leaf in META_LEAVES else path.rstrip("/")
+    return path
 
 
 def open_zarr2(path: str):
     """The store, read-only, as zarr-python opens it with `zarr_format=2` (its consolidated
     metadata when it has some)."""
     import zarr
-    from zarr.storage import LocalStore
+    from zarr.storage import FsspecStore, LocalStore
 
-    return zarr.open(LocalStore(str(path), read_only=True), mode="r", zarr_format=2)
+    path = store_root(str(path))
+    if storage.is_url(path):
+        opts = storage.options_for(storage.protocol(path))
+        store = FsspecStore.from_url(path, storage_options=opts, read_only=True)
+    else:
+        store = LocalStore(path, read_only=True)
+    return zarr.open(store, mode="r", zarr_format=2)
 
 
 def read_zarr2_values(path: str, variable: str, region=None) -> np.ndarray:
@@ -239,13 +420,11 @@ class Zarr2(Format):
         return False  # a store is a directory, never a file
 
     def sniff_directory(self, path: str) -> bool:
+        if storage.is_url(path):
+            return remote_store(path) is not None
         return is_zarr2_store(path)
 
     def scan(self, path: str, hint=None) -> FileInventory:
-        if storage.is_url(path):
-            raise VirtualizeError([Problem(Location(path), "unsupported-object",
-                                           "a remote zarr v2 store is not read as a source yet")],
-                                  f"{path}: cannot be scanned")
         # its blocks are its chunk files: their extents are their sizes
         return finish(scan_zarr2(path), hint, extent=False)
 
