@@ -512,6 +512,9 @@ def remote(tmp_path_factory):
         "v": (data, ("t", "x"), dict(chunks=(4, 3), fill_value=-5, compressors=numcodecs.Zstd(),
                                      regions=[(slice(0, 4), slice(0, 6))])),
         "g/u": (data.astype(">f8"), ("t", "x"), dict(chunks=(5, 6), compressors=None))})
+    r = zarr.create_array(str(root / "r.zarr"), shape=(6, 4), dtype="<u2", chunks=(4, 4),
+                          zarr_format=2, compressors=numcodecs.Zlib(), fill_value=3)
+    r[:4] = np.arange(16, dtype="<u2").reshape(4, 4)  # the second chunk never written
     srv = RangeHTTPServer(root)
     server, endpoint = start_moto()
     with pytest.MonkeyPatch.context() as mp:
@@ -576,4 +579,20 @@ def test_http_stores(remote, tmp_path):
     with pytest.raises(VirtualizeError) as e:
         scan(f"{srv.url}/w.zarr")
     (p,) = e.value.problems
-    assert (p.kind, p.loc.file) == ("unsupported-object", f"{srv.url}/w.zarr")
+    assert (p.kind, p.loc.file) == ("unreadable", f"{srv.url}/w.zarr")
+    assert ".zmetadata" in p.message
+    # one array at the root needs no listing: a 404 is a chunk never written ...
+    url = f"{srv.url}/r.zarr"
+    cube = tmp_path / "r.zarr"
+    report = virtualize.virtualize([url], cube)
+    assert report.ok, report.problems
+    assert_same(virtualize.open(cube)["data"][...], v2(root / "r.zarr")[...], "data")
+    assert int((report.plan.arrays["data"].refs["length"] > 0).sum()) == 1
+    # ... any other answer is no fill: refused, located at its block
+    srv.status["r.zarr/1.0"] = 403
+    try:
+        (p,) = [p for p in virtualize.check([url]).problems if p.fatal]
+    finally:
+        del srv.status["r.zarr/1.0"]
+    assert (p.kind, p.loc.file, p.loc.variable, p.loc.block) == \
+        ("unreadable", f"{url}/.zarray", "data", (1, 0))

@@ -1,5 +1,6 @@
-"""Zarr v2 directory stores as sources: a local store (a directory with `.zgroup` or
-`.zarray`, or a consolidated `.zmetadata`) becomes a `FileInventory` whose block tables
+"""Zarr v2 stores as sources: a local store (a directory with `.zgroup` or `.zarray`, or
+a consolidated `.zmetadata`), or a remote one (a URL ending in `.zarr`, or naming a
+store's metadata object: `remote_store`), becomes a `FileInventory` whose block tables
 reference the chunk files where they are: each chunk file is one block (path = that file,
 one of `FileInventory.data_files`; offset 0; length = its size), an absent chunk file is
 an absent chunk (it reads as the fill value, as zarr reads it).
@@ -14,10 +15,11 @@ the `_FillValue` attribute, as xarray reads a v2 store. Object, string, datetime
 and structured dtypes are skipped (`unsupported-type`, not fatal).
 
 The metadata comes from the consolidated `.zmetadata` when the store has one (what zarr
-and xarray read), else from a walk of the `.zgroup` groups. Scanning reads only metadata
-files and stats the chunk files (coordinates and shared variables are read as for any
-source). Values (coordinates, `--inline`, materialize, the decode check) are read by
-zarr-python itself with `zarr_format=2`.
+and xarray read), else from a walk of the `.zgroup` groups (on object storage, over one
+listing of the store; over http(s), which cannot list, a group needs `.zmetadata`).
+Scanning reads only metadata files and stats the chunk files (coordinates and shared
+variables are read as for any source). Values (coordinates, `--inline`, materialize, the
+decode check) are read by zarr-python itself with `zarr_format=2`.
 """
 
 from __future__ import annotations
@@ -177,7 +179,7 @@ class _RemoteStoreRefs:
                 if raw is not None:
                     self.meta[leaf] = raw.decode("utf-8", "replace")
             if ".zgroup" in self.meta:
-                raise VirtualizeError([Problem(Location(root), "unsupported-object",
+                raise VirtualizeError([Problem(Location(root), "unreadable",
                                                "a zarr v2 group over http(s) without consolidated "
                                                "metadata (.zmetadata): its arrays cannot be listed")],
                                       f"{root}: cannot be scanned")
