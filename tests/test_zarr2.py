@@ -20,10 +20,22 @@ import virtualize
 from virtualize.formats import detect_format, is_input_directory, scan
 from virtualize.model import OutputExistsError, UnsafeOutputError, VirtualizeError
 
-from helpers import assert_same, kerchunk_group, kerchunk_xarray
+from helpers import assert_same as _assert_same
+from helpers import kerchunk_group, kerchunk_xarray
 
 pytestmark = pytest.mark.filterwarnings("ignore::zarr.errors.ZarrUserWarning",
                                         "ignore::UserWarning:zarr")
+
+
+def assert_same(actual, expected, what: str) -> None:
+    """helpers.assert_same, complex values compared as their float parts, bit for bit."""
+    actual, expected = np.asarray(actual), np.asarray(expected)
+    if expected.dtype.kind == "c":
+        assert actual.dtype == expected.dtype.newbyteorder("="), what
+        part = f"f{expected.dtype.itemsize // 2}"
+        actual, expected = (np.ascontiguousarray(x.astype(x.dtype.newbyteorder("="))).view(part)
+                            for x in (actual, expected))
+    _assert_same(actual, expected, what)
 
 
 def v2(store):
@@ -97,6 +109,11 @@ CODECS = [
     ("<f4", dict(filters=[numcodecs.Fletcher32()], compressors=numcodecs.Zlib())),
     ("<f4", dict(compressors=numcodecs.Zstd(), chunk_key_encoding={"name": "v2",
                                                                    "separator": "/"})),
+    ("<c8", dict(compressors=numcodecs.Zstd())),
+    (">c16", dict(compressors=None)),
+    ("|b1", dict(compressors=numcodecs.Zlib())),
+    ("<f2", dict(compressors=None)),
+    ("|u1", dict(compressors=numcodecs.Blosc("zlib", 1, numcodecs.Blosc.NOSHUFFLE))),
     (">i2", dict(order="F", compressors=None)),
     ("<f8", dict(order="F", compressors=numcodecs.Zstd())),
 ]
@@ -132,6 +149,17 @@ def test_root_array_store(tmp_path):
     assert_same(virtualize.open(cube)["data"][...], v2(tmp_path / "r.zarr")[...], "data")
 
 
+def test_scalar_and_empty_arrays(tmp_path):
+    g = zarr.open_group(str(tmp_path / "s.zarr"), mode="w", zarr_format=2)
+    s0 = g.create_array("s", shape=(), dtype="<f8", fill_value=0, compressors=numcodecs.Zstd())
+    s0[()] = 2.5
+    g.create_array("e", shape=(0, 4), dtype="<i4", chunks=(2, 4), fill_value=0)
+    g["e"].attrs["_ARRAY_DIMENSIONS"] = ["n", "x"]
+    g.create_array("never", shape=(3, 4), dtype=">f4", chunks=(2, 2), fill_value=np.nan)
+    g["never"].attrs["_ARRAY_DIMENSIONS"] = ["y", "x"]
+    same_everywhere(tmp_path / "s.zarr", tmp_path, ["s", "e", "never"])
+
+
 def test_unknown_codec_is_refused_located(tmp_path):
     data = np.arange(12, dtype="<f4").reshape(3, 4)
     store = make_store(tmp_path / "s.zarr", {"v": (data, ("y", "x"), dict(
@@ -144,13 +172,16 @@ def test_unknown_codec_is_refused_located(tmp_path):
 # -- fill values and absent chunks --------------------------------------------------------
 
 @pytest.mark.parametrize("dtype, fill", [("<f8", np.nan), ("<f4", np.inf), (">f8", -np.inf),
-                                         ("<i4", -99), ("<u1", 255)])
+                                         ("<i4", -99), ("<u1", 255), ("<c8", 1 + 2j),
+                                         (">c16", complex(np.nan, -np.inf))])
 def test_absent_chunks_read_as_the_fill_value(tmp_path, dtype, fill):
     data = np.arange(10 * 6).reshape(10, 6).astype(dtype)
     store = make_store(tmp_path / "s.zarr", {"v": (data, ("t", "x"), dict(
         chunks=(4, 3), fill_value=fill, compressors=numcodecs.Zstd(),
         regions=[(slice(0, 4), slice(0, 3)), (slice(8, 10), slice(3, 6))]))})
     raw = json.loads((store / "v" / ".zarray").read_text())["fill_value"]
+    if dtype[1] == "c":
+        assert isinstance(raw, list) and len(raw) == 2
     if dtype[1] == "f":
         assert raw == {np.nan: "NaN", np.inf: "Infinity", -np.inf: "-Infinity"}.get(fill, raw) \
             or np.isnan(fill) and raw == "NaN"

@@ -556,6 +556,10 @@ def _known_v3_codec(name: str) -> bool:
 def _fill_v2(v, dtype: np.dtype):
     if v is None:
         return None
+    if isinstance(v, list) and len(v) == 2 and dtype.kind == "c":  # [real, imag] (zarr v2)
+        part = np.dtype(f"f{dtype.itemsize // 2}")
+        return np.asarray(complex(_fill_v2(v[0], part), _fill_v2(v[1], part)),
+                          dtype=dtype.newbyteorder("="))[()]
     if isinstance(v, str) and dtype.kind in "fc":
         v = {"NaN": np.nan, "Infinity": np.inf, "-Infinity": -np.inf}.get(v, v)
     return np.asarray(v).astype(dtype.newbyteorder("="))[()]
