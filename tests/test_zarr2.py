@@ -579,6 +579,9 @@ def test_s3_stores_of_different_chunkings_become_one_cube(remote, tmp_path):
                       "time", data_vars="minimal", coords="minimal", compat="override")
     xr.testing.assert_identical(ds.load(), local.load())
     assert virtualize.verify_cube(cube, decode=True) == []
+    # a glob of stores is the same stack
+    glob = virtualize.check([f"s3://{BUCKET}/[ab].zarr"])
+    assert glob.ok and glob.files == urls
 
 
 def test_s3_store_walked_without_consolidated_metadata(remote, tmp_path):
