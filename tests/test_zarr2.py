@@ -149,6 +149,16 @@ def test_root_array_store(tmp_path):
     assert_same(virtualize.open(cube)["data"][...], v2(tmp_path / "r.zarr")[...], "data")
 
 
+def test_fortran_order_in_three_dimensions(tmp_path):
+    data = np.arange(5 * 4 * 3, dtype=">u4").reshape(5, 4, 3) * 7
+    store = make_store(tmp_path / "s.zarr", {"v": (data, ("t", "y", "x"), dict(
+        chunks=(2, 3, 2), order="F", compressors=numcodecs.Zstd()))})
+    assert json.loads((store / "v" / ".zarray").read_text())["order"] == "F"
+    report = same_everywhere(store, tmp_path, ["v"])
+    codecs = [c["name"] for c in report.plan.arrays["v"].codecs]
+    assert codecs[0] == "transpose"
+
+
 def test_scalar_and_empty_arrays(tmp_path):
     g = zarr.open_group(str(tmp_path / "s.zarr"), mode="w", zarr_format=2)
     s0 = g.create_array("s", shape=(), dtype="<f8", fill_value=0, compressors=numcodecs.Zstd())
