@@ -731,9 +731,10 @@ def _storage(options: dict | None) -> None:
 # -- the shared steps ------------------------------------------------------------------
 
 # what leaves a file out with `skip_unreadable`: a scan that failed so (the file is not a
-# readable file of a format virtualize reads), or a damaged object in it (fatal corrupt)
+# readable file of a format virtualize reads; missing or forbidden, a URL's 404 or 403 too),
+# or a damaged object in it (fatal corrupt)
 UNSCANNABLE = frozenset({"unreadable", "unknown-format", "corrupt", "truncated",
-                         "scan-timeout", "scan-crashed"})
+                         "scan-timeout", "scan-crashed", "source-missing", "source-forbidden"})
 DAMAGED = frozenset({"corrupt", "truncated"})
 
 
