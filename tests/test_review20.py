@@ -211,3 +211,16 @@ def test_materialized_source_touched_is_not_refreshed(case, tmp_path):
     mine = [p for p in problems if p.loc.file == copied[0]]
     assert [p.kind for p in mine] == ["source-changed"] and "--materialize" in mine[0].message
     assert "source-changed" in [p.kind for p in virtualize.verify_cube(cube)]  # not refreshed
+
+
+# DEFECT 5b: the same rule for NaN: equal only with the same bits.
+def test_first_difference_is_bitwise():
+    from virtualize.plan._common import first_difference
+    nan1 = np.array([1.0, np.nan])
+    nan2 = nan1.copy()
+    nan2.view("u8")[1] ^= 1  # another NaN payload
+    assert np.isnan(nan2[1])
+    assert first_difference(nan1, nan1.copy()) is None
+    assert first_difference(nan1, nan2) == (1,)
+    assert first_difference(np.array(0.0), np.array(-0.0)) == ()
+    assert first_difference(np.array([1, 2], "i4"), np.array([1, 2], "i4")) is None
