@@ -146,6 +146,7 @@ def test_rerun_append_with_left_out_file_is_noop(tmp_path):
     assert first.returncode == 0, first.stdout
     again = run("append", "--skip-unreadable", cube, files[1], files[2])
     assert again.returncode == 0, again.stdout + again.stderr
+    assert "left out" in again.stdout and "nothing to append" in again.stdout, again.stdout
 
 
 # DEFECT 6b: each append that leaves the same file out adds it to `left_out` again.

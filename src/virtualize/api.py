@@ -311,9 +311,23 @@ def _append(cube: Path, kind: str, paths, *, jobs, executor, progress, scan_time
         report.output = {"path": os.path.abspath(cube), "kind": kind}
         report.already = again
         return report
-    report = _append_files(cube, kind, info, old, new, recipe, jobs=jobs, executor=executor,
-                           progress=progress, scan_timeout=scan_timeout,
-                           skip_unreadable=skip_unreadable, no_gaps=no_gaps)
+    try:
+        report = _append_files(cube, kind, info, old, new, recipe, jobs=jobs, executor=executor,
+                               progress=progress, scan_timeout=scan_timeout,
+                               skip_unreadable=skip_unreadable, no_gaps=no_gaps)
+    except VirtualizeError as e:
+        # every new file left out, the others already in (a cron job run again): nothing to do
+        r = e.report
+        if not (again and r is not None and r.left_out
+                and all(p.kind == "no-files" for p in e.problems)):
+            raise
+        report = Report(files=again, problems=touched, plan=Plan([], {}, {}),
+                        notes=[n for n in r.notes if n.startswith("left out")]
+                        + [f"nothing to append: 0 new, {len(again)} already in the cube"],
+                        left_out=r.left_out)
+        report.output = {"path": os.path.abspath(cube), "kind": kind}
+        report.already = again
+        return report
     report.problems[:0] = touched
     if again:
         report.notes.insert(0, f"{len(new)} new, {len(again)} already in the cube (skipped: "
