@@ -225,3 +225,39 @@ def test_first_difference_is_bitwise():
     assert first_difference(nan1, nan2) == (1,)
     assert first_difference(np.array(0.0), np.array(-0.0)) == ()
     assert first_difference(np.array([1, 2], "i4"), np.array([1, 2], "i4")) is None
+
+
+def _time_tiles(tmp_path, times):
+    tiles = []
+    for i, (x0, tv) in enumerate(zip((0, 10), times)):
+        p = tmp_path / f"t{i}.nc"
+        with netCDF4.Dataset(p, "w") as ds:
+            ds.createDimension("time", 1)
+            ds.createDimension("y", 4)
+            ds.createDimension("x", 10)
+            t = ds.createVariable("time", "f8", ("time",))
+            t.units = "days since 2000-01-01"
+            t[:] = [tv]
+            ds.createVariable("x", "f8", ("x",))[:] = np.arange(10) + x0 + 0.5
+            ds.createVariable("y", "f8", ("y",))[:] = np.arange(4)[::-1] + 0.5
+            ds.createVariable("height", "f8", ())[...] = 2.0
+            v = ds.createVariable("band", "f4", ("time", "y", "x"))
+            v[:] = np.full((1, 4, 10), i, "f4")
+        tiles.append(str(p))
+    return tiles
+
+
+# DEFECT 7b: tiles of one time: the time coordinate is kept in the mosaic (compared), the
+# scalar left out with a note naming it; of different times: refused at `time`, located.
+def test_mosaic_tiles_of_one_time_keep_it(tmp_path):
+    tiles = _time_tiles(tmp_path, (3.0, 3.0))
+    out = tmp_path / "m.zarr"
+    report = virtualize.mosaic(tiles, out)
+    assert report.ok and any("height" in str(n) for n in report.notes), report.notes
+    g = virtualize.open(out)
+    assert g["time"][...].tolist() == [3.0] and g["time"].attrs["units"] == "days since 2000-01-01"
+    assert g["band"].shape == (1, 4, 20)
+    (tmp_path / "b").mkdir()
+    bad = virtualize.check_mosaic(_time_tiles(tmp_path / "b", (3.0, 4.0)))
+    [p] = [p for p in bad.problems if p.fatal]
+    assert (p.kind, p.loc.variable) == ("differs-between-files", "time") and "not supported" in p.remedy
