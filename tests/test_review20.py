@@ -261,3 +261,14 @@ def test_mosaic_tiles_of_one_time_keep_it(tmp_path):
     bad = virtualize.check_mosaic(_time_tiles(tmp_path / "b", (3.0, 4.0)))
     [p] = [p for p in bad.problems if p.fatal]
     assert (p.kind, p.loc.variable) == ("differs-between-files", "time") and "not supported" in p.remedy
+
+
+# DEFECT 8b: `-o file:relative.zarr` (a file: URL without //) names the relative path, not
+# a directory called "file:relative.zarr" (documented: storage.local_path).
+def test_file_url_without_slashes_is_the_relative_path(tmp_path):
+    f = month(tmp_path / "m0.nc", 0)
+    r = run(f, "-o", "file:rel.zarr", cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert (tmp_path / "rel.zarr" / "zarr.json").is_file()
+    assert not (tmp_path / "file:rel.zarr").exists()
+    assert virtualize.open(tmp_path / "rel.zarr")["tas"].shape == (3, 4, 5)
