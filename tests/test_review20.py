@@ -272,3 +272,10 @@ def test_file_url_without_slashes_is_the_relative_path(tmp_path):
     assert (tmp_path / "rel.zarr" / "zarr.json").is_file()
     assert not (tmp_path / "file:rel.zarr").exists()
     assert virtualize.open(tmp_path / "rel.zarr")["tas"].shape == (3, 4, 5)
+
+
+# DEFECT 4b: a "no" for a file's problem does not say "0 refused" alone.
+def test_no_for_a_file_problem_says_so(tmp_path):
+    r = virtualize.check([month(tmp_path / "m0.nc", 0), tmp_path / "gone.nc"])
+    text = r.to_text()
+    assert r.verdict == "no" and "the problems below are of files" in text, text
