@@ -279,3 +279,25 @@ def test_no_for_a_file_problem_says_so(tmp_path):
     r = virtualize.check([month(tmp_path / "m0.nc", 0), tmp_path / "gone.nc"])
     text = r.to_text()
     assert r.verdict == "no" and "the problems below are of files" in text, text
+
+
+# DEFECT 8a: `verify --refresh` takes the output lock `append` takes: while another holds
+# it, the refresh waits (and then records the touched time).
+def test_refresh_waits_for_the_output_lock(tmp_path):
+    import threading
+    import time
+
+    from virtualize.outputs.staging import locked
+    files = [month(tmp_path / f"m{m}.nc", m) for m in range(2)]
+    cube = tmp_path / "c.zarr"
+    virtualize.virtualize(files, cube)
+    later(files[1])
+    done = []
+    with locked(cube):
+        t = threading.Thread(target=lambda: done.append(virtualize.verify_cube(cube, refresh=True)))
+        t.start()
+        time.sleep(1.0)
+        assert not done  # waiting for the lock
+    t.join(60)
+    assert done and [p.kind for p in done[0]] == ["source-touched"]
+    assert virtualize.verify_cube(cube) == []  # refreshed
