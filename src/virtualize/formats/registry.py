@@ -31,6 +31,7 @@ FORMATS = (
     "tiff",      # TIFF, BigTIFF, GeoTIFF, OME-TIFF
     "fits",      # FITS images (astropy: the optional extra [fits])
     "kerchunk",  # kerchunk reference sets (JSON, parquet), reading their data files
+    "zarr2",     # zarr v2 directory stores, referencing their chunk files
 )
 
 
