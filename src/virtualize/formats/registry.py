@@ -47,6 +47,12 @@ def by_name(name: str) -> Format:
     raise KeyError(name)
 
 
+def of_inventory(fmt: str) -> Format | None:
+    """The format whose scanner names its inventories `fmt` (`FileInventory.format`), or
+    None."""
+    return next((f for f in formats() if fmt in f.inventory_formats), None)
+
+
 def suffixes() -> tuple[str, ...]:
     """Every format's file name endings (what a directory is expanded to)."""
     return tuple(s for fmt in formats() for s in fmt.suffixes)
