@@ -1,5 +1,5 @@
 """The Format protocol: what virtualize asks of an input format (docs/architecture.md,
-"Adding a format"). A format is one module (or package) of `formats/` defining one
+"Add a format"). A format is one module (or package) of `formats/` defining one
 `Format` instance, `FORMAT`, named once in `registry.FORMATS`.
 
 Detection, scanning, the scan workers' preload, path expansion (`suffixes`) and every read
