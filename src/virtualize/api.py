@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import builtins
 import dataclasses
 import glob
 import json
@@ -21,12 +20,10 @@ from .formats import scan as _scan
 from .model import FileInventory, Location, Plan, Problem, UsageError, VirtualizeError
 from .open import open_cube
 from .outputs import registry
-from .outputs.cube.writer import SOURCES_NAME
 from .outputs.metadata import array_doc, group_doc, omitted_attrs
 from .outputs.staging import guard_output
 from .outputs.staleness import check_sources
-from .plan import ConcatOptions, MosaicOptions, plan_concat, plan_mosaic
-from .plan._common import DEFAULT_INLINE_THRESHOLD
+from .plan import DEFAULT_INLINE_THRESHOLD, ConcatOptions, MosaicOptions, plan_concat, plan_mosaic
 from .plan.cut import DEFAULT_CHUNK_SIZE, chunk_bytes, cut_stack
 from .report import Report
 from .run.executors import scan_on
@@ -271,7 +268,7 @@ def _append(cube: Path, kind: str, paths, *, jobs, executor, progress, scan_time
         raise VirtualizeError([Problem(Location(str(cube)), "not-appendable",
                                        "this cube was not made by concatenation (or by an older "
                                        "virtualize): re-run virtualize with all the files")])
-    if kind == "icechunk" and info.get("containers"):
+    if registry.by_name(kind).refuses_growth(info):
         raise VirtualizeError([Problem(Location(str(cube)), "not-appendable",
                                        "this Icechunk repository is relocatable (--relative): "
                                        "appending to it is not supported yet; re-run virtualize "
@@ -327,12 +324,11 @@ def _append_files(cube: Path, kind: str, info: dict, old: list[str], new: list[s
                   recipe: dict, *, jobs, executor, progress, scan_timeout, skip_unreadable,
                   no_gaps) -> Report:
     """Append the files `new` (none of them in the cube)."""
-    if kind in ("cube", "icechunk", "kerchunk"):
-        report = _append_new(cube, kind, info, new, jobs=jobs, executor=executor,
-                             progress=progress, scan_timeout=scan_timeout,
-                             skip_unreadable=skip_unreadable, no_gaps=no_gaps)
-        if report is not None:
-            return report
+    report = _append_new(cube, kind, info, new, jobs=jobs, executor=executor,
+                         progress=progress, scan_timeout=scan_timeout,
+                         skip_unreadable=skip_unreadable, no_gaps=no_gaps)
+    if report is not None:
+        return report
     recipe.pop("kind")
     recipe.setdefault("chunk_size", None)  # (a cube written before the cut: never cut)
     report = check(old + new, jobs=jobs, executor=executor, progress=progress,
@@ -343,23 +339,11 @@ def _append_files(cube: Path, kind: str, info: dict, old: list[str], new: list[s
     if report.plan is not None and \
             [s.path for s in report.plan.sources if not s.referenced_by][: len(old)] != old:
         report.problems.append(_not_at_end(cube, report.plan.concat_dim))
-    if kind == "icechunk":
-        _refuse_unless_ok(report)
-        from .outputs.icechunk.writer import append_icechunk
-        append_icechunk(report.plan, cube, added=len(new))
+    plugin = registry.by_name(kind)
+    _refuse_unless_ok(report)
+    if plugin.commit_rebuild(report.plan, cube, added=len(new)):  # (a repository: a commit)
         return report
-    return _write(report, cube, kind, overwrite=True,
-                  relative=_relative(cube) is not None if kind == "cube"
-                  else bool(info.get("templates")))
-
-
-def _relative(cube: Path) -> str | None:
-    """The cube directory's location when it records its sources relative to it."""
-    raw = json.loads((cube / SOURCES_NAME).read_text())
-    if any(isinstance(s, dict) and not storage.is_url(s.get("path", "")) and
-           not os.path.isabs(s.get("path", "")) for s in raw.get("sources") or []):
-        return os.path.abspath(cube)
-    return None
+    return _write(report, cube, kind, overwrite=True, relative=plugin.relative(cube, info))
 
 
 def _not_at_end(cube: Path, dim: str | None) -> Problem:
@@ -375,11 +359,15 @@ def _append_new(cube: Path, kind: str, info: dict, new: list[str], *, jobs: int 
     rebuilt instead (no recorded last step, or a grown cube that would differ from a full
     rebuild beyond its new chunks)."""
     from .model import Source
-    from .plan._state import merge_append, resume_from
+    from .plan import merge_append, resume_from
 
+    plugin = registry.by_name(kind)
     resume = resume_from(info.get("append"))
     if resume is None:
         return None
+    # (the recorded last step keeps its format's name: its plug-in says what it is)
+    fmt = _formats.of_inventory(resume.last.format)
+    resume.last.reference_set = fmt is not None and fmt.reference_set
     recipe = dict(info.get("recipe") or {})
     opts = ConcatOptions(concat_dim=recipe.get("concat_dim"),
                          inline=frozenset(recipe.get("inline") or ()),
@@ -407,8 +395,12 @@ def _append_new(cube: Path, kind: str, info: dict, new: list[str], *, jobs: int 
     _refuse_unless_ok(report)
     old_sources = [Source(s["path"], s["size"], s["mtime_ns"], s.get("referenced_by"),
                           s.get("etag"), s.get("fingerprint")) for s in info["sources"]]
-    kerchunk = _load_json_file(cube) if kind == "kerchunk" else None
-    docs, old_inline = _array_docs(cube, kind, plan, kerchunk)
+    along = [n for n, a in plan.arrays.items()
+             if a.inline is not None and plan.concat_dim in a.dims]
+    # each array's zarr.json in the cube, and the values of the inline arrays along the
+    # concatenation axis (read as plain zarr: the cube's own files, no source opened; None
+    # when they cannot be had so)
+    docs, old_inline, state = plugin.array_docs(cube, plan, along)
     if old_inline is None:
         return None
     merged = merge_append(plan, resume, docs, old_sources, old_inline, array_doc)
@@ -416,22 +408,7 @@ def _append_new(cube: Path, kind: str, info: dict, new: list[str], *, jobs: int 
         return None
     merged.plan.left_out = list(info.get("left_out") or []) + plan.left_out
     fresh = [s.path for s in merged.sources[len(old_sources):]]
-    if kind == "kerchunk":
-        from .outputs.kerchunk.writer import append_kerchunk
-        outside = append_kerchunk(cube, merged, kerchunk, fresh)
-        if outside:
-            report.notes.append(
-                f"{len(outside)} new file(s) outside the directory the relocatable JSON's "
-                f"template names ({outside[0]}, ...) are referenced by absolute path: the "
-                "JSON is no longer relocatable as a whole (re-run virtualize --relative with "
-                "all the files to make it so)")
-    elif kind == "icechunk":
-        from .outputs.icechunk.writer import append_icechunk_new
-        append_icechunk_new(cube, merged, recipe, info.get("roots") or [])
-    else:
-        from .outputs.cube.writer import append_cube
-        raw = json.loads((cube / SOURCES_NAME).read_text())
-        append_cube(cube, merged, raw, fresh, relative_to=_relative(cube))
+    report.notes.extend(plugin.grow(cube, merged, info, fresh, recipe=recipe, state=state))
     report.notes.append(f"appended {len(new) - len(report.left_out)} file(s) after the cube's "
                         "last step, scanning only "
                         f"them: {len(old_sources)} recorded source(s) checked unchanged, not "
@@ -439,64 +416,6 @@ def _append_new(cube: Path, kind: str, info: dict, new: list[str], *, jobs: int 
     report.output = {"path": os.path.abspath(cube), "kind": kind}
     report.plan = merged.plan  # the grown cube (references: those of the new chunks)
     return report
-
-
-def _load_json_file(path: Path) -> dict:
-    import ujson
-
-    with builtins.open(path, "rb") as f:
-        return ujson.load(f)
-
-
-def _array_docs(cube: Path, kind: str, plan: Plan, kerchunk: dict | None = None
-                ) -> tuple[dict[str, dict | None], dict | None]:
-    """Each array's zarr.json in the cube (None where there is none), and the values of
-    the inline arrays along the concatenation axis (read as plain zarr: the cube's own
-    files, no source opened; None when they cannot be had so)."""
-    import zarr
-
-    docs: dict[str, dict | None] = {}
-    along = [n for n, a in plan.arrays.items()
-             if a.inline is not None and plan.concat_dim in a.dims]
-    if kind == "kerchunk":
-        import base64
-
-        import numpy as np
-
-        refs = kerchunk["refs"]
-        for n in plan.arrays:
-            d = refs.get(f"{n}/zarr.json")
-            docs[n] = json.loads(d) if isinstance(d, str) else None
-        values = {}
-        for n in along:
-            a, d = plan.arrays[n], docs[n]
-            chunk = refs.get(f"{n}/c/" + "/".join("0" * len(a.shape)))
-            if d is None or a.dtype.kind == "T" or not isinstance(chunk, str) or \
-                    not chunk.startswith("base64:"):
-                return docs, None
-            values[n] = np.frombuffer(base64.b64decode(chunk[7:]), dtype=a.dtype) \
-                .reshape(d["shape"])
-        return docs, values
-    if kind == "icechunk":
-        from zarr.core.buffer import default_buffer_prototype
-        from zarr.core.sync import sync
-
-        from .outputs.icechunk.reader import open_icechunk
-        store = open_icechunk(cube)
-        for n in plan.arrays:
-            buf = sync(store.get(f"{n}/zarr.json", default_buffer_prototype()))
-            docs[n] = json.loads(buf.to_bytes()) if buf is not None else None
-        values = {n: zarr.open_array(store, path=n, mode="r")[...] for n in along if docs[n]}
-        return docs, values
-    for n in plan.arrays:
-        try:
-            docs[n] = json.loads((cube / n / "zarr.json").read_text())
-        except (OSError, ValueError):
-            docs[n] = None
-    from zarr.storage import LocalStore
-    values = {n: zarr.open_array(LocalStore(cube / n, read_only=True), mode="r")[...]
-              for n in along if docs[n]}
-    return docs, values
 
 
 def _local_cube(cube: PathLike, what: str) -> Path:
@@ -519,25 +438,7 @@ def _cube_kind(cube: Path) -> str:
 def _recorded(cube: Path, kind: str | bool) -> dict:
     """What a cube recorded about how it was made: sources and recipe (a kerchunk JSON
     written by virtualize: its `virtualize` section)."""
-    info = None
-    if kind is True or kind == "icechunk":
-        from .outputs.icechunk.writer import recorded
-        info = recorded(cube)
-    elif kind == "kerchunk":
-        try:
-            with builtins.open(cube, "rb") as f:
-                info = json.load(f).get("virtualize")
-        except (OSError, ValueError, AttributeError):
-            info = None
-        base = os.path.dirname(os.path.abspath(cube))  # relative sources: against its directory
-    else:
-        path = cube / SOURCES_NAME
-        info = json.loads(path.read_text()) if path.is_file() else None
-        base = os.path.abspath(cube)
-    if kind in ("kerchunk", "cube") and isinstance(info, dict) \
-            and isinstance(info.get("sources"), list):
-        from .outputs.record import resolved
-        resolved(info, base, roots=False, append=True)
+    info = registry.by_name(kind).recorded(cube)
     if not isinstance(info, dict) or not isinstance(info.get("sources"), list):
         raise VirtualizeError([Problem(Location(str(cube)), "not-a-cube",
                                        "not a cube directory, kerchunk JSON or Icechunk "
@@ -606,7 +507,7 @@ def verify_cube(cube: PathLike, *, decode: bool = False, refresh: bool = False,
             return problems
         report = None
         if refresh and checked.touched:
-            if kind == "icechunk" and info.get("containers"):
+            if registry.by_name(kind).refuses_growth(info):
                 return problems + [Problem(Location(str(cube)), "not-refreshable",
                                            "this Icechunk repository is relocatable (--relative): "
                                            "refreshing it is not supported yet; re-run virtualize "
@@ -658,17 +559,12 @@ def _refresh(cube: Path, kind: str, info: dict, touched, *, jobs, executor, prog
     repository's references carry the times too: the stack is planned again (the same
     references, the touched files' block tables being as recorded) to stamp them again."""
     times = {t.index: t.mtime_ns for t in touched}
-    if kind != "icechunk":
-        from .outputs.cube.writer import refresh_cube
-        from .outputs.kerchunk.writer import refresh_kerchunk
-        (refresh_kerchunk if kind == "kerchunk" else refresh_cube)(cube, times)
-        return Report(files=[], problems=[], plan=Plan([], {}, {}))
-    report = _replan(cube, info, jobs=jobs, executor=executor, progress=progress,
-                     decode="sources" if decode else "groups", scan_timeout=scan_timeout)
-    if report.ok:
-        from .outputs.icechunk.writer import refresh_icechunk
-        refresh_icechunk(cube, report.plan, info, times)
-    return report
+
+    def replan() -> Report:
+        return _replan(cube, info, jobs=jobs, executor=executor, progress=progress,
+                       decode="sources" if decode else "groups", scan_timeout=scan_timeout)
+    report = registry.by_name(kind).refresh(cube, info, times, replan)
+    return report if report is not None else Report(files=[], problems=[], plan=Plan([], {}, {}))
 
 
 def export(cube: PathLike, out: PathLike, *, format: str | None = None,
