@@ -117,7 +117,7 @@ def check(paths: Iterable[PathLike] | PathLike, concat_dim: str | None = None, *
     report = _check(paths, lambda invs: plan_concat(invs, opts), progress, materialize_limit, jobs,
                     scan_timeout, executor=executor, chunk_size=limit,
                     names=lambda invs: _unknown_names(invs, opts.drop, opts.inline, concat_dim),
-                    hint=ScanHint("concat", concat_dim),
+                    hint=ScanHint("concat", concat_dim, inline=opts.inline),
                     skip_unreadable=skip_unreadable)
     if report.plan is not None:
         report.plan.recipe = recipe
@@ -308,9 +308,23 @@ def _append(cube: Path, kind: str, paths, *, jobs, executor, progress, scan_time
         report.output = {"path": os.path.abspath(cube), "kind": kind}
         report.already = again
         return report
-    report = _append_files(cube, kind, info, old, new, recipe, jobs=jobs, executor=executor,
-                           progress=progress, scan_timeout=scan_timeout,
-                           skip_unreadable=skip_unreadable, no_gaps=no_gaps)
+    try:
+        report = _append_files(cube, kind, info, old, new, recipe, jobs=jobs, executor=executor,
+                               progress=progress, scan_timeout=scan_timeout,
+                               skip_unreadable=skip_unreadable, no_gaps=no_gaps)
+    except VirtualizeError as e:
+        # every new file left out, the others already in (a cron job run again): nothing to do
+        r = e.report
+        if not (again and r is not None and r.left_out
+                and all(p.kind == "no-files" for p in e.problems)):
+            raise
+        report = Report(files=again, problems=touched, plan=Plan([], {}, {}),
+                        notes=[n for n in r.notes if n.startswith("left out")]
+                        + [f"nothing to append: 0 new, {len(again)} already in the cube"],
+                        left_out=r.left_out)
+        report.output = {"path": os.path.abspath(cube), "kind": kind}
+        report.already = again
+        return report
     report.problems[:0] = touched
     if again:
         report.notes.insert(0, f"{len(new)} new, {len(again)} already in the cube (skipped: "
@@ -380,7 +394,7 @@ def _append_new(cube: Path, kind: str, info: dict, new: list[str], *, jobs: int 
     report = _check(new, lambda invs: plan_concat(invs, opts, resume=resume), progress,
                     recipe.get("materialize_limit"), jobs, scan_timeout, exclude=(last,),
                     executor=executor, chunk_size=recipe.get("chunk_size"), like=resume.last,
-                    hint=ScanHint("append", resume.dim),
+                    hint=ScanHint("append", resume.dim, inline=opts.inline),
                     skip_unreadable=skip_unreadable)
     plan = report.plan
     if plan is None:
@@ -394,7 +408,8 @@ def _append_new(cube: Path, kind: str, info: dict, new: list[str], *, jobs: int 
     report.problems = [p for p in report.problems if p.loc.file != last]
     _refuse_unless_ok(report)
     old_sources = [Source(s["path"], s["size"], s["mtime_ns"], s.get("referenced_by"),
-                          s.get("etag"), s.get("fingerprint")) for s in info["sources"]]
+                          s.get("etag"), s.get("fingerprint"), bool(s.get("copied")))
+                   for s in info["sources"]]
     along = [n for n, a in plan.arrays.items()
              if a.inline is not None and plan.concat_dim in a.dims]
     # each array's zarr.json in the cube, and the values of the inline arrays along the
@@ -462,7 +477,7 @@ def _replan(cube: Path, info: dict, *, jobs: int | str = "auto", executor=None, 
                              materialize=recipe.get("materialize", False),
                              inline_threshold=recipe.get("inline_threshold", 0), read=read_values)
         planner = lambda invs: plan_concat(invs, opts)  # noqa: E731
-        hint = ScanHint("concat", opts.concat_dim)
+        hint = ScanHint("concat", opts.concat_dim, inline=opts.inline)
     elif kind == "mosaic":
         offsets = recipe.get("offsets")
         opts = MosaicOptions(offsets=[tuple(o) for o in offsets] if offsets else None,
@@ -626,9 +641,10 @@ def _storage(options: dict | None) -> None:
 # -- the shared steps ------------------------------------------------------------------
 
 # what leaves a file out with `skip_unreadable`: a scan that failed so (the file is not a
-# readable file of a format virtualize reads), or a damaged object in it (fatal corrupt)
+# readable file of a format virtualize reads; missing or forbidden, a URL's 404 or 403 too),
+# or a damaged object in it (fatal corrupt)
 UNSCANNABLE = frozenset({"unreadable", "unknown-format", "corrupt", "truncated",
-                         "scan-timeout", "scan-crashed"})
+                         "scan-timeout", "scan-crashed", "source-missing", "source-forbidden"})
 DAMAGED = frozenset({"corrupt", "truncated"})
 
 
@@ -704,6 +720,9 @@ def _check(paths, planner: Planner, progress, materialize_limit: int | None = No
         problems.extend(cut_problems)
         plan, plan_problems = planner(invs)
         problems.extend(plan_problems)
+        # the sources the cube copies chunks from (--materialize): no re-scan proves a touch
+        for k in {c.source for a in plan.arrays.values() for c in a.materialize.values()}:
+            plan.sources[k].copied = True
         notes.extend(plan.notes)
         copied = plan.remedies.get("materialize")
         if copied and materialize_limit is not None and copied.bytes > materialize_limit:

@@ -32,11 +32,14 @@ class ScanHint:
     `planner` "concat" along `concat_dim` (None: as the planner chooses it), "append"
     (the same, after a cube's recorded last file), or "mosaic" (which takes from the
     first tile only scalars and grid mappings). `alone`: the file is planned by itself
-    (one file, no cube to join): nothing is compared, nothing digested."""
+    (one file, no cube to join): nothing is compared, nothing digested. `inline`: the
+    variables the caller will inline (`--inline`): digested whatever the plan, so that the
+    file's fingerprint covers the copy the cube holds (docs/reading.md, Staleness)."""
 
     planner: str = "concat"
     concat_dim: str | None = None
     alone: bool = False
+    inline: frozenset[str] = frozenset()
 
 
 def unlimited_dims(inv: FileInventory) -> list[str]:

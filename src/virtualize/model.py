@@ -254,9 +254,12 @@ class Source(_ByFields):
     referenced_by: str | None = None
     etag: str | None = None  # a remote source's ETag (or Last-Modified)
     fingerprint: str | None = None  # its block tables' digest (FileInventory.fingerprint)
+    copied: bool = False  # the cube holds chunks copied from it (--materialize)
 
     def to_dict(self) -> dict[str, Any]:
         d = {"path": self.path, "size": self.size, "mtime_ns": self.mtime_ns}
+        if self.copied:
+            d["copied"] = True
         if self.etag is not None:
             d["etag"] = self.etag
         if self.fingerprint is not None:

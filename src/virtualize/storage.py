@@ -73,7 +73,9 @@ def normalize(p: str | os.PathLike) -> str:
     p = os.fspath(p)
     proto = protocol(p)
     if proto is None:
-        return os.path.abspath(p)
+        # `file:PATH` without `//` (file:/abs/x.zarr, file:rel.zarr): the path after it,
+        # never a directory named "file:rel.zarr"
+        return os.path.abspath(p[len("file:"):] if p[:5].lower() == "file:" else p)
     if proto == "file":
         rest = p[len("file://"):]
         return os.path.abspath(rest[len("localhost"):] if rest.startswith("localhost/") else rest)
@@ -84,8 +86,10 @@ def normalize(p: str | os.PathLike) -> str:
 
 def local_path(p: str | os.PathLike) -> str | os.PathLike:
     """A `file://` URL as the local path it names (`file:///abs/x.zarr`,
-    `file://localhost/abs/x.zarr`: never `./file:/abs/x.zarr`); anything else as given."""
-    return normalize(p) if protocol(os.fspath(p)) == "file" else p
+    `file://localhost/abs/x.zarr`: never `./file:/abs/x.zarr`), and `file:PATH` without
+    `//` as PATH (`file:rel.zarr` is `rel.zarr`, relative); anything else as given."""
+    q = os.fspath(p)
+    return normalize(p) if protocol(q) == "file" or q[:5].lower() == "file:" else p
 
 
 def credentials_hint(p: str) -> str:

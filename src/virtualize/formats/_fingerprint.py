@@ -2,9 +2,12 @@
 tables and recorded digests), so that a file whose modification time alone changed can
 be re-scanned and found unchanged (docs/reading.md, Staleness).
 
-For each variable (by name): its name, dtype, shape, block shape and padding; for the
+For each variable (by name): its name, dtype, shape, block shape and padding, and all
+else the cube takes from the file about it (attributes, fill value, codecs, dimension
+names); for the
 inventory's own file every block row (path, offset, length, in grid order) and its
-recorded digest and values; for a data file whose index the file's scan read (an HDF5
+recorded digest and values (an `--inline`d variable is digested for this: `ScanHint.inline`);
+the groups' attributes and the dimensions; for a data file whose index the file's scan read (an HDF5
 external link's target) the positions and rows of the blocks held in it. Data files named by a kerchunk
 reference set get none: their rows come from the reference set, and re-reading it says
 nothing of their bytes. Versioned ("v1:"): a later virtualize whose scanner records
@@ -24,14 +27,17 @@ import numpy as np
 from ..model import REF_DTYPE, FileInventory
 from ._planning import ScanHint
 
-VERSION = "v1"
+VERSION = "v1"  # (its content grew since: older fingerprints differ, stale, never wrongly unchanged)
 
 
 def hint_tag(hint: ScanHint | None) -> str:
-    """The hint as a fingerprint names it: planner, "!" when alone, "=dim" when named."""
+    """The hint as a fingerprint names it: planner, "!" when alone, "=dim" when named,
+    then "~" and the inlined variables' names (hex, comma-separated) when any."""
     hint = hint or ScanHint()
+    inline = ("~" + ",".join(n.encode().hex() for n in sorted(hint.inline))) \
+        if hint.inline else ""
     return hint.planner + ("!" if hint.alone else "") + \
-        (f"={hint.concat_dim}" if hint.concat_dim is not None else "")
+        (f"={hint.concat_dim}" if hint.concat_dim is not None else "") + inline
 
 
 def hint_of(fingerprint: str) -> ScanHint | None:
@@ -40,9 +46,34 @@ def hint_of(fingerprint: str) -> ScanHint | None:
     if len(parts) != 2 or parts[0] != VERSION or ":" not in parts[1]:
         return None
     tag = parts[1].rsplit(":", 1)[0]
+    tag, tilde, names = tag.rpartition("~") if "~" in tag else (tag, "", "")
+    inline = frozenset(bytes.fromhex(n).decode() for n in names.split(",") if n)
     planner, _, dim = tag.partition("=")
     alone = planner.endswith("!")
-    return ScanHint(planner.rstrip("!"), dim if "=" in tag else None, alone)
+    return ScanHint(planner.rstrip("!"), dim if "=" in tag else None, alone, inline)
+
+
+def _canon(x) -> bytes:
+    """A value (attribute, fill value, codec configuration) as bytes that differ whenever
+    it does, bit for bit (-0.0 from 0.0, NaN payloads; no numpy summarizing of arrays)."""
+    if isinstance(x, np.ndarray):
+        if x.dtype.kind == "O":
+            return b"O" + repr(x.shape).encode() + b"[" + \
+                b",".join(_canon(e) for e in x.reshape(-1).tolist()) + b"]"
+        return b"A" + x.dtype.str.encode() + repr(x.shape).encode() + \
+            np.ascontiguousarray(x).tobytes()
+    if isinstance(x, np.generic):
+        return b"S" + x.dtype.str.encode() + np.asarray(x).tobytes()
+    if isinstance(x, float):
+        return b"F" + np.float64(x).tobytes()
+    if isinstance(x, dict):
+        return b"D{" + b",".join(_canon(str(k)) + b":" + _canon(x[k])
+                                 for k in sorted(x, key=str)) + b"}"
+    if isinstance(x, (list, tuple)):
+        return b"L[" + b",".join(_canon(e) for e in x) + b"]"
+    if isinstance(x, np.dtype):
+        return b"T" + x.str.encode()
+    return b"R" + type(x).__name__.encode() + repr(x).encode()
 
 
 def fingerprints(inv: FileInventory, hint: ScanHint | None = None) -> list[str | None]:
@@ -59,6 +90,9 @@ def fingerprints(inv: FileInventory, hint: ScanHint | None = None) -> list[str |
         b = v.blocks  # (None: held by value, no blocks)
         head = repr((name, v.dtype.str, tuple(v.shape), b and tuple(b.block_shape),
                      b and bool(b.padded))).encode()
+        # all else the cube takes from the file about it: attributes (GeoTIFF keys too),
+        # fill value, codecs, dimension names (a meaning attribute rewritten in place)
+        head += _canon([v.attrs, v.fill_value, v.codecs, list(v.dims), v.is_coordinate])
         refs = np.ascontiguousarray(b.refs).reshape(-1) if b is not None \
             else np.zeros(0, REF_DTYPE)
         # the file's own: every row (a reference set's rows are its own content)
@@ -78,6 +112,9 @@ def fingerprints(inv: FileInventory, hint: ScanHint | None = None) -> list[str |
                 h.update(head)
                 h.update(mine.astype("<i8").tobytes())
                 h.update(refs[mine].astype(REF_DTYPE).tobytes())
+    # the groups' attributes and the dimensions (sizes, unlimited) the cube records
+    own.update(_canon(inv.groups))
+    own.update(_canon({k: [d.size, d.unlimited] for k, d in inv.dimensions.items()}))
     tag = f"{VERSION}:{hint_tag(hint)}"
     out: list[str | None] = [f"{tag}:{own.hexdigest()}"]
     out += [f"{tag}:{h.hexdigest()}" for h in linked] if linked else [None] * (n - 1)

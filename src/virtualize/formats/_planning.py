@@ -43,17 +43,19 @@ from ._values import COORD_VALUES_LIMIT
 
 
 def agreeing(inv: FileInventory, hint: ScanHint | None) -> set[str]:
-    """The file's variables a stack planned as `hint` says compares across files."""
+    """The file's variables a stack planned as `hint` says compares across files, and
+    those it will inline (their digests put the cube's copy in the file's fingerprint)."""
     hint = hint or ScanHint()
+    inline = {n for n, v in inv.variables.items() if n in hint.inline or v.basename in hint.inline}
     if hint.alone:
-        return set()
+        return inline
     mappings = grid_mappings(inv)
     if hint.planner == "mosaic":
-        return {n for n, v in inv.variables.items()
-                if not v.shape or v.basename in mappings or "grid_mapping_name" in v.attrs}
+        return inline | {n for n, v in inv.variables.items()
+                         if not v.shape or v.basename in mappings or "grid_mapping_name" in v.attrs}
     dim = hint.concat_dim if hint.concat_dim is not None else default_concat_dim(inv)
     new_axis = dim is None or not any(dim in v.dims for v in inv.variables.values())
-    return {n for n, v in inv.variables.items() if must_agree(v, dim, new_axis, mappings)}
+    return inline | {n for n, v in inv.variables.items() if must_agree(v, dim, new_axis, mappings)}
 
 
 def add_planning_data(inv: FileInventory, read=None, hint: ScanHint | None = None
@@ -91,6 +93,17 @@ def add_planning_data(inv: FileInventory, read=None, hint: ScanHint | None = Non
                 v.values = at_shape(read(name), v)
             except Exception:  # reported by the planner, if it needs them
                 pass
+        if name in refused and name in agree and v.digest is None and v.values is None \
+                and (hint and (name in hint.inline or v.basename in hint.inline)) \
+                and size * v.dtype.itemsize <= DIGEST_LIMIT:
+            # inlined although unreferenceable: the values the planner will read, digested
+            try:
+                data = at_shape(read(name), v)
+                v.digest, _ = digest_values(data, v.blocks.block_shape if v.blocks
+                                            is not None else data.shape)
+            except Exception:  # the planner reports it when it reads them
+                pass
+            continue
         if v.blocks is None or name in refused or v.digest is not None or name not in agree:
             continue
         refs = v.blocks.refs

@@ -123,8 +123,12 @@ def changed_sources(sources: list[dict[str, Any]]):
 
 def left_out_record(plan: Plan) -> dict:
     """The record's `left_out` field: files left out because they cannot be scanned
-    (skip_unreadable), each {path, kind, message}; none when no file was left out."""
-    return {"left_out": list(plan.left_out)} if plan.left_out else {}
+    (skip_unreadable), each {path, kind, message}, each file once (its latest reason:
+    appends that leave it out again add it once), none that is now a source; none when no
+    file was left out."""
+    sources = {s.path for s in plan.sources}
+    latest = {d["path"]: d for d in plan.left_out if d.get("path") not in sources}
+    return {"left_out": list(latest.values())} if latest else {}
 
 
 def relative_state(state: dict | None, base: str | None) -> dict | None:

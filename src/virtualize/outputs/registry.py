@@ -43,7 +43,7 @@ def kind_of(out, format: str | None = None) -> str:
     directory for any other name). Refuses an unknown format, and Icechunk without its
     package."""
     suffix = suffix_of(out)
-    kind = format or next((k.kind for k in KINDS if k is not CUBE and suffix in k.suffixes),
+    kind = format or next((k.kind for k in KINDS if k is not CUBE and suffix.lower() in k.suffixes),
                           CUBE.kind)
     if kind not in BY_NAME:
         raise UsageError(f"unknown output format {kind!r} (cube, kerchunk or icechunk)")

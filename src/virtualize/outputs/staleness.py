@@ -117,6 +117,14 @@ def _rescan(suspects: list[tuple[int, dict, int]], out: SourceCheck, strict: boo
                 "recorded them, or a data file named by a reference set), so it cannot be "
                 "told unchanged (verify --refresh cannot prove it): re-run virtualize"))
             continue
+        if s.get("copied"):
+            out.problems.append(Problem(
+                Location(s["path"]), "source-changed",
+                _changed(s, s["size"], mtime) + "; only its modification time changed, but "
+                "the cube holds chunks copied from it (--materialize), whose bytes no "
+                "re-scan of its block tables proves unchanged (verify --refresh cannot "
+                "prove it): re-run virtualize"))
+            continue
         tag = s["fingerprint"].rsplit(":", 1)[0]
         todo.setdefault((s.get("referenced_by") or s["path"], tag), []).append((i, s, mtime))
     results = []

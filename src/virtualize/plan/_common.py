@@ -393,8 +393,9 @@ def compare_shared(ctx: Context, name: str, vs: list[Variable], why: str,
 
 
 def first_difference(a: np.ndarray, b: np.ndarray) -> tuple[int, ...] | None:
-    """The first index (C order) where two arrays differ (NaN equal to NaN; a struct's
-    members compared one by one), () for differing scalars or shapes; None when equal."""
+    """The first index (C order) where two arrays differ (of one numeric dtype bit for
+    bit, else by value, NaN equal to NaN; a struct's members compared one by one), () for
+    differing scalars or shapes; None when equal."""
     if a.shape != b.shape:
         return () if a.ndim == 0 or b.ndim == 0 else tuple(0 for _ in a.shape)
     if a.dtype.names is not None and b.dtype.names is not None:
@@ -413,7 +414,17 @@ def first_difference(a: np.ndarray, b: np.ndarray) -> tuple[int, ...] | None:
 
 
 def _equal(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Elementwise equality, NaN equal to NaN (a sub-array member: all of its items)."""
+    """Elementwise equality (a sub-array member: all of its items): of the same numeric
+    dtype, bit for bit (the cube serves the first file's bits: 0.0 is not -0.0, a NaN
+    equals only a NaN of the same bits), as the digests compare stored bytes; else by
+    value, NaN equal to NaN."""
+    n = a.dtype.itemsize
+    # (long doubles, whose padding bytes are noise: by value)
+    if a.dtype == b.dtype and a.dtype.kind in "biufcmM" and a.dtype.subdtype is None \
+            and n <= (16 if a.dtype.kind == "c" else 8):
+        x = np.ascontiguousarray(a.reshape(-1)).view(np.uint8).reshape(a.shape + (n,))
+        y = np.ascontiguousarray(b.reshape(-1)).view(np.uint8).reshape(b.shape + (n,))
+        return (x == y).all(axis=-1)
     try:
         eq = np.asarray(a == b)
     except (TypeError, ValueError):

@@ -151,6 +151,7 @@ def plan_mosaic(inventories: Sequence[FileInventory], options: MosaicOptions | N
         array = _mosaic_variable(ctx, name, ydim, xdim, height, width)
         if array is not None:
             arrays[name] = array
+    arrays.update(_others(ctx, names, ydim, xdim))
     if georefs is not None:
         coords = _coordinates(ctx, georefs[0], r0, c0, height, width)
         arrays.update(coords)
@@ -328,6 +329,52 @@ def _mosaic_variables(ctx: _Ctx, ydim: str, xdim: str) -> list[str]:
                 ctx.problem(path, n, "missing-variable", f"{n!r} is in other tiles but not here")
         if not missing:
             out.append(n)
+    return out
+
+
+def _others(ctx: _Ctx, names: list[str], ydim: str, xdim: str) -> dict[str, ArrayPlan]:
+    """The tiles' coordinates of the other axes the mosaic variables keep (a leading
+    `time`) and their scalars (not grid mappings), compared through `compare_shared`: the
+    cube holds one value for them all. A coordinate the same in every tile (its values
+    recorded) is kept in the cube; one that differs is refused (a mosaic over time is not
+    supported yet); a scalar is left out, with a note naming it, as is a coordinate whose
+    values were not recorded."""
+    first = ctx.invs[0]
+    kept = {d for n in names for d in first.variables[n].dims} - {ydim, xdim}
+    mappings = {x.attrs.get("grid_mapping") for x in first.variables.values()} - {None}
+    out: dict[str, ArrayPlan] = {}
+    left: list[str] = []
+    absent: list[str] = []
+    for n, v in first.variables.items():
+        if n in ctx.drop or n in names:
+            continue
+        coord = v.is_coordinate and len(v.dims) == 1 and v.dims[0] in kept
+        scalar = v.shape == () and v.basename not in mappings and "grid_mapping_name" not in v.attrs
+        if not (coord or scalar):
+            continue
+        vs = [inv.variables.get(n) for inv in ctx.invs]
+        if any(x is None for x in vs):
+            absent.append(n)
+            continue
+        why = (f"is the coordinate of the mosaic's {v.dims[0]!r} axis" if coord
+               else "is a scalar of the tiles")
+        before = len(ctx.problems)
+        if not compare_shared(ctx, n, vs, why):
+            ctx.problems[before:] = [
+                replace(p, remedy=p.remedy or (
+                    f"a mosaic over {v.dims[0]!r} (tiles of different {v.dims[0]!r}) is not "
+                    f"supported yet: mosaic each {v.dims[0]!r} step's tiles separately" if coord
+                    else f"--drop {n}, or mosaic the tiles of each {n!r} separately"))
+                if p.kind == "differs-between-files" else p for p in ctx.problems[before:]]
+            continue
+        if coord and v.values is not None:
+            out[n] = inline_plan(n, np.asarray(v.values), v.dims, v.attrs)
+        else:
+            left.append(n)
+    if left:
+        ctx.notes.append("left out of the mosaic, the same in every tile: " + ", ".join(left))
+    if absent:
+        ctx.notes.append("left out of the mosaic, not in every tile: " + ", ".join(absent))
     return out
 
 

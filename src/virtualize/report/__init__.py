@@ -333,7 +333,9 @@ def format_text(report: model.Report, verbose: bool = False, color: bool = False
     if report.plan is not None and s["variables"] and not report.ok:
         refused = refused_variables(report)
         lines.append(f"{s['variables']} variable(s) examined, {s['variables_refused']} refused"
-                     + (f": {_refused_words(refused)}" if refused else ""))
+                     + (f": {_refused_words(refused)}" if refused else
+                        # (not "0 refused" alone beside a "no": what blocks is a file's)
+                        " (the problems below are of files, not of a variable)"))
     if report.plan is not None and s["variables"] and report.ok:
         lines.append(f"{s['variables']} variable(s), {s['chunks']} chunk(s), {s['references']} "
                      f"reference(s) to {_size(s['bytes_referenced'])}"

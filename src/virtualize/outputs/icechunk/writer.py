@@ -329,7 +329,9 @@ def credentials(prefix: str) -> dict:
     if prefix.startswith(("s3://", "s3a://")):
         return ic.containers_credentials({prefix: ic.s3_credentials(from_env=True)})
     if prefix.startswith(("http://", "https://")):
-        return ic.containers_credentials({prefix: None})
+        # the explicit no-auth credential (None is deprecated), where this icechunk has it
+        access = getattr(ic.Credentials, "HttpAccess", None)
+        return ic.containers_credentials({prefix: access() if access else None})
     return ic.containers_credentials({prefix: ic.Credentials.LocalFileSystemAccess()})
 
 

@@ -18,7 +18,7 @@ class Kerchunk:
 
     def detect(self, path: Path, *, by_name: bool = True) -> bool:
         # a file is a reference JSON, whatever its name (`--format kerchunk -o refs`)
-        return path.is_file() or (by_name and path.suffix == ".json" and not path.is_dir())
+        return path.is_file() or (by_name and path.suffix.lower() == ".json" and not path.is_dir())
 
     def ours(self, path: Path) -> bool:
         if not path.is_file():
