@@ -107,40 +107,64 @@ def layer(parts: tuple[str, ...]) -> str:
     return parts[0] if parts else "__init__"
 
 
-def test_imports_run_down_the_layers():
+def ups_in(path: Path, parts: tuple[str, ...]) -> list[str]:
+    """The imports of one module that run up the layers."""
     ups = []
-    for path, parts in modules():
-        if layer(parts) in SHIMS:
+    for line, mod, _name in imports(path, parts):
+        target = layer(mod)
+        if target in SHIMS:
+            assert parts == ("__init__",), f"{path}:{line} imports the deprecated shim {target}"
             continue
-        for line, mod, _name in imports(path, parts):
-            target = layer(mod)
-            if target in SHIMS:
-                assert parts == ("__init__",), f"{path}:{line} imports the deprecated shim {target}"
-                continue
-            assert layer(parts) in LEVEL, f"{path}: place {layer(parts)} in LAYERS"
-            assert target in LEVEL, f"{path}:{line}: place {target} in LAYERS"
-            if LEVEL[target] > LEVEL[layer(parts)]:
-                ups.append(f"{path.relative_to(ROOT)}:{line} ({layer(parts)}) imports "
-                           f"{'.'.join(mod)} ({target}), a layer above")
+        assert layer(parts) in LEVEL, f"{path}: place {layer(parts)} in LAYERS"
+        assert target in LEVEL, f"{path}:{line}: place {target} in LAYERS"
+        if LEVEL[target] > LEVEL[layer(parts)]:
+            ups.append(f"{path.name}:{line} ({layer(parts)}) imports "
+                       f"{'.'.join(mod)} ({target}), a layer above")
+    return ups
+
+
+def privates_in(path: Path, parts: tuple[str, ...]) -> list[str]:
+    """The imports of one module of another package's private modules or names."""
+    found = []
+    for line, mod, name in imports(path, parts):
+        thing = mod + ((name,) if name else ())
+        who = owner(thing)
+        if who is None or parts[: len(who)] == who:
+            continue
+        if (".".join(parts), ".".join(thing)) not in PRIVATE_EXCEPTIONS:
+            found.append(f"{path.name}:{line} imports {'.'.join(thing)}, "
+                         f"private to {'.'.join(who) or 'virtualize'}")
+    return found
+
+
+def test_imports_run_down_the_layers():
+    ups = [u for path, parts in modules() if layer(parts) not in SHIMS
+           for u in ups_in(path, parts)]
     assert not ups, "\n".join(ups)
 
 
 def test_no_import_of_another_packages_private_names():
-    found = []
-    for path, parts in modules():
-        if layer(parts) in SHIMS:
-            continue
-        me = ".".join(parts)
-        for line, mod, name in imports(path, parts):
-            thing = mod + ((name,) if name else ())
-            who = owner(thing)
-            if who is None or parts[: len(who)] == who:
-                continue
-            key = (me, ".".join(thing))
-            if key not in PRIVATE_EXCEPTIONS:
-                found.append(f"{path.relative_to(ROOT)}:{line} imports {'.'.join(thing)}, "
-                             f"private to {'.'.join(who) or 'virtualize'}")
+    found = [f for path, parts in modules() if layer(parts) not in SHIMS
+             for f in privates_in(path, parts)]
     assert not found, "\n".join(found)
+
+
+def test_the_checks_find_what_they_look_for(tmp_path):
+    """A planner module importing outputs/ lazily, and the scanners' private helpers, fails."""
+    f = tmp_path / "m.py"
+    f.write_text("from ..model import Plan\n"
+                 "def f():\n"
+                 "    from ..outputs.metadata import array_doc\n"
+                 "    from ..formats._io import digest_blocks\n"
+                 "    from ._common import Context\n")
+    assert [u.split(" imports ")[1] for u in ups_in(f, ("plan", "concat"))] == \
+        ["outputs.metadata (outputs), a layer above"]
+    assert [p.split(" imports ")[1] for p in privates_in(f, ("plan", "concat"))] == \
+        ["formats._io.digest_blocks, private to formats"]
+    # the same lines in api/ run down; formats/ may use its own private helpers
+    assert ups_in(f, ("api", "checking")) == []
+    f.write_text("from .._io import digest_blocks\nfrom ._common import x\n")
+    assert privates_in(f, ("formats", "hdf5", "walk")) == []
 
 
 def test_the_exceptions_are_still_needed():
@@ -193,3 +217,20 @@ def test_a_format_is_named_in_its_plug_in_only():
                                               or node.value in prefixes):
                 found.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.value!r}")
     assert not found, "\n".join(found)
+
+
+def test_every_plug_in_answers_its_protocol():
+    """Each format names its inventories (so `of_inventory` finds it); each output kind has
+    every method of `outputs.base.OutputKind` (what api/ asks of it)."""
+    from virtualize.formats import registry as formats
+    from virtualize.outputs import registry as outputs
+    from virtualize.outputs.base import OutputKind
+
+    for fmt in formats.formats():
+        assert fmt.inventory_formats, fmt
+        assert all(formats.of_inventory(n) is fmt for n in fmt.inventory_formats)
+    wanted = [n for n, v in vars(OutputKind).items() if callable(v) and not n.startswith("_")]
+    assert {"recorded", "grow", "refresh", "write", "open_store"} <= set(wanted)
+    for kind in outputs.KINDS:
+        assert [n for n in wanted if not callable(getattr(kind, n, None))] == [], kind.kind
+        assert outputs.by_name(kind.kind) is kind

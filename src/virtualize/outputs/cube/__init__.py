@@ -32,10 +32,6 @@ class Cube:
         from .writer import write_cube
         return write_cube(plan, dest, overwrite, relative_to=relative_to)
 
-    def append(self, dest, merged, info: dict, new_sources: list[str], relative_to=None):
-        from .writer import append_cube
-        return append_cube(dest, merged, info, new_sources, relative_to)
-
     def recorded(self, path: Path) -> dict | None:
         from ..record import resolved
         from .writer import SOURCES_NAME

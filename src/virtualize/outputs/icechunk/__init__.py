@@ -43,9 +43,6 @@ class Icechunk:
     def write(self, plan, dest, overwrite: bool = False, *, relative_to=None) -> Path:
         return write_icechunk(plan, dest, overwrite, relative_to=relative_to)
 
-    def append(self, dest, merged, recipe: dict, old_roots=()) -> Path:
-        return append_icechunk_new(dest, merged, recipe, old_roots)
-
     def recorded(self, path: Path) -> dict | None:
         return recorded(path)
 

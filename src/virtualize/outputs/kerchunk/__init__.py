@@ -41,10 +41,6 @@ class Kerchunk:
         from .writer import write_kerchunk
         return write_kerchunk(plan, dest, overwrite, relative_to=relative_to)
 
-    def append(self, dest, merged, doc: dict, new_sources: list[str]) -> list[str]:
-        from .writer import append_kerchunk
-        return append_kerchunk(dest, merged, doc, new_sources)
-
     def recorded(self, path: Path) -> dict | None:
         from ..record import resolved
 
