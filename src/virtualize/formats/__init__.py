@@ -19,9 +19,9 @@ from .base import Format
 
 
 def detect(path: str) -> Format | None:
-    """The format of `path` (a file, or a local directory a format takes as one input,
-    such as a kerchunk parquet reference set), or None."""
-    if not storage.is_url(path) and os.path.isdir(path):
+    """The format of `path` (a file, or a directory or URL prefix a format takes as one
+    input, such as a kerchunk parquet reference set or a zarr v2 store), or None."""
+    if storage.is_url(path) or os.path.isdir(path):  # (a URL: a zarr store's prefix)
         fmt = next((fmt for fmt in registry.formats() if fmt.sniff_directory(path)), None)
         if fmt is not None:
             return fmt

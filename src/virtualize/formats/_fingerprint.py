@@ -84,7 +84,7 @@ def fingerprints(inv: FileInventory, hint: ScanHint | None = None) -> list[str |
     # the data files of a scanned file (an HDF5 external link's target), whose index the
     # file's scan read: the rows into each; none for a reference set's (see above)
     linked = [hashlib.sha256() for _ in range(n - 1)] \
-        if not inv.format.startswith("kerchunk") else []
+        if not inv.format.startswith(("kerchunk", "zarr2")) else []
     for name in sorted(inv.variables):
         v = inv.variables[name]
         b = v.blocks  # (None: held by value, no blocks)

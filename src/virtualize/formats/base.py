@@ -41,8 +41,9 @@ class Format:
         raise NotImplementedError
 
     def sniff_directory(self, path: str) -> bool:
-        """Whether a local directory is one input of this format (kerchunk's parquet
-        reference sets); files only by default."""
+        """Whether a local directory (or a URL, which may name a prefix of objects) is one
+        input of this format (kerchunk's parquet reference sets, zarr v2 stores); files
+        only by default. Asked of every URL: a format must answer most without a request."""
         return False
 
     def scan(self, path: str, hint=None) -> FileInventory:

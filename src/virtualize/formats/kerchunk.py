@@ -198,6 +198,8 @@ def scan_kerchunk(path: str) -> FileInventory:
 
 
 class _Scanner:
+    root_array = ROOT_ARRAY  # what an array at the root is named
+
     def __init__(self, path: str, refs: _Refs):
         self.path = path
         self.refs = refs
@@ -244,7 +246,7 @@ class _Scanner:
         for node, doc, attrs, zf in sorted(arrays):
             # one array at the root (tifffile's / kerchunk.tiff's references of a TIFF) is
             # named as the TIFF scanner names a TIFF's image
-            name = node or ROOT_ARRAY
+            name = node or self.root_array
             if name in self.groups:
                 self.problem(None, "unsupported-object", f"an array at the root of the reference "
                              f"set and a group {name!r}: the array is skipped", fatal=False)
@@ -259,6 +261,10 @@ class _Scanner:
                 self.variables[name] = var
                 for d, n in zip(var.dims, var.shape):
                     self.dims.setdefault(d, Dimension(d, n))
+
+    def read_values(self, node: str) -> np.ndarray:
+        """An array's values (inline chunks, small coordinates), decoded by zarr."""
+        return read_kerchunk_values(self.path, node)
 
     def _attrs_v2(self, node: str) -> dict[str, Any]:
         raw = self.refs.meta.get(f"{node}/.zattrs" if node else ".zattrs")
@@ -300,7 +306,7 @@ class _Scanner:
         values = None
         if blocks == "inline":
             blocks = None
-            values = read_kerchunk_values(self.path, node)
+            values = self.read_values(node)
         elif blocks is not None and fill is None and _missing(blocks.refs).any():
             i = int(np.flatnonzero(_missing(blocks.refs).reshape(-1))[0])
             self.problem(name, "unknown-fill",
@@ -311,7 +317,7 @@ class _Scanner:
                                 "data file itself")
             blocks = None
         elif blocks is not None and is_coord and shape[0] <= COORD_VALUES_LIMIT:
-            values = read_kerchunk_values(self.path, node)
+            values = self.read_values(node)
         if blocks is None and values is None:
             return None
         return Variable(name=name, dtype=dtype, shape=shape, dims=dims, attrs=attrs,
@@ -551,6 +557,10 @@ def _known_v3_codec(name: str) -> bool:
 def _fill_v2(v, dtype: np.dtype):
     if v is None:
         return None
+    if isinstance(v, list) and len(v) == 2 and dtype.kind == "c":  # [real, imag] (zarr v2)
+        part = np.dtype(f"f{dtype.itemsize // 2}")
+        return np.asarray(complex(_fill_v2(v[0], part), _fill_v2(v[1], part)),
+                          dtype=dtype.newbyteorder("="))[()]
     if isinstance(v, str) and dtype.kind in "fc":
         v = {"NaN": np.nan, "Infinity": np.inf, "-Infinity": -np.inf}.get(v, v)
     return np.asarray(v).astype(dtype.newbyteorder("="))[()]
