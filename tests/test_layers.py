@@ -87,6 +87,30 @@ def imports(path: Path, parts: tuple[str, ...]):
                     yield node.lineno, tuple(alias.name.split(".")[1:]), None
 
 
+def attribute_uses(path: Path, parts: tuple[str, ...]):
+    """(line, module parts + attribute) of every `alias.name` where `alias` is a virtualize
+    module bound by an import (`from .. import storage`, then `storage._x`)."""
+    tree = ast.parse(path.read_text(), str(path))
+    bound: dict[str, tuple[str, ...]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level:
+            base = package_of(parts)
+            base = base[: len(base) - (node.level - 1)]
+            mod = base + (tuple(node.module.split(".")) if node.module else ())
+            for alias in node.names:
+                target = mod + (alias.name,)
+                if is_package(target) or ROOT.joinpath(*target).with_suffix(".py").exists():
+                    bound[alias.asname or alias.name] = target
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] == "virtualize" and alias.asname:
+                    bound[alias.asname] = tuple(alias.name.split(".")[1:])
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
+                and node.value.id in bound:
+            yield node.lineno, bound[node.value.id] + (node.attr,)
+
+
 def private(name: str) -> bool:
     return name.startswith("_") and not name.startswith("__")
 
@@ -134,6 +158,12 @@ def privates_in(path: Path, parts: tuple[str, ...]) -> list[str]:
         if (".".join(parts), ".".join(thing)) not in PRIVATE_EXCEPTIONS:
             found.append(f"{path.name}:{line} imports {'.'.join(thing)}, "
                          f"private to {'.'.join(who) or 'virtualize'}")
+    for line, thing in attribute_uses(path, parts):  # (storage._x through the module)
+        who = owner(thing)
+        if who is not None and parts[: len(who)] != who and \
+                (".".join(parts), ".".join(thing)) not in PRIVATE_EXCEPTIONS:
+            found.append(f"{path.name}:{line} uses {'.'.join(thing)}, "
+                         f"private to {'.'.join(who) or 'virtualize'}")
     return found
 
 
@@ -161,6 +191,12 @@ def test_the_checks_find_what_they_look_for(tmp_path):
         ["outputs.metadata (outputs), a layer above"]
     assert [p.split(" imports ")[1] for p in privates_in(f, ("plan", "concat"))] == \
         ["formats._io.digest_blocks, private to formats"]
+    f.write_text("from .. import storage\nstorage._fs_path(1)\nstorage.fs_path(1)\n")
+    assert [p.split(" uses ")[1] for p in privates_in(f, ("formats", "zarr2"))] == \
+        ["storage._fs_path, private to storage"]
+    f.write_text("from ..model import Plan\n"
+                 "def f():\n"
+                 "    from ..outputs.metadata import array_doc\n")
     # the same lines in api/ run down; formats/ may use its own private helpers
     assert ups_in(f, ("api", "checking")) == []
     f.write_text("from .._io import digest_blocks\nfrom ._common import x\n")

@@ -414,7 +414,7 @@ def _remote_info(p: str) -> dict[str, Any]:
     return info
 
 
-def _etag(info: dict[str, Any]) -> str | None:
+def info_etag(info: dict[str, Any]) -> str | None:
     for k in ("ETag", "etag", "Etag", "md5", "Last-Modified", "LastModified", "last_modified"):
         v = info.get(k)
         if v:
@@ -422,7 +422,7 @@ def _etag(info: dict[str, Any]) -> str | None:
     return None
 
 
-def _mtime_ns(info: dict[str, Any]) -> int:
+def info_mtime_ns(info: dict[str, Any]) -> int:
     import datetime
 
     v = info.get("LastModified") or info.get("last_modified") or info.get("mtime")
@@ -440,7 +440,7 @@ def stat(p: str) -> Stat:
         st = os.stat(p)
         return Stat(st.st_size, st.st_mtime_ns)
     info = remote_info(p)
-    return Stat(int(info["size"]), _mtime_ns(info), _etag(info))
+    return Stat(int(info["size"]), info_mtime_ns(info), info_etag(info))
 
 
 class RemoteFile(io.RawIOBase):
