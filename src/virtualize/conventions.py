@@ -22,7 +22,9 @@ INLINE_VALUES_LIMIT = 64 * 1024  # decoded bytes: the default --inline-threshold
 # (reading the values with the format's own library) resolves them.
 REFERENCE_KINDS = frozenset({"compact-layout", "external-storage", "virtual-dataset",
                              "unsupported-filter", "filter-mask", "partial-records",
-                             "chunk-coordinates"})
+                             "chunk-coordinates",
+                             # FITS images without an exact codec (formats/fits.py)
+                             "unsupported-compression", "unsupported-scaling"})
 INLINABLE_KINDS = REFERENCE_KINDS | {"unsupported-type"}
 
 

@@ -15,8 +15,8 @@ The rule every outcome must follow (`_oracle.judge`):
   consistent" when it cannot, conservative when it can).
 - accepted: a cube is written, and every array in it reads back bit-exactly equal to the
   format's library's read of the mutated file (h5py for HDF5 / netCDF-4, netCDF4-python
-  for netCDF classic, tifffile for TIFF). When the library cannot read an accepted array
-  at all (a mutated offset points a compressed block at bytes that do not decode), reading
+  for netCDF classic, tifffile for TIFF, astropy for FITS). When the library cannot read
+  an accepted array at all (a mutated offset points a compressed block at bytes that do not decode), reading
   it through the cube must fail too ("unreadable-consistent"): the cube never invents
   values the library does not have. (Comparing the readable parts of such an array block
   by block is not done.)
@@ -24,7 +24,7 @@ The rule every outcome must follow (`_oracle.judge`):
   into a `scan-timeout` refusal, which is fine), a refusal not naming the file.
 
 Budget: a fixed number of derandomized examples per source (`VIRTUALIZE_MUTATIONS`,
-default 60: 1,140 mutated files over 19 sources, about 30 s of the directory's 40 s)
+default 60: 1,320 mutated files over 22 sources, about 30 s of the directory's 40 s)
 on 2 cores. Maintainers run longer, e.g. ``VIRTUALIZE_MUTATIONS=500 pytest
 tests/robustness``, and other examples with ``VIRTUALIZE_MUTATIONS_SEED=N``; the counts of
 mutated files, formats and outcomes are printed at the end of the session (conftest.py).
@@ -69,6 +69,9 @@ SOURCES = [
     ("tiff-tiffcp", "tiffcp_tiles", 0),  # libtiff: IFD after the data
     ("cog-gdal", "cog", 0),  # GDAL COG: overviews, ghost header
     ("netcdf4-groups", "groups", 0),
+    ("fits-images", "fits_multi", 0),  # every BITPIX, unsigned offsets, a table
+    ("fits-scaled", "fits_scaled", 0),  # BSCALE / BZERO / BLANK, an inlined uint64
+    ("fits-tiles", "fits_tiles", 0),  # tile-compressed: RICE_1, GZIP_2 (uint16), per tile
 ]
 
 

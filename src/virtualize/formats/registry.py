@@ -29,6 +29,7 @@ FORMATS = (
     "hdf5",      # HDF5, netCDF-4
     "netcdf3",   # netCDF classic (CDF-1, CDF-2, CDF-5)
     "tiff",      # TIFF, BigTIFF, GeoTIFF, OME-TIFF
+    "fits",      # FITS images (astropy: the optional extra [fits])
     "kerchunk",  # kerchunk reference sets (JSON, parquet), reading their data files
     "zarr2",     # zarr v2 directory stores, referencing their chunk files
 )

@@ -1,0 +1,640 @@
+"""FITS files: primary and IMAGE extensions as arrays (docs/fits.md).
+
+What this module promises:
+
+- `scan_fits(path)` reads only the headers: 2880-byte blocks up to each HDU's END card,
+  the cards parsed by astropy's header reader (`astropy.io.fits.Header.fromstring`); the
+  data offset and size of every HDU follow from the FITS standard (4.0, section 4.4.1):
+  the data start at the block after END and hold |BITPIX|/8 * GCOUNT * (PCOUNT +
+  NAXIS1 * ... * NAXISn) bytes, padded to a whole block. Every image HDU (NAXIS > 0)
+  is one stored block of big-endian values: zarr `bytes` with endian "big".
+- Axes in numpy order (NAXISn ... NAXIS1, astropy's `hdu.data.shape`), dimensions named
+  `naxisN` (`<array>_naxisN` when two images of the file differ in that axis' length).
+- BSCALE / BZERO: the "unsigned" offsets astropy turns into unsigned types (BZERO =
+  2**15, 2**31 for BITPIX 16, 32; BZERO = -128 for BITPIX 8 gives int8) are a
+  `numcodecs.fixedscaleoffset` codec (float64 arithmetic, exact for every 8-, 16- and
+  32-bit value); any other scaling keeps the stored integers with CF `scale_factor` /
+  `add_offset` (what xarray decodes); BLANK is the fill value and `_FillValue`.
+- Tile-compressed integer images (a ZIMAGE binary table) with RICE_1, GZIP_1, GZIP_2 or
+  lossless HCOMPRESS_1: one chunk per tile, located by the table's heap descriptors
+  (`imagecodecs_rcomp`; `gzip` [+ `numcodecs.shuffle`] + big-endian `bytes`;
+  `imagecodecs_hcomp`).
+- What has no exact reference: other tile compressions (PLIO_1, lossy HCOMPRESS_1,
+  quantized floats), the uint64 offset (BZERO = 2**63: not exact in float64) are in the
+  inventory without blocks, with a fatal `unsupported-compression` / `unsupported-scaling`
+  that inlining resolves (the planner inlines them when small; astropy decodes them).
+  Tables and random groups are skipped with a note.
+- A damaged header (no END, a bad keyword value, a size past the end) raises
+  `VirtualizeError` with one `corrupt` problem naming the file and byte offset.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import os
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .. import storage
+from ..model import (
+    BlockTable,
+    Dimension,
+    FileInventory,
+    Location,
+    Problem,
+    Variable,
+    VirtualizeError,
+    empty_refs,
+)
+from ._planning import finish
+from ._values import Unrepresentable, bytes_codec, plain
+from .base import Format
+
+BLOCK = 2880
+CARD = 80
+MAGIC = b"SIMPLE  ="
+END_CARD = b"END" + b" " * 77
+KEYWORD_CHARS = b"ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-"  # "ENDX": a keyword, not END
+MAX_HEADER_BLOCKS = 10_000  # 28.8 MB of cards: past that, a header without END is corrupt
+BITPIX = {8: np.dtype("u1"), 16: np.dtype(">i2"), 32: np.dtype(">i4"), 64: np.dtype(">i8"),
+          -32: np.dtype(">f4"), -64: np.dtype(">f8")}
+# BZERO of astropy's pseudo-unsigned integers (BSCALE 1): the type it reads them as
+UNSIGNED = {8: (-128, np.dtype("i1")), 16: (1 << 15, np.dtype("u2")),
+            32: (1 << 31, np.dtype("u4")), 64: (1 << 63, np.dtype("u8"))}
+# keywords the cube's own metadata expresses (its codecs, fill value, CF attributes)
+APPLIED = ("BSCALE", "BZERO", "BLANK")
+EXTRA = "pip install 'virtualize[fits]'"
+
+
+def _astropy_fits():
+    try:
+        from astropy.io import fits
+    except ImportError:
+        return None
+    return fits
+
+
+def _missing(path: str) -> VirtualizeError:
+    return VirtualizeError([Problem(Location(path), "missing-library",
+                                    f"reading FITS needs astropy: {EXTRA}")],
+                           f"{path}: reading FITS needs astropy ({EXTRA})")
+
+
+def corrupt(path: str, message: str) -> VirtualizeError:
+    return VirtualizeError([Problem(Location(path), "corrupt", message)],
+                           f"{path}: not a valid FITS file")
+
+
+@dataclass
+class Hdu:
+    """One header-data unit as the headers lay it out."""
+
+    index: int
+    header: Any  # astropy.io.fits.Header
+    header_offset: int
+    data_offset: int
+    nbytes: int  # data bytes (unpadded)
+    kind: str  # "image", "compressed", "table", "groups", "empty"
+    bitpix: int = 0
+    shape: tuple[int, ...] = ()  # numpy order
+    name: str = ""
+    problems: list[Problem] = field(default_factory=list)
+
+
+def _int(path: str, header, key: str, at: int, default=None) -> int:
+    try:
+        value = header.get(key, default)
+    except Exception as e:  # astropy parses a card's value when it is asked for
+        raise corrupt(path, f"the {key} card of the header at byte offset {at} cannot be "
+                            f"parsed ({type(e).__name__}: {e})") from None
+    if value is None:
+        raise corrupt(path, f"the header at byte offset {at} has no {key} card")
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise corrupt(path, f"{key} = {value!r} in the header at byte offset {at} is not an "
+                            "integer")
+    return int(value)
+
+
+def _read_header(f, path: str, size: int, at: int, fits, notes: list[Problem]
+                 ) -> tuple[Any, int]:
+    """The header starting at byte `at` (astropy's parse) and its length in bytes."""
+    raw = bytearray()
+    for k in range(MAX_HEADER_BLOCKS):
+        f.seek(at + k * BLOCK)
+        block = f.read(BLOCK)
+        if len(block) < BLOCK:
+            raise corrupt(path, f"the header at byte offset {at} ends at byte "
+                                f"{at + k * BLOCK + len(block)} (end of file) before its END card")
+        raw += block
+        for c in range(0, BLOCK, CARD):
+            card = block[c:c + CARD]
+            if card[:3] != b"END" or card[3:4] and card[3:4] in KEYWORD_CHARS:
+                continue
+            if card != END_CARD:  # astropy takes some of these for END, and some not
+                raise corrupt(path, f"a damaged END card at byte offset {at + k * BLOCK + c} "
+                                    f"({bytes(card).rstrip()!r})")
+            text = bytes(raw[:k * BLOCK + c + CARD])
+            try:
+                with warnings.catch_warnings(record=True) as said:
+                    warnings.simplefilter("always")
+                    header = fits.Header.fromstring(text.decode("ascii"))
+            except Exception as e:  # non-ASCII bytes, a card astropy cannot parse
+                raise corrupt(path, f"the header at byte offset {at} cannot be parsed "
+                                    f"({type(e).__name__}: {e})") from None
+            for w in said:  # (cards astropy reads past; the report says so, once)
+                notes.append(Problem(Location(path), "fits-warning",
+                                     f"the header at byte offset {at}: {w.message}",
+                                     fatal=False))
+            return header, (k + 1) * BLOCK
+    raise corrupt(path, f"the header at byte offset {at} has no END card in "
+                        f"{MAX_HEADER_BLOCKS} blocks")
+
+
+def walk(f, path: str, size: int) -> list[Hdu]:
+    """Every HDU of the file: its header and where its data lie."""
+    fits = _astropy_fits()
+    if fits is None:
+        raise _missing(path)
+    f.seek(0)
+    if f.read(len(MAGIC)) != MAGIC:
+        raise corrupt(path, "no SIMPLE card at byte offset 0")
+    hdus: list[Hdu] = []
+    notes: list[Problem] = []
+    at = 0
+    while at < size:
+        if hdus:
+            f.seek(at)
+            head = f.read(9)
+            if head != b"XTENSION=":  # (astropy too stops at what is no extension)
+                notes.append(Problem(
+                    Location(path), "trailing-bytes",
+                    f"{size - at} byte(s) after the last HDU (at byte offset {at}) are no "
+                    "FITS extension: ignored", fatal=False))
+                break
+        header, hlen = _read_header(f, path, size, at, fits, notes)
+        hdus.append(_layout(path, header, len(hdus), at, at + hlen))
+        at = hdus[-1].data_offset + -(-hdus[-1].nbytes // BLOCK) * BLOCK
+    hdus[0].problems += notes
+    last = hdus[-1]
+    if last.data_offset + last.nbytes <= size < at:  # (data cut short: `finish` says so)
+        hdus[0].problems.append(Problem(
+            Location(path), "truncated-padding",
+            f"the file ends at byte {size}, inside the padding of its last HDU (which ends at "
+            f"byte {at}): a truncated file? Its data are whole; HDUs after it, if it had "
+            "any, are lost", fatal=False))
+    return hdus
+
+
+def _layout(path: str, header, index: int, at: int, data_offset: int) -> Hdu:
+    bitpix = _int(path, header, "BITPIX", at)
+    if bitpix not in BITPIX:
+        raise corrupt(path, f"BITPIX = {bitpix} in the header at byte offset {at} is not one "
+                            "of 8, 16, 32, 64, -32, -64")
+    naxis = _int(path, header, "NAXIS", at)
+    if not 0 <= naxis <= 999:
+        raise corrupt(path, f"NAXIS = {naxis} in the header at byte offset {at}")
+    axes = [_int(path, header, f"NAXIS{n}", at) for n in range(1, naxis + 1)]
+    if any(n < 0 for n in axes):
+        raise corrupt(path, f"a negative axis length {axes} in the header at byte offset {at}")
+    pcount = _int(path, header, "PCOUNT", at, 0)
+    gcount = _int(path, header, "GCOUNT", at, 1)
+    if pcount < 0 or gcount < 0:
+        raise corrupt(path, f"PCOUNT = {pcount}, GCOUNT = {gcount} in the header at byte "
+                            f"offset {at}")
+    groups = index == 0 and header.get("GROUPS") is True and naxis and axes[0] == 0
+    elements = math.prod(axes[1:] if groups else axes) if naxis else 0
+    nbytes = abs(bitpix) // 8 * gcount * (pcount + elements) if naxis else 0
+    xtension = str(header.get("XTENSION", "")).strip().upper() if index else ""
+    if groups:
+        kind = "groups"
+    elif xtension in ("BINTABLE", "TABLE", "A3DTABLE"):
+        kind = "compressed" if xtension == "BINTABLE" and header.get("ZIMAGE") is True \
+            else "table"
+    elif index and xtension != "IMAGE":
+        kind = "table" if xtension else "unknown"
+    else:
+        kind = "image" if naxis and all(axes) else "empty"
+        if kind == "image" and (pcount, gcount) != (0, 1):
+            kind = "unknown"  # (an image with a heap or groups: not the standard's)
+    if kind == "image":
+        for key in ("BSCALE", "BZERO"):
+            value = header.get(key, 0)
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise corrupt(path, f"{key} = {value!r} in the header at byte offset {at} is "
+                                    "not a number")
+    return Hdu(index, header, at, data_offset, nbytes, kind, bitpix, tuple(reversed(axes)))
+
+
+def _names(hdus: list[Hdu]) -> None:
+    """Each array's name: its EXTNAME (with `_<EXTVER>` when the name repeats), `hdu<k>`
+    when it has none, repeats without distinct EXTVERs (names compared without case),
+    starts with `hdu` (any case), or is no zarr node name ('/' in it, '.', '..', a
+    leading '__')."""
+    arrays = [h for h in hdus if h.kind in ("image", "compressed")]
+
+    def extname(h):
+        v = h.header.get("EXTNAME")
+        v = v.strip() if isinstance(v, str) else ""
+        # (names a zarr node cannot have: '/', '.', '..', a leading '__')
+        return v if v and "/" not in v and v not in (".", "..") and not v.startswith("__") \
+            else None
+
+    counts: dict[str, int] = {}
+    for h in arrays:
+        if extname(h):
+            counts[extname(h)] = counts.get(extname(h), 0) + 1
+    taken: set[str] = set()
+    for h in arrays:
+        name = extname(h)
+        if name and counts[name] > 1:
+            ver = h.header.get("EXTVER")
+            name = f"{name}_{ver}" if isinstance(ver, int) and not isinstance(ver, bool) else None
+        # (compared without case: a cube's nodes are directories, on file systems too
+        # that do not tell SCI from sci)
+        if not name or name.lower() in taken or name.lower().startswith("hdu"):
+            name = f"hdu{h.index}"
+        taken.add(name.lower())
+        h.name = name
+
+
+def _attrs(header, path: str, var: str | None, problems: list[Problem],
+           applied: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The header's cards as attributes: COMMENT and HISTORY as lists of their lines, a
+    keyword given twice by its first value (as astropy's `header[key]`), blank cards
+    left out, and the keywords `applied` (what the array's codecs or CF attributes
+    express)."""
+    out: dict[str, Any] = {}
+    for key, value in header.items():
+        if not key:
+            continue
+        if key in ("COMMENT", "HISTORY"):
+            out.setdefault(key, []).append(str(value))
+            continue
+        if key in out or key in applied:
+            continue
+        if type(value).__name__ == "Undefined":
+            out[key] = None
+            continue
+        try:
+            out[key] = plain(value)
+        except Unrepresentable as e:
+            problems.append(Problem(Location(path, var), "attribute-omitted",
+                                    f"card {key}: {e}", fatal=False))
+    return out
+
+
+def _dims(images: list[Hdu]) -> dict[int, tuple[str, ...]]:
+    """`naxisN` per axis, unless images of the file differ in that axis' length."""
+    lengths: dict[int, set[int]] = {}
+    for h in images:
+        for n, size in enumerate(reversed(h.shape), 1):
+            lengths.setdefault(n, set()).add(size)
+    out = {}
+    for h in images:
+        ndim = len(h.shape)
+        out[h.index] = tuple(
+            f"naxis{n}" if len(lengths[n]) == 1 else f"{h.name}_naxis{n}"
+            for n in range(ndim, 0, -1))
+    return out
+
+
+def _scaling(h: Hdu) -> tuple[str, Any, Any, Any]:
+    """How the image's values decode: ("raw" | "unsigned" | "cf" | "inexact", bscale,
+    bzero, blank)."""
+    bscale = h.header.get("BSCALE", 1)
+    bzero = h.header.get("BZERO", 0)
+    blank = h.header.get("BLANK") if h.bitpix > 0 else None
+    if not isinstance(blank, (int, np.integer)) or isinstance(blank, bool):
+        blank = None
+    if bscale == 1 and bzero == 0:  # (astropy reads a BLANK image as floats, NaN at blanks)
+        return ("raw" if blank is None else "cf"), bscale, bzero, blank
+    if h.bitpix > 0 and bscale == 1 and bzero == UNSIGNED[h.bitpix][0]:
+        return ("inexact" if h.bitpix == 64 else "unsigned"), bscale, bzero, blank
+    return "cf", bscale, bzero, blank
+
+
+def _variable(path: str, h: Hdu, dims: tuple[str, ...], problems: list[Problem], f=None
+              ) -> Variable | None:
+    loc = Location(path, h.name)
+    how = _scaling(h)[0] if h.kind == "image" else "compressed"
+    # the keywords the array's codecs or CF attributes apply (astropy ignores BLANK in
+    # unsigned images: so does the cube, and the card stays)
+    applied = {"raw": (), "cf": APPLIED, "unsigned": ("BSCALE", "BZERO")}.get(how, ())
+    attrs = _attrs(h.header, path, h.name, problems, applied)
+    attrs["FITS_HDU"] = h.index
+    stored = BITPIX[h.bitpix]
+    if h.kind == "compressed":
+        try:
+            tiles = _tiles(h, f, problems, path)
+            v = _tiled(path, h, dims, attrs, problems, *tiles) if tiles is not None else None
+            if v is None:
+                return _held(path, h, dims, attrs, problems, "unsupported-compression",
+                             f"a tile-compressed image ({h.header.get('ZCMPTYPE', '?')}): no "
+                             "zarr codec is proven to decode its tiles as astropy does")
+        except Exception as e:  # a damaged ZNAXISn / ZTILEn card, tiles astropy cannot read
+            problems.append(Problem(loc, "corrupt", f"the tile-compressed image of HDU "
+                                    f"{h.index} cannot be read ({type(e).__name__}: {e})"))
+            return None
+        return v
+    how, bscale, bzero, blank = _scaling(h)
+    codecs = [bytes_codec(stored)]
+    dtype, fill = stored, np.zeros((), stored)[()]
+    if how == "inexact":
+        return _held(path, h, dims, attrs, problems, "unsupported-scaling",
+                     "BZERO = 2**63 (uint64): its offset is not exact in the float64 "
+                     "arithmetic of a zarr scale-offset codec")
+    if how == "unsigned":
+        dtype = UNSIGNED[h.bitpix][1].newbyteorder("=")
+        codecs = [{"name": "numcodecs.fixedscaleoffset", "configuration": {
+            "offset": int(bzero), "scale": 1, "dtype": dtype.str,
+            "astype": stored.newbyteorder("=").str}}, bytes_codec(stored)]
+    else:
+        if how == "cf" and (bscale != 1 or bzero != 0):
+            attrs["scale_factor"] = float(bscale)
+            attrs["add_offset"] = float(bzero)
+            if h.bitpix in (8, 16, -32):
+                problems.append(Problem(loc, "cf-scaling", (
+                    f"BSCALE = {bscale}, BZERO = {bzero}: the cube holds the stored values with "
+                    "scale_factor / add_offset; CF readers (xarray) apply them in float64, "
+                    f"astropy in float32 for BITPIX {h.bitpix}: decoded values may differ from "
+                    "astropy's in the last bit of a float32"), fatal=False))
+        if blank is not None:
+            fill = np.array(blank).astype(stored)[()]
+            if int(fill) == int(blank):
+                attrs["_FillValue"] = int(blank)
+            else:
+                problems.append(Problem(loc, "attribute-omitted", f"BLANK = {blank} does not fit "
+                                        f"BITPIX {h.bitpix}: no fill value", fatal=False))
+                fill = np.zeros((), stored)[()]
+    refs = empty_refs((1,) * len(h.shape))
+    refs[(0,) * len(h.shape)] = (0, h.data_offset, h.nbytes)
+    return Variable(name=h.name, dtype=dtype, shape=h.shape, dims=dims, attrs=attrs,
+                    fill_value=fill, codecs=codecs,
+                    blocks=BlockTable(h.shape, padded=False, refs=refs))
+
+
+# tile compressions with an exact zarr decoding of one tile (integer images only: floats
+# are quantized, with per-tile ZSCALE / ZZERO); the bytes codec's dtype is ZBITPIX's
+TILE_CODECS = ("RICE_1", "GZIP_1", "GZIP_2", "HCOMPRESS_1")
+
+
+def _tiles(h: Hdu, f, problems, path: str):
+    """(tile shape, grid, offsets, lengths, codecs) of a tile-compressed image whose every
+    tile is one COMPRESSED_DATA heap entry of an exact codec; None otherwise. Reads the
+    table's descriptors (8 or 16 bytes per tile: its chunk index), not the tiles."""
+    hd = h.header
+    ctype = str(hd.get("ZCMPTYPE", "")).strip()
+    zbitpix = hd.get("ZBITPIX")
+    if ctype not in TILE_CODECS or zbitpix not in (8, 16, 32, 64) or f is None or \
+            hd.get("TFIELDS") != 1 or str(hd.get("TTYPE1", "")).strip() != "COMPRESSED_DATA" or \
+            (ctype == "RICE_1" and zbitpix == 64) or "ZQUANTIZ" in hd or "ZBLANK" in hd:
+        return None
+    form = str(hd.get("TFORM1", "")).strip().upper()
+    if form[:3] not in ("1PB", "1QB", "PB(", "QB("):
+        return None
+    width, rows = int(hd["NAXIS1"]), int(hd["NAXIS2"])
+    desc = np.dtype(">i4" if "P" in form[:2] else ">i8")
+    if width != 2 * desc.itemsize:
+        return None
+    n = int(hd.get("ZNAXIS", 0))
+    axes = [int(hd.get(f"ZNAXIS{k}", 0)) for k in range(1, n + 1)]
+    tile = [int(hd.get(f"ZTILE{k}", axes[0] if k == 1 else 1)) for k in range(1, n + 1)]
+    if not n or not all(axes) or not all(t > 0 for t in tile):
+        return None
+    grid = [-(-a // t) for a, t in zip(axes, tile)]
+    if math.prod(grid) != rows:
+        return None
+    if rows * width > h.nbytes:
+        return None
+    f.seek(h.data_offset)
+    raw = f.read(rows * width)
+    if len(raw) != rows * width:  # (a truncated file: the extent check says so)
+        return None
+    table = np.frombuffer(raw, dtype=desc).reshape(rows, 2)
+    theap = hd.get("THEAP", rows * width)
+    if not isinstance(theap, int) or theap < rows * width:
+        return None
+    heap = h.data_offset + theap
+    counts, offsets = table[:, 0].astype(np.int64), table[:, 1].astype(np.int64)
+    if (counts <= 0).any() or (offsets < 0).any() or \
+            (offsets + counts > h.nbytes - (heap - h.data_offset)).any():
+        return None
+    stored = BITPIX[zbitpix]
+    names = {str(hd.get(f"ZNAME{k}", "")).strip().upper(): hd.get(f"ZVAL{k}")
+             for k in range(1, 10) if f"ZNAME{k}" in hd}
+    if ctype == "HCOMPRESS_1":
+        # lossless only (SCALE 0; SMOOTH 0): the decoder is cfitsio's, as astropy's
+        if names.get("SCALE", 0) != 0 or names.get("SMOOTH", 0) != 0 or n < 2 or \
+                any(t != 1 for t in tile[2:]):
+            return None
+        codecs = [{"name": "imagecodecs_hcomp"}]
+    elif ctype == "RICE_1":
+        if names.get("BYTEPIX", 4) != stored.itemsize:
+            return None
+        codecs = [{"name": "imagecodecs_rcomp",
+                   "configuration": {"nblock": int(names.get("BLOCKSIZE", 32))}}]
+    else:
+        codecs = [bytes_codec(stored)]
+        if ctype == "GZIP_2" and stored.itemsize > 1:
+            codecs.append({"name": "numcodecs.shuffle",
+                           "configuration": {"elementsize": stored.itemsize}})
+        codecs.append({"name": "gzip", "configuration": {"level": 1}})
+    return (tuple(reversed(tile)), tuple(reversed(grid)), heap + offsets, counts, codecs,
+            stored)
+
+
+def _tiled(path: str, h: Hdu, dims, attrs, problems, tile, grid, offsets, counts, codecs,
+           stored) -> Variable | None:
+    """A tile-compressed image as one chunk per tile (the edge tiles short)."""
+    hd = h.header
+    shape = _decoded_shape(h)
+    attrs = {k: v for k, v in attrs.items() if not _compression_card(k)}
+    bscale, bzero = hd.get("BSCALE", 1), hd.get("BZERO", 0)
+    blank = hd.get("BLANK")
+    dtype, fill = stored, np.zeros((), stored)[()]
+    if (bscale, bzero) != (1, 0) or blank is not None:
+        zbitpix = int(hd["ZBITPIX"])
+        if bscale == 1 and bzero == UNSIGNED[zbitpix][0] and zbitpix != 64:
+            dtype = UNSIGNED[zbitpix][1].newbyteorder("=")
+            codecs = [{"name": "numcodecs.fixedscaleoffset", "configuration": {
+                "offset": int(bzero), "scale": 1, "dtype": dtype.str,
+                "astype": stored.newbyteorder("=").str}}, *codecs]
+            for k in ("BSCALE", "BZERO"):
+                attrs.pop(k, None)
+        else:  # (not proven here yet: inlined or refused)
+            return None
+    refs = empty_refs(grid)
+    flat = refs.reshape(-1)
+    flat["offset"], flat["length"] = offsets, counts
+    return Variable(name=h.name, dtype=dtype, shape=shape, dims=dims, attrs=attrs,
+                    fill_value=fill, codecs=codecs,
+                    blocks=BlockTable(tile, padded=False, refs=refs))
+
+
+def _compression_card(key: str) -> bool:
+    """The binary table's own cards (the compressed image's header keeps the image's)."""
+    return key in ("XTENSION", "BITPIX", "NAXIS", "NAXIS1", "NAXIS2", "PCOUNT", "GCOUNT",
+                   "TFIELDS", "THEAP", *ZCARDS) or key[:5] in ("TTYPE", "TFORM") or \
+        key.rstrip("0123456789") in ("ZNAXIS", "ZTILE", "ZNAME", "ZVAL")
+
+
+ZCARDS = ("ZIMAGE", "ZCMPTYPE", "ZBITPIX", "ZNAXIS", "ZMASKCMP", "ZSIMPLE", "ZTENSION",
+          "ZEXTEND", "ZBLOCKED", "ZPCOUNT", "ZGCOUNT", "ZHECKSUM", "ZDATASUM", "ZQUANTIZ",
+          "ZDITHER0")
+
+
+def _held(path: str, h: Hdu, dims, attrs, problems, kind: str, why: str) -> Variable:
+    """An image with no exact reference: in the inventory without blocks, with a fatal
+    problem that inlining resolves (the planner inlines it when small, `--inline-threshold`;
+    else `--inline NAME` or `--drop NAME`); its values are astropy's (`read_fits_region`),
+    of the type astropy gives them (`_astropy_dtype`)."""
+    problems.append(Problem(Location(path, h.name), kind, why))
+    attrs = {k: v for k, v in attrs.items() if not _compression_card(k)}
+    return Variable(name=h.name, dtype=_astropy_dtype(h), shape=_decoded_shape(h), dims=dims,
+                    attrs=attrs, fill_value=None, codecs=[], blocks=None)
+
+
+def _decoded_shape(h: Hdu) -> tuple[int, ...]:
+    if h.kind == "compressed":
+        n = int(h.header.get("ZNAXIS", 0) or 0)
+        return tuple(int(h.header.get(f"ZNAXIS{k}", 0) or 0) for k in range(n, 0, -1))
+    return h.shape
+
+
+def _astropy_dtype(h: Hdu) -> np.dtype:
+    """The type of astropy's `hdu.data` (its `_dtype_for_bitpix` rule): the stored type
+    unscaled; the unsigned types of the offsets; else float32 for BITPIX 8 / 16, float64
+    for 32 / 64 (floats stay floats). A read of another type is refused (`_read`)."""
+    hd = h.header
+    bitpix = int(hd.get("ZBITPIX", h.bitpix)) if h.kind == "compressed" else h.bitpix
+    raw = BITPIX[bitpix].newbyteorder("=")
+    bscale, bzero = hd.get("BSCALE", 1), hd.get("BZERO", 0)
+    blank = hd.get("BLANK") if bitpix > 0 else None
+    if bscale == 1 and bzero == 0 and blank is None:
+        return raw
+    if bitpix > 0 and bscale == 1 and bzero == UNSIGNED[bitpix][0]:
+        return UNSIGNED[bitpix][1]
+    return np.dtype("f8") if bitpix > 16 else np.dtype("f4") if bitpix > 0 else raw
+
+
+def scan_fits(path: str) -> FileInventory:
+    """Scan one FITS file. Content problems are returned; a broken header raises."""
+    st = storage.stat(path)
+    with storage.open_source(path, st.st_size) as f:
+        hdus = walk(f, path, st.st_size)
+        inv = _inventory(path, st, f, hdus)
+        inv.bytes_read, inv.requests = f.bytes_read, f.requests
+    return inv
+
+
+def _inventory(path: str, st, f, hdus: list[Hdu]) -> FileInventory:
+    problems: list[Problem] = list(hdus[0].problems)
+    _names(hdus)
+    for h in hdus:
+        if h.kind in ("table", "groups", "unknown"):
+            what = {"groups": "random groups",
+                    "unknown": "an unknown extension (or an image with PCOUNT / GCOUNT)"}.get(
+                h.kind, f"a {str(h.header.get('XTENSION', '')).strip()} table")
+            problems.append(Problem(Location(path, f"hdu{h.index}"), "unsupported-object",
+                                    f"HDU {h.index} (at byte offset {h.header_offset}) is "
+                                    f"{what}: skipped", fatal=False))
+    images = [h for h in hdus if h.kind in ("image", "compressed")]
+    dims = _dims([h for h in images if h.kind == "image"])
+    for h in images:
+        if h.kind == "compressed":
+            dims[h.index] = tuple(f"{h.name}_naxis{n}" for n in range(len(_decoded_shape(h)), 0, -1))
+    variables: dict[str, Variable] = {}
+    dimensions: dict[str, Dimension] = {}
+    for h in images:
+        v = _variable(path, h, dims[h.index], problems, f)
+        if v is None:
+            continue
+        variables[h.name] = v
+        for d, n in zip(v.dims, v.shape):
+            dimensions[d] = Dimension(d, n)
+    gattrs = _attrs(hdus[0].header, path, None, problems) if hdus[0].kind != "image" else {}
+    inv = FileInventory(path, "fits", st.st_size, st.st_mtime_ns, {"": gattrs}, dimensions,
+                        variables, problems)
+    inv.etag = st.etag
+    return inv
+
+
+# -- reading values with astropy -------------------------------------------------------------
+
+def _find(path: str, name: str) -> tuple[Hdu, str]:
+    size = storage.stat(path).st_size
+    with storage.open_source(path, size) as f:
+        hdus = walk(f, path, size)
+    _names(hdus)
+    for h in hdus:
+        if h.name == name and h.kind in ("image", "compressed"):
+            how, _, _, blank = _scaling(h) if h.kind == "image" else ("compressed",) * 4
+            return h, ("blank" if how == "raw" and blank is not None else how)
+    raise KeyError(f"{path}: no image {name!r}")
+
+
+def read_fits_region(path: str, name: str,
+                     region: tuple[tuple[int, int], ...] | None = None) -> np.ndarray:
+    """Values of image `name` as astropy reads them (for the cube's `cf` images: the
+    stored integers, `do_not_scale_image_data`), the whole image or `region`."""
+    fits = _astropy_fits()
+    if fits is None:
+        raise _missing(path)
+    from astropy.utils.exceptions import AstropyWarning
+
+    h, how = _find(path, name)
+    sel = tuple(slice(a, b) for a, b in region) if region is not None else ()
+    kw = {"do_not_scale_image_data": how == "cf"}
+    with warnings.catch_warnings():  # (what astropy warns of, the scan reported)
+        warnings.simplefilter("ignore", AstropyWarning)
+        return _read(fits, path, h, how, sel, kw)
+
+
+def _read(fits, path: str, h: Hdu, how: str, sel, kw) -> np.ndarray:
+    if storage.is_url(path):
+        with storage.open_source(path) as fobj, \
+                fits.open(fobj, memmap=False, lazy_load_hdus=True, **kw) as hdul:
+            return _checked(h, how, np.array(hdul[h.index].data[sel]))
+    # (astropy maps only images it neither scales nor blanks; those are read whole)
+    with fits.open(os.fspath(path), memmap=how in ("raw", "cf"), lazy_load_hdus=True,
+                   **kw) as hdul:
+        return _checked(h, how, np.array(hdul[h.index].data[sel]))
+
+
+def _checked(h: Hdu, how: str, values: np.ndarray) -> np.ndarray:
+    """Values of a compressed or uint64 image must have the type the scan gave the array
+    (the planner stores inlined values at that type): another is an error, not a cast."""
+    if how in ("compressed", "inexact") and values.dtype.newbyteorder("=") != _astropy_dtype(h):
+        raise ValueError(f"astropy reads HDU {h.index} as {values.dtype}, not "
+                         f"{_astropy_dtype(h)} as its header says")
+    return values
+
+
+def _installed(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError, AttributeError):  # (a module blocked in sys.modules)
+        return False
+
+
+class Fits(Format):
+    name = "fits"
+    suffixes = (".fits", ".fit", ".fts")
+    # (astropy preloaded by a new scan worker when installed: 0.3 s not in a scan's time)
+    modules = (__name__, *(("astropy.io.fits",) if _installed("astropy") else ()))
+
+    def sniff(self, head: bytes, f=None) -> bool:
+        return head[:8] == MAGIC[:8]
+
+    def scan(self, path: str, hint=None) -> FileInventory:
+        return finish(scan_fits(path), hint)
+
+    def read_region(self, path: str, name: str, region=None):
+        return read_fits_region(path, name, region)
+
+
+FORMAT = Fits()

@@ -1,0 +1,440 @@
+"""FITS images: every array read through the cube (virtualize.open, xarray's
+engine="virtualize", the kerchunk JSON export read with fsspec + zarr) equals astropy's."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import virtualize
+from virtualize.model import VirtualizeError
+
+from helpers import assert_same, kerchunk_group, kerchunk_xarray
+
+fits = pytest.importorskip("astropy.io.fits")
+xr = pytest.importorskip("xarray")
+
+
+@pytest.fixture
+def fits_case(case):
+    return lambda name: case(f"fits_{name}")
+
+
+def hdu_of(path, name: str) -> int:
+    """The HDU index of the cube's array `name` (its FITS_HDU attribute's rule)."""
+    with fits.open(path) as hdul:
+        for k, h in enumerate(hdul):
+            if name in (h.name, f"hdu{k}") and (k or name == "hdu0"):
+                return k
+    raise KeyError(name)
+
+
+def astropy_data(path, k: int, raw: bool = False) -> np.ndarray:
+    return fits.getdata(path, k, do_not_scale_image_data=raw)
+
+
+def stored(attrs) -> bool:
+    """Arrays holding the stored integers with CF attributes (read raw by astropy)."""
+    return any(a in attrs for a in ("scale_factor", "add_offset", "_FillValue"))
+
+
+def roundtrip(files, tmp_path, **kw):
+    cube, refs = tmp_path / "cube.zarr", tmp_path / "cube.json"
+    report = virtualize.virtualize(files, cube, **kw)
+    virtualize.virtualize(files, refs, **kw)
+    return report, virtualize.open(cube), kerchunk_group(refs)
+
+
+@pytest.mark.parametrize("name,kw", [("multi", {}), ("scaled", {}),
+                                     ("compressed", {"drop": ["HCLOSSY"]}),
+                                     ("cube3d", {"chunk_size": "256K"})])
+def test_every_image_reads_like_astropy(fits_case, tmp_path, name, kw):
+    (path,) = fits_case(name)
+    report, g, k = roundtrip([path], tmp_path, **kw)
+    assert report.ok
+    ds = xr.open_dataset(tmp_path / "cube.zarr", engine="virtualize", mask_and_scale=False)
+    dec = xr.open_dataset(tmp_path / "cube.zarr", engine="virtualize")
+    kx = kerchunk_xarray(tmp_path / "cube.json", mask_and_scale=False)
+    assert report.plan.arrays
+    for var in report.plan.arrays:
+        h = hdu_of(path, var)
+        attrs = dict(g[var].attrs)
+        assert attrs["FITS_HDU"] == h
+        want = astropy_data(path, h, raw=stored(attrs))
+        assert_same(g[var][...], want, f"{name} {var}")
+        assert_same(k[var][...], want, f"{name} {var}: kerchunk export")
+        assert_same(ds[var].values, want, f"{name} {var}: xarray")
+        assert_same(kx[var].values, want, f"{name} {var}: kerchunk via xarray")
+        # decoded (CF: scale, offset, BLANK as NaN) as astropy decodes
+        data = astropy_data(path, h)
+        got = dec[var].values
+        assert np.array_equal(got, data, equal_nan=True), f"{var}: decoded values differ"
+        native = data.dtype.newbyteorder("=")
+        if got.dtype != native:  # xarray scales in float64 where astropy uses float32
+            assert (got.dtype, native) == (np.float64, np.float32)
+            assert_same(got.astype(np.float32), data, f"{var}: decoded, as float32")
+
+
+def test_data_offsets_are_astropys(fits_case):
+    from virtualize.formats import scan
+
+    (path,) = fits_case("multi")
+    inv = scan(path)
+    with fits.open(path, memmap=True, lazy_load_hdus=True) as hdul:
+        for v in inv.variables.values():
+            info = hdul.fileinfo(v.attrs["FITS_HDU"])
+            ref = v.blocks.refs.reshape(-1)[0]
+            assert int(ref["offset"]) == info["datLoc"]
+            assert int(ref["length"]) == info["datSpan"] - (-int(ref["length"]) % 2880) or \
+                int(ref["length"]) == hdul[v.attrs["FITS_HDU"]].data.nbytes
+
+
+def test_names_dims_and_header_cards(fits_case):
+    (path,) = fits_case("multi")
+    report = virtualize.check([path])
+    arrays = report.plan.arrays
+    assert set(arrays) == {"hdu0", "I16", "I32", "I64", "F32", "F64", "U16", "U32", "hdu9"}
+    assert arrays["I16"].dims == ("I16_naxis2", "I16_naxis1")  # lengths differ in the file
+    assert arrays["I16"].shape == fits.getdata(path, 1).shape == (5, 7)
+    assert arrays["I16"].codecs == [{"name": "bytes", "configuration": {"endian": "big"}}]
+    attrs = arrays["hdu0"].attrs
+    assert attrs["OBJECT"] == "M31" and attrs["EXPTIME"] == 12.5
+    assert attrs["HISTORY"] == ["first line", "second line"]
+    assert attrs["COMMENT"][-1] == "a comment"
+    assert "BZERO" not in arrays["U16"].attrs and arrays["U16"].dtype == np.dtype("u2")
+    (skip,) = [p for p in report.problems if p.kind == "unsupported-object"]
+    assert not skip.fatal and skip.loc.variable == "hdu8" and "BINTABLE" in skip.message
+    json.dumps(attrs)
+
+
+def test_shared_axes_are_named_naxis(fits_case):
+    (path,) = fits_case("cube3d")
+    assert virtualize.check([path]).plan.arrays["hdu0"].dims == ("naxis3", "naxis2", "naxis1")
+
+
+def test_unsigned_offsets_decode_every_value_exactly(tmp_path):
+    """BZERO 2**15 / 2**31 / -128: the fixedscaleoffset codec's float64 arithmetic holds
+    every 8- and 16-bit value and the 32-bit extremes exactly."""
+    u16 = np.arange(65536, dtype=np.uint16).reshape(256, 256)
+    u32 = np.array([0, 1, 2**31 - 1, 2**31, 2**32 - 2, 2**32 - 1], dtype=np.uint32)
+    i8 = np.arange(-128, 128, dtype=np.int16)
+    s8 = fits.ImageHDU((i8 + 128).astype(np.uint8), name="S8", do_not_scale_image_data=True)
+    s8.header["BZERO"] = -128
+    path = tmp_path / "u.fits"
+    fits.HDUList([fits.PrimaryHDU(u16), fits.ImageHDU(u32, name="U32"), s8]).writeto(path)
+    _, g, k = roundtrip([path], tmp_path)
+    for var, h in [("hdu0", 0), ("U32", 1), ("S8", 2)]:
+        want = fits.getdata(path, h)
+        assert_same(g[var][...], want, var)
+        assert_same(k[var][...], want, f"{var}: kerchunk export")
+    assert g["S8"].dtype == np.int8 and g["hdu0"].dtype == np.uint16
+
+
+def test_scaling_and_blank_are_cf_attributes(fits_case):
+    (path,) = fits_case("scaled")
+    report = virtualize.check([path])
+    a = report.plan.arrays
+    assert a["S16"].attrs["scale_factor"] == 0.25 and a["S16"].attrs["add_offset"] == 10.5
+    assert a["S16"].attrs["_FillValue"] == -32768 and int(a["S16"].fill_value) == -32768
+    assert "BSCALE" not in a["S16"].attrs and "BLANK" not in a["S16"].attrs
+    assert a["BLANKED"].attrs["_FillValue"] == -1 and "scale_factor" not in a["BLANKED"].attrs
+    # astropy ignores BLANK in an unsigned image: the cube too (the card stays)
+    assert "_FillValue" not in a["U16B"].attrs and a["U16B"].attrs["BLANK"] == -32768
+    notes = {p.loc.variable for p in report.problems if p.kind == "cf-scaling"}
+    assert notes == {"S16", "FSCALED"} and not any(
+        p.fatal for p in report.problems if p.kind == "cf-scaling")  # (S32: float64, exact)
+    assert not [p for p in report.problems if p.loc.variable == "U64"]  # small: inlined
+    assert any(n.startswith("U64: cannot be referenced (unsupported-scaling)") for n in report.notes)
+    assert a["U64"].inline is not None and a["U64"].dtype == np.dtype("u8")
+
+
+def test_tile_compressed_images_are_one_chunk_per_tile(fits_case, tmp_path):
+    (path,) = fits_case("compressed")
+    report, g, k = roundtrip([path], tmp_path, drop=["HCLOSSY"])
+    a = report.plan.arrays
+    assert a["RICE"].chunk_lengths == ((16, 16, 16, 2), (32, 32, 6))  # edge tiles short
+    assert a["RICE"].codecs == [{"name": "imagecodecs_rcomp", "configuration": {"nblock": 32}}]
+    assert [c["name"] for c in a["GZ2"].codecs] == ["bytes", "numcodecs.shuffle", "gzip"]
+    assert [c["name"] for c in a["GZ1"].codecs] == ["bytes", "gzip"]
+    assert a["RICEU16"].dtype == np.dtype("u2")
+    assert [c["name"] for c in a["RICEU16"].codecs] == ["numcodecs.fixedscaleoffset",
+                                                       "imagecodecs_rcomp"]
+    assert a["GZ3D"].chunk_lengths == ((2, 2, 2), (5,), (40,))
+    assert a["HC"].codecs == [{"name": "imagecodecs_hcomp"}]
+    assert a["HC"].chunk_lengths == ((16, 16, 16, 4), (36, 36))
+    for var in ("RICE", "GZ1", "GZ2", "RICEU16", "GZ3D", "HC"):
+        assert a[var].inline is None
+        assert "ZCMPTYPE" not in a[var].attrs and "TFORM1" not in a[var].attrs
+        h = hdu_of(path, var)
+        assert_same(g[var][...], fits.getdata(path, h), var)
+        assert_same(k[var][...], fits.getdata(path, h), f"{var}: kerchunk export")
+        assert_same(g[var][5:9, 3:], fits.getdata(path, h)[5:9, 3:], f"{var}: a region")
+
+
+def test_other_tile_compressions_are_inlined_when_small_else_refused(fits_case, tmp_path):
+    (path,) = fits_case("compressed")
+    report = virtualize.check([path])
+    assert not report.ok
+    (hc,) = [p for p in report.problems if p.fatal]
+    assert (hc.kind, hc.loc.file, hc.loc.variable) == ("unsupported-compression", str(path),
+                                                       "HCLOSSY")
+    assert "HCOMPRESS_1" in hc.message and "--inline HCLOSSY" in hc.remedy
+    for var in ("PLIO", "FRICE"):  # (FRICE: quantized floats) small: inlined by the planner
+        assert any(n.startswith(f"{var}: cannot be referenced (unsupported-compression)")
+                   for n in report.notes)
+        assert report.plan.arrays[var].inline is not None
+    # --inline-threshold 0 refuses them; --inline takes a large one
+    strict = virtualize.check([path], inline_threshold=0)
+    assert {p.loc.variable for p in strict.problems if p.fatal} == {"PLIO", "FRICE", "HCLOSSY"}
+    report = virtualize.virtualize([path], tmp_path / "c.zarr", inline=["HCLOSSY"])
+    g = virtualize.open(tmp_path / "c.zarr")
+    for var in ("PLIO", "FRICE", "HCLOSSY"):
+        assert_same(g[var][...], fits.getdata(path, hdu_of(path, var)), var)
+
+
+def test_big_cube_is_cut_into_whole_rows_and_scan_reads_headers_only(fits_case, tmp_path):
+    from virtualize.formats import scan
+
+    (path,) = fits_case("cube3d")
+    inv = scan(path)
+    assert inv.bytes_read <= 2 * 2880 < inv.size
+    report, g, _ = roundtrip([path], tmp_path, chunk_size="256K")
+    assert report.plan.arrays["hdu0"].chunk_lengths[0] == (2,) * 8
+    assert_same(g["hdu0"][3:7, 100:, :5], fits.getdata(path)[3:7, 100:, :5], "a region")
+
+
+def test_exposures_stack_along_a_new_time_axis(fits_case, tmp_path):
+    files = fits_case("exposures")
+    report, g, k = roundtrip(list(reversed(files)), tmp_path, concat_dim="time")
+    assert report.plan.arrays["hdu0"].dims == ("time", "naxis2", "naxis1")
+    want = np.stack([fits.getdata(f) for f in files])
+    assert_same(g["hdu0"][...], want, "stack")
+    assert_same(k["hdu0"][...], want, "stack: kerchunk export")
+    ds = xr.open_dataset(tmp_path / "cube.zarr", engine="virtualize")
+    assert [str(t)[:10] for t in ds.time.values] == ["2024-01-01", "2024-01-02", "2024-01-03"]
+    assert_same(ds["hdu0"].values, want, "stack via xarray")
+
+
+def test_cli_stacks_exposures(fits_case, tmp_path):
+    from virtualize.cli import main
+
+    files = fits_case("exposures")
+    assert main([*map(str, files), "-o", str(tmp_path / "c.zarr"), "--concat-dim", "time"]) in (0, None)
+    assert virtualize.open(tmp_path / "c.zarr")["hdu0"].shape == (3, 24, 32)
+
+
+# -- damaged files: clean, located refusals -------------------------------------------------
+
+def _damaged(fits_case, tmp_path, edit) -> str:
+    (path,) = fits_case("multi")
+    data = bytearray(path.read_bytes())
+    data = edit(data)
+    out = tmp_path / "damaged.fits"
+    out.write_bytes(bytes(data))
+    return str(out)
+
+
+@pytest.mark.parametrize("edit,kind,where", [
+    (lambda d: d[:2000], "corrupt", "before its END card"),  # inside the first header
+    (lambda d: d[:40000], "truncated", "end past the end of the file"),  # inside U16's data
+    (lambda d: d[:2880 * 2 + 100], "corrupt", "before its END card"),  # the 2nd header
+    (lambda d: d[:80 + 28] + b"99" + d[80 + 30:], "corrupt", "BITPIX = 99"),
+    (lambda d: d[:80 * 2 + 28] + b"-3" + d[80 * 2 + 30:], "corrupt", "NAXIS = -3"),
+    (lambda d: d[:80 + 10] + b"x" + d[80 + 11:], "corrupt", "BITPIX card"),  # unparsable
+    # an END astropy would read past or take for END with a warning: refused
+    (lambda d: d.replace(b"END" + b" " * 77, b"END  {" + b" " * 74, 1), "corrupt", "damaged END"),
+    (lambda d: d.replace(b"END" + b" " * 77, b"END     A" + b" " * 71, 1), "corrupt",
+     "damaged END"),
+    # no END: the cards run into the data, which are no ASCII text
+    (lambda d: d.replace(b"END" + b" " * 77, b"ENX" + b" " * 77, 1), "corrupt",
+     "cannot be parsed"),
+])
+def test_damaged_headers_are_refused_located(fits_case, tmp_path, edit, kind, where):
+    path = _damaged(fits_case, tmp_path, edit)
+    try:
+        report = virtualize.check([path])
+    except VirtualizeError as e:
+        problems = e.problems
+    else:
+        assert not report.ok
+        problems = [p for p in report.problems if p.fatal]
+    assert problems and problems[0].kind == kind and problems[0].loc.file == path
+    assert where in problems[0].message
+
+
+def test_a_file_cut_in_its_last_padding_is_noted(fits_case, tmp_path):
+    (path,) = fits_case("cube3d")
+    data = path.read_bytes()
+    out = tmp_path / "cut.fits"
+    out.write_bytes(data[:2880 + 16 * 128 * 256 * 4 + 10])
+    report = virtualize.check([str(out)])
+    assert report.ok
+    (p,) = [p for p in report.problems if p.kind == "truncated-padding"]
+    assert not p.fatal and p.loc.file == str(out)
+
+
+def test_bytes_after_the_last_hdu_are_noted_and_ignored(fits_case, tmp_path):
+    (path,) = fits_case("cube3d")
+    out = tmp_path / "trailing.fits"
+    out.write_bytes(path.read_bytes() + b"\x00junk" * 100)
+    report, g, _ = roundtrip([out], tmp_path)
+    (p,) = [p for p in report.problems if p.kind == "trailing-bytes"]
+    assert not p.fatal and p.loc.file == str(out)
+    assert_same(g["hdu0"][...], fits.getdata(out), "hdu0")
+
+
+def test_missing_astropy_is_a_located_problem_naming_the_extra(fits_case, monkeypatch):
+    from virtualize.formats import fits as plugin
+    from virtualize.formats import scan
+
+    (path,) = fits_case("multi")
+    monkeypatch.setattr(plugin, "_astropy_fits", lambda: None)
+    with pytest.raises(VirtualizeError) as e:
+        scan(path)
+    (p,) = e.value.problems
+    assert p.kind == "missing-library" and p.loc.file == str(path)
+    assert "virtualize[fits]" in p.message
+
+
+def test_sniff():
+    from virtualize.formats import registry
+
+    assert registry.sniff(b"SIMPLE  ").name == "fits"
+    assert registry.sniff(b"SIMPLEX ") is None
+
+
+def test_a_directory_of_exposures_is_expanded_to_its_fits_files(fits_case):
+    files = fits_case("exposures")
+    report = virtualize.check([str(files[0].parent)], concat_dim="time")
+    assert report.ok and sorted(report.files) == sorted(map(str, files))
+
+
+def _astropy_test_files() -> list:
+    """astropy's own test files (real FITS from its suite: an HST raw exposure, RICE tiles,
+    random groups, tables), where the installed astropy ships them."""
+    from pathlib import Path
+
+    try:
+        import astropy.io.fits.tests as t
+    except ImportError:
+        return []
+    return sorted((Path(t.__file__).parent / "data").glob("*.fits"))
+
+
+@pytest.mark.filterwarnings("ignore")
+@pytest.mark.parametrize("path", _astropy_test_files(), ids=lambda p: p.name)
+def test_astropys_test_files_read_like_astropy_or_are_refused_for_having_no_image(path, tmp_path):
+    try:
+        report = virtualize.virtualize([path], tmp_path / "cube.zarr")
+    except VirtualizeError as e:
+        assert {p.kind for p in e.problems} == {"no-arrays"}, str(e)
+        with fits.open(path) as hdul:  # a file of tables (or random groups) only
+            assert not any(h.is_image and h.size and not h.header.get("GROUPS") for h in hdul)
+        return
+    g = virtualize.open(tmp_path / "cube.zarr")
+    for var in report.plan.arrays:
+        attrs = dict(g[var].attrs)
+        want = astropy_data(path, attrs["FITS_HDU"], raw=stored(attrs))
+        assert_same(g[var][...], want, f"{path.name} {var}")
+
+
+def test_astropys_test_files_include_images():
+    names = {p.name for p in _astropy_test_files()}
+    if not names:
+        pytest.skip("this astropy ships no test data")
+    assert {"o4sp040b0_raw.fits", "comp.fits", "scale.fits", "blank.fits"} <= names
+
+
+def test_fits_over_http_reads_like_the_local_file(fits_case, tmp_path):
+    """A FITS source by URL: headers (and tile tables) fetched by range, every array equal
+    to the local file's astropy read; the decode check reads through astropy on the
+    remote file object."""
+    import shutil
+
+    from servers import RangeHTTPServer
+
+    pytest.importorskip("aiohttp")
+    root = tmp_path / "served"
+    root.mkdir()
+    for name in ("tiles", "multi"):
+        (path,) = fits_case(name)
+        shutil.copy2(path, root / path.name)
+    srv = RangeHTTPServer(root)
+    try:
+        for name in ("tiles.fits", "multi.fits"):
+            url = f"{srv.url}/{name}"
+            report = virtualize.virtualize([url], tmp_path / f"{name}.zarr")
+            g = virtualize.open(tmp_path / f"{name}.zarr")
+            for var in report.plan.arrays:
+                attrs = dict(g[var].attrs)
+                want = astropy_data(root / name, attrs["FITS_HDU"], raw=stored(attrs))
+                assert_same(g[var][...], want, f"{name} {var} over HTTP")
+    finally:
+        srv.stop()
+
+
+def test_a_damaged_tile_card_is_refused_at_its_image(fits_case, tmp_path):
+    (path,) = fits_case("tiles")
+    data = bytearray(path.read_bytes())
+    at = data.index(b"ZTILE1  =")
+    data[at + 10:at + 30] = b"'forty'".ljust(20)
+    out = tmp_path / "tile-card.fits"
+    out.write_bytes(bytes(data))
+    report = virtualize.check([str(out)])
+    (p,) = [p for p in report.problems if p.loc.variable == "RICE"]
+    assert (p.kind, p.loc.file, p.fatal) == ("corrupt", str(out), True)
+    assert "forty" in p.message
+    # (astropy cannot open the HDUs after it either: the decode check refuses those)
+    assert not report.ok
+
+
+def test_tile_compressed_exposures_stack_and_append(tmp_path):
+    rng = np.random.default_rng(7)
+    files = []
+    for k in range(4):
+        p = tmp_path / f"obs_2024010{k + 1}.fits"
+        image = fits.CompImageHDU(rng.integers(0, 65536, (50, 70)).astype(np.uint16), name="SCI",
+                                  compression_type="RICE_1", tile_shape=(16, 32))
+        fits.HDUList([fits.PrimaryHDU(), image]).writeto(p)
+        files.append(p)
+    cube = tmp_path / "cube.zarr"
+    report = virtualize.virtualize(files[:3], cube, concat_dim="time")
+    assert report.plan.arrays["SCI"].chunk_lengths == ((1, 1, 1), (16, 16, 16, 2), (32, 32, 6))
+    virtualize.append(cube, [files[3]])
+    g = virtualize.open(cube)
+    assert_same(g["SCI"][...], np.stack([fits.getdata(f, 1) for f in files]), "stack + append")
+
+
+def test_extension_names_a_cube_cannot_hold_are_hdu_k(tmp_path):
+    hdus = [fits.PrimaryHDU()]
+    for name in ["a/b", "..", "__x", "SCI", "SCI", "hdu9", "AIPS FQ"]:
+        hdus.append(fits.ImageHDU(np.zeros((2, 2), np.int16), name=name))
+    hdus[4].header["EXTVER"] = 1
+    hdus[5].header["EXTVER"] = 2
+    path = tmp_path / "names.fits"
+    fits.HDUList(hdus).writeto(path)
+    report, g, _ = roundtrip([path], tmp_path)
+    assert set(report.plan.arrays) == {"hdu1", "hdu2", "hdu3", "SCI_1", "SCI_2", "hdu6",
+                                       "AIPS FQ"}
+
+
+def test_without_astropy_check_reports_the_extra_to_install(fits_case, monkeypatch, tmp_path):
+    """Wherever the scan ran (this process or a worker that has astropy), a check in a
+    process without astropy refuses, located, naming the extra: never a traceback."""
+    import shutil
+    import sys
+    from concurrent.futures import ThreadPoolExecutor
+
+    (source,) = fits_case("multi")
+    path = tmp_path / "multi.fits"
+    shutil.copy(source, path)
+    for name in ("astropy", "astropy.io", "astropy.io.fits"):  # their imports fail
+        monkeypatch.setitem(sys.modules, name, None)
+    with ThreadPoolExecutor(1) as pool:
+        report = virtualize.check([path], executor=pool)
+    fatal = [p for p in report.problems if p.fatal]
+    assert not report.ok and fatal
+    assert all(p.loc.file == str(path) and "pip install 'virtualize[fits]'" in p.message
+               for p in fatal)
