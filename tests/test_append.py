@@ -189,7 +189,7 @@ def test_concurrent_appends_wait_for_each_other(case, tmp_path):
         for rc, text in outcomes:
             assert rc == 0 or (rc == 1 and "append-not-at-end" in text), outcomes
         kind = {"c.zarr": "cube", "c.json": "kerchunk", "c.icechunk": "icechunk"}[out]
-        sources = [s["path"] for s in virtualize.api._recorded(Path(cube), kind)["sources"]]
+        sources = [s["path"] for s in virtualize.api.cubes._recorded(Path(cube), kind)["sources"]]
         assert sources[:2] == files[:2] and len(sources) == 2 + [rc for rc, _ in outcomes].count(0)
         g = virtualize.open(cube)
         assert_same(g["tas"][...], source_values(sources, "tas", "time", ("time", "lat", "lon")),

@@ -232,6 +232,9 @@ class FileInventory(_ByFields):
     # a digest of this file's block tables and recorded digests (formats/_fingerprint.py): a
     # source whose modification time alone changed is unchanged when a re-scan gives it
     fingerprint: str | None = None
+    # a reference set's inventory (its format's `Format.reference_set`): its blocks point into
+    # its data files, and what it holds inline is in no file
+    reference_set: bool = False
 
     def sources(self) -> list[Source]:
         """What refs' `path` indexes: the file itself, then its data files."""

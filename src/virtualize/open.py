@@ -14,7 +14,7 @@ from .model import VirtualizeError
 from .outputs import registry
 from .outputs.access import Access, invalid
 from .outputs.base import ConsolidatedView, rectilinear_enabled
-from .outputs.cube.reader import CubeStore, _RemoteFiles
+from .outputs.cube.reader import CubeStore, RemoteFiles
 from .outputs.cube.writer import SOURCES_NAME
 from .outputs.kerchunk.reader import reference_store
 
@@ -43,7 +43,7 @@ def open_store(path: str | os.PathLike, *, check_sources: bool = True, allow=Non
     from .storage import is_url, normalize
     if is_url(path):
         url = normalize(path).rstrip("/")
-        files = _RemoteFiles(url)
+        files = RemoteFiles(url)
         try:
             info = files.read(SOURCES_NAME)
         except VirtualizeError:

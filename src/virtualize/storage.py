@@ -305,7 +305,7 @@ def set_environment(env: dict[str, str]) -> None:
     os.environ.update(env)
 
 
-def _fs_path(fs, p: str) -> str:
+def fs_path(fs, p: str) -> str:
     """What the filesystem calls `p` (http keeps the whole URL, object stores drop it)."""
     return p if protocol(p) in ("http", "https") else fs._strip_protocol(p)
 
@@ -343,7 +343,7 @@ def retrying(call, *args, **kw):
             time.sleep(0.2 * 4 ** attempt)
 
 
-def _problem(p: str, e: BaseException) -> VirtualizeError:
+def request_problem(p: str, e: BaseException) -> VirtualizeError:
     """A failed remote request as a located problem: missing, forbidden, or unreadable."""
     text = f"{type(e).__name__}: {e}"
     status = getattr(e, "status", None)
@@ -389,21 +389,21 @@ def remote_info(p: str) -> dict[str, Any]:
 def _remote_info(p: str) -> dict[str, Any]:
     fs = filesystem(p)
     try:
-        info = retrying(fs.info, _fs_path(fs, p))
+        info = retrying(fs.info, fs_path(fs, p))
     except VirtualizeError:
         raise
     except FileNotFoundError as e:
         if protocol(p) not in ("http", "https"):
-            raise _problem(p, e) from None
+            raise request_problem(p, e) from None
         # fsspec's HTTP says "not found" for any failed HEAD + GET: ask for one byte to
         # learn the status (retried when transient), then again for the size
         try:
             retrying(fs.cat_file, p, start=0, end=1)
             info = retrying(fs.info, p)
         except Exception as e2:
-            raise _problem(p, e2) from None
+            raise request_problem(p, e2) from None
     except Exception as e:
-        raise _problem(p, e) from None
+        raise request_problem(p, e) from None
     if info.get("type") == "directory":
         raise VirtualizeError([Problem(Location(p), "unreadable", "is a directory, not an object")],
                               f"{p}: is a directory")
@@ -414,7 +414,7 @@ def _remote_info(p: str) -> dict[str, Any]:
     return info
 
 
-def _etag(info: dict[str, Any]) -> str | None:
+def info_etag(info: dict[str, Any]) -> str | None:
     for k in ("ETag", "etag", "Etag", "md5", "Last-Modified", "LastModified", "last_modified"):
         v = info.get(k)
         if v:
@@ -422,7 +422,7 @@ def _etag(info: dict[str, Any]) -> str | None:
     return None
 
 
-def _mtime_ns(info: dict[str, Any]) -> int:
+def info_mtime_ns(info: dict[str, Any]) -> int:
     import datetime
 
     v = info.get("LastModified") or info.get("last_modified") or info.get("mtime")
@@ -440,7 +440,7 @@ def stat(p: str) -> Stat:
         st = os.stat(p)
         return Stat(st.st_size, st.st_mtime_ns)
     info = remote_info(p)
-    return Stat(int(info["size"]), _mtime_ns(info), _etag(info))
+    return Stat(int(info["size"]), info_mtime_ns(info), info_etag(info))
 
 
 class RemoteFile(io.RawIOBase):
@@ -451,7 +451,7 @@ class RemoteFile(io.RawIOBase):
         super().__init__()
         self.url = url
         self.fs = filesystem(url)
-        self._path = _fs_path(self.fs, url)
+        self._path = fs_path(self.fs, url)
         self.size = int(remote_info(url)["size"]) if size is None else size
         self.pos = 0
         self.requests = 0
@@ -491,7 +491,7 @@ class RemoteFile(io.RawIOBase):
         try:
             data = retrying(self.fs.cat_file, self._path, start=start, end=end)
         except Exception as e:
-            raise _problem(self.url, e) from None
+            raise request_problem(self.url, e) from None
         self.requests += 1
         self.bytes_read += len(data)
         return data
@@ -590,9 +590,9 @@ def read_range(p: str, offset: int, length: int) -> bytes:
             return os.pread(f.fileno(), length, offset)
     fs = filesystem(p)
     try:
-        return retrying(fs.cat_file, _fs_path(fs, p), start=offset, end=offset + length)
+        return retrying(fs.cat_file, fs_path(fs, p), start=offset, end=offset + length)
     except Exception as e:
-        raise _problem(p, e) from None
+        raise request_problem(p, e) from None
 
 
 def has_magic(p: str) -> bool:
@@ -604,9 +604,9 @@ def glob(pattern: str) -> list[str]:
     fs = filesystem(pattern)
     proto = protocol(pattern)
     try:
-        found = fs.glob(_fs_path(fs, pattern))
+        found = fs.glob(fs_path(fs, pattern))
     except Exception as e:
-        raise _problem(pattern, e) from None
+        raise request_problem(pattern, e) from None
     out = []
     for f in found:
         out.append(f if protocol(f) else f"{proto}://{f}")
@@ -620,7 +620,7 @@ def isdir(p: str) -> bool:
         return False
     fs = filesystem(p)
     try:
-        return fs.isdir(_fs_path(fs, p))
+        return fs.isdir(fs_path(fs, p))
     except Exception:
         return False
 
@@ -630,7 +630,7 @@ def listdir(p: str) -> list[str]:
     fs = filesystem(p)
     proto = protocol(p)
     out = []
-    for info in fs.ls(_fs_path(fs, p), detail=True):
+    for info in fs.ls(fs_path(fs, p), detail=True):
         name = info["name"]
         if info.get("type") == "directory" or name.rsplit("/", 1)[-1].startswith("."):
             continue

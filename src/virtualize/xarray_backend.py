@@ -30,9 +30,9 @@ class VirtualizeBackendEntrypoint(BackendEntrypoint):
         roots (paths or URL prefixes) the cube may reference; `storage_options`: as for
         `virtualize.open` (per protocol or flat: docs/reading.md)."""
         if storage_options is not None:
-            from .api import _storage
+            from . import storage
 
-            _storage(storage_options)
+            storage.set_options(storage_options)
         store = open_store(os.fspath(filename_or_obj), check_sources=check_sources, allow=allow,
                            strict=strict)
         with rectilinear_enabled(codecs=False):  # the store registers what it needs

@@ -271,9 +271,10 @@ class _ArrayCheck:
     # -- locate the chunk in its file and read its bytes ---------------------------------
 
     def prepare(self, s: _Sample) -> _Job | None:
+        from ..formats.registry import of_inventory
         from ..outputs.materialize import chunk_key
         from ..outputs.metadata import array_doc
-        from ..plan._common import is_uncompressed
+        from ..plan import is_uncompressed
 
         path = self.plan.sources[s.source].path
         a, job = self.a, _Job(self, s, path)
@@ -287,8 +288,9 @@ class _ArrayCheck:
             # independent check: stale references decode to other values), else by zarr
             # over the reference set
             job.fallback = inv.path
-            if inv.format in ("hdf5", "netcdf4"):  # an HDF5 external link's target: h5py
-                job.reader = inv.path  # reads the variable through the linking file
+            fmt = of_inventory(inv.format)
+            if fmt is not None and fmt.reads_linked_data:  # an HDF5 external link's target:
+                job.reader = inv.path  # h5py reads the variable through the linking file
         job.new_axis = len(a.shape) == len(v.shape) + 1
         starts = [int(self.starts[axis][i]) for axis, i in enumerate(s.index)]
         job.extents = [min(lo + int(self.lengths[axis][i]), int(a.shape[axis])) - lo

@@ -1,5 +1,5 @@
 """The Format protocol: what virtualize asks of an input format (docs/architecture.md,
-"Adding a format"). A format is one module (or package) of `formats/` defining one
+"Add a format"). A format is one module (or package) of `formats/` defining one
 `Format` instance, `FORMAT`, named once in `registry.FORMATS`.
 
 Detection, scanning, the scan workers' preload, path expansion (`suffixes`) and every read
@@ -25,6 +25,13 @@ class Format:
     # file name endings expanded from a directory (`virtualize check DIR`), lower case
     suffixes: tuple[str, ...] = ()
     modules: tuple[str, ...] = ()  # what a new scan worker imports before its first scan
+    # the `FileInventory.format` names its scanner gives (a family's variants)
+    inventory_formats: tuple[str, ...] = ()
+    # its inventories are reference sets (`FileInventory.reference_set`)
+    reference_set: bool = False
+    # its reader reads a variable whose blocks lie in another file (an HDF5 external link's
+    # target) through the file that links to it, with the format's own library
+    reads_linked_data: bool = False
 
     def sniff(self, head: bytes, f=None) -> bool:
         """Whether a file is of this format. Asked twice per file, every format in registry

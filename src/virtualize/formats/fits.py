@@ -624,6 +624,7 @@ def _installed(name: str) -> bool:
 class Fits(Format):
     name = "fits"
     suffixes = (".fits", ".fit", ".fts")
+    inventory_formats = ("fits",)
     # (astropy preloaded by a new scan worker when installed: 0.3 s not in a scan's time)
     modules = (__name__, *(("astropy.io.fits",) if _installed("astropy") else ()))
 

@@ -191,7 +191,8 @@ def scan_kerchunk(path: str) -> FileInventory:
     s.run()
     fmt = f"kerchunk-{refs.kind}"
     inv = FileInventory(path, fmt, st.st_size, st.st_mtime_ns, s.groups, s.dims, s.variables,
-                        s.problems, bytes_read=refs.bytes_read, data_files=s.data_files)
+                        s.problems, bytes_read=refs.bytes_read, data_files=s.data_files,
+                        reference_set=True)
     inv.etag = st.etag
     return inv
 
@@ -639,6 +640,8 @@ def read_kerchunk_values(path: str, variable: str, region=None) -> np.ndarray:
 class Kerchunk(Format):
     name = "kerchunk"
     suffixes = (".json",)
+    inventory_formats = ("kerchunk-json", "kerchunk-parquet")
+    reference_set = True
     modules = (__name__,)
 
     def sniff(self, head: bytes, f=None) -> bool:

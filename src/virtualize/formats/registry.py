@@ -1,6 +1,6 @@
 """The input formats: the one list. Detection (`formats.detect`), scanning
 (`formats.scan`), reading (`formats.read_values`, `formats.SourceReader`), the scan
-workers' preload (`run/workers.py`) and directory expansion (`api.DATA_SUFFIXES`) loop
+workers' preload (`run/workers.py`) and directory expansion (`api/paths.py` DATA_SUFFIXES) loop
 over it. Order is sniff order.
 
 Adding a format:
@@ -47,6 +47,12 @@ def by_name(name: str) -> Format:
         if fmt.name == name:
             return fmt
     raise KeyError(name)
+
+
+def of_inventory(fmt: str) -> Format | None:
+    """The format whose scanner names its inventories `fmt` (`FileInventory.format`), or
+    None."""
+    return next((f for f in formats() if fmt in f.inventory_formats), None)
 
 
 def suffixes() -> tuple[str, ...]:

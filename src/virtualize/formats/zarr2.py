@@ -188,11 +188,11 @@ class _RemoteStoreRefs:
 
     def _list(self) -> dict[str, storage.Stat]:
         fs = storage.filesystem(self.path)
-        base = storage._fs_path(fs, self.path).rstrip("/")
+        base = storage.fs_path(fs, self.path).rstrip("/")
         try:
             found = storage.retrying(fs.find, base, detail=True)
         except Exception as e:
-            raise storage._problem(self.path, e) from None
+            raise storage.request_problem(self.path, e) from None
         finally:  # the listing must not answer a later stat (a staleness check) from cache
             _forget_listing(fs, base)
         self.requests += 1
@@ -201,7 +201,7 @@ class _RemoteStoreRefs:
             if info.get("type") == "directory" or not name.startswith(base + "/"):
                 continue
             out[name[len(base) + 1:]] = storage.Stat(int(info.get("size") or 0),
-                                                     storage._mtime_ns(info), storage._etag(info))
+                                                     storage.info_mtime_ns(info), storage.info_etag(info))
         return out
 
     def _read(self, key: str) -> bytes | None:
@@ -416,6 +416,7 @@ def read_zarr2_values(path: str, variable: str, region=None) -> np.ndarray:
 class Zarr2(Format):
     name = "zarr2"
     suffixes = ()  # a store is a directory: given by name (a directory is not expanded to it)
+    inventory_formats = ("zarr2",)
     modules = (__name__,)
 
     def sniff(self, head: bytes, f=None) -> bool:

@@ -13,8 +13,8 @@ policy (docs/reading.md, "Confinement"):
   of them (`allow=["s3://bucket/data/"]`).
 
 `check_rows` validates manifest rows against the recorded source sizes, vectorized, block by
-block as a reader fetches them (`check_refs`: a whole manifest): an
-edited manifest is refused with the cube, array, chunk and source named, never read.
+block as a reader fetches them: an edited manifest is refused with the cube, array, chunk
+and source named, never read.
 """
 
 from __future__ import annotations
@@ -232,17 +232,6 @@ def read_inside(root: Path, path: Path) -> bytes | None:
         return f.read()
 
 
-def check_refs(what: str | os.PathLike, name: str, m: np.ndarray, sources: list[str],
-               sizes: list[int], grid: tuple[int, ...] | None,
-               expected: np.ndarray | None = None) -> None:
-    """Every reference of array `name` lies inside its (recorded) source, and (with
-    `expected`, for uncompressed arrays) is as long as its chunk: vectorized, over the
-    whole manifest (a reader checks block by block: `check_shape`, `check_rows`)."""
-    check_shape(what, name, m.dtype, tuple(m.shape), grid)
-    check_rows(what, name, m.reshape(-1), 0, tuple(m.shape), sources, sizes,
-               None if expected is None or expected.size != m.size else expected.reshape(-1))
-
-
 def check_shape(what: str | os.PathLike, name: str, dtype: np.dtype, shape: tuple[int, ...],
                 grid: tuple[int, ...] | None) -> None:
     """A manifest's dtype and shape (from its `.npy` header) fit the array's chunk grid."""
@@ -325,28 +314,12 @@ def grid_shape(doc: dict) -> tuple[int, ...] | None:
     return None
 
 
-def stored_chunk_bytes(doc: dict) -> np.ndarray | None:
-    """For an array whose only codec is `bytes` (uncompressed), the byte length every
-    stored chunk must have (over the whole chunk grid), else None: a manifest length that
-    differs would make zarr fail to reshape, or read past the chunk."""
-    spec = chunk_lengths(doc)
-    if spec is None:
-        return None
-    itemsize, runs = spec
-    out = np.ones([int(ends[-1]) if len(ends) else 0 for _, ends in runs],
-                  dtype=np.uint64) * np.uint64(itemsize)
-    for axis, (values, ends) in enumerate(runs):
-        lens = np.repeat(values, np.diff(ends, prepend=0).astype(np.intp))
-        shape_ = [1] * len(runs)
-        shape_[axis] = len(lens)
-        out = out * lens.reshape(shape_)
-    return out
-
-
 def stored_bytes_of_rows(spec, shape: tuple[int, ...], start: int, stop: int,
                          origin: tuple[int, ...] | None = None) -> np.ndarray | None:
-    """`stored_chunk_bytes` of manifest rows start..stop only (C order over `shape`), from
-    `chunk_lengths(doc)`: what a reader checking one block of rows needs (its memory is
+    """For an array whose only codec is `bytes` (uncompressed), the byte length each of
+    manifest rows start..stop (C order over `shape`) must have, from `chunk_lengths(doc)`
+    (a manifest length that differs would make zarr fail to reshape, or read past the
+    chunk), else None: what a reader checking one block of rows needs (its memory is
     the block's, not the grid's). `origin`: a manifest segment's first chunk in the grid."""
     if spec is None:
         return None

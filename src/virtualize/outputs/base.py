@@ -132,3 +132,35 @@ class OutputKind(Protocol):
 
     def open_store(self, path: Path, *, check_sources: bool, allow, base, strict: bool):
         """The confined, checked, read-only zarr store of the output at `path`."""
+
+    # -- what `append`, `verify --refresh` and `export` ask of an existing local output --
+
+    def recorded(self, path: Path) -> dict | None:
+        """Its provenance record (record.py): sources, recipe, roots, append state, relative
+        paths resolved; None when it holds none."""
+
+    def refuses_growth(self, info: dict) -> bool:
+        """Appending to it / refreshing it is not supported (a relocatable Icechunk
+        repository)."""
+
+    def array_docs(self, path: Path, plan, along: list[str]):
+        """(each array's zarr.json or None, the values of the inline arrays `along` the
+        concatenation axis or None when they cannot be had from the output itself, what
+        `grow` needs of what was read: the kind's own state)."""
+
+    def grow(self, path: Path, merged, info: dict, new_sources: list[str], *, recipe: dict,
+             state) -> list[str]:
+        """Add an append's new part (`plan.merge_append`'s result) to the output; the notes
+        the report gains."""
+
+    def commit_rebuild(self, plan, path: Path, added: int) -> bool:
+        """Take the stack planned again whole in place (an Icechunk commit): True; False
+        when the kind is written again as a new output instead."""
+
+    def relative(self, path: Path, info: dict) -> bool:
+        """Whether it records its sources relative to itself (kept when written again)."""
+
+    def refresh(self, path: Path, info: dict, times: dict[int, int], replan):
+        """Record touched sources' new times (`times`: source index -> mtime_ns);
+        `replan()` plans the stack again when the kind needs its references restamped:
+        then its report, else None."""

@@ -65,7 +65,7 @@ def resolved(info, base: str, *, roots: bool = True, append: bool = False):
     if roots and isinstance(info.get("roots"), list):
         info["roots"] = resolve_roots(info["roots"], base)
     if append and "append" in info:  # the recorded last step's paths: relative ones too
-        from ..plan._state import relocate_state
+        from ..plan import relocate_state
         info["append"] = relocate_state(info["append"], lambda p: resolve(p, base))
     return info
 
@@ -136,7 +136,7 @@ def relative_state(state: dict | None, base: str | None) -> dict | None:
     relocatable output's location) like the sources, or as they are without one."""
     if not base:
         return state
-    from ..plan._state import relocate_state
+    from ..plan import relocate_state
     return relocate_state(state, lambda p: relative(p, base))
 
 

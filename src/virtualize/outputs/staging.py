@@ -99,11 +99,6 @@ def guard_output(dest: str | os.PathLike, overwrite: bool,
             "or Icechunk repository it made): not replaced, even with --overwrite"))
 
 
-def refuse_existing(dest: Path, overwrite: bool) -> None:
-    """Compatibility name for `guard_output` without sources."""
-    guard_output(dest, overwrite)
-
-
 # -- staging ------------------------------------------------------------------------------
 
 @contextlib.contextmanager

@@ -219,7 +219,7 @@ def settle_unknown_fills(ctx: Context) -> None:
             if v.fill_value is not None and name not in known:
                 known[name] = v
     for i, inv in enumerate(ctx.invs):
-        if not inv.format.startswith("kerchunk"):
+        if not inv.reference_set:
             continue
         for name, v in list(inv.variables.items()):
             k = known.get(name)

@@ -607,7 +607,7 @@ def _held_cells(ctx: _Context, cells, held: np.ndarray, v: Variable, i: int, nam
         region = tuple((m * b, min((m + 1) * b, n)) for m, b, n in zip(index, bs, shape))
         key = tuple(m + offset if a == k else m for a, m in enumerate(index))
         cells[key] = Cell(int(ctx.source_maps[i][0]), name, region)
-    where = ("are held inline in the reference set" if ctx.invs[i].format.startswith("kerchunk") else
+    where = ("are held inline in the reference set" if ctx.invs[i].reference_set else
              "cannot be referenced (stored with a different HDF5 filter mask)")
     ctx.notes.append(f"{ctx.invs[i].path}: {int(held.sum())} chunk(s) of {name} {where}: decoded "
                      "and stored in the cube")

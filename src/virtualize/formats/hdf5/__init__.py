@@ -66,6 +66,8 @@ class Hdf5(Format):
     name = "hdf5"
     suffixes = (".h5", ".hdf5", ".he5", ".hdf", ".nc4")
     modules = (f"{__name__}.walk",)
+    inventory_formats = ("hdf5", "netcdf4")
+    reads_linked_data = True
 
     def sniff(self, head: bytes, f=None) -> bool:
         # HDF5 allows a user block before the signature, at 512, 1024, 2048, ... bytes

@@ -13,6 +13,7 @@ MAGIC = (b"II*\x00", b"MM\x00*", b"II+\x00", b"MM\x00+")  # TIFF, BigTIFF; eithe
 class Tiff(Format):
     name = "tiff"
     suffixes = (".tif", ".tiff", ".gtiff")
+    inventory_formats = ("tiff", "bigtiff", "geotiff", "geobigtiff")
     modules = (f"{__name__}.scan", f"{__name__}.read")
 
     def sniff(self, head: bytes, f=None) -> bool:

@@ -32,9 +32,50 @@ class Cube:
         from .writer import write_cube
         return write_cube(plan, dest, overwrite, relative_to=relative_to)
 
-    def append(self, dest, merged, info: dict, new_sources: list[str], relative_to=None):
-        from .writer import append_cube
-        return append_cube(dest, merged, info, new_sources, relative_to)
+    def recorded(self, path: Path) -> dict | None:
+        from ..record import resolved
+        from .writer import SOURCES_NAME
+
+        p = path / SOURCES_NAME
+        info = json.loads(p.read_text()) if p.is_file() else None
+        if isinstance(info, dict) and isinstance(info.get("sources"), list):
+            resolved(info, os.path.abspath(path), roots=False, append=True)
+        return info
+
+    def refuses_growth(self, info: dict) -> bool:
+        return False
+
+    def array_docs(self, path: Path, plan, along: list[str]):
+        import zarr
+        from zarr.storage import LocalStore
+
+        docs: dict[str, dict | None] = {}
+        for n in plan.arrays:
+            try:
+                docs[n] = json.loads((path / n / "zarr.json").read_text())
+            except (OSError, ValueError):
+                docs[n] = None
+        values = {n: zarr.open_array(LocalStore(path / n, read_only=True), mode="r")[...]
+                  for n in along if docs[n]}
+        return docs, values, None
+
+    def grow(self, path: Path, merged, info: dict, new_sources: list[str], *, recipe: dict,
+             state) -> list[str]:
+        from .writer import SOURCES_NAME, append_cube
+
+        raw = json.loads((path / SOURCES_NAME).read_text())
+        append_cube(path, merged, raw, new_sources, relative_to=relative_location(path))
+        return []
+
+    def commit_rebuild(self, plan, path: Path, added: int) -> bool:
+        return False
+
+    def relative(self, path: Path, info: dict) -> bool:
+        return relative_location(path) is not None
+
+    def refresh(self, path: Path, info: dict, times: dict[int, int], replan):
+        from .writer import refresh_cube
+        refresh_cube(path, times)
 
     def open_store(self, path: Path, *, check_sources: bool = True, allow=None, base=None,
                    strict: bool = False):
@@ -42,6 +83,18 @@ class Cube:
         from .reader import CubeStore
         return ConsolidatedView(CubeStore(path, check_sources=check_sources, allow=allow,
                                           base=base, strict=strict))
+
+
+def relative_location(cube: Path) -> str | None:
+    """The cube directory's location when it records its sources relative to it."""
+    from ... import storage
+    from .writer import SOURCES_NAME
+
+    raw = json.loads((cube / SOURCES_NAME).read_text())
+    if any(isinstance(s, dict) and not storage.is_url(s.get("path", "")) and
+           not os.path.isabs(s.get("path", "")) for s in raw.get("sources") or []):
+        return os.path.abspath(cube)
+    return None
 
 
 def _is_cube_dir(p: Path) -> bool:

@@ -54,7 +54,7 @@ from ..record import recorded_roots, resolve_roots, resolve_sources, source_tabl
 from .writer import SOURCES_NAME, manifest_segments
 
 
-class _LocalFiles:
+class LocalFiles:
     """The files of a cube directory on this machine, read only inside it."""
 
     remote = False
@@ -70,7 +70,7 @@ class _LocalFiles:
         return np.load(inside(self.root, self.root / rel), mmap_mode="r", allow_pickle=False)
 
 
-class _RemoteFiles:
+class RemoteFiles:
     """The objects of a cube directory on object storage or HTTP (`url` its prefix), each
     read with exact ranged requests; `requests` and `bytes_read` count them."""
 
@@ -86,13 +86,13 @@ class _RemoteFiles:
         self.cached: dict[str, bytes] = {}  # read once already (virtualize.json, by the probe)
 
     def _path(self, rel: str) -> str:
-        from ...storage import _fs_path
+        from ...storage import fs_path
 
-        return _fs_path(self.fs, f"{self.url}/{rel}")
+        return fs_path(self.fs, f"{self.url}/{rel}")
 
     def read(self, rel: str, start: int | None = None, end: int | None = None) -> bytes | None:
         """The object's bytes (those in [start, end)); None when it does not exist."""
-        from ...storage import _problem, retrying
+        from ...storage import request_problem, retrying
 
         if start is None and end is None and rel in self.cached:
             return self.cached.pop(rel)
@@ -103,7 +103,7 @@ class _RemoteFiles:
         except FileNotFoundError:
             return None
         except Exception as e:  # noqa: BLE001 - forbidden, unreachable, ...: located
-            raise _problem(f"{self.url}/{rel}", e) from None
+            raise request_problem(f"{self.url}/{rel}", e) from None
         finally:
             self.requests += 1
         self.bytes_read += len(data)
@@ -187,7 +187,7 @@ class _Segment:
             self.shape = tuple(self._mm.shape)
         self.size = int(np.prod(self.shape, dtype=np.int64))
 
-    def _header(self, files: _RemoteFiles) -> tuple[tuple[int, ...], int]:
+    def _header(self, files: RemoteFiles) -> tuple[tuple[int, ...], int]:
         """The `.npy` header (shape, dtype, order) from one ranged read of its first bytes."""
         import io
 
@@ -267,18 +267,18 @@ class CubeStore(Store):
     supports_listing = True
 
     def __init__(self, root: str | os.PathLike, *, check_sources: bool = True, allow=None,
-                 base: str | None = None, _files: _RemoteFiles | None = None,
+                 base: str | None = None, _files: RemoteFiles | None = None,
                  strict: bool = False):
         super().__init__(read_only=True)
         from ...storage import is_url as _is_url
 
         if isinstance(root, str) and _is_url(root):
             self.root: Path | str = root.rstrip("/")
-            self.files: _LocalFiles | _RemoteFiles = _files or _RemoteFiles(root)
+            self.files: LocalFiles | RemoteFiles = _files or RemoteFiles(root)
             self.base = base or self.root
         else:
             self.root = Path(root)
-            self.files = _LocalFiles(self.root)
+            self.files = LocalFiles(self.root)
             # relative sources and roots (a relocatable cube) resolve against the cube's own
             # location: its directory, or the URL it was read from (`base`)
             self.base = base or os.path.abspath(self.root)
@@ -292,7 +292,7 @@ class CubeStore(Store):
             raise VirtualizeError([Problem(Location(str(self.root)), "not-a-cube",
                                            f"no {SOURCES_NAME}: not a cube written by virtualize")],
                                   f"{self.root}: not a virtualize cube")
-        info = _load_json(self.root, raw, SOURCES_NAME)
+        info = load_json(self.root, raw, SOURCES_NAME)
         sources = resolve_sources(source_table(self.root, info), self.base)
         if isinstance(info.get("roots"), list):
             info["roots"] = resolve_roots(info["roots"], self.base)
@@ -351,7 +351,7 @@ class CubeStore(Store):
         if key not in self._docs:
             _check_key(self.root, key)
             data = self.files.read(key)
-            self._docs[key] = _load_json(self.root, data, key) if data is not None else None
+            self._docs[key] = load_json(self.root, data, key) if data is not None else None
         return self._docs[key]
 
     def _get_bytes(self, key: str) -> bytes | None:
@@ -555,7 +555,7 @@ def _slice(data: bytes, r: ByteRequest | None) -> bytes:
     raise ValueError(f"unexpected byte range {r!r}")
 
 
-def _load_json(what: Path, data: bytes | None, name: str) -> dict:
+def load_json(what: Path, data: bytes | None, name: str) -> dict:
     if data is None:
         raise invalid(what, f"{name} is missing")
     try:

@@ -43,8 +43,46 @@ class Icechunk:
     def write(self, plan, dest, overwrite: bool = False, *, relative_to=None) -> Path:
         return write_icechunk(plan, dest, overwrite, relative_to=relative_to)
 
-    def append(self, dest, merged, recipe: dict, old_roots=()) -> Path:
-        return append_icechunk_new(dest, merged, recipe, old_roots)
+    def recorded(self, path: Path) -> dict | None:
+        return recorded(path)
+
+    def refuses_growth(self, info: dict) -> bool:
+        return bool(info.get("containers"))  # relocatable (--relative): not supported yet
+
+    def array_docs(self, path: Path, plan, along: list[str]):
+        import json
+
+        import zarr
+        from zarr.core.buffer import default_buffer_prototype
+        from zarr.core.sync import sync
+
+        docs: dict[str, dict | None] = {}
+        store = open_icechunk(path)
+        for n in plan.arrays:
+            buf = sync(store.get(f"{n}/zarr.json", default_buffer_prototype()))
+            docs[n] = json.loads(buf.to_bytes()) if buf is not None else None
+        values = {n: zarr.open_array(store, path=n, mode="r")[...] for n in along if docs[n]}
+        return docs, values, None
+
+    def grow(self, path: Path, merged, info: dict, new_sources: list[str], *, recipe: dict,
+             state) -> list[str]:
+        append_icechunk_new(path, merged, recipe, info.get("roots") or [])
+        return []
+
+    def commit_rebuild(self, plan, path: Path, added: int) -> bool:
+        append_icechunk(plan, path, added=added)
+        return True
+
+    def relative(self, path: Path, info: dict) -> bool:
+        return False  # (never asked: a rebuild is committed to the repository)
+
+    def refresh(self, path: Path, info: dict, times: dict[int, int], replan):
+        # the references carry the times too: the stack is planned again (the same
+        # references, the touched files' block tables being as recorded) to stamp them again
+        report = replan()
+        if report.ok:
+            refresh_icechunk(path, report.plan, info, times)
+        return report
 
     def open_store(self, path: Path, *, check_sources: bool = True, allow=None, base=None,
                    strict: bool = False):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 from pathlib import Path
 
 # a kerchunk JSON written by virtualize begins with this (its `virtualize` section first)
@@ -39,9 +41,67 @@ class Kerchunk:
         from .writer import write_kerchunk
         return write_kerchunk(plan, dest, overwrite, relative_to=relative_to)
 
-    def append(self, dest, merged, doc: dict, new_sources: list[str]) -> list[str]:
+    def recorded(self, path: Path) -> dict | None:
+        from ..record import resolved
+
+        try:
+            with open(path, "rb") as f:
+                info = json.load(f).get("virtualize")
+        except (OSError, ValueError, AttributeError):
+            info = None
+        if isinstance(info, dict) and isinstance(info.get("sources"), list):
+            # relative sources: against its directory
+            resolved(info, os.path.dirname(os.path.abspath(path)), roots=False, append=True)
+        return info
+
+    def refuses_growth(self, info: dict) -> bool:
+        return False
+
+    def array_docs(self, path: Path, plan, along: list[str]):
+        import base64
+
+        import numpy as np
+        import ujson
+
+        with open(path, "rb") as f:
+            doc = ujson.load(f)
+        docs: dict[str, dict | None] = {}
+        refs = doc["refs"]
+        for n in plan.arrays:
+            d = refs.get(f"{n}/zarr.json")
+            docs[n] = json.loads(d) if isinstance(d, str) else None
+        values = {}
+        for n in along:
+            a, d = plan.arrays[n], docs[n]
+            chunk = refs.get(f"{n}/c/" + "/".join("0" * len(a.shape)))
+            if d is None or a.dtype.kind == "T" or not isinstance(chunk, str) or \
+                    not chunk.startswith("base64:"):
+                return docs, None, doc
+            values[n] = np.frombuffer(base64.b64decode(chunk[7:]), dtype=a.dtype) \
+                .reshape(d["shape"])
+        return docs, values, doc
+
+    def grow(self, path: Path, merged, info: dict, new_sources: list[str], *, recipe: dict,
+             state) -> list[str]:
         from .writer import append_kerchunk
-        return append_kerchunk(dest, merged, doc, new_sources)
+
+        outside = append_kerchunk(path, merged, state, new_sources)
+        if not outside:
+            return []
+        return [f"{len(outside)} new file(s) outside the directory the relocatable JSON's "
+                f"template names ({outside[0]}, ...) are referenced by absolute path: the "
+                "JSON is no longer relocatable as a whole (re-run virtualize --relative with "
+                "all the files to make it so)"]
+
+    def commit_rebuild(self, plan, path: Path, added: int) -> bool:
+        return False
+
+    def relative(self, path: Path, info: dict) -> bool:
+        return bool(info.get("templates"))
+
+    def refresh(self, path: Path, info: dict, times: dict[int, int], replan):
+        from .writer import refresh_kerchunk
+        refresh_kerchunk(path, times)
 
     def open_store(self, path: Path, *, check_sources: bool = True, allow=None, base=None,
                    strict: bool = False):

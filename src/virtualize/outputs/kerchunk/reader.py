@@ -9,7 +9,7 @@ from pathlib import Path
 from ...model import Location, Problem, VirtualizeError
 from ..access import Access, invalid
 from ..base import register_codecs
-from ..cube.reader import _load_json
+from ..cube.reader import load_json
 from ..record import recorded_roots, resolve_roots, resolve_sources, source_table
 
 
@@ -29,7 +29,7 @@ def kerchunk_store(path: str | os.PathLike, *, check_sources: bool = True, allow
     except OSError as e:
         raise VirtualizeError([Problem(Location(str(path)), "not-a-cube",
                                        f"cannot be read: {e.strerror}")]) from None
-    doc = _load_json(path, raw, path.name)
+    doc = load_json(path, raw, path.name)
     section = doc.get("virtualize")
     templates = None
     if section is not None:

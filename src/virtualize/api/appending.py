@@ -1,0 +1,247 @@
+"""`append`: files added to the end of an output virtualize wrote, only the new files
+scanned and only what they add written (by the output kind's plug-in)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+from .. import storage
+from ..conventions import ScanHint
+from ..formats import read_values
+from ..formats import registry as _formats
+from ..model import Location, Plan, Problem, VirtualizeError
+from ..outputs import registry
+from ..outputs.metadata import array_doc
+from ..outputs.staleness import check_sources
+from ..plan import DEFAULT_INLINE_THRESHOLD, ConcatOptions, plan_concat
+from ..report import Report
+from .checking import DEFAULT_SCAN_TIMEOUT, PathLike, _check, check
+from .create import _refuse_unless_ok, _write
+from .cubes import _cube_kind, _local_cube, _recorded
+from .paths import _paths, _unmatched
+
+
+def _appending(fn):
+    """`append`'s reports (and those of its refusals) name its ways through as re-runs of
+    `virtualize` with all the files: `append` takes no remedy, --drop or --inline option
+    (it plans as the cube's recorded recipe did)."""
+    import functools
+
+    @functools.wraps(fn)
+    def run(*args, **kwargs):
+        try:
+            report = fn(*args, **kwargs)
+        except VirtualizeError as e:
+            if isinstance(e.report, Report):
+                e.report.appending = True
+            raise
+        if isinstance(report, Report):
+            report.appending = True
+        return report
+    return run
+
+
+@_appending
+def append(cube: PathLike, paths: Iterable[PathLike] | PathLike, *, jobs: int | str = "auto",
+           executor=None, progress=None, scan_timeout: float | None = DEFAULT_SCAN_TIMEOUT,
+           strict: bool = False, skip_unreadable: bool = False, no_gaps: bool = False) -> Report:
+    """Add files to the end of a cube directory, kerchunk JSON or Icechunk repository
+    written by `virtualize`: only the new files are scanned, planned as the cube was (its
+    recorded recipe) after the cube's last step (recorded with it: docs/planning.md,
+    Appending), and only what they add is written: a cube directory gets a new manifest
+    segment per array and is replaced in one exchange of names when complete, an Icechunk
+    repository a commit of the new chunks, a kerchunk JSON their references. When the
+    grown cube would differ from a full rebuild beyond its new chunks (the last file's
+    padded block no longer last, a variable stored differently), the whole stack is
+    scanned and planned again instead. Refused (nothing changed) when a source of the
+    cube changed (`strict`: or was touched), or a new file does not come after its last
+    step.
+
+    For cron jobs: a file given that is already in the cube, as recorded (its size and
+    time or identity, or a touched file's fingerprint), is skipped with a note, so running
+    a job again is a no-op ("nothing to append"); one with the same path but other
+    content is refused (`already-in-cube`). `skip_unreadable`, `no_gaps`: as for `check`
+    (a gap between the cube's last step and the new files counts)."""
+    from ..outputs.staging import locked
+
+    cube = _local_cube(cube, "append")
+    kind = _cube_kind(cube)  # (not a cube: refused before anything is locked)
+    with locked(cube):  # concurrent appends to one cube wait for each other
+        return _append(cube, kind, paths, jobs=jobs, executor=executor, progress=progress,
+                       scan_timeout=scan_timeout, strict=strict, skip_unreadable=skip_unreadable,
+                       no_gaps=no_gaps)
+
+
+def _append(cube: Path, kind: str, paths, *, jobs, executor, progress, scan_timeout,
+            strict=False, skip_unreadable=False, no_gaps=False) -> Report:
+    info = _recorded(cube, kind)
+    recipe = dict(info.get("recipe") or {})
+    if recipe.get("kind") != "concat":
+        raise VirtualizeError([Problem(Location(str(cube)), "not-appendable",
+                                       "this cube was not made by concatenation (or by an older "
+                                       "virtualize): re-run virtualize with all the files")])
+    if registry.by_name(kind).refuses_growth(info):
+        raise VirtualizeError([Problem(Location(str(cube)), "not-appendable",
+                                       "this Icechunk repository is relocatable (--relative): "
+                                       "appending to it is not supported yet; re-run virtualize "
+                                       "--relative with all the files")])
+    checked = check_sources(info["sources"], strict=strict, scan_timeout=scan_timeout)
+    # the files given (data files found through reference sets are not inputs)
+    old = [s["path"] for s in info["sources"] if not s.get("referenced_by")]
+    empty: list[str] = []
+    unmatched: list[str] = []
+    new = [storage.normalize(p) for p in _paths(paths, empty, unmatched=unmatched)]
+    if unmatched:
+        raise VirtualizeError(_unmatched(unmatched), "nothing appended")
+    if not new:
+        raise VirtualizeError([Problem(Location(os.path.abspath(d)), "no-files",
+                                       f"the directory {d} holds no files") for d in empty]
+                              or [Problem(Location(), "no-files", "no files to append were given")],
+                              "nothing appended")
+    # a file given again (a cron job run twice): skipped when the cube's record of it
+    # holds (size, identity or time, or a touched file's fingerprint); refused when not
+    old_set = set(old)
+    again = list(dict.fromkeys(p for p in new if p in old_set))
+    stale = [p for p in checked.problems if p.fatal]
+    changed = {p.loc.file: p for p in stale}
+    refused = [Problem(Location(p), "already-in-cube",
+                       f"{p} is already a source of {cube}, with other content now ("
+                       f"{changed[p].message}): re-run virtualize with all the files")
+               for p in again if p in changed]
+    if stale:
+        raise VirtualizeError(refused + [p for p in stale if p.loc.file not in set(again)],
+                              f"{cube}: its sources changed since it was written; nothing "
+                              "appended")
+    touched = [p for p in checked.problems if not p.fatal]
+    new = [p for p in new if p not in old_set]
+    if not new:
+        report = Report(files=again, problems=touched, plan=Plan([], {}, {}),
+                        notes=[f"nothing to append: 0 new, {len(again)} already in the cube"])
+        report.output = {"path": os.path.abspath(cube), "kind": kind}
+        report.already = again
+        return report
+    try:
+        report = _append_files(cube, kind, info, old, new, recipe, jobs=jobs, executor=executor,
+                               progress=progress, scan_timeout=scan_timeout,
+                               skip_unreadable=skip_unreadable, no_gaps=no_gaps)
+    except VirtualizeError as e:
+        # every new file left out, the others already in (a cron job run again): nothing to do
+        r = e.report
+        if not (again and r is not None and r.left_out
+                and all(p.kind == "no-files" for p in e.problems)):
+            raise
+        report = Report(files=again, problems=touched, plan=Plan([], {}, {}),
+                        notes=[n for n in r.notes if n.startswith("left out")]
+                        + [f"nothing to append: 0 new, {len(again)} already in the cube"],
+                        left_out=r.left_out)
+        report.output = {"path": os.path.abspath(cube), "kind": kind}
+        report.already = again
+        return report
+    report.problems[:0] = touched
+    if again:
+        report.notes.insert(0, f"{len(new)} new, {len(again)} already in the cube (skipped: "
+                            + ", ".join(os.path.basename(p) for p in again[:3])
+                            + (", ..." if len(again) > 3 else "") + ")")
+        report.already = again
+    return report
+
+
+def _append_files(cube: Path, kind: str, info: dict, old: list[str], new: list[str],
+                  recipe: dict, *, jobs, executor, progress, scan_timeout, skip_unreadable,
+                  no_gaps) -> Report:
+    """Append the files `new` (none of them in the cube)."""
+    report = _append_new(cube, kind, info, new, jobs=jobs, executor=executor,
+                         progress=progress, scan_timeout=scan_timeout,
+                         skip_unreadable=skip_unreadable, no_gaps=no_gaps)
+    if report is not None:
+        return report
+    recipe.pop("kind")
+    recipe.setdefault("chunk_size", None)  # (a cube written before the cut: never cut)
+    report = check(old + new, jobs=jobs, executor=executor, progress=progress,
+                   scan_timeout=scan_timeout, skip_unreadable=skip_unreadable, no_gaps=no_gaps,
+                   **recipe)
+    if report.plan is not None:  # the files left out before, and now
+        report.plan.left_out = list(info.get("left_out") or []) + report.plan.left_out
+    if report.plan is not None and \
+            [s.path for s in report.plan.sources if not s.referenced_by][: len(old)] != old:
+        report.problems.append(_not_at_end(cube, report.plan.concat_dim))
+    plugin = registry.by_name(kind)
+    _refuse_unless_ok(report)
+    if plugin.commit_rebuild(report.plan, cube, added=len(new)):  # (a repository: a commit)
+        return report
+    return _write(report, cube, kind, overwrite=True, relative=plugin.relative(cube, info))
+
+
+def _not_at_end(cube: Path, dim: str | None) -> Problem:
+    return Problem(Location(str(cube)), "append-not-at-end",
+                   f"the new files do not all come after the cube's last {dim!r} step; "
+                   "to put them in the middle, re-run virtualize with all the files")
+
+
+def _append_new(cube: Path, kind: str, info: dict, new: list[str], *, jobs: int | str,
+                executor, progress, scan_timeout, skip_unreadable=False,
+                no_gaps=False) -> Report | None:
+    """Append by scanning only the new files (see `append`); None when the cube must be
+    rebuilt instead (no recorded last step, or a grown cube that would differ from a full
+    rebuild beyond its new chunks)."""
+    from ..model import Source
+    from ..plan import merge_append, resume_from
+
+    plugin = registry.by_name(kind)
+    resume = resume_from(info.get("append"))
+    if resume is None:
+        return None
+    # (the recorded last step keeps its format's name: its plug-in says what it is)
+    fmt = _formats.of_inventory(resume.last.format)
+    resume.last.reference_set = fmt is not None and fmt.reference_set
+    recipe = dict(info.get("recipe") or {})
+    opts = ConcatOptions(concat_dim=recipe.get("concat_dim"),
+                         inline=frozenset(recipe.get("inline") or ()),
+                         drop=frozenset(recipe.get("drop") or ()), sort=recipe.get("sort", True),
+                         split=recipe.get("split", True),
+                         materialize=recipe.get("materialize", False),
+                         inline_threshold=recipe.get("inline_threshold", DEFAULT_INLINE_THRESHOLD),
+                         no_gaps=no_gaps, read=read_values)
+    last = resume.last.path
+    report = _check(new, lambda invs: plan_concat(invs, opts, resume=resume), progress,
+                    recipe.get("materialize_limit"), jobs, scan_timeout, exclude=(last,),
+                    executor=executor, chunk_size=recipe.get("chunk_size"), like=resume.last,
+                    hint=ScanHint("append", resume.dim, inline=opts.inline),
+                    skip_unreadable=skip_unreadable)
+    plan = report.plan
+    if plan is None:
+        _refuse_unless_ok(report)
+        return None
+    plan.recipe = recipe
+    if plan.sources[0].path != last:
+        raise VirtualizeError([_not_at_end(cube, plan.concat_dim)], "nothing appended")
+    if any(p.fatal and p.loc.file == last for p in report.problems):
+        return None  # the cube's last file would change (e.g. a padded block, now inside)
+    report.problems = [p for p in report.problems if p.loc.file != last]
+    _refuse_unless_ok(report)
+    old_sources = [Source(s["path"], s["size"], s["mtime_ns"], s.get("referenced_by"),
+                          s.get("etag"), s.get("fingerprint"), bool(s.get("copied")))
+                   for s in info["sources"]]
+    along = [n for n, a in plan.arrays.items()
+             if a.inline is not None and plan.concat_dim in a.dims]
+    # each array's zarr.json in the cube, and the values of the inline arrays along the
+    # concatenation axis (read as plain zarr: the cube's own files, no source opened; None
+    # when they cannot be had so)
+    docs, old_inline, state = plugin.array_docs(cube, plan, along)
+    if old_inline is None:
+        return None
+    merged = merge_append(plan, resume, docs, old_sources, old_inline, array_doc)
+    if isinstance(merged, str):
+        return None
+    merged.plan.left_out = list(info.get("left_out") or []) + plan.left_out
+    fresh = [s.path for s in merged.sources[len(old_sources):]]
+    report.notes.extend(plugin.grow(cube, merged, info, fresh, recipe=recipe, state=state))
+    report.notes.append(f"appended {len(new) - len(report.left_out)} file(s) after the cube's "
+                        "last step, scanning only "
+                        f"them: {len(old_sources)} recorded source(s) checked unchanged, not "
+                        "read")
+    report.output = {"path": os.path.abspath(cube), "kind": kind}
+    report.plan = merged.plan  # the grown cube (references: those of the new chunks)
+    return report
