@@ -24,7 +24,7 @@ ROOT = Path(virtualize.__file__).resolve().parent
 # sits on formats and under plan; the planner uses neither (it is pure: docs/planning.md).
 # `outputs` sits above run (staleness re-scans a touched source on the workers).
 LAYERS = [
-    ("model", "_version"),
+    ("model", "_version", "codecs"),  # codecs: zarr codecs only (numpy, zarr, imagecodecs)
     ("storage", "conventions"),
     ("formats",),
     ("run",),

@@ -16,6 +16,12 @@ from zarr.abc.store import ByteRequest
 from zarr.buffer import default_buffer_prototype
 from zarr.storage import WrapperStore
 
+from .. import codecs as own_codecs
+
+# virtualize's own codecs (HDF5's lzf and bitshuffle): by entry point when installed, by
+# this call for a source tree that is not (cheap: no imagecodecs import until a decode)
+own_codecs.register()
+
 
 @functools.cache
 def register_codecs() -> None:

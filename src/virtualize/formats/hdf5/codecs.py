@@ -11,11 +11,8 @@ NO_EXACT_CODEC = {
     4: "szip without its four parameters",
     5: "nbit packs values in fewer bits: no zarr codec unpacks HDF5's layout",
     6: "scaleoffset: no zarr codec undoes HDF5's scale-offset packing",
-    32000: "imagecodecs_lzf cannot be told a chunk's decoded size and fails on chunks that "
-           "compress more than about 2:1",
-    32008: "imagecodecs_bitshuffle unshuffles the chunk as 1-byte items (wrong for wider "
-           "types), and with LZ4 or zstd the filter frames its blocks in a way no zarr codec "
-           "reads exactly",
+    32008: "bitshuffle with a compressor other than none, LZ4 or zstd (cd_values[4]), or "
+           "parameters that do not match the data type",
     32026: "hdf5-blosc2 stores each chunk as a Blosc2 NDim frame: imagecodecs_blosc2 does not "
            "read frames and imagecodecs_b2nd decodes them to void items zarr cannot use",
     32013: "H5Z-ZFP keeps the zfp header in the filter's parameters, which imagecodecs_zfp "
@@ -26,7 +23,8 @@ NO_EXACT_CODEC = {
 def hdf5_filter_codec(code: int, values: tuple[int, ...], dtype: np.dtype) -> dict | None:
     """The zarr v3 codec that decodes HDF5 filter `code` exactly, or None. Codecs named
     `imagecodecs_*` are imagecodecs' zarr 3 codecs: a reader registers them with
-    `imagecodecs.zarr.register_codecs()` (`virtualize.open` does)."""
+    `imagecodecs.zarr.register_codecs()` (`virtualize.open` does); `virtualize.*` ones are
+    virtualize's own (`virtualize.codecs`, found by entry point)."""
     if code == h5py.h5z.FILTER_DEFLATE:  # HDF5 stores zlib streams (not gzip)
         return {"name": "numcodecs.zlib", "configuration": {"level": int(values[0]) if values else 1}}
     if code == h5py.h5z.FILTER_SHUFFLE:
@@ -47,9 +45,20 @@ def hdf5_filter_codec(code: int, values: tuple[int, ...], dtype: np.dtype) -> di
             "options_mask": int(values[0]), "pixels_per_block": int(values[1]),
             "bits_per_pixel": int(values[2]), "pixels_per_scanline": int(values[3]),
             "header": True}}
+    if code == 32000:  # h5py's LZF: raw LZF, no size header (virtualize.codecs knows the size)
+        return {"name": "virtualize.lzf"}
+    if code == 32008 and len(values) >= 3:
+        # bshuf_h5filter.c: cd_values = (major, minor, item size, block size, compressor, level)
+        elem = int(values[2])
+        block = int(values[3]) if len(values) > 3 else 0
+        compression = {0: "none", 2: "lz4", 3: "zstd"}.get(int(values[4]) if len(values) > 4 else 0)
+        if compression is None or elem != dtype.itemsize or block % 8:
+            return None
+        return {"name": "virtualize.bitshuffle", "configuration": {
+            "elementsize": elem, "blocksize": block, "compression": compression}}
     if code == 32004:  # HDF5's LZ4 filter framing (sizes, then blocks): imagecodecs' lz4h5
         return {"name": "imagecodecs_lz4h5"}
-    # nbit (5), scaleoffset (6), lzf (32000), bitshuffle (32008), zfp (32013),
+    # nbit (5), scaleoffset (6), zfp (32013),
     # blosc2 (32026) and unknown filters have no exact zarr codec (NO_EXACT_CODEC says why).
     return None
 

@@ -1,0 +1,234 @@
+"""Zarr v3 codecs that decode two HDF5 filters' chunks exactly: h5py's LZF filter (32000)
+and the bitshuffle filter (32008, as hdf5plugin / bitshuffle's `bshuf_h5filter.c` writes
+it: plain, LZ4 or zstd). Registered with zarr by entry point (`zarr.codecs`:
+`virtualize.lzf`, `virtualize.bitshuffle`), so any zarr reader with virtualize installed
+finds them; `register()` does the same by a call. Encoding is for `--materialize`'s
+copied chunks.
+
+This module sits below everything else in virtualize: it imports only numpy and zarr
+(imagecodecs when a chunk is decoded).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from dataclasses import dataclass
+
+from zarr.abc.codec import BytesBytesCodec
+from zarr.core.common import parse_named_configuration
+
+LZF = "virtualize.lzf"
+BITSHUFFLE = "virtualize.bitshuffle"
+BITSHUFFLE_COMPRESSION = ("none", "lz4", "zstd")  # bshuf_h5filter.c's cd_values[4]: 0, 2, 3
+_BLOCKED_MULT = 8  # bitshuffle blocks hold a multiple of 8 elements
+
+
+def _nbytes(chunk_spec) -> int:
+    """A whole chunk's decoded bytes (HDF5 stores edge chunks whole, padded)."""
+    return math.prod(chunk_spec.shape) * chunk_spec.dtype.to_native_dtype().itemsize
+
+
+def _out(chunk_spec, data: bytes):
+    return chunk_spec.prototype.buffer.from_bytes(data)
+
+
+def lzf_decode(data: bytes, nbytes: int) -> bytes:
+    """One chunk of h5py's LZF filter: a raw LZF stream (no size header) of `nbytes`
+    decoded bytes. Decoded into a buffer of exactly that size, as the filter does when
+    it is given the chunk size (cd_values[2]); any other length is an error, never padding
+    or truncation."""
+    import imagecodecs
+
+    try:
+        out = imagecodecs.lzf_decode(data, header=False, out=nbytes)
+    except Exception as e:
+        raise ValueError(f"{LZF}: the chunk does not decode to {nbytes} bytes ({e})") from e
+    if len(out) != nbytes:
+        raise ValueError(f"{LZF}: the chunk decodes to {len(out)} bytes, not {nbytes}")
+    return bytes(out)
+
+
+def lzf_encode(data: bytes) -> bytes:
+    """A raw LZF stream of `data` (what `--materialize` stores; any stream decodes)."""
+    import imagecodecs
+
+    return bytes(imagecodecs.lzf_encode(data, header=False, out=len(data) + len(data) // 16 + 64))
+
+
+def _default_block(elementsize: int) -> int:
+    """bitshuffle's `bshuf_default_block_size` (items; fixed for all versions)."""
+    return max(8192 // elementsize // _BLOCKED_MULT * _BLOCKED_MULT, 128)
+
+
+def bitshuffle_encode(data: bytes, elementsize: int, blocksize: int = 0,
+                      compression: str = "none") -> bytes:
+    """`data` as the HDF5 bitshuffle filter stores it (`bitshuffle_decode` reverses it)."""
+    import imagecodecs
+
+    block = blocksize or _default_block(elementsize)
+    shuffled = bytes(imagecodecs.bitshuffle_encode(data, itemsize=elementsize, blocksize=block))
+    if compression == "none":
+        return shuffled
+    items = len(data) // elementsize
+    last = items % block - items % block % _BLOCKED_MULT
+    lengths = [block * elementsize] * (items // block) + ([last * elementsize] if last else [])
+    parts, at = [len(data).to_bytes(8, "big"), (block * elementsize).to_bytes(4, "big")], 0
+    for n in lengths:
+        piece = shuffled[at:at + n]
+        at += n
+        packed = bytes(imagecodecs.lz4_encode(piece, header=False) if compression == "lz4"
+                       else imagecodecs.zstd_encode(piece))
+        parts += [len(packed).to_bytes(4, "big"), packed]
+    parts.append(shuffled[at:])
+    return b"".join(parts)
+
+
+def _be(data: bytes, at: int, size: int) -> int:
+    if at + size > len(data):
+        raise ValueError(f"{BITSHUFFLE}: the chunk ends inside a header ({len(data)} bytes)")
+    return int.from_bytes(data[at:at + size], "big")
+
+
+def bitshuffle_decode(data: bytes, nbytes: int, elementsize: int, blocksize: int = 0,
+                      compression: str = "none") -> bytes:
+    """One chunk of the HDF5 bitshuffle filter, decoded to `nbytes` bytes of
+    `elementsize`-byte items. Plain: the chunk is bitshuffled in blocks of `blocksize`
+    items (0: bitshuffle's default), no header. LZ4 / zstd: a 12-byte header (decoded size,
+    8 bytes big-endian; block size in bytes, 4 bytes big-endian), then each block's
+    compressed bytes after a 4-byte big-endian length: the full blocks, a last block of
+    the remaining items rounded down to a multiple of 8, then the last (fewer than 8)
+    items' bytes, stored as they are."""
+    import imagecodecs
+
+    if compression == "none":
+        if len(data) != nbytes:
+            raise ValueError(f"{BITSHUFFLE}: the chunk holds {len(data)} bytes, not {nbytes}")
+        return bytes(imagecodecs.bitshuffle_decode(data, itemsize=elementsize,
+                                                   blocksize=blocksize))
+    if compression not in BITSHUFFLE_COMPRESSION:
+        raise ValueError(f"{BITSHUFFLE}: unknown compression {compression!r}")
+    size, block_bytes = _be(data, 0, 8), _be(data, 8, 4)
+    if size != nbytes:
+        raise ValueError(f"{BITSHUFFLE}: the chunk's header says {size} bytes, not {nbytes}")
+    if block_bytes == 0 or block_bytes % (elementsize * _BLOCKED_MULT):
+        raise ValueError(f"{BITSHUFFLE}: block size {block_bytes} bytes is no multiple of "
+                         f"{_BLOCKED_MULT} {elementsize}-byte items")
+    items, block = nbytes // elementsize, block_bytes // elementsize
+    last = items % block - items % block % _BLOCKED_MULT
+    lengths = [block * elementsize] * (items // block) + ([last * elementsize] if last else [])
+    at, parts = 12, []
+    for n in lengths:
+        stored = _be(data, at, 4)
+        at += 4
+        if at + stored > len(data):
+            raise ValueError(f"{BITSHUFFLE}: a block runs past the chunk's end")
+        piece = data[at:at + stored]
+        at += stored
+        try:
+            got = (imagecodecs.lz4_decode(piece, header=False, out=n) if compression == "lz4"
+                   else imagecodecs.zstd_decode(piece, out=n))
+        except Exception as e:
+            raise ValueError(f"{BITSHUFFLE}: a {compression} block does not decode ({e})") from e
+        if len(got) != n:
+            raise ValueError(f"{BITSHUFFLE}: a block decodes to {len(got)} bytes, not {n}")
+        parts.append(bytes(got))
+    left = nbytes % (_BLOCKED_MULT * elementsize)
+    if len(data) - at != left:
+        raise ValueError(f"{BITSHUFFLE}: {len(data) - at} bytes follow the blocks, not {left}")
+    parts.append(data[at:])
+    # the blocks, decompressed, are the plain filter's layout with the header's block size
+    return bytes(imagecodecs.bitshuffle_decode(b"".join(parts), itemsize=elementsize,
+                                               blocksize=block))
+
+
+class _Codec(BytesBytesCodec):
+    is_fixed_size = False
+
+    async def _decode_single(self, chunk_bytes, chunk_spec):
+        return await asyncio.to_thread(self._decode_sync, chunk_bytes, chunk_spec)
+
+    async def _encode_single(self, chunk_bytes, chunk_spec):
+        # `--materialize` writes the chunks it copies with the array's codecs
+        return await asyncio.to_thread(self._encode_sync, chunk_bytes, chunk_spec)
+
+    def compute_encoded_size(self, _input_byte_length, _chunk_spec):
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class LZFCodec(_Codec):
+    """h5py's LZF filter (HDF5 filter 32000); no parameters."""
+
+    @classmethod
+    def from_dict(cls, data):
+        _, config = parse_named_configuration(data, LZF, require_configuration=False)
+        if config:
+            raise ValueError(f"{LZF} takes no configuration, got {config}")
+        return cls()
+
+    def to_dict(self):
+        return {"name": LZF}
+
+    def _decode_sync(self, chunk_bytes, chunk_spec):
+        return _out(chunk_spec, lzf_decode(chunk_bytes.to_bytes(), _nbytes(chunk_spec)))
+
+    def _encode_sync(self, chunk_bytes, chunk_spec):
+        return _out(chunk_spec, lzf_encode(chunk_bytes.to_bytes()))
+
+
+@dataclass(frozen=True)
+class BitshuffleCodec(_Codec):
+    """The HDF5 bitshuffle filter (32008): `elementsize` (cd_values[2]), `blocksize` in
+    items (cd_values[3]; 0: the default; LZ4 and zstd chunks carry theirs) and
+    `compression` ("none", "lz4", "zstd": cd_values[4] 0, 2, 3)."""
+
+    elementsize: int
+    blocksize: int = 0
+    compression: str = "none"
+
+    def __init__(self, *, elementsize: int, blocksize: int = 0, compression: str = "none"):
+        if not isinstance(elementsize, int) or elementsize < 1:
+            raise ValueError(f"{BITSHUFFLE}: elementsize must be a positive int")
+        if not isinstance(blocksize, int) or blocksize < 0 or blocksize % _BLOCKED_MULT:
+            raise ValueError(f"{BITSHUFFLE}: blocksize must be 0 or a multiple of 8")
+        if compression not in BITSHUFFLE_COMPRESSION:
+            raise ValueError(f"{BITSHUFFLE}: compression must be one of {BITSHUFFLE_COMPRESSION}")
+        object.__setattr__(self, "elementsize", elementsize)
+        object.__setattr__(self, "blocksize", blocksize)
+        object.__setattr__(self, "compression", compression)
+
+    @classmethod
+    def from_dict(cls, data):
+        _, config = parse_named_configuration(data, BITSHUFFLE)
+        return cls(**config)
+
+    def to_dict(self):
+        return {"name": BITSHUFFLE, "configuration": {
+            "elementsize": self.elementsize, "blocksize": self.blocksize,
+            "compression": self.compression}}
+
+    def _decode_sync(self, chunk_bytes, chunk_spec):
+        return _out(chunk_spec, bitshuffle_decode(
+            chunk_bytes.to_bytes(), _nbytes(chunk_spec), self.elementsize, self.blocksize,
+            self.compression))
+
+    def _encode_sync(self, chunk_bytes, chunk_spec):
+        return _out(chunk_spec, bitshuffle_encode(chunk_bytes.to_bytes(), self.elementsize,
+                                                  self.blocksize, self.compression))
+
+
+CODECS = {LZF: LZFCodec, BITSHUFFLE: BitshuffleCodec}
+
+
+def register() -> None:
+    """Register the codecs with zarr by a call (the entry points do it for an installed
+    virtualize; a source tree on PYTHONPATH has none)."""
+    from zarr.registry import register_codec
+
+    for name, cls in CODECS.items():
+        register_codec(name, cls)
+
+
+__all__ = ["BITSHUFFLE", "CODECS", "LZF", "BitshuffleCodec", "LZFCodec", "bitshuffle_decode",
+           "bitshuffle_encode", "lzf_decode", "lzf_encode", "register"]
