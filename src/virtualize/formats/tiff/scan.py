@@ -201,8 +201,8 @@ class _TiffScanner:
                          f"page {p.index} ({p.shape} {p.dtype}, {_name(p.compression)}) differs "
                          f"from page {images['image'][0][0].index} (the image's first) and is "
                          "not part of the image (nor of another series)", fatal=False)
-        for note in notes:
-            self.problem("image", "tiff-series", note, fatal=False)
+        for var, note in notes:
+            self.problem(var, "tiff-series", note, fatal=False)
         stack, lead, lead_dims = images.pop("image")
         first = stack[0]
         desc = first.description
@@ -298,7 +298,10 @@ class _TiffScanner:
         ImageJ hyperstack's (T, Z, C), a shaped file's leading shape): one page per block
         along them, so the block table is only reshaped."""
         v = self.variables.get(name)
-        if v is None or (len(lead) == 1 and npages > 1) or (not lead and npages == 1):
+        if v is not None and len(lead) == 1 and npages > 1:
+            v.dims = (*dims, *v.dims[1:])  # 'page', or an OME series' page_z, page_t, ...
+            return
+        if v is None or (not lead and npages == 1):
             return  # already (page, ...) or one page
         base = v.shape[1:] if npages > 1 else v.shape
         bs = v.blocks.block_shape[1:] if npages > 1 else v.blocks.block_shape
@@ -544,12 +547,13 @@ def _inline_variable(name, values, dims, attrs, coordinate=False) -> Variable:
 
 
 def _reopener(source):
-    """A function opening `source` again as tifffile opens it by default (shaped and
-    ImageJ metadata honoured), for `tiff_images`."""
+    """A function opening `source` again as tifffile opens it by default (shaped, ImageJ
+    and OME metadata honoured), for `tiff_images`. Never following an OME-XML into other
+    files (`_multifile=False`: tifffile then falls back to its generic series)."""
     def reopen() -> tifffile.TiffFile:
         if not isinstance(source, (str, os.PathLike)):
             source.seek(0)
-        return tifffile.TiffFile(source)
+        return tifffile.TiffFile(source, _multifile=False)
     return reopen
 
 
@@ -588,14 +592,15 @@ def _series(tif: tifffile.TiffFile, reopen) -> tuple[list[_Series], str | None]:
     build the series the file's ImageJ or shaped metadata describe (`tifffile.imread`
     fails alike), else None."""
     first = tif.pages.first
-    other = reopen() if reopen is not None and (first.is_shaped or first.is_imagej) else None
+    other = reopen() if reopen is not None and (first.is_shaped or first.is_imagej
+                                                or first.is_ome) else None
     try:
         series = (other or tif).series
         return [_Series(tuple(int(n) for n in s.shape), s.axes,
                         [getattr(p, "offset", None) for p in s.pages], s.kind, _misplaced(s))
                 for s in series], None
     except Exception as e:  # metadata tifffile cannot follow
-        if other is not None:
+        if other is not None and not first.is_ome:
             return [], f"{type(e).__name__}: {e}"
         return [], None  # the generic view: the pages that agree
     finally:
@@ -611,10 +616,11 @@ def _fits(shape: tuple[int, ...], page_shape: tuple[int, ...], npages: int) -> t
     return tuple(shape[:k])
 
 
-def _lead_dims(axes: str, lead: tuple[int, ...]) -> tuple[str, ...]:
+def _lead_dims(axes: str, lead: tuple[int, ...], named: bool = False) -> tuple[str, ...]:
     """Names of the leading axes: 'page' for one; page_<tifffile axis letter> for more
-    (page_t, page_z, page_c for an ImageJ hyperstack), numbered where letters repeat."""
-    if len(lead) <= 1:
+    (page_t, page_z, page_c for an ImageJ hyperstack), numbered where letters repeat.
+    `named` (OME series, whose letters always mean T, Z, C, ...): page_<letter> for one too."""
+    if len(lead) <= 1 and not (named and lead and axes[:1].isalpha()):
         return ("page",) * len(lead)
     letters = [c.lower() for c in axes[:len(lead)]]
     if len(letters) != len(lead) or len(set(letters)) != len(letters):
@@ -641,35 +647,46 @@ def tiff_images(tif: tifffile.TiffFile, reopen=None, pages: list | None = None):
     covered: set[int] = set()
     images: dict[str, tuple] = {}
 
-    def one(offsets, shape, axes):
+    def one(offsets, shape, axes, kind=""):
         """The pages of a series when they are full-resolution pages outside the images
-        so far that agree with each other, with its leading shape; else None."""
+        so far that agree with each other, with its leading shape; else None. The pages
+        keep the series' order (tifffile's: C order over its leading axes, whatever the
+        IFDs' order in the file), so reshaping them to the leading shape places each."""
         ps = [by_offset.get(o) for o in offsets]
         if not ps or any(p is None or p.offset in covered for p in ps) or \
                 any(_signature(p) != _signature(ps[0]) for p in ps):
             return None
         lead = _fits(shape, ps[0].shape, len(ps))
-        return None if lead is None else (ps, lead, _lead_dims(axes, lead))
+        return None if lead is None else (ps, lead, _lead_dims(axes, lead, kind == "ome"))
 
     series, failed = _series(tif, reopen)
-    notes = []
-    image = one(series[0].offsets, series[0].shape, series[0].axes) if series else None
+    notes: list[tuple[str, str]] = []  # (variable, message)
+    if main[0].is_ome and not any(s.kind == "ome" for s in series):
+        notes.append(("image", _ome_unbuilt(main[0])))
+    image = one(series[0].offsets, series[0].shape, series[0].axes, series[0].kind) \
+        if series else None
+    if image is None and series and series[0].kind == "ome":
+        notes.append(("image", f"OME series 0 {series[0].shape} ({series[0].axes}) is read as "
+                      f"the file's flat stack of pages: {_ome_why(series[0], by_offset)}"))
     if image is None:  # the pages that agree with the first full-resolution page
         first = main[0]
         stack = [p for p in main if _signature(p) == _signature(first)]
         lead = (len(stack),) if len(stack) > 1 else ()
         image = (stack, lead, _lead_dims("", lead))
         if series and series[0].shape != (*lead, *first.shape):
-            notes.append(f"tifffile presents series 0 as {series[0].shape} ({series[0].axes}) from "
-                         f"the file's metadata; the cube's image is the file's {len(stack)} "
-                         f"agreeing page(s) of {first.shape}")
+            notes.append(("image", f"tifffile presents series 0 as {series[0].shape} "
+                          f"({series[0].axes}) from the file's metadata; the cube's image is the "
+                          f"file's {len(stack)} agreeing page(s) of {first.shape}"))
     images["image"] = image
     covered |= {p.offset for p in image[0]}
-    for k, (shape, axes, offsets, *_) in enumerate(series[1:], start=1):
-        found = one(offsets, shape, axes)
+    for k, s in enumerate(series[1:], start=1):
+        found = one(s.offsets, s.shape, s.axes, s.kind)
         if found is not None:
             images[f"series/{k}/image"] = found
-            covered |= set(offsets)
+            covered |= set(s.offsets)
+        elif s.kind == "ome":
+            notes.append((f"series/{k}/image", f"OME series {k} {s.shape} ({s.axes}) is not "
+                          f"virtualized: {_ome_why(s, by_offset, covered)}"))
     skipped = [(i, p) for i, p in enumerate(main) if p.offset not in covered]
     conflicts = _conflicts(pages, series) + _disagreeing(by_offset, series)
     if failed:
@@ -678,6 +695,40 @@ def tiff_images(tif: tifffile.TiffFile, reopen=None, pages: list | None = None):
                          f"({failed}; tifffile.imread fails alike): which pages form the image "
                          "is unknown")
     return images, skipped, notes, conflicts
+
+
+def _ome_unbuilt(first) -> str:
+    """Why tifffile (never following the OME-XML into other files) gives no OME series."""
+    desc = first.description or ""
+    own = str(getattr(first.parent, "filename", "") or "").lower()
+    names = sorted(n for n in set(re.findall(r'FileName\s*=\s*"([^"]*)"', desc))
+                   if n.lower() != own)
+    if names:
+        shown = ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
+        return (f"the file's OME-XML places planes in other files ({shown}): a multi-file OME "
+                "dataset, which tifffile.imread assembles from those files; the cube holds "
+                "only this file's own pages, as a flat stack, not the OME series")
+    return ("tifffile builds no OME series from the file's OME-XML (see its warnings): the "
+            "cube holds the file's pages as a flat stack")
+
+
+def _ome_why(s, by_offset: dict, covered: set | None = None) -> str:
+    """Why an OME series' pages are no regular grid of this file's pages."""
+    missing = sum(o is None for o in s.offsets)
+    if missing:
+        return (f"{missing} of its {len(s.offsets)} planes are in no page of the file (the "
+                "OME-XML's TiffData leave them out or place them in another file; tifffile "
+                "reads them as zeros)")
+    if any(o not in by_offset for o in s.offsets):
+        return "some of its planes are pages marked reduced-resolution or mask"
+    if covered and any(o in covered for o in s.offsets):
+        return "some of its pages are already part of another image (or repeated)"
+    ps = [by_offset[o] for o in s.offsets]
+    if len(set(s.offsets)) != len(s.offsets):
+        return "the OME-XML maps one page to several planes"
+    if any(_signature(p) != _signature(ps[0]) for p in ps):
+        return "its pages differ in layout (shape, type, blocks or compression)"
+    return f"its shape is not whole pages of {ps[0].shape}"
 
 
 def _conflicts(pages: list, series) -> list[str]:
@@ -718,7 +769,7 @@ def _disagreeing(main: dict, series) -> list[str]:
                        f"at byte {own} (a damaged offset?): which bytes are the page is "
                        "ambiguous")
             continue
-        if kind not in ("shaped", "imagej") or not offsets or \
+        if kind not in ("shaped", "imagej", "ome") or not offsets or \
                 any(o is None or o not in main for o in offsets):
             continue
         ps = [main[o] for o in offsets]
@@ -728,10 +779,10 @@ def _disagreeing(main: dict, series) -> list[str]:
                       "planarconfig", "is_tiled", "photometric", "jpegtables")
             diff = "; ".join(f"{f} {_shown(a)} vs {_shown(b)}" for f, a, b in
                              zip(fields, _signature(ps[0]), _signature(other)) if a != b)
-            out.append(f"the file's {'ImageJ' if kind == 'imagej' else 'shaped'} metadata make "
-                       f"pages {ps[0].index}..{ps[-1].index} series {k}, read with page "
-                       f"{ps[0].index}'s layout, but page {other.index}'s own directory "
-                       f"differs ({diff}): a damaged tag?")
+            meta = {"imagej": "ImageJ", "ome": "OME"}.get(kind, "shaped")
+            out.append(f"the file's {meta} metadata make pages {ps[0].index}..{ps[-1].index} "
+                       f"series {k}, read with page {ps[0].index}'s layout, but page "
+                       f"{other.index}'s own directory differs ({diff}): a damaged tag?")
     return out
 
 
