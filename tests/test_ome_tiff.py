@@ -171,3 +171,33 @@ def test_multi_file_ome_is_this_files_pages_with_a_located_note(tmp_path):
     notes = [p for p in report.problems if p.kind == "tiff-series"]
     assert any("multi-file OME" in p.message and "part1.ome.tif" in p.message and
                p.loc.variable == "image" for p in notes), notes
+
+
+def test_a_stack_of_ome_files_joins_along_a_new_axis(tmp_path):
+    datas = [RNG.integers(0, 9999, (2, 3, 20, 30), "u2") for _ in range(3)]
+    files = [_ome(tmp_path / f"t{i}.ome.tif", d, "TZYX", tile=(16, 16), compression="zlib")
+             for i, d in enumerate(datas)]
+    cube = tmp_path / "stack.zarr"
+    report = virtualize.virtualize(files, cube, concat_dim="run")
+    assert report.ok, report.problems
+    g = virtualize.open(cube)
+    assert report.plan.arrays["image"].dims == ("run", "page_t", "page_z", "y", "x")
+    assert_same(g["image"][...], np.stack([tifffile.imread(f) for f in files]), "stack")
+
+
+def test_an_ome_page_whose_own_tags_disagree_is_refused(tmp_path):
+    """tifffile reads an OME series' pages with the first page's layout; a page whose own
+    directory says otherwise (a damaged tag) is refused, located, never guessed."""
+    path = tmp_path / "mixed.ome.tif"
+    with tifffile.TiffWriter(path, ome=True) as tw:
+        tw.write(RNG.integers(0, 9999, (2, 20, 30), "u2"), metadata={"axes": "ZYX"})
+    with tifffile.TiffFile(path) as tif:  # page 1's Compression tag: say LZW instead of none
+        tag = tif.pages[1].tags[259]
+        at = tag.valueoffset
+    raw = bytearray(path.read_bytes())
+    raw[at:at + 2] = (5).to_bytes(2, "little")
+    path.write_bytes(bytes(raw))
+    report = virtualize.check(path)
+    assert not report.ok
+    assert any(p.kind == "corrupt" and "OME metadata" in p.message for p in report.problems), \
+        report.problems
