@@ -50,6 +50,18 @@ def make_ome(tmp_path, name):
     if name == "rgb_tyxs_tiled":
         return _ome(p, RNG.integers(0, 255, (4, 50, 40, 3), dtype=np.uint8), "TYXS",
                     photometric="rgb", tile=(32, 32))
+    if name == "rgb_tsyx_planar":  # planar-separate samples: pages (band, y, x)
+        return _ome(p, RNG.integers(0, 255, (2, 3, 20, 30), dtype=np.uint8), "TSYX",
+                    photometric="rgb", planarconfig="separate", compression="zlib")
+    if name == "uuid_own_file":  # TiffData naming this very file (as Bio-Formats writes)
+        _ome(p, u16[:, 0, :2], "TCYX")
+        with tifffile.TiffFile(p) as tif:
+            desc = tif.pages.first.description
+        uuid = re.search(r' UUID="([^"]+)"', desc).group(1)
+        desc = re.sub(r"<TiffData[^>]*/>", f'<TiffData IFD="0" PlaneCount="6"><UUID FileName='
+                      f'"{p.name}">{uuid}</UUID></TiffData>', desc).replace(f' UUID="{uuid}"', "")
+        tifffile.tiffcomment(p, desc.encode())
+        return p
     if name == "several_series":
         with tifffile.TiffWriter(p, ome=True) as tw:
             tw.write(u16[:, 0], metadata={"axes": "TCYX"}, tile=(32, 32), compression="zlib")
@@ -84,7 +96,7 @@ def roundtrip(path, tmp_path):
 
 
 OME_CASES = ["tzcyx_tiled_zlib", "tzyx_strips", "tzyx_strips_zlib", "zyx_one_axis",
-             "rgb_yxs", "rgb_tyxs_tiled", "several_series"]
+             "rgb_yxs", "rgb_tyxs_tiled", "rgb_tsyx_planar", "uuid_own_file", "several_series"]
 
 
 @pytest.mark.parametrize("name", OME_CASES)
