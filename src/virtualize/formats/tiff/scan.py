@@ -3,7 +3,9 @@
 A file becomes:
 - `image`: the main image; dims (y, x), (y, x, band) for pixel-interleaved samples,
   (band, y, x) for planar-separate ones, with a leading `page` axis when the file holds
-  several pages that agree (shape, type, blocks, compression);
+  several pages that agree (shape, type, blocks, compression), or the leading axes of
+  tifffile's ImageJ / shaped / OME series 0 (page_t, page_z, page_c, ...: `series.py`);
+- `series/<k>/image`: tifffile's further series (several OME images, shaped series);
 - for GeoTIFFs, `x` / `y` coordinates (pixel centres, as GDAL and rioxarray compute them)
   and a `spatial_ref` grid-mapping variable (`crs_wkt` when pyproj is installed, EPSG
   code, `GeoTransform`), and `GDAL_NODATA` as the fill value when it fits the type;
