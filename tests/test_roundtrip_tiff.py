@@ -275,7 +275,7 @@ def test_region_reads_for_materialize(case, name, var):
     assert_same(got, full[tuple(slice(a, b) for a, b in region)], f"{name} region")
 
 
-SERIES_CORNERS = ["subifds_nested", "imagej_hyperstack", "shaped_series", "webp_rgba",
+SERIES_CORNERS = ["subifds_nested", "imagej_hyperstack", "ome_tzcyx", "shaped_series", "webp_rgba",
                   "jpeg_rgba_gdal", "ten_channel_float32", "ten_channel_uint32_planar",
                   "ten_channel_gdal"]
 

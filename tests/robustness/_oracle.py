@@ -80,16 +80,16 @@ def _fits_read(path: Path, name: str) -> np.ndarray:
 
 
 def _metadata_series(path: Path, main: list) -> np.ndarray | None:
-    """tifffile's series 0 as `tifffile.imread` reads it, when the file's ImageJ or tifffile
-    "shaped" metadata makes it (the cube's `image` is that series, leading shape included,
+    """tifffile's series 0 as `tifffile.imread` reads it, when the file's ImageJ, OME or
+    tifffile "shaped" metadata makes it (the cube's `image` is that series, leading shape included,
     when its frames are IFDs of the file: docs/tiff.md), else None (a generic file: its
     image is the pages that agree with the first)."""
     with tifffile.TiffFile(path) as tif:
-        if not (tif.is_shaped or tif.is_imagej):
+        if not (tif.is_shaped or tif.is_imagej or tif.is_ome):
             return None
         s = tif.series[0]
         offsets = {p.offset for p in main}
-        if s.kind not in ("shaped", "imagej") or \
+        if s.kind not in ("shaped", "imagej", "ome") or \
                 not all(getattr(p, "offset", None) in offsets for p in s.pages):
             return None
         return s.asarray()

@@ -65,6 +65,7 @@ SOURCES = [
     ("tiff-multipage-shaped", "multipage_shaped", 0),  # tifffile's JSON shape: frames
     ("tiff-hyperstack", "imagej_hyperstack", 0),  # ImageJ: frames as one contiguous block
     ("tiff-series", "shaped_series", 0),  # four shaped series in one file
+    ("tiff-ome", "ome_tzcyx", 0),  # OME-XML: a TZCYX series and a ZYX one
     ("tiff-subifds", "tifffile_subifds", 0),  # overview levels as SubIFDs
     ("tiff-tiffcp", "tiffcp_tiles", 0),  # libtiff: IFD after the data
     ("cog-gdal", "cog", 0),  # GDAL COG: overviews, ghost header

@@ -3,7 +3,9 @@
 A file becomes:
 - `image`: the main image; dims (y, x), (y, x, band) for pixel-interleaved samples,
   (band, y, x) for planar-separate ones, with a leading `page` axis when the file holds
-  several pages that agree (shape, type, blocks, compression);
+  several pages that agree (shape, type, blocks, compression), or the leading axes of
+  tifffile's ImageJ / shaped / OME series 0 (page_t, page_z, page_c, ...: `series.py`);
+- `series/<k>/image`: tifffile's further series (several OME images, shaped series);
 - for GeoTIFFs, `x` / `y` coordinates (pixel centres, as GDAL and rioxarray compute them)
   and a `spatial_ref` grid-mapping variable (`crs_wkt` when pyproj is installed, EPSG
   code, `GeoTransform`), and `GDAL_NODATA` as the fill value when it fits the type;
@@ -20,10 +22,9 @@ import contextlib
 import itertools
 import logging
 import math
-import os
 import re
 import struct
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 import tifffile
@@ -39,6 +40,7 @@ from ...model import (
     empty_refs,
 )
 from .._values import bytes_codec
+from .series import _pages, _reopener, _signature, tiff_images  # noqa: F401 (read.py, tests)
 
 C = tifffile.COMPRESSION
 # TIFF compressions whose segments a registered zarr codec decodes exactly. The numcodecs
@@ -201,8 +203,8 @@ class _TiffScanner:
                          f"page {p.index} ({p.shape} {p.dtype}, {_name(p.compression)}) differs "
                          f"from page {images['image'][0][0].index} (the image's first) and is "
                          "not part of the image (nor of another series)", fatal=False)
-        for note in notes:
-            self.problem("image", "tiff-series", note, fatal=False)
+        for var, note in notes:
+            self.problem(var, "tiff-series", note, fatal=False)
         stack, lead, lead_dims = images.pop("image")
         first = stack[0]
         desc = first.description
@@ -298,7 +300,10 @@ class _TiffScanner:
         ImageJ hyperstack's (T, Z, C), a shaped file's leading shape): one page per block
         along them, so the block table is only reshaped."""
         v = self.variables.get(name)
-        if v is None or (len(lead) == 1 and npages > 1) or (not lead and npages == 1):
+        if v is not None and len(lead) == 1 and npages > 1:
+            v.dims = (*dims, *v.dims[1:])  # 'page', or an OME series' page_z, page_t, ...
+            return
+        if v is None or (not lead and npages == 1):
             return  # already (page, ...) or one page
         base = v.shape[1:] if npages > 1 else v.shape
         bs = v.blocks.block_shape[1:] if npages > 1 else v.blocks.block_shape
@@ -543,216 +548,10 @@ def _inline_variable(name, values, dims, attrs, coordinate=False) -> Variable:
                     values=values, is_coordinate=coordinate)
 
 
-def _reopener(source):
-    """A function opening `source` again as tifffile opens it by default (shaped and
-    ImageJ metadata honoured), for `tiff_images`."""
-    def reopen() -> tifffile.TiffFile:
-        if not isinstance(source, (str, os.PathLike)):
-            source.seek(0)
-        return tifffile.TiffFile(source)
-    return reopen
-
-
-class _Series(NamedTuple):
-    shape: tuple[int, ...]
-    axes: str
-    offsets: list  # of its pages' IFDs (None for a frame that is not an IFD)
-    kind: str  # 'shaped', 'imagej', 'generic', ...
-    # (page, its first data offset, where tifffile reads that page's data) of the first
-    # page tifffile does not read from its own offset (it reads the series as one block)
-    misplaced: tuple[int, int, int] | None = None
-
-
-def _misplaced(s) -> tuple[int, int, int] | None:
-    """tifffile reads a series whose data it takes for one contiguous block (`dataoffset`:
-    an ImageJ hyperstack's frames after the first page's data, consecutive uncompressed
-    pages) as `size` values from that offset, whatever the other pages' own offsets say.
-    The first IFD page whose own data offset is not where that block puts it, else None."""
-    start = s.dataoffset
-    if start is None:
-        return None
-    pages = list(s.pages)
-    step = pages[0].nbytes if pages and pages[0] is not None else 0
-    for k, p in enumerate(pages):
-        if p is None or getattr(p, "offset", None) is None:
-            continue
-        own = int(p.dataoffsets[0]) if len(p.dataoffsets) else -1
-        if own != start + k * step:
-            return (k, own, start + k * step)
-    return None
-
-
-def _series(tif: tifffile.TiffFile, reopen) -> tuple[list[_Series], str | None]:
-    """tifffile's series as `tifffile.imread` presents them (the file's ImageJ or tifffile
-    "shaped" metadata honoured), as `_Series`. Also what went wrong when tifffile cannot
-    build the series the file's ImageJ or shaped metadata describe (`tifffile.imread`
-    fails alike), else None."""
-    first = tif.pages.first
-    other = reopen() if reopen is not None and (first.is_shaped or first.is_imagej) else None
-    try:
-        series = (other or tif).series
-        return [_Series(tuple(int(n) for n in s.shape), s.axes,
-                        [getattr(p, "offset", None) for p in s.pages], s.kind, _misplaced(s))
-                for s in series], None
-    except Exception as e:  # metadata tifffile cannot follow
-        if other is not None:
-            return [], f"{type(e).__name__}: {e}"
-        return [], None  # the generic view: the pages that agree
-    finally:
-        if other is not None:
-            other.close()
-
-
-def _fits(shape: tuple[int, ...], page_shape: tuple[int, ...], npages: int) -> tuple | None:
-    """The leading shape when `shape` is `npages` pages of `page_shape`, else None."""
-    k = len(shape) - len(page_shape)
-    if k < 0 or tuple(shape[k:]) != tuple(page_shape) or math.prod(shape[:k]) != npages:
-        return None
-    return tuple(shape[:k])
-
-
-def _lead_dims(axes: str, lead: tuple[int, ...]) -> tuple[str, ...]:
-    """Names of the leading axes: 'page' for one; page_<tifffile axis letter> for more
-    (page_t, page_z, page_c for an ImageJ hyperstack), numbered where letters repeat."""
-    if len(lead) <= 1:
-        return ("page",) * len(lead)
-    letters = [c.lower() for c in axes[:len(lead)]]
-    if len(letters) != len(lead) or len(set(letters)) != len(letters):
-        return tuple(f"page_{c}{i}" for i, c in enumerate(letters or "q" * len(lead)))
-    return tuple(f"page_{c}" for c in letters)
-
-
-def tiff_images(tif: tifffile.TiffFile, reopen=None, pages: list | None = None):
-    """The images of a TIFF as the cube holds them: `image` (the full-resolution pages
-    that agree with page 0) and `series/<k>/image` (tifffile's series k, when its pages
-    are full-resolution pages outside `image` that agree with each other), each as
-    (pages, leading shape, leading dims) -- the leading shape tifffile's series gives
-    (an ImageJ hyperstack's (T, Z, C)), so that each reads as `series[k].asarray()`.
-    Also returns the main pages left out (index, page), notes where tifffile presents
-    series 0 otherwise (e.g. an ImageJ file whose frames are not all IFDs), and conflicts:
-    series in which tifffile reads pages the file marks reduced-resolution or mask together
-    with full-resolution pages (which pages form the image is ambiguous). `pages`: the
-    file's pages (`_pages`) when the caller has them."""
-    pages = _pages(tif) if pages is None else pages
-    main = [p for p in pages if not (p.subfiletype & 0b101)]  # not reduced, not a mask
-    if not main:
-        raise ValueError("no full-resolution image in the file")
-    by_offset = {p.offset: p for p in main}
-    covered: set[int] = set()
-    images: dict[str, tuple] = {}
-
-    def one(offsets, shape, axes):
-        """The pages of a series when they are full-resolution pages outside the images
-        so far that agree with each other, with its leading shape; else None."""
-        ps = [by_offset.get(o) for o in offsets]
-        if not ps or any(p is None or p.offset in covered for p in ps) or \
-                any(_signature(p) != _signature(ps[0]) for p in ps):
-            return None
-        lead = _fits(shape, ps[0].shape, len(ps))
-        return None if lead is None else (ps, lead, _lead_dims(axes, lead))
-
-    series, failed = _series(tif, reopen)
-    notes = []
-    image = one(series[0].offsets, series[0].shape, series[0].axes) if series else None
-    if image is None:  # the pages that agree with the first full-resolution page
-        first = main[0]
-        stack = [p for p in main if _signature(p) == _signature(first)]
-        lead = (len(stack),) if len(stack) > 1 else ()
-        image = (stack, lead, _lead_dims("", lead))
-        if series and series[0].shape != (*lead, *first.shape):
-            notes.append(f"tifffile presents series 0 as {series[0].shape} ({series[0].axes}) from "
-                         f"the file's metadata; the cube's image is the file's {len(stack)} "
-                         f"agreeing page(s) of {first.shape}")
-    images["image"] = image
-    covered |= {p.offset for p in image[0]}
-    for k, (shape, axes, offsets, *_) in enumerate(series[1:], start=1):
-        found = one(offsets, shape, axes)
-        if found is not None:
-            images[f"series/{k}/image"] = found
-            covered |= set(offsets)
-    skipped = [(i, p) for i, p in enumerate(main) if p.offset not in covered]
-    conflicts = _conflicts(pages, series) + _disagreeing(by_offset, series)
-    if failed:
-        conflicts.append(f"tifffile cannot build the series the file's "
-                         f"{'ImageJ' if main[0].is_imagej else 'shaped'} metadata describe "
-                         f"({failed}; tifffile.imread fails alike): which pages form the image "
-                         "is unknown")
-    return images, skipped, notes, conflicts
-
-
-def _conflicts(pages: list, series) -> list[str]:
-    """Series whose pages the file marks partly full-resolution, partly reduced or mask
-    (NewSubfileType): tifffile groups pages by their layout, not by that flag, so a page
-    whose flag is damaged stays in the image for tifffile while the flag takes it out (a
-    page of full size marked reduced-resolution is no overview either)."""
-    by_offset = {p.offset: p for p in pages}
-    out = []
-    for k, (_shape, _axes, offsets, *_) in enumerate(series):
-        ps = [by_offset[o] for o in offsets if o in by_offset]
-        flagged = [p for p in ps if p.subfiletype & 0b101]
-        if flagged and len(flagged) < len(ps):
-            which = ", ".join(f"{p.index} (NewSubfileType {int(p.subfiletype)})"
-                              for p in flagged[:5]) + (", ..." if len(flagged) > 5 else "")
-            out.append(f"tifffile reads page(s) {which} as part of series {k} with "
-                       f"{len(ps) - len(flagged)} full-resolution page(s) of the same shape and "
-                       "layout, but the file marks them reduced-resolution or mask: which "
-                       "pages form the image is ambiguous (a damaged NewSubfileType?)")
-    return out
-
-
-def _disagreeing(main: dict, series) -> list[str]:
-    """Series the file's ImageJ or shaped metadata make of IFDs (full-resolution pages)
-    whose own tags disagree on the layout: tifffile reads every page of such a series with
-    its first page's layout (the others are frames of it), or cannot read it at all, while
-    a page's own directory says otherwise (a damaged tag). Neither reading is exact. Also
-    series tifffile reads as one contiguous block (`_misplaced`) where a page's own data
-    offset is elsewhere: the cube would refer to the page's own bytes."""
-    out = []
-    for k, (_shape, _axes, offsets, kind, misplaced) in enumerate(series):
-        if misplaced is not None and all(o in main for o in offsets if o is not None):
-            k_page, own, read = misplaced
-            page = main[offsets[k_page]].index if offsets[k_page] in main else k_page
-            out.append(f"tifffile reads series {k} as one contiguous block from its first "
-                       f"page's data offset on, the data of page {page} from byte {read}, but "
-                       f"that page's own directory puts them "
-                       f"at byte {own} (a damaged offset?): which bytes are the page is "
-                       "ambiguous")
-            continue
-        if kind not in ("shaped", "imagej") or not offsets or \
-                any(o is None or o not in main for o in offsets):
-            continue
-        ps = [main[o] for o in offsets]
-        other = next((p for p in ps if _signature(p) != _signature(ps[0])), None)
-        if other is not None:
-            fields = ("shape", "dtype", "chunks", "chunked", "compression", "predictor",
-                      "planarconfig", "is_tiled", "photometric", "jpegtables")
-            diff = "; ".join(f"{f} {_shown(a)} vs {_shown(b)}" for f, a, b in
-                             zip(fields, _signature(ps[0]), _signature(other)) if a != b)
-            out.append(f"the file's {'ImageJ' if kind == 'imagej' else 'shaped'} metadata make "
-                       f"pages {ps[0].index}..{ps[-1].index} series {k}, read with page "
-                       f"{ps[0].index}'s layout, but page {other.index}'s own directory "
-                       f"differs ({diff}): a damaged tag?")
-    return out
-
-
-def _shown(value) -> str:
-    """A tag-derived value for a message: enumerations by name, bytes by length."""
-    if isinstance(value, (bytes, bytearray)):
-        return f"{len(value)} bytes"
-    if isinstance(value, np.dtype):
-        return str(value)
-    return getattr(value, "name", None) or str(value)
-
-
 def _name(value) -> str:
     """An enumerated tag value's name (COMPRESSION.LZW -> 'LZW'); tifffile keeps a value
     its enumeration does not know (or a default of a missing tag) as a plain int."""
     return getattr(value, "name", None) or str(int(value))
-
-
-def _pages(tif: tifffile.TiffFile) -> list:
-    """The pages of the file's IFD chain (TiffPage objects; not SubIFDs)."""
-    return [p for p in tif.pages if isinstance(p, tifffile.TiffPage)]
 
 
 # Tags a page's layout or decoding depends on: when tifffile cannot read one (it logs an
@@ -799,11 +598,6 @@ def _unread_tags(tif: tifffile.TiffFile, page) -> list[tuple[int, int]]:
         if at not in read:
             out.append((struct.unpack_from(tif.byteorder + "H", entries, i * t.tagsize)[0], at))
     return out
-
-
-def _signature(p) -> tuple:
-    return (p.shape, p.dtype, p.chunks, p.chunked, p.compression, p.predictor, p.planarconfig,
-            p.is_tiled, p.photometric, bytes(p.jpegtables or b""))
 
 
 def _layout(page) -> tuple[tuple[str, ...], tuple[int, ...]]:
