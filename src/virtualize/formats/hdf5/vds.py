@@ -49,7 +49,30 @@ class _Refused(Exception):
         self.kind = kind
 
 
-class VirtualFiles:
+class _ByPath:
+    """An HDF5 file opened by its path when first used (`open`, `[name]`), closed quietly."""
+
+    path: str
+    file: h5py.File | None
+
+    def open(self) -> h5py.File:
+        if self.file is None:
+            self.file = h5py.File(self.path, "r")
+        return self.file
+
+    def __getitem__(self, name: str):
+        return self.open()[name]
+
+    def close(self) -> None:
+        if self.file is not None:
+            try:
+                self.file.close()
+            except Exception:
+                pass
+            self.file = None
+
+
+class VirtualFiles(_ByPath):
     """A scan's view of its VDS: the scanned file opened by path (HDF5 resolves sources
     against it), the datasets read through it (for inlined values), source files found."""
 
@@ -58,24 +81,8 @@ class VirtualFiles:
         self.file: h5py.File | None = None
         self.datasets: dict[str, h5py.Dataset] = {}
 
-    def open(self) -> h5py.File:
-        if self.file is None:
-            self.file = h5py.File(self.path, "r")
-        return self.file
 
-    def __getitem__(self, name: str):
-        return self.open()[name]
-
-    def close(self) -> None:
-        if self.file is not None:
-            try:
-                self.file.close()
-            except Exception:
-                pass
-            self.file = None
-
-
-class _LazyFile:
+class _LazyFile(_ByPath):
     """A VDS's source file, open while it is used (a VDS may have thousands): what the
     scanner's followed link targets are (`get`, `close`), opened again when asked."""
 
@@ -83,24 +90,8 @@ class _LazyFile:
         self.path = path
         self.file: h5py.File | None = None
 
-    def open(self) -> h5py.File:
-        if self.file is None:
-            self.file = h5py.File(self.path, "r")
-        return self.file
-
     def get(self, name: str, default=None):
         return self.open().get(name, default)
-
-    def __getitem__(self, name: str):
-        return self.open()[name]
-
-    def close(self) -> None:
-        if self.file is not None:
-            try:
-                self.file.close()
-            except Exception:
-                pass
-            self.file = None
 
 
 class _Src:
