@@ -109,21 +109,19 @@ def _rescan(suspects: list[tuple[int, dict, int]], out: SourceCheck, strict: boo
     # by file and by how the cube scanned it (a fingerprint names its scan's hint)
     todo: dict[tuple[str, str], list[tuple[int, dict, int]]] = {}
     for i, s, mtime in suspects:
+        why = None
         if not isinstance(s.get("fingerprint"), str):
+            why = ("the cube records no fingerprint of its blocks (written before virtualize "
+                   "recorded them, or a data file named by a reference set), so it cannot be "
+                   "told unchanged")
+        elif s.get("copied"):
+            why = ("the cube holds chunks copied from it (--materialize), whose bytes no "
+                   "re-scan of its block tables proves unchanged")
+        if why is not None:
             out.problems.append(Problem(
                 Location(s["path"]), "source-changed",
                 _changed(s, s["size"], mtime) + "; only its modification time changed, but "
-                "the cube records no fingerprint of its blocks (written before virtualize "
-                "recorded them, or a data file named by a reference set), so it cannot be "
-                "told unchanged (verify --refresh cannot prove it): re-run virtualize"))
-            continue
-        if s.get("copied"):
-            out.problems.append(Problem(
-                Location(s["path"]), "source-changed",
-                _changed(s, s["size"], mtime) + "; only its modification time changed, but "
-                "the cube holds chunks copied from it (--materialize), whose bytes no "
-                "re-scan of its block tables proves unchanged (verify --refresh cannot "
-                "prove it): re-run virtualize"))
+                + why + " (verify --refresh cannot prove it): re-run virtualize"))
             continue
         tag = s["fingerprint"].rsplit(":", 1)[0]
         todo.setdefault((s.get("referenced_by") or s["path"], tag), []).append((i, s, mtime))
