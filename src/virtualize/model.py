@@ -380,6 +380,48 @@ class MosaicFigure:
 
 
 @dataclass
+class LayoutAxis:
+    """One concatenation axis of a hypercube's file grid: its positions in order.
+
+    `labels[i]` is how position i is named in reports: a new axis' coordinate value
+    (`r1i1p1f1`, `2001-01-01`), or for an axis the files have, the span of the files at
+    that position (`2015-01-01 .. 2015-12-31`)."""
+
+    dim: str
+    labels: list[str]
+    new: bool = False  # no file has this dimension: one position per file coordinate
+
+
+@dataclass
+class LayoutCell:
+    """One cell of the file grid: its index along every `Layout.axes` (outermost first),
+    the file that fills it (None: no file does, a missing cell) and the variables it holds
+    (for a missing cell: the variables that lack it)."""
+
+    index: tuple[int, ...]
+    path: str | None
+    variables: tuple[str, ...] = ()
+
+
+@dataclass
+class Layout:
+    """A hypercube's file grid (several concatenation axes, or files holding different
+    variables): made by the planner, shown by `check` (text, JSON, HTML), recorded with
+    the cube so that `append` grows it along any axis."""
+
+    axes: list[LayoutAxis]
+    cells: list[LayoutCell]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "axes": [{"dim": a.dim, "labels": list(a.labels), "new": a.new} for a in self.axes],
+            "cells": [{"index": list(c.index), "path": c.path, "variables": list(c.variables)}
+                      for c in self.cells],
+            "missing": [list(c.index) for c in self.cells if c.path is None],
+        }
+
+
+@dataclass
 class Plan:
     """A whole cube: groups with attributes, arrays, and the sources they reference."""
 
@@ -400,6 +442,9 @@ class Plan:
     # the files left out because they cannot be scanned (skip_unreadable), each
     # {"path", "kind", "message"}; recorded with the cube
     left_out: list[dict[str, str]] = field(default_factory=list)
+    # a hypercube's file grid (several concat axes or a merge of variables); None for a
+    # stack along one axis or a mosaic
+    layout: Layout | None = None
 
 
 @dataclass
@@ -436,6 +481,7 @@ class Report:
             "requests": dict(self.requests),
             "left_out": [dict(d) for d in self.left_out],
             "already_in_cube": list(self.already),
+            "layout": plan.layout.to_dict() if plan is not None and plan.layout else None,
             "arrays": {
                 name: {
                     "shape": list(a.shape),
