@@ -282,3 +282,26 @@ def test_confinement_holds_for_open_datatree(nested, tmp_path):
         xr.open_datatree(elsewhere, engine="virtualize")
     tree = xr.open_datatree(elsewhere, engine="virtualize", allow=[os.path.dirname(one)], **RAW)
     _assert_exact(tree, [one])
+
+
+@pytest.mark.parametrize("suffix", KINDS)
+def test_plain_hdf5_groups_open_as_a_datatree(tmp_path, suffix):
+    """An HDF5 file (h5py, no netCDF conventions) with nested groups: every group a node
+    with its attributes, every dataset equal to h5py's read."""
+    import h5py
+
+    src = tmp_path / "plain.h5"
+    with h5py.File(src, "w") as f:
+        f.attrs["title"] = "plain"
+        f["a"] = np.arange(6, dtype="i4").reshape(2, 3)
+        g = f.create_group("g1")
+        g.attrs["x"] = 1
+        g.create_dataset("b", data=np.arange(4.0), chunks=(2,), compression="gzip")
+        g.create_group("g2").create_dataset("c", data=np.arange(5, dtype=">u2"), chunks=(3,))
+    tree = xr.open_datatree(_write([src], tmp_path / f"cube{suffix}"), engine="virtualize")
+    assert sorted(tree.groups) == ["/", "/g1", "/g1/g2"]
+    assert tree.attrs == {"title": "plain"} and tree["g1"].attrs == {"x": 1}
+    with h5py.File(src, "r") as f:
+        for node in tree.subtree:
+            for name, var in node.to_dataset(inherit=False).variables.items():
+                assert_same(var.values, f[f"{node.path}/{name}"][()], f"{node.path}/{name}")
