@@ -5,6 +5,7 @@ engine gives it for the source, every variable bit for bit netCDF4-python's read
 from __future__ import annotations
 
 import os
+import subprocess
 
 import netCDF4
 import numpy as np
@@ -305,3 +306,58 @@ def test_plain_hdf5_groups_open_as_a_datatree(tmp_path, suffix):
         for node in tree.subtree:
             for name, var in node.to_dataset(inherit=False).variables.items():
                 assert_same(var.values, f[f"{node.path}/{name}"][()], f"{node.path}/{name}")
+
+
+WITHOUT_VIRTUALIZE = '''
+import json, sys
+import netCDF4, numpy as np, xarray as xr, zarr
+zarr.config.set({"array.rectilinear_chunks": True})
+out, kind, files = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+if kind == "kerchunk":  # docs/reading.md: DataTree, without virtualize
+    tree = xr.open_datatree("reference://", engine="zarr", zarr_format=3, consolidated=False,
+                            storage_options={"fo": out}, mask_and_scale=False, decode_times=False)
+else:
+    import icechunk as ic
+    storage = ic.local_filesystem_storage(out)
+    prefixes = ic.Repository.fetch_config(storage).virtual_chunk_containers
+    repo = ic.Repository.open(storage, authorize_virtual_chunk_access=ic.containers_credentials(
+        {p: ic.Credentials.LocalFileSystemAccess() for p in prefixes}))
+    tree = xr.open_datatree(repo.readonly_session("main").store, engine="zarr", zarr_format=3,
+                            consolidated=False, mask_and_scale=False, decode_times=False)
+n = 0
+for node in tree.subtree:
+    for name, var in node.to_dataset(inherit=False).variables.items():
+        parts = []
+        for f in files:
+            with netCDF4.Dataset(f) as nc:
+                v = nc[f"{node.path}/{name}".lstrip("/")]
+                v.set_auto_maskandscale(False)
+                parts.append(np.asarray(v[...]))
+        want = np.concatenate(parts, var.dims.index("time")) if "time" in var.dims else parts[0]
+        got = var.values
+        assert got.dtype == want.dtype.newbyteorder("=") and got.shape == want.shape, name
+        assert got.tobytes() == want.astype(got.dtype).tobytes(), f"{node.path}/{name}"
+        n += 1
+assert "virtualize" not in sys.modules
+print(n, sorted(tree.groups))
+'''
+
+
+@pytest.mark.parametrize("suffix", [".json", pytest.param(".icechunk", marks=needs("icechunk"))])
+def test_datatree_without_virtualize(nested, tmp_path, suffix):
+    """The kerchunk JSON and the Icechunk repository open as a DataTree in a process that
+    never imports virtualize (xarray's zarr engine, the snippets of docs/reading.md),
+    every variable bit for bit netCDF4-python's read."""
+    import json
+    import sys
+
+    _, stack = nested
+    out = _write(stack, tmp_path / f"stack{suffix}")
+    kind = "kerchunk" if suffix == ".json" else "icechunk"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    r = subprocess.run([sys.executable, "-c", WITHOUT_VIRTUALIZE, str(out), kind,
+                        json.dumps([str(f) for f in stack])],
+                       capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.split("\n")[0].startswith("11 "), r.stdout
+    assert str(sorted(_source_groups(stack[0]))) in r.stdout
