@@ -361,3 +361,12 @@ def test_datatree_without_virtualize(nested, tmp_path, suffix):
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout.split("\n")[0].startswith("11 "), r.stdout
     assert str(sorted(_source_groups(stack[0]))) in r.stdout
+
+
+@pytest.mark.parametrize("suffix", [".zarr", pytest.param(".icechunk", marks=needs("icechunk"))])
+def test_open_datatree_picks_the_engine_itself(nested, tmp_path, suffix):
+    """Without engine=, xarray picks this backend for a cube directory and an Icechunk
+    repository (guess_can_open; a `.json` may be claimed by kerchunk's backend first)."""
+    one, _ = nested
+    out = _write([one], tmp_path / f"cube{suffix}")
+    xr.testing.assert_identical(xr.open_datatree(out), xr.open_datatree(one, engine="netcdf4"))
