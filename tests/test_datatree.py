@@ -370,3 +370,13 @@ def test_open_datatree_picks_the_engine_itself(nested, tmp_path, suffix):
     one, _ = nested
     out = _write([one], tmp_path / f"cube{suffix}")
     xr.testing.assert_identical(xr.open_datatree(out), xr.open_datatree(one, engine="netcdf4"))
+
+
+@needs("dask")
+def test_dask_chunks_of_a_datatree_follow_the_cubes_grid(nested, tmp_path):
+    _, stack = nested
+    out = _write(stack, tmp_path / "stack.zarr")
+    tree = xr.open_datatree(out, engine="virtualize", chunks={}, **RAW)
+    assert tree["surface/tas"].chunks == ((3, 2, 4), (2,), (3,))  # one chunk per file
+    assert_same(tree["surface/stats/hist"].compute().values,
+                _source_values(stack, "/surface/stats", "hist", ("time", "bin")), "hist (dask)")
