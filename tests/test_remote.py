@@ -281,6 +281,14 @@ def test_grouped_output_on_s3_opens_as_a_datatree(case, s3, out, tmp_path):
     assert sorted(groups) == sorted(expected.groups)
 
 
+@pytest.mark.parametrize("name", ["x.nc", "x.tif", "x.h5", "x.grib2"])
+def test_foreign_output_names_on_s3_are_usage_errors(served, s3, name):
+    client, _ = s3
+    with pytest.raises(virtualize.UsageError, match=f"does not write .{name.split('.')[-1]} "):
+        virtualize.virtualize(f"s3://{BUCKET}/months2024/*.nc", f"s3://{BUCKET}/foreign-names/{name}")
+    assert "Contents" not in client.list_objects_v2(Bucket=BUCKET, Prefix="foreign-names/")
+
+
 def test_cli_s3_glob_to_s3_cube(served, s3, tmp_path):
     r = subprocess.run([os.path.join(os.path.dirname(sys.executable), "virtualize"),
                         f"s3://{BUCKET}/nc3_months_classic/*.nc", "-o",
