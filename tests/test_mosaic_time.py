@@ -136,6 +136,7 @@ def test_a_cut_inside_a_compressed_block_of_another_date_is_refused(tmp_path):
     assert cuts and not report.ok
     assert all(p.loc.axis == "x" and p.loc.variable == "image" for p in cuts)
     assert any("is cut at mosaic column 136" in p.message for p in cuts)
+    assert "(the edge of" in cuts[0].message  # named even when made by another date's tile
     assert "tile_1_2024-01-02.tif" in " ".join(p.message for p in cuts)
     with pytest.raises(virtualize.VirtualizeError):
         virtualize.mosaic(files, tmp_path / "cube.zarr", concat_dim="time")
@@ -150,6 +151,21 @@ def test_the_same_tile_twice_on_one_date_is_refused_naming_both(tmp_path):
     (p,) = [p for p in report.problems if p.kind == "repeated-date"]
     assert p.loc.file == str(twin) and str(files[4]) in p.message
     assert "2024-01-02" in p.message and "rows 0..63, columns 0..95" in p.message
+
+
+def test_an_overlap_within_one_date_is_refused_and_union_gaps_noted(tmp_path):
+    # date 0: tile 1 moved 32 columns west (over tile 0); date 1: the plain grid
+    lay = [[(0, 0, 0, 64, 96), (1, 0, 64, 64, 50)], [(0, 0, 0, 64, 96)]]
+    files = write_tiles(tmp_path, lay)
+    report = virtualize.check_mosaic(files, concat_dim="time")
+    (p,) = [p for p in report.problems if p.kind == "overlap"]
+    assert p.loc.file == str(files[1]) and str(files[0]) in p.message
+    assert "rows 0..63, columns 64..95" in p.message
+    lay[0][1] = (1, 0, 96, 32, 50)  # no overlap: a gap below tile 1 on date 0
+    files = write_tiles(tmp_path, lay)
+    report, cube, _ = build(files, tmp_path)
+    assert_same(virtualize.open(cube)["image"][...], expected(lay)[:, :64], "gaps")
+    assert any("the tiles leave gaps on 1 date(s) (2024-01-01)" in n for n in report.notes)
 
 
 def test_crs_must_agree_across_dates(tmp_path):

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -101,6 +101,8 @@ class _Ctx(Context):
     mosaic: MosaicFigure | None = None
     # per tile: its refs' `path` (0 = itself, k = its k-th data file) -> Plan.sources index
     source_maps: SourceMaps | None = None
+    # a mosaic over time: who makes a cut (any date's tile), (name, position, axis, victim)
+    who_cuts: Callable | None = None
 
 
 def plan_mosaic(inventories: Sequence[FileInventory], options: MosaicOptions | None = None
@@ -570,7 +572,8 @@ def _report_cells(ctx, name, dim, bad, c: _AxisCells, owner, cuts, tiles, block,
         remedy = ("materialize the block's cells (--materialize)" if can_materialize(v.codecs)
                   else None)
         if positions:
-            at = ", ".join(f"{p} ({_who_cuts(tiles, block, p, axis, t)})" for p in positions)
+            who = ctx.who_cuts or (lambda _n, p, axis, t: _who_cuts(tiles, block, p, axis, t))
+            at = ", ".join(f"{p} ({who(name, p, axis, t)})" for p in positions)
             hint = "" if (axis == 0 and is_uncompressed(v.codecs)) else (
                 "; it cannot be split by byte ranges (" + ("compressed" if axis == 0 or not
                                                            is_uncompressed(v.codecs)

@@ -49,6 +49,7 @@ from .mosaic import (
     _plain_axes,
     _report_overlaps,
     _Tile,
+    _who_cuts,
 )
 
 try:  # hc-cube's --coord forms (issue 22); until they land, a stopgap of two forms
@@ -106,7 +107,8 @@ def plan_mosaic_over_time(inventories: Sequence[FileInventory], opts: MosaicOpti
     height = max(t.row0 + t.height for t in ctx.tiles)
     width = max(t.col0 + t.width for t in ctx.tiles)
     keys = sorted(set(dates))
-    subs = [_date_ctx(ctx, [i for i, d in enumerate(dates) if d == key]) for key in keys]
+    subs = [_date_ctx(ctx, [i for i, d in enumerate(dates) if d == key], ydim, xdim)
+            for key in keys]
     for key, sub in zip(keys, subs):
         _repeated(ctx, sub, coord.show(key))
     arrays: dict[str, ArrayPlan] = {}
@@ -127,7 +129,7 @@ def plan_mosaic_over_time(inventories: Sequence[FileInventory], opts: MosaicOpti
     ctx.notes.append(f"a mosaic over {dim!r}: {len(keys)} date(s), each placed on one spatial "
                      f"grid ({coord.source}): " + ", ".join(shown[:10])
                      + (", ..." if len(shown) > 10 else ""))
-    _missing_tiles(ctx, subs, shown)
+    _missing_tiles(ctx, subs, shown, height, width)
     plan = Plan(sources=sources, groups=groups_for(invs[0], arrays), arrays=arrays,
                 notes=ctx.notes, figures=ctx.figures, mosaic=ctx.mosaic, remedies=ctx.remedies)
     return plan, ctx.problems
@@ -135,13 +137,23 @@ def plan_mosaic_over_time(inventories: Sequence[FileInventory], opts: MosaicOpti
 
 # -- each date's mosaic on the shared grid ---------------------------------------------
 
-def _date_ctx(ctx: _Ctx, members: list[int]) -> _Ctx:
+def _date_ctx(ctx: _Ctx, members: list[int], ydim: str, xdim: str) -> _Ctx:
     """One date's tiles as a mosaic of their own (problems, remedies shared with `ctx`)."""
     sub = _Ctx([ctx.invs[i] for i in members], drop=ctx.drop, opts=ctx.opts,
                problems=ctx.problems, reported=ctx.reported, remedies=ctx.remedies)
     sub.tiles = [_Tile(k, t.inv, t.row0, t.col0, t.height, t.width)
                  for k, t in enumerate(ctx.tiles[i] for i in members)]
     sub.source_maps = [ctx.source_maps[i] for i in members]
+
+    def who_cuts(name: str, p: int, axis: int, victim: _Tile) -> str:
+        # the cut may come from a tile of another date: every date's are asked
+        tiles = [t for t in ctx.tiles if t.inv is not victim.inv]
+        v0 = victim.inv.variables[name]
+        a = v0.dims.index(ydim if axis == 0 else xdim)
+        block = np.array([t.inv.variables[name].blocks.block_shape[a] for t in tiles])
+        return _who_cuts([replace(t, index=k) for k, t in enumerate(tiles)], block, p, axis,
+                         None)
+    sub.who_cuts = who_cuts
     if ctx.opts.overlap is None:
         _report_overlaps(sub)
     return sub
@@ -232,21 +244,29 @@ def _shared_grid(subs: list[_Ctx], name: str, ydim: str, xdim: str, height: int,
     return ycuts, xcuts, ylast, xlast
 
 
-def _missing_tiles(ctx: _Ctx, subs: list[_Ctx], shown: list[str]) -> None:
+def _missing_tiles(ctx: _Ctx, subs: list[_Ctx], shown: list[str], height: int,
+                   width: int) -> None:
     """A note per date whose tiles leave uncovered a place a tile of another date covers
-    (there the date reads as the fill value)."""
+    (there the date reads as the fill value), and one naming the other dates with gaps."""
     places: dict[tuple[int, int, int, int], str] = {}
     for sub in subs:
         for t in sub.tiles:
             places.setdefault((t.row0, t.col0, t.height, t.width), os.path.basename(t.inv.path))
+    gaps = []
     for when, sub in zip(shown, subs):
         lacking = [(k, n) for k, n in places.items() if not _covered(k, sub.tiles)]
+        if not lacking and not _covered((0, 0, height, width), sub.tiles):
+            gaps.append(when)
         if lacking:
             ctx.notes.append(
                 f"{when} has no tile at " + "; ".join(
                     f"mosaic rows {r}..{r + h - 1}, columns {c}..{c + w - 1} (where {n} lies)"
                     for (r, c, h, w), n in lacking[:5]) + (" ..." if len(lacking) > 5 else "")
                 + ": there it reads as the fill value, like a gap")
+    if gaps and ctx.opts.overlap is None:
+        ctx.notes.append(f"the tiles leave gaps on {len(gaps)} date(s) ({', '.join(gaps[:5])}"
+                         f"{', ...' if len(gaps) > 5 else ''}): pixels no tile covers read as "
+                         "the fill value")
 
 
 def _covered(place: tuple[int, int, int, int], tiles: list[_Tile]) -> bool:
