@@ -285,3 +285,53 @@ def test_cli_mosaic_over_time(tmp_path):
     r = subprocess.run([exe, "append", str(out), files[0]], capture_output=True, text=True)
     assert r.returncode != 0 and "not-appendable" in r.stdout + r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_mosaic_over_time_to_icechunk(tmp_path):
+    ic = pytest.importorskip("icechunk")
+    lay = layouts()
+    files = write_tiles(tmp_path, lay)
+    out = tmp_path / "m.icechunk"
+    virtualize.mosaic(files, out, concat_dim="time")
+    assert_same(virtualize.open(out)["image"][...], expected(lay), "via icechunk")
+    storage = ic.local_filesystem_storage(str(out))
+    (prefix,) = ic.Repository.fetch_config(storage).virtual_chunk_containers
+    repo = ic.Repository.open(storage, authorize_virtual_chunk_access=ic.containers_credentials(
+        {prefix: ic.Credentials.LocalFileSystemAccess()}))
+    ds = xr.open_zarr(repo.readonly_session("main").store, consolidated=False, zarr_format=3,
+                      chunks=None)
+    assert_same(ds.image.values, expected(lay), "via icechunk + xarray")
+    np.testing.assert_array_equal(ds.time.values, np.array(DATES, dtype="datetime64[ns]"))
+
+
+def test_gdal_cut_tiles_over_time(tmp_path):
+    """Each date one GeoTIFF (tifffile) cut into a 2 x 2 grid by gdal_translate -srcwin."""
+    exe = shutil.which("gdal_translate")
+    if exe is None:
+        pytest.skip("gdal_translate not installed (Debian: apt-get install gdal-bin)")
+    rows, cols = mm.union_shape("mosaic_uneven_2x2")
+    files, lay = [], []
+    for d in range(3):
+        whole = tmp_path / f"whole_{d}.tif"
+        tifffile.imwrite(whole, value(d, np.arange(rows)[:, None], np.arange(cols)[None, :]),
+                         extratags=geotags(mm.EPSG, mm.ORIGIN, mm.PIXEL))
+        tiles = [(i, *t) for i, t in enumerate(UNEVEN) if (d, i) != (2, 0)]
+        lay.append(tiles)
+        for i, r, c, h, w in tiles:
+            out = tmp_path / f"S2_{DATES[d]:%Y%m%d}_tile{i}.tif"
+            subprocess.run([exe, "-q", "-srcwin", str(c), str(r), str(w), str(h), "-co",
+                            "TILED=YES", "-co", "BLOCKXSIZE=32", "-co", "BLOCKYSIZE=32", "-co",
+                            "COMPRESS=DEFLATE", str(whole), str(out)], check=True)
+            files.append(out)
+    report, cube, refs = build(files, tmp_path)
+    want = expected(lay)
+    assert_same(virtualize.open(cube)["image"][...], want, "gdal tiles via virtualize.open")
+    assert_same(kerchunk_group(refs)["image"][...], want, "gdal tiles via kerchunk")
+    assert any("2024-01-03 has no tile at mosaic rows 0..63, columns 0..95" in n
+               for n in report.notes)
+
+
+def test_materialize_is_refused_over_time(tmp_path):
+    files = write_tiles(tmp_path, layouts()[:1])
+    with pytest.raises(virtualize.UsageError, match="--materialize"):
+        virtualize.check_mosaic(files, concat_dim="time", materialize=True)
