@@ -262,6 +262,32 @@ def test_netcdf_tiles_over_time(tmp_path, form):
     if form == "coordinate":  # the tiles' own values, in the first tile's units
         assert g["time"].attrs["units"] == "hours since 2024-01-01"
         np.testing.assert_array_equal(g["time"][...], [0, 24, 48])
+        assert g["time"].dtype == np.float64  # (re-expressed: the other tiles' origin differs)
+
+
+def test_a_tile_of_several_dates_is_refused(tmp_path):
+    import netCDF4
+
+    files, _ = netcdf_tiles(tmp_path, attr=True)
+    for k, f in enumerate(files):  # a variable along a time axis, of 3 steps in the first
+        with netCDF4.Dataset(f, "a") as ds:
+            ds.createDimension("time", 3 if k == 0 else 1)
+            ds.createVariable("band", "f4", ("time", "y", "x"))[:] = 1
+    report = virtualize.check_mosaic(files, concat_dim="time", coords={"time": "attr:observed"})
+    bad = [p for p in report.problems if p.kind == "no-date"]
+    assert len(bad) == 1 and bad[0].loc.file == str(files[0]) and bad[0].loc.variable == "band"
+    assert "holds 3 steps along 'time'" in bad[0].message and not report.ok
+
+
+def test_a_tile_without_the_coord_value_is_refused(tmp_path):
+    files = write_tiles(tmp_path, layouts()[:2])
+    report = virtualize.check_mosaic(files, concat_dim="time", coords={"time": "attr:observed"})
+    bad = [p for p in report.problems if p.kind == "no-coordinate-value"]
+    assert len(bad) == len(files) and bad[0].loc.file == str(files[0])
+    assert "no global attribute 'observed'" in bad[0].message
+    report = virtualize.check_mosaic(files, concat_dim="time",
+                                     coords={"time": r"name:(\d{4}-\d\d-\d\d)_x"})
+    assert {p.kind for p in report.problems if p.fatal} == {"no-coordinate-value"}
 
 
 def test_cli_mosaic_over_time(tmp_path):

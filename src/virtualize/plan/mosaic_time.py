@@ -179,6 +179,14 @@ def _stacked_variable(ctx: _Ctx, subs: list[_Ctx], name: str, dim: str, ydim: st
     vs = [inv.variables[name] for inv in ctx.invs]
     if any(v.blocks is None for v in vs):
         return None  # the scanner reported why
+    several = [(inv, v) for inv, v in zip(ctx.invs, vs)
+               if dim in v.dims and v.shape[v.dims.index(dim)] != 1]
+    for inv, v in several:
+        ctx.problem(inv.path, name, "no-date",
+                    f"holds {v.shape[v.dims.index(dim)]} steps along {dim!r}: a mosaic over "
+                    f"{dim!r} takes one date per tile file", axis=dim)
+    if several:
+        return None
     if not consistent(ctx, name, vs, frozenset({ydim, xdim}), "the tiles' x and y"):
         return None
     grid = _shared_grid(subs, name, ydim, xdim, height, width)
@@ -370,7 +378,7 @@ def _checked(ctx: _Ctx, dim: str, values: list) -> list | None:
 def _from_variables(ctx: _Ctx, dim: str, held: list) -> tuple[list | None, _Coord]:
     """From each tile's own `dim` coordinate (length 1) or scalar: its value, re-expressed
     in the first tile's units when tiles count time from different origins."""
-    invs, out, ok = ctx.invs, [], True
+    invs, out, ok, converted = ctx.invs, [], True, False
     first = next(v for v in held if v is not None)
     units, cal = first.attrs.get("units"), first.attrs.get("calendar", "standard")
     for inv, v in zip(invs, held):
@@ -390,6 +398,7 @@ def _from_variables(ctx: _Ctx, dim: str, held: list) -> tuple[list | None, _Coor
 
                 d = cftime.num2date(value, v.attrs["units"], v.attrs.get("calendar", "standard"))
                 value = cftime.date2num(d, units, cal)
+                converted = True
             except (KeyError, ValueError, TypeError):
                 ctx.problem(inv.path, dim, "units-differ",
                             f"{dim!r} is in {v.attrs.get('units')!r} "
@@ -398,8 +407,10 @@ def _from_variables(ctx: _Ctx, dim: str, held: list) -> tuple[list | None, _Coor
                 ok = False
                 continue
         out.append(value.item() if hasattr(value, "item") else value)
-    dtype = np.result_type(first.dtype.newbyteorder("="), np.asarray(out).dtype) \
-        if out else first.dtype
+    # the tiles' own values as stored; re-expressed ones in float64 (or wider)
+    dtype = first.dtype.newbyteorder("=")
+    if converted:
+        dtype = np.result_type(dtype, np.float64)
     attrs = {k: a for k, a in first.attrs.items() if k not in ("_FillValue", "missing_value")}
     return (out if ok else None), _Coord(f"the tiles' {dim!r} values", attrs, dtype)
 
