@@ -111,6 +111,14 @@ def test_tile_grid_over_five_dates_reads_back_as_time_y_x(tmp_path):
     assert "2024-01-01 has no tile" not in notes  # (date 4's smaller tile 1 is covered)
     assert "2024-01-01, 2024-01-02, 2024-01-03, 2024-01-05, 2024-01-08" in notes
     assert report.plan.mosaic is not None and report.plan.mosaic.tiles  # the map of one date
+    # the file grid: dates x tile places, the missing tile a missing cell
+    layout = report.to_dict()["layout"]
+    assert [a["dim"] for a in layout["axes"]] == ["time", "tile"]
+    assert layout["axes"][0]["labels"][2] == "2024-01-03"
+    assert layout["axes"][1]["labels"][3] == "row 64, column 96"
+    assert layout["missing"] == [[2, 3]]
+    cell = next(c for c in layout["cells"] if c["index"] == [4, 1])
+    assert cell["path"].endswith("tile_1_2024-01-08.tif")
     # the georeferencing of the union, as a mosaic of one date has it
     np.testing.assert_array_equal(g["x"][...], mm.ORIGIN[0] + (np.arange(146) + 0.5) * mm.PIXEL)
 

@@ -22,7 +22,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from ..model import ArrayPlan, FileInventory, Plan, Problem
+from ..model import ArrayPlan, FileInventory, Layout, LayoutAxis, LayoutCell, Plan, Problem
 from ._common import (
     carry_scan_problems,
     consistent,
@@ -131,7 +131,9 @@ def plan_mosaic_over_time(inventories: Sequence[FileInventory], opts: MosaicOpti
                      + (", ..." if len(shown) > 10 else ""))
     _missing_tiles(ctx, subs, shown, height, width)
     plan = Plan(sources=sources, groups=groups_for(invs[0], arrays), arrays=arrays,
-                notes=ctx.notes, figures=ctx.figures, mosaic=ctx.mosaic, remedies=ctx.remedies)
+                notes=ctx.notes, figures=ctx.figures, mosaic=ctx.mosaic, remedies=ctx.remedies,
+                layout=_layout(subs, shown, dim, not any(dim in inv.dimensions for inv in invs),
+                               tuple(n for n in names if n in arrays)))
     return plan, ctx.problems
 
 
@@ -250,6 +252,22 @@ def _shared_grid(subs: list[_Ctx], name: str, ydim: str, xdim: str, height: int,
         ylast |= _last_stored(_cells(ycuts, owner, sub.tiles, bh, padded, axis=0), owner, 0)
         xlast |= _last_stored(_cells(xcuts, owner, sub.tiles, bw, padded, axis=1), owner, 1)
     return ycuts, xcuts, ylast, xlast
+
+
+def _layout(subs: list[_Ctx], shown: list[str], dim: str, new: bool, names: tuple[str, ...]
+            ) -> Layout:
+    """The file grid for the report: dates x tile places (a tile's upper-left pixel), the
+    places a date has no tile at as missing cells."""
+    places: dict[tuple[int, int], int] = {}
+    for sub in subs:
+        for t in sorted(sub.tiles, key=lambda t: (t.row0, t.col0)):
+            places.setdefault((t.row0, t.col0), len(places))
+    cells = []
+    for d, sub in enumerate(subs):
+        at = {(t.row0, t.col0): t.inv.path for t in sub.tiles}
+        cells += [LayoutCell((d, k), at.get(p), names) for p, k in places.items()]
+    labels = [f"row {r}, column {c}" for r, c in places]
+    return Layout([LayoutAxis(dim, shown, new), LayoutAxis("tile", labels, True)], cells)
 
 
 def _missing_tiles(ctx: _Ctx, subs: list[_Ctx], shown: list[str], height: int,
