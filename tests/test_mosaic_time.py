@@ -369,3 +369,54 @@ def test_materialize_is_refused_over_time(tmp_path):
     files = write_tiles(tmp_path, layouts()[:1])
     with pytest.raises(virtualize.UsageError, match="--materialize"):
         virtualize.check_mosaic(files, concat_dim="time", materialize=True)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_random_layouts_over_time(tmp_path, seed):
+    """Each date its own random brick layout (tiles and blocks), some tiles left out:
+    whatever is accepted reads back exactly; what is not is a located block refusal."""
+    from test_mosaic_random import brick_layout
+
+    rng = np.random.default_rng(100 + seed)
+    height, width = int(rng.integers(40, 80)), int(rng.integers(40, 90))
+    aligned = seed % 2 == 0
+    if aligned:
+        height, width = height // 16 * 16, width // 16 * 16
+    compression = ["none", "zlib"][seed % 4 // 2]
+    files, offsets = [], []
+    want = np.zeros((3, height, width), "u4")
+    for d in range(3):
+        tiles = brick_layout(rng, height, width, 16 if aligned else 1)
+        keep = [t for t in tiles if rng.random() > 0.2] or tiles[:1]
+        for i, (r, c, h, w) in enumerate(keep):
+            data = value(d, np.arange(r, r + h)[:, None], np.arange(c, c + w)[None, :])
+            kw = {"compression": compression}
+            if aligned or rng.random() < 0.5:
+                kw["tile"] = (16, 16)
+            else:
+                kw["rowsperstrip"] = int(rng.choice([4, 8, 16]))
+            path = tmp_path / f"t{i}_{DATES[d]:%Y%m%d}.tif"
+            tifffile.imwrite(path, data, **kw)
+            files.append(path)
+            offsets.append((r, c))
+            want[d, r:r + h, c:c + w] = data
+    # (the union of the dates' tiles starts at 0, 0 only if some date covers it)
+    r0 = min(r for r, _ in offsets)
+    c0 = min(c for _, c in offsets)
+    want = want[:, r0:, c0:]
+    want = want[:, :max(r + h for (r, c), f in zip(offsets, files)
+                        for h in [tifffile.imread(f).shape[0]]) - r0,
+                :max(c + w for (r, c), f in zip(offsets, files)
+                     for w in [tifffile.imread(f).shape[1]]) - c0]
+    report = virtualize.check_mosaic(files, offsets=offsets, concat_dim="time")
+    if report.ok:
+        virtualize.mosaic(files, tmp_path / "m.zarr", offsets=offsets, concat_dim="time")
+        virtualize.mosaic(files, tmp_path / "m.json", offsets=offsets, concat_dim="time")
+        assert_same(virtualize.open(tmp_path / "m.zarr")["image"][...], want, f"seed {seed}")
+        assert_same(kerchunk_group(tmp_path / "m.json")["image"][...], want, f"seed {seed}")
+    else:
+        fatal = [p for p in report.problems if p.fatal]
+        assert {p.kind for p in fatal} <= {"cut-through-block", "padded-block"}, fatal
+        assert all(p.loc.file and p.loc.axis and p.loc.block is not None for p in fatal)
+    if aligned:
+        assert report.ok, [p.message for p in report.problems if p.fatal][:3]
