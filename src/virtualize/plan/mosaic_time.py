@@ -326,7 +326,7 @@ class _Coord:
                 d = cftime.num2date(key, self.attrs["units"],
                                     self.attrs.get("calendar", "standard"))
                 return d.isoformat().replace("T00:00:00", "")
-            except (ValueError, TypeError, OverflowError):
+            except (ImportError, ValueError, TypeError, OverflowError):
                 pass
         return str(key)
 
@@ -417,7 +417,7 @@ def _from_variables(ctx: _Ctx, dim: str, held: list) -> tuple[list | None, _Coor
                 d = cftime.num2date(value, v.attrs["units"], v.attrs.get("calendar", "standard"))
                 value = cftime.date2num(d, units, cal)
                 converted = True
-            except (KeyError, ValueError, TypeError):
+            except (ImportError, KeyError, ValueError, TypeError):
                 ctx.problem(inv.path, dim, "units-differ",
                             f"{dim!r} is in {v.attrs.get('units')!r} "
                             f"({v.attrs.get('calendar', 'standard')}), {invs[0].path} in "
