@@ -420,3 +420,15 @@ def test_random_layouts_over_time(tmp_path, seed):
         assert all(p.loc.file and p.loc.axis and p.loc.block is not None for p in fatal)
     if aligned:
         assert report.ok, [p.message for p in report.problems if p.fatal][:3]
+
+
+def test_time_units_that_cannot_be_converted_are_refused(tmp_path):
+    import netCDF4
+
+    files, _ = netcdf_tiles(tmp_path)
+    with netCDF4.Dataset(files[5], "a") as ds:
+        ds["time"].units = "orbits"
+    report = virtualize.check_mosaic(files, concat_dim="time")
+    (p,) = [p for p in report.problems if p.kind == "units-differ"]
+    assert p.loc.file == str(files[5]) and p.loc.variable == "time"
+    assert "'orbits'" in p.message and str(files[0]) in p.message
