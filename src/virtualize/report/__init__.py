@@ -2,8 +2,8 @@
 
 Three forms of one `Report`: a terminal table (`format_text`, colour only on a TTY), JSON
 for pipelines (`to_json`, schema in docs/report.md) and one self-contained HTML page
-(`to_html`: inline SVG, no network) that draws each variable's cuts as bands and a
-mosaic's tiles as a map.
+(`to_html`: inline SVG, no network) that draws each variable's cuts as bands, a
+mosaic's tiles as a map and a hypercube's file grid (`layout.py`) as a grid of cells.
 """
 
 from __future__ import annotations
