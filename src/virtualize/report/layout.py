@@ -88,7 +88,7 @@ class Grid:
         if self._missing is None:
             found = {ix for ix, cells in self.by_index.items()
                      if any(c.path is None for c in cells)}
-            if len(self.by_index) < _size(self.shape):  # (indices no cell is listed for)
+            if self.shape and len(self.by_index) < _size(self.shape):  # (indices no cell is listed for)
                 found |= {ix for ix in itertools.product(*map(range, self.shape))
                           if ix not in self.by_index}
             self._missing = [(ix, self.lacking(ix)) for ix in sorted(found)]
@@ -339,7 +339,7 @@ def to_html(layout: model.Layout, refused: bool = True) -> str:
              + ("; refused" if refused else "; absent chunks, read as the fill value")
              + ")</span></div>"]
     for k, axis in enumerate(g.axes):
-        labels = ", ".join(axis.labels[:MAX_POSITIONS]) + (
+        labels = ", ".join(map(str, axis.labels[:MAX_POSITIONS])) + (
             f", … ({len(axis.labels)} in all)" if len(axis.labels) > MAX_POSITIONS else "")
         parts.append(f'<p class="layout-axis" data-dim="{html.escape(axis.dim)}"><b>'
                      f"{html.escape(axis.dim)}</b>{' (new)' if axis.new else ''}: "
@@ -396,16 +396,17 @@ def _svg(g: Grid, o: tuple[int, ...], lack: str) -> str:
     rlabels = ([str(v) for v in stripes] if one_axis_rows else
                [_label(ra, r) for r in range(nr)] if ra is not None else [""])
     left = min(max([len(s) for s in rlabels] + [0]) * 7 + 10, 160)
-    cw = max(min(700 / max(nc, 1), 60), 0.5)
+    cw = max(min(700 / max(nc, 1), 76), 0.5)
     ch = min(400 / max(nr, 1), 28 if len(stripes_in_cell) == 1 else 44)
     many = nc * nr > 2000  # runs of equal cells (and of complete rows) as one rectangle
     top = 18
-    W, H = left + cw * nc + 4, top + ch * nr + 4
+    names_w = 8 + 7 * max(len(v) for v in stripes_in_cell) if stripes_in_cell != [None] else 0
+    W, H = left + cw * nc + 4 + names_w, top + ch * nr + 4
     svg = [f'<svg class="layout-grid" width="{W:.0f}" height="{H:.0f}" role="img">']
     if nc * cw / max(nc, 1) >= 40 or nc <= 12:
         for c in range(nc):
             svg.append(f'<text x="{left + (c + 0.5) * cw:.1f}" y="12" font-size="10" '
-                       f'text-anchor="middle">{html.escape(_short(_label(ca, c), 8))}</text>')
+                       f'text-anchor="middle">{html.escape(_short(_label(ca, c), 10))}</text>')
     late: list[str] = []  # missing cells, drawn over their neighbours
     gap = 3 if len(stripes_in_cell) > 1 and ch >= 12 else 0  # rows apart: stripes are not rows
     rows_missing = ({ix[-2] for ix in g.missing_set if ix[:-2] == o} if ra is not None else
@@ -430,6 +431,9 @@ def _svg(g: Grid, o: tuple[int, ...], lack: str) -> str:
         for s_i, v in enumerate(stripes_in_cell):
             sh = (ch - gap) / len(stripes_in_cell)
             sy = y + s_i * sh
+            if names_w and r == 0 and sh >= 8:  # the stripes named once, right of the first row
+                svg.append(f'<text x="{left + nc * cw + 4:.1f}" y="{sy + sh / 2 + 3:.1f}" '
+                           f'font-size="9">{html.escape(v)}</text>')
             var = stripes[r] if one_axis_rows else v
             states = []
             for c in range(nc):
