@@ -238,3 +238,22 @@ def test_tiles_over_five_dates_read_back_as_time_y_x(piles, tmp_path):
         name = next(n for n in g.array_keys() if g[n].ndim == 3)
         assert g[name].shape == (5, *mh.TILE_SHAPE)
         assert_same(g[name][...], want, f"tiles over time through {how}")
+
+
+def test_check_shows_the_grid_and_its_missing_member_year(piles):
+    """`check` of the pile without r3i1p1f1's 2017: its file grid in the text, the JSON and
+    the HTML page, the missing cell marked at (member r3i1p1f1, 2017)."""
+    needs_hypercube()
+    paths = [p for p in piles["hc_cmip_missing"] if p.name.startswith("tas_")]
+    report = virtualize.check(paths, drop=["realization"], **CMIP)
+    assert not report.ok and report.plan is not None and report.plan.layout is not None
+    text = report.to_text()
+    assert "layout (member 3 × time 4 = 12 cell(s), 11 file(s), 1 missing):" in text
+    row = next(line for line in text.splitlines() if line.startswith("    r3i1p1f1 "))
+    assert row.split()[1:] == ["ok", "ok", "MISSING", "ok"]
+    doc = json.loads(report.to_json())
+    cells = doc["layout"]["missing_cells"]
+    assert [c["index"] for c in cells] == [[2, 2]] and doc["layout"]["missing"] == [[2, 2]]
+    assert cells[0]["coords"]["member"] == "r3i1p1f1" and "2017" in cells[0]["coords"]["time"]
+    page = report.to_html()
+    assert page.count('<rect class="missing"') == 1 and 'data-index="2,2"' in page

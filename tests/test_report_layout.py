@@ -69,6 +69,18 @@ def test_text_shows_each_axis_the_grid_and_the_missing_cell_by_its_coordinates()
         cmip_layout(), refused=False)
 
 
+def test_column_headers_of_date_time_spans_are_their_dates():
+    lay = Layout([LayoutAxis("member", ["a"], True),
+                  LayoutAxis("time", [f"{y}-01-01T12:00:00 .. {y}-12-31T12:00:00"
+                                      for y in YEARS])],
+                 [LayoutCell((0, t), f"/d/{t}.nc") for t in range(4)])
+    lines = L.text(lay)
+    i = lines.index("  grid (member × time; ok: a file, MISSING: no file):")
+    assert lines[i + 1].split() == ["member\\time", "2015-01-01", "2016-01-01", "2017-01-01",
+                                    "2018-01-01"]
+    assert L._short("a label much longer than twelve") == "a label muc…"
+
+
 def test_a_complete_grid_says_none_missing():
     lines = L.text(grid_layout(2, 3))
     assert lines[0] == "layout (member 2 × time 3 = 6 cell(s), 6 file(s), none missing):"

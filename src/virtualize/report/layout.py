@@ -129,6 +129,8 @@ def _short(label: str, width: int = 12) -> str:
     if len(label) <= width:
         return label
     head = label.split(" .. ")[0]
+    if len(head) > width and len(head) > 10 and head[10] == "T" and width >= 10:
+        head = head[:10]  # an ISO date and time: its date
     return head if len(head) <= width else label[:width - 1] + "…"
 
 
