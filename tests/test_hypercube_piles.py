@@ -257,3 +257,60 @@ def test_check_shows_the_grid_and_its_missing_member_year(piles):
     assert cells[0]["coords"]["member"] == "r3i1p1f1" and "2017" in cells[0]["coords"]["time"]
     page = report.to_html()
     assert page.count('<rect class="missing"') == 1 and 'data-index="2,2"' in page
+
+
+def stacked(paths, tmp_path, var: str, dims: tuple[str, ...], **kw):
+    """`paths` (one file each along a new leading axis) virtualized with `kw`; `var`
+    read back through virtualize.open, the kerchunk export and xarray equals netCDF4's
+    reads of the files stacked; returns the xarray Dataset."""
+    import xarray as xr
+
+    cube, refs = tmp_path / "cube.zarr", tmp_path / "refs.json"
+    assert virtualize.virtualize(paths, cube, **kw).ok
+    virtualize.virtualize(paths, refs, **kw)
+    want = np.stack([source_values([p], var, None, dims[1:]) for p in paths])
+    assert_same(virtualize.open(cube)[var][...], want, f"{var} through virtualize.open")
+    assert_same(kerchunk_group(refs)[var][...], want, f"{var} through the kerchunk export")
+    ds = xr.open_dataset(cube, engine="virtualize", mask_and_scale=False)
+    assert ds[var].dims == dims
+    assert_same(ds[var].values, want, f"{var} through xarray")
+    return ds
+
+
+@pytest.mark.parametrize("coord,values", [
+    ("attr:variant_label", mh.MEMBERS),
+    (r"name:tas_(r\d+i1p1f1)\.nc", mh.MEMBERS),
+    ("m1,m2,m3", ["m1", "m2", "m3"]),
+    ("var:realization", [1, 2, 3]),
+])
+def test_ensemble_members_along_a_new_axis_by_each_coord_form(piles, tmp_path, coord, values):
+    """One file per member: tas(member, time, lat, lon), the member coordinate from a
+    global attribute, the file name, explicit values or the scalar `realization`; the
+    other forms leave `realization` out (it differs per member)."""
+    needs_hypercube()
+    drop = [] if coord.startswith("var:") else ["realization"]
+    ds = stacked(piles["hc_ensemble"], tmp_path, "tas", ("member", "time", "lat", "lon"),
+                 concat_dims=["member"], coords={"member": coord}, drop=drop)
+    assert "member" in ds.indexes and list(ds.indexes["member"]) == values
+    assert_same(ds["tas"].sel(member=values[2]).values, mh.ensemble_values(2), "member 3")
+
+
+def test_forecast_runs_stack_along_a_new_run_axis(piles, tmp_path):
+    """Runs x lead times: each file holds its run's steps; t2m(run, step, lat, lon), the
+    run named by its reference time (the attribute)."""
+    needs_hypercube()
+    ds = stacked(piles["hc_forecast"], tmp_path, "t2m", ("run", "step", "lat", "lon"),
+                 concat_dims=["run"], coords={"run": "attr:reference_time"},
+                 drop=["reference_time"])
+    assert [str(v)[:19] for v in ds["run"].values] == [r.isoformat() for r in mh.RUNS]
+    np.testing.assert_array_equal(ds["step"].values, mh.STEPS)
+
+
+def test_forecast_run_from_the_reference_time_variable_keeps_its_units(piles, tmp_path):
+    """--coord run=var:reference_time: the scalar is hours since 2024-01-01 (CF units);
+    the run coordinate must keep that meaning (read by xarray as the runs' times), not
+    become bare numbers."""
+    needs_hypercube()
+    ds = stacked(piles["hc_forecast"], tmp_path, "t2m", ("run", "step", "lat", "lon"),
+                 concat_dims=["run"], coords={"run": "var:reference_time"})
+    assert list(ds["run"].values) == [np.datetime64(r, "ns") for r in mh.RUNS]

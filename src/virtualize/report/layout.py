@@ -105,8 +105,8 @@ class Grid:
         return ", ".join(f"{a.dim}={_label(a, i)!r}" for a, i in zip(self.axes, index))
 
     def coords_outer(self, o: tuple[int, ...]) -> str:
-        """The outer axes' part of `coords`."""
-        return ", ".join(f"{a.dim}={_label(a, i)!r}" for a, i in zip(self.axes, o))
+        """The outer axes' part of `coords` (an index of the first len(o) axes)."""
+        return self.coords(o)
 
     def differ(self) -> bool:
         """Do the files hold different variables (a merge)?"""
