@@ -314,3 +314,19 @@ def test_forecast_run_from_the_reference_time_variable_keeps_its_units(piles, tm
     ds = stacked(piles["hc_forecast"], tmp_path, "t2m", ("run", "step", "lat", "lon"),
                  concat_dims=["run"], coords={"run": "var:reference_time"})
     assert list(ds["run"].values) == [np.datetime64(r, "ns") for r in mh.RUNS]
+
+
+def test_join_outer_leaves_the_missing_member_year_absent(piles, tmp_path):
+    """--join outer: r3i1p1f1's 2017 has no file; its cells are absent chunks reading as
+    tas' fill value (1e20), every other value as the files hold it; the report says so."""
+    needs_hypercube()
+    paths = [p for p in piles["hc_cmip_missing"] if p.name.startswith("tas_")]
+    cube = tmp_path / "outer.zarr"
+    report = virtualize.virtualize(paths, cube, join="outer", drop=["realization"], **CMIP)
+    assert report.ok and "absent chunks, read as the fill value" in report.to_text(verbose=True)
+    got = virtualize.open(cube)["tas"][...]
+    full = [p for p in piles["hc_cmip"] if p.name.startswith("tas_")]
+    want = cmip_source(full, "tas")
+    t0, t1 = mh.day(dt.date(2017, 1, 1)), mh.day(dt.date(2018, 1, 1))
+    want[2, t0:t1] = np.float32(1e20)
+    assert_same(got, want, "tas with r3i1p1f1's 2017 absent")
