@@ -61,6 +61,13 @@ def kind_of(out, format: str | None = None) -> str:
     return kind
 
 
+def refuse_relative(kind: str) -> None:
+    """Refuse `--relative` for a kind that cannot record its sources relative to itself."""
+    why = getattr(BY_NAME[kind], "not_relocatable", None)
+    if why:
+        raise UsageError(why)
+
+
 def refuse_foreign(out) -> None:
     """Refuse an output named with a suffix of a format virtualize does not write."""
     suffix = suffix_of(out)

@@ -24,6 +24,10 @@ def needs_pyarrow() -> str | None:
 class Parquet:
     kind = "parquet"
     suffixes = (".parq", ".parquet")
+    # (registry.refuse_relative: --relative is refused before anything is scanned)
+    not_relocatable = ("the parquet form cannot record its sources relative to it (fsspec's "
+                       "parquet records have no templates): use --relative with a cube "
+                       "directory or a kerchunk JSON")
 
     def detect(self, path: Path, *, by_name: bool = True) -> bool:
         if path.is_dir():
@@ -54,9 +58,7 @@ class Parquet:
         from .writer import write_parquet
 
         if relative_to is not None:  # fsspec's records have no templates
-            raise UsageError("the parquet form cannot record its sources relative to it "
-                             "(fsspec's parquet records have no templates): write a cube "
-                             "directory or kerchunk JSON with --relative")
+            raise UsageError(self.not_relocatable)
         return write_parquet(plan, dest, overwrite)
 
     def recorded(self, path: Path) -> dict | None:

@@ -246,7 +246,7 @@ class ParquetStore(Store):
         if raw is not None and pa.types.is_null(raw.type):
             raw = None
         urls = path.dictionary.to_pylist()
-        ui = path.indices.to_numpy(zero_copy_only=False)
+        ui = path.indices.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
         ui = np.where(path.is_null().to_numpy(zero_copy_only=False), -1, ui).astype(np.int64)
         if raw is not None:  # an inline row is not a reference
             ui = np.where(raw.is_valid().to_numpy(zero_copy_only=False), -1, ui)
@@ -349,6 +349,7 @@ def read_table(path: Path, name: str, doc: dict, record_size: int, index: dict[s
     """Array `name`'s whole reference table as written (REF_DTYPE over its grid; paths
     as indices of `index`) and its inline rows (flat index -> bytes): what an append
     rewrites. Read unchecked: the set was just opened and checked by `append`."""
+    import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
     grid = grid_shape(doc)
@@ -359,13 +360,19 @@ def read_table(path: Path, name: str, doc: dict, record_size: int, index: dict[s
         start = k * record_size
         n = min(record_size, total - start)
         t = pq.read_table(Path(path) / name / f"refs.{k}.parq").slice(0, n)
-        paths = t.column("path").to_pylist()
-        raws = t.column("raw").to_pylist() if "raw" in t.column_names else [None] * n
-        off = t.column("offset").to_numpy()
-        size = t.column("size").to_numpy()
-        for i, (p, r) in enumerate(zip(paths, raws)):
-            if r is not None:
-                raw[start + i] = r
-            elif p is not None:
-                refs[start + i] = (index[p], off[i], size[i])
+        if "raw" in t.column_names:
+            col = t.column("raw").combine_chunks()
+            for i in np.flatnonzero(col.is_valid().to_numpy(zero_copy_only=False)).tolist():
+                raw[start + i] = col[i].as_py()
+        p = pc.dictionary_encode(t.column("path").cast("large_string")).combine_chunks()
+        virt = ~p.is_null().to_numpy(zero_copy_only=False)
+        for i in raw:
+            if start <= i < start + n:
+                virt[i - start] = False
+        src = np.array([index[u] for u in p.dictionary.to_pylist()] or [0], dtype=np.int64)
+        ui = p.indices.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+        rows = refs[start:start + n]
+        rows["path"] = np.where(virt, src[np.where(virt, ui, 0)], 0)
+        rows["offset"] = np.where(virt, t.column("offset").to_numpy(), 0)
+        rows["length"] = np.where(virt, t.column("size").to_numpy(), 0)
     return refs.reshape(grid), raw
