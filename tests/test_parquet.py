@@ -303,6 +303,11 @@ def test_output_names_and_guards(case, tmp_path):
         virtualize.virtualize(files, out)
     virtualize.virtualize(files, out, overwrite=True)
     assert virtualize.open(out)["tas"].shape[0] == 366
+    (out / "tas" / "notes.txt").write_text("mine")  # something of the user's inside it
+    assert registry.written_kind(out) is None
+    with pytest.raises(VirtualizeError):
+        virtualize.virtualize(files, out, overwrite=True)
+    (out / "tas" / "notes.txt").unlink()
     other = tmp_path / "other.parq"  # a directory virtualize did not write
     other.mkdir()
     (other / "keep.txt").write_text("mine")

@@ -305,8 +305,8 @@ def build_parser() -> argparse.ArgumentParser:
     _job_options(p, gaps=False)
     _report_options(p)
 
-    p = cmd("append", "Add files to the end of a cube (directory, kerchunk JSON or Icechunk "
-                      "repository written by virtualize): the grown stack is planned as the "
+    p = cmd("append", "Add files to the end of a cube (directory, kerchunk JSON or parquet, "
+                      "or Icechunk repository written by virtualize): the grown stack is planned as the "
                       "cube was, and the cube replaced when complete.")
     p.add_argument("output", metavar="CUBE")
     _files(p)
@@ -344,7 +344,7 @@ def build_parser() -> argparse.ArgumentParser:
     _verbosity(p)
 
     p = cmd("export", "Write a cube as another kind: cube directory, kerchunk JSON or "
-                      "Icechunk repository (its sources are planned again with its recipe).")
+                      "parquet, or Icechunk repository (its sources are planned again with its recipe).")
     p.add_argument("cube", metavar="CUBE")
     _output_options(p, required=True)
     _strict_option(p)

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 # a .zmetadata written by virtualize begins with this (its `virtualize` section first)
 PARQUET_HEAD = b'{"virtualize":{"format":"virtualize-parquet"'
 ZMETADATA = ".zmetadata"
+RECORD = re.compile(r"refs\.[0-9]+\.parq")
 
 
 def needs_pyarrow() -> str | None:
@@ -38,7 +40,17 @@ class Parquet:
         if not path.is_dir() or not (path / ZMETADATA).is_file():
             return False
         with open(path / ZMETADATA, "rb") as f:
-            return f.read(len(PARQUET_HEAD)) == PARQUET_HEAD
+            if f.read(len(PARQUET_HEAD)) != PARQUET_HEAD:
+                return False
+        # and nothing but its records (what --overwrite replaces is only what it wrote)
+        for p in path.rglob("*"):
+            if p.is_symlink():
+                return False
+            if p.is_dir():
+                continue
+            if not (p.name == ZMETADATA if p.parent == path else RECORD.fullmatch(p.name)):
+                return False
+        return True
 
     def ours_remote(self, fs, base: str) -> bool:
         try:
