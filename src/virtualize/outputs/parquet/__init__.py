@@ -23,6 +23,15 @@ def needs_pyarrow() -> str | None:
     return None
 
 
+def _has_record_size(meta: Path) -> bool:
+    try:
+        with open(meta, "rb") as f:
+            doc = json.loads(f.read())
+    except (OSError, ValueError):
+        return False
+    return isinstance(doc, dict) and "record_size" in doc
+
+
 class Parquet:
     kind = "parquet"
     suffixes = (".parq", ".parquet")
@@ -32,8 +41,8 @@ class Parquet:
                        "directory or a kerchunk JSON")
 
     def detect(self, path: Path, *, by_name: bool = True) -> bool:
-        if path.is_dir():
-            return (path / ZMETADATA).is_file()
+        if path.is_dir():  # (a Zarr v2 store's consolidated .zmetadata has no record_size)
+            return self.looks_like(str(path)) or _has_record_size(path / ZMETADATA)
         return by_name and not path.exists() and path.suffix.lower() in self.suffixes
 
     def ours(self, path: Path) -> bool:

@@ -222,7 +222,9 @@ def append_parquet(dest: str | Path, merged, doc: dict, new_sources: list[str]) 
                 new = sink.refs[name]
                 at = tuple(slice(g.start, g.start + new.shape[ax]) if ax == g.axis
                            else slice(0, new.shape[ax]) for ax in range(len(counts)))
-                grown[at] = new
+                region = grown[at]  # (a view) absent new rows keep what was there, as
+                present = new["length"] > 0  # the JSON form's append does
+                region[present] = new[present]
                 rawall = {}
                 for i, data in raw.items():  # old inline rows, at their grown index
                     rawall[int(np.ravel_multi_index(np.unravel_index(i, old), counts))] = data
