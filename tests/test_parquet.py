@@ -395,3 +395,23 @@ def test_the_stub_zarray_is_no_v2_array(case, tmp_path):
     with pytest.raises(Exception):  # noqa: B017 - whatever zarr says, not an array
         zarr.open_array(zarr.storage.FsspecStore(fs, read_only=True), path="tas", mode="r",
                         zarr_format=2)
+
+
+def test_materialized_chunks_and_cli_append(case, tmp_path):
+    """Blocks copied into the set (`--materialize`) are `raw` rows; `virtualize append`
+    on the command line grows the set; xarray picks the virtualize engine for it."""
+    from virtualize.cli import main
+
+    files = case("tenday_padded")
+    out = tmp_path / "m.parq"
+    virtualize.virtualize(files[:2], out, materialize=True)
+    assert main(["append", str(out), *map(str, files[2:4])]) == 0
+    want = source_values(files[:4], "tas", "time", ("time", "lat", "lon"))
+    assert_same(virtualize.open(out)["tas"][...], want, "appended with materialized blocks")
+    import pyarrow.parquet as pq
+    raw = [r for f in sorted((out / "tas").glob("refs.*.parq"))
+           for r in pq.read_table(f).column("raw").to_pylist() if r is not None]
+    assert raw  # (the blocks that end mid-month)
+    assert plain(out)["zarr"]["tas"] == sha(want)
+    ds = xr.open_dataset(out, mask_and_scale=False, decode_times=False)  # no engine named
+    assert_same(ds["tas"].values, want, "tas via xarray's guess")
