@@ -415,3 +415,26 @@ def test_materialized_chunks_and_cli_append(case, tmp_path):
     assert plain(out)["zarr"]["tas"] == sha(want)
     ds = xr.open_dataset(out, mask_and_scale=False, decode_times=False)  # no engine named
     assert_same(ds["tas"].values, want, "tas via xarray's guess")
+
+
+def test_a_zarr_v2_parquet_set_is_a_source_not_a_cube(case, tmp_path):
+    """kerchunk's own parquet sets (Zarr v2, written by fsspec's LazyReferenceMapper) are
+    read as sources (docs/references.md); opened as a cube they are refused clearly."""
+    import fsspec
+    from fsspec.implementations.reference import LazyReferenceMapper
+
+    (ref,) = case("kerchunk_months2024")[:1]
+    root = tmp_path / "v2.parq"
+    m = LazyReferenceMapper.create(root=str(root), fs=fsspec.filesystem("file"),
+                                   record_size=10, engine="pyarrow")
+    for k, v in sorted(json.loads(ref.read_text())["refs"].items()):
+        m[k] = v
+    m.flush()
+    with pytest.raises(VirtualizeError) as e:
+        virtualize.open(root)
+    assert e.value.problems[0].kind == "not-a-cube"
+    virtualize.virtualize([root], tmp_path / "again.parq")
+    src = next(v[0] for v in json.loads(ref.read_text())["refs"].values()
+               if isinstance(v, list))
+    assert_same(virtualize.open(tmp_path / "again.parq")["tas"][...],
+                netcdf_values(src, "tas"), "a v2 set's tas through the v3 parquet form")

@@ -74,6 +74,11 @@ class ParquetStore(Store):
                                      "integer")
         for key in meta:
             _check_key(self.root, key)
+        if "zarr.json" not in meta:  # kerchunk's own sets are Zarr v2
+            raise VirtualizeError([Problem(Location(str(self.root)), "not-a-cube",
+                                           "a Zarr v2 parquet reference set (no zarr.json): "
+                                           "read it as a source (virtualize SET -o cube.parq)")],
+                                  f"{self.root}: not a Zarr v3 reference set")
         self.meta, self.record_size = meta, rs
         base = base or os.path.dirname(os.path.abspath(self.root))
         section = doc.get("virtualize")
