@@ -236,6 +236,34 @@ def test_export_between_directory_parquet_and_json(case, tmp_path):
     for out in ("a.parq", "b.json", "c.parq"):
         assert hashes(virtualize.open(tmp_path / out)) == want, out
     assert plain(tmp_path / "c.parq")["zarr"] == want
+    with pytest.raises(VirtualizeError):  # exists: replaced only with overwrite
+        virtualize.export(tmp_path / "cube.zarr", tmp_path / "a.parq")
+    virtualize.export(tmp_path / "b.json", tmp_path / "a.parq", overwrite=True)
+    assert hashes(virtualize.open(tmp_path / "a.parq")) == want
+
+
+def test_published_only_when_complete(case, tmp_path, monkeypatch):
+    """A write or an append that fails midway leaves nothing new: no set, no staging
+    directory, the old set as it was."""
+    from virtualize.outputs.parquet import writer
+
+    files = case("months2024")
+    out = tmp_path / "p.parq"
+
+    def boom(*a, **k):
+        raise OSError("disk full")
+    monkeypatch.setattr(writer, "write_zmetadata", boom)
+    with pytest.raises(OSError):
+        virtualize.virtualize(files[:6], out)
+    assert list(tmp_path.iterdir()) == []
+    monkeypatch.undo()
+    virtualize.virtualize(files[:6], out)
+    before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    monkeypatch.setattr(writer, "write_zmetadata", boom)
+    with pytest.raises(OSError):
+        virtualize.append(out, files[6:])
+    assert {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.parq"]
 
 
 def test_cli_writes_and_exports_parquet(case, tmp_path):
