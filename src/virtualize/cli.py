@@ -45,7 +45,7 @@ COMMANDS = {
     "append": "add FILES to the end of a cube",
     "inspect": "one file's variables, dimensions and block tables",
     "verify": "have a cube's sources changed? (--decode: decode one chunk per source)",
-    "export": "write a cube as another kind: directory, kerchunk JSON, Icechunk",
+    "export": "write a cube as another kind: directory, kerchunk JSON or parquet, Icechunk",
     "docs": "print a guide shipped with virtualize (virtualize docs: the list)",
     "help": "help on a command",
 }
@@ -182,12 +182,13 @@ def _verbosity(p: argparse.ArgumentParser) -> None:
 
 def _output_options(p: argparse.ArgumentParser, required: bool) -> None:
     p.add_argument("-o", "--output", required=required, metavar="OUT",
-                   help="cube directory (e.g. cube.zarr), a kerchunk reference file (*.json) "
-                        "or an Icechunk repository (*.icechunk)")
-    p.add_argument("--format", choices=["cube", "kerchunk", "icechunk"],
-                   help="output kind (default: by OUT's suffix: .json kerchunk, .icechunk "
-                        "icechunk, else cube; a suffix of another format, such as .parquet, "
-                        ".vrt or .nc, is refused)")
+                   help="cube directory (e.g. cube.zarr), a kerchunk reference file (*.json), "
+                        "kerchunk parquet references (*.parq) or an Icechunk repository "
+                        "(*.icechunk)")
+    p.add_argument("--format", choices=["cube", "kerchunk", "parquet", "icechunk"],
+                   help="output kind (default: by OUT's suffix: .json kerchunk, .parq / "
+                        ".parquet parquet, .icechunk icechunk, else cube; a suffix of another "
+                        "format, such as .vrt or .nc, is refused)")
     p.add_argument("--overwrite", action="store_true",
                    help="replace OUT if it exists (only an output virtualize wrote)")
     p.add_argument("--relative", action="store_true",
@@ -311,8 +312,8 @@ def build_parser() -> argparse.ArgumentParser:
     _job_options(p, gaps=False)
     _report_options(p)
 
-    p = cmd("append", "Add files to the end of a cube (directory, kerchunk JSON or Icechunk "
-                      "repository written by virtualize): the grown stack is planned as the "
+    p = cmd("append", "Add files to the end of a cube (directory, kerchunk JSON or parquet, "
+                      "or Icechunk repository written by virtualize): the grown stack is planned as the "
                       "cube was, and the cube replaced when complete.")
     p.add_argument("output", metavar="CUBE")
     _files(p)
@@ -350,7 +351,7 @@ def build_parser() -> argparse.ArgumentParser:
     _verbosity(p)
 
     p = cmd("export", "Write a cube as another kind: cube directory, kerchunk JSON or "
-                      "Icechunk repository (its sources are planned again with its recipe).")
+                      "parquet, or Icechunk repository (its sources are planned again with its recipe).")
     p.add_argument("cube", metavar="CUBE")
     _output_options(p, required=True)
     _strict_option(p)

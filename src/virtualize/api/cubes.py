@@ -184,7 +184,8 @@ def export(cube: PathLike, out: PathLike, *, format: str | None = None,
     info = _recorded(cube, _cube_kind(cube))
     _refuse_stale(cube, info, strict)
     kind = _output_kind(out, format, overwrite,
-                        [s["path"] for s in info["sources"] if not s.get("referenced_by")])
+                        [s["path"] for s in info["sources"] if not s.get("referenced_by")],
+                        relative)
     return _write(_replan(cube, info, jobs=jobs, executor=executor, progress=progress,
                           scan_timeout=scan_timeout),
                   out, kind, overwrite, relative)
