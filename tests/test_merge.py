@@ -394,3 +394,46 @@ def test_recipe_records_the_options(pile, tmp_path):
     assert recipe["variables"] == ["pr", "tas"]
     # planned again from the record (verify --decode) as it was: the outer join holds
     assert not [p for p in virtualize.verify_cube(out, decode=True) if p.fatal]
+
+
+def test_a_file_of_a_one_variable_stack_lacking_it_is_still_refused(pile):
+    """A tas file without tas holds no data variable: no merge, `missing-variable`."""
+    d = pile[0].parent
+    lacking = tas(d, 2017)
+    with netCDF4.Dataset(pile[1]) as src, netCDF4.Dataset(lacking, "w") as ds:
+        for name, dim in src.dimensions.items():
+            ds.createDimension(name, None if dim.isunlimited() else len(dim))
+        for name, v in src.variables.items():
+            if name != "tas":
+                out = ds.createVariable(name, v.dtype, v.dimensions)
+                out.setncatts({k: v.getncattr(k) for k in v.ncattrs()})
+                out[...] = v[...] + (365 if name.startswith("time") else 0)
+    report = virtualize.check([*pile[:2], lacking])
+    missing = [p for p in report.problems if p.kind == "missing-variable"]
+    assert [(p.loc.file, p.loc.variable) for p in missing] == [(str(lacking), "tas")]
+
+
+def test_bad_option_values_are_usage_errors(pile):
+    with pytest.raises(virtualize.UsageError, match="join must be one of exact, outer"):
+        virtualize.check(pile, join="inner")
+    with pytest.raises(virtualize.UsageError, match="combine_attrs must be one of"):
+        virtualize.check(pile, combine_attrs="no_conflicts")
+
+
+def test_append_with_a_differing_attribute_gives_the_rebuilds_attributes(case, tmp_path):
+    """The one-axis append fast path keeps the cube's array attributes: a new file whose
+    attribute differs makes the cube differ from a full build, so it rebuilds."""
+    files = case("months2024")[:3]
+    with netCDF4.Dataset(files[2], "a") as ds:
+        ds["tas"].long_name = "changed in March"
+    out = tmp_path / "a.zarr"
+    virtualize.virtualize(files[:2], out)
+    report = virtualize.append(out, files[2:])
+    assert not any("scanning only" in n for n in report.notes)
+    full = virtualize.check(files).plan.arrays["tas"].attrs
+    with rectilinear():
+        attrs = dict(virtualize.open(out)["tas"].attrs)
+    # the files disagree: left out by the full build, and so by the append
+    assert "long_name" not in full and "long_name" not in attrs
+    assert {k: v for k, v in attrs.items() if k != "_FillValue"} == \
+        {k: v for k, v in full.items() if k != "_FillValue"}

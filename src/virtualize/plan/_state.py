@@ -286,10 +286,11 @@ def merge_append(plan: Plan, resume: Resume, docs: dict[str, dict | None],
         if (resume.arrays[name] == "virtual") != (a.inline is None):
             return f"{name}: stored differently (inline / referenced)"
         new_doc = json.loads(json.dumps(array_doc(a)))
-        # (attributes are the cube's, the first file's: those that change what the
-        # numbers mean were checked against them)
+        # (attributes: those that change what the numbers mean were checked against the
+        # cube's last file; the others combined with it, plan/attrs.py: one the new files
+        # give another value makes the cube's differ from a rebuild's)
         for key in new_doc:
-            if key not in ("shape", "chunk_grid", "attributes") and new_doc[key] != doc.get(key):
+            if key not in ("shape", "chunk_grid") and new_doc[key] != doc.get(key):
                 return f"{name}: its {key} differ from the cube's"
         if dim not in a.dims:
             if new_doc["shape"] != doc.get("shape") or new_doc["chunk_grid"] != doc.get("chunk_grid"):
