@@ -225,14 +225,22 @@ def test_join_outer_refuses_a_padded_block_before_absent_steps(pile):
         ("padded-block", str(short), "pr", (3,))
 
 
-def test_join_outer_union_of_both_spans(tmp_path):
+@pytest.mark.parametrize("suffix", [".json", ".icechunk"])
+def test_join_outer_union_of_both_spans(tmp_path, suffix):
     """pr holds 2015-2016, tas 2016-2017: the axis is 2015-2017, each variable absent
     where it has no file; shared bounds composed from both."""
+    if suffix == ".icechunk":
+        pytest.importorskip("icechunk")
     d = tmp_path
     files = [tas(d, 2016), tas(d, 2017), pr(d, 2015, 2016)]
-    out = tmp_path / "u.json"
+    out = tmp_path / f"u{suffix}"
     virtualize.virtualize(files, out, join="outer")
-    kx = kerchunk_group(out)
+    with rectilinear():
+        kx = kerchunk_group(out) if suffix == ".json" else virtualize.open(out)
+        _check_union(kx, files)
+
+
+def _check_union(kx, files):
     n15 = DAYS[2015]
     t = kx["tas"][...]
     assert t.shape == (n15 + 366 + 365, 3, 4)
