@@ -6,6 +6,7 @@ bit through every output, spans (exact / outer), attributes combined (plan/attrs
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -304,9 +305,18 @@ def test_combine_attrs_modes(pile):
         virtualize.check(pile, combine_attrs="first")
 
 
-def test_combine_attrs_in_a_plain_concatenation(case):
+def copies(files, d):
+    """Copies of a session fixture's files, to be edited."""
+    d.mkdir(exist_ok=True)
+    out = [d / f.name for f in files]
+    for f, o in zip(files, out):
+        shutil.copyfile(f, o)
+    return out
+
+
+def test_combine_attrs_in_a_plain_concatenation(case, tmp_path):
     """Before, a one-variable stack's attributes were the first file's, silently."""
-    files = case("months2024")[:2]
+    files = copies(case("months2024")[:2], tmp_path / "m")
     for i, f in enumerate(files):
         with netCDF4.Dataset(f, "a") as ds:
             ds.history = f"edited {i}"
@@ -431,7 +441,7 @@ def test_bad_option_values_are_usage_errors(pile):
 def test_append_with_a_differing_attribute_gives_the_rebuilds_attributes(case, tmp_path):
     """The one-axis append fast path keeps the cube's array attributes: a new file whose
     attribute differs makes the cube differ from a full build, so it rebuilds."""
-    files = case("months2024")[:3]
+    files = copies(case("months2024")[:3], tmp_path / "m")
     with netCDF4.Dataset(files[2], "a") as ds:
         ds["tas"].long_name = "changed in March"
     out = tmp_path / "a.zarr"
@@ -445,3 +455,28 @@ def test_append_with_a_differing_attribute_gives_the_rebuilds_attributes(case, t
     assert "long_name" not in full and "long_name" not in attrs
     assert {k: v for k, v in attrs.items() if k != "_FillValue"} == \
         {k: v for k, v in full.items() if k != "_FillValue"}
+
+
+@pytest.mark.parametrize("join", ["exact", "outer"])
+def test_time_counted_from_another_origin_is_re_expressed(pile, tmp_path, join):
+    """The pr file counts days since 2014-12-31: the same instants, re-expressed exactly
+    in the tas files' units (time and its bounds); a calendar that differs is refused."""
+    d = pile[0].parent
+    other = pr(d, 2015, 2016)
+    with netCDF4.Dataset(other, "a") as ds:
+        ds["time"].units = "days since 2014-12-31"
+        ds["time"][:] = ds["time"][:] + 1
+        ds["time_bnds"][:] = ds["time_bnds"][:] + 1
+    out = tmp_path / "t.zarr"
+    report = virtualize.virtualize([*pile[:2], other], out, join=join)
+    assert any("re-expressed" in n for n in report.notes)
+    ds = xr.open_dataset(out, engine="virtualize", mask_and_scale=False, decode_times=False)
+    assert ds.time.attrs["units"] == "days since 2015-01-01"
+    assert_same(ds.time.values, raw(pile[:2], "time"), "time")
+    assert_same(ds.time_bnds.values, raw(pile[:2], "time_bnds"), "time_bnds")
+    assert_same(ds.pr.values, raw([other], "pr"), "pr")
+    with netCDF4.Dataset(other, "a") as ds:
+        ds["time"].calendar = "noleap"
+    report = virtualize.check([*pile[:2], other], join=join)
+    p = next(p for p in report.problems if p.kind == "attribute-drift")
+    assert p.loc.file == str(other) and p.loc.variable == "time"

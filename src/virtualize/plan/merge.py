@@ -35,7 +35,7 @@ from ..model import (
 )
 from ._common import Context, compare_shared, figure_of, first_difference, inline_plan
 from .attrs import combine, dropped_note
-from .concat import ConcatOptions, plan_concat
+from .concat import ConcatOptions, _reexpress, plan_concat
 
 JOINS = ("exact", "outer")
 # attributes naming the variables a variable needs (CF)
@@ -210,8 +210,10 @@ class _Merge:
                          + ", ".join(f"{g[0].path} along {p.concat_dim!r}"
                                      for g, p in zip(self.groups, self.plans)))
             return self._plan({}), self.problems
-        sources, remaps = self._sources()
+        self.coords: list[np.ndarray | None] | None = None
+        self.reexpressed: dict[int, str] = {}  # group -> its units, re-expressed
         self.union, self.positions = self._spans()
+        sources, remaps = self._sources()
         arrays: dict[str, ArrayPlan] = {}
         names = list(dict.fromkeys(n for p in self.plans for n in p.arrays))
         for name in names:
@@ -231,7 +233,7 @@ class _Merge:
         entries = []
         for g, plan in enumerate(self.plans):
             first = {}
-            coord = plan.arrays.get(self.dim)
+            coord = self._coord(g)
             starts = self._file_starts(g)
             for inv, start in zip(self.ordered[g], starts):
                 first[inv.path] = start
@@ -275,6 +277,9 @@ class _Merge:
     # -- spans -------------------------------------------------------------------------
 
     def _coord(self, g: int) -> np.ndarray | None:
+        """Group g's values of the axis (in the first group's units, once re-expressed)."""
+        if self.coords is not None:
+            return self.coords[g]
         a = self.plans[g].arrays.get(self.dim)
         return None if a is None or a.inline is None else np.asarray(a.inline).reshape(-1)
 
@@ -292,14 +297,31 @@ class _Merge:
                          "compared")
         if missing:
             return None, None
-        units = [self.plans[g].arrays[dim].attrs.get("units") for g in range(len(coords))]
+        attrs = [self.plans[g].arrays[dim].attrs for g in range(len(coords))]
+        units = [a.get("units") for a in attrs]
         for g in range(1, len(coords)):
-            if units[g] != units[0]:
+            if units[g] == units[0]:
+                continue
+            # (time counted from another origin: the same instants in the first group's
+            # units, when that is exact, as a concatenation does)
+            same_calendar = attrs[g].get("calendar", "standard") == \
+                attrs[0].get("calendar", "standard")
+            converted = _reexpress(coords[g], units[g], units[0],
+                                   attrs[0].get("calendar", "standard")) \
+                if same_calendar and isinstance(units[g], str) and \
+                isinstance(units[0], str) and " since " in units[g] + units[0] else None
+            if converted is None:
                 self.problem(self.ordered[g][0].path, dim, "attribute-drift",
                              f"attribute 'units' of {dim!r} is {units[g]!r} here but "
                              f"{units[0]!r} in {self.ordered[0][0].path}: the values would "
                              "mean different things in one array")
                 return None, None
+            coords[g] = converted
+            self.reexpressed[g] = units[g]
+            self.notes.append(f"{', '.join(self.held[g])}: {dim} re-expressed from "
+                              f"{units[g]!r} in {units[0]!r} (the cube stores the coordinate "
+                              "itself)")
+        self.coords = coords
         if self.opts.join == "outer":
             union = coords[0]
             for c in coords[1:]:
@@ -396,7 +418,12 @@ class _Merge:
         return a
 
     def _shared_attrs(self, name: str, owners: list[int], arrays: list[ArrayPlan]) -> dict:
-        out, _, problems = combine([a.attrs for a in arrays], self.opts.combine_attrs, name,
+        dicts = [a.attrs for a in arrays]
+        if self.reexpressed and name in self._timelike():
+            units0 = self.plans[0].arrays[self.dim].attrs.get("units")
+            dicts = [dict(d, units=units0) if g in self.reexpressed and "units" in d else d
+                     for g, d in zip(owners, dicts)]
+        out, _, problems = combine(dicts, self.opts.combine_attrs, name,
                                          [self.ordered[g][0].path for g in owners])
         self.problems.extend(problems)
         return out
@@ -417,12 +444,28 @@ class _Merge:
         values the scan recorded of every file, joined; None when not known."""
         a = self.plans[g].arrays[name]
         if a.inline is not None:
-            return np.asarray(a.inline)
-        vs = [inv.variables.get(name) for inv in self.ordered[g]]
-        if any(v is None or v.values is None for v in vs):
-            return None
-        k = vs[0].dims.index(self.dim)
-        return np.concatenate([np.asarray(v.values) for v in vs], axis=k)
+            values = np.asarray(a.inline)
+        else:
+            vs = [inv.variables.get(name) for inv in self.ordered[g]]
+            if any(v is None or v.values is None for v in vs):
+                return None
+            k = vs[0].dims.index(self.dim)
+            values = np.concatenate([np.asarray(v.values) for v in vs], axis=k)
+        if g in self.reexpressed and name in self._timelike():
+            coord0 = self.plans[0].arrays[self.dim].attrs
+            values = _reexpress(values, self.reexpressed[g], coord0["units"],
+                                coord0.get("calendar", "standard"))
+        return values
+
+    def _timelike(self) -> set[str]:
+        """The axis' coordinate and its bounds (counted in its units)."""
+        out = {self.dim}
+        for p in self.plans:
+            a = p.arrays.get(self.dim)
+            for key in ("bounds", "climatology"):
+                if a is not None and isinstance(a.attrs.get(key), str):
+                    out.add(a.attrs[key])
+        return out
 
     def _shared_along(self, name: str, owners: list[int], arrays: list[ArrayPlan],
                       attrs: dict, remaps) -> ArrayPlan | None:
@@ -463,7 +506,8 @@ class _Merge:
                     return None
             merged[pos] = v
             have[pos] = g
-        if self.opts.join == "exact" and arrays[0].inline is None:
+        if self.opts.join == "exact" and arrays[0].inline is None and \
+                owners[0] not in self.reexpressed:
             a = _reindexed(arrays[0], remaps[owners[0]])
             a.attrs = attrs
             return a
@@ -609,10 +653,9 @@ class _Merge:
         return Layout([axis], cells)
 
 
-def _key_value(coord: ArrayPlan | None, start: int | None) -> float:
-    if coord is None or coord.inline is None or start is None:
+def _key_value(values: np.ndarray | None, start: int | None) -> float:
+    if values is None or start is None:
         return 0.0
-    values = np.asarray(coord.inline).reshape(-1)
     return float(values[start]) if start < len(values) else float("inf")
 
 
