@@ -190,10 +190,14 @@ class _Merge:
     def run(self) -> tuple[Plan, list[Problem]]:
         dim, opts = self.dim, self.opts
         self.plans = []
+        # per group, whether its axis' coordinate was refused (overlapping or repeated
+        # steps: the spans are not compared, that problem says what is wrong)
+        self.refused_axis = []
         for g in self.groups:
             plan, problems = plan_concat(g, opts)
             self.plans.append(plan)
             self.problems.extend(problems)
+            self.refused_axis.append(any(p.fatal and p.loc.variable == dim for p in problems))
         # each group's files in its plan's order (plan_concat sorts them)
         self.ordered = []
         for g, plan in zip(self.groups, self.plans):
@@ -288,6 +292,8 @@ class _Merge:
         outer: their union) and each group's steps' positions in it; None when a group's
         coordinate is not known (refused, located)."""
         dim = self.dim
+        if any(self.refused_axis):
+            return None, None
         coords = [self._coord(g) for g in range(len(self.plans))]
         missing = [g for g, c in enumerate(coords) if c is None]
         for g in missing:
@@ -645,7 +651,7 @@ class _Merge:
                 if coord is not None and n and start + n <= len(coord):
                     label = (f"{self._describe(g, coord[start:start + 1])} .. "
                              f"{self._describe(g, coord[start + n - 1:start + n])}")
-                key = float(coord[start]) if coord is not None and start < len(coord) else 0.0
+                key = _key_value(coord, start)
                 files.append((key, g, label, inv.path, tuple(held)))
         files.sort(key=lambda f: (f[0], f[1]))
         axis = LayoutAxis(self.dim, [f[2] for f in files])
@@ -656,7 +662,10 @@ class _Merge:
 def _key_value(values: np.ndarray | None, start: int | None) -> float:
     if values is None or start is None:
         return 0.0
-    return float(values[start]) if start < len(values) else float("inf")
+    try:
+        return float(values[start]) if start < len(values) else float("inf")
+    except (TypeError, ValueError):  # (not numbers: the groups' order)
+        return 0.0
 
 
 def _reindexed(a: ArrayPlan, remap: np.ndarray) -> ArrayPlan:
