@@ -482,3 +482,23 @@ def test_time_counted_from_another_origin_is_re_expressed(pile, tmp_path, join):
     report = virtualize.check([*pile[:2], other], join=join)
     p = next(p for p in report.problems if p.kind == "attribute-drift")
     assert p.loc.file == str(other) and p.loc.variable == "time"
+
+
+def test_append_with_a_differing_global_attribute_drops_it_as_a_rebuild(case, tmp_path):
+    files = copies(case("months2024")[:3], tmp_path / "m")
+    for i, f in enumerate(files):
+        with netCDF4.Dataset(f, "a") as ds:
+            ds.history = "first run" if i < 2 else "second run"
+    out = tmp_path / "g.zarr"
+    virtualize.virtualize(files[:2], out)
+    with rectilinear():
+        assert virtualize.open(out).attrs["history"] == "first run"
+    report = virtualize.append(out, files[2:])
+    assert not any("scanning only" in n for n in report.notes)
+    with rectilinear():
+        assert "history" not in virtualize.open(out).attrs
+    # and a file agreeing with the cube is appended by the fast path
+    more = copies(case("months2024")[3:4], tmp_path / "m")
+    with netCDF4.Dataset(more[0], "a") as ds:
+        ds.history = "third run"
+    assert any("scanning only" in n for n in virtualize.append(out, more).notes)
