@@ -502,3 +502,20 @@ def test_append_with_a_differing_global_attribute_drops_it_as_a_rebuild(case, tm
     with netCDF4.Dataset(more[0], "a") as ds:
         ds.history = "third run"
     assert any("scanning only" in n for n in virtualize.append(out, more).notes)
+
+
+def test_merge_on_an_executor_plans_alike(pile):
+    """Scanned as tasks of an executor (the files' inventories come back), planned here:
+    the same merged plan."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(2) as pool:
+        report = virtualize.check(pile, executor=pool)
+    local = virtualize.check(pile)
+    assert report.ok and set(report.plan.arrays) == set(local.plan.arrays)
+    for name, a in local.plan.arrays.items():
+        b = report.plan.arrays[name]
+        assert a.chunk_lengths == b.chunk_lengths
+        assert (a.refs is None) == (b.refs is None)
+        if a.refs is not None:
+            assert np.array_equal(a.refs, b.refs)

@@ -182,7 +182,8 @@ class _Merge:
         self.invs, self.groups, self.dim, self.opts = invs, groups, dim, opts
         self.problems: list[Problem] = []
         self.notes: list[str] = []
-        self.ctx = Context(invs)  # (for compare_shared's problems)
+        self.coords: list[np.ndarray | None] | None = None  # per group, once compared
+        self.reexpressed: dict[int, str] = {}  # group -> its units, re-expressed
 
     def problem(self, file, var, kind, msg, axis=None, block=None, remedy=None) -> None:
         self.problems.append(Problem(Location(file, var, axis, block), kind, msg, remedy=remedy))
@@ -214,8 +215,6 @@ class _Merge:
                          + ", ".join(f"{g[0].path} along {p.concat_dim!r}"
                                      for g, p in zip(self.groups, self.plans)))
             return self._plan({}), self.problems
-        self.coords: list[np.ndarray | None] | None = None
-        self.reexpressed: dict[int, str] = {}  # group -> its units, re-expressed
         self.union, self.positions = self._spans()
         sources, remaps = self._sources()
         arrays: dict[str, ArrayPlan] = {}
@@ -369,7 +368,7 @@ class _Merge:
 
     def _describe(self, g: int, values: np.ndarray) -> str:
         """Steps named by their values, as dates when the coordinate is CF time."""
-        a = self.plans[g].arrays[self.dim]
+        a = self.plans[0 if g in self.reexpressed else g].arrays[self.dim]  # (its units)
         shown = values[:3]
         text = ", ".join(repr(py(v)) for v in shown)
         units, cal = a.attrs.get("units"), a.attrs.get("calendar", "standard")
