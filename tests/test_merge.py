@@ -519,3 +519,13 @@ def test_merge_on_an_executor_plans_alike(pile):
         assert (a.refs is None) == (b.refs is None)
         if a.refs is not None:
             assert np.array_equal(a.refs, b.refs)
+
+
+def test_icechunk_references_a_scalar_at_its_chunk_key(pile, tmp_path):
+    """A 0-d array's one chunk is at key `c`: referenced there, it reads as its value
+    (before, it was set at index (0,) and read as the fill value)."""
+    pytest.importorskip("icechunk")
+    out = tmp_path / "s.icechunk"
+    virtualize.virtualize(pile[:2], out)
+    with rectilinear():
+        assert virtualize.open(out)["height"][...] == 2.0

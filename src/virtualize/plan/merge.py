@@ -184,6 +184,7 @@ class _Merge:
         self.notes: list[str] = []
         self.coords: list[np.ndarray | None] | None = None  # per group, once compared
         self.reexpressed: dict[int, str] = {}  # group -> its units, re-expressed
+        self._starts: dict[int, list[int]] = {}
 
     def problem(self, file, var, kind, msg, axis=None, block=None, remedy=None) -> None:
         self.problems.append(Problem(Location(file, var, axis, block), kind, msg, remedy=remedy))
@@ -261,7 +262,10 @@ class _Merge:
 
     def _file_starts(self, g: int) -> list[int]:
         """Each file's first step along the axis in group g's array."""
-        out, n = [], 0
+        cached = self._starts.get(g)
+        if cached is not None:
+            return cached
+        out, n = self._starts.setdefault(g, []), 0
         for inv in self.ordered[g]:
             out.append(n)
             v = inv.variables.get(self.dim)
@@ -348,8 +352,9 @@ class _Merge:
                 if not extra.size:
                     continue
                 lg = g if hg == g0 else g0
-                files = sorted({self._file_at(hg, int(i))
-                                for i in np.flatnonzero(np.isin(self._coord(hg), extra))})
+                steps = np.flatnonzero(np.isin(self._coord(hg), extra))
+                at = np.searchsorted(np.asarray(self._file_starts(hg)), steps, side="right") - 1
+                files = [self.ordered[hg][int(i)].path for i in np.unique(at)]
                 self.problem(self.ordered[lg][0].path, lack.split(", ")[0], "span-differs",
                              f"{lack} {'lacks' if len(self.held[lg]) == 1 else 'lack'} "
                              f"{extra.size} {dim} step(s) that {has} "
