@@ -181,7 +181,7 @@ def _not_at_end(cube: Path, dim: str | None) -> Problem:
                    "to put them in the middle, re-run virtualize with all the files")
 
 
-def _same_group_attrs(cube: Path, plan: Plan) -> bool:
+def _same_group_attrs(cube: Path, plan: Plan, last: dict) -> bool:
     """Whether the groups' attributes of the grown stack (combined over the cube's last
     file and the new files: plan/attrs.py) are the cube's; when not (a new file's
     `history` differs), the cube would differ from a full rebuild, which drops it."""
@@ -189,12 +189,14 @@ def _same_group_attrs(cube: Path, plan: Plan) -> bool:
 
     from ..open import open_cube
     from ..outputs.metadata import group_doc
+    from ..plan import still_dropped
     try:
         root = open_cube(cube, check_sources=False)
         for g, attrs in plan.groups.items():
             node = root[g] if g else root
+            have = dict(node.attrs)
             want = json.loads(json.dumps(group_doc(attrs)["attributes"]))
-            if dict(node.attrs) != want:
+            if still_dropped(want, have, last.get(g, {})) != have:
                 return False
     except Exception:  # (a group the cube lacks, a cube that cannot be read so)
         return False
@@ -255,7 +257,7 @@ def _append_new(cube: Path, kind: str, info: dict, new: list[str], *, jobs: int 
     if old_inline is None:
         return None
     merged = merge_append(plan, resume, docs, old_sources, old_inline, array_doc)
-    if isinstance(merged, str) or not _same_group_attrs(cube, plan):
+    if isinstance(merged, str) or not _same_group_attrs(cube, plan, resume.last.groups):
         return None
     merged.plan.left_out = list(info.get("left_out") or []) + plan.left_out
     fresh = [s.path for s in merged.sources[len(old_sources):]]

@@ -254,6 +254,15 @@ class Merged:
     grown: dict[str, Grown]  # the arrays an append writes
 
 
+def still_dropped(combined: dict | None, cube: dict | None, last: dict) -> dict | None:
+    """The attributes `combined` over the cube's last file and the new files, less those
+    the cube left out although its last file has them: files before it disagreed
+    (plan/attrs.py, drop_conflicts), and a full build would leave them out again."""
+    if not isinstance(combined, dict) or not isinstance(cube, dict):
+        return combined
+    return {k: v for k, v in combined.items() if k in cube or k not in last}
+
+
 def merge_append(plan: Plan, resume: Resume, docs: dict[str, dict | None],
                  old_sources: list[Source], old_inline: dict[str, np.ndarray],
                  array_doc) -> Merged | str:
@@ -289,6 +298,9 @@ def merge_append(plan: Plan, resume: Resume, docs: dict[str, dict | None],
         # (attributes: those that change what the numbers mean were checked against the
         # cube's last file; the others combined with it, plan/attrs.py: one the new files
         # give another value makes the cube's differ from a rebuild's)
+        v_last = last.variables.get(name)
+        new_doc["attributes"] = still_dropped(new_doc.get("attributes"), doc.get("attributes"),
+                                              v_last.attrs if v_last is not None else {})
         for key in new_doc:
             if key not in ("shape", "chunk_grid") and new_doc[key] != doc.get(key):
                 return f"{name}: its {key} differ from the cube's"
