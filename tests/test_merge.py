@@ -534,3 +534,17 @@ def test_icechunk_references_a_scalar_at_its_chunk_key(pile, tmp_path):
     virtualize.virtualize(pile[:2], out)
     with rectilinear():
         assert virtualize.open(out)["height"][...] == 2.0
+
+
+def test_join_outer_refuses_steps_falling_inside_a_chunk(pile):
+    """pr's steps at 06:00 fall between tas's at 12:00: no absent chunk can be cut inside
+    a tas chunk (located at the file and chunk)."""
+    other = pr(pile[0].parent, 2015, 2016)
+    with netCDF4.Dataset(other, "a") as ds:
+        ds["time"][:] = ds["time"][:] - 0.25
+    report = virtualize.check([*pile[:2], other], join="outer")
+    bad = [p for p in report.problems if p.kind == "span-interleaved"]
+    assert {p.loc.variable for p in bad} == {"tas", "pr"}
+    tas_p = next(p for p in bad if p.loc.variable == "tas")
+    assert tas_p.loc.file == str(pile[0]) and tas_p.loc.block == (0,)
+    assert not report.ok
