@@ -105,6 +105,20 @@ def _concat_options(p: argparse.ArgumentParser) -> None:
                    help="leave this variable out; repeatable")
     p.add_argument("--no-sort", action="store_true",
                    help="keep the files in the order given instead of sorting by coordinate")
+    p.add_argument("--join", choices=("exact", "outer"), default="exact",
+                   help="files holding different variables: every variable must cover the same "
+                        "span of the concatenation axis (exact, the default), or the union is "
+                        "taken and steps no file of a variable holds read as its fill value "
+                        "(outer)")
+    p.add_argument("--combine-attrs", choices=("drop_conflicts", "override", "identical"),
+                   default="drop_conflicts",
+                   help="attributes that differ between files: left out and named "
+                        "(drop_conflicts, the default), the first file's (override) or refused "
+                        "(identical); units, scale_factor, _FillValue ... must agree whatever")
+    p.add_argument("--variables", metavar="A,B", type=_names_arg, default=None,
+                   help="keep only these variables and the coordinates they need (their "
+                        "dimensions' coordinates, bounds, coordinates / grid_mapping / "
+                        "ancillary_variables attributes)")
 
 
 def _job_options(p: argparse.ArgumentParser, gaps: bool) -> None:
@@ -515,7 +529,15 @@ def _kw(args) -> dict:
 
 def _concat_kw(args) -> dict:
     return dict(inline=args.inline, drop=args.drop, sort=not args.no_sort,
-                inline_threshold=args.inline_threshold)
+                inline_threshold=args.inline_threshold, join=args.join,
+                combine_attrs=args.combine_attrs, variables=args.variables)
+
+
+def _names_arg(text: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError("give one or more variable names, comma-separated")
+    return names
 
 
 def _create(args) -> int:

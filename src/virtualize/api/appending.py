@@ -16,6 +16,7 @@ from ..outputs import registry
 from ..outputs.metadata import array_doc
 from ..outputs.staleness import check_sources
 from ..plan import DEFAULT_INLINE_THRESHOLD, ConcatOptions, plan_concat
+from ..plan.merge import merge_options, select
 from ..report import Report
 from .checking import DEFAULT_SCAN_TIMEOUT, PathLike, _check, check
 from .create import _refuse_unless_ok, _write
@@ -186,6 +187,28 @@ def _not_at_end(cube: Path, dim: str | None) -> Problem:
                    "to put them in the middle, re-run virtualize with all the files")
 
 
+def _same_group_attrs(cube: Path, plan: Plan, last: dict) -> bool:
+    """Whether the groups' attributes of the grown stack (combined over the cube's last
+    file and the new files: plan/attrs.py) are the cube's; when not (a new file's
+    `history` differs), the cube would differ from a full rebuild, which drops it."""
+    import json
+
+    from ..open import open_cube
+    from ..outputs.metadata import group_doc
+    from ..plan import still_dropped
+    try:
+        root = open_cube(cube, check_sources=False)
+        for g, attrs in plan.groups.items():
+            node = root[g] if g else root
+            have = dict(node.attrs)
+            want = json.loads(json.dumps(group_doc(attrs)["attributes"]))
+            if still_dropped(want, have, last.get(g, {})) != have:
+                return False
+    except Exception:  # (a group the cube lacks, a cube that cannot be read so)
+        return False
+    return True
+
+
 def _append_new(cube: Path, kind: str, info: dict, new: list[str], *, jobs: int | str,
                 executor, progress, scan_timeout, skip_unreadable=False,
                 no_gaps=False) -> Report | None:
@@ -209,9 +232,10 @@ def _append_new(cube: Path, kind: str, info: dict, new: list[str], *, jobs: int 
                          split=recipe.get("split", True),
                          materialize=recipe.get("materialize", False),
                          inline_threshold=recipe.get("inline_threshold", DEFAULT_INLINE_THRESHOLD),
-                         no_gaps=no_gaps, read=read_values)
+                         no_gaps=no_gaps, read=read_values, **merge_options(recipe))
     last = resume.last.path
-    report = _check(new, lambda invs: plan_concat(invs, opts, resume=resume), progress,
+    report = _check(new, lambda invs: plan_concat(invs, select(invs, opts), resume=resume),
+                    progress,
                     recipe.get("materialize_limit"), jobs, scan_timeout, exclude=(last,),
                     executor=executor, chunk_size=recipe.get("chunk_size"), like=resume.last,
                     hint=ScanHint("append", resume.dim, inline=opts.inline),
@@ -239,7 +263,7 @@ def _append_new(cube: Path, kind: str, info: dict, new: list[str], *, jobs: int 
     if old_inline is None:
         return None
     merged = merge_append(plan, resume, docs, old_sources, old_inline, array_doc)
-    if isinstance(merged, str):
+    if isinstance(merged, str) or not _same_group_attrs(cube, plan, resume.last.groups):
         return None
     merged.plan.left_out = list(info.get("left_out") or []) + plan.left_out
     fresh = [s.path for s in merged.sources[len(old_sources):]]

@@ -16,7 +16,8 @@ from ..model import Location, Plan, Problem, VirtualizeError
 from ..open import open_cube
 from ..outputs import registry
 from ..outputs.staleness import check_sources
-from ..plan import ConcatOptions, MosaicOptions, plan_concat, plan_mosaic
+from ..plan import ConcatOptions, MosaicOptions, plan_mosaic
+from ..plan.merge import merge_options, plan_merge
 from ..report import Report
 from .checking import DEFAULT_SCAN_TIMEOUT, PathLike, _check, _storage
 from .create import _output_kind, _write
@@ -64,8 +65,9 @@ def _replan(cube: Path, info: dict, *, jobs: int | str = "auto", executor=None, 
                              drop=frozenset(recipe.get("drop") or ()), sort=recipe.get("sort", True),
                              split=recipe.get("split", True),
                              materialize=recipe.get("materialize", False),
-                             inline_threshold=recipe.get("inline_threshold", 0), read=read_values)
-        planner = lambda invs: plan_concat(invs, opts)  # noqa: E731
+                             inline_threshold=recipe.get("inline_threshold", 0), read=read_values,
+                             **merge_options(recipe))
+        planner = lambda invs: plan_merge(invs, opts)  # noqa: E731
         hint = ScanHint("concat", opts.concat_dim, inline=opts.inline)
     elif kind == "mosaic":
         offsets = recipe.get("offsets")

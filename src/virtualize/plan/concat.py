@@ -50,6 +50,7 @@ from ._common import (
     variable_names,
 )
 from ._state import Resume, append_state
+from .attrs import combine, dropped_note
 from .gaps import coordinate_gaps
 from .grid import block_lengths
 
@@ -71,6 +72,14 @@ class ConcatOptions:
     # (api: formats.read_values) so that plan/ imports no scanner; None: such a variable is
     # refused (located)
     read: Callable[[str, str], Any] | None = None
+    # files holding different variables (plan/merge.py): "exact" (every variable covers
+    # the same span of the concat axis) or "outer" (the union; steps no file holds read
+    # as the variable's fill value)
+    join: str = "exact"
+    # attributes differing between files (plan/attrs.py): drop_conflicts, override, identical
+    combine_attrs: str = "drop_conflicts"
+    # keep only these variables and the coordinates they need (None: all)
+    variables: frozenset[str] | None = None
 
 
 @dataclass
@@ -83,6 +92,8 @@ class _Context(Context):
     source_maps: SourceMaps | None = None
     # appending: the cube's last step, planned first (plan/_state.py)
     resume: Resume | None = None
+    # per variable ('' / 'group g': a group's attributes), the attributes left out
+    dropped_attrs: dict[str, list[str]] = field(default_factory=dict)
 
 
 def plan_concat(inventories: Sequence[FileInventory], options: ConcatOptions | None = None,
@@ -125,7 +136,7 @@ def plan_concat(inventories: Sequence[FileInventory], options: ConcatOptions | N
         array = _plan_variable(ctx, name)
         if array is not None:
             arrays[name] = array
-    groups = groups_for(invs[0], arrays)
+    groups = _combined_groups(ctx, arrays)
     plan = Plan(sources=sources, groups=groups, arrays=arrays, concat_dim=ctx.dim, notes=ctx.notes,
                 figures=ctx.figures, remedies=ctx.remedies)
     if ctx.dim is not None and arrays:
@@ -450,7 +461,43 @@ def _plan_variable(ctx: _Context, name: str) -> ArrayPlan | None:
         array = _shared_array(ctx, name, vars_) if consistent_ else None
     if array is not None and name not in ctx.figures:
         ctx.figures[name] = figure_of(array)
+    if array is not None and len(vars_) > 1:
+        array.attrs = _combined_attrs(ctx, name, vars_, array.attrs)
     return array
+
+
+def _combined_attrs(ctx: _Context, name: str, vs: list[Variable], attrs: dict) -> dict:
+    """A variable's attributes over every file (plan/attrs.py), as re-expressed by the
+    planner for the first (`attrs`); those that change its meaning were compared by
+    `consistent` (its `attribute-drift` problems), the others per `--combine-attrs`."""
+    dicts = [attrs, *(v.attrs for v in vs[1:])]
+    out, dropped, problems = combine(dicts, ctx.opts.combine_attrs, name,
+                                     [inv.path for inv in ctx.invs])
+    ctx.problems.extend(p for p in problems if p.kind != "attribute-drift")
+    if dropped:
+        ctx.dropped_attrs[name] = dropped
+    return out
+
+
+def _combined_groups(ctx: _Context, arrays: dict[str, ArrayPlan]) -> dict[str, dict]:
+    """Every group's attributes over every file (plan/attrs.py), and the note naming
+    what `drop_conflicts` left out."""
+    groups = groups_for(ctx.invs[0], arrays)
+    if len(ctx.invs) > 1:
+        for g in groups:
+            if g not in ctx.invs[0].groups:
+                continue
+            out, dropped, problems = combine([inv.groups.get(g, {}) for inv in ctx.invs],
+                                             ctx.opts.combine_attrs, g and f"group {g}",
+                                             [inv.path for inv in ctx.invs])
+            groups[g] = out
+            ctx.problems.extend(problems)
+            if dropped:
+                ctx.dropped_attrs[g and f"group {g}"] = dropped
+    note = dropped_note(ctx.dropped_attrs)
+    if note:
+        ctx.notes.append(note)
+    return groups
 
 
 def _stacks(ctx: _Context, v: Variable) -> bool:
