@@ -182,12 +182,13 @@ def _verbosity(p: argparse.ArgumentParser) -> None:
 
 def _output_options(p: argparse.ArgumentParser, required: bool) -> None:
     p.add_argument("-o", "--output", required=required, metavar="OUT",
-                   help="cube directory (e.g. cube.zarr), a kerchunk reference file (*.json) "
-                        "or an Icechunk repository (*.icechunk)")
-    p.add_argument("--format", choices=["cube", "kerchunk", "icechunk"],
+                   help="cube directory (e.g. cube.zarr), a kerchunk reference file (*.json), "
+                        "an Icechunk repository (*.icechunk) or a GDAL VRT of a mosaic or TIFF "
+                        "stack (*.vrt)")
+    p.add_argument("--format", choices=["cube", "kerchunk", "icechunk", "vrt"],
                    help="output kind (default: by OUT's suffix: .json kerchunk, .icechunk "
-                        "icechunk, else cube; a suffix of another format, such as .parquet, "
-                        ".vrt or .nc, is refused)")
+                        "icechunk, .vrt vrt, else cube; a suffix of another format, such as "
+                        ".parquet or .nc, is refused)")
     p.add_argument("--overwrite", action="store_true",
                    help="replace OUT if it exists (only an output virtualize wrote)")
     p.add_argument("--relative", action="store_true",

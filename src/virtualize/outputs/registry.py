@@ -15,14 +15,15 @@ from ..model import UsageError
 from .cube import KIND as CUBE
 from .icechunk import KIND as ICECHUNK
 from .kerchunk import KIND as KERCHUNK
+from .vrt import KIND as VRT
 
-KINDS = (CUBE, KERCHUNK, ICECHUNK)
+KINDS = (CUBE, VRT, KERCHUNK, ICECHUNK)
 BY_NAME = {k.kind: k for k in KINDS}
 
 # output names whose suffix says a format virtualize does not write (whatever `format`
 # says): writing a cube directory or JSON under such a name would mislead every reader
 FOREIGN_SUFFIXES = frozenset({
-    ".parq", ".parquet", ".vrt", ".nc", ".nc3", ".nc4", ".cdf", ".netcdf", ".h5", ".hdf5",
+    ".parq", ".parquet", ".nc", ".nc3", ".nc4", ".cdf", ".netcdf", ".h5", ".hdf5",
     ".he5", ".hdf", ".tif", ".tiff", ".gtiff", ".cog", ".grib", ".grib2", ".grb", ".grb2",
     ".fits", ".fit", ".fts", ".zip", ".n5", ".csv", ".npy", ".npz", ".mat", ".jp2", ".png",
     ".jpg", ".jpeg", ".gz", ".bz2", ".xz", ".zst", ".tar", ".yaml", ".yml", ".html",
@@ -46,7 +47,7 @@ def kind_of(out, format: str | None = None) -> str:
     kind = format or next((k.kind for k in KINDS if k is not CUBE and suffix.lower() in k.suffixes),
                           CUBE.kind)
     if kind not in BY_NAME:
-        raise UsageError(f"unknown output format {kind!r} (cube, kerchunk or icechunk)")
+        raise UsageError(f"unknown output format {kind!r} (cube, kerchunk, icechunk or vrt)")
     if kind == ICECHUNK.kind and importlib.util.find_spec("icechunk") is None:
         raise UsageError("the icechunk output needs the icechunk package: "
                          "pip install 'virtualize[icechunk]'")
@@ -59,22 +60,23 @@ def refuse_foreign(out) -> None:
     if suffix.lower() in FOREIGN_SUFFIXES:  # a name that promises a format not written
         raise UsageError(f"{out}: virtualize does not write {suffix} files; it writes a cube "
                          "directory (OUT.zarr or no suffix), a kerchunk reference file "
-                         "(OUT.json) or an Icechunk repository (OUT.icechunk)")
+                         "(OUT.json), an Icechunk repository (OUT.icechunk) or a GDAL VRT "
+                         "(OUT.vrt)")
 
 
 def kind_at(path: str | os.PathLike, *, by_name: bool = True) -> str:
-    """How to open the local output at `path`: "kerchunk" (a file: a reference JSON;
-    `by_name`: a missing `.json` too), "icechunk" (a repository) or "cube" (anything
-    else: checked as it is read)."""
+    """How to open the local output at `path`: "vrt" (a `.vrt` file), "kerchunk" (any
+    other file: a reference JSON; `by_name`: a missing `.json` too), "icechunk" (a
+    repository) or "cube" (anything else: checked as it is read)."""
     p = Path(path)
-    for k in (KERCHUNK, ICECHUNK):
+    for k in (VRT, KERCHUNK, ICECHUNK):
         if k.detect(p, by_name=by_name):
             return k.kind
     return CUBE.kind
 
 
 def written_kind(path: str | os.PathLike) -> str | None:
-    """"cube", "kerchunk" or "icechunk" when `path` (following a symlink) is an output
+    """"cube", "vrt", "kerchunk" or "icechunk" when `path` (following a symlink) is an output
     virtualize wrote, else None."""
     p = Path(path)
     try:
@@ -88,7 +90,7 @@ def remote_written_kind(fs, base: str) -> str | None:
     when nothing is."""
     try:
         if fs.isfile(base):
-            return KERCHUNK.kind if KERCHUNK.ours_remote(fs, base) else "other"
+            return next((k.kind for k in (VRT, KERCHUNK) if k.ours_remote(fs, base)), "other")
         if fs.exists(base + "/virtualize.json"):
             return CUBE.kind if CUBE.ours_remote(fs, base) else "other"
         if ICECHUNK.ours_remote(fs, base):
@@ -103,4 +105,4 @@ def guess_can_open(path: str) -> bool:
     directory (it holds virtualize.json), an Icechunk repository by its name, a file that
     begins as virtualize's kerchunk JSON does."""
     return CUBE.looks_like(path) or ICECHUNK.looks_like(path) or (
-        os.path.isfile(path) and KERCHUNK.looks_like(path))
+        os.path.isfile(path) and (KERCHUNK.looks_like(path) or VRT.looks_like(path)))
