@@ -254,14 +254,14 @@ def test_export_between_kinds_and_kerchunk_is_a_cube(months, tmp_path):
 
 
 def test_output_names_of_formats_not_written_are_usage_errors(months, case, tmp_path):
-    """-o x.parquet / x.parq / x.vrt / x.nc ... would be a cube directory (or JSON) under a
+    """-o x.parquet / x.parq / x.nc ... would be a cube directory (or JSON) under a
     name promising another format: a usage error naming the kinds written, before any
     scan, in create, mosaic, export and the API."""
     files = data_files(months)[:2]
     cube = tmp_path / "c.zarr"
     virtualize.virtualize(files, cube)
     tiles = case("mosaic_uneven_2x2")
-    for name, extra in (("x.parquet", ()), ("x.parq", ()), ("x.vrt", ()), ("x.nc", ()),
+    for name, extra in (("x.parquet", ()), ("x.parq", ()), ("x.nc", ()),
                         ("x.TIF", ()), ("x.parquet", ("--format", "kerchunk")),
                         ("x.h5", ("--format", "icechunk"))):
         out = tmp_path / name
@@ -274,7 +274,7 @@ def test_output_names_of_formats_not_written_are_usage_errors(months, case, tmp_
     with pytest.raises(ValueError, match="does not write .parquet"):
         virtualize.virtualize(files, tmp_path / "x.parquet")
     with pytest.raises(virtualize.UsageError):
-        virtualize.mosaic(tiles, tmp_path / "x.vrt")
+        virtualize.mosaic(tiles, tmp_path / "x.nc")
     with pytest.raises(virtualize.UsageError):
         virtualize.export(cube, tmp_path / "x.parq", format="cube")
     assert not any(tmp_path.glob("x.*"))

@@ -48,6 +48,9 @@ def kind_of(out, format: str | None = None) -> str:
                           CUBE.kind)
     if kind not in BY_NAME:
         raise UsageError(f"unknown output format {kind!r} (cube, kerchunk, icechunk or vrt)")
+    if kind != VRT.kind and suffix.lower() in VRT.suffixes:  # GDAL would take it for a VRT
+        raise UsageError(f"{out}: a {suffix} name is a GDAL VRT's; the {kind} output is not one "
+                         f"(name it otherwise, or --format vrt)")
     if kind == ICECHUNK.kind and importlib.util.find_spec("icechunk") is None:
         raise UsageError("the icechunk output needs the icechunk package: "
                          "pip install 'virtualize[icechunk]'")

@@ -11,8 +11,13 @@ class Vrt:
     suffixes = (".vrt",)
 
     def detect(self, path: Path, *, by_name: bool = True) -> bool:
-        # by its name only: a file of another name is a kerchunk JSON's to claim
-        return path.suffix.lower() == ".vrt" and not path.is_dir() and (by_name or path.is_file())
+        # by its name, or a file of another name that virtualize wrote as a VRT
+        if path.suffix.lower() == ".vrt" and not path.is_dir():
+            return by_name or path.is_file()
+        try:
+            return self.ours(path)
+        except OSError:
+            return False
 
     def ours(self, path: Path) -> bool:
         from .writer import is_ours

@@ -122,10 +122,14 @@ def _georef(plan: Plan, layout: VrtLayout) -> tuple[str | None, list[str] | None
     """(the CRS as GDAL takes it, the six GeoTransform numbers) from the cube's grid
     mapping (the mosaic's: its union's transform), where it has them."""
     attrs = _grid_mapping(plan, layout)
-    srs = attrs.get("crs_wkt") or attrs.get("spatial_ref")
-    if not isinstance(srs, str) or not srs:
-        epsg = attrs.get("epsg")
-        srs = f"EPSG:{int(epsg)}" if isinstance(epsg, int) and not isinstance(epsg, bool) else None
+    # an EPSG code first: GDAL resolves it with its own PROJ database, as it does the
+    # GeoTIFF's key (a WKT from pyproj's newer database would differ in its text)
+    epsg = attrs.get("epsg")
+    if isinstance(epsg, int) and not isinstance(epsg, bool):
+        srs = f"EPSG:{epsg}"
+    else:
+        srs = attrs.get("crs_wkt") or attrs.get("spatial_ref")
+        srs = srs if isinstance(srs, str) and srs else None
     t = attrs.get("GeoTransform")
     transform = None
     if isinstance(t, str):

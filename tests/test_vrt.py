@@ -1,0 +1,311 @@
+"""The GDAL VRT output: `gdal_translate` of the VRT equals the mosaic (or stack) read
+through virtualize and the tiles read by tifffile, bit for bit; what GDAL would read
+differently is refused, located, and nothing is written."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tifffile
+
+import virtualize
+from virtualize.model import OutputExistsError, UnsafeOutputError, VirtualizeError
+
+import make_mosaic as mm
+from make_tiff import geotags
+
+pytestmark = pytest.mark.skipif(shutil.which("gdal_translate") is None,
+                                reason="gdal_translate not installed (Debian: apt-get install "
+                                       "gdal-bin)")
+
+
+def gdal_read(vrt, tmp_path) -> np.ndarray:
+    """The VRT as GDAL reads it: gdal_translate to a plain GeoTIFF, read by tifffile
+    ((y, x) for one band, (y, x, band) for several, as tifffile returns a GTiff)."""
+    out = tmp_path / f"{os.path.basename(vrt)}.gdal.tif"
+    r = subprocess.run(["gdal_translate", "-q", "-of", "GTiff", str(vrt), str(out)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    data = tifffile.imread(out)
+    out.unlink()
+    return data
+
+
+def gdalinfo(path) -> dict:
+    r = subprocess.run(["gdalinfo", "-json", str(path)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def data_name(plan):
+    return next(n for n, a in plan.arrays.items() if a.inline is None)
+
+
+def as_gtiff(cube: np.ndarray, dims) -> np.ndarray:
+    """The cube's array in the axis order tifffile reads a multi-band GTiff: (y, x, band)."""
+    return np.moveaxis(cube, 0, -1) if dims[0] not in ("y",) and cube.ndim == 3 else cube
+
+
+def check_tiles(got, name, files):
+    """Every tile read by tifffile equals GDAL's read of its window of the VRT."""
+    for path, (row0, col0, h, w) in zip(files, mm.LAYOUT[name]):
+        tile = tifffile.imread(path)
+        if name in mm.OVERLAPPING:
+            continue  # (the winner shows: compared with the expected union instead)
+        np.testing.assert_array_equal(got[row0:row0 + h, col0:col0 + w], tile, err_msg=str(path))
+
+
+@pytest.mark.parametrize("name", ["mosaic_uneven_2x2", "mosaic_uneven_strips", "mosaic_gap",
+                                  "mosaic_bands", "mosaic_staggered_aligned",
+                                  "mosaic_gdal_srcwin"])
+def test_gdal_reads_the_mosaic_exactly(case, tmp_path, name):
+    files = case(name)
+    vrt = tmp_path / "m.vrt"
+    report = virtualize.mosaic(files, vrt)
+    assert report.output["kind"] == "vrt"
+    var = data_name(report.plan)
+    cube = virtualize.open(vrt)[var][...]
+    expected = mm.expected(name)
+    np.testing.assert_array_equal(cube, expected.astype(cube.dtype))
+    got = gdal_read(vrt, tmp_path)
+    assert got.dtype == cube.dtype
+    np.testing.assert_array_equal(got, as_gtiff(cube, report.plan.arrays[var].dims))
+    check_tiles(got, name, files)
+
+
+def test_gdalinfo_shows_the_tiles_crs_and_geotransform(case, tmp_path):
+    files = case("mosaic_uneven_2x2")
+    vrt = tmp_path / "m.vrt"
+    virtualize.mosaic(files, vrt)
+    info, tile = gdalinfo(vrt), gdalinfo(files[0])  # tile 0 is the union's upper-left
+    assert info["geoTransform"] == tile["geoTransform"]
+    assert info["coordinateSystem"]["wkt"] == tile["coordinateSystem"]["wkt"]
+    assert info["size"] == [146, 104]
+    assert info["bands"][0]["type"] == tile["bands"][0]["type"] == "UInt32"
+    # every other tile at its place: its own geotransform is the union's, moved
+    for path, (row0, col0, _, _) in zip(files, mm.LAYOUT["mosaic_uneven_2x2"]):
+        t = gdalinfo(path)["geoTransform"]
+        g = info["geoTransform"]
+        assert t == [g[0] + col0 * g[1], g[1], 0.0, g[3] + row0 * g[5], 0.0, g[5]]
+
+
+def test_nodata_tiles_and_gaps_read_as_the_fill(case, tmp_path):
+    files = case("mosaic_gap")  # GDAL_NODATA "0" in every tile; the upper-right quadrant missing
+    vrt = tmp_path / "m.vrt"
+    virtualize.mosaic(files, vrt)
+    band = gdalinfo(vrt)["bands"][0]
+    assert band["noDataValue"] == gdalinfo(files[0])["bands"][0]["noDataValue"] == 0
+    got = gdal_read(vrt, tmp_path)
+    assert (got[:64, 64:] == 0).all()
+    np.testing.assert_array_equal(got, virtualize.open(vrt)["image"][...])
+
+
+def test_a_gap_with_a_fill_other_than_0_gets_a_nodata_value(tmp_path):
+    """Tiles with GDAL_NODATA 7 and a gap: the gap reads 7 in GDAL as in the cube."""
+    d = tmp_path / "t"
+    d.mkdir()
+    a = (np.arange(32 * 32, dtype=np.int16).reshape(32, 32) % 300) + 100
+    tiles = []
+    for i, (x, y) in enumerate([(0, 0), (320.0, -320.0)]):  # diagonal: two gaps
+        p = d / f"t{i}.tif"
+        tifffile.imwrite(p, a + i, extratags=geotags(32633, (500000.0 + x, 4000000.0 + y), 10.0,
+                                                     nodata="7"))
+        tiles.append(p)
+    vrt = tmp_path / "m.vrt"
+    virtualize.mosaic(tiles, vrt)
+    got = gdal_read(vrt, tmp_path)
+    cube = virtualize.open(vrt)["image"][...]
+    assert (cube[:32, 32:] == 7).all() and (cube[32:, :32] == 7).all()
+    np.testing.assert_array_equal(got, cube)
+    assert gdalinfo(vrt)["bands"][0]["noDataValue"] == 7
+
+
+@pytest.mark.parametrize("overlap", ["last", "first"])
+def test_overlaps_settled_as_gdal_paints(case, tmp_path, overlap):
+    """--overlap last is GDAL's own rule (later sources on top); first: painted reversed."""
+    name = "mosaic_overlap_aligned"
+    files = case(name)
+    vrt = tmp_path / "m.vrt"
+    virtualize.mosaic(files, vrt, overlap=overlap)
+    got = gdal_read(vrt, tmp_path)
+    cube = virtualize.open(vrt)["image"][...]
+    np.testing.assert_array_equal(got, cube)
+    # the winner's values show in the overlap (columns 32..64)
+    winner = 1 if overlap == "last" else 0
+    tile = tifffile.imread(files[winner])
+    col0 = mm.LAYOUT[name][winner][1]
+    np.testing.assert_array_equal(got[:, 32:64], tile[:, 32 - col0:64 - col0])
+
+
+def test_a_plan_gdal_would_paint_otherwise_is_refused(case, tmp_path):
+    """The layout is checked against the plan's chunks: a plan whose overlap winner is
+    not the tile GDAL paints on top is refused, located, and nothing written."""
+    from virtualize.outputs.vrt.writer import write_vrt
+
+    files = case("mosaic_overlap_aligned")
+    report = virtualize.check_mosaic(files, overlap="last")
+    plan = report.plan
+    plan.recipe = dict(plan.recipe, overlap="first")  # GDAL would now paint tile 0 on top
+    vrt = tmp_path / "m.vrt"
+    with pytest.raises(VirtualizeError) as e:
+        write_vrt(plan, vrt)
+    kinds = {p.kind for p in e.value.problems}
+    assert kinds == {"vrt-unsupported"}
+    p = e.value.problems[0]
+    assert p.loc.variable == "image" and p.loc.file == str(files[0]) and p.loc.block is not None
+    assert "GDAL would show" in p.message and str(files[1]) in p.message
+    assert not vrt.exists() and list(tmp_path.iterdir()) == []
+
+
+def geotiff_stack(tmp_path, n=3, **kw):
+    d = tmp_path / "stack"
+    d.mkdir()
+    paths = []
+    for i in range(n):
+        a = (np.arange(40 * 50, dtype=np.float32).reshape(40, 50) * (i + 1)) / 7
+        p = d / f"day{i}.tif"
+        tifffile.imwrite(p, a, tile=(16, 16), compression="zlib",
+                         extratags=geotags(32633, (500000.0, 4000000.0), 10.0), **kw)
+        paths.append(p)
+    return paths
+
+
+def test_a_tiff_stack_is_one_band_per_file(tmp_path):
+    paths = geotiff_stack(tmp_path)
+    vrt = tmp_path / "s.vrt"
+    report = virtualize.virtualize(paths, vrt, concat_dim="time")
+    var = data_name(report.plan)
+    cube = virtualize.open(vrt)[var][...]
+    assert cube.shape == (3, 40, 50)
+    got = gdal_read(vrt, tmp_path)
+    np.testing.assert_array_equal(got, np.moveaxis(cube, 0, -1))
+    np.testing.assert_array_equal(got, np.stack([tifffile.imread(p) for p in paths], axis=-1))
+    info, one = gdalinfo(vrt), gdalinfo(paths[0])
+    assert len(info["bands"]) == 3
+    assert info["geoTransform"] == one["geoTransform"]
+    assert info["coordinateSystem"]["wkt"] == one["coordinateSystem"]["wkt"]
+
+
+def test_a_planar_band_tiff_is_its_bands(tmp_path):
+    """A planar-separate 3-band TIFF, (band, y, x): band b of the VRT is the file's b."""
+    a = np.arange(3 * 30 * 20, dtype=np.uint16).reshape(3, 30, 20)
+    p = tmp_path / "rgb.tif"
+    tifffile.imwrite(p, a, planarconfig="separate", photometric="rgb", rowsperstrip=8)
+    vrt = tmp_path / "b.vrt"
+    virtualize.virtualize([p], vrt)
+    got = gdal_read(vrt, tmp_path)
+    np.testing.assert_array_equal(got, np.moveaxis(a, 0, -1))
+    np.testing.assert_array_equal(virtualize.open(vrt)["image"][...], a)
+
+
+def test_relative_vrt_moves_with_its_files(case, tmp_path):
+    files = case("mosaic_uneven_2x2")
+    d = tmp_path / "here"
+    shutil.copytree(files[0].parent, d / "tiles")
+    vrt = d / "m.vrt"
+    virtualize.mosaic(sorted((d / "tiles").glob("tile_*.tif")), vrt, relative=True)
+    text = vrt.read_text()
+    assert '<SourceFilename relativeToVRT="1">tiles/tile_0.tif</SourceFilename>' in text
+    moved = tmp_path / "moved"
+    d.rename(moved)
+    got = gdal_read(moved / "m.vrt", tmp_path)
+    np.testing.assert_array_equal(got, mm.expected("mosaic_uneven_2x2"))
+    np.testing.assert_array_equal(virtualize.open(moved / "m.vrt")["image"][...], got)
+
+
+def test_what_a_vrt_cannot_hold_is_refused_naming_what_to_use(case, tmp_path):
+    # netCDF tiles: GDAL would read them through its netCDF driver
+    files = case("mosaic_netcdf")
+    vrt = tmp_path / "m.vrt"
+    with pytest.raises(VirtualizeError) as e:
+        virtualize.mosaic(files, vrt)
+    assert {p.kind for p in e.value.problems} == {"vrt-unsupported"}
+    assert {p.loc.file for p in e.value.problems} >= {str(files[0])}
+    assert "-o cube.zarr" in str(e.value)
+    assert not vrt.exists() and not list(tmp_path.glob(".m.vrt*"))
+    # the same tiles as a cube are fine
+    virtualize.mosaic(files, tmp_path / "m.zarr")
+
+
+def test_lossy_and_inexact_types_are_refused(tmp_path):
+    a = np.arange(32 * 32, dtype=np.uint8).reshape(32, 32)
+    jpeg = tmp_path / "j.tif"
+    tifffile.imwrite(jpeg, a, compression="jpeg", tile=(16, 16))
+    f16 = tmp_path / "h.tif"
+    tifffile.imwrite(f16, a.astype(np.float16))
+    for src, words in ((jpeg, "lossy"), (f16, "float16")):
+        out = tmp_path / f"{src.stem}.vrt"
+        with pytest.raises(VirtualizeError) as e:
+            virtualize.virtualize([src], out)
+        assert any(p.kind == "vrt-unsupported" and words in p.message for p in e.value.problems)
+        assert not out.exists()
+
+
+def test_overwrite_replaces_only_a_vrt_virtualize_wrote(case, tmp_path):
+    files = case("mosaic_uneven_2x2")
+    vrt = tmp_path / "m.vrt"
+    virtualize.mosaic(files, vrt)
+    with pytest.raises(OutputExistsError):
+        virtualize.mosaic(files, vrt)
+    first = vrt.read_text()
+    virtualize.mosaic(files[:2], vrt, overwrite=True)
+    assert vrt.read_text() != first and gdalinfo(vrt)["size"] == [146, 64]
+    # a VRT gdalbuildvrt made is not ours: kept, even with --overwrite
+    theirs = tmp_path / "theirs.vrt"
+    r = subprocess.run(["gdalbuildvrt", "-q", str(theirs), *map(str, files)], capture_output=True)
+    if r.returncode != 0:
+        theirs.write_text('<VRTDataset rasterXSize="1" rasterYSize="1"></VRTDataset>\n')
+    before = theirs.read_bytes()
+    with pytest.raises(UnsafeOutputError):
+        virtualize.mosaic(files, theirs, overwrite=True)
+    assert theirs.read_bytes() == before
+    # nor does virtualize read it back: GDAL's semantics are GDAL's
+    with pytest.raises(VirtualizeError, match="did not write"):
+        virtualize.open(theirs)
+
+
+def test_an_edited_or_stale_vrt_is_refused_not_read(case, tmp_path):
+    files = case("mosaic_uneven_2x2")
+    d = tmp_path / "tiles"
+    shutil.copytree(files[0].parent, d)
+    tiles = sorted(d.glob("tile_*.tif"))
+    vrt = tmp_path / "m.vrt"
+    virtualize.mosaic(tiles, vrt)
+    text = vrt.read_text()
+    edited = tmp_path / "e.vrt"
+    edited.write_text(text.replace('<DstRect xOff="96" yOff="0"', '<DstRect xOff="90" yOff="0"', 1))
+    assert edited.read_text() != text
+    with pytest.raises(VirtualizeError) as e:
+        virtualize.open(edited)
+    assert e.value.problems[0].kind == "vrt-edited"
+    # a tile rewritten with other values: stale
+    tifffile.imwrite(tiles[3], np.zeros((40, 50), np.uint32))
+    with pytest.raises(VirtualizeError):
+        virtualize.open(vrt)
+
+
+def test_cli_writes_a_vrt_by_name_and_by_format(case, tmp_path):
+    files = case("mosaic_uneven_2x2")
+    env = None  # (inherited: PYTHONPATH names the source tree under test)
+    cli = [os.path.join(os.path.dirname(sys.executable), "virtualize")]
+    r = subprocess.run([*cli, "mosaic", *map(str, files), "-o", str(tmp_path / "m.vrt")],
+                       capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    np.testing.assert_array_equal(gdal_read(tmp_path / "m.vrt", tmp_path),
+                                  mm.expected("mosaic_uneven_2x2"))
+    r = subprocess.run([*cli, "mosaic", *map(str, files), "-o", str(tmp_path / "g"),
+                        "--format", "vrt"], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    assert gdalinfo(tmp_path / "g")["driverShortName"] == "VRT"
+    np.testing.assert_array_equal(virtualize.open(tmp_path / "g")["image"][...],
+                                  mm.expected("mosaic_uneven_2x2"))
+    # a .vrt name for another kind is a usage error
+    r = subprocess.run([*cli, "mosaic", *map(str, files), "-o", str(tmp_path / "k.vrt"),
+                        "--format", "kerchunk"], capture_output=True, text=True, env=env)
+    assert r.returncode == 2 and "VRT" in r.stderr and not (tmp_path / "k.vrt").exists()
