@@ -309,3 +309,71 @@ def test_cli_writes_a_vrt_by_name_and_by_format(case, tmp_path):
     r = subprocess.run([*cli, "mosaic", *map(str, files), "-o", str(tmp_path / "k.vrt"),
                         "--format", "kerchunk"], capture_output=True, text=True, env=env)
     assert r.returncode == 2 and "VRT" in r.stderr and not (tmp_path / "k.vrt").exists()
+
+
+def test_append_verify_export_and_refresh_of_a_stack_vrt(tmp_path):
+    paths = geotiff_stack(tmp_path, n=4)
+    vrt = tmp_path / "s.vrt"
+    virtualize.virtualize(paths[:3], vrt, concat_dim="time")
+    report = virtualize.append(vrt, [paths[3]])  # the stack planned again, written anew
+    assert report.output["kind"] == "vrt"
+    got = gdal_read(vrt, tmp_path)
+    np.testing.assert_array_equal(got, np.stack([tifffile.imread(p) for p in paths], axis=-1))
+    assert virtualize.open(vrt)["image"].shape == (4, 40, 50)
+    assert virtualize.verify_cube(vrt, decode=True) == []
+    virtualize.export(vrt, tmp_path / "c.zarr")
+    virtualize.export(tmp_path / "c.zarr", tmp_path / "back.vrt")
+    np.testing.assert_array_equal(gdal_read(tmp_path / "back.vrt", tmp_path), got)
+    os.utime(paths[0])  # touched only: refused when strict until refreshed
+    with pytest.raises(VirtualizeError):
+        virtualize.open(vrt, strict=True)
+    assert [p.kind for p in virtualize.verify_cube(vrt, refresh=True)] == ["source-touched"]
+    np.testing.assert_array_equal(virtualize.open(vrt, strict=True)["image"][...],
+                                  np.moveaxis(got, -1, 0))
+    assert virtualize.verify_cube(vrt, strict=True) == []
+    np.testing.assert_array_equal(gdal_read(vrt, tmp_path), got)  # (its raster part as it was)
+
+
+def test_int8_is_int8_for_gdal(tmp_path):
+    """Int8 exists from GDAL 3.7: an older GDAL refuses to open the VRT rather than read
+    its values as unsigned."""
+    a = (np.arange(30 * 20) % 256 - 128).astype(np.int8).reshape(30, 20)
+    p = tmp_path / "s.tif"
+    tifffile.imwrite(p, a)
+    vrt = tmp_path / "s.vrt"
+    virtualize.virtualize([p], vrt)
+    assert 'dataType="Int8"' in vrt.read_text()
+    np.testing.assert_array_equal(virtualize.open(vrt)["image"][...], a)
+    version = subprocess.run(["gdalinfo", "--version"], capture_output=True, text=True).stdout
+    major, minor = (int(v) for v in version.split()[1].split(".")[:2])
+    out = tmp_path / "o.tif"
+    r = subprocess.run(["gdal_translate", "-q", "-of", "GTiff", str(vrt), str(out)],
+                       capture_output=True, text=True)
+    if (major, minor) < (3, 7):
+        assert r.returncode != 0 and "Int8" in r.stderr
+    else:
+        assert r.returncode == 0, r.stderr
+        np.testing.assert_array_equal(tifffile.imread(out), a)
+
+
+def test_a_winners_nodata_pixels_stay_nodata_over_the_loser(tmp_path):
+    """GDAL's transparency of source nodata (ComplexSource <NODATA>, gdalbuildvrt's) would
+    show the losing tile through the winner's nodata pixels; the VRT's SimpleSources are
+    opaque, so GDAL shows the winner's nodata there, as the cube does."""
+    d = tmp_path / "t"
+    d.mkdir()
+    tiles = []
+    for i, x in enumerate((0.0, 320.0)):  # tile 1 overlaps tile 0's columns 32..64
+        a = np.full((64, 64), 100 + i, dtype=np.uint16)
+        if i == 1:
+            a[:, :32] = 0  # nodata exactly where it covers tile 0
+        p = d / f"t{i}.tif"
+        tifffile.imwrite(p, a, tile=(32, 32), extratags=geotags(
+            32633, (500000.0 + x, 4000000.0), 10.0, nodata="0"))
+        tiles.append(p)
+    vrt = tmp_path / "m.vrt"
+    virtualize.mosaic(tiles, vrt, overlap="last")
+    cube = virtualize.open(vrt)["image"][...]
+    assert (cube[:, 32:64] == 0).all() and (cube[:, :32] == 100).all()
+    np.testing.assert_array_equal(gdal_read(vrt, tmp_path), cube)
+    assert "<SimpleSource>" in vrt.read_text() and "<NODATA>" not in vrt.read_text()
