@@ -377,3 +377,31 @@ def test_a_winners_nodata_pixels_stay_nodata_over_the_loser(tmp_path):
     assert (cube[:, 32:64] == 0).all() and (cube[:, :32] == 100).all()
     np.testing.assert_array_equal(gdal_read(vrt, tmp_path), cube)
     assert "<SimpleSource>" in vrt.read_text() and "<NODATA>" not in vrt.read_text()
+
+
+def test_xarray_engine_opens_a_vrt(case, tmp_path):
+    import xarray as xr
+
+    files = case("mosaic_uneven_2x2")
+    vrt = tmp_path / "m.vrt"
+    virtualize.mosaic(files, vrt)
+    ds = xr.open_dataset(vrt, engine="virtualize")
+    np.testing.assert_array_equal(ds["image"].values, gdal_read(vrt, tmp_path))
+    assert ds["x"].size == 146 and ds["y"].size == 104
+
+
+def test_a_tiff_whose_first_image_is_not_the_cubes_is_refused(tmp_path):
+    """GDAL's dataset of a TIFF is its first image (IFD 0); here a reduced-resolution
+    thumbnail comes first and the cube's image is the second page: refused, located."""
+    p = tmp_path / "t.tif"
+    with tifffile.TiffWriter(p) as w:
+        w.write(np.ones((8, 10), np.uint16), subfiletype=1)
+        w.write(np.arange(40 * 50, dtype=np.uint16).reshape(40, 50))
+    out = tmp_path / "t.vrt"
+    with pytest.raises(VirtualizeError) as e:
+        virtualize.virtualize([p], out)
+    (problem,) = e.value.problems
+    assert problem.kind == "vrt-unsupported" and problem.loc.file == str(p)
+    assert "IFD 0: 10 x 8" in problem.message
+    assert not out.exists()
+    virtualize.virtualize([p], tmp_path / "t.zarr")  # a cube is fine

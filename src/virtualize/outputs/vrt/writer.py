@@ -151,9 +151,14 @@ def _source_names(plan: Plan, layout: VrtLayout, relative_to: str | None
         if relative_to is not None and not is_url(relative_to) else None
     names: list[tuple[bool, str]] = [(False, "")] * len(plan.sources)
     problems: list[Problem] = []
+    need = {}
+    for band in layout.bands:
+        for p in band:
+            h, w, b = need.get(p.source, (p.height, p.width, 0))
+            need[p.source] = (h, w, max(b, p.band))
     for i in used:
         path = plan.sources[i].path
-        why = _not_tiff(path)
+        why = _not_tiff(path) or _not_as_placed(path, layout, *need[i])
         if why:
             problems.append(Problem(Location(path, layout.name), KIND, why))
             continue
@@ -193,9 +198,28 @@ def _not_tiff(path: str) -> str | None:
     return None if head in TIFF_MAGIC else reason
 
 
-def read_text(path: str | os.PathLike) -> str:
-    with open(path, encoding="utf-8") as f:
-        return f.read()
+def _not_as_placed(path: str, layout: VrtLayout, height: int, width: int, bands: int
+                   ) -> str | None:
+    """Why GDAL's dataset of the (local) TIFF, its first image (IFD 0), is not the image the
+    cube places there (None: its size, type and samples are); read from its header only."""
+    if is_url(path):
+        return None  # (not opened here: the cube's scan of it stands)
+    import tifffile
+
+    try:
+        with tifffile.TiffFile(path) as tif:
+            page = tif.pages.first
+            size, samples, dtype = (page.imagelength, page.imagewidth), page.samplesperpixel, \
+                page.dtype
+    except Exception as e:  # noqa: BLE001 - any header tifffile cannot read
+        return f"its first image cannot be read: {e}"
+    want = layout.array.dtype
+    if size != (height, width) or samples < bands or dtype is None \
+            or dtype.newbyteorder("=") != want.newbyteorder("="):
+        return (f"GDAL reads its first image (IFD 0: {size[1]} x {size[0]} pixels, {samples} "
+                f"sample(s) of {dtype}), not the {width} x {height} image of {bands} band(s) of "
+                f"{want} the cube places there: {INSTEAD}")
+    return None
 
 
 def is_ours(head: str) -> bool:
