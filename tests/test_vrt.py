@@ -405,3 +405,74 @@ def test_a_tiff_whose_first_image_is_not_the_cubes_is_refused(tmp_path):
     assert "IFD 0: 10 x 8" in problem.message
     assert not out.exists()
     virtualize.virtualize([p], tmp_path / "t.zarr")  # a cube is fine
+
+
+def test_http_sources_through_vsicurl(case, tmp_path):
+    from servers import RangeHTTPServer
+
+    files = case("mosaic_uneven_2x2")
+    srv = RangeHTTPServer(files[0].parent)
+    try:
+        urls = [f"{srv.url}/{p.name}" for p in files]
+        vrt = tmp_path / "m.vrt"
+        virtualize.mosaic(urls, vrt)
+        text = vrt.read_text()
+        assert f'<SourceFilename relativeToVRT="0">/vsicurl/{urls[0]}</SourceFilename>' in text
+        np.testing.assert_array_equal(virtualize.open(vrt)["image"][...],
+                                      mm.expected("mosaic_uneven_2x2"))
+        np.testing.assert_array_equal(gdal_read(vrt, tmp_path), mm.expected("mosaic_uneven_2x2"))
+    finally:
+        srv.stop()
+
+
+def test_pixel_is_point_and_ungeoreferenced_tiles(case, tmp_path):
+    from make_tiff import RASTER_PIXEL_IS_POINT
+
+    d = tmp_path / "p"
+    d.mkdir()
+    tiles = []
+    for i in range(2):
+        p = d / f"t{i}.tif"
+        tifffile.imwrite(p, np.full((20, 30), i + 1, np.uint8), extratags=geotags(
+            4326, (10.0 + i * 30 * 0.5, 50.0), 0.5, raster_type=RASTER_PIXEL_IS_POINT))
+        tiles.append(p)
+    vrt = tmp_path / "pt.vrt"
+    virtualize.mosaic(tiles, vrt)
+    info, tile = gdalinfo(vrt), gdalinfo(tiles[0])
+    assert info["geoTransform"] == tile["geoTransform"]  # GDAL's half-pixel shift, as its own
+    assert info["coordinateSystem"]["wkt"] == tile["coordinateSystem"]["wkt"]
+    np.testing.assert_array_equal(gdal_read(vrt, tmp_path),
+                                  np.hstack([tifffile.imread(p) for p in tiles]))
+    # no georeferencing: placed by the offsets given, no SRS or GeoTransform written
+    files = case("mosaic_offsets_plain")
+    plain = tmp_path / "plain.vrt"
+    virtualize.mosaic(files, plain, offsets=[(r, c) for r, c, _, _ in mm.LAYOUT["mosaic_offsets_plain"]])
+    assert "<SRS>" not in plain.read_text() and "<GeoTransform>" not in plain.read_text()
+    np.testing.assert_array_equal(gdal_read(plain, tmp_path),
+                                  mm.expected("mosaic_offsets_plain"))
+
+
+def test_several_arrays_and_4d_stacks_are_refused(tmp_path):
+    import netCDF4
+
+    nc = tmp_path / "two.nc"
+    with netCDF4.Dataset(nc, "w") as ds:
+        ds.createDimension("y", 10)
+        ds.createDimension("x", 12)
+        for name in ("a", "b"):
+            ds.createVariable(name, "f4", ("y", "x"))[:] = np.ones((10, 12))
+    with pytest.raises(VirtualizeError) as e:
+        virtualize.virtualize([nc], tmp_path / "two.vrt")
+    (p,) = e.value.problems
+    assert p.kind == "vrt-unsupported" and "one raster" in p.message and "a, b" in p.message
+    assert "-o cube.zarr" in p.message
+    rgb = []
+    for i in range(2):
+        f = tmp_path / f"rgb{i}.tif"
+        tifffile.imwrite(f, np.full((16, 16, 3), i, np.uint8), photometric="rgb")
+        rgb.append(f)
+    with pytest.raises(VirtualizeError) as e:
+        virtualize.virtualize(rgb, tmp_path / "rgb.vrt", concat_dim="time")
+    (p,) = e.value.problems
+    assert p.loc.variable == "image" and "('time', 'y', 'x', 'band')" in p.message
+    assert not list(tmp_path.glob("*.vrt")) and not list(tmp_path.glob(".*staging*"))
