@@ -476,3 +476,17 @@ def test_several_arrays_and_4d_stacks_are_refused(tmp_path):
     (p,) = e.value.problems
     assert p.loc.variable == "image" and "('time', 'y', 'x', 'band')" in p.message
     assert not list(tmp_path.glob("*.vrt")) and not list(tmp_path.glob(".*staging*"))
+
+
+def test_a_killed_runs_staged_vrt_is_cleaned_up_and_a_foreign_one_kept(case, tmp_path):
+    files = case("mosaic_uneven_2x2")
+    vrt = tmp_path / "m.vrt"
+    virtualize.mosaic(files, vrt)
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    ours = tmp_path / f".m.vrt.staging-{p.pid}-abc"
+    ours.write_bytes(vrt.read_bytes()[:5000])  # half a VRT of ours
+    theirs = tmp_path / f".m.vrt.staging-{p.pid}-xyz"
+    theirs.write_text('<VRTDataset rasterXSize="1" rasterYSize="1"></VRTDataset>\n')
+    virtualize.mosaic(files, vrt, overwrite=True)
+    assert not ours.exists() and theirs.exists()

@@ -274,7 +274,7 @@ def _check_band(plan, name, a, owner, edges, iy, ix, ib, b, sources, sparse, pro
             why = (f"the cube reads {held} there, GDAL would show {shown}"
                    + ("" if top[i, j] != want[i, j] else " over part of it only"))
         else:
-            why = (f"the cube reads its fill value {a.fill_value!r} there (no block), GDAL "
+            why = (f"the cube reads its fill value {a.fill_value} there (no block), GDAL "
                    f"would show {shown}")
         block = [0] * a.refs.ndim
         block[iy], block[ix] = int(i), int(j)
