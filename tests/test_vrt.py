@@ -219,18 +219,34 @@ def test_relative_vrt_moves_with_its_files(case, tmp_path):
     np.testing.assert_array_equal(virtualize.open(moved / "m.vrt")["image"][...], got)
 
 
-def test_what_a_vrt_cannot_hold_is_refused_naming_what_to_use(case, tmp_path):
-    # netCDF tiles: GDAL would read them through its netCDF driver
+def test_netcdf_tiles_are_refused_naming_gdals_reason(case, tmp_path):
+    """GDAL's netCDF driver may flip rows (a y coordinate without the CF attributes it
+    looks for is taken as bottom-up even when it decreases): not referenced, refused."""
     files = case("mosaic_netcdf")
     vrt = tmp_path / "m.vrt"
     with pytest.raises(VirtualizeError) as e:
         virtualize.mosaic(files, vrt)
     assert {p.kind for p in e.value.problems} == {"vrt-unsupported"}
-    assert {p.loc.file for p in e.value.problems} >= {str(files[0])}
-    assert "-o cube.zarr" in str(e.value)
+    assert {p.loc.file for p in e.value.problems} == {str(f) for f in files}
+    assert all("bottom-up" in p.message and "-o cube.zarr" in p.message
+               for p in e.value.problems)
     assert not vrt.exists() and not list(tmp_path.glob(".m.vrt*"))
-    # the same tiles as a cube are fine
-    virtualize.mosaic(files, tmp_path / "m.zarr")
+    virtualize.mosaic(files, tmp_path / "m.zarr")  # the same tiles as a cube are fine
+
+
+def test_what_a_vrt_cannot_hold_is_refused_naming_what_to_use(tmp_path):
+    """A FITS image: GDAL would read it through its FITS driver; refused."""
+    pytest.importorskip("astropy")
+    fits = tmp_path / "a.fits"
+    from astropy.io import fits as afits
+    afits.PrimaryHDU(np.ones((4, 5), np.float32)).writeto(fits)
+    out = tmp_path / "m.vrt"
+    with pytest.raises(VirtualizeError) as e:
+        virtualize.virtualize([fits], out)
+    assert {p.kind for p in e.value.problems} == {"vrt-unsupported"}
+    assert "-o cube.zarr" in str(e.value)
+    assert not out.exists() and not list(tmp_path.glob(".m.vrt*"))
+    virtualize.virtualize([fits], tmp_path / "m.zarr")  # as a cube: fine
 
 
 def test_lossy_and_inexact_types_are_refused(tmp_path):

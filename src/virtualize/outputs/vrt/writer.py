@@ -184,10 +184,11 @@ def _source_names(plan: Plan, layout: VrtLayout, relative_to: str | None
 def _not_tiff(path: str) -> str | None:
     """Why GDAL would not read the file as the cube does (None: a TIFF, read by GDAL's
     GTiff driver as its first image's bands)."""
-    reason = ("is not a TIFF: GDAL would read it through another driver (netCDF / HDF5 "
-              "subdatasets, whose reads are not checked to equal the cube's: rows may be "
-              "flipped to north-up, types widened); the VRT output references TIFF files only: "
-              + INSTEAD)
+    reason = ("is not a TIFF: GDAL would read it through another driver, whose reads are "
+              "not those of the cube (GDAL's netCDF driver decides the row order by its own "
+              "heuristics: a variable whose y coordinate lacks the CF attributes it looks for "
+              "is read bottom-up, flipped, even when y decreases; it reads _Unsigned integers "
+              "as unsigned); the VRT output references TIFF files only: " + INSTEAD)
     if is_url(path):
         return None if path.lower().endswith(TIFF_SUFFIXES) else reason
     try:
