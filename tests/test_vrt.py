@@ -506,3 +506,29 @@ def test_a_killed_runs_staged_vrt_is_cleaned_up_and_a_foreign_one_kept(case, tmp
     theirs.write_text('<VRTDataset rasterXSize="1" rasterYSize="1"></VRTDataset>\n')
     virtualize.mosaic(files, vrt, overwrite=True)
     assert not ours.exists() and theirs.exists()
+
+
+def test_a_vrt_on_object_storage(case, tmp_path, monkeypatch):
+    """-o s3://bucket/m.vrt: built locally, uploaded; replaced with --overwrite (ours),
+    read back by virtualize.open."""
+    pytest.importorskip("moto")
+    from servers import s3_bucket, start_moto
+
+    files = case("mosaic_uneven_2x2")
+    server, endpoint = start_moto()
+    try:
+        client = s3_bucket(monkeypatch, endpoint, "out")
+        url = "s3://out/m.vrt"
+        virtualize.mosaic(files, url)
+        body = client.get_object(Bucket="out", Key="m.vrt")["Body"].read().decode()
+        assert f"<SourceFilename relativeToVRT=\"0\">{files[0]}</SourceFilename>" in body
+        with pytest.raises(OutputExistsError):
+            virtualize.mosaic(files, url)
+        virtualize.mosaic(files, url, overwrite=True)
+        np.testing.assert_array_equal(virtualize.open(url)["image"][...],
+                                      mm.expected("mosaic_uneven_2x2"))
+        client.put_object(Bucket="out", Key="theirs.vrt", Body=b"<VRTDataset/>\n")
+        with pytest.raises(UnsafeOutputError):
+            virtualize.mosaic(files, "s3://out/theirs.vrt", overwrite=True)
+    finally:
+        server.stop()
