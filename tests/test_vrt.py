@@ -202,6 +202,8 @@ def test_a_planar_band_tiff_is_its_bands(tmp_path):
     got = gdal_read(vrt, tmp_path)
     np.testing.assert_array_equal(got, np.moveaxis(a, 0, -1))
     np.testing.assert_array_equal(virtualize.open(vrt)["image"][...], a)
+    colours = [band["colorInterpretation"] for band in gdalinfo(vrt)["bands"]]
+    assert colours == [band["colorInterpretation"] for band in gdalinfo(p)["bands"]]
 
 
 def test_relative_vrt_moves_with_its_files(case, tmp_path):

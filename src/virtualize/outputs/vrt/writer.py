@@ -19,7 +19,7 @@ from xml.sax.saxutils import escape
 from ...model import Location, Plan, Problem, VirtualizeError
 from ...storage import is_url, protocol
 from ..staging import staged_file
-from .layout import INSTEAD, KIND, VrtLayout, vrt_layout
+from .layout import INSTEAD, KIND, SAMPLES, VrtLayout, vrt_layout
 
 VRT_FORMAT = "virtualize-vrt"
 VRT_VERSION = 1
@@ -82,8 +82,12 @@ def _raster(plan: Plan, layout: VrtLayout, names: list[str]) -> tuple[str, str]:
         out.append(f"  <SRS>{escape(srs)}</SRS>\n")
     if transform:
         out.append(f"  <GeoTransform>{', '.join(transform)}</GeoTransform>\n")
+    # RGB tiles shown as colour (what GDAL says of an RGB TIFF's bands; values unchanged)
+    rgb = layout.array.attrs.get("tiff_photometric") == "rgb" and SAMPLES in layout.array.dims
     for b, sources in enumerate(layout.bands, start=1):
         out.append(f'  <VRTRasterBand dataType="{layout.gdal_type}" band="{b}">\n')
+        if rgb and b <= 3:
+            out.append(f"    <ColorInterp>{('Red', 'Green', 'Blue')[b - 1]}</ColorInterp>\n")
         if layout.nodata is not None:
             out.append(f"    <NoDataValue>{_number(layout.nodata)}</NoDataValue>\n")
         for p in sources:
