@@ -188,6 +188,8 @@ def test_a_tiff_stack_is_one_band_per_file(tmp_path):
     np.testing.assert_array_equal(got, np.stack([tifffile.imread(p) for p in paths], axis=-1))
     info, one = gdalinfo(vrt), gdalinfo(paths[0])
     assert len(info["bands"]) == 3
+    # each band named by its file (these file names hold no date: no time coordinate)
+    assert [band.get("description") for band in info["bands"]] == [p.name for p in paths]
     assert info["geoTransform"] == one["geoTransform"]
     assert info["coordinateSystem"]["wkt"] == one["coordinateSystem"]["wkt"]
 
@@ -534,3 +536,17 @@ def test_a_vrt_on_object_storage(case, tmp_path, monkeypatch):
             virtualize.mosaic(files, "s3://out/theirs.vrt", overwrite=True)
     finally:
         server.stop()
+
+
+def test_a_stacks_bands_are_named_by_their_dates(tmp_path):
+    paths = []
+    for i in range(3):
+        p = tmp_path / f"ndvi_2024010{i + 1}.tif"
+        tifffile.imwrite(p, np.full((10, 12), i, np.int16))
+        paths.append(p)
+    vrt = tmp_path / "s.vrt"
+    virtualize.virtualize(paths, vrt, concat_dim="time")
+    bands = gdalinfo(vrt)["bands"]
+    assert [b["description"] for b in bands] == [f"time={i} days since 2024-01-01" for i in range(3)]
+    np.testing.assert_array_equal(gdal_read(vrt, tmp_path),
+                                  np.stack([tifffile.imread(p) for p in paths], axis=-1))

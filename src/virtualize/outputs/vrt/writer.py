@@ -86,6 +86,9 @@ def _raster(plan: Plan, layout: VrtLayout, names: list[str]) -> tuple[str, str]:
     rgb = layout.array.attrs.get("tiff_photometric") == "rgb" and SAMPLES in layout.array.dims
     for b, sources in enumerate(layout.bands, start=1):
         out.append(f'  <VRTRasterBand dataType="{layout.gdal_type}" band="{b}">\n')
+        label = _label(plan, layout, b - 1, sources)
+        if label:
+            out.append(f"    <Description>{escape(label)}</Description>\n")
         if rgb and b <= 3:
             out.append(f"    <ColorInterp>{('Red', 'Green', 'Blue')[b - 1]}</ColorInterp>\n")
         if layout.nodata is not None:
@@ -103,6 +106,24 @@ def _raster(plan: Plan, layout: VrtLayout, names: list[str]) -> tuple[str, str]:
         out.append("  </VRTRasterBand>\n")
     out.append("</VRTDataset>\n")
     return first, "".join(out)
+
+
+def _label(plan: Plan, layout: VrtLayout, b: int, sources) -> str | None:
+    """A stack's band, one per file, named by its step of the stacking coordinate (with
+    its units: "time=17532.0 days since 1970-01-01"), else by its file's name."""
+    dim = plan.concat_dim
+    a = layout.array
+    if plan.mosaic is not None or dim is None or dim not in a.dims or dim in ("y", "x") \
+            or len(sources) != 1 or a.shape[a.dims.index(dim)] != len(layout.bands):
+        return None
+    c = plan.arrays.get(dim)
+    values = c.inline if c is not None else None
+    if values is not None and values.ndim == 1 and values.size == len(layout.bands):
+        units = c.attrs.get("units")
+        v = values[b]
+        return f"{dim}={v.item() if hasattr(v, 'item') else v}" + \
+            (f" {units}" if isinstance(units, str) else "")
+    return os.path.basename(plan.sources[sources[0].source].path)
 
 
 def _number(v) -> str:
