@@ -257,6 +257,38 @@ def test_output_to_s3_reads_back_and_is_guarded(served, s3, out, tmp_path):
                               overwrite=True)
 
 
+@pytest.mark.parametrize("out", ["cube.zarr", "refs.json",
+                                 pytest.param("repo.icechunk", marks=pytest.mark.needs("icechunk"))])
+def test_grouped_output_on_s3_opens_as_a_datatree(case, s3, out, tmp_path):
+    """A grouped cube of S3 sources, written to S3, opened where it is by
+    xr.open_datatree / xr.open_groups: the local cube's tree, bit for bit."""
+    client, _ = s3
+    files = case("groups")
+    for f in files:
+        client.upload_file(str(f), BUCKET, f"groups/{f.name}")
+    url = f"s3://{BUCKET}/grouped/{out}"
+    virtualize.virtualize(f"s3://{BUCKET}/groups/*.nc", url)
+    virtualize.virtualize(files, tmp_path / "local.zarr")
+    raw = dict(mask_and_scale=False, decode_times=False)
+    tree = xr.open_datatree(url, engine="virtualize", **raw)
+    expected = xr.open_datatree(tmp_path / "local.zarr", engine="virtualize", **raw)
+    assert sorted(tree.groups) == sorted(expected.groups) == ["/", "/surface", "/surface/stats"]
+    xr.testing.assert_identical(tree, expected)
+    for node in tree.subtree:
+        for name, var in node.to_dataset(inherit=False).variables.items():
+            assert_same(var.values, expected[node.path][name].values, f"{node.path}/{name}")
+    groups = xr.open_groups(url, engine="virtualize", **raw)
+    assert sorted(groups) == sorted(expected.groups)
+
+
+@pytest.mark.parametrize("name", ["x.nc", "x.tif", "x.h5", "x.grib2"])
+def test_foreign_output_names_on_s3_are_usage_errors(served, s3, name):
+    client, _ = s3
+    with pytest.raises(virtualize.UsageError, match=f"does not write .{name.split('.')[-1]} "):
+        virtualize.virtualize(f"s3://{BUCKET}/months2024/*.nc", f"s3://{BUCKET}/foreign-names/{name}")
+    assert "Contents" not in client.list_objects_v2(Bucket=BUCKET, Prefix="foreign-names/")
+
+
 def test_cli_s3_glob_to_s3_cube(served, s3, tmp_path):
     r = subprocess.run([os.path.join(os.path.dirname(sys.executable), "virtualize"),
                         f"s3://{BUCKET}/nc3_months_classic/*.nc", "-o",

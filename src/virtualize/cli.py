@@ -301,6 +301,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tolerance", type=float, default=1e-3, metavar="PIXELS",
                    help="how far from whole-pixel alignment tiles may be (default 0.001)")
     p.add_argument("--drop", metavar="VAR", action="append", default=[])
+    p.add_argument("--concat-dim", metavar="DIM",
+                   help="a mosaic over time: each tile is one date's, the dates stacked along "
+                        "DIM (e.g. time); each date from --coord, the tile's own DIM "
+                        "variable, or the date in its name")
+    p.add_argument("--coord", metavar="DIM=SPEC", action="append", default=[],
+                   help="each tile's DIM value: name:REGEX (the first group on the file's "
+                        "name) or attr:NAME (a global attribute)")
     _remedy_options(p)
     _job_options(p, gaps=False)
     _report_options(p)
@@ -525,8 +532,15 @@ def _check(args) -> int:
 
 
 def _mosaic(args) -> int:
+    coords = {}
+    for text in args.coord:
+        dim, eq, spec = text.partition("=")
+        if not eq or not dim or not spec:
+            raise UsageError(f"--coord {text}: give DIM=SPEC (e.g. time=name:(\\d{{8}}))")
+        coords[dim] = spec
     kw = dict(overlap=args.overlap, drop=args.drop, tolerance=args.tolerance,
-              offsets=args.offsets, **_kw(args))
+              offsets=args.offsets, concat_dim=args.concat_dim, coords=coords or None,
+              **_kw(args))
     if args.offsets is not None and len(args.offsets) != len(args.files):
         raise UsageError(f"--offsets: {len(args.offsets)} offset(s) for {len(args.files)} "
                          "tile(s); give one ROW,COL per tile, in their order")

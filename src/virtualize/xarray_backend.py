@@ -1,4 +1,5 @@
-"""xarray backend: `xr.open_dataset("cube.zarr", engine="virtualize")`."""
+"""xarray backend: `xr.open_dataset("cube.zarr", engine="virtualize")`, and a grouped
+cube as a DataTree (`xr.open_datatree`, `xr.open_groups`)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ class VirtualizeBackendEntrypoint(BackendEntrypoint):
                                "decode_times", "decode_timedelta", "use_cftime", "concat_characters",
                                "decode_coords", "check_sources", "allow", "storage_options",
                                "strict")
+    supports_groups = True
 
     def open_dataset(self, filename_or_obj, *, drop_variables=None, group=None,
                      mask_and_scale=True, decode_times=True, decode_timedelta=None,
@@ -29,18 +31,47 @@ class VirtualizeBackendEntrypoint(BackendEntrypoint):
         touched one too, docs/reading.md, Staleness); `allow`: more
         roots (paths or URL prefixes) the cube may reference; `storage_options`: as for
         `virtualize.open` (per protocol or flat: docs/reading.md)."""
-        if storage_options is not None:
-            from . import storage
-
-            storage.set_options(storage_options)
-        store = open_store(os.fspath(filename_or_obj), check_sources=check_sources, allow=allow,
-                           strict=strict)
+        store = _store(filename_or_obj, check_sources, allow, storage_options, strict)
         with rectilinear_enabled(codecs=False):  # the store registers what it needs
             return ZarrBackendEntrypoint().open_dataset(
                 store, group=group, drop_variables=drop_variables, mask_and_scale=mask_and_scale,
                 decode_times=decode_times, decode_timedelta=decode_timedelta,
                 use_cftime=use_cftime, concat_characters=concat_characters,
                 decode_coords=decode_coords, zarr_format=3, consolidated=False)
+
+    def open_groups_as_dict(self, filename_or_obj, *, drop_variables=None, group=None,
+                            mask_and_scale=True, decode_times=True, decode_timedelta=None,
+                            use_cftime=None, concat_characters=True, decode_coords=True,
+                            check_sources=True, allow=None, storage_options=None,
+                            strict=False):
+        """Every group of the cube (below `group`, when given) as a Dataset, keyed by its
+        path ("/", "/surface", ...): `xr.open_groups`. The options are `open_dataset`'s,
+        applied to each group. Any output kind whose reader returns a zarr store of the
+        hierarchy (outputs/base.py `OutputKind.open_store`) opens this way."""
+        store = _store(filename_or_obj, check_sources, allow, storage_options, strict)
+        with rectilinear_enabled(codecs=False):  # every group's arrays parsed in here
+            return ZarrBackendEntrypoint().open_groups_as_dict(
+                store, group=group, drop_variables=drop_variables,
+                mask_and_scale=mask_and_scale, decode_times=decode_times,
+                decode_timedelta=decode_timedelta, use_cftime=use_cftime,
+                concat_characters=concat_characters, decode_coords=decode_coords,
+                zarr_format=3, consolidated=False)
+
+    def open_datatree(self, filename_or_obj, *, drop_variables=None, group=None,
+                      mask_and_scale=True, decode_times=True, decode_timedelta=None,
+                      use_cftime=None, concat_characters=True, decode_coords=True,
+                      check_sources=True, allow=None, storage_options=None, strict=False):
+        """The cube's groups as a DataTree (`xr.open_datatree`): `open_groups_as_dict`'s
+        datasets, each group's coordinates inherited by its children as xarray does."""
+        from xarray.backends.common import datatree_from_dict_with_io_cleanup
+
+        return datatree_from_dict_with_io_cleanup(self.open_groups_as_dict(
+            filename_or_obj, drop_variables=drop_variables, group=group,
+            mask_and_scale=mask_and_scale, decode_times=decode_times,
+            decode_timedelta=decode_timedelta, use_cftime=use_cftime,
+            concat_characters=concat_characters, decode_coords=decode_coords,
+            check_sources=check_sources, allow=allow, storage_options=storage_options,
+            strict=strict))
 
     def guess_can_open(self, filename_or_obj) -> bool:
         """A cube directory (it holds virtualize.json), an Icechunk repository (`.icechunk`,
@@ -55,3 +86,13 @@ class VirtualizeBackendEntrypoint(BackendEntrypoint):
         from .outputs.registry import guess_can_open
 
         return guess_can_open(path)
+
+
+def _store(filename_or_obj, check_sources, allow, storage_options, strict):
+    """The output's confined, checked, read-only zarr store, whatever its kind (open.py)."""
+    if storage_options is not None:
+        from . import storage
+
+        storage.set_options(storage_options)
+    return open_store(os.fspath(filename_or_obj), check_sources=check_sources, allow=allow,
+                      strict=strict)

@@ -67,6 +67,12 @@ def append(cube: PathLike, paths: Iterable[PathLike] | PathLike, *, jobs: int | 
     from ..outputs.staging import locked
 
     cube = _local_cube(cube, "append")
+    if not os.path.lexists(cube):  # append never creates a cube
+        registry.refuse_foreign(cube)  # (-o x.nc: a usage error, as for virtualize)
+        raise VirtualizeError([Problem(Location(str(cube)), "not-a-cube",
+                                       "no such cube: append adds to a cube virtualize wrote "
+                                       "(make it first: virtualize FILES -o CUBE)")],
+                              "nothing appended")
     kind = _cube_kind(cube)  # (not a cube: refused before anything is locked)
     with locked(cube):  # concurrent appends to one cube wait for each other
         return _append(cube, kind, paths, jobs=jobs, executor=executor, progress=progress,

@@ -128,30 +128,57 @@ def check_mosaic(paths: Iterable[PathLike] | PathLike, *,
                  scan_timeout: float | None = DEFAULT_SCAN_TIMEOUT,
                  storage_options: dict | None = None,
                  chunk_size: int | str | None = DEFAULT_CHUNK_SIZE,
-                 skip_unreadable: bool = False) -> Report:
+                 skip_unreadable: bool = False, concat_dim: str | None = None,
+                 coords: dict[str, str] | None = None) -> Report:
     """Can these tiles be placed into one mosaic? By georeferencing (GeoTIFF transform,
     or 1-D x/y / lon/lat coordinates), or by explicit `offsets` [(row, col), ...] in pixels.
     `overlap`: None (overlaps are problems), "last" or "first" (which tile wins).
     Remedies as in `check`: `split` cuts uncompressed blocks into row ranges, `materialize`
     copies cells no block fits; `chunk_size` cuts large uncompressed blocks as in `check`;
-    `skip_unreadable` as in `check`."""
+    `skip_unreadable` as in `check`.
+    `concat_dim` ("time"): a mosaic over time, each file one tile on one date, the dates
+    stacked along `concat_dim` (docs/mosaic.md, Mosaics over time); each file's date from
+    `coords` ({"time": "name:REGEX" | "attr:NAME" ...}), else its own `concat_dim`
+    variable, else the date in its name."""
     _storage(storage_options)
     limit = _chunk_size(chunk_size)
+    coords = _mosaic_coords(concat_dim, coords)
+    if concat_dim is not None and materialize:
+        raise UsageError("--materialize is not supported for a mosaic over time yet")
     opts = MosaicOptions(offsets=offsets, overlap=overlap, tolerance=tolerance,
-                         drop=frozenset(_names(drop)), split=split, materialize=materialize)
+                         drop=frozenset(_names(drop)), split=split, materialize=materialize,
+                         concat_dim=concat_dim, coords=coords)
     if overlap not in (None, "last", "first"):
         raise UsageError(f"overlap must be None, 'last' or 'first', not {overlap!r}")
     report = _check(paths, lambda invs: plan_mosaic(invs, opts), progress, materialize_limit, jobs,
                     scan_timeout, executor=executor, chunk_size=limit,
                     names=lambda invs: _unknown_names(invs, opts.drop, (), None),
-                    hint=ScanHint("mosaic"),
+                    hint=ScanHint("mosaic", concat_dim),
                     skip_unreadable=skip_unreadable)
     if report.plan is not None:
         report.plan.recipe = {"kind": "mosaic", "overlap": overlap, "tolerance": tolerance,
                               "offsets": [list(o) for o in offsets] if offsets else None,
                               "drop": sorted(opts.drop), "split": split,
                               "materialize": materialize, "chunk_size": limit}
+        if concat_dim is not None:
+            report.plan.recipe.update(concat_dim=concat_dim, coords=coords)
     return report
+
+
+def _mosaic_coords(concat_dim: str | None, coords: dict[str, str] | None) -> dict | None:
+    """A mosaic over time's `coords`, checked before anything is scanned."""
+    if not coords:
+        return None
+    if concat_dim is None:
+        raise UsageError("coords (--coord) needs concat_dim (--concat-dim) for a mosaic")
+    extra = sorted(set(coords) - {concat_dim})
+    if extra:
+        raise UsageError(f"--coord {extra[0]}=...: a mosaic has one concat axis, {concat_dim!r}")
+    from ..plan.mosaic_time import check_coord
+
+    for dim, spec in coords.items():
+        check_coord(dim, spec)
+    return dict(coords)
 
 
 def _storage(options: dict | None) -> None:

@@ -56,16 +56,19 @@ def mosaic(paths: Iterable[PathLike] | PathLike, out: PathLike, *,
            storage_options: dict | None = None,
            relative: bool = False,
            chunk_size: int | str | None = DEFAULT_CHUNK_SIZE,
-           skip_unreadable: bool = False) -> Report:
+           skip_unreadable: bool = False, concat_dim: str | None = None,
+           coords: dict[str, str] | None = None) -> Report:
     """Place tiles into one mosaic cube at `out` (see `check_mosaic`); nothing is written
-    unless every cell is exactly one block of one tile or a gap."""
+    unless every cell is exactly one block of one tile or a gap. `concat_dim`, `coords`:
+    a mosaic over time (`check_mosaic`)."""
     _storage(storage_options)
     kind = _output_kind(out, format, overwrite, paths)
     report = check_mosaic(paths, offsets=offsets, overlap=overlap, drop=drop,
                           tolerance=tolerance, split=split, materialize=materialize,
                           materialize_limit=materialize_limit, jobs=jobs, executor=executor,
                           progress=progress, scan_timeout=scan_timeout, chunk_size=chunk_size,
-                          skip_unreadable=skip_unreadable)
+                          skip_unreadable=skip_unreadable, concat_dim=concat_dim,
+                          coords=coords)
     return _write(report, out, kind, overwrite, relative)
 
 

@@ -87,6 +87,9 @@ def add_planning_data(inv: FileInventory, read=None, hint: ScanHint | None = Non
         size = math.prod(v.shape)
         wants_values = v.values is None and (
             (name in bounds and size <= COORD_VALUES_LIMIT) or
+            # a mosaic over time: a tile's date may be a scalar `concat_dim` variable
+            (hint is not None and hint.planner == "mosaic" and name == hint.concat_dim
+             and size == 1) or
             (name in inlinable and size * v.dtype.itemsize <= INLINE_VALUES_LIMIT))
         if wants_values:
             try:

@@ -112,6 +112,7 @@ class OutputKind(Protocol):
 
     kind: str  # "cube", "kerchunk", "icechunk": the `format` a caller names
     suffixes: tuple[str, ...]  # output names that choose this kind without `format`
+    title: str  # what it is, in messages ("a cube directory")
 
     def detect(self, path: Path, *, by_name: bool = True) -> bool:
         """`path` (local, existing or not) is to be opened as this kind: the lenient test

@@ -21,13 +21,48 @@ KINDS = (CUBE, VRT, KERCHUNK, ICECHUNK)
 BY_NAME = {k.kind: k for k in KINDS}
 
 # output names whose suffix says a format virtualize does not write (whatever `format`
-# says): writing a cube directory or JSON under such a name would mislead every reader
+# says): writing a cube directory or JSON under such a name would mislead every reader.
+# Every input format's suffixes are refused too (`foreign_suffixes`), so a new format's
+# are without a change here; a suffix an output kind writes is never refused.
 FOREIGN_SUFFIXES = frozenset({
-    ".parq", ".parquet", ".nc", ".nc3", ".nc4", ".cdf", ".netcdf", ".h5", ".hdf5",
-    ".he5", ".hdf", ".tif", ".tiff", ".gtiff", ".cog", ".grib", ".grib2", ".grb", ".grb2",
-    ".fits", ".fit", ".fts", ".zip", ".n5", ".csv", ".npy", ".npz", ".mat", ".jp2", ".png",
-    ".jpg", ".jpeg", ".gz", ".bz2", ".xz", ".zst", ".tar", ".yaml", ".yml", ".html",
-    ".txt", ".xml"})
+    ".parq", ".parquet",
+    # netCDF, HDF4/HDF5/HDF-EOS and HDF5-based formats, GRIB, BUFR, FITS
+    ".nc", ".nc3", ".nc4", ".cdf", ".netcdf", ".ncml", ".cdl", ".h5", ".hdf5", ".he5",
+    ".hdf", ".h4", ".hdf4", ".he2", ".he4", ".nxs", ".nwb", ".h5ad", ".mnc", ".ims",
+    ".grib", ".grib1", ".grib2", ".grb", ".grb1", ".grb2", ".gb1", ".gb2", ".bufr",
+    ".fits", ".fit", ".fts",
+    # TIFF and TIFF-based, raster and vector GIS formats
+    ".tif", ".tiff", ".gtiff", ".cog", ".btf", ".tf2", ".tf8", ".lsm", ".stk", ".ndpi",
+    ".svs", ".scn", ".qptiff", ".img", ".asc", ".bil", ".bip", ".bsq", ".envi", ".ers",
+    ".ecw", ".sid", ".dem", ".dt0", ".dt1", ".dt2", ".rst", ".sdat", ".grd", ".ntf",
+    ".nitf", ".jp2", ".j2k", ".jpx", ".mbtiles", ".pmtiles", ".gpkg", ".shp", ".geojson",
+    ".kml", ".kmz", ".gml", ".las", ".laz",
+    # other array, image and table formats
+    ".zip", ".n5", ".npy", ".npz", ".mat", ".nii", ".nrrd", ".mrc", ".dcm", ".czi", ".nd2",
+    ".lif", ".png", ".jpg", ".jpeg", ".gif", ".bmp", ".webp", ".exr", ".pdf", ".svg",
+    ".csv", ".tsv", ".xlsx", ".xls", ".feather", ".arrow", ".orc", ".avro", ".pkl",
+    ".pickle", ".sqlite", ".duckdb",
+    # archives and compression, text
+    ".gz", ".tgz", ".bz2", ".xz", ".zst", ".lz4", ".7z", ".rar", ".tar", ".yaml", ".yml",
+    ".toml", ".html", ".txt", ".xml", ".md"})
+
+
+def foreign_suffixes() -> frozenset[str]:
+    """FOREIGN_SUFFIXES, every input format's suffixes, less every suffix a kind writes."""
+    from ..formats.registry import formats
+
+    read = {s.lower() for f in formats() for s in f.suffixes}
+    written = {s.lower() for k in KINDS for s in k.suffixes}
+    return (FOREIGN_SUFFIXES | read) - written
+
+
+def written_names() -> str:
+    """What virtualize writes, by the names choosing each kind (the usage errors say it)."""
+    def one(k) -> str:
+        names = [f"OUT{s}" for s in k.suffixes if s] + (["no suffix"] if "" in k.suffixes else [])
+        return f"{getattr(k, 'title', f'a {k.kind} output')} ({' or '.join(names)})"
+    kinds = [one(k) for k in KINDS]
+    return ", ".join(kinds[:-1]) + f" or {kinds[-1]}" if len(kinds) > 1 else kinds[0]
 
 
 def by_name(kind: str):
@@ -60,11 +95,9 @@ def kind_of(out, format: str | None = None) -> str:
 def refuse_foreign(out) -> None:
     """Refuse an output named with a suffix of a format virtualize does not write."""
     suffix = suffix_of(out)
-    if suffix.lower() in FOREIGN_SUFFIXES:  # a name that promises a format not written
-        raise UsageError(f"{out}: virtualize does not write {suffix} files; it writes a cube "
-                         "directory (OUT.zarr or no suffix), a kerchunk reference file "
-                         "(OUT.json), an Icechunk repository (OUT.icechunk) or a GDAL VRT "
-                         "(OUT.vrt)")
+    if suffix.lower() in foreign_suffixes():  # a name that promises a format not written
+        raise UsageError(f"{out}: virtualize does not write {suffix} files; it writes "
+                         f"{written_names()}")
 
 
 def kind_at(path: str | os.PathLike, *, by_name: bool = True) -> str:

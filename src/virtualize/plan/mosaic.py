@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -62,6 +62,9 @@ class MosaicOptions:
     drop: frozenset[str] = frozenset()
     split: bool = True  # cut uncompressed blocks into row ranges (exact, nothing copied)
     materialize: bool = False  # copy the cells no block fits exactly into the cube
+    # a mosaic over time (plan/mosaic_time.py): each date's tiles placed, the dates stacked
+    concat_dim: str | None = None
+    coords: dict[str, str] | None = None  # DIM -> a --coord form (plan/coords.py)
 
 
 @dataclass
@@ -98,12 +101,17 @@ class _Ctx(Context):
     mosaic: MosaicFigure | None = None
     # per tile: its refs' `path` (0 = itself, k = its k-th data file) -> Plan.sources index
     source_maps: SourceMaps | None = None
+    # a mosaic over time: who makes a cut (any date's tile), (name, position, axis, victim)
+    who_cuts: Callable | None = None
 
 
 def plan_mosaic(inventories: Sequence[FileInventory], options: MosaicOptions | None = None
                 ) -> tuple[Plan, list[Problem]]:
     """Plan one mosaic from tiles. Returns the plan (possibly partial) and every problem."""
     opts = options or MosaicOptions()
+    if opts.concat_dim is not None:
+        from .mosaic_time import plan_mosaic_over_time
+        return plan_mosaic_over_time(inventories, opts)
     invs = [replace(inv, variables=dict(inv.variables)) for inv in inventories]
     ctx = _Ctx(invs, drop=opts.drop, opts=opts)
     ctx.tiles = [_Tile(i, inv) for i, inv in enumerate(invs)]
@@ -378,8 +386,11 @@ def _others(ctx: _Ctx, names: list[str], ydim: str, xdim: str) -> dict[str, Arra
     return out
 
 
-def _mosaic_variable(ctx: _Ctx, name: str, ydim: str, xdim: str, height: int, width: int
-                     ) -> ArrayPlan | None:
+def _mosaic_variable(ctx: _Ctx, name: str, ydim: str, xdim: str, height: int, width: int,
+                     grid: tuple | None = None) -> ArrayPlan | None:
+    """`grid`: (ycuts, xcuts, ylast, xlast) shared by every date of a mosaic over time (the
+    cuts, and the stored lengths of the whole last blocks along each axis over all dates);
+    None: this mosaic's own."""
     vs = [inv.variables[name] for inv in ctx.invs]
     if any(v.blocks is None for v in vs):
         return None  # the scanner reported why
@@ -398,20 +409,25 @@ def _mosaic_variable(ctx: _Ctx, name: str, ydim: str, xdim: str, height: int, wi
     bh = np.array([v.blocks.block_shape[iy] for v in vs])
     bw = np.array([v.blocks.block_shape[ix] for v in vs])
     padded = np.array([v.blocks.padded for v in vs])
-    ycuts = _cuts(height, [(t.row0, t.height, b) for t, b in zip(tiles, bh)])
-    xcuts = _cuts(width, [(t.col0, t.width, b) for t, b in zip(tiles, bw)])
-    owner = _paint(ctx, ycuts, xcuts)
-    # cuts inside one block of one tile all along them are not needed: drop them
-    ycuts, owner = _merge(ycuts, owner, tiles, bh, axis=0, start="row0")
-    xcuts, owner = _merge(xcuts, owner, tiles, bw, axis=1, start="col0")
+    ylast = xlast = None
+    if grid is None:
+        ycuts = _cuts(height, [(t.row0, t.height, b) for t, b in zip(tiles, bh)])
+        xcuts = _cuts(width, [(t.col0, t.width, b) for t, b in zip(tiles, bw)])
+        owner = _paint(ctx, ycuts, xcuts)
+        # cuts inside one block of one tile all along them are not needed: drop them
+        ycuts, owner = _merge(ycuts, owner, tiles, bh, axis=0, start="row0")
+        xcuts, owner = _merge(xcuts, owner, tiles, bw, axis=1, start="col0")
+    else:
+        ycuts, xcuts, ylast, xlast = grid
+        owner = _paint(ctx, ycuts, xcuts)
     ya = _cells(ycuts, owner, tiles, bh, padded, axis=0)
     xa = _cells(xcuts, owner, tiles, bw, padded, axis=1)
     # every cell must be one whole block of its tile, stored at the cell's chunk length
     splittable_tile = np.array([ctx.opts.split and iy == 0 and is_uncompressed(v.codecs)
                                 for v in vs])
     copyable_tile = np.array([ctx.opts.materialize and can_materialize(v.codecs) for v in vs])
-    need_y, ylens = _needs(ya, owner, ycuts, axis=0)
-    need_x, xlens = _needs(xa, owner, xcuts, axis=1)
+    need_y, ylens = _needs(ya, owner, ycuts, axis=0, last=ylast)
+    need_x, xlens = _needs(xa, owner, xcuts, axis=1, last=xlast)
     safe = np.where(owner >= 0, owner, 0)
     # rows of an uncompressed block, stored at exactly the row's listed length (the last
     # row may be listed longer, at the padded blocks' length: a piece cannot fill that)
@@ -513,17 +529,25 @@ def _cells(cuts, owner, tiles, block, padded, axis: int) -> _AxisCells:
     return _AxisCells(idx, bstart, bend, whole, stored, z - a)
 
 
-def _needs(c: _AxisCells, owner, cuts, axis: int):
+def _last_stored(c: _AxisCells, owner, axis: int) -> set[int]:
+    """The stored lengths of the whole blocks in the last line of cells along the axis."""
+    if not owner.size:
+        return set()
+    line = np.take(owner, -1, axis=axis) >= 0
+    whole_last = np.take(c.whole, -1, axis=axis) & line
+    return {int(s) for s in np.unique(np.take(c.stored, -1, axis=axis)[whole_last])}
+
+
+def _needs(c: _AxisCells, owner, cuts, axis: int, last: set[int] | None = None):
     """Which owned cells are not a whole block stored at their chunk length along this
     axis, and the axis' chunk lengths: each cell's length, except that the last chunk is
-    listed at the stored length of the whole blocks there when they agree (an overhang)."""
+    listed at the stored length of the whole blocks there when they agree (an overhang;
+    `last`: those lengths over every date of a mosaic over time, else this one's)."""
     listed = np.diff(cuts)
     if listed.size:
-        line = np.take(owner, -1, axis=axis) >= 0
-        whole_last = np.take(c.whole, -1, axis=axis) & line
-        stored_last = np.unique(np.take(c.stored, -1, axis=axis)[whole_last])
+        stored_last = _last_stored(c, owner, axis) if last is None else last
         if len(stored_last) == 1:
-            listed[-1] = int(stored_last[0])
+            listed[-1] = int(next(iter(stored_last)))
     want = listed.reshape((-1, 1) if axis == 0 else (1, -1))
     need = (owner >= 0) & (~c.whole | (c.stored != want))
     return need, listed.tolist()
@@ -548,7 +572,8 @@ def _report_cells(ctx, name, dim, bad, c: _AxisCells, owner, cuts, tiles, block,
         remedy = ("materialize the block's cells (--materialize)" if can_materialize(v.codecs)
                   else None)
         if positions:
-            at = ", ".join(f"{p} ({_who_cuts(tiles, block, p, axis, t)})" for p in positions)
+            who = ctx.who_cuts or (lambda _n, p, axis, t: _who_cuts(tiles, block, p, axis, t))
+            at = ", ".join(f"{p} ({who(name, p, axis, t)})" for p in positions)
             hint = "" if (axis == 0 and is_uncompressed(v.codecs)) else (
                 "; it cannot be split by byte ranges (" + ("compressed" if axis == 0 or not
                                                            is_uncompressed(v.codecs)

@@ -13,6 +13,7 @@ CUBE_FILES = {"zarr.json", "virtualize.json", "manifest.npy"}
 class Cube:
     kind = "cube"
     suffixes = (".zarr", "")  # and any other name: the default kind
+    title = "a cube directory"  # in the usage errors naming what virtualize writes
 
     def detect(self, path: Path, *, by_name: bool = True) -> bool:
         return not path.is_file()  # what no other kind takes: checked when read

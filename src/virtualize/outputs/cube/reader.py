@@ -454,10 +454,12 @@ class CubeStore(Store):
         return self._nodes
 
     def _find_nodes(self) -> list[str]:
-        found = {""}
+        # in the order the arrays are recorded (the sources' order: a DataTree's groups
+        # come as netCDF4 lists them), then the groups holding none
+        found = {"": None}
         for name in list(self.arrays) + self.groups:
             parts = name.split("/")
-            found.update("/".join(parts[:i]) for i in range(1, len(parts) + 1))
+            found.update(dict.fromkeys("/".join(parts[:i]) for i in range(1, len(parts) + 1)))
         if not self.files.remote:  # groups of older cubes (no 'groups' recorded)
             stack = [""]
             while stack:
@@ -469,7 +471,7 @@ class CubeStore(Store):
                     child = f"{d}/{entry}" if d else entry
                     if (here / entry).is_dir() and not (here / entry).is_symlink() \
                             and (here / entry / "zarr.json").is_file():
-                        found.add(child)
+                        found.setdefault(child)
                         stack.append(child)
         for name in self.arrays:
             if not self.files.remote:
@@ -482,7 +484,7 @@ class CubeStore(Store):
             if self._doc(f"{name}/zarr.json") is None:
                 raise invalid(self.root, f"array {name!r} is listed in {SOURCES_NAME} but its "
                               "zarr.json is missing", name)
-        return sorted(found)
+        return list(found)
 
     # -- listing (of the cube's own documents: groups and arrays) ----------------------
 

@@ -23,6 +23,7 @@ ICECHUNK_ENTRIES = {"repo", "config.yaml", "snapshots", "manifests", "transactio
 class Icechunk:
     kind = "icechunk"
     suffixes = (".icechunk",)
+    title = "an Icechunk repository"  # in the usage errors naming what virtualize writes
 
     def detect(self, path: Path, *, by_name: bool = True) -> bool:
         return path.is_dir() and (path / "repo").exists() and \

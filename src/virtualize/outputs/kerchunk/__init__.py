@@ -15,6 +15,7 @@ KERCHUNK_PREFIX = KERCHUNK_HEAD[:KERCHUNK_HEAD.index(b"{", 1)]
 class Kerchunk:
     kind = "kerchunk"
     suffixes = (".json",)
+    title = "a kerchunk reference file"  # in the usage errors naming what virtualize writes
 
     def detect(self, path: Path, *, by_name: bool = True) -> bool:
         # a file is a reference JSON, whatever its name (`--format kerchunk -o refs`)

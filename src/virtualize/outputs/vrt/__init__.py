@@ -8,6 +8,7 @@ from pathlib import Path
 
 class Vrt:
     kind = "vrt"
+    title = "a GDAL VRT of a mosaic or TIFF stack"  # in the usage errors naming what virtualize writes
     suffixes = (".vrt",)
 
     def detect(self, path: Path, *, by_name: bool = True) -> bool:
