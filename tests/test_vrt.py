@@ -550,3 +550,26 @@ def test_a_stacks_bands_are_named_by_their_dates(tmp_path):
     assert [b["description"] for b in bands] == [f"time={i} days since 2024-01-01" for i in range(3)]
     np.testing.assert_array_equal(gdal_read(vrt, tmp_path),
                                   np.stack([tifffile.imread(p) for p in paths], axis=-1))
+
+
+def test_a_mosaic_over_time_is_one_band_per_date(tmp_path):
+    """(time, y, x) mosaics: band k is date k, its sources that date's tiles (a date
+    missing a tile reads the fill there, in GDAL as in the cube)."""
+    import test_mosaic_time as mt
+
+    lay = mt.layouts()
+    files = mt.write_tiles(tmp_path, lay)
+    vrt = tmp_path / "t.vrt"
+    virtualize.mosaic(files, vrt, concat_dim="time")
+    want = mt.expected(lay)
+    cube = virtualize.open(vrt)["image"][...]
+    np.testing.assert_array_equal(cube, want)
+    got = gdal_read(vrt, tmp_path)
+    np.testing.assert_array_equal(np.moveaxis(got, -1, 0), want)
+    info = gdalinfo(vrt)
+    assert len(info["bands"]) == len(lay)
+    assert [b["description"] for b in info["bands"]][0].startswith("time=")
+    assert info["geoTransform"] == gdalinfo(files[0])["geoTransform"]
+    # the date whose tile 1 covers only 32 rows: placed by its blocks, the header agrees
+    text = vrt.read_text()
+    assert text.count("<SimpleSource>") == len(files)

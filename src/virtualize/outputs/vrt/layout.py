@@ -42,6 +42,7 @@ class Placed:
     col0: int
     height: int
     width: int
+    derived: bool = False  # placed where its chunks are: to be confirmed by its header
 
 
 @dataclass
@@ -148,11 +149,8 @@ def _placements(plan, name, a, owner, iy, ix, ib, problems):
         tiles = [(index[t[0]], *map(int, t[1:])) for t in plan.mosaic.tiles if t[0] in index]
         if (plan.recipe or {}).get("overlap") == "first":
             tiles = tiles[::-1]  # the first tile wins: painted last
-        if ib is not None and bdim != SAMPLES:
-            _problem(problems, f"{name}'s axis {bdim} is not the tiles' samples (band) axis: "
-                     f"GDAL reads each file's first image as bands of samples; {INSTEAD}",
-                     variable=name, axis=bdim)
-            return None
+        if ib is not None and bdim != SAMPLES:  # a mosaic over time: each date its tiles
+            return _dated(plan, name, a, owner, iy, ix, ib, problems)
         return lambda b: [Placed(s, b + 1, r, c, h, w) for s, r, c, h, w in tiles]
     used = sorted(set(np.unique(owner).tolist()) - {-1})
     height, width = int(a.shape[iy]), int(a.shape[ix])
@@ -191,6 +189,43 @@ def _placements(plan, name, a, owner, iy, ix, ib, problems):
                 out.append(Placed(s, b + 1, 0, start, height, stop - start))
         return out
     return band
+
+
+def _dated(plan, name, a, owner, iy, ix, ib, problems):
+    """A mosaic over `a.dims[ib]` (time): band b is date b, its sources the 2-D tiles of
+    that date, each placed where its chunks are (the window they span; the writer checks
+    it is the whole file, from the file's header: a tile whose edge blocks are all sparse
+    is refused there, not misplaced)."""
+    edges = [_edges(a.chunk_lengths[ax], int(a.shape[ax])) for ax in range(a.refs.ndim)]
+    dim = a.dims[ib]
+    moved = np.moveaxis(owner, (ib, iy, ix), (0, 1, 2))
+    moved = moved.reshape(moved.shape[:3] + (-1,))
+    if moved.shape[3] != 1:
+        _problem(problems, f"{name} is 4-D or more: {INSTEAD}", variable=name)
+        return None
+    slabs = moved[..., 0]
+    ye, xe, be = edges[iy], edges[ix], edges[ib]
+    if np.any(np.diff(be) != 1):
+        _problem(problems, f"{name}'s {dim} chunks are not one date each: {INSTEAD}",
+                 variable=name, axis=dim)
+        return None
+    dates: dict[int, int] = {}
+    bands: list[list[Placed]] = []
+    for b, slab in enumerate(slabs):
+        placed = []
+        for s in sorted(set(np.unique(slab).tolist()) - {-1}):
+            if dates.setdefault(s, b) != b:
+                _problem(problems, f"{plan.sources[s].path} holds blocks of two {dim} steps "
+                         f"of {name} ({dates[s]} and {b}): GDAL's band {b + 1} would need its "
+                         f"band {b - dates[s] + 1}; {INSTEAD}", file=plan.sources[s].path,
+                         variable=name, axis=dim)
+                return None
+            rows, cols = np.nonzero(slab == s)
+            r0, r1 = int(ye[rows.min()]), int(ye[rows.max() + 1])
+            c0, c1 = int(xe[cols.min()]), int(xe[cols.max() + 1])
+            placed.append(Placed(s, 1, r0, c0, r1 - r0, c1 - c0, derived=True))
+        bands.append(placed)
+    return lambda b: bands[b]
 
 
 def _spans(plan, name, a, owner, axis, problems) -> dict[int, tuple[int, int]] | None:

@@ -109,13 +109,14 @@ def _raster(plan: Plan, layout: VrtLayout, names: list[str]) -> tuple[str, str]:
 
 
 def _label(plan: Plan, layout: VrtLayout, b: int, sources) -> str | None:
-    """A stack's band, one per file, named by its step of the stacking coordinate (with
-    its units: "time=17532.0 days since 1970-01-01"), else by its file's name."""
-    dim = plan.concat_dim
+    """A band of a stack or of a mosaic over time, named by its step of the band axis'
+    coordinate (with its units: "time=17532.0 days since 1970-01-01"), else, when one
+    file makes it, by the file's name; a tile's samples are not named."""
     a = layout.array
-    if plan.mosaic is not None or dim is None or dim not in a.dims or dim in ("y", "x") \
-            or len(sources) != 1 or a.shape[a.dims.index(dim)] != len(layout.bands):
+    dims = [d for d in a.dims if d not in ("y", "x", "lat", "lon", "latitude", "longitude")]
+    if len(dims) != 1 or dims[0] == SAMPLES:
         return None
+    dim = dims[0]
     c = plan.arrays.get(dim)
     values = c.inline if c is not None else None
     if values is not None and values.ndim == 1 and values.size == len(layout.bands):
@@ -123,7 +124,9 @@ def _label(plan: Plan, layout: VrtLayout, b: int, sources) -> str | None:
         v = values[b]
         return f"{dim}={v.item() if hasattr(v, 'item') else v}" + \
             (f" {units}" if isinstance(units, str) else "")
-    return os.path.basename(plan.sources[sources[0].source].path)
+    if len(sources) == 1:
+        return os.path.basename(plan.sources[sources[0].source].path)
+    return None
 
 
 def _number(v) -> str:
@@ -179,8 +182,8 @@ def _source_names(plan: Plan, layout: VrtLayout, relative_to: str | None
     need = {}
     for band in layout.bands:
         for p in band:
-            h, w, b = need.get(p.source, (p.height, p.width, 0))
-            need[p.source] = (h, w, max(b, p.band))
+            h, w, b, d = need.get(p.source, (p.height, p.width, 0, False))
+            need[p.source] = (h, w, max(b, p.band), d or p.derived)
     for i in used:
         path = plan.sources[i].path
         why = _not_tiff(path) or _not_as_placed(path, layout, *need[i])
@@ -224,11 +227,16 @@ def _not_tiff(path: str) -> str | None:
     return None if head in TIFF_MAGIC else reason
 
 
-def _not_as_placed(path: str, layout: VrtLayout, height: int, width: int, bands: int
-                   ) -> str | None:
+def _not_as_placed(path: str, layout: VrtLayout, height: int, width: int, bands: int,
+                   derived: bool = False) -> str | None:
     """Why GDAL's dataset of the (local) TIFF, its first image (IFD 0), is not the image the
-    cube places there (None: its size, type and samples are); read from its header only."""
+    cube places there (None: its size, type and samples are); read from its header only.
+    `derived`: its place was found from its chunks (a mosaic over time), so its header
+    must confirm it is the whole file."""
     if is_url(path):
+        if derived:
+            return ("a tile of a mosaic over time is placed where its blocks are, which its "
+                    "header must confirm; a URL's is not read here: " + INSTEAD)
         return None  # (not opened here: the cube's scan of it stands)
     import tifffile
 
