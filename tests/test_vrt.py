@@ -259,7 +259,9 @@ def test_lossy_and_inexact_types_are_refused(tmp_path):
     tifffile.imwrite(jpeg, a, compression="jpeg", tile=(16, 16))
     f16 = tmp_path / "h.tif"
     tifffile.imwrite(f16, a.astype(np.float16))
-    for src, words in ((jpeg, "lossy"), (f16, "float16")):
+    turned = tmp_path / "o.tif"
+    tifffile.imwrite(turned, a, extratags=[(274, "H", 1, 3, True)])  # Orientation bottom-right
+    for src, words in ((jpeg, "lossy"), (f16, "float16"), (turned, "Orientation is 3")):
         out = tmp_path / f"{src.stem}.vrt"
         with pytest.raises(VirtualizeError) as e:
             virtualize.virtualize([src], out)

@@ -245,8 +245,13 @@ def _not_as_placed(path: str, layout: VrtLayout, height: int, width: int, bands:
             page = tif.pages.first
             size, samples, dtype = (page.imagelength, page.imagewidth), page.samplesperpixel, \
                 page.dtype
+            tag = page.tags.get(274)  # Orientation
+            orientation = int(tag.value) if tag is not None else 1
     except Exception as e:  # noqa: BLE001 - any header tifffile cannot read
         return f"its first image cannot be read: {e}"
+    if orientation != 1:  # (GDAL 3.6 ignores it as the cube does; a reader may not)
+        return (f"its Orientation is {orientation}, not top-left: the cube reads the rows as "
+                f"stored, a GDAL-based reader may turn them; {INSTEAD}")
     want = layout.array.dtype
     if size != (height, width) or samples < bands or dtype is None \
             or dtype.newbyteorder("=") != want.newbyteorder("="):
