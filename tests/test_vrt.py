@@ -575,3 +575,15 @@ def test_a_mosaic_over_time_is_one_band_per_date(tmp_path):
     # the date whose tile 1 covers only 32 rows: placed by its blocks, the header agrees
     text = vrt.read_text()
     assert text.count("<SimpleSource>") == len(files)
+
+
+def test_the_json_report_of_a_vrt_write_follows_the_schema(case, tmp_path):
+    jsonschema = pytest.importorskip("jsonschema")
+    from importlib import resources
+
+    schema = json.loads(resources.files("virtualize").joinpath("schemas/report-v1.json")
+                        .read_text())
+    report = virtualize.mosaic(case("mosaic_uneven_2x2"), tmp_path / "m.vrt")
+    doc = json.loads(report.to_json())
+    assert doc["output"]["kind"] == "vrt"
+    jsonschema.validate(doc, schema)
