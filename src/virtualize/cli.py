@@ -197,12 +197,12 @@ def _verbosity(p: argparse.ArgumentParser) -> None:
 def _output_options(p: argparse.ArgumentParser, required: bool) -> None:
     p.add_argument("-o", "--output", required=required, metavar="OUT",
                    help="cube directory (e.g. cube.zarr), a kerchunk reference file (*.json), "
-                        "kerchunk parquet references (*.parq) or an Icechunk repository "
-                        "(*.icechunk)")
-    p.add_argument("--format", choices=["cube", "kerchunk", "parquet", "icechunk"],
+                        "kerchunk parquet references (*.parq), an Icechunk repository "
+                        "(*.icechunk) or a GDAL VRT of a mosaic or TIFF stack (*.vrt)")
+    p.add_argument("--format", choices=["cube", "kerchunk", "parquet", "icechunk", "vrt"],
                    help="output kind (default: by OUT's suffix: .json kerchunk, .parq / "
-                        ".parquet parquet, .icechunk icechunk, else cube; a suffix of another "
-                        "format, such as .vrt or .nc, is refused)")
+                        ".parquet parquet, .icechunk icechunk, .vrt vrt, else cube; a suffix of "
+                        "another format, such as .nc or .tif, is refused)")
     p.add_argument("--overwrite", action="store_true",
                    help="replace OUT if it exists (only an output virtualize wrote)")
     p.add_argument("--relative", action="store_true",
