@@ -1,0 +1,104 @@
+"""Review of issue 22's merge (plan/merge.py) as a new user from the climate field: the bugs
+found, each pinned by a test that failed before its fix."""
+
+from __future__ import annotations
+
+import netCDF4
+import numpy as np
+import xarray as xr
+
+import virtualize
+
+from helpers import kerchunk_group
+
+
+def write(path, var, days, *, tdtype="f8", units="days since 2019-01-01", chunk=1,
+          fill: object = np.float32(1e20), missing_value=None, history=None):
+    """`var`(time, x) over the given time values (netCDF4-python); data = 100 * step index
+    + x (+ 0.5 for pr), so a value shows where it came from."""
+    with netCDF4.Dataset(path, "w") as ds:
+        ds.createDimension("time", None)
+        ds.createDimension("x", 2)
+        ds.history = history or f"made {path.name}"
+        t = ds.createVariable("time", tdtype, ("time",))
+        t.units, t.calendar = units, "standard"
+        t[:] = np.asarray(days)
+        kw = {"fill_value": fill} if fill is not None else {}
+        v = ds.createVariable(var, "f4", ("time", "x"), chunksizes=(chunk, 2), zlib=True, **kw)
+        if missing_value is not None:
+            v.missing_value = np.float32(missing_value)
+        v.units = "K"
+        n = len(days)
+        v[:] = (np.arange(n)[:, None] * 100 + np.arange(2)[None, :]
+                + (0.5 if var == "pr" else 0)).astype("f4")
+    return path
+
+
+def fatal(report):
+    return [p for p in report.problems if p.fatal]
+
+
+def test_outer_gap_of_a_variable_with_only_missing_value_is_refused(tmp_path):
+    # tas declares missing_value but no _FillValue: its HDF5 fill is netCDF's default
+    # (9.97e36), so absent chunks would read as that, which xarray does not mask (it masks
+    # missing_value, 1e20): the gap would read as data. Refused, located, not silently.
+    a = write(tmp_path / "tas.nc", "tas", np.arange(2) + 0.5, fill=None, missing_value=1e20)
+    b = write(tmp_path / "pr.nc", "pr", np.arange(4) + 0.5)
+    report = virtualize.check([a, b], join="outer")
+    probs = fatal(report)
+    assert [(p.kind, p.loc.variable, p.loc.file) for p in probs] == \
+        [("no-fill-value", "tas", str(a))], probs
+    assert "missing_value" in probs[0].message and "9.9692099" in probs[0].message
+
+
+def test_outer_gap_with_missing_value_equal_to_the_fill_reads_masked(tmp_path):
+    # the same, but the file's _FillValue is its missing_value: the gap reads as it
+    a = write(tmp_path / "tas.nc", "tas", np.arange(2) + 0.5, fill=np.float32(1e20),
+              missing_value=1e20)
+    b = write(tmp_path / "pr.nc", "pr", np.arange(4) + 0.5)
+    out = tmp_path / "c.zarr"
+    virtualize.virtualize([a, b], out, join="outer")
+    ds = xr.open_dataset(out, engine="virtualize")
+    assert np.isnan(ds["tas"].values[2:]).all()
+    assert ds["tas"].values[1, 1] == 101
+
+
+def test_outer_union_keeps_steps_between_integer_ones(tmp_path):
+    # tas counts whole days (int32), pr is at noon (float64): the union holds both, and
+    # casting it to the first group's int32 made 0.5 into 0 (a traceback, or a time
+    # coordinate with repeated steps). Given tas first, then the other way round.
+    a = write(tmp_path / "tas.nc", "tas", np.arange(3), tdtype="i4")
+    b = write(tmp_path / "pr.nc", "pr", np.arange(3) + 0.5)
+    for order in ([a, b], [b, a]):
+        out = tmp_path / f"c{len(list(tmp_path.iterdir()))}.json"
+        report = virtualize.virtualize(order, out, join="outer")
+        assert report.ok, report.problems
+        for g in (virtualize.open(out), kerchunk_group(out)):
+            np.testing.assert_array_equal(g["time"][:], [0, 0.5, 1, 1.5, 2, 2.5])
+            tas, pr = g["tas"][:, 1], g["pr"][:, 1]
+            np.testing.assert_array_equal(tas[0::2], [1, 101, 201])
+            np.testing.assert_array_equal(pr[1::2], [1.5, 101.5, 201.5])
+            assert (tas[1::2] == np.float32(1e20)).all() and (pr[0::2] == np.float32(1e20)).all()
+
+
+def test_merged_cube_does_not_depend_on_the_order_files_are_given(tmp_path):
+    # The cube's time units and --combine-attrs override's "first file's" attributes came
+    # from the first group in the order given: the same pile, shuffled, made another cube
+    # (tas in days, pr in hours).
+    # Now the groups are ordered by their first step (then their first file's name): the
+    # first file is the first in time, as in a concatenation.
+    files = [write(tmp_path / "tas_b.nc", "tas", np.arange(3) + 3.5),
+             write(tmp_path / "tas_a.nc", "tas", np.arange(3) + 0.5),
+             write(tmp_path / "pr_2019.nc", "pr", (np.arange(6) + 0.5) * 24,
+                   units="hours since 2019-01-01")]
+    got = set()
+    for order in (files, files[::-1], [files[2], files[0], files[1]]):
+        report = virtualize.check(order, combine_attrs="override")
+        assert report.ok, report.problems
+        time = report.plan.arrays["time"]
+        got.add((time.attrs["units"], report.plan.groups[""]["history"],
+                 tuple(np.asarray(time.inline).tolist())))
+    assert len(got) == 1, got
+    # pr's first step (2019-01-01T12) ties tas_a's: the first file's name decides
+    (units, history, _), = got
+    assert history == "made pr_2019.nc" and units == "hours since 2019-01-01"
