@@ -102,3 +102,45 @@ def test_merged_cube_does_not_depend_on_the_order_files_are_given(tmp_path):
     # pr's first step (2019-01-01T12) ties tas_a's: the first file's name decides
     (units, history, _), = got
     assert history == "made pr_2019.nc" and units == "hours since 2019-01-01"
+
+
+def test_variables_keeps_what_formula_terms_name(tmp_path):
+    # CMIP's model-level variables (cl on lev): the vertical coordinate's formula_terms
+    # (p0, a, b, ps, and a_bnds, b_bnds through lev_bnds') are needed to compute pressure;
+    # --variables cl dropped them.
+    def write_cl(path, var, t0):
+        with netCDF4.Dataset(path, "w") as ds:
+            ds.createDimension("time", None)
+            ds.createDimension("lev", 2)
+            ds.createDimension("bnds", 2)
+            t = ds.createVariable("time", "f8", ("time",))
+            t.units = "days since 2019-01-01"
+            t[:] = [t0 + 0.5, t0 + 1.5]
+            lev = ds.createVariable("lev", "f8", ("lev",))
+            lev.standard_name = "atmosphere_hybrid_sigma_pressure_coordinate"
+            lev.formula_terms = "p0: p0 a: a b: b ps: ps"
+            lev.bounds = "lev_bnds"
+            lev[:] = [0.9, 0.5]
+            lb = ds.createVariable("lev_bnds", "f8", ("lev", "bnds"))
+            lb.formula_terms = "p0: p0 a: a_bnds b: b_bnds ps: ps"
+            lb[:] = [[1.0, 0.8], [0.8, 0.2]]
+            for n, dims, val in (("p0", (), 1e5), ("a", ("lev",), [0.1, 0.2]),
+                                 ("b", ("lev",), [0.8, 0.3]),
+                                 ("a_bnds", ("lev", "bnds"), [[0, 0.1], [0.1, 0.3]]),
+                                 ("b_bnds", ("lev", "bnds"), [[1, 0.7], [0.7, 0.1]])):
+                ds.createVariable(n, "f8", dims)[...] = val
+            ps = ds.createVariable("ps", "f4", ("time",), fill_value=np.float32(1e20))
+            ps[:] = [1e5, 1.01e5]
+            v = ds.createVariable(var, "f4", ("time", "lev"), fill_value=np.float32(1e20))
+            v[:] = [[1, 2], [3, 4]]
+            other = ds.createVariable("orog", "f4", ())
+            other[...] = 5
+        return path
+
+    files = [write_cl(tmp_path / "cl_1.nc", "cl", 0), write_cl(tmp_path / "cl_2.nc", "cl", 2)]
+    report = virtualize.check(files, variables=["cl"])
+    assert report.ok, report.problems
+    kept = set(report.plan.arrays)
+    assert {"cl", "time", "lev", "lev_bnds", "p0", "a", "b", "ps", "a_bnds",
+            "b_bnds"} <= kept, kept
+    assert "orog" not in kept

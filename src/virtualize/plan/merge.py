@@ -38,9 +38,10 @@ from .attrs import combine, dropped_note
 from .concat import ConcatOptions, _reexpress, plan_concat
 
 JOINS = ("exact", "outer")
-# attributes naming the variables a variable needs (CF)
+# attributes naming the variables a variable needs (CF; formula_terms: a parametric
+# vertical coordinate's terms, "p0: p0 a: a b: b ps: ps")
 _NAMING_ATTRS = ("coordinates", "bounds", "climatology", "grid_mapping", "ancillary_variables",
-                 "cell_measures", "geometry", "node_coordinates")
+                 "cell_measures", "geometry", "node_coordinates", "formula_terms")
 
 
 def plan_merge(invs: Sequence[FileInventory], opts: ConcatOptions | None = None
