@@ -144,3 +144,27 @@ def test_variables_keeps_what_formula_terms_name(tmp_path):
     assert {"cl", "time", "lev", "lev_bnds", "p0", "a", "b", "ps", "a_bnds",
             "b_bnds"} <= kept, kept
     assert "orog" not in kept
+
+
+def test_append_to_a_selected_cube_leaves_out_the_other_variables_files(tmp_path):
+    # A cube of --variables tas from a tas + pr pile (pr's files left out with a note):
+    # appending the next tas and pr files (all of a day's new files, as a cron job gives
+    # them) was refused (missing-variable, coordinate-not-increasing) where a full build
+    # leaves pr's out again.
+    d = tmp_path / "pile"
+    d.mkdir()
+    tas = [write(d / f"tas_{i}.nc", "tas", np.arange(3) + 3 * i + 0.5, chunk=3)
+           for i in range(3)]
+    pr = [write(d / f"pr_{i}.nc", "pr", np.arange(6) + 6 * i + 0.5, chunk=3) for i in range(2)]
+    out = tmp_path / "c.zarr"
+    virtualize.virtualize([*tas[:2], pr[0]], out, variables=["tas"])
+    report = virtualize.append(out, [tas[2], pr[1]])
+    assert report.ok, report.problems
+    assert any("left out 1 file(s)" in n and str(pr[1]) in n for n in report.notes), report.notes
+    g = virtualize.open(out)
+    assert "pr" not in g
+    want = np.concatenate([netCDF4.Dataset(f)["tas"][:].data for f in tas])
+    np.testing.assert_array_equal(g["tas"][:], want)
+    np.testing.assert_array_equal(g["time"][:], np.arange(9) + 0.5)
+    full = virtualize.check([*tas, *pr], variables=["tas"])
+    assert [s.path for s in full.plan.sources] == [str(f) for f in tas]

@@ -53,18 +53,7 @@ def plan_merge(invs: Sequence[FileInventory], opts: ConcatOptions | None = None
     if opts.join not in JOINS:
         raise ValueError(f"join must be one of {', '.join(JOINS)}, not {opts.join!r}")
     opts = select(invs, opts)
-    notes = []
-    if opts.variables is not None and len(invs) > 1:
-        # files holding none of the variables asked for (pr files, for --variables tas)
-        dim = opts.concat_dim or default_concat_dim(invs[0])
-        if dim is not None:
-            held = [bool(_data_variables(inv, dim, opts.drop)) for inv in invs]
-            if any(held) and not all(held):
-                out = [inv.path for inv, h in zip(invs, held) if not h]
-                notes.append(f"left out {len(out)} file(s) holding none of the variables asked "
-                             f"for (--variables): " + ", ".join(out[:5])
-                             + (", ..." if len(out) > 5 else ""))
-                invs = [inv for inv, h in zip(invs, held) if h]
+    invs, notes = selected_files(invs, opts)
     groups, dim = _groups(invs, opts)
     if groups is None:
         plan, problems = plan_concat(invs, opts)
@@ -72,6 +61,26 @@ def plan_merge(invs: Sequence[FileInventory], opts: ConcatOptions | None = None
         plan, problems = _Merge(invs, groups, dim, opts).run()
     plan.notes[:0] = notes
     return plan, problems
+
+
+def selected_files(invs: Sequence[FileInventory], opts: ConcatOptions
+                   ) -> tuple[list[FileInventory], list[str]]:
+    """The files holding some of the variables `opts.variables` asks for (`opts` as `select`
+    made it), and a note naming those left out (pr files, for --variables tas): a full
+    build and an append leave out the same files."""
+    invs = list(invs)
+    if opts.variables is None or len(invs) < 2:
+        return invs, []
+    dim = opts.concat_dim or default_concat_dim(invs[0])
+    if dim is None:
+        return invs, []
+    held = [bool(_data_variables(inv, dim, opts.drop)) for inv in invs]
+    if all(held) or not any(held):
+        return invs, []
+    out = [inv.path for inv, h in zip(invs, held) if not h]
+    return [inv for inv, h in zip(invs, held) if h], [
+        f"left out {len(out)} file(s) holding none of the variables asked for (--variables): "
+        + ", ".join(out[:5]) + (", ..." if len(out) > 5 else "")]
 
 
 def merge_options(recipe: dict) -> dict:
