@@ -93,8 +93,14 @@ def _files(p: argparse.ArgumentParser, metavar: str = "FILE") -> None:
 
 
 def _concat_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--concat-dim", metavar="DIM",
-                   help="dimension to concatenate along (default: the unlimited dimension, else time)")
+    p.add_argument("--concat-dim", metavar="DIM", action="append",
+                   help="dimension to concatenate along (default: the unlimited dimension, else "
+                        "time); repeated: the axes of a hypercube, outermost first")
+    p.add_argument("--coord", metavar="DIM=FORM", action="append", default=[],
+                   help="a new axis' value of each file: attr:NAME (a global attribute), "
+                        "var:NAME (a scalar variable), name:REGEX (the regex's first group on "
+                        "the file's name; dates become dates) or v1,v2,... (in file order); "
+                        "repeatable")
     p.add_argument("--inline", metavar="VAR", action="append", default=[],
                    help="store this variable's values in the cube instead of referencing them "
                         "(coordinates are inlined by default); repeatable")
@@ -507,18 +513,19 @@ def _kw(args) -> dict:
 
 def _concat_kw(args) -> dict:
     return dict(inline=args.inline, drop=args.drop, sort=not args.no_sort,
-                inline_threshold=args.inline_threshold)
+                inline_threshold=args.inline_threshold, concat_dims=args.concat_dim,
+                coords=args.coord)
 
 
 def _create(args) -> int:
-    return _write(args, lambda: virtualize(args.files, args.output, args.concat_dim,
+    return _write(args, lambda: virtualize(args.files, args.output, None,
                                            overwrite=args.overwrite, format=args.format,
                                            relative=args.relative,
                                            **_concat_kw(args), **_kw(args)))
 
 
 def _check(args) -> int:
-    report = check(args.files, args.concat_dim, **_concat_kw(args), **_kw(args))
+    report = check(args.files, None, **_concat_kw(args), **_kw(args))
     _show(report, args)
     return _outcome(report)
 

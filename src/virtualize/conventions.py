@@ -36,12 +36,16 @@ class ScanHint:
     first tile only scalars and grid mappings). `alone`: the file is planned by itself
     (one file, no cube to join): nothing is compared, nothing digested. `inline`: the
     variables the caller will inline (`--inline`): digested whatever the plan, so that the
-    file's fingerprint covers the copy the cube holds (docs/reading.md, Staleness)."""
+    file's fingerprint covers the copy the cube holds (docs/reading.md, Staleness).
+    `dims`: a hypercube's axes, outermost first."""
 
     planner: str = "concat"
     concat_dim: str | None = None
     alone: bool = False
     inline: frozenset[str] = frozenset()
+    # a hypercube's concatenation axes (plan/hypercube.py): what must agree along any of
+    # them is digested; empty: `concat_dim` alone
+    dims: tuple[str, ...] = ()
 
 
 def unlimited_dims(inv: FileInventory) -> list[str]:

@@ -152,7 +152,12 @@ def _append_files(cube: Path, kind: str, info: dict, old: list[str], new: list[s
                   recipe: dict, *, jobs, executor, progress, scan_timeout, skip_unreadable,
                   no_gaps) -> Report:
     """Append the files `new` (none of them in the cube)."""
-    report = _append_new(cube, kind, info, new, jobs=jobs, executor=executor,
+    cube_axes = bool(recipe.get("concat_dims") or recipe.get("coords"))
+    if cube_axes:
+        _refuse_explicit_values(cube, recipe)
+    # a hypercube grows by planning its recorded sources (scanned again: metadata) with
+    # the new files, checked as a full build; a plain stack by scanning only the new files
+    report = None if cube_axes else _append_new(cube, kind, info, new, jobs=jobs, executor=executor,
                          progress=progress, scan_timeout=scan_timeout,
                          skip_unreadable=skip_unreadable, no_gaps=no_gaps)
     if report is not None:
@@ -164,7 +169,7 @@ def _append_files(cube: Path, kind: str, info: dict, old: list[str], new: list[s
                    **recipe)
     if report.plan is not None:  # the files left out before, and now
         report.plan.left_out = list(info.get("left_out") or []) + report.plan.left_out
-    if report.plan is not None and \
+    if report.plan is not None and not cube_axes and \
             [s.path for s in report.plan.sources if not s.referenced_by][: len(old)] != old:
         report.problems.append(_not_at_end(cube, report.plan.concat_dim))
     plugin = registry.by_name(kind)
@@ -172,6 +177,20 @@ def _append_files(cube: Path, kind: str, info: dict, old: list[str], new: list[s
     if plugin.commit_rebuild(report.plan, cube, added=len(new)):  # (a repository: a commit)
         return report
     return _write(report, cube, kind, overwrite=True, relative=plugin.relative(cube, info))
+
+
+def _refuse_explicit_values(cube: Path, recipe: dict) -> None:
+    """A new axis whose values were listed (`--coord DIM=v1,v2,...`) has none for new files."""
+    from ..plan.coords import parse_coord
+
+    listed = [d for d, form in (recipe.get("coords") or {}).items()
+              if parse_coord(form).kind == "values"]
+    if listed:
+        raise VirtualizeError([Problem(Location(str(cube), None, listed[0]), "not-appendable",
+                                       f"the cube's {listed[0]!r} values were listed "
+                                       f"(--coord {listed[0]}=v1,v2,...): new files have none; "
+                                       "re-run virtualize with all the files and their values")],
+                              "nothing appended")
 
 
 def _not_at_end(cube: Path, dim: str | None) -> Problem:

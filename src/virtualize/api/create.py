@@ -28,7 +28,8 @@ def virtualize(paths: Iterable[PathLike] | PathLike, out: PathLike, concat_dim: 
                relative: bool = False,
                inline_threshold: int = DEFAULT_INLINE_THRESHOLD,
                chunk_size: int | str | None = DEFAULT_CHUNK_SIZE, skip_unreadable: bool = False,
-               no_gaps: bool = False) -> Report:
+               no_gaps: bool = False, concat_dims: Sequence[str] | None = None,
+               coords: dict | Sequence[str] | None = None) -> Report:
     """Virtualize a stack into `out`: a cube directory, a kerchunk reference JSON
     (`format="kerchunk"` or `out` ending in `.json`) or an Icechunk repository
     (`format="icechunk"` or `.icechunk`). Nothing is written unless every file
@@ -36,14 +37,16 @@ def virtualize(paths: Iterable[PathLike] | PathLike, out: PathLike, concat_dim: 
     `relative`: record the sources relative to the output (a relocatable cube, to be moved
     or mirrored together with its files: a cube directory's source table, a kerchunk
     JSON's template, an Icechunk repository's named virtual chunk container).
-    `skip_unreadable`, `no_gaps`: as for `check`."""
+    `skip_unreadable`, `no_gaps`, and a hypercube's `concat_dims` and `coords`: as for
+    `check`."""
     _storage(storage_options)
     kind = _output_kind(out, format, overwrite, paths)
     report = check(paths, concat_dim, inline=inline, drop=drop, sort=sort, split=split,
                    materialize=materialize, materialize_limit=materialize_limit,
                    jobs=jobs, executor=executor, progress=progress, scan_timeout=scan_timeout,
                    inline_threshold=inline_threshold, chunk_size=chunk_size,
-                   skip_unreadable=skip_unreadable, no_gaps=no_gaps)
+                   skip_unreadable=skip_unreadable, no_gaps=no_gaps, concat_dims=concat_dims,
+                   coords=coords)
     return _write(report, out, kind, overwrite, relative)
 
 

@@ -71,6 +71,9 @@ class ConcatOptions:
     # (api: formats.read_values) so that plan/ imports no scanner; None: such a variable is
     # refused (located)
     read: Callable[[str, str], Any] | None = None
+    # a new axis' values, one per file in the order given (plan/coords.py `resolve`): its
+    # coordinate, instead of dates in the file names
+    new_values: Sequence[Any] | None = None
 
 
 @dataclass
@@ -206,12 +209,24 @@ def _coordinate_from_names(ctx: _Context, dim: str) -> None:
     """A stack along a new axis gets that axis' coordinate from dates in the file names
     (2024-01-01.tif, S2_20240101T103021.tif), when every name has one."""
     invs = ctx.invs
+    if ctx.opts.new_values is not None and ctx.resume is None:
+        from .coords import coordinate_plan
+
+        coord = coordinate_plan(dim, ctx.opts.new_values)
+        for i in range(len(invs)):
+            value = coord.inline[i:i + 1]
+            ctx.own(i).variables[dim] = Variable(
+                name=dim, dtype=value.dtype, shape=(1,), dims=(dim,), attrs=dict(coord.attrs),
+                fill_value=None, codecs=[], blocks=None, values=value, is_coordinate=True)
+        return
     anchor = ctx.resume is not None and dim in invs[0].variables
     if anchor:  # appending: the cube's coordinate keeps its origin and unit
         invs = invs[1:]
     dates = dates_in_names([inv.path for inv in invs])
     if dates is None:
-        ctx.notes.append(f"the file names hold no date each: {dim!r} has no coordinate values")
+        ctx.notes.append(f"the file names hold no date each: {dim!r} has no coordinate values "
+                         f"(give them with --coord {dim}=v1,v2,... in file order, or from each "
+                         f"file: --coord {dim}=attr:NAME, var:NAME or name:REGEX)")
         return
     start = min(dates)
     whole_days = all(d.hour == d.minute == d.second == 0 for d in dates)

@@ -1,0 +1,406 @@
+"""Hypercubes: several concatenation axes, new axes from --coord (plan/coords.py,
+plan/hypercube.py): built with netCDF4-python, read back through virtualize, xarray and the
+kerchunk export, compared bit for bit with netCDF4-python's reads."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+
+import netCDF4
+import numpy as np
+import pytest
+import xarray as xr
+
+import virtualize
+from virtualize.model import UsageError
+from virtualize.plan.coords import CoordSpec, coordinate_plan, parse_coord, resolve
+
+from helpers import kerchunk_group, rectilinear
+
+MEMBERS = ("r1i1p1f1", "r2i1p1f1", "r3i1p1f1")
+
+
+def _member_year(path, member: str, year: int, realization: int, split_lat: int = 4):
+    """A CMIP-like yearly tas file of one member (leap years have 366 days)."""
+    days = 366 if year % 4 == 0 else 365
+    start = (datetime.date(year, 1, 1) - datetime.date(2015, 1, 1)).days
+    with netCDF4.Dataset(path, "w") as nc:
+        nc.variant_label = member
+        nc.source_id = "TOY"
+        nc.createDimension("time", None)
+        nc.createDimension("lat", 4)
+        nc.createDimension("lon", 5)
+        nc.createDimension("bnds", 2)
+        t = nc.createVariable("time", "f8", ("time",))
+        t.units, t.calendar, t.bounds = "days since 2015-01-01", "standard", "time_bnds"
+        t[:] = np.arange(days) + start + 0.5
+        b = nc.createVariable("time_bnds", "f8", ("time", "bnds"))
+        b[:] = np.stack([np.arange(days) + start, np.arange(days) + start + 1], axis=1)
+        lat = nc.createVariable("lat", "f8", ("lat",))
+        lat[:] = [-60, -20, 20, 60]
+        lon = nc.createVariable("lon", "f8", ("lon",))
+        lon[:] = np.arange(5) * 72.0
+        r = nc.createVariable("realization", "i4", ())
+        r[...] = realization
+        tas = nc.createVariable("tas", "f4", ("time", "lat", "lon"), zlib=True,
+                                chunksizes=(1, split_lat, 5), fill_value=1e20)
+        rng = np.random.default_rng(realization * 10000 + year)
+        tas[:] = rng.normal(280, 5, (days, 4, 5)).astype("f4")
+    return path
+
+
+@pytest.fixture
+def ensemble(tmp_path):
+    files = []
+    for i, m in enumerate(MEMBERS, start=1):
+        for year in (2015, 2016):
+            files.append(str(_member_year(tmp_path / f"tas_day_TOY_ssp585_{m}_gn_{year}.nc",
+                                          m, year, i)))
+    return files
+
+
+def _nc(path, name):
+    with netCDF4.Dataset(path) as nc:
+        v = nc[name]
+        v.set_auto_maskandscale(False)
+        return np.asarray(v[...])
+
+
+def _expected_tas(files, members=MEMBERS, years=(2015, 2016)):
+    by = {os.path.basename(f): f for f in files}
+    return np.stack([np.concatenate([_nc(by[f"tas_day_TOY_ssp585_{m}_gn_{y}.nc"], "tas")
+                                     for y in years]) for m in members])
+
+
+def _bits_equal(a, b):
+    a, b = np.asarray(a), np.asarray(b)
+    assert a.shape == b.shape and a.dtype == b.dtype, (a.shape, b.shape, a.dtype, b.dtype)
+    assert a.tobytes() == b.tobytes()
+
+
+# -- plan/coords.py ------------------------------------------------------------------
+
+def test_parse_coord_forms():
+    assert parse_coord("attr:variant_label") == CoordSpec("attr", "variant_label")
+    assert parse_coord("var:realization") == CoordSpec("var", "realization")
+    assert parse_coord(r"name:_(r\d+)i").kind == "name"
+    assert parse_coord("1,2,3").values == (1, 2, 3)
+    assert parse_coord("0.5,2").values == (0.5, 2.0)
+    assert parse_coord("a,b").values == ("a", "b")
+    for bad, why in (("attr:", "needs a name"), ("name:(", "not a regular expression"),
+                     (r"name:r\d", "no group"), ("foo:x", "unknown form"), ("a,,b", "empty"),
+                     ("", "empty")):
+        with pytest.raises(UsageError, match=why):
+            parse_coord(bad)
+
+
+def test_coordinate_plan_kinds():
+    d = coordinate_plan("t", [datetime.datetime(2020, 1, 2), datetime.datetime(2020, 1, 1)])
+    assert d.inline.tolist() == [1, 0] and d.attrs["units"] == "days since 2020-01-01"
+    s = coordinate_plan("t", [datetime.datetime(2020, 1, 1, 6), datetime.datetime(2020, 1, 1)])
+    assert s.inline.tolist() == [21600, 0] and s.attrs["units"].startswith("seconds since")
+    assert coordinate_plan("m", ["a", "b"]).dtype.kind == "T"
+    assert coordinate_plan("m", [1, 2]).dtype == np.dtype("<i8")
+    assert coordinate_plan("m", [1, 2.5]).dtype == np.dtype("<f8")
+
+
+def test_resolve_each_form_and_its_refusals(ensemble):
+    invs = [virtualize.inventory(f) for f in ensemble]
+    vals, ps = resolve(invs, "member", parse_coord("attr:variant_label"))
+    assert not ps and vals == [m for m in MEMBERS for _ in (0, 1)]
+    # the scan records a small scalar's value (formats/_planning.py)
+    vals, ps = resolve(invs, "member", parse_coord("var:realization"))
+    assert not ps and vals == [1, 1, 2, 2, 3, 3]
+    vals, ps = resolve(invs, "member", parse_coord(r"name:_r(\d+)i"))
+    assert not ps and vals == [1, 1, 2, 2, 3, 3]
+    vals, ps = resolve(invs, "year", parse_coord(r"name:_(\d{4})\.nc$"))
+    assert not ps and vals == [2015, 2016] * 3
+    vals, ps = resolve(invs[:2], "run", parse_coord(r"name:_(\d{4})\.nc$"))
+    vals, ps = resolve(invs, "m", parse_coord("a,b,c,d,e,f"))
+    assert vals == list("abcdef")
+    # refusals, located at the file
+    vals, ps = resolve(invs, "member", parse_coord("attr:nope"))
+    assert vals is None and len(ps) == 6 and ps[0].loc.file == invs[0].path
+    assert ps[0].kind == "coord-unresolved" and "no global attribute 'nope'" in ps[0].message
+    vals, ps = resolve(invs, "member", parse_coord("var:lat"))
+    assert vals is None and "not a scalar" in ps[0].message
+    vals, ps = resolve(invs, "member", parse_coord(r"name:_(x\d)_"))
+    assert vals is None and "does not match the name" in ps[0].message
+    assert os.path.basename(invs[0].path) in ps[0].message
+    vals, ps = resolve(invs, "member", parse_coord("1,2"))
+    assert vals is None and "2 value(s) for 6 file(s)" in ps[0].message
+
+
+def test_dates_in_names_become_dates(tmp_path):
+    files = [str(_member_year(tmp_path / f"run_{d}.nc", "r1i1p1f1", 2015, 1))
+             for d in ("20200101", "20200102")]
+    invs = [virtualize.inventory(f) for f in files]
+    vals, ps = resolve(invs, "run", parse_coord(r"name:run_(\d{8})"))
+    assert vals == [datetime.datetime(2020, 1, 1), datetime.datetime(2020, 1, 2)]
+
+
+# -- an ensemble: member x time ------------------------------------------------------
+
+@pytest.mark.parametrize("form", ["attr:variant_label", "var:realization",
+                                  r"name:_(r\d+i\d+p\d+f\d+)_", "list"])
+def test_ensemble_member_by_time(ensemble, tmp_path, form):
+    if form == "list":  # explicit values, in file order
+        form = ",".join(m for m in MEMBERS for _ in (0, 1))
+    out = tmp_path / "cube.zarr"
+    # (realization differs between members: the member coordinate, or dropped)
+    drop = [] if form.startswith("var:") else ["realization"]
+    report = virtualize.virtualize(ensemble, out, concat_dims=["member", "time"],
+                                   coords={"member": form}, drop=drop)
+    assert report.ok, report.problems
+    a = report.plan.arrays
+    assert a["tas"].dims == ("member", "time", "lat", "lon")
+    assert a["tas"].shape == (3, 731, 4, 5)
+    assert a["time"].dims == ("time",) and a["lat"].dims == ("lat",)
+    assert a["time_bnds"].dims == ("time", "bnds")
+    layout = report.plan.layout
+    assert [ax.dim for ax in layout.axes] == ["member", "time"]
+    assert layout.axes[1].labels[0].startswith("2015-01-01")
+    assert len(layout.cells) == 6 and all(c.path for c in layout.cells)
+    expected = _expected_tas(ensemble)
+    _bits_equal(virtualize.open(out)["tas"][...], expected)
+    with rectilinear():
+        ds = xr.open_dataset(out, engine="virtualize", mask_and_scale=False)
+        want = MEMBERS if form.startswith(("attr", "name:_(r", "r1")) else [1, 2, 3]
+        assert [str(v) if isinstance(v, str) else int(v) for v in ds["member"].values] == \
+            list(want)
+        sel = ds["tas"].sel(member=want[1]).values
+        _bits_equal(sel, expected[1])
+        assert ds["time"].values[0] == np.datetime64("2015-01-01T12:00")
+        _bits_equal(ds["time_bnds"].values[365:367, 0].astype("datetime64[D]"),
+                    np.array(["2016-01-01", "2016-01-02"], "datetime64[D]"))
+    if form.startswith("var:"):
+        assert "realization" not in a  # its values are the member coordinate
+    if form.startswith("attr:"):
+        assert "variant_label" not in report.plan.groups[""]
+
+
+def test_ensemble_kerchunk_export_read_by_fsspec(ensemble, tmp_path):
+    out = tmp_path / "cube.json"
+    report = virtualize.virtualize(ensemble, out, concat_dims=["member", "time"],
+                                   coords={"member": "attr:variant_label"}, drop=["realization"])
+    assert report.ok, report.problems
+    g = kerchunk_group(out)
+    _bits_equal(g["tas"][...], _expected_tas(ensemble))
+    assert [str(v) for v in g["member"][...]] == list(MEMBERS)
+    _bits_equal(g["time"][...], np.concatenate([_nc(ensemble[0], "time"),
+                                                _nc(ensemble[1], "time")]))
+
+
+def test_cli_repeated_concat_dim_and_coord(ensemble, tmp_path, capsys):
+    from virtualize.cli import main
+
+    out = tmp_path / "cli.zarr"
+    rc = main(["create", *ensemble, "-o", str(out), "--concat-dim", "member",
+               "--concat-dim", "time", "--coord", "member=attr:variant_label", "--drop",
+               "realization"])
+    assert rc == 0
+    _bits_equal(virtualize.open(out)["tas"][...], _expected_tas(ensemble))
+    with pytest.raises(SystemExit) as e:
+        main(["check", *ensemble, "--concat-dim", "member", "--concat-dim", "time",
+              "--coord", "member"])
+    assert e.value.code == 2
+    assert "give DIM=FORM" in capsys.readouterr().err
+
+
+def test_one_new_axis_from_an_attribute(ensemble, tmp_path):
+    """`--concat-dim member --coord member=attr:variant_label` on one file per member."""
+    files = ensemble[::2]
+    out = tmp_path / "m.zarr"
+    report = virtualize.virtualize(files, out, "member", coords={"member": "attr:variant_label"},
+                                   drop=["realization"])
+    assert report.ok, report.problems
+    assert report.plan.layout is not None and report.plan.layout.axes[0].new
+    with rectilinear():
+        ds = xr.open_dataset(out, engine="virtualize", mask_and_scale=False)
+        _bits_equal(ds["tas"].sel(member="r3i1p1f1").values, _nc(files[2], "tas"))
+        assert ds["tas"].dims == ("member", "time", "lat", "lon")
+
+
+def test_missing_member_year_refused_naming_the_cell(ensemble, tmp_path):
+    files = [f for f in ensemble if not f.endswith("r3i1p1f1_gn_2016.nc")]
+    report = virtualize.check(files, concat_dims=["member", "time"],
+                              coords={"member": "attr:variant_label"}, drop=["realization"])
+    assert not report.ok
+    [p] = [p for p in report.problems if p.kind == "missing-cell"]
+    assert "member='r3i1p1f1'" in p.message and "time=2016-01-01" in p.message
+    assert "2016-12-31" in p.message
+    missing = report.to_dict()["layout"]["missing"]
+    assert missing == [[2, 1]]
+
+
+def test_duplicate_member_refused(ensemble, tmp_path):
+    report = virtualize.check(ensemble, concat_dims=["member", "time"],
+                              coords={"member": "1,1,2,2,2,2"}, drop=["realization"])
+    assert not report.ok
+    [p, *_] = [p for p in report.problems if p.kind == "duplicate-cell"]
+    assert p.loc.file == ensemble[4] and "member=2" in p.message and ensemble[2] in p.message
+
+
+def test_member_split_differently_refused(tmp_path):
+    """r2's files split lat into other chunks than r1's: refused, located."""
+    files = [str(_member_year(tmp_path / f"tas_{m}_{y}.nc", m, y, i, split_lat=4 if i == 1 else 2))
+             for i, m in enumerate(MEMBERS[:2], start=1) for y in (2015, 2016)]
+    report = virtualize.check(files, concat_dims=["member", "time"],
+                              coords={"member": "attr:variant_label"}, drop=["realization"])
+    assert not report.ok
+    [p] = [p for p in report.problems if p.kind == "blocks-differ"]
+    assert p.loc.variable == "tas" and p.loc.file == files[2] and "'lat'" in p.message
+
+
+def test_shared_coordinate_differing_between_members_refused(ensemble, tmp_path):
+    with netCDF4.Dataset(ensemble[3], "a") as nc:
+        nc["lat"][0] = -61.0
+    report = virtualize.check(ensemble, concat_dims=["member", "time"],
+                              coords={"member": "attr:variant_label"}, drop=["realization"])
+    assert not report.ok
+    bad = [p for p in report.problems if p.kind == "differs-between-files"]
+    assert bad and bad[0].loc.variable == "lat"
+    assert ensemble[3] in {p.loc.file for p in bad}
+
+
+def test_usage_errors(ensemble):
+    with pytest.raises(UsageError, match="not a concatenation axis"):
+        virtualize.check(ensemble, concat_dims=["time"], coords={"member": "attr:x"})
+    with pytest.raises(UsageError, match="comes from the files"):
+        virtualize.check(ensemble, concat_dims=["member", "time"],
+                         coords={"member": "attr:variant_label", "time": "1,2,3,4,5,6"})
+    report = virtualize.check(ensemble, concat_dims=["member", "time"],
+                              coords={"member": "attr:nope"})
+    assert {p.kind for p in report.problems if p.fatal} == {"coord-unresolved"}
+
+
+# -- forecast runs x lead times --------------------------------------------------------
+
+def _forecast(path, run: datetime.datetime, steps=4):
+    with netCDF4.Dataset(path, "w") as nc:
+        nc.createDimension("step", steps)
+        nc.createDimension("y", 3)
+        s = nc.createVariable("step", "i4", ("step",))
+        s.units = "hours"
+        s[:] = np.arange(steps) * 6
+        y = nc.createVariable("y", "f4", ("y",))
+        y[:] = [0, 1, 2]
+        t2m = nc.createVariable("t2m", "f4", ("step", "y"), chunksizes=(2, 3))
+        rng = np.random.default_rng(run.toordinal() + run.hour)
+        t2m[:] = rng.normal(0, 1, (steps, 3)).astype("f4")
+    return str(path)
+
+
+def test_forecast_runs_by_lead_times(tmp_path):
+    runs = [datetime.datetime(2024, 1, d, h) for d in (1, 2) for h in (0, 12)]
+    files = [_forecast(tmp_path / f"fc_{r:%Y%m%dT%H%M}.nc", r) for r in runs]
+    out = tmp_path / "fc.zarr"
+    report = virtualize.virtualize(files, out, concat_dims=["run", "step"],
+                                   coords={"run": r"name:fc_(\d{8}T\d{4})"})
+    assert report.ok, report.problems
+    assert report.plan.arrays["t2m"].dims == ("run", "step", "y")
+    with rectilinear():
+        ds = xr.open_dataset(out, engine="virtualize")
+        assert ds["run"].values[1] == np.datetime64("2024-01-01T12:00")
+        _bits_equal(ds["t2m"].sel(run="2024-01-02T00:00").values, _nc(files[2], "t2m"))
+    _bits_equal(virtualize.open(out)["t2m"][...], np.stack([_nc(f, "t2m") for f in files]))
+
+
+def test_runs_by_members_two_new_axes(tmp_path):
+    files, want = [], []
+    for m in (1, 2):
+        for d in (1, 2, 3):
+            r = datetime.datetime(2024, 1, d)
+            files.append(_forecast(tmp_path / f"fc_m{m}_{r:%Y%m%d}.nc", r.replace(hour=m)))
+    report = virtualize.virtualize(files, tmp_path / "c.zarr", concat_dims=["member", "run"],
+                                   coords={"member": r"name:_m(\d)_", "run": r"name:_(\d{8})"})
+    assert report.ok, report.problems
+    a = report.plan.arrays["t2m"]
+    assert a.dims == ("member", "run", "step", "y") and a.shape == (2, 3, 4, 3)
+    got = virtualize.open(tmp_path / "c.zarr")["t2m"][...]
+    want = np.stack([np.stack([_nc(f, "t2m") for f in files[:3]]),
+                     np.stack([_nc(f, "t2m") for f in files[3:]])])
+    _bits_equal(got, want)
+
+
+# -- TIFFs stacked along band ----------------------------------------------------------
+
+def test_tiffs_along_band_with_coord(tmp_path):
+    tifffile = pytest.importorskip("tifffile")
+    files = []
+    for i, name in enumerate(("red", "green", "blue")):
+        data = (np.arange(64 * 48, dtype="u2").reshape(64, 48) * (i + 1)).astype("u2")
+        p = tmp_path / f"scene_{name}.tif"
+        tifffile.imwrite(p, data, tile=(16, 16))
+        files.append(str(p))
+    plain = virtualize.check(files, "band")
+    assert any("--coord band=" in n for n in plain.notes)
+    out = tmp_path / "b.zarr"
+    report = virtualize.virtualize(files, out, "band", coords={"band": r"name:scene_(\w+)\."})
+    assert report.ok, report.problems
+    with rectilinear():
+        ds = xr.open_dataset(out, engine="virtualize")
+        assert [str(v) for v in ds["band"].values] == ["blue", "green", "red"]
+        _bits_equal(ds[list(ds.data_vars)[0]].sel(band="green").values,
+                    tifffile.imread(files[1]))
+
+
+# -- append along either axis ----------------------------------------------------------
+
+def test_append_new_years_and_a_new_member(ensemble, tmp_path):
+    base = [f for f in ensemble if "r3" not in f]
+    out = tmp_path / "cube.zarr"
+    assert virtualize.virtualize(base, out, concat_dims=["member", "time"],
+                                 coords={"member": "attr:variant_label"}, drop=["realization"]).ok
+    rec = json.loads((out / "virtualize.json").read_text()) \
+        if (out / "virtualize.json").exists() else None
+    # a new member
+    report = virtualize.append(out, [f for f in ensemble if "r3" in f])
+    assert report.ok, report.problems
+    _bits_equal(virtualize.open(out)["tas"][...], _expected_tas(ensemble))
+    # a new year for every member
+    more = [str(_member_year(tmp_path / f"tas_day_TOY_ssp585_{m}_gn_2017.nc", m, 2017, i))
+            for i, m in enumerate(MEMBERS, start=1)]
+    report = virtualize.append(out, more)
+    assert report.ok, report.problems
+    _bits_equal(virtualize.open(out)["tas"][...],
+                _expected_tas(ensemble + more, years=(2015, 2016, 2017)))
+    # a year for one member only: the grid is not filled, nothing changed
+    lone = str(_member_year(tmp_path / "tas_day_TOY_ssp585_r1i1p1f1_gn_2018.nc",
+                            "r1i1p1f1", 2018, 1))
+    with pytest.raises(virtualize.VirtualizeError, match="missing-cell"):
+        virtualize.append(out, [lone])
+    assert virtualize.open(out)["tas"].shape == (3, 365 * 2 + 366, 4, 5)
+    del rec
+
+
+def test_append_refuses_listed_values(ensemble, tmp_path):
+    out = tmp_path / "cube.zarr"
+    assert virtualize.virtualize(ensemble[:4], out, concat_dims=["member", "time"],
+                                 coords={"member": "a,a,b,b"}, drop=["realization"]).ok
+    with pytest.raises(virtualize.VirtualizeError, match="values were listed"):
+        virtualize.append(out, ensemble[4:])
+
+
+# -- other outputs and executors -------------------------------------------------------
+
+def test_ensemble_to_icechunk(ensemble, tmp_path):
+    pytest.importorskip("icechunk")
+    out = tmp_path / "cube.icechunk"
+    report = virtualize.virtualize(ensemble, out, concat_dims=["member", "time"],
+                                   coords={"member": "attr:variant_label"}, drop=["realization"])
+    assert report.ok, report.problems
+    _bits_equal(virtualize.open(out)["tas"][...], _expected_tas(ensemble))
+
+
+def test_ensemble_on_an_executor(ensemble, tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(2) as ex:
+        report = virtualize.virtualize(ensemble, tmp_path / "e.zarr",
+                                       concat_dims=["member", "time"],
+                                       coords={"member": "var:realization"}, executor=ex)
+    assert report.ok, report.problems
+    _bits_equal(virtualize.open(tmp_path / "e.zarr")["tas"][...], _expected_tas(ensemble))
