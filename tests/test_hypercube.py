@@ -404,3 +404,56 @@ def test_ensemble_on_an_executor(ensemble, tmp_path):
                                        coords={"member": "var:realization"}, executor=ex)
     assert report.ok, report.problems
     _bits_equal(virtualize.open(tmp_path / "e.zarr")["tas"][...], _expected_tas(ensemble))
+
+
+def test_join_outer_missing_member_year_reads_as_fill(ensemble, tmp_path):
+    files = [f for f in ensemble if not f.endswith("r3i1p1f1_gn_2016.nc")]
+    out = tmp_path / "outer.zarr"
+    report = virtualize.virtualize(files, out, concat_dims=["member", "time"],
+                                   coords={"member": "attr:variant_label"},
+                                   drop=["realization"], join="outer")
+    assert report.ok, report.problems
+    assert any("--join outer: 1 cell(s)" in n and "member='r3i1p1f1'" in n for n in report.notes)
+    assert report.to_dict()["layout"]["missing"] == [[2, 1]]
+    got = virtualize.open(out)["tas"][...]
+    full = _expected_tas(ensemble)
+    _bits_equal(got[:2], full[:2])
+    _bits_equal(got[2, :365], full[2, :365])
+    assert (got[2, 365:] == np.float32(1e20)).all()  # the fill value
+    with rectilinear():  # the time coordinate is the other members' (the same everywhere)
+        ds = xr.open_dataset(out, engine="virtualize", mask_and_scale=False)
+        assert ds["time"].shape == (731,) and np.isnan(
+            xr.open_dataset(out, engine="virtualize")["tas"].sel(member="r3i1p1f1")
+            .values[365:]).all()
+    # the kerchunk export reads the absent chunks as the fill value too
+    k = tmp_path / "outer.json"
+    virtualize.virtualize(files, k, concat_dims=["member", "time"],
+                          coords={"member": "attr:variant_label"}, drop=["realization"],
+                          join="outer")
+    _bits_equal(kerchunk_group(k)["tas"][...], got)
+
+
+def test_join_outer_refuses_a_variable_without_fill_value(tmp_path):
+    """(planned from inventories: a TIFF image has fill value 0, a variable without one
+    is made so here)"""
+    from virtualize.plan import ConcatOptions
+    from virtualize.plan.coords import parse_coords
+    from virtualize.plan.hypercube import HypercubeOptions, plan_hypercube
+
+    tifffile = pytest.importorskip("tifffile")
+    invs = []
+    for m, d in ((1, 1), (1, 2), (2, 1)):
+        p = tmp_path / f"m{m}_2024010{d}.tif"
+        tifffile.imwrite(p, np.full((32, 32), m * 10 + d, "u1"), tile=(16, 16))
+        invs.append(virtualize.inventory(p))
+    opts = HypercubeOptions(["member", "time"],
+                            parse_coords({"member": r"name:m(\d)_", "time": r"name:_(\d{8})"}),
+                            ConcatOptions(join="outer"))
+    plan, problems = plan_hypercube(invs, opts)
+    assert not [p for p in problems if p.fatal] and plan.arrays["image"].shape == (2, 2, 32, 32)
+    assert plan.arrays["image"].refs["length"][1, 1].max() == 0  # absent: reads as 0
+    invs[1].variables["image"].fill_value = None
+    plan, problems = plan_hypercube(invs, opts)
+    [p] = [p for p in problems if p.kind == "no-fill-value"]
+    assert p.loc == virtualize.model.Location(invs[1].path, "image")
+    assert "member=2, time=2024-01-02" in p.message

@@ -101,6 +101,9 @@ def _concat_options(p: argparse.ArgumentParser) -> None:
                         "var:NAME (a scalar variable), name:REGEX (the regex's first group on "
                         "the file's name; dates become dates) or v1,v2,... (in file order); "
                         "repeatable")
+    p.add_argument("--join", choices=("exact", "outer"), default="exact",
+                   help="a hypercube's cells no file fills: refused (exact, the default) or "
+                        "absent chunks that read as the fill value (outer)")
     p.add_argument("--inline", metavar="VAR", action="append", default=[],
                    help="store this variable's values in the cube instead of referencing them "
                         "(coordinates are inlined by default); repeatable")
@@ -514,7 +517,7 @@ def _kw(args) -> dict:
 def _concat_kw(args) -> dict:
     return dict(inline=args.inline, drop=args.drop, sort=not args.no_sort,
                 inline_threshold=args.inline_threshold, concat_dims=args.concat_dim,
-                coords=args.coord)
+                coords=args.coord, join=args.join)
 
 
 def _create(args) -> int:

@@ -82,7 +82,7 @@ def check(paths: Iterable[PathLike] | PathLike, concat_dim: str | None = None, *
           inline_threshold: int = DEFAULT_INLINE_THRESHOLD,
           chunk_size: int | str | None = DEFAULT_CHUNK_SIZE, skip_unreadable: bool = False,
           no_gaps: bool = False, concat_dims: Sequence[str] | None = None,
-          coords: dict | Sequence[str] | None = None) -> Report:
+          coords: dict | Sequence[str] | None = None, join: str = "exact") -> Report:
     """Can this stack be virtualized (concatenated along `concat_dim`)? Scans every file
     and plans the cube, collecting every problem of every file. Writes nothing.
 
@@ -107,7 +107,8 @@ def check(paths: Iterable[PathLike] | PathLike, concat_dim: str | None = None, *
     A hypercube: `concat_dims` (several axes, outermost first; `concat_dim` is one) and
     `coords` ({dim: "attr:NAME" | "var:NAME" | "name:REGEX" | "v1,v2,..." or a list of
     values}, or "DIM=FORM" strings): a new axis' position of each file (docs/planning.md,
-    Hypercubes)."""
+    Hypercubes). `join="outer"`: the grid's cells no file fills are absent chunks that
+    read as the fill value (default "exact": refused, naming the cell)."""
     _storage(storage_options)
     limit = _chunk_size(chunk_size)
     dims = _concat_dims(concat_dim, concat_dims)
@@ -116,7 +117,7 @@ def check(paths: Iterable[PathLike] | PathLike, concat_dim: str | None = None, *
     opts = ConcatOptions(concat_dim=concat_dim, inline=frozenset(_names(inline)),
                          drop=frozenset(_names(drop)), sort=sort, split=split,
                          materialize=materialize, inline_threshold=inline_threshold,
-                         no_gaps=no_gaps, read=read_values)
+                         no_gaps=no_gaps, read=read_values, join=join)
     hyper = HypercubeOptions(dims=dims, coords=specs, concat=opts)
     recipe = {"kind": "concat", "concat_dim": concat_dim, "inline": sorted(opts.inline),
               "drop": sorted(opts.drop), "sort": sort, "split": split,
@@ -124,7 +125,7 @@ def check(paths: Iterable[PathLike] | PathLike, concat_dim: str | None = None, *
               "inline_threshold": inline_threshold, "chunk_size": limit}
     if cube:  # (a plain stack's recipe stays as it was)
         recipe.update(concat_dim=None, concat_dims=dims,
-                      coords={d: s.text() for d, s in specs.items()})
+                      coords={d: s.text() for d, s in specs.items()}, join=join)
     known = [d for d in dims if d not in specs]
     report = _check(paths, lambda invs: plan_hypercube(invs, hyper), progress, materialize_limit,
                     jobs, scan_timeout, executor=executor, chunk_size=limit,

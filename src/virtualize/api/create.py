@@ -29,7 +29,7 @@ def virtualize(paths: Iterable[PathLike] | PathLike, out: PathLike, concat_dim: 
                inline_threshold: int = DEFAULT_INLINE_THRESHOLD,
                chunk_size: int | str | None = DEFAULT_CHUNK_SIZE, skip_unreadable: bool = False,
                no_gaps: bool = False, concat_dims: Sequence[str] | None = None,
-               coords: dict | Sequence[str] | None = None) -> Report:
+               coords: dict | Sequence[str] | None = None, join: str = "exact") -> Report:
     """Virtualize a stack into `out`: a cube directory, a kerchunk reference JSON
     (`format="kerchunk"` or `out` ending in `.json`) or an Icechunk repository
     (`format="icechunk"` or `.icechunk`). Nothing is written unless every file
@@ -37,7 +37,7 @@ def virtualize(paths: Iterable[PathLike] | PathLike, out: PathLike, concat_dim: 
     `relative`: record the sources relative to the output (a relocatable cube, to be moved
     or mirrored together with its files: a cube directory's source table, a kerchunk
     JSON's template, an Icechunk repository's named virtual chunk container).
-    `skip_unreadable`, `no_gaps`, and a hypercube's `concat_dims` and `coords`: as for
+    `skip_unreadable`, `no_gaps`, and a hypercube's `concat_dims`, `coords`, `join`: as for
     `check`."""
     _storage(storage_options)
     kind = _output_kind(out, format, overwrite, paths)
@@ -46,7 +46,7 @@ def virtualize(paths: Iterable[PathLike] | PathLike, out: PathLike, concat_dim: 
                    jobs=jobs, executor=executor, progress=progress, scan_timeout=scan_timeout,
                    inline_threshold=inline_threshold, chunk_size=chunk_size,
                    skip_unreadable=skip_unreadable, no_gaps=no_gaps, concat_dims=concat_dims,
-                   coords=coords)
+                   coords=coords, join=join)
     return _write(report, out, kind, overwrite, relative)
 
 

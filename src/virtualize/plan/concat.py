@@ -74,6 +74,9 @@ class ConcatOptions:
     # a new axis' values, one per file in the order given (plan/coords.py `resolve`): its
     # coordinate, instead of dates in the file names
     new_values: Sequence[Any] | None = None
+    # a hypercube's missing cells: "exact" refuses them, "outer" leaves them absent chunks
+    # that read as the fill value (plan/hypercube.py)
+    join: str = "exact"
 
 
 @dataclass

@@ -144,24 +144,42 @@ def plan_hypercube(inventories: Sequence[FileInventory], options: HypercubeOptio
                                     f"the same cell as {invs[fs[0]].path} ({cell_name(index)}): "
                                     "two files at one place of the grid"))
     missing = []
+    outer = opts.concat.join == "outer"
+    if opts.concat.join not in ("exact", "outer"):
+        raise UsageError(f"join must be 'exact' or 'outer', not {opts.concat.join!r}")
     for index in itertools.product(*(range(len(axis_values[d])) for d in dims)):
         if index in cells:
             continue
         if not new[dims[-1]] and _covered(index, cells, invs, dims, spans, axis_values):
             continue  # split differently along the inner axis: found when stacked
         missing.append(index)
-        problems.append(Problem(Location(None, None, dims[-1]), "missing-cell",
-                                f"no file for the cell {cell_name(index)}: the files must fill "
-                                "the grid their coordinates span"))
-    layout = Layout([LayoutAxis(d, labels[d], new[d]) for d in dims],
-                    [LayoutCell(index, invs[fs[0]].path, _data_vars(invs[fs[0]]))
-                     for index, fs in sorted(cells.items())] +
-                    [LayoutCell(index, None, ()) for index in missing])
+        if not outer:
+            problems.append(Problem(Location(None, None, dims[-1]), "missing-cell",
+                                    f"no file for the cell {cell_name(index)}: the files must "
+                                    "fill the grid their coordinates span (--join outer: "
+                                    "absent chunks that read as the fill value)"))
+    held = tuple(dict.fromkeys(n for fs in cells.values() for n in _data_vars(invs[fs[0]])))
+    layout = Layout([LayoutAxis(d, labels[d], new[d]) for d in dims], sorted(
+        [LayoutCell(index, invs[fs[0]].path, _data_vars(invs[fs[0]]))
+         for index, fs in cells.items()] +
+        [LayoutCell(index, None, held) for index in missing], key=lambda c: c.index))
     if problems and any(p.fatal for p in problems):
         plan = Plan([], {}, {}, dims[-1], notes)
         plan.layout = layout
         return plan, problems
     concat = replace(opts.concat, drop=frozenset(drop))
+    for index in missing:  # (--join outer) a stand-in whose data are absent chunks
+        f = next(fs[0] for i, fs in sorted(cells.items()) if i[-1] == index[-1])
+        invs.append(_absent(invs[f], problems, cell_name(index), dims, new))
+        cells[index] = [len(invs) - 1]
+    if missing:
+        notes.append(f"--join outer: {len(missing)} cell(s) no file fills read as the fill "
+                     "value: " + "; ".join(cell_name(i) for i in missing[:5])
+                     + ("; ..." if len(missing) > 5 else ""))
+    if any(p.fatal for p in problems):
+        plan = Plan([], {}, {}, dims[-1], notes)
+        plan.layout = layout
+        return plan, problems
     ctx = _Stack(invs=invs, dims=dims, new=new, axis_values=axis_values, labels=labels)
     plan, _ = _build(ctx, concat, sorted(cells), cells, 0)
     problems.extend(ctx.problems)
@@ -174,6 +192,43 @@ def plan_hypercube(inventories: Sequence[FileInventory], options: HypercubeOptio
     plan.concat_dim = dims[-1]
     plan.append_state = None  # (grown by planning again: api/appending.py)
     return plan, problems
+
+
+def _absent(inv: FileInventory, problems: list[Problem], where: str, dims, new
+            ) -> FileInventory:
+    """A missing cell's stand-in (`--join outer`): the inventory of a file at the same
+    inner position, its data variables' chunks absent (they read as the fill value); what
+    does not vary along the outer axes (coordinates, bounds) stays, as it must be the same
+    in every cell. A data variable without a fill value cannot be absent: refused."""
+    variables = dict(inv.variables)
+    keep = _kept(inv)
+    outer_new = [d for d in dims[:-1] if new[d]]
+    for name, v in inv.variables.items():
+        if name in keep or (not outer_new and not any(d in v.dims for d in dims[:-1])):
+            continue
+        if v.fill_value is None or v.blocks is None:
+            why = "has no fill value" if v.fill_value is None else "is stored in the cube"
+            problems.append(Problem(Location(inv.path, name), "no-fill-value",
+                                    f"{name!r} {why}: the cell {where} that no file fills "
+                                    "cannot read as absent chunks (--join outer)"))
+            continue
+        refs = np.zeros_like(v.blocks.refs)
+        variables[name] = replace(v, blocks=replace(v.blocks, refs=refs), values=None,
+                                  digest=None, block_digests=None)
+    return replace(inv, variables=variables, problems=[])
+
+
+def _kept(inv: FileInventory) -> set[str]:
+    """The variables that do not get a new axis: coordinates, their bounds, what a
+    `coordinates` attribute names, grid mappings, scalars."""
+    mappings = grid_mappings(inv)
+    out = {n for n, v in inv.variables.items() if not stacks(v, mappings)}
+    for v in inv.variables.values():
+        for key in ("bounds", "climatology"):
+            if isinstance(v.attrs.get(key), str):
+                out.add(v.attrs[key])
+        out |= set(str(v.attrs.get("coordinates", "")).split())
+    return out
 
 
 def _inner(opts: HypercubeOptions, invs, dim, values) -> tuple[Plan, list[Problem]]:
