@@ -457,3 +457,30 @@ def test_join_outer_refuses_a_variable_without_fill_value(tmp_path):
     [p] = [p for p in problems if p.kind == "no-fill-value"]
     assert p.loc == virtualize.model.Location(invs[1].path, "image")
     assert "member=2, time=2024-01-02" in p.message
+
+
+def test_time_outer_member_inner(ensemble, tmp_path):
+    """The axes in the other order: the yearly cells are member stacks joined along time;
+    the bounds of time get no member axis (compared across members, by value)."""
+    out = tmp_path / "tm.zarr"
+    report = virtualize.virtualize(ensemble, out, concat_dims=["time", "member"],
+                                   coords={"member": "attr:variant_label"}, drop=["realization"])
+    assert report.ok, report.problems
+    a = report.plan.arrays
+    assert a["tas"].dims == ("member", "time", "lat", "lon")
+    assert a["time_bnds"].dims == ("time", "bnds")
+    assert [ax.dim for ax in report.plan.layout.axes] == ["time", "member"]
+    assert report.plan.layout.axes[0].labels[1] == "2016-01-01T12:00:00 .. 2016-12-31T12:00:00"
+    _bits_equal(virtualize.open(out)["tas"][...], _expected_tas(ensemble))
+    _bits_equal(virtualize.open(out)["time_bnds"][...],
+                np.concatenate([_nc(ensemble[0], "time_bnds"), _nc(ensemble[1], "time_bnds")]))
+
+
+def test_bounds_differing_between_members_refused(ensemble):
+    with netCDF4.Dataset(ensemble[5], "a") as nc:
+        nc["time_bnds"][3, 1] = 999.0
+    report = virtualize.check(ensemble, concat_dims=["member", "time"],
+                              coords={"member": "attr:variant_label"}, drop=["realization"])
+    bad = [p for p in report.problems if p.kind == "differs-between-files"]
+    assert not report.ok and bad[0].loc.variable == "time_bnds"
+    assert "member='r3i1p1f1'" in bad[0].message or bad[0].loc.file == ensemble[5]

@@ -34,6 +34,7 @@ from ..conventions import (  # noqa: F401 (the planning conventions, read here b
     REFERENCE_KINDS,
     ScanHint,
     at_shape,
+    coordinate_bounds,
     default_concat_dim,
     grid_mappings,
     must_agree,
@@ -58,11 +59,13 @@ def agreeing(inv: FileInventory, hint: ScanHint | None) -> set[str]:
         return inline | {n for n, v in inv.variables.items()
                          if not v.shape or v.basename in mappings or "grid_mapping_name" in v.attrs}
     out = set(inline)
+    bounds = coordinate_bounds(inv)
     dims = hint.dims or (hint.concat_dim if hint.concat_dim is not None
                          else default_concat_dim(inv),)
     for dim in dims:  # (a hypercube's: what must agree along any of its axes)
         new_axis = dim is None or not any(dim in v.dims for v in inv.variables.values())
-        out |= {n for n, v in inv.variables.items() if must_agree(v, dim, new_axis, mappings)}
+        out |= {n for n, v in inv.variables.items()
+                if must_agree(v, dim, new_axis, mappings, bounds)}
     return out
 
 

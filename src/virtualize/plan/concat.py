@@ -19,7 +19,15 @@ from typing import Any
 
 import numpy as np
 
-from ..conventions import at_shape, default_concat_dim, grid_mappings, py, stacks, unlimited_dims
+from ..conventions import (
+    at_shape,
+    coordinate_bounds,
+    default_concat_dim,
+    grid_mappings,
+    py,
+    stacks,
+    unlimited_dims,
+)
 from ..model import (
     MATERIALIZED,
     REF_DTYPE,
@@ -472,9 +480,10 @@ def _plan_variable(ctx: _Context, name: str) -> ArrayPlan | None:
 
 
 def _stacks(ctx: _Context, v: Variable) -> bool:
-    """In new-axis mode, which variables get the axis: data, not coordinates, scalars or
-    grid mappings (those must be the same in every file; the scan's rule)."""
-    return stacks(v, grid_mappings(ctx.invs[0]))
+    """In new-axis mode, which variables get the axis: data, not coordinates, their
+    bounds, scalars or grid mappings (those must be the same in every file; the scan's
+    rule)."""
+    return stacks(v, grid_mappings(ctx.invs[0]), coordinate_bounds(ctx.invs[0]))
 
 
 def _why_shared(ctx: _Context) -> str:

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from ..conventions import grid_mappings, py, stacks
+from ..conventions import coordinate_bounds, grid_mappings, py, stacks
 from ..model import (
     MATERIALIZED,
     ArrayPlan,
@@ -180,7 +180,8 @@ def plan_hypercube(inventories: Sequence[FileInventory], options: HypercubeOptio
         plan = Plan([], {}, {}, dims[-1], notes)
         plan.layout = layout
         return plan, problems
-    ctx = _Stack(invs=invs, dims=dims, new=new, axis_values=axis_values, labels=labels)
+    ctx = _Stack(invs=invs, dims=dims, new=new, axis_values=axis_values, labels=labels,
+                 kept={n for inv in invs for n in _kept(inv)})
     plan, _ = _build(ctx, concat, sorted(cells), cells, 0)
     problems.extend(ctx.problems)
     attrs = {opts.coords[d].arg for d in dims if d in opts.coords and opts.coords[d].kind == "attr"}
@@ -219,16 +220,10 @@ def _absent(inv: FileInventory, problems: list[Problem], where: str, dims, new
 
 
 def _kept(inv: FileInventory) -> set[str]:
-    """The variables that do not get a new axis: coordinates, their bounds, what a
-    `coordinates` attribute names, grid mappings, scalars."""
-    mappings = grid_mappings(inv)
-    out = {n for n, v in inv.variables.items() if not stacks(v, mappings)}
-    for v in inv.variables.values():
-        for key in ("bounds", "climatology"):
-            if isinstance(v.attrs.get(key), str):
-                out.add(v.attrs[key])
-        out |= set(str(v.attrs.get("coordinates", "")).split())
-    return out
+    """The variables that do not get a new axis: coordinates, their bounds, grid
+    mappings, scalars (the scan's rule, conventions.stacks)."""
+    mappings, bounds = grid_mappings(inv), coordinate_bounds(inv)
+    return {n for n, v in inv.variables.items() if not stacks(v, mappings, bounds)}
 
 
 def _inner(opts: HypercubeOptions, invs, dim, values) -> tuple[Plan, list[Problem]]:
@@ -286,7 +281,7 @@ def _covered(index, cells, invs, dims, spans, axis_values) -> bool:
 
 
 def _data_vars(inv: FileInventory) -> tuple[str, ...]:
-    return tuple(n for n, v in inv.variables.items() if stacks(v, grid_mappings(inv)))
+    return tuple(n for n, v in inv.variables.items() if n not in _kept(inv))
 
 
 @dataclass
@@ -296,6 +291,7 @@ class _Stack:
     new: dict[str, bool]
     axis_values: dict[str, list]
     labels: dict[str, list[str]]
+    kept: set[str] = field(default_factory=set)  # what no new axis is given (`_kept`)
     problems: list[Problem] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
@@ -383,20 +379,10 @@ def _stack(ctx: _Stack, subs: list[Plan], files: list[list[str]], d: str,
 def _varies(ctx: _Stack, sub: Plan, name: str, a: ArrayPlan, d: str) -> bool:
     """Whether `name` is stacked along `d`: along an axis the files have, when it has it;
     along a new one, data variables (not coordinates, their bounds, grid mappings,
-    scalars, or what a `coordinates` attribute names)."""
+    scalars: the scan's rule, conventions.stacks)."""
     if not ctx.new[d]:
         return d in a.dims
-    if not a.dims or name in sub.arrays and len(a.dims) == 1 and a.dims[0] == name:
-        return False
-    if "grid_mapping_name" in a.attrs:
-        return False
-    for other in sub.arrays.values():
-        for key in ("bounds", "climatology", "grid_mapping"):
-            if other.attrs.get(key) == name.rpartition("/")[2]:
-                return False
-        if name.rpartition("/")[2] in str(other.attrs.get("coordinates", "")).split():
-            return False
-    return True
+    return bool(a.dims) and name not in ctx.dims and name not in ctx.kept
 
 
 def _alike(ctx: _Stack, files, have: list[ArrayPlan], name: str, d: str, where, varies) -> bool:
