@@ -354,8 +354,10 @@ def test_append_new_years_and_a_new_member(ensemble, tmp_path):
     out = tmp_path / "cube.zarr"
     assert virtualize.virtualize(base, out, concat_dims=["member", "time"],
                                  coords={"member": "attr:variant_label"}, drop=["realization"]).ok
-    rec = json.loads((out / "virtualize.json").read_text()) \
-        if (out / "virtualize.json").exists() else None
+    recipe = virtualize.open(out).attrs.get("virtualize", {}).get("recipe") or \
+        json.loads((out / "virtualize.json").read_text())["recipe"]
+    assert recipe["concat_dims"] == ["member", "time"]
+    assert recipe["coords"] == {"member": "attr:variant_label"} and recipe["join"] == "exact"
     # a new member
     report = virtualize.append(out, [f for f in ensemble if "r3" in f])
     assert report.ok, report.problems
@@ -373,7 +375,6 @@ def test_append_new_years_and_a_new_member(ensemble, tmp_path):
     with pytest.raises(virtualize.VirtualizeError, match="missing-cell"):
         virtualize.append(out, [lone])
     assert virtualize.open(out)["tas"].shape == (3, 365 * 2 + 366, 4, 5)
-    del rec
 
 
 def test_append_refuses_listed_values(ensemble, tmp_path):
@@ -395,13 +396,15 @@ def test_ensemble_to_icechunk(ensemble, tmp_path):
     _bits_equal(virtualize.open(out)["tas"][...], _expected_tas(ensemble))
 
 
-def test_ensemble_on_an_executor(ensemble, tmp_path):
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(2) as ex:
+def test_ensemble_on_the_dask_executor(ensemble, tmp_path):
+    """Scanned on dask workers (other processes: the hint's axes travel with the scan)."""
+    distributed = pytest.importorskip("distributed")
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
+                                  dashboard_address=None) as cluster, \
+            distributed.Client(cluster) as client:
         report = virtualize.virtualize(ensemble, tmp_path / "e.zarr",
                                        concat_dims=["member", "time"],
-                                       coords={"member": "var:realization"}, executor=ex)
+                                       coords={"member": "var:realization"}, executor=client)
     assert report.ok, report.problems
     _bits_equal(virtualize.open(tmp_path / "e.zarr")["tas"][...], _expected_tas(ensemble))
 
@@ -484,3 +487,16 @@ def test_bounds_differing_between_members_refused(ensemble):
     bad = [p for p in report.problems if p.kind == "differs-between-files"]
     assert not report.ok and bad[0].loc.variable == "time_bnds"
     assert "member='r3i1p1f1'" in bad[0].message or bad[0].loc.file == ensemble[5]
+
+
+def test_append_a_member_to_an_icechunk_hypercube(ensemble, tmp_path):
+    pytest.importorskip("icechunk")
+    out = tmp_path / "ens.icechunk"
+    assert virtualize.virtualize([f for f in ensemble if "r3" not in f], out,
+                                 concat_dims=["member", "time"],
+                                 coords={"member": "attr:variant_label"},
+                                 drop=["realization"]).ok
+    report = virtualize.append(out, [f for f in ensemble if "r3" in f])
+    assert report.ok, report.problems
+    _bits_equal(virtualize.open(out)["tas"][...], _expected_tas(ensemble))
+    assert [str(m) for m in virtualize.open(out)["member"][...]] == list(MEMBERS)

@@ -384,7 +384,9 @@ def _unknown_names(invs: list[FileInventory], drop, inline, concat_dim=None,
             out.append(Problem(Location(None, None, concat_dim), "unknown-name",
                                f"--concat-dim {concat_dim}: no file has a dimension "
                                f"{concat_dim!r}; the dimensions are: {', '.join(sorted(dims))}"
-                               + (f" (did you mean {close[0]!r}?)" if close else "")))
+                               + (f" (did you mean {close[0]!r}?)" if close else "")
+                               + f"; a new axis takes each file's value from --coord "
+                                 f"{concat_dim}=attr:NAME, var:NAME, name:REGEX or v1,v2,..."))
     return out
 
 
