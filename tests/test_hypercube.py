@@ -241,6 +241,11 @@ def test_duplicate_member_refused(ensemble, tmp_path):
     assert not report.ok
     [p, *_] = [p for p in report.problems if p.kind == "duplicate-cell"]
     assert p.loc.file == ensemble[4] and "member=2" in p.message and ensemble[2] in p.message
+    # one axis named where the files span two: the other is hinted
+    report = virtualize.check(ensemble, "member", coords={"member": "attr:variant_label"},
+                              drop=["realization"])
+    [p, *_] = [p for p in report.problems if p.kind == "duplicate-cell"]
+    assert "--concat-dim member --concat-dim DIM" in p.message
 
 
 def test_member_split_differently_refused(tmp_path):

@@ -142,7 +142,10 @@ def plan_hypercube(inventories: Sequence[FileInventory], options: HypercubeOptio
         for f in fs[1:]:
             problems.append(Problem(Location(invs[f].path), "duplicate-cell",
                                     f"the same cell as {invs[fs[0]].path} ({cell_name(index)}): "
-                                    "two files at one place of the grid"))
+                                    "two files at one place of the grid" + (
+                                        f" (steps of another axis? name it too: --concat-dim "
+                                        f"{dims[0]} --concat-dim DIM)" if len(dims) == 1
+                                        else "")))
     missing = []
     outer = opts.concat.join == "outer"
     if opts.concat.join not in ("exact", "outer"):
@@ -227,7 +230,12 @@ def _kept(inv: FileInventory) -> set[str]:
 
 
 def _inner(opts: HypercubeOptions, invs, dim, values) -> tuple[Plan, list[Problem]]:
-    return plan_concat(invs, replace(opts.concat, concat_dim=dim, new_values=values))
+    return _one_axis(invs, replace(opts.concat, concat_dim=dim, new_values=values))
+
+
+def _one_axis(invs: list[FileInventory], opts: ConcatOptions) -> tuple[Plan, list[Problem]]:
+    """The one-axis planner every stack along the innermost axis is planned by."""
+    return plan_concat(invs, opts)
 
 
 def _k(v: Any) -> Any:
@@ -305,7 +313,7 @@ def _build(ctx: _Stack, concat: ConcatOptions, indices: list[tuple[int, ...]],
         files = [cells[i][0] for i in indices]
         invs = [ctx.invs[f] for f in files]
         values = [ctx.axis_values[d][i[-1]] for i in indices] if ctx.new[d] else None
-        plan, problems = plan_concat(invs, replace(concat, concat_dim=d, new_values=values))
+        plan, problems = _one_axis(invs, replace(concat, concat_dim=d, new_values=values))
         ctx.problems.extend(problems)
         for n in plan.notes:
             if n not in ctx.notes:
