@@ -129,6 +129,10 @@ def test_resolve_each_form_and_its_refusals(ensemble):
     vals, ps = resolve(invs, "member", parse_coord(r"name:_(x\d)_"))
     assert vals is None and "does not match the name" in ps[0].message
     assert os.path.basename(invs[0].path) in ps[0].message
+    invs[1].groups[""]["listed"] = [1, 2]
+    vals, ps = resolve(invs[:2], "member", parse_coord("attr:listed"))
+    assert vals is None and ps[0].loc.file == invs[0].path  # (the first has none)
+    assert "not one number or text" in ps[-1].message and ps[-1].loc.file == invs[1].path
     vals, ps = resolve(invs, "member", parse_coord("1,2"))
     assert vals is None and "2 value(s) for 6 file(s)" in ps[0].message
 
@@ -505,3 +509,21 @@ def test_append_a_member_to_an_icechunk_hypercube(ensemble, tmp_path):
     assert report.ok, report.problems
     _bits_equal(virtualize.open(out)["tas"][...], _expected_tas(ensemble))
     assert [str(m) for m in virtualize.open(out)["member"][...]] == list(MEMBERS)
+
+
+def test_ensemble_from_http_sources(ensemble, tmp_path):
+    pytest.importorskip("aiohttp")
+    from servers import RangeHTTPServer
+
+    srv = RangeHTTPServer(os.path.dirname(ensemble[0]))
+    try:
+        urls = [f"{srv.url}/{os.path.basename(f)}" for f in ensemble[:4]]  # (two members)
+        out = tmp_path / "remote.zarr"
+        report = virtualize.virtualize(urls, out, concat_dims=["member", "time"],
+                                       coords={"member": r"name:_(r\d+i\d+p\d+f\d+)_"},
+                                       drop=["realization"])
+        assert report.ok, report.problems
+        assert report.plan.layout.cells[0].path.startswith("http://")
+        _bits_equal(virtualize.open(out)["tas"][...], _expected_tas(ensemble, MEMBERS[:2]))
+    finally:
+        srv.stop()

@@ -147,7 +147,12 @@ def resolve(invs: Sequence[FileInventory], dim: str, spec: CoordSpec
                 bad(inv.path, f"the file has no global attribute {spec.arg!r} "
                               f"(its attributes: {near or 'none'})")
                 continue
-            out.append(_scalar(attrs[spec.arg]))
+            value = _scalar(attrs[spec.arg])
+            if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+                bad(inv.path, f"its attribute {spec.arg!r} is {value!r}, not one number or "
+                              "text")
+                continue
+            out.append(value)
         elif spec.kind == "var":
             v = inv.variables.get(spec.arg)
             if v is None:
@@ -157,7 +162,12 @@ def resolve(invs: Sequence[FileInventory], dim: str, spec: CoordSpec
             elif v.values is None:
                 bad(inv.path, f"the scan recorded no value of {spec.arg!r}", spec.arg)
             else:
-                out.append(_scalar(np.asarray(v.values).reshape(-1)[0]))
+                value = _scalar(np.asarray(v.values).reshape(-1)[0])
+                if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+                    bad(inv.path, f"{spec.arg!r} holds {value!r}, not one number or text",
+                        spec.arg)
+                    continue
+                out.append(value)
         else:
             base = os.path.basename(inv.path.rstrip("/"))
             m = re.search(spec.arg, base)
