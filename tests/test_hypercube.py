@@ -527,3 +527,14 @@ def test_ensemble_from_http_sources(ensemble, tmp_path):
         _bits_equal(virtualize.open(out)["tas"][...], _expected_tas(ensemble, MEMBERS[:2]))
     finally:
         srv.stop()
+
+
+def test_no_sort_keeps_a_new_axis_in_file_order(ensemble, tmp_path):
+    files = ensemble[4:] + ensemble[:4]  # r3 first
+    report = virtualize.virtualize(files, tmp_path / "ns.zarr", concat_dims=["member", "time"],
+                                   coords={"member": "attr:variant_label"},
+                                   drop=["realization"], sort=False)
+    assert report.ok, report.problems
+    assert report.plan.layout.axes[0].labels == ["r3i1p1f1", "r1i1p1f1", "r2i1p1f1"]
+    _bits_equal(virtualize.open(tmp_path / "ns.zarr")["tas"][...],
+                _expected_tas(ensemble, ("r3i1p1f1", "r1i1p1f1", "r2i1p1f1")))

@@ -127,7 +127,8 @@ def plan_hypercube(inventories: Sequence[FileInventory], options: HypercubeOptio
     if any(p.fatal for p in problems) or len(keys) != len(dims):
         return Plan([], {}, {}, dims[-1] if dims else None, notes), problems
     # the grid: every axis' positions in order, every file's cell
-    axis_values = {d: _ordered(keys[d]) for d in dims}
+    # (--no-sort: a new axis' positions in the order the files give them)
+    axis_values = {d: _ordered(keys[d], opts.concat.sort or not new[d]) for d in dims}
     where = {d: {_k(v): i for i, v in enumerate(axis_values[d])} for d in dims}
     cells: dict[tuple[int, ...], list[int]] = {}
     for f in range(len(invs)):
@@ -242,9 +243,11 @@ def _k(v: Any) -> Any:
     return ("date", v) if isinstance(v, datetime.datetime) else (type(v).__name__, v)
 
 
-def _ordered(values: list) -> list:
-    """An axis' positions: sorted, each once."""
+def _ordered(values: list, sort: bool = True) -> list:
+    """An axis' positions: sorted (or in the order given), each once."""
     seen = {_k(v): v for v in values}
+    if not sort:
+        return list(seen.values())
     try:
         return sorted(seen.values())
     except TypeError:
