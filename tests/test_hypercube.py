@@ -538,3 +538,20 @@ def test_no_sort_keeps_a_new_axis_in_file_order(ensemble, tmp_path):
     assert report.plan.layout.axes[0].labels == ["r3i1p1f1", "r1i1p1f1", "r2i1p1f1"]
     _bits_equal(virtualize.open(tmp_path / "ns.zarr")["tas"][...],
                 _expected_tas(ensemble, ("r3i1p1f1", "r1i1p1f1", "r2i1p1f1")))
+
+
+def test_join_outer_with_time_outer_takes_the_cells_steps_from_its_year(ensemble, tmp_path):
+    """[time, member]: the stand-in of (2016, r3) is a 2016 file (its steps), not r3's 2015."""
+    files = [f for f in ensemble if not f.endswith("r3i1p1f1_gn_2016.nc")]
+    out = tmp_path / "to.zarr"
+    report = virtualize.virtualize(files, out, concat_dims=["time", "member"],
+                                   coords={"member": "attr:variant_label"},
+                                   drop=["realization"], join="outer")
+    assert report.ok, report.problems
+    got = virtualize.open(out)
+    full = _expected_tas(ensemble)
+    _bits_equal(got["tas"][:, :365], full[:, :365])
+    _bits_equal(got["tas"][:2, 365:], full[:2, 365:])
+    assert (got["tas"][2, 365:] == np.float32(1e20)).all()
+    _bits_equal(got["time"][...], np.concatenate([_nc(ensemble[0], "time"),
+                                                  _nc(ensemble[1], "time")]))

@@ -172,8 +172,19 @@ def plan_hypercube(inventories: Sequence[FileInventory], options: HypercubeOptio
         plan.layout = layout
         return plan, problems
     concat = replace(opts.concat, drop=frozenset(drop))
-    for index in missing:  # (--join outer) a stand-in whose data are absent chunks
-        f = next(fs[0] for i, fs in sorted(cells.items()) if i[-1] == index[-1])
+    for index in missing:  # (--join outer) a stand-in whose data are absent chunks: of a
+        # file at the same place along every axis the files have (its steps, coordinates)
+        # (of those, the nearest: the same place along the inner axes first)
+        near = sorted((tuple(i[a] != index[a] for a in reversed(range(len(dims)))), i)
+                      for i in cells
+                      if all(i[a] == index[a] for a, d in enumerate(dims) if not new[d]))
+        f = cells[near[0][1]][0] if near else None
+        if f is None:
+            problems.append(Problem(Location(None, None, dims[-1]), "missing-cell",
+                                    f"no file for the cell {cell_name(index)}, and none at its "
+                                    "place along the axes the files have to stand in for it "
+                                    "(--join outer)"))
+            continue
         invs.append(_absent(invs[f], problems, cell_name(index), dims, new))
         cells[index] = [len(invs) - 1]
     if missing:
@@ -207,9 +218,11 @@ def _absent(inv: FileInventory, problems: list[Problem], where: str, dims, new
     in every cell. A data variable without a fill value cannot be absent: refused."""
     variables = dict(inv.variables)
     keep = _kept(inv)
-    outer_new = [d for d in dims[:-1] if new[d]]
+    any_new = any(new[d] for d in dims)
     for name, v in inv.variables.items():
-        if name in keep or (not outer_new and not any(d in v.dims for d in dims[:-1])):
+        # what varies from cell to cell: data along a new axis, or along an axis it has
+        # (coordinates and their bounds are the template's: the same place)
+        if name in keep or not (any_new or any(d in v.dims for d in dims)):
             continue
         if v.fill_value is None or v.blocks is None:
             why = "has no fill value" if v.fill_value is None else "is stored in the cube"
