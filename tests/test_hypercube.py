@@ -555,3 +555,13 @@ def test_join_outer_with_time_outer_takes_the_cells_steps_from_its_year(ensemble
     assert (got["tas"][2, 365:] == np.float32(1e20)).all()
     _bits_equal(got["time"][...], np.concatenate([_nc(ensemble[0], "time"),
                                                   _nc(ensemble[1], "time")]))
+
+
+def test_verify_decode_and_export_replan_a_hypercube(ensemble, tmp_path):
+    out = tmp_path / "cube.zarr"
+    assert virtualize.virtualize(ensemble, out, concat_dims=["member", "time"],
+                                 coords={"member": "attr:variant_label"},
+                                 drop=["realization"]).ok
+    assert virtualize.verify_cube(out, decode=True) == []
+    virtualize.export(out, tmp_path / "cube.json")
+    _bits_equal(kerchunk_group(tmp_path / "cube.json")["tas"][...], _expected_tas(ensemble))

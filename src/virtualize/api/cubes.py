@@ -64,9 +64,17 @@ def _replan(cube: Path, info: dict, *, jobs: int | str = "auto", executor=None, 
                              drop=frozenset(recipe.get("drop") or ()), sort=recipe.get("sort", True),
                              split=recipe.get("split", True),
                              materialize=recipe.get("materialize", False),
-                             inline_threshold=recipe.get("inline_threshold", 0), read=read_values)
+                             inline_threshold=recipe.get("inline_threshold", 0), read=read_values,
+                             join=recipe.get("join", "exact"))
         planner = lambda invs: plan_concat(invs, opts)  # noqa: E731
         hint = ScanHint("concat", opts.concat_dim, inline=opts.inline)
+        dims = list(recipe.get("concat_dims") or ())
+        if dims or recipe.get("coords"):  # a hypercube (plan/hypercube.py)
+            from ..plan.coords import parse_coords
+            from ..plan.hypercube import HypercubeOptions, plan_hypercube
+            hyper = HypercubeOptions(dims, parse_coords(recipe.get("coords")), opts)
+            planner = lambda invs: plan_hypercube(invs, hyper)  # noqa: E731
+            hint = ScanHint("concat", None, inline=opts.inline, dims=tuple(dims))
     elif kind == "mosaic":
         offsets = recipe.get("offsets")
         opts = MosaicOptions(offsets=[tuple(o) for o in offsets] if offsets else None,
