@@ -565,3 +565,14 @@ def test_verify_decode_and_export_replan_a_hypercube(ensemble, tmp_path):
     assert virtualize.verify_cube(out, decode=True) == []
     virtualize.export(out, tmp_path / "cube.json")
     _bits_equal(kerchunk_group(tmp_path / "cube.json")["tas"][...], _expected_tas(ensemble))
+
+
+def test_a_touched_source_of_a_hypercube_is_rescanned_as_the_cube_was(ensemble, tmp_path):
+    out = tmp_path / "cube.zarr"
+    assert virtualize.virtualize(ensemble, out, concat_dims=["member", "time"],
+                                 coords={"member": "attr:variant_label"},
+                                 drop=["realization"]).ok
+    os.utime(ensemble[3], ns=(1, 10**18))  # touched: blocks as recorded
+    problems = virtualize.verify_cube(out)
+    assert [(p.kind, p.fatal, p.loc.file) for p in problems] == \
+        [("source-touched", False, ensemble[3])]
