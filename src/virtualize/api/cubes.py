@@ -74,7 +74,8 @@ def _replan(cube: Path, info: dict, *, jobs: int | str = "auto", executor=None, 
             from ..plan.hypercube import HypercubeOptions, plan_hypercube
             hyper = HypercubeOptions(dims, parse_coords(recipe.get("coords")), opts)
             planner = lambda invs: plan_hypercube(invs, hyper)  # noqa: E731
-            hint = ScanHint("concat", None, inline=opts.inline, dims=tuple(dims))
+            hint = ScanHint("concat", dims[0] if len(dims) == 1 else None, inline=opts.inline,
+                            dims=tuple(dims))  # (as check scanned it)
     elif kind == "mosaic":
         offsets = recipe.get("offsets")
         opts = MosaicOptions(offsets=[tuple(o) for o in offsets] if offsets else None,
