@@ -386,12 +386,27 @@ def test_append_new_years_and_a_new_member(ensemble, tmp_path):
     assert virtualize.open(out)["tas"].shape == (3, 365 * 2 + 366, 4, 5)
 
 
-def test_append_refuses_listed_values(ensemble, tmp_path):
+def test_append_to_listed_values_takes_the_new_files_values(ensemble, tmp_path):
     out = tmp_path / "cube.zarr"
     assert virtualize.virtualize(ensemble[:4], out, concat_dims=["member", "time"],
                                  coords={"member": "a,a,b,b"}, drop=["realization"]).ok
-    with pytest.raises(virtualize.VirtualizeError, match="values were listed"):
+    with pytest.raises(virtualize.VirtualizeError, match="give the new files'"):
         virtualize.append(out, ensemble[4:])
+    with pytest.raises(UsageError, match="1 value"):
+        virtualize.append(out, ensemble[4:], coords={"member": "c"})
+    with pytest.raises(UsageError, match="not a new axis"):
+        virtualize.append(out, ensemble[4:], coords={"run": "c,c"})
+    report = virtualize.append(out, ensemble[4:], coords={"member": "c,c"})
+    assert report.ok, report.problems
+    _bits_equal(virtualize.open(out)["tas"][...], _expected_tas(ensemble))
+    assert [str(m) for m in virtualize.open(out)["member"][...]] == ["a", "b", "c"]
+    # and again, from the command line
+    from virtualize.cli import main
+
+    more = [str(_member_year(tmp_path / f"tas_day_TOY_ssp585_r4i1p1f1_gn_{y}.nc",
+                             "r4i1p1f1", y, 4)) for y in (2015, 2016)]
+    assert main(["append", str(out), *more, "--coord", "member=d,d"]) == 0
+    assert [str(m) for m in virtualize.open(out)["member"][...]] == ["a", "b", "c", "d"]
 
 
 # -- other outputs and executors -------------------------------------------------------

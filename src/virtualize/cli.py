@@ -318,6 +318,9 @@ def build_parser() -> argparse.ArgumentParser:
                       "cube was, and the cube replaced when complete.")
     p.add_argument("output", metavar="CUBE")
     _files(p)
+    p.add_argument("--coord", metavar="DIM=V1,V2,...", action="append", default=[],
+                   help="a hypercube's new axis whose values were listed: the new files' "
+                        "values, in the order given")
     _job_options(p, gaps=True)
     _strict_option(p)
     _report_options(p)
@@ -550,7 +553,8 @@ def _mosaic(args) -> int:
 
 
 def _append(args) -> int:
-    return _write(args, lambda: append(args.output, args.files, **_kw(args)))
+    return _write(args, lambda: append(args.output, args.files, coords=args.coord or None,
+                                       **_kw(args)))
 
 
 def _export(args) -> int:

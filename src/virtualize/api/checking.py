@@ -133,6 +133,11 @@ def check(paths: Iterable[PathLike] | PathLike, concat_dim: str | None = None, *
                     hint=ScanHint("concat", dims[0] if len(dims) == 1 else None,
                                   inline=opts.inline, dims=tuple(dims) if cube else ()),
                     skip_unreadable=skip_unreadable)
+    listed = {d: s.values for d, s in specs.items() if s.kind == "values"}
+    if listed and len(report.files) == len(next(iter(listed.values()))):
+        # (each file's listed value, so that `append` can list the new files' alone)
+        recipe["coord_values"] = {d: [[f, v] for f, v in zip(report.files, values)]
+                                  for d, values in listed.items()}
     if report.plan is not None:
         report.plan.recipe = recipe
     return report
