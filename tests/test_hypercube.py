@@ -591,3 +591,64 @@ def test_a_touched_source_of_a_hypercube_is_rescanned_as_the_cube_was(ensemble, 
     problems = virtualize.verify_cube(out)
     assert [(p.kind, p.fatal, p.loc.file) for p in problems] == \
         [("source-touched", False, ensemble[3])]
+
+
+def _pr_years(path, member: str, years: tuple[int, ...], realization: int):
+    """A pr file of one member over several years (the CMIP layout: other files than tas')."""
+    days = sum(366 if y % 4 == 0 else 365 for y in years)
+    start = (datetime.date(years[0], 1, 1) - datetime.date(2015, 1, 1)).days
+    with netCDF4.Dataset(path, "w") as nc:
+        nc.variant_label = member
+        nc.createDimension("time", None)
+        nc.createDimension("lat", 4)
+        nc.createDimension("lon", 5)
+        nc.createDimension("bnds", 2)
+        t = nc.createVariable("time", "f8", ("time",))
+        t.units, t.calendar, t.bounds = "days since 2015-01-01", "standard", "time_bnds"
+        t[:] = np.arange(days) + start + 0.5
+        b = nc.createVariable("time_bnds", "f8", ("time", "bnds"))
+        b[:] = np.stack([np.arange(days) + start, np.arange(days) + start + 1], axis=1)
+        nc.createVariable("lat", "f8", ("lat",))[:] = [-60, -20, 20, 60]
+        nc.createVariable("lon", "f8", ("lon",))[:] = np.arange(5) * 72.0
+        pr = nc.createVariable("pr", "f4", ("time", "lat", "lon"), zlib=True,
+                               chunksizes=(1, 4, 5), fill_value=1e20)
+        pr[:] = np.random.default_rng(realization).gamma(1, 1e-5, (days, 4, 5)).astype("f4")
+    return str(path)
+
+
+def _cmip(tmp_path, ensemble):
+    pr = [_pr_years(tmp_path / f"pr_day_TOY_ssp585_{m}_gn_2015-2016.nc", m, (2015, 2016), i)
+          for i, m in enumerate(MEMBERS, start=1)]
+    return pr, [f for f in ensemble]
+
+
+def test_files_holding_other_variables_fill_their_own_grid(ensemble, tmp_path):
+    """tas in yearly files, pr in 2-year files: one cell holds one file of each, no
+    duplicate; a member's missing pr file is a missing cell naming pr."""
+    pr, tas = _cmip(tmp_path, ensemble)
+    report = virtualize.check(tas + pr[:2], concat_dims=["member", "time"],
+                              coords={"member": "attr:variant_label"}, drop=["realization"])
+    assert not [p for p in report.problems if p.kind == "duplicate-cell"]
+    [p] = [p for p in report.problems if p.kind == "missing-cell"]
+    assert "for pr" in p.message and "member='r3i1p1f1'" in p.message
+    layout = report.plan.layout
+    assert sum(c.variables == ("pr",) for c in layout.cells) == 3
+    assert [c.index for c in layout.cells if c.path is None] == [(2, 0)]
+
+
+def test_cmip_layout_merged_per_member(ensemble, tmp_path):
+    """The done-when of #22: tas(member, time, ...) and pr(member, time, ...) from yearly
+    tas and 2-year pr files, once the one-axis planner merges variables (plan/merge.py)."""
+    pytest.importorskip("virtualize.plan.merge")
+    pr, tas = _cmip(tmp_path, ensemble)
+    out = tmp_path / "cmip.zarr"
+    report = virtualize.virtualize(tas + pr, out, concat_dims=["member", "time"],
+                                   coords={"member": "attr:variant_label"},
+                                   drop=["realization"])
+    assert report.ok, report.problems
+    g = virtualize.open(out)
+    _bits_equal(g["tas"][...], _expected_tas(ensemble))
+    _bits_equal(g["pr"][...], np.stack([_nc(f, "pr") for f in pr]))
+    with rectilinear():
+        ds = xr.open_dataset(out, engine="virtualize", mask_and_scale=False)
+        _bits_equal(ds["pr"].sel(member="r2i1p1f1").values, _nc(pr[1], "pr"))

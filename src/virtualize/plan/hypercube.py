@@ -139,46 +139,60 @@ def plan_hypercube(inventories: Sequence[FileInventory], options: HypercubeOptio
         return ", ".join(f"{d}={labels[d][i]!r}" if new[d] and isinstance(
             axis_values[d][i], str) else f"{d}={labels[d][i]}" for d, i in zip(dims, index))
 
+    # files holding different variables (a merge along the inner axis: tas in yearly
+    # files, pr in 5-year ones) each fill their own grid: one cell holds one file of each
+    held = [_data_vars(inv) for inv in invs]
+    kinds = list(dict.fromkeys(held))
     for index, fs in cells.items():
-        for f in fs[1:]:
+        first: dict[tuple[str, ...], int] = {}
+        for f in fs:
+            if held[f] not in first:
+                first[held[f]] = f
+                continue
             problems.append(Problem(Location(invs[f].path), "duplicate-cell",
-                                    f"the same cell as {invs[fs[0]].path} ({cell_name(index)}): "
-                                    "two files at one place of the grid" + (
-                                        f" (steps of another axis? name it too: --concat-dim "
-                                        f"{dims[0]} --concat-dim DIM)" if len(dims) == 1
-                                        else "")))
-    missing = []
+                                    f"the same cell as {invs[first[held[f]]].path} "
+                                    f"({cell_name(index)}): two files at one place of the grid"
+                                    + (f" (steps of another axis? name it too: --concat-dim "
+                                       f"{dims[0]} --concat-dim DIM)" if len(dims) == 1
+                                       else "")))
+    missing: list[tuple[tuple[int, ...], tuple[str, ...]]] = []
     outer = opts.concat.join == "outer"
     if opts.concat.join not in ("exact", "outer"):
         raise UsageError(f"join must be 'exact' or 'outer', not {opts.concat.join!r}")
-    for index in itertools.product(*(range(len(axis_values[d])) for d in dims)):
-        if index in cells:
-            continue
-        if not new[dims[-1]] and _covered(index, cells, invs, dims, spans, axis_values):
-            continue  # split differently along the inner axis: found when stacked
-        missing.append(index)
-        if not outer:
-            problems.append(Problem(Location(None, None, dims[-1]), "missing-cell",
-                                    f"no file for the cell {cell_name(index)}: the files must "
-                                    "fill the grid their coordinates span (--join outer: "
-                                    "absent chunks that read as the fill value)"))
-    held = tuple(dict.fromkeys(n for fs in cells.values() for n in _data_vars(invs[fs[0]])))
+    for kind in kinds:
+        mine = [f for f in range(len(invs)) if held[f] == kind]
+        inner = sorted({where[dims[-1]][_k(keys[dims[-1]][f])] for f in mine})
+        for index in itertools.product(*(range(len(axis_values[d])) for d in dims[:-1]),
+                                       inner):
+            if any(held[f] == kind for f in cells.get(index, ())):
+                continue
+            if not new[dims[-1]] and _covered(index, cells, dims, spans, axis_values,
+                                              set(mine)):
+                continue  # split differently along the inner axis: found when stacked
+            missing.append((index, kind))
+            if not outer:
+                of = f" for {', '.join(kind)}" if len(kinds) > 1 else ""
+                problems.append(Problem(Location(None, None, dims[-1]), "missing-cell",
+                                        f"no file{of} for the cell {cell_name(index)}: the "
+                                        "files must fill the grid their coordinates span "
+                                        "(--join outer: absent chunks that read as the fill "
+                                        "value)"))
     layout = Layout([LayoutAxis(d, labels[d], new[d]) for d in dims], sorted(
-        [LayoutCell(index, invs[fs[0]].path, _data_vars(invs[fs[0]]))
-         for index, fs in cells.items()] +
-        [LayoutCell(index, None, held) for index in missing], key=lambda c: c.index))
+        [LayoutCell(index, invs[f].path, held[f]) for index, fs in cells.items() for f in fs]
+        + [LayoutCell(index, None, kind) for index, kind in missing],
+        key=lambda c: (c.index, c.path is None)))
     if problems and any(p.fatal for p in problems):
         plan = Plan([], {}, {}, dims[-1], notes)
         plan.layout = layout
         return plan, problems
     concat = replace(opts.concat, drop=frozenset(drop))
-    for index in missing:  # (--join outer) a stand-in whose data are absent chunks: of a
-        # file at the same place along every axis the files have (its steps, coordinates)
-        # (of those, the nearest: the same place along the inner axes first)
-        near = sorted((tuple(i[a] != index[a] for a in reversed(range(len(dims)))), i)
-                      for i in cells
+    for index, kind in missing:  # (--join outer) a stand-in whose data are absent chunks:
+        # of a file holding the same variables at the same place along every axis the files
+        # have (its steps, coordinates); of those, the nearest (along the inner axes first)
+        near = sorted((tuple(i[a] != index[a] for a in reversed(range(len(dims)))), i, f)
+                      for i, fs in cells.items() for f in fs if held[f] == kind
                       if all(i[a] == index[a] for a, d in enumerate(dims) if not new[d]))
-        f = cells[near[0][1]][0] if near else None
+        f = near[0][2] if near else None
         if f is None:
             problems.append(Problem(Location(None, None, dims[-1]), "missing-cell",
                                     f"no file for the cell {cell_name(index)}, and none at its "
@@ -186,10 +200,10 @@ def plan_hypercube(inventories: Sequence[FileInventory], options: HypercubeOptio
                                     "(--join outer)"))
             continue
         invs.append(_absent(invs[f], problems, cell_name(index), dims, new))
-        cells[index] = [len(invs) - 1]
+        cells.setdefault(index, []).append(len(invs) - 1)
     if missing:
         notes.append(f"--join outer: {len(missing)} cell(s) no file fills read as the fill "
-                     "value: " + "; ".join(cell_name(i) for i in missing[:5])
+                     "value: " + "; ".join(cell_name(i) for i, _ in missing[:5])
                      + ("; ..." if len(missing) > 5 else ""))
     if any(p.fatal for p in problems):
         plan = Plan([], {}, {}, dims[-1], notes)
@@ -289,15 +303,17 @@ def _value_label(v, attrs) -> str:
     return str(v)
 
 
-def _covered(index, cells, invs, dims, spans, axis_values) -> bool:
-    """Whether a cell without a file of its own lies inside the span of a file of the same
-    outer cell (the inner axis split into other files there)."""
+def _covered(index, cells, dims, spans, axis_values, files: set[int]) -> bool:
+    """Whether a cell without a file of its own (of `files`) lies inside the span of one of
+    `files` in the same outer cell (the inner axis split into other files there)."""
     d = dims[-1]
     start = axis_values[d][index[-1]]
     for other, fs in cells.items():
         if other[:-1] != index[:-1]:
             continue
         for f in fs:
+            if f not in files:
+                continue
             s = spans[d][f]
             if s is not None and s[0] <= start <= s[1]:
                 return True
@@ -326,9 +342,10 @@ def _build(ctx: _Stack, concat: ConcatOptions, indices: list[tuple[int, ...]],
     its files in order."""
     d = ctx.dims[level]
     if level == len(ctx.dims) - 1:
-        files = [cells[i][0] for i in indices]
+        files = [f for i in indices for f in cells[i]]
         invs = [ctx.invs[f] for f in files]
-        values = [ctx.axis_values[d][i[-1]] for i in indices] if ctx.new[d] else None
+        values = [ctx.axis_values[d][i[-1]] for i in indices for _ in cells[i]] \
+            if ctx.new[d] else None
         plan, problems = _one_axis(invs, replace(concat, concat_dim=d, new_values=values))
         ctx.problems.extend(problems)
         for n in plan.notes:
