@@ -200,14 +200,6 @@ def label(value: Any) -> str:
     return str(value)
 
 
-def sort_key(values: Sequence[Any]):
-    """The order of an axis' positions: numbers and dates sorted, strings as given."""
-    if all(isinstance(v, datetime.datetime) for v in values) or \
-            all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
-        return lambda v: v
-    return None
-
-
 def coordinate_plan(dim: str, values: Sequence[Any]) -> ArrayPlan:
     """The new axis' coordinate variable, stored in the cube: text, numbers, or dates
     CF-encoded (`days since` the first when all are whole days, else `seconds since`,
