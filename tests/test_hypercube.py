@@ -652,3 +652,28 @@ def test_cmip_layout_merged_per_member(ensemble, tmp_path):
     with rectilinear():
         ds = xr.open_dataset(out, engine="virtualize", mask_and_scale=False)
         _bits_equal(ds["pr"].sel(member="r2i1p1f1").values, _nc(pr[1], "pr"))
+
+
+def test_a_member_of_another_shape_refused(tmp_path):
+    """r2's tas has 7 latitudes, r1's 8, both in chunks of 4: the chunk lengths agree
+    (4, 4), the shapes do not: refused, located (never read past r2's last latitude)."""
+    files = []
+    for m, nlat in (("r1i1p1f1", 8), ("r2i1p1f1", 7)):
+        for year in (2015, 2016):
+            p = tmp_path / f"tas_{m}_{year}.nc"
+            with netCDF4.Dataset(p, "w") as nc:
+                nc.variant_label = m
+                nc.createDimension("time", None)
+                nc.createDimension("lat", nlat)
+                t = nc.createVariable("time", "f8", ("time",))
+                t.units = "days since 2015-01-01"
+                t[:] = np.arange(2) + (year - 2015) * 365
+                tas = nc.createVariable("tas", "f4", ("time", "lat"), chunksizes=(1, 4))
+                tas[:] = np.zeros((2, nlat), "f4")
+            files.append(str(p))
+    report = virtualize.check(files, concat_dims=["member", "time"],
+                              coords={"member": "attr:variant_label"})
+    assert not report.ok
+    [p] = [p for p in report.problems if p.fatal]
+    assert (p.kind, p.loc.variable, p.loc.file) == ("shape-differs", "tas", files[2])
+    assert "length 7 along 'lat'" in p.message

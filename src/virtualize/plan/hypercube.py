@@ -451,6 +451,11 @@ def _alike(ctx: _Stack, files, have: list[ArrayPlan], name: str, d: str, where, 
             msg = (f"attribute {key!r} is {py(a.attrs.get(key))!r} {here}, where it is "
                    f"{py(a0.attrs.get(key))!r}: the values would mean different things")
             kind = "attribute-drift"
+        elif (axis := next((j for j in range(len(a.dims)) if j != k and
+                            a.shape[j] != a0.shape[j]), None)) is not None:
+            msg = (f"length {a.shape[axis]} along {a.dims[axis]!r} differs {here} "
+                   f"({a0.shape[axis]})")
+            kind = "shape-differs"
         elif varies:
             axis = next((j for j in range(len(a.dims)) if j != k and
                          a.chunk_lengths[j] != a0.chunk_lengths[j]), None)
