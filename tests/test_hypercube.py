@@ -677,3 +677,24 @@ def test_a_member_of_another_shape_refused(tmp_path):
     [p] = [p for p in report.problems if p.fatal]
     assert (p.kind, p.loc.variable, p.loc.file) == ("shape-differs", "tas", files[2])
     assert "length 7 along 'lat'" in p.message
+
+
+@pytest.mark.parametrize("fmt", ["NETCDF3_CLASSIC", "NETCDF4"])
+def test_var_form_reads_the_scalar_of_each_format(tmp_path, fmt):
+    files = []
+    for r in (3, 1, 2):
+        p = tmp_path / f"member_{r}.nc"
+        with netCDF4.Dataset(p, "w", format=fmt) as nc:
+            nc.createDimension("x", 6)
+            nc.createVariable("realization", "i4", ())[...] = r
+            nc.createVariable("height", "f8", ())[...] = 2.0
+            nc.createVariable("v", "f4", ("x",))[:] = np.arange(6, dtype="f4") * r
+        files.append(str(p))
+    out = tmp_path / "m.zarr"
+    report = virtualize.virtualize(files, out, "member", coords={"member": "var:realization"})
+    assert report.ok, report.problems
+    with rectilinear():
+        ds = xr.open_dataset(out, engine="virtualize")
+        assert ds["member"].values.tolist() == [1, 2, 3]
+        _bits_equal(ds["v"].sel(member=3).values, _nc(files[0], "v"))
+        assert float(ds["height"]) == 2.0 and "realization" not in ds
