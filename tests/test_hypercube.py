@@ -698,3 +698,27 @@ def test_var_form_reads_the_scalar_of_each_format(tmp_path, fmt):
         assert ds["member"].values.tolist() == [1, 2, 3]
         _bits_equal(ds["v"].sel(member=3).values, _nc(files[0], "v"))
         assert float(ds["height"]) == 2.0 and "realization" not in ds
+
+
+def test_a_cells_own_refusal_is_said_once(tmp_path):
+    """r2's 2015 file stores tas in padded 100-day blocks (compressed: no remedy without
+    --materialize): refused there, as in a stack, and not again as missing from r2."""
+    files = [str(_member_year(tmp_path / f"tas_{m}_{y}.nc", m, y, 1))
+             for m in MEMBERS[:2] for y in (2015, 2016)]
+    bad = files[2]
+    os.remove(bad)
+    with netCDF4.Dataset(bad, "w") as nc:  # the same as _member_year, other chunks
+        src = netCDF4.Dataset(files[0])
+        nc.variant_label = "r2i1p1f1"
+        for name, dim in src.dimensions.items():
+            nc.createDimension(name, None if dim.isunlimited() else len(dim))
+        for name, v in src.variables.items():
+            kw = dict(zlib=True, chunksizes=(100, 4, 5), fill_value=1e20) if name == "tas" else {}
+            w = nc.createVariable(name, v.dtype, v.dimensions, **kw)
+            w.setncatts({k: v.getncattr(k) for k in v.ncattrs() if k != "_FillValue"})
+            w[...] = v[...]
+        src.close()
+    report = virtualize.check(files, concat_dims=["member", "time"],
+                              coords={"member": "attr:variant_label"}, drop=["realization"])
+    fatal = [p for p in report.problems if p.fatal]
+    assert fatal and {(p.kind, p.loc.file) for p in fatal} == {("padded-block", bad)}

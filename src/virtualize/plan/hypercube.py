@@ -389,6 +389,8 @@ def _stack(ctx: _Stack, subs: list[Plan], files: list[list[str]], d: str,
         lacking = [i for i, a in enumerate(have) if a is None]
         if lacking:
             i = lacking[0]
+            if any(p.fatal and p.loc.variable == name for p in ctx.problems):
+                continue  # (refused in that cell already: said there)
             ctx.problems.append(Problem(Location(files[i][0], name, d),
                                         "missing-variable",
                                         f"{name!r} is in other cells of the grid but not at "
