@@ -17,7 +17,7 @@ import virtualize
 from virtualize.model import UsageError
 from virtualize.plan.coords import CoordSpec, coordinate_plan, parse_coord, resolve
 
-from helpers import kerchunk_group, rectilinear
+from helpers import kerchunk_group, kerchunk_xarray, rectilinear
 
 MEMBERS = ("r1i1p1f1", "r2i1p1f1", "r3i1p1f1")
 
@@ -195,6 +195,8 @@ def test_ensemble_kerchunk_export_read_by_fsspec(ensemble, tmp_path):
     assert [str(v) for v in g["member"][...]] == list(MEMBERS)
     _bits_equal(g["time"][...], np.concatenate([_nc(ensemble[0], "time"),
                                                 _nc(ensemble[1], "time")]))
+    ds = kerchunk_xarray(out, mask_and_scale=False)  # xarray's zarr engine, over fsspec
+    _bits_equal(ds["tas"].sel(member="r3i1p1f1").values, _expected_tas(ensemble)[2])
 
 
 def test_cli_repeated_concat_dim_and_coord(ensemble, tmp_path, capsys):
