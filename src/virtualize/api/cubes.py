@@ -69,6 +69,14 @@ def _replan(cube: Path, info: dict, *, jobs: int | str = "auto", executor=None, 
                              **merge_options(recipe))
         planner = lambda invs: plan_merge(invs, opts)  # noqa: E731
         hint = ScanHint("concat", opts.concat_dim, inline=opts.inline)
+        dims = list(recipe.get("concat_dims") or ())
+        if dims or recipe.get("coords"):  # a hypercube (plan/hypercube.py)
+            from ..plan.coords import parse_coords
+            from ..plan.hypercube import HypercubeOptions, plan_hypercube
+            hyper = HypercubeOptions(dims, parse_coords(recipe.get("coords")), opts)
+            planner = lambda invs: plan_hypercube(invs, hyper)  # noqa: E731
+            hint = ScanHint("concat", dims[0] if len(dims) == 1 else None, inline=opts.inline,
+                            dims=tuple(dims))  # (as check scanned it)
     elif kind == "mosaic":
         offsets = recipe.get("offsets")
         opts = MosaicOptions(offsets=[tuple(o) for o in offsets] if offsets else None,
