@@ -48,8 +48,8 @@ from ._common import (
     same_value,
 )
 from .concat import ConcatOptions
-from .merge import plan_merge
 from .coords import CoordSpec, coordinate_plan, label, resolve
+from .merge import plan_merge
 
 
 @dataclass
