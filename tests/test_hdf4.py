@@ -1,0 +1,245 @@
+"""HDF4 SD datasets: every SDS read through the cube (virtualize.open, xarray's
+engine="virtualize", the kerchunk JSON export read with fsspec + zarr) equals pyhdf's
+`SD(path).select(name).get()`, bit for bit; what has no exact reference is inlined or
+refused, located."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import virtualize
+from virtualize.model import VirtualizeError
+
+from helpers import assert_same, kerchunk_group, kerchunk_xarray
+
+SD = pytest.importorskip("pyhdf.SD")
+xr = pytest.importorskip("xarray")
+
+import make_hdf4  # noqa: E402  (fixtures/ is on sys.path: tests/conftest.py)
+
+
+@pytest.fixture(scope="module")
+def hdf4_case(tmp_path_factory):
+    root = tmp_path_factory.mktemp("hdf4")
+    built: dict = {}
+
+    def get(name):
+        if name not in built:
+            built[name] = make_hdf4.make(f"hdf4_{name}", root)
+        return built[name]
+
+    return get
+
+
+def pyhdf_read(path, name) -> np.ndarray:
+    sd = SD.SD(str(path))
+    try:
+        return np.asarray(sd.select(name).get())
+    finally:
+        sd.end()
+
+
+def pyhdf_names(path) -> list[str]:
+    sd = SD.SD(str(path))
+    try:
+        return list(sd.datasets())
+    finally:
+        sd.end()
+
+
+def roundtrip(files, tmp_path, **kw):
+    cube, refs = tmp_path / "cube.zarr", tmp_path / "cube.json"
+    report = virtualize.virtualize(files, cube, **kw)
+    virtualize.virtualize(files, refs, **kw)
+    return report, virtualize.open(cube), kerchunk_group(refs)
+
+
+def test_every_sds_reads_like_pyhdf(hdf4_case, tmp_path):
+    (path,) = hdf4_case("sds")
+    report, g, k = roundtrip([path], tmp_path)
+    assert report.ok, report.problems
+    ds = xr.open_dataset(tmp_path / "cube.zarr", engine="virtualize", mask_and_scale=False)
+    kx = kerchunk_xarray(tmp_path / "cube.json", mask_and_scale=False)
+    names = pyhdf_names(path)
+    assert set(report.plan.arrays) == set(names)
+    for var in names:
+        want = pyhdf_read(path, var)
+        assert_same(g[var][...], want, var)
+        assert_same(k[var][...], want, f"{var}: kerchunk export")
+        assert_same(ds[var].values, want, f"{var}: xarray")
+        assert_same(kx[var].values, want, f"{var}: kerchunk via xarray")
+    # nothing was inlined: every SDS is references (or fill)
+    assert all(a.inline is None for a in report.plan.arrays.values())
+
+
+def test_layouts_are_referenced_as_stored(hdf4_case):
+    from virtualize.formats import scan
+
+    (path,) = hdf4_case("sds")
+    inv = scan(path)
+    v = inv.variables
+    assert v["temperature"].dtype == np.dtype(">f4")  # big-endian as stored
+    assert v["chunked"].blocks.block_shape == (4, 5) and v["chunked"].blocks.padded
+    assert v["chunked"].blocks.refs.shape == (3, 3)
+    assert v["chunked_deflate"].codecs[1]["name"] == "numcodecs.zlib"
+    assert v["deflate_whole"].codecs[1] == {"name": "numcodecs.zlib",
+                                            "configuration": {"level": 4}}
+    # never written: no block at all, read as the fill value
+    assert (v["never"].blocks.refs["length"] == 0).all() and v["never"].fill_value == 2.5
+    assert (v["never_chunked"].blocks.refs["length"] == 0).all()
+    assert v["never_nofill"].fill_value == -2147483647  # the HDF4 library's default
+    # partly written chunked: absent chunks, not zeros
+    written = v["partial"].blocks.refs["length"] > 0
+    assert written.sum() == 2 and v["partial"].fill_value == -999
+    assert (v["partial_deflate"].blocks.refs["length"] > 0).sum() == 1
+    # unlimited: its real length
+    assert v["records"].shape == (5, 4) and v["records"].dims == ("time", "band")
+    # the scan reads metadata: far less than the file
+    assert inv.bytes_read < inv.size
+
+
+def test_fill_values_of_never_written_data_are_pyhdfs(hdf4_case, tmp_path):
+    (path,) = hdf4_case("sds")
+    _, g, _ = roundtrip([path], tmp_path)
+    for var, fill in (("never", 2.5), ("never_nofill", -2147483647), ("never_chunked", -1)):
+        want = pyhdf_read(path, var)
+        assert (want == fill).all()
+        assert_same(g[var][...], want, var)
+    assert (pyhdf_read(path, "partial") == -999).sum() > 0
+    assert_same(g["partial"][...], pyhdf_read(path, "partial"), "partial")
+
+
+def test_dimensions_scales_and_attributes(hdf4_case, tmp_path):
+    (path,) = hdf4_case("sds")
+    report, g, _ = roundtrip([path], tmp_path)
+    ds = xr.open_dataset(tmp_path / "cube.zarr", engine="virtualize")
+    assert ds["temperature"].dims == ("y", "x")
+    assert "y" in ds.coords and "x" in ds.coords
+    assert_same(ds["y"].values, pyhdf_read(path, "y"), "y scale")
+    assert ds["temperature"].attrs["units"] == "K"
+    assert ds["temperature"].attrs["valid_range"] == [-10.0, 10.0]
+    assert ds["y"].attrs["units"] == "degrees_north"
+    assert (ds.attrs["title"], ds.attrs["version"], ds.attrs["ratio"]) == \
+        ("an HDF4 fixture", 3, 0.25)
+    assert ds["records"].dims == ("time", "band")
+
+
+def test_unexact_compressions_are_inlined_when_small_else_refused(hdf4_case, tmp_path):
+    (path,) = hdf4_case("codecs")
+    report = virtualize.check([path])
+    for var in ("rle", "skphuff", "linked_many"):
+        assert any(n.startswith(f"{var}: cannot be referenced") for n in report.notes), \
+            report.notes
+        assert report.plan.arrays[var].inline is not None
+    strict = virtualize.check([path], inline_threshold=0)
+    got = {(p.loc.file, p.loc.variable, p.kind) for p in strict.problems if p.fatal}
+    assert got == {(str(path), "rle", "unsupported-compression"),
+                   (str(path), "skphuff", "unsupported-compression"),
+                   (str(path), "linked_many", "linked-blocks")}
+    report, g, k = roundtrip([path], tmp_path)
+    assert report.ok
+    for var in pyhdf_names(path):
+        assert_same(g[var][...], pyhdf_read(path, var), var)
+        assert_same(k[var][...], pyhdf_read(path, var), f"{var}: kerchunk export")
+    # one linked block (a record variable written in pieces) is a reference
+    assert report.plan.arrays["linked"].inline is None
+
+
+def test_granules_stack_along_their_record_dimension(hdf4_case, tmp_path):
+    files = hdf4_case("granules")
+    report, g, k = roundtrip(files, tmp_path, concat_dim="time")
+    assert report.ok, report.problems
+    want = np.concatenate([pyhdf_read(f, "sst") for f in files])
+    assert want.shape == (10, 4, 5)
+    assert report.plan.arrays["sst"].chunk_lengths[0] == (3, 5, 2)
+    assert_same(g["sst"][...], want, "stack")
+    assert_same(k["sst"][...], want, "stack: kerchunk export")
+    ds = xr.open_dataset(tmp_path / "cube.zarr", engine="virtualize")
+    assert_same(ds["sst"].values, want, "stack via xarray")
+    assert list(ds["time"].values) == list(range(10))
+
+
+def test_cli_stacks_granules(hdf4_case, tmp_path):
+    from virtualize.cli import main
+
+    files = hdf4_case("granules")
+    assert main([*map(str, files), "-o", str(tmp_path / "c.zarr"), "--concat-dim", "time"]) \
+        in (0, None)
+    assert virtualize.open(tmp_path / "c.zarr")["sst"].shape == (10, 4, 5)
+
+
+def test_sniff_and_suffixes():
+    from virtualize.formats import registry
+
+    fmt = registry.sniff(b"\x0e\x03\x13\x01\x00\x10\x00\x00")
+    assert fmt is not None and fmt.name == "hdf4"
+    assert ".hdf" in registry.suffixes()
+
+
+def test_missing_pyhdf_is_a_located_problem_naming_the_extra(hdf4_case, monkeypatch):
+    from virtualize.formats import hdf4 as plugin
+    from virtualize.formats import scan
+
+    (path,) = hdf4_case("sds")
+    monkeypatch.setattr(plugin, "_pyhdf", lambda: None)
+    with pytest.raises(VirtualizeError) as e:
+        scan(path)
+    (p,) = e.value.problems
+    assert p.kind == "missing-library" and p.loc.file == str(path)
+    assert "virtualize[hdf4]" in p.message
+
+
+# -- damaged files: clean, located refusals -------------------------------------------------
+
+def _damaged(src, tmp_path, edit, name="bad.hdf"):
+    data = bytearray(src.read_bytes())
+    data = edit(data)
+    out = tmp_path / name
+    out.write_bytes(bytes(data))
+    return out
+
+
+def _dd_offset(data: bytes, tag: int) -> int:
+    """Byte offset of the first DD of `tag` in the first DD block."""
+    import struct
+
+    ndd = struct.unpack(">H", data[4:6])[0]
+    for k in range(ndd):
+        at = 10 + 12 * k
+        if struct.unpack(">H", data[at:at + 2])[0] & 0x3FFF == tag:
+            return at
+    raise KeyError(tag)
+
+
+@pytest.mark.parametrize("edit,what", [
+    (lambda d: d[:len(d) // 2], "truncated"),
+    (lambda d: d[:3000], "truncated"),
+    (lambda d: d[:6] + b"\x7f\xff\xff\xf0" + d[10:], "next"),  # a DD block link past the end
+    (lambda d: b"\x0e\x03\x13\x01\xff\xff" + d[6:], "count"),  # more DDs than the file holds
+])
+def test_damaged_files_are_refused_located(hdf4_case, tmp_path, edit, what):
+    (path,) = hdf4_case("sds")
+    bad = _damaged(path, tmp_path, edit)
+    report = virtualize.check([bad])
+    assert not report.ok
+    fatal = [p for p in report.problems if p.fatal]
+    assert fatal and all(p.loc.file == str(bad) for p in fatal)
+    assert all(p.kind in ("corrupt", "truncated", "unreadable") for p in fatal), fatal
+
+
+def test_a_flipped_data_descriptor_is_refused_at_its_sds(hdf4_case, tmp_path):
+    import struct
+
+    (path,) = hdf4_case("sds")
+
+    def flip(d):  # the first SD's offset far past the end of the file
+        at = _dd_offset(d, 702)
+        d[at + 4:at + 8] = struct.pack(">I", 0x7FFFFFF0)
+        return d
+
+    bad = _damaged(path, tmp_path, flip)
+    report = virtualize.check([bad])
+    fatal = [p for p in report.problems if p.fatal]
+    assert fatal and fatal[0].loc.file == str(bad)
+    assert fatal[0].loc.variable == "temperature"
