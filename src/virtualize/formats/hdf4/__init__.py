@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 from typing import Any
 
 import numpy as np
@@ -108,7 +109,7 @@ def _names(sd) -> list[tuple[int, str, Any]]:
     for index, info, v in items:
         n = info[0]
         bad = not n or "/" in n or n in (".", "..") or n.startswith("__") or \
-            counts[n.lower()] > 1 or n.lower().startswith("sds")
+            counts[n.lower()] > 1 or re.fullmatch(r"sds\d+", n.lower()) is not None
         out.append((index, f"sds{index}" if bad else n, v))
     return out
 
@@ -124,10 +125,24 @@ def _attrs(d: dict, path: str, var: str | None, problems: list[Problem]) -> dict
     return out
 
 
+class _Counted:
+    """A source's `pread`, counting what the scan reads (`FileInventory.bytes_read`)."""
+
+    def __init__(self, f) -> None:
+        self.f, self.bytes_read, self.requests = f, 0, 0
+
+    def pread(self, n: int, offset: int) -> bytes:
+        data = self.f.pread(n, offset)
+        self.bytes_read += len(data)
+        self.requests += 1
+        return data
+
+
 def scan_hdf4(path: str) -> FileInventory:
     """Scan one HDF4 file. Content problems are returned; a broken structure raises."""
     st = storage.stat(path)
-    with storage.open_source(path, st.st_size) as f:
+    with storage.open_source(path, st.st_size) as raw:
+        f = _Counted(raw)
         try:
             dds = layout.descriptors(f, st.st_size)
         except layout.Corrupt as e:
@@ -205,9 +220,11 @@ def _variable(path, size, f, dds, index, name, v, problems) -> Variable | None:
     shape = tuple(int(n) for n in (dims_ if isinstance(dims_, list) else [dims_]))
     group = layout.ndg(f, dds, v.ref(), size)
     if typ in CHAR_TYPES or typ not in TYPES:
-        problems.append(Problem(loc, "unsupported-object", f"SDS {sds_name!r} (index "
-                                f"{index}) has HDF4 number type {typ} (characters or other): "
-                                "skipped", fatal=False))
+        what = "characters" if typ in CHAR_TYPES else "little-endian, which pyhdf " \
+            "cannot read" if typ & 0x4000 else "unknown"
+        problems.append(Problem(loc, "unsupported-type", f"SDS {sds_name!r} (index "
+                                f"{index}) has HDF4 number type {typ} ({what}): skipped",
+                                fatal=False))
         return None
     dtype = np.dtype(TYPES[typ])
     if layout.NT in group:
