@@ -128,7 +128,7 @@ def test_dimensions_scales_and_attributes(hdf4_case, tmp_path):
 def test_unexact_compressions_are_inlined_when_small_else_refused(hdf4_case, tmp_path):
     (path,) = hdf4_case("codecs")
     report = virtualize.check([path])
-    for var in ("rle", "skphuff", "linked_many"):
+    for var in ("rle", "skphuff", "chunked_rle", "linked_many"):
         assert any(n.startswith(f"{var}: cannot be referenced") for n in report.notes), \
             report.notes
         assert report.plan.arrays[var].inline is not None
@@ -136,6 +136,7 @@ def test_unexact_compressions_are_inlined_when_small_else_refused(hdf4_case, tmp
     got = {(p.loc.file, p.loc.variable, p.kind) for p in strict.problems if p.fatal}
     assert got == {(str(path), "rle", "unsupported-compression"),
                    (str(path), "skphuff", "unsupported-compression"),
+                   (str(path), "chunked_rle", "unsupported-compression"),
                    (str(path), "linked_many", "linked-blocks")}
     report, g, k = roundtrip([path], tmp_path)
     assert report.ok

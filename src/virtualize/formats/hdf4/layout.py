@@ -51,11 +51,20 @@ class Layout:
     held: tuple[str, str] | None = None
 
 
-def descriptors(f, size: int) -> dict[tuple[int, int], tuple[bool, int, int]]:
+class Descriptors(dict):
+    """(tag, ref) -> (special, offset, length); `tables`: per tag, its refs as a sorted
+    numpy table (for lookups of many chunks at once)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tables: dict[int, np.ndarray] = {}
+
+
+def descriptors(f, size: int) -> Descriptors:
     """Every data descriptor of the file: (tag, ref) -> (special, offset, length)."""
     if size < 10 or f.pread(4, 0) != MAGIC:
         raise Corrupt("no HDF4 signature (0e 03 13 01) at byte offset 0")
-    out: dict[tuple[int, int], tuple[bool, int, int]] = {}
+    out = Descriptors()
     at, seen = 4, set()
     while at:
         if at in seen:
@@ -243,48 +252,65 @@ def _chunked(f, dds, off: int, shape, itemsize: int, size: int, what: str) -> La
     origin = _field(rows, fields, "origin", ">u4", ndims).astype(np.int64)
     ctag = _field(rows, fields, "chk_tag", ">u2", 1)[:, 0]
     cref = _field(rows, fields, "chk_ref", ">u2", 1)[:, 0]
+    full = math.prod(chunk) * itemsize
     offsets = np.zeros(grid, np.int64)
     lengths = np.zeros(grid, np.int64)
-    full = math.prod(chunk) * itemsize
-    level = None
-    for k in range(nvert):  # (one row per chunk written: the chunk index)
-        idx = tuple(int(i) for i in origin[k])
-        if ctag[k] != CHUNK or any(i >= g for i, g in zip(idx, grid)):
-            raise Corrupt(f"row {k} of the chunk table of {what} names chunk {idx} "
-                          f"(tag {ctag[k]}) outside its grid {grid}")
-        dd = dds.get((CHUNK, int(cref[k])))
-        if dd is None:
-            raise Corrupt(f"chunk {idx} of {what} (ref {cref[k]}) has no descriptor")
-        sp, coff, clen = dd
-        if not sp:
-            if clen != full:
-                return Layout(held=("hdf4-layout", f"chunk {idx} holds {clen} bytes, "
-                                    f"not {full}"))
-            offsets[idx], lengths[idx] = coff, clen
-            if level not in (None, -1):
-                return Layout(held=("hdf4-layout", "chunks both compressed and not"))
-            level = -1
-            continue
-        (code,) = struct.unpack(">H", _read(f, 2, coff, size, what))
-        if code != SP_COMP:
-            return Layout(held=("hdf4-layout", f"chunk {idx} is a special element "
-                                f"of kind {code}"))
-        ulen, ctype, lvl, (dsp, doff, dlen) = _comp(f, dds, coff + 2, size,
-                                                    f"chunk {idx} of {what}")
-        if ctype != COMP_DEFLATE:
+    if not nvert:  # (no chunk written: every chunk reads as fill)
+        return Layout(chunk, offsets, lengths, _zlib(1) if flag & 0xFF == 3 else [],
+                      padded=True, fill=fill)
+    bad = (ctag != CHUNK) | (origin >= np.array(grid)).any(axis=1)
+    if bad.any():
+        k = int(np.flatnonzero(bad)[0])
+        raise Corrupt(f"row {k} of the chunk table of {what} names chunk "
+                      f"{tuple(origin[k].tolist())} (tag {ctag[k]}) outside its grid {grid}")
+    flat = np.ravel_multi_index(tuple(origin.T), grid)
+    if len(np.unique(flat)) != len(flat):
+        raise Corrupt(f"the chunk table of {what} names a chunk twice")
+    sp, coff, clen = _lookup(dds, CHUNK, cref, f"a chunk of {what}")
+    if sp.all():  # every chunk compressed: their SPECIAL_COMP headers (16 bytes each)
+        heads = [_read(f, 16, int(o), size, f"a chunk header of {what}") for o in coff]
+        h = np.frombuffer(b"".join(heads), dtype=[
+            ("code", ">u2"), ("version", ">u2"), ("ulen", ">u4"), ("ref", ">u2"),
+            ("model", ">u2"), ("ctype", ">u2"), ("level", ">u2")])
+        if (h["code"] != SP_COMP).any():
+            return Layout(held=("hdf4-layout", "chunks stored as special elements other "
+                                "than compressed"))
+        ctype = int(h["ctype"][0])
+        if (h["ctype"] != ctype).any() or ctype != COMP_DEFLATE:
             return Layout(held=("unsupported-compression",
                                 f"chunks compressed by {COMP_NAMES.get(ctype, ctype)}: no "
                                 "zarr codec is proven to decode them as the HDF4 library "
                                 "does"))
-        if dsp or ulen != full or level == -1:
-            return Layout(held=("hdf4-layout", f"chunk {idx}: linked compressed "
-                                "data, another length, or mixed compression"))
-        level = lvl
-        offsets[idx], lengths[idx] = doff, dlen
-    codecs = _zlib(level) if level not in (None, -1) else []
-    if level is None and flag & 0xFF == 3:
-        codecs = _zlib(1)  # (no chunk written: every chunk reads as fill)
-    return Layout(chunk, offsets, lengths, codecs, padded=True, fill=fill)
+        dsp, doff, dlen = _lookup(dds, COMPRESSED, h["ref"], f"compressed chunk of {what}")
+        if dsp.any() or (h["ulen"] != full).any():
+            return Layout(held=("hdf4-layout", "chunks whose compressed data lie in linked "
+                                "blocks or of another length than a chunk"))
+        offsets.reshape(-1)[flat], lengths.reshape(-1)[flat] = doff, dlen
+        return Layout(chunk, offsets, lengths, _zlib(int(h["level"][0])), padded=True,
+                      fill=fill)
+    if sp.any():
+        return Layout(held=("hdf4-layout", "chunks both compressed and not"))
+    if (clen != full).any():
+        return Layout(held=("hdf4-layout", f"chunks of another length than {full} bytes"))
+    offsets.reshape(-1)[flat], lengths.reshape(-1)[flat] = coff, clen
+    return Layout(chunk, offsets, lengths, [], padded=True, fill=fill)
+
+
+def _lookup(dds, tag: int, refs: np.ndarray, what: str):
+    """(special, offset, length) arrays of the elements (tag, refs[k])."""
+    table = dds.tables.get(tag)
+    if table is None:  # (built once per tag: the refs sorted)
+        items = sorted((r, sp, o, n) for (t, r), (sp, o, n) in dds.items() if t == tag)
+        table = dds.tables[tag] = np.array(items, dtype=np.int64).reshape(-1, 4)
+    refs = np.asarray(refs, np.int64)
+    at = np.searchsorted(table[:, 0], refs) if len(table) else np.zeros(len(refs), np.int64)
+    found = (at < len(table)) & (table[np.minimum(at, len(table) - 1), 0] == refs) \
+        if len(table) else np.zeros(len(refs), bool)
+    if not found.all():
+        missing = int(refs[np.flatnonzero(~found)[0]])
+        raise Corrupt(f"{what} (tag {tag}, ref {missing}) has no data descriptor")
+    rows = table[at]
+    return rows[:, 1].astype(bool), rows[:, 2], rows[:, 3]
 
 
 def _vh(raw: bytes, what: str):
