@@ -244,3 +244,38 @@ def test_a_flipped_data_descriptor_is_refused_at_its_sds(hdf4_case, tmp_path):
     fatal = [p for p in report.problems if p.fatal]
     assert fatal and fatal[0].loc.file == str(bad)
     assert fatal[0].loc.variable == "temperature"
+
+
+def test_hdfeos2_grids_and_swaths_from_struct_metadata(hdf4_case, tmp_path):
+    (path,) = hdf4_case("eos")
+    report, g, k = roundtrip([path], tmp_path)
+    assert report.ok, report.problems
+    for var in pyhdf_names(path):
+        assert_same(g[var][...], pyhdf_read(path, var), var)
+        assert_same(k[var][...], pyhdf_read(path, var), f"{var}: kerchunk export")
+    ds = xr.open_dataset(tmp_path / "cube.zarr", engine="virtualize")
+    # swath: its DimList names, geolocation fields as coordinates
+    t = ds["Temperature"]
+    assert t.dims == ("GeoTrack", "GeoXtrack") and t.attrs["HDFEOS_SWATH"] == "Swath1"
+    assert {"Latitude", "Longitude"} <= set(t.coords)
+    assert_same(t.coords["Latitude"].values, pyhdf_read(path, "Latitude"), "latitude")
+    # grids: their definition as attributes; two grids' XDim / YDim stay apart
+    p = ds["Pollution"]
+    assert p.attrs["HDFEOS_GRID"] == "UTMGrid" and p.attrs["HDFEOS_Projection"] == "GCTP_UTM"
+    assert p.attrs["HDFEOS_UpperLeftPointMtrs"] == [210584.50041, 3322395.95445]
+    assert p.dims == ("YDim:UTMGrid", "XDim:UTMGrid")
+    assert ds["Snow"].dims == ("YDim:Grid2", "XDim:Grid2")
+    assert "StructMetadata.0" in ds.attrs
+
+
+def test_hdfeos2_struct_metadata_parse():
+    from virtualize.formats.hdf4 import eos
+
+    (swath, grid, grid2) = eos.parse(make_hdf4.STRUCT)
+    assert (swath.kind, swath.name, grid.kind, grid.name, grid2.name) == \
+        ("swath", "Swath1", "grid", "UTMGrid", "Grid2")
+    assert [(f.name, f.dims, f.geo) for f in swath.fields] == [
+        ("Latitude", ("GeoTrack", "GeoXtrack"), True),
+        ("Longitude", ("GeoTrack", "GeoXtrack"), True),
+        ("Temperature", ("GeoTrack", "GeoXtrack"), False)]
+    assert grid.attrs["HDFEOS_ZoneCode"] == 40

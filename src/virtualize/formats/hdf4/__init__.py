@@ -44,7 +44,7 @@ from ...model import (
 from .._planning import finish
 from .._values import Unrepresentable, bytes_codec, plain
 from ..base import Format
-from . import layout
+from . import eos, layout
 
 EXTRA = "pip install 'virtualize[hdf4]'"
 # HDF4 number types (hntdefs.h) -> numpy type; byte order from the NT class
@@ -168,9 +168,11 @@ def _inventory(path: str, st, f, dds, sd) -> FileInventory:
             var = None
         finally:
             v.endaccess()
-        if var is None:
-            continue
-        variables[name] = var
+        if var is not None:
+            variables[name] = var
+    gattrs = _attrs(sd.attributes(), path, None, problems)
+    _hdfeos(path, gattrs, variables, problems)
+    for name, var in variables.items():
         for d, n in zip(var.dims, var.shape):
             if d in dimensions and dimensions[d].size != n:
                 problems.append(Problem(Location(path, name, d), "dimension-mismatch",
@@ -178,11 +180,25 @@ def _inventory(path: str, st, f, dds, sd) -> FileInventory:
                                         f"SDS and {n} in {name}"))
             dimensions.setdefault(d, Dimension(d, n))
     problems += _skipped(path, f, dds, st.st_size)
-    gattrs = _attrs(sd.attributes(), path, None, problems)
     inv = FileInventory(path, "hdf4", st.st_size, st.st_mtime_ns, {"": gattrs}, dimensions,
                         variables, problems)
     inv.etag = st.etag
     return inv
+
+
+def _hdfeos(path: str, gattrs: dict, variables: dict, problems: list[Problem]) -> None:
+    """HDF-EOS2 grids and swaths (`eos`): their fields' dimensions and attributes."""
+    text = eos.struct_metadata(gattrs)
+    if text is None:
+        return
+    try:
+        structures = eos.parse(text)
+    except (ValueError, IndexError) as e:
+        problems.append(Problem(Location(path), "hdfeos-metadata", "StructMetadata cannot be "
+                                f"parsed ({e}): its grids and swaths are plain SDS",
+                                fatal=False))
+        return
+    eos.apply(structures, variables, eos.stripped_lengths(variables))
 
 
 RASTER_TAGS = (202, 302, 306)  # DFTAG_RI8, DFTAG_RI, DFTAG_RIG
