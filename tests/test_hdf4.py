@@ -128,7 +128,7 @@ def test_dimensions_scales_and_attributes(hdf4_case, tmp_path):
 def test_unexact_compressions_are_inlined_when_small_else_refused(hdf4_case, tmp_path):
     (path,) = hdf4_case("codecs")
     report = virtualize.check([path])
-    for var in ("rle", "skphuff", "chunked_rle", "linked_many"):
+    for var in ("rle", "skphuff", "chunked_rle"):
         assert any(n.startswith(f"{var}: cannot be referenced") for n in report.notes), \
             report.notes
         assert report.plan.arrays[var].inline is not None
@@ -136,15 +136,25 @@ def test_unexact_compressions_are_inlined_when_small_else_refused(hdf4_case, tmp
     got = {(p.loc.file, p.loc.variable, p.kind) for p in strict.problems if p.fatal}
     assert got == {(str(path), "rle", "unsupported-compression"),
                    (str(path), "skphuff", "unsupported-compression"),
-                   (str(path), "chunked_rle", "unsupported-compression"),
-                   (str(path), "linked_many", "linked-blocks")}
+                   (str(path), "chunked_rle", "unsupported-compression")}
     report, g, k = roundtrip([path], tmp_path)
     assert report.ok
     for var in pyhdf_names(path):
         assert_same(g[var][...], pyhdf_read(path, var), var)
         assert_same(k[var][...], pyhdf_read(path, var), f"{var}: kerchunk export")
-    # one linked block (a record variable written in pieces) is a reference
+    # linked blocks (a record variable written in pieces) are references: one block, or
+    # blocks of whole records (64 of 100 here) as chunks along the record axis
     assert report.plan.arrays["linked"].inline is None
+    assert report.plan.arrays["linked_many"].inline is None
+
+
+def test_linked_blocks_of_whole_records_are_chunks(hdf4_case):
+    from virtualize.formats import scan
+
+    (path,) = hdf4_case("codecs")
+    v = scan(path).variables["linked_many"]
+    assert v.shape == (100, 3) and v.blocks.block_shape == (64, 3) and not v.blocks.padded
+    assert v.blocks.refs["length"].reshape(-1).tolist() == [768, 432]
 
 
 def test_granules_stack_along_their_record_dimension(hdf4_case, tmp_path):

@@ -8,8 +8,9 @@ HDF4 specification 4.2r2, chapter 2) and of the special elements that hold SD da
   SPECIAL_LINKED (its link tables walked, blocks concatenated up to its length).
 - `sds_layout`: one SDS's data element (DFTAG_SD of its NDG) as a `Layout`: contiguous,
   SPECIAL_COMP (deflate: zlib streams), SPECIAL_CHUNKED (its chunk table vdata: one ref
-  per chunk, plain or deflated), SPECIAL_LINKED held in one block; anything else
-  `held` with the reason (RLE, N-bit, skipping Huffman, szip, several linked blocks).
+  per chunk, plain or deflated), SPECIAL_LINKED (one block, or blocks of equal whole
+  records but the last: chunks along the record axis); anything else `held` with the
+  reason (RLE, N-bit, skipping Huffman, szip, other linked blocks).
 """
 
 from __future__ import annotations
@@ -208,6 +209,17 @@ def sds_layout(f, dds, sd_ref: int | None, shape: tuple[int, ...], itemsize: int
                                               f"{nbytes} bytes"))
         if len(blocks) == 1:
             return Layout(whole, one + blocks[0][0], one + nbytes)
+        # blocks of whole records, all of the first one's length but the last (shorter,
+        # at its true length): chunks along the record axis
+        record = math.prod(shape[1:]) * itemsize
+        first = blocks[0][1]
+        if record and first % record == 0 and all(n == first for _, n in blocks[:-1]) and \
+                blocks[-1][1] <= first and len(blocks) == -(-nbytes // first):
+            grid = (len(blocks),) + (1,) * (len(shape) - 1)
+            offs = np.array([o for o, _ in blocks], np.int64).reshape(grid)
+            lens = np.array([min(first, nbytes - k * first) for k in range(len(blocks))],
+                            np.int64).reshape(grid)
+            return Layout((first // record, *whole[1:]), offs, lens, padded=False)
         return Layout(held=("linked-blocks", f"its data lie in {len(blocks)} linked "
                             "blocks (an appended record variable): no one regular chunk "
                             "grid addresses them"))
