@@ -123,6 +123,12 @@ def test_dimensions_scales_and_attributes(hdf4_case, tmp_path):
     assert (ds.attrs["title"], ds.attrs["version"], ds.attrs["ratio"]) == \
         ("an HDF4 fixture", 3, 0.25)
     assert ds["records"].dims == ("time", "band")
+    # HDF4 calibration (SDsetcal) is not CF's: kept as stored, said
+    (note,) = [p for p in report.problems if p.kind == "hdf4-calibration"]
+    assert (note.loc.file, note.loc.variable, note.fatal) == (str(path), "counts", False)
+    raw = xr.open_dataset(tmp_path / "cube.zarr", engine="virtualize", mask_and_scale=False)
+    assert raw["counts"].attrs["add_offset"] == 12.5
+    assert_same(raw["counts"].values, pyhdf_read(path, "counts"), "counts, stored")
 
 
 def test_unexact_compressions_are_inlined_when_small_else_refused(hdf4_case, tmp_path):

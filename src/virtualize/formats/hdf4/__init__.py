@@ -255,6 +255,15 @@ def _variable(path, size, f, dds, index, name, v, problems) -> Variable | None:
     attrs = _attrs(v.attributes(), path, name, problems)
     if sds_name != name:
         attrs["HDF4_NAME"] = sds_name
+    if "calibrated_nt" in attrs and attrs.get("add_offset", 0) != 0:
+        # (SDsetcal's calibration: value = scale_factor * (stored - add_offset), where CF
+        # readers such as xarray compute stored * scale_factor + add_offset)
+        problems.append(Problem(loc, "hdf4-calibration", (
+            f"SDS {sds_name!r} has HDF4 calibration attributes (scale_factor "
+            f"{attrs.get('scale_factor')}, add_offset {attrs.get('add_offset')}): HDF4 means "
+            "scale_factor * (stored - add_offset), CF readers (xarray) decode stored * "
+            "scale_factor + add_offset; the cube holds the stored values and the attributes "
+            "as they are (open with mask_and_scale=False and apply HDF4's rule)"), fatal=False))
     lay = layout.sds_layout(f, dds, group.get(layout.SD), shape, dtype.itemsize, size,
                             f"SDS {sds_name!r}")
     fill = _fill(v, attrs, dtype, lay.fill)
@@ -323,7 +332,7 @@ def _installed(name: str) -> bool:
 
 class Hdf4(Format):
     name = "hdf4"
-    suffixes = (".hdf", ".hdf4", ".h4", ".he2", ".hdfeos")
+    suffixes = (".hdf", ".hdf4", ".h4", ".he2", ".he4")
     inventory_formats = ("hdf4",)
     modules = (__name__, *(("pyhdf.SD",) if _installed("pyhdf") else ()))
 
