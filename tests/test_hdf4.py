@@ -106,6 +106,10 @@ def test_fill_values_of_never_written_data_are_pyhdfs(hdf4_case, tmp_path):
         want = pyhdf_read(path, var)
         assert (want == fill).all()
         assert_same(g[var][...], want, var)
+    # a _FillValue set after SDsetchunk: pyhdf reads absent chunks as the chunk header's
+    want = pyhdf_read(path, "fill_after_chunking")
+    assert want[5, 5] == -32767 and want[0, 0] == 1
+    assert_same(g["fill_after_chunking"][...], want, "fill_after_chunking")
     assert (pyhdf_read(path, "partial") == -999).sum() > 0
     assert_same(g["partial"][...], pyhdf_read(path, "partial"), "partial")
 

@@ -12,8 +12,9 @@ What this package promises:
   edge chunks stored whole: `padded`), an unlimited SDS held in one linked block (at
   its real length). Values are big-endian as stored (the NT record's class says).
 - Never written: an SDS without data and chunks absent from the chunk table have no
-  ref and read as the fill value pyhdf reads: `_FillValue`, else the chunk header's
-  fill, else the HDF4 library's default (netCDF's fills; unsigned types their bit
+  ref and read as the fill value pyhdf reads: a chunked SDS's chunk header fill (which
+  a `_FillValue` set after SDsetchunk does not change), else `_FillValue`, else the HDF4
+  library's default (netCDF's fills; unsigned types their bit
   patterns: 129, 32769, 2147483649).
 - Held (no blocks, a fatal problem inlining resolves: the planner inlines them when
   small, else `--inline NAME`): RLE, N-bit, skipping-Huffman, szip compression, data in
@@ -285,13 +286,14 @@ def _variable(path, size, f, dds, index, name, v, problems) -> Variable | None:
 
 
 def _fill(v, attrs, dtype: np.dtype, stored: bytes | None):
-    """What pyhdf reads where nothing was written."""
+    """What pyhdf reads where nothing was written: in a chunked SDS the chunk header's
+    fill (a `_FillValue` set after SDsetchunk does not change it), else `_FillValue`,
+    else the library's default."""
     native = dtype.newbyteorder("=")
-    if "_FillValue" in attrs:
-        want = np.array(v.getfillvalue()).astype(native)[()]
-        return want
     if stored is not None:
         return np.frombuffer(stored, dtype)[0].astype(native)
+    if "_FillValue" in attrs:
+        return np.array(v.getfillvalue()).astype(native)[()]
     return np.array(DEFAULT_FILL.get(native.str[1:], 0)).astype(native)[()]
 
 
