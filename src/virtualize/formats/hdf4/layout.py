@@ -225,6 +225,8 @@ def sds_layout(f, dds, sd_ref: int | None, shape: tuple[int, ...], itemsize: int
                             "grid addresses them"))
     if code == SP_COMP:
         ulen, ctype, level, (dspecial, doff, dlen) = _comp(f, dds, off + 2, size, what)
+        if ulen == 0 and (doff, dlen) == (UNWRITTEN, UNWRITTEN):  # (compression set, no
+            return Layout(whole, one, one.copy())  # data written: reads as fill)
         if ctype != COMP_DEFLATE:
             return Layout(held=("unsupported-compression",
                                 f"{COMP_NAMES.get(ctype, ctype)} compression: no zarr codec "
