@@ -93,16 +93,13 @@ def _open(path: str):
 
 
 def _names(sd) -> list[tuple[int, str, Any]]:
-    """(index, cube name, info) of every SDS: its own name, `sds<index>` when it repeats
-    (without case), is empty, or is no zarr node name."""
+    """(index, cube name, SDS) of every SDS (each selected: the caller ends its access):
+    its own name, `sds<index>` when it repeats (without case), is empty, is `sds<k>`, or
+    is no zarr node name."""
     items = []
     for index in range(sd.info()[0]):
         v = sd.select(index)
-        try:
-            items.append((index, v.info(), v))
-        except Exception:
-            v.endaccess()
-            raise
+        items.append((index, v.info(), v))
     counts: dict[str, int] = {}
     for _, info, _ in items:
         counts[info[0].lower()] = counts.get(info[0].lower(), 0) + 1

@@ -331,10 +331,7 @@ def _vh(raw: bytes, what: str):
     """A vdata header's (rows, row size, {field: (offset, order)})."""
     try:
         _, nvert, ivsize, nfields = struct.unpack(">HIHH", raw[:10])
-        at = 10
-        types = struct.unpack(f">{nfields}H", raw[at:at + 2 * nfields])
-        at += 2 * nfields
-        at += 2 * nfields  # isize
+        at = 10 + 4 * nfields  # (past the fields' types and sizes)
         offs = struct.unpack(f">{nfields}H", raw[at:at + 2 * nfields])
         at += 2 * nfields
         order = struct.unpack(f">{nfields}H", raw[at:at + 2 * nfields])
@@ -346,7 +343,6 @@ def _vh(raw: bytes, what: str):
             at += 2 + n
     except (struct.error, UnicodeDecodeError) as e:
         raise Corrupt(f"the vdata header of {what} cannot be parsed ({e})") from None
-    del types
     return nvert, ivsize, {n: (o, k) for n, o, k in zip(names, offs, order)}
 
 
