@@ -254,27 +254,33 @@ def test_export_between_kinds_and_kerchunk_is_a_cube(months, tmp_path):
 
 
 def test_output_names_of_formats_not_written_are_usage_errors(months, case, tmp_path):
-    """-o x.parquet / x.parq / x.vrt / x.nc ... would be a cube directory (or JSON) under a
-    name promising another format: a usage error naming the kinds written, before any
-    scan, in create, mosaic, export and the API."""
+    """-o x.nc / x.tif ... would be a cube directory (or JSON) under a name promising
+    another format, as x.parquet / x.vrt with another --format than theirs: a usage error
+    naming the kinds written, before any scan, in create, mosaic, export and the API."""
     files = data_files(months)[:2]
     cube = tmp_path / "c.zarr"
     virtualize.virtualize(files, cube)
     tiles = case("mosaic_uneven_2x2")
-    for name, extra in (("x.parquet", ()), ("x.parq", ()), ("x.vrt", ()), ("x.nc", ()),
-                        ("x.TIF", ()), ("x.parquet", ("--format", "kerchunk")),
+    for name, extra in (("x.nc", ()), ("x.TIF", ()), ("x.parquet", ("--format", "kerchunk")),
+                        ("x.parq", ("--format", "cube")), ("x.vrt", ("--format", "cube")),
                         ("x.h5", ("--format", "icechunk"))):
         out = tmp_path / name
         for args in ((*files, "-o", out), ("mosaic", *tiles, "-o", out), ("export", cube, "-o", out)):
             r = run(*args, *extra)
             assert r.returncode == 2, (args, r.stdout, r.stderr)
-            assert f"does not write {out.suffix} files" in r.stderr
-            assert ".zarr" in r.stderr and ".json" in r.stderr and ".icechunk" in r.stderr
+            if out.suffix == ".vrt":
+                assert "is a GDAL VRT's" in r.stderr, r.stderr
+            else:
+                assert f"does not write {out.suffix} files" in r.stderr
+            if out.suffix not in (".parq", ".parquet", ".vrt"):
+                assert ".zarr" in r.stderr and ".json" in r.stderr and ".icechunk" in r.stderr
             assert r.stdout == "" and not out.exists()
+    with pytest.raises(ValueError, match="does not write .nc"):
+        virtualize.virtualize(files, tmp_path / "x.nc")
     with pytest.raises(ValueError, match="does not write .parquet"):
-        virtualize.virtualize(files, tmp_path / "x.parquet")
+        virtualize.virtualize(files, tmp_path / "x.parquet", format="kerchunk")
     with pytest.raises(virtualize.UsageError):
-        virtualize.mosaic(tiles, tmp_path / "x.vrt")
+        virtualize.mosaic(tiles, tmp_path / "x.nc")
     with pytest.raises(virtualize.UsageError):
         virtualize.export(cube, tmp_path / "x.parq", format="cube")
     assert not any(tmp_path.glob("x.*"))

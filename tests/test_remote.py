@@ -233,7 +233,7 @@ def test_several_mb_netcdf4_scan_and_write_fetch_under_10_percent(served, tmp_pa
     assert_same(virtualize.open(tmp_path / "cube")["tas"][7], expected, "tas[7]")
 
 
-@pytest.mark.parametrize("out", ["cube.zarr", "refs.json", "repo.icechunk"])
+@pytest.mark.parametrize("out", ["cube.zarr", "refs.json", "refs.parq", "repo.icechunk"])
 def test_output_to_s3_reads_back_and_is_guarded(served, s3, out, tmp_path):
     client, _ = s3
     _srv, local = served
@@ -247,6 +247,16 @@ def test_output_to_s3_reads_back_and_is_guarded(served, s3, out, tmp_path):
         keys = [o["Key"] for o in client.list_objects_v2(Bucket=BUCKET, Prefix="out/cube.zarr/")
                 ["Contents"]]
         assert "out/cube.zarr/virtualize.json" in keys
+    if out == "refs.parq":  # the set and its sources on S3, read by fsspec alone too
+        from fsspec.implementations.reference import LazyReferenceMapper
+
+        s3fs = fsspec.filesystem("s3", skip_instance_cache=True)
+        refs = LazyReferenceMapper(f"{BUCKET}/out/{out}", fs=s3fs, engine="pyarrow")
+        fs = fsspec.filesystem("reference", fo=refs, remote_protocol="s3",
+                               remote_options={"asynchronous": True}, asynchronous=True)
+        with zarr.config.set({"array.rectilinear_chunks": True}):
+            gp = zarr.open_group(FsspecStore(fs, read_only=True), mode="r")
+            assert_same(gp["tas"][...], gl["tas"][...], "tas via fsspec of the parquet set")
     with pytest.raises(OutputExistsError):
         virtualize.virtualize(f"s3://{BUCKET}/months2024/*.nc", url)
     virtualize.virtualize(f"s3://{BUCKET}/months2024/*.nc", url, overwrite=True)

@@ -45,7 +45,7 @@ COMMANDS = {
     "append": "add FILES to the end of a cube",
     "inspect": "one file's variables, dimensions and block tables",
     "verify": "have a cube's sources changed? (--decode: decode one chunk per source)",
-    "export": "write a cube as another kind: directory, kerchunk JSON, Icechunk",
+    "export": "write a cube as another kind: directory, kerchunk JSON or parquet, Icechunk",
     "docs": "print a guide shipped with virtualize (virtualize docs: the list)",
     "help": "help on a command",
 }
@@ -93,8 +93,14 @@ def _files(p: argparse.ArgumentParser, metavar: str = "FILE") -> None:
 
 
 def _concat_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--concat-dim", metavar="DIM",
-                   help="dimension to concatenate along (default: the unlimited dimension, else time)")
+    p.add_argument("--concat-dim", metavar="DIM", action="append",
+                   help="dimension to concatenate along (default: the unlimited dimension, else "
+                        "time); repeated: the axes of a hypercube, outermost first")
+    p.add_argument("--coord", metavar="DIM=FORM", action="append", default=[],
+                   help="a new axis' value of each file: attr:NAME (a global attribute), "
+                        "var:NAME (a scalar variable), name:REGEX (the regex's first group on "
+                        "the file's name; dates become dates) or v1,v2,... (in file order); "
+                        "repeatable")
     p.add_argument("--inline", metavar="VAR", action="append", default=[],
                    help="store this variable's values in the cube instead of referencing them "
                         "(coordinates are inlined by default); repeatable")
@@ -105,6 +111,20 @@ def _concat_options(p: argparse.ArgumentParser) -> None:
                    help="leave this variable out; repeatable")
     p.add_argument("--no-sort", action="store_true",
                    help="keep the files in the order given instead of sorting by coordinate")
+    p.add_argument("--join", choices=("exact", "outer"), default="exact",
+                   help="files holding different variables, and a hypercube's cells: every "
+                        "variable must cover the same span of the concatenation axis and every "
+                        "cell be filled (exact, the default), or the union is taken and the "
+                        "steps and cells no file holds read as the fill value (outer)")
+    p.add_argument("--combine-attrs", choices=("drop_conflicts", "override", "identical"),
+                   default="drop_conflicts",
+                   help="attributes that differ between files: left out and named "
+                        "(drop_conflicts, the default), the first file's (override) or refused "
+                        "(identical); units, scale_factor, _FillValue ... must agree whatever")
+    p.add_argument("--variables", metavar="A,B", type=_names_arg, default=None,
+                   help="keep only these variables and the coordinates they need (their "
+                        "dimensions' coordinates, bounds, coordinates / grid_mapping / "
+                        "ancillary_variables attributes)")
 
 
 def _job_options(p: argparse.ArgumentParser, gaps: bool) -> None:
@@ -182,12 +202,13 @@ def _verbosity(p: argparse.ArgumentParser) -> None:
 
 def _output_options(p: argparse.ArgumentParser, required: bool) -> None:
     p.add_argument("-o", "--output", required=required, metavar="OUT",
-                   help="cube directory (e.g. cube.zarr), a kerchunk reference file (*.json) "
-                        "or an Icechunk repository (*.icechunk)")
-    p.add_argument("--format", choices=["cube", "kerchunk", "icechunk"],
-                   help="output kind (default: by OUT's suffix: .json kerchunk, .icechunk "
-                        "icechunk, else cube; a suffix of another format, such as .parquet, "
-                        ".vrt or .nc, is refused)")
+                   help="cube directory (e.g. cube.zarr), a kerchunk reference file (*.json), "
+                        "kerchunk parquet references (*.parq), an Icechunk repository "
+                        "(*.icechunk) or a GDAL VRT of a mosaic or TIFF stack (*.vrt)")
+    p.add_argument("--format", choices=["cube", "kerchunk", "parquet", "icechunk", "vrt"],
+                   help="output kind (default: by OUT's suffix: .json kerchunk, .parq / "
+                        ".parquet parquet, .icechunk icechunk, .vrt vrt, else cube; a suffix of "
+                        "another format, such as .nc or .tif, is refused)")
     p.add_argument("--overwrite", action="store_true",
                    help="replace OUT if it exists (only an output virtualize wrote)")
     p.add_argument("--relative", action="store_true",
@@ -311,11 +332,14 @@ def build_parser() -> argparse.ArgumentParser:
     _job_options(p, gaps=False)
     _report_options(p)
 
-    p = cmd("append", "Add files to the end of a cube (directory, kerchunk JSON or Icechunk "
-                      "repository written by virtualize): the grown stack is planned as the "
+    p = cmd("append", "Add files to the end of a cube (directory, kerchunk JSON or parquet, "
+                      "or Icechunk repository written by virtualize): the grown stack is planned as the "
                       "cube was, and the cube replaced when complete.")
     p.add_argument("output", metavar="CUBE")
     _files(p)
+    p.add_argument("--coord", metavar="DIM=V1,V2,...", action="append", default=[],
+                   help="a hypercube's new axis whose values were listed: the new files' "
+                        "values, in the order given")
     _job_options(p, gaps=True)
     _strict_option(p)
     _report_options(p)
@@ -350,7 +374,7 @@ def build_parser() -> argparse.ArgumentParser:
     _verbosity(p)
 
     p = cmd("export", "Write a cube as another kind: cube directory, kerchunk JSON or "
-                      "Icechunk repository (its sources are planned again with its recipe).")
+                      "parquet, or Icechunk repository (its sources are planned again with its recipe).")
     p.add_argument("cube", metavar="CUBE")
     _output_options(p, required=True)
     _strict_option(p)
@@ -514,18 +538,27 @@ def _kw(args) -> dict:
 
 def _concat_kw(args) -> dict:
     return dict(inline=args.inline, drop=args.drop, sort=not args.no_sort,
-                inline_threshold=args.inline_threshold)
+                inline_threshold=args.inline_threshold, join=args.join,
+                combine_attrs=args.combine_attrs, variables=args.variables,
+                concat_dims=args.concat_dim, coords=args.coord)
+
+
+def _names_arg(text: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError("give one or more variable names, comma-separated")
+    return names
 
 
 def _create(args) -> int:
-    return _write(args, lambda: virtualize(args.files, args.output, args.concat_dim,
+    return _write(args, lambda: virtualize(args.files, args.output, None,
                                            overwrite=args.overwrite, format=args.format,
                                            relative=args.relative,
                                            **_concat_kw(args), **_kw(args)))
 
 
 def _check(args) -> int:
-    report = check(args.files, args.concat_dim, **_concat_kw(args), **_kw(args))
+    report = check(args.files, None, **_concat_kw(args), **_kw(args))
     _show(report, args)
     return _outcome(report)
 
@@ -554,7 +587,8 @@ def _mosaic(args) -> int:
 
 
 def _append(args) -> int:
-    return _write(args, lambda: append(args.output, args.files, **_kw(args)))
+    return _write(args, lambda: append(args.output, args.files, coords=args.coord or None,
+                                       **_kw(args)))
 
 
 def _export(args) -> int:

@@ -11,11 +11,12 @@ from .. import storage
 from ..conventions import ScanHint
 from ..formats import read_values
 from ..formats import registry as _formats
-from ..model import Location, Plan, Problem, VirtualizeError
+from ..model import Location, Plan, Problem, UsageError, VirtualizeError
 from ..outputs import registry
 from ..outputs.metadata import array_doc
 from ..outputs.staleness import check_sources
 from ..plan import DEFAULT_INLINE_THRESHOLD, ConcatOptions, plan_concat
+from ..plan.merge import merge_options, select
 from ..report import Report
 from .checking import DEFAULT_SCAN_TIMEOUT, PathLike, _check, check
 from .create import _refuse_unless_ok, _write
@@ -46,7 +47,8 @@ def _appending(fn):
 @_appending
 def append(cube: PathLike, paths: Iterable[PathLike] | PathLike, *, jobs: int | str = "auto",
            executor=None, progress=None, scan_timeout: float | None = DEFAULT_SCAN_TIMEOUT,
-           strict: bool = False, skip_unreadable: bool = False, no_gaps: bool = False) -> Report:
+           strict: bool = False, skip_unreadable: bool = False, no_gaps: bool = False,
+           coords: dict | None = None) -> Report:
     """Add files to the end of a cube directory, kerchunk JSON or Icechunk repository
     written by `virtualize`: only the new files are scanned, planned as the cube was (its
     recorded recipe) after the cube's last step (recorded with it: docs/planning.md,
@@ -63,7 +65,13 @@ def append(cube: PathLike, paths: Iterable[PathLike] | PathLike, *, jobs: int | 
     time or identity, or a touched file's fingerprint), is skipped with a note, so running
     a job again is a no-op ("nothing to append"); one with the same path but other
     content is refused (`already-in-cube`). `skip_unreadable`, `no_gaps`: as for `check`
-    (a gap between the cube's last step and the new files counts)."""
+    (a gap between the cube's last step and the new files counts).
+
+    A hypercube (made with `concat_dims` / `coords`) grows along any of its axes: its
+    recorded sources and the new files are planned together by its recipe (every check of
+    a full build). `coords`: a new axis whose values were listed (`{"member": "v1,v2,..."}`)
+    takes the new files' values from it, one per new file in the order given; any other
+    form must be the one recorded."""
     from ..outputs.staging import locked
 
     cube = _local_cube(cube, "append")
@@ -77,11 +85,11 @@ def append(cube: PathLike, paths: Iterable[PathLike] | PathLike, *, jobs: int | 
     with locked(cube):  # concurrent appends to one cube wait for each other
         return _append(cube, kind, paths, jobs=jobs, executor=executor, progress=progress,
                        scan_timeout=scan_timeout, strict=strict, skip_unreadable=skip_unreadable,
-                       no_gaps=no_gaps)
+                       no_gaps=no_gaps, coords=coords)
 
 
 def _append(cube: Path, kind: str, paths, *, jobs, executor, progress, scan_timeout,
-            strict=False, skip_unreadable=False, no_gaps=False) -> Report:
+            strict=False, skip_unreadable=False, no_gaps=False, coords=None) -> Report:
     info = _recorded(cube, kind)
     recipe = dict(info.get("recipe") or {})
     if recipe.get("kind") != "concat":
@@ -131,7 +139,7 @@ def _append(cube: Path, kind: str, paths, *, jobs, executor, progress, scan_time
     try:
         report = _append_files(cube, kind, info, old, new, recipe, jobs=jobs, executor=executor,
                                progress=progress, scan_timeout=scan_timeout,
-                               skip_unreadable=skip_unreadable, no_gaps=no_gaps)
+                               skip_unreadable=skip_unreadable, no_gaps=no_gaps, coords=coords)
     except VirtualizeError as e:
         # every new file left out, the others already in (a cron job run again): nothing to do
         r = e.report
@@ -156,9 +164,17 @@ def _append(cube: Path, kind: str, paths, *, jobs, executor, progress, scan_time
 
 def _append_files(cube: Path, kind: str, info: dict, old: list[str], new: list[str],
                   recipe: dict, *, jobs, executor, progress, scan_timeout, skip_unreadable,
-                  no_gaps) -> Report:
+                  no_gaps, coords=None) -> Report:
     """Append the files `new` (none of them in the cube)."""
-    report = _append_new(cube, kind, info, new, jobs=jobs, executor=executor,
+    cube_axes = bool(recipe.get("concat_dims") or recipe.get("coords"))
+    if cube_axes:
+        recipe = _grown_coords(cube, recipe, old, new, coords)
+    elif coords:
+        raise UsageError(f"{cube} is a stack along one axis made without --coord: "
+                         "coords= does not apply")
+    # a hypercube grows by planning its recorded sources (scanned again: metadata) with
+    # the new files, checked as a full build; a plain stack by scanning only the new files
+    report = None if cube_axes else _append_new(cube, kind, info, new, jobs=jobs, executor=executor,
                          progress=progress, scan_timeout=scan_timeout,
                          skip_unreadable=skip_unreadable, no_gaps=no_gaps)
     if report is not None:
@@ -170,7 +186,7 @@ def _append_files(cube: Path, kind: str, info: dict, old: list[str], new: list[s
                    **recipe)
     if report.plan is not None:  # the files left out before, and now
         report.plan.left_out = list(info.get("left_out") or []) + report.plan.left_out
-    if report.plan is not None and \
+    if report.plan is not None and not cube_axes and \
             [s.path for s in report.plan.sources if not s.referenced_by][: len(old)] != old:
         report.problems.append(_not_at_end(cube, report.plan.concat_dim))
     plugin = registry.by_name(kind)
@@ -180,10 +196,69 @@ def _append_files(cube: Path, kind: str, info: dict, old: list[str], new: list[s
     return _write(report, cube, kind, overwrite=True, relative=plugin.relative(cube, info))
 
 
+def _grown_coords(cube: Path, recipe: dict, old: list[str], new: list[str],
+                  given: dict | None) -> dict:
+    """The recipe's `coords` for the old and new files together: a listed new axis' values
+    (`--coord DIM=v1,v2,...`, each old file's recorded) followed by the new files' (given);
+    every other form as recorded (given: the same)."""
+    from ..plan.coords import parse_coord, parse_coords
+
+    recorded = dict(recipe.get("coords") or {})
+    given = parse_coords(given)
+    for d in given:
+        if d not in recorded:
+            raise UsageError(f"coords: {d!r} is not a new axis of {cube} (its new axes: "
+                             f"{', '.join(recorded) or 'none'})")
+    out = dict(recipe, coords=dict(recorded))
+    for d, form in recorded.items():
+        spec = parse_coord(form)
+        if spec.kind != "values":
+            if d in given and given[d] != spec:
+                raise UsageError(f"coords: {d}={given[d].text()} is not how {cube} was made "
+                                 f"({d}={form})")
+            continue
+        by_path = {p: v for p, v in (recipe.get("coord_values") or {}).get(d) or ()}
+        if d not in given or any(p not in by_path for p in old):
+            raise VirtualizeError([Problem(
+                Location(str(cube), None, d), "not-appendable",
+                f"the cube's {d!r} values were listed (--coord {d}=v1,v2,...): give the new "
+                f"files' (coords={{{d!r}: 'v1,v2,...'}}, one per new file)"
+                if d not in given else f"the cube records no {d!r} value of each file: "
+                "re-run virtualize with all the files and their values")], "nothing appended")
+        values = list(given[d].values)
+        if given[d].kind != "values" or len(values) != len(new):
+            raise UsageError(f"coords: {d}: {len(values)} value(s) for {len(new)} new file(s)")
+        out["coords"][d] = ",".join(str(v) for v in [by_path[p] for p in old] + values)
+    out.pop("coord_values", None)  # (check records them again)
+    return out
+
+
 def _not_at_end(cube: Path, dim: str | None) -> Problem:
     return Problem(Location(str(cube)), "append-not-at-end",
                    f"the new files do not all come after the cube's last {dim!r} step; "
                    "to put them in the middle, re-run virtualize with all the files")
+
+
+def _same_group_attrs(cube: Path, plan: Plan, last: dict) -> bool:
+    """Whether the groups' attributes of the grown stack (combined over the cube's last
+    file and the new files: plan/attrs.py) are the cube's; when not (a new file's
+    `history` differs), the cube would differ from a full rebuild, which drops it."""
+    import json
+
+    from ..open import open_cube
+    from ..outputs.metadata import group_doc
+    from ..plan import still_dropped
+    try:
+        root = open_cube(cube, check_sources=False)
+        for g, attrs in plan.groups.items():
+            node = root[g] if g else root
+            have = dict(node.attrs)
+            want = json.loads(json.dumps(group_doc(attrs)["attributes"]))
+            if still_dropped(want, have, last.get(g, {})) != have:
+                return False
+    except Exception:  # (a group the cube lacks, a cube that cannot be read so)
+        return False
+    return True
 
 
 def _append_new(cube: Path, kind: str, info: dict, new: list[str], *, jobs: int | str,
@@ -209,9 +284,10 @@ def _append_new(cube: Path, kind: str, info: dict, new: list[str], *, jobs: int 
                          split=recipe.get("split", True),
                          materialize=recipe.get("materialize", False),
                          inline_threshold=recipe.get("inline_threshold", DEFAULT_INLINE_THRESHOLD),
-                         no_gaps=no_gaps, read=read_values)
+                         no_gaps=no_gaps, read=read_values, **merge_options(recipe))
     last = resume.last.path
-    report = _check(new, lambda invs: plan_concat(invs, opts, resume=resume), progress,
+    report = _check(new, lambda invs: plan_concat(invs, select(invs, opts), resume=resume),
+                    progress,
                     recipe.get("materialize_limit"), jobs, scan_timeout, exclude=(last,),
                     executor=executor, chunk_size=recipe.get("chunk_size"), like=resume.last,
                     hint=ScanHint("append", resume.dim, inline=opts.inline),
@@ -239,7 +315,7 @@ def _append_new(cube: Path, kind: str, info: dict, new: list[str], *, jobs: int 
     if old_inline is None:
         return None
     merged = merge_append(plan, resume, docs, old_sources, old_inline, array_doc)
-    if isinstance(merged, str):
+    if isinstance(merged, str) or not _same_group_attrs(cube, plan, resume.last.groups):
         return None
     merged.plan.left_out = list(info.get("left_out") or []) + plan.left_out
     fresh = [s.path for s in merged.sources[len(old_sources):]]

@@ -28,7 +28,9 @@ def virtualize(paths: Iterable[PathLike] | PathLike, out: PathLike, concat_dim: 
                relative: bool = False,
                inline_threshold: int = DEFAULT_INLINE_THRESHOLD,
                chunk_size: int | str | None = DEFAULT_CHUNK_SIZE, skip_unreadable: bool = False,
-               no_gaps: bool = False) -> Report:
+               no_gaps: bool = False, join: str = "exact", combine_attrs: str = "drop_conflicts",
+               variables: Iterable[str] | None = None, concat_dims: Sequence[str] | None = None,
+               coords: dict | Sequence[str] | None = None) -> Report:
     """Virtualize a stack into `out`: a cube directory, a kerchunk reference JSON
     (`format="kerchunk"` or `out` ending in `.json`) or an Icechunk repository
     (`format="icechunk"` or `.icechunk`). Nothing is written unless every file
@@ -36,14 +38,17 @@ def virtualize(paths: Iterable[PathLike] | PathLike, out: PathLike, concat_dim: 
     `relative`: record the sources relative to the output (a relocatable cube, to be moved
     or mirrored together with its files: a cube directory's source table, a kerchunk
     JSON's template, an Icechunk repository's named virtual chunk container).
-    `skip_unreadable`, `no_gaps`: as for `check`."""
+    `skip_unreadable`, `no_gaps`, `join`, `combine_attrs`, `variables`, and a hypercube's
+    `concat_dims`, `coords`: as for `check`."""
     _storage(storage_options)
-    kind = _output_kind(out, format, overwrite, paths)
+    kind = _output_kind(out, format, overwrite, paths, relative)
     report = check(paths, concat_dim, inline=inline, drop=drop, sort=sort, split=split,
                    materialize=materialize, materialize_limit=materialize_limit,
                    jobs=jobs, executor=executor, progress=progress, scan_timeout=scan_timeout,
                    inline_threshold=inline_threshold, chunk_size=chunk_size,
-                   skip_unreadable=skip_unreadable, no_gaps=no_gaps)
+                   skip_unreadable=skip_unreadable, no_gaps=no_gaps, join=join,
+                   combine_attrs=combine_attrs, variables=variables, concat_dims=concat_dims,
+                   coords=coords)
     return _write(report, out, kind, overwrite, relative)
 
 
@@ -62,7 +67,7 @@ def mosaic(paths: Iterable[PathLike] | PathLike, out: PathLike, *,
     unless every cell is exactly one block of one tile or a gap. `concat_dim`, `coords`:
     a mosaic over time (`check_mosaic`)."""
     _storage(storage_options)
-    kind = _output_kind(out, format, overwrite, paths)
+    kind = _output_kind(out, format, overwrite, paths, relative)
     report = check_mosaic(paths, offsets=offsets, overlap=overlap, drop=drop,
                           tolerance=tolerance, split=split, materialize=materialize,
                           materialize_limit=materialize_limit, jobs=jobs, executor=executor,
@@ -72,7 +77,8 @@ def mosaic(paths: Iterable[PathLike] | PathLike, out: PathLike, *,
     return _write(report, out, kind, overwrite, relative)
 
 
-def _output_kind(out: PathLike, format: str | None, overwrite: bool, paths=None) -> str:
+def _output_kind(out: PathLike, format: str | None, overwrite: bool, paths=None,
+                 relative: bool = False) -> str:
     """The output's kind; refuses early (before any scanning) an output named with a
     suffix of a format virtualize does not write (outputs/registry.py FOREIGN_SUFFIXES), one that exists
     without `overwrite`, that virtualize did not write, or that is, holds or sits in one
@@ -83,6 +89,8 @@ def _output_kind(out: PathLike, format: str | None, overwrite: bool, paths=None)
         storage.normalize(out)  # an unknown scheme is refused before anything is scanned
     out = os.fspath(out) if remote else Path(out)
     kind = registry.kind_of(out, format)
+    if relative:
+        registry.refuse_relative(kind)
     sources = _paths(paths) if isinstance(paths, (str, os.PathLike, list, tuple)) else []
     if remote:
         from ..outputs.remote import guard_remote

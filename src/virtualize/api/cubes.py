@@ -16,7 +16,8 @@ from ..model import Location, Plan, Problem, VirtualizeError
 from ..open import open_cube
 from ..outputs import registry
 from ..outputs.staleness import check_sources
-from ..plan import ConcatOptions, MosaicOptions, plan_concat, plan_mosaic
+from ..plan import ConcatOptions, MosaicOptions, plan_mosaic
+from ..plan.merge import merge_options, plan_merge
 from ..report import Report
 from .checking import DEFAULT_SCAN_TIMEOUT, PathLike, _check, _storage
 from .create import _output_kind, _write
@@ -64,9 +65,18 @@ def _replan(cube: Path, info: dict, *, jobs: int | str = "auto", executor=None, 
                              drop=frozenset(recipe.get("drop") or ()), sort=recipe.get("sort", True),
                              split=recipe.get("split", True),
                              materialize=recipe.get("materialize", False),
-                             inline_threshold=recipe.get("inline_threshold", 0), read=read_values)
-        planner = lambda invs: plan_concat(invs, opts)  # noqa: E731
+                             inline_threshold=recipe.get("inline_threshold", 0), read=read_values,
+                             **merge_options(recipe))
+        planner = lambda invs: plan_merge(invs, opts)  # noqa: E731
         hint = ScanHint("concat", opts.concat_dim, inline=opts.inline)
+        dims = list(recipe.get("concat_dims") or ())
+        if dims or recipe.get("coords"):  # a hypercube (plan/hypercube.py)
+            from ..plan.coords import parse_coords
+            from ..plan.hypercube import HypercubeOptions, plan_hypercube
+            hyper = HypercubeOptions(dims, parse_coords(recipe.get("coords")), opts)
+            planner = lambda invs: plan_hypercube(invs, hyper)  # noqa: E731
+            hint = ScanHint("concat", dims[0] if len(dims) == 1 else None, inline=opts.inline,
+                            dims=tuple(dims))  # (as check scanned it)
     elif kind == "mosaic":
         offsets = recipe.get("offsets")
         opts = MosaicOptions(offsets=[tuple(o) for o in offsets] if offsets else None,
@@ -184,7 +194,8 @@ def export(cube: PathLike, out: PathLike, *, format: str | None = None,
     info = _recorded(cube, _cube_kind(cube))
     _refuse_stale(cube, info, strict)
     kind = _output_kind(out, format, overwrite,
-                        [s["path"] for s in info["sources"] if not s.get("referenced_by")])
+                        [s["path"] for s in info["sources"] if not s.get("referenced_by")],
+                        relative)
     return _write(_replan(cube, info, jobs=jobs, executor=executor, progress=progress,
                           scan_timeout=scan_timeout),
                   out, kind, overwrite, relative)

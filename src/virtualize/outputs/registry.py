@@ -15,8 +15,10 @@ from ..model import UsageError
 from .cube import KIND as CUBE
 from .icechunk import KIND as ICECHUNK
 from .kerchunk import KIND as KERCHUNK
+from .parquet import KIND as PARQUET
+from .vrt import KIND as VRT
 
-KINDS = (CUBE, KERCHUNK, ICECHUNK)
+KINDS = (CUBE, VRT, KERCHUNK, PARQUET, ICECHUNK)
 BY_NAME = {k.kind: k for k in KINDS}
 
 # output names whose suffix says a format virtualize does not write (whatever `format`
@@ -24,7 +26,6 @@ BY_NAME = {k.kind: k for k in KINDS}
 # Every input format's suffixes are refused too (`foreign_suffixes`), so a new format's
 # are without a change here; a suffix an output kind writes is never refused.
 FOREIGN_SUFFIXES = frozenset({
-    ".parq", ".parquet", ".vrt",
     # netCDF, HDF4/HDF5/HDF-EOS and HDF5-based formats, GRIB, BUFR, FITS
     ".nc", ".nc3", ".nc4", ".cdf", ".netcdf", ".ncml", ".cdl", ".h5", ".hdf5", ".he5",
     ".hdf", ".h4", ".hdf4", ".he2", ".he4", ".nxs", ".nwb", ".h5ad", ".mnc", ".ims",
@@ -65,7 +66,7 @@ def written_names() -> str:
 
 
 def by_name(kind: str):
-    """The plug-in of a kind's name ("cube", "kerchunk", "icechunk")."""
+    """The plug-in of a kind's name ("cube", "kerchunk", "parquet", "icechunk")."""
     return BY_NAME[kind]
 
 
@@ -81,11 +82,28 @@ def kind_of(out, format: str | None = None) -> str:
     kind = format or next((k.kind for k in KINDS if k is not CUBE and suffix.lower() in k.suffixes),
                           CUBE.kind)
     if kind not in BY_NAME:
-        raise UsageError(f"unknown output format {kind!r} (cube, kerchunk or icechunk)")
+        raise UsageError(f"unknown output format {kind!r} (cube, kerchunk, parquet, icechunk or vrt)")
+    if kind != PARQUET.kind and suffix.lower() in PARQUET.suffixes:
+        # (kerchunk's readers take a .parq / .parquet name for its parquet form)
+        raise UsageError(f"{out}: virtualize does not write {suffix} files as {kind}: the "
+                         f"name promises kerchunk's parquet form (--format parquet), or name "
+                         "it otherwise")
+    if kind != VRT.kind and suffix.lower() in VRT.suffixes:  # GDAL would take it for a VRT
+        raise UsageError(f"{out}: a {suffix} name is a GDAL VRT's; the {kind} output is not one "
+                         f"(name it otherwise, or --format vrt)")
     if kind == ICECHUNK.kind and importlib.util.find_spec("icechunk") is None:
         raise UsageError("the icechunk output needs the icechunk package: "
                          "pip install 'virtualize[icechunk]'")
+    if kind == PARQUET.kind and importlib.util.find_spec("pyarrow") is None:
+        raise UsageError("the parquet output needs pyarrow: pip install 'virtualize[parquet]'")
     return kind
+
+
+def refuse_relative(kind: str) -> None:
+    """Refuse `--relative` for a kind that cannot record its sources relative to itself."""
+    why = getattr(BY_NAME[kind], "not_relocatable", None)
+    if why:
+        raise UsageError(why)
 
 
 def refuse_foreign(out) -> None:
@@ -97,18 +115,19 @@ def refuse_foreign(out) -> None:
 
 
 def kind_at(path: str | os.PathLike, *, by_name: bool = True) -> str:
-    """How to open the local output at `path`: "kerchunk" (a file: a reference JSON;
-    `by_name`: a missing `.json` too), "icechunk" (a repository) or "cube" (anything
-    else: checked as it is read)."""
+    """How to open the local output at `path`: "vrt" (a `.vrt` file), "kerchunk" (any
+    other file: a reference JSON; `by_name`: a missing `.json` too), "parquet" (a directory
+    holding `.zmetadata`; `by_name`: a missing `.parq` / `.parquet` too), "icechunk" (a
+    repository) or "cube" (anything else: checked as it is read)."""
     p = Path(path)
-    for k in (KERCHUNK, ICECHUNK):
+    for k in (VRT, KERCHUNK, PARQUET, ICECHUNK):
         if k.detect(p, by_name=by_name):
             return k.kind
     return CUBE.kind
 
 
 def written_kind(path: str | os.PathLike) -> str | None:
-    """"cube", "kerchunk" or "icechunk" when `path` (following a symlink) is an output
+    """"cube", "vrt", "kerchunk", "parquet" or "icechunk" when `path` (following a symlink) is an output
     virtualize wrote, else None."""
     p = Path(path)
     try:
@@ -122,9 +141,11 @@ def remote_written_kind(fs, base: str) -> str | None:
     when nothing is."""
     try:
         if fs.isfile(base):
-            return KERCHUNK.kind if KERCHUNK.ours_remote(fs, base) else "other"
+            return next((k.kind for k in (VRT, KERCHUNK) if k.ours_remote(fs, base)), "other")
         if fs.exists(base + "/virtualize.json"):
             return CUBE.kind if CUBE.ours_remote(fs, base) else "other"
+        if fs.exists(base + "/.zmetadata"):
+            return PARQUET.kind if PARQUET.ours_remote(fs, base) else "other"
         if ICECHUNK.ours_remote(fs, base):
             return ICECHUNK.kind
         return "other" if fs.find(base, maxdepth=1) else None
@@ -136,5 +157,5 @@ def guess_can_open(path: str) -> bool:
     """A local output of any kind, by a cheap look (xarray's `guess_can_open`): a cube
     directory (it holds virtualize.json), an Icechunk repository by its name, a file that
     begins as virtualize's kerchunk JSON does."""
-    return CUBE.looks_like(path) or ICECHUNK.looks_like(path) or (
-        os.path.isfile(path) and KERCHUNK.looks_like(path))
+    return CUBE.looks_like(path) or ICECHUNK.looks_like(path) or PARQUET.looks_like(path) or (
+        os.path.isfile(path) and (KERCHUNK.looks_like(path) or VRT.looks_like(path)))

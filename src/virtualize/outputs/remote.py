@@ -21,7 +21,7 @@ from .. import storage
 from ..model import Location, OutputExistsError, Problem, UnsafeOutputError, VirtualizeError
 
 # uploaded last, in this order: what makes a reader see the output
-ROOT_DOCUMENTS = ("virtualize.json", "zarr.json", "repo")
+ROOT_DOCUMENTS = ("virtualize.json", "zarr.json", ".zmetadata", "repo")
 
 
 def _fs(url: str):

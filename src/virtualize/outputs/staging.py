@@ -95,8 +95,8 @@ def guard_output(dest: str | os.PathLike, overwrite: bool,
     if written_kind(dest) is None:
         raise UnsafeOutputError(Problem(
             Location(str(dest)), "output-not-ours",
-            "exists and was not written by virtualize (not a cube directory, kerchunk JSON "
-            "or Icechunk repository it made): not replaced, even with --overwrite"))
+            "exists and was not written by virtualize (not a cube directory, kerchunk JSON, "
+            "Icechunk repository or VRT it made): not replaced, even with --overwrite"))
 
 
 # -- staging ------------------------------------------------------------------------------
@@ -337,7 +337,9 @@ def _our_stage(p: Path) -> bool:
             if os.path.getsize(p) == 0:
                 return True
             with open(p, "rb") as f:
-                return f.read(len(KERCHUNK_HEAD)) == KERCHUNK_HEAD
+                head = f.read(4096)
+            from .vrt.writer import is_ours  # (a VRT's)
+            return head.startswith(KERCHUNK_HEAD) or is_ours(head.decode("utf-8", "replace"))
     except (OSError, ValueError, AttributeError):
         return False
     return False

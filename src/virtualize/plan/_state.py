@@ -254,6 +254,15 @@ class Merged:
     grown: dict[str, Grown]  # the arrays an append writes
 
 
+def still_dropped(combined: dict | None, cube: dict | None, last: dict) -> dict | None:
+    """The attributes `combined` over the cube's last file and the new files, less those
+    the cube left out although its last file has them: files before it disagreed
+    (plan/attrs.py, drop_conflicts), and a full build would leave them out again."""
+    if not isinstance(combined, dict) or not isinstance(cube, dict):
+        return combined
+    return {k: v for k, v in combined.items() if k in cube or k not in last}
+
+
 def merge_append(plan: Plan, resume: Resume, docs: dict[str, dict | None],
                  old_sources: list[Source], old_inline: dict[str, np.ndarray],
                  array_doc) -> Merged | str:
@@ -286,10 +295,14 @@ def merge_append(plan: Plan, resume: Resume, docs: dict[str, dict | None],
         if (resume.arrays[name] == "virtual") != (a.inline is None):
             return f"{name}: stored differently (inline / referenced)"
         new_doc = json.loads(json.dumps(array_doc(a)))
-        # (attributes are the cube's, the first file's: those that change what the
-        # numbers mean were checked against them)
+        # (attributes: those that change what the numbers mean were checked against the
+        # cube's last file; the others combined with it, plan/attrs.py: one the new files
+        # give another value makes the cube's differ from a rebuild's)
+        v_last = last.variables.get(name)
+        new_doc["attributes"] = still_dropped(new_doc.get("attributes"), doc.get("attributes"),
+                                              v_last.attrs if v_last is not None else {})
         for key in new_doc:
-            if key not in ("shape", "chunk_grid", "attributes") and new_doc[key] != doc.get(key):
+            if key not in ("shape", "chunk_grid") and new_doc[key] != doc.get(key):
                 return f"{name}: its {key} differ from the cube's"
         if dim not in a.dims:
             if new_doc["shape"] != doc.get("shape") or new_doc["chunk_grid"] != doc.get("chunk_grid"):

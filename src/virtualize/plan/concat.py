@@ -19,7 +19,15 @@ from typing import Any
 
 import numpy as np
 
-from ..conventions import at_shape, default_concat_dim, grid_mappings, py, stacks, unlimited_dims
+from ..conventions import (
+    at_shape,
+    coordinate_bounds,
+    default_concat_dim,
+    grid_mappings,
+    py,
+    stacks,
+    unlimited_dims,
+)
 from ..model import (
     MATERIALIZED,
     REF_DTYPE,
@@ -50,6 +58,7 @@ from ._common import (
     variable_names,
 )
 from ._state import Resume, append_state
+from .attrs import combine, dropped_note
 from .gaps import coordinate_gaps
 from .grid import block_lengths
 
@@ -71,6 +80,18 @@ class ConcatOptions:
     # (api: formats.read_values) so that plan/ imports no scanner; None: such a variable is
     # refused (located)
     read: Callable[[str, str], Any] | None = None
+    # files holding different variables (plan/merge.py), and a hypercube's missing cells
+    # (plan/hypercube.py): "exact" (every variable covers the same span of the concat
+    # axis; a missing cell is refused) or "outer" (the union; steps or cells no file holds
+    # read as the variable's fill value)
+    join: str = "exact"
+    # attributes differing between files (plan/attrs.py): drop_conflicts, override, identical
+    combine_attrs: str = "drop_conflicts"
+    # keep only these variables and the coordinates they need (None: all)
+    variables: frozenset[str] | None = None
+    # a new axis' values, one per file in the order given (plan/coords.py `resolve`): its
+    # coordinate, instead of dates in the file names
+    new_values: Sequence[Any] | None = None
 
 
 @dataclass
@@ -83,6 +104,8 @@ class _Context(Context):
     source_maps: SourceMaps | None = None
     # appending: the cube's last step, planned first (plan/_state.py)
     resume: Resume | None = None
+    # per variable ('' / 'group g': a group's attributes), the attributes left out
+    dropped_attrs: dict[str, list[str]] = field(default_factory=dict)
 
 
 def plan_concat(inventories: Sequence[FileInventory], options: ConcatOptions | None = None,
@@ -125,7 +148,7 @@ def plan_concat(inventories: Sequence[FileInventory], options: ConcatOptions | N
         array = _plan_variable(ctx, name)
         if array is not None:
             arrays[name] = array
-    groups = groups_for(invs[0], arrays)
+    groups = _combined_groups(ctx, arrays)
     plan = Plan(sources=sources, groups=groups, arrays=arrays, concat_dim=ctx.dim, notes=ctx.notes,
                 figures=ctx.figures, remedies=ctx.remedies)
     if ctx.dim is not None and arrays:
@@ -206,12 +229,24 @@ def _coordinate_from_names(ctx: _Context, dim: str) -> None:
     """A stack along a new axis gets that axis' coordinate from dates in the file names
     (2024-01-01.tif, S2_20240101T103021.tif), when every name has one."""
     invs = ctx.invs
+    if ctx.opts.new_values is not None and ctx.resume is None:
+        from .coords import coordinate_plan
+
+        coord = coordinate_plan(dim, ctx.opts.new_values)
+        for i in range(len(invs)):
+            value = coord.inline[i:i + 1]
+            ctx.own(i).variables[dim] = Variable(
+                name=dim, dtype=value.dtype, shape=(1,), dims=(dim,), attrs=dict(coord.attrs),
+                fill_value=None, codecs=[], blocks=None, values=value, is_coordinate=True)
+        return
     anchor = ctx.resume is not None and dim in invs[0].variables
     if anchor:  # appending: the cube's coordinate keeps its origin and unit
         invs = invs[1:]
     dates = dates_in_names([inv.path for inv in invs])
     if dates is None:
-        ctx.notes.append(f"the file names hold no date each: {dim!r} has no coordinate values")
+        ctx.notes.append(f"the file names hold no date each: {dim!r} has no coordinate values "
+                         f"(give them with --coord {dim}=v1,v2,... in file order, or from each "
+                         f"file: --coord {dim}=attr:NAME, var:NAME or name:REGEX)")
         return
     start = min(dates)
     whole_days = all(d.hour == d.minute == d.second == 0 for d in dates)
@@ -450,13 +485,50 @@ def _plan_variable(ctx: _Context, name: str) -> ArrayPlan | None:
         array = _shared_array(ctx, name, vars_) if consistent_ else None
     if array is not None and name not in ctx.figures:
         ctx.figures[name] = figure_of(array)
+    if array is not None and len(vars_) > 1:
+        array.attrs = _combined_attrs(ctx, name, vars_, array.attrs)
     return array
 
 
+def _combined_attrs(ctx: _Context, name: str, vs: list[Variable], attrs: dict) -> dict:
+    """A variable's attributes over every file (plan/attrs.py), as re-expressed by the
+    planner for the first (`attrs`); those that change its meaning were compared by
+    `consistent` (its `attribute-drift` problems), the others per `--combine-attrs`."""
+    dicts = [attrs, *(v.attrs for v in vs[1:])]
+    out, dropped, problems = combine(dicts, ctx.opts.combine_attrs, name,
+                                     [inv.path for inv in ctx.invs])
+    ctx.problems.extend(p for p in problems if p.kind != "attribute-drift")
+    if dropped:
+        ctx.dropped_attrs[name] = dropped
+    return out
+
+
+def _combined_groups(ctx: _Context, arrays: dict[str, ArrayPlan]) -> dict[str, dict]:
+    """Every group's attributes over every file (plan/attrs.py), and the note naming
+    what `drop_conflicts` left out."""
+    groups = groups_for(ctx.invs[0], arrays)
+    if len(ctx.invs) > 1:
+        for g in groups:
+            if g not in ctx.invs[0].groups:
+                continue
+            out, dropped, problems = combine([inv.groups.get(g, {}) for inv in ctx.invs],
+                                             ctx.opts.combine_attrs, g and f"group {g}",
+                                             [inv.path for inv in ctx.invs])
+            groups[g] = out
+            ctx.problems.extend(problems)
+            if dropped:
+                ctx.dropped_attrs[g and f"group {g}"] = dropped
+    note = dropped_note(ctx.dropped_attrs)
+    if note:
+        ctx.notes.append(note)
+    return groups
+
+
 def _stacks(ctx: _Context, v: Variable) -> bool:
-    """In new-axis mode, which variables get the axis: data, not coordinates, scalars or
-    grid mappings (those must be the same in every file; the scan's rule)."""
-    return stacks(v, grid_mappings(ctx.invs[0]))
+    """In new-axis mode, which variables get the axis: data, not coordinates, their
+    bounds, scalars or grid mappings (those must be the same in every file; the scan's
+    rule)."""
+    return stacks(v, grid_mappings(ctx.invs[0]), coordinate_bounds(ctx.invs[0]))
 
 
 def _why_shared(ctx: _Context) -> str:

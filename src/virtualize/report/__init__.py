@@ -2,8 +2,8 @@
 
 Three forms of one `Report`: a terminal table (`format_text`, colour only on a TTY), JSON
 for pipelines (`to_json`, schema in docs/report.md) and one self-contained HTML page
-(`to_html`: inline SVG, no network) that draws each variable's cuts as bands and a
-mosaic's tiles as a map.
+(`to_html`: inline SVG, no network) that draws each variable's cuts as bands, a
+mosaic's tiles as a map and a hypercube's file grid (`layout.py`) as a grid of cells.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import numpy as np
 from .. import model
 from ..model import GAP, OK, OVERHANG, REFUSED, SHORT
 from ..outputs.metadata import chunk_grid
+from . import layout as _layout
 
 JSON_SCHEMA_VERSION = 1
 YES, REMEDIES, NO = "yes", "yes with remedies", "no"
@@ -211,6 +212,8 @@ def to_dict(report: model.Report) -> dict[str, Any]:
             entry["status"] = "refused"
             entry["ways_through"] = ways
         doc["concat_dim"] = report.plan.concat_dim
+        if report.plan.layout is not None:
+            doc["layout"].update(_layout.to_dict_extra(report.plan.layout))
         doc["remedies"] = [dict(r.to_dict(), option=model.REMEDY_OPTIONS.get(r.kind),
                                 copies=r.kind == "materialize",
                                 words=_remedy_words(r, getattr(report, "appending", False)))
@@ -278,7 +281,16 @@ def summary_line(report: model.Report) -> str:
     others = len(groups) - len(skipped) + len(report.notes)
     if others:
         line += f"; {others} note(s) (-v)"
+    if report.plan is not None and report.plan.layout is not None:
+        line += f"; file grid {_layout.summary(report.plan.layout)} (-v shows it)"
     return _job_words(report, line)
+
+
+def _missing_refused(report: model.Report) -> bool:
+    """Are a layout's missing cells refused (join "exact"), or absent chunks (join
+    "outer", read as the fill value)? By the recipe's join, else by the verdict."""
+    join = report.plan.recipe.get("join") if report.plan is not None else None
+    return join != "outer" if join else not report.ok
 
 
 def _job_words(report: model.Report, line: str) -> str:
@@ -358,6 +370,10 @@ def format_text(report: model.Report, verbose: bool = False, color: bool = False
         lines.append(f"left out ({len(report.left_out)} file(s) that cannot be scanned, "
                      "--skip-unreadable):")
         lines.extend(f"  {d['path']}: {d['kind']} {d['message']}" for d in report.left_out)
+    if report.plan is not None and report.plan.layout is not None:
+        # (a refused stack shows it too: where its files are missing)
+        lines.append("")
+        lines.extend(_layout.text(report.plan.layout, refused=_missing_refused(report)))
     if report.plan is not None and (verbose or report.ok):
         lines.append("")
         concat = report.plan.concat_dim
@@ -493,6 +509,9 @@ def to_html(report: model.Report) -> str:
                                  for n, w in refused.items()) + "</p>")
     parts.append(_problems_html(report))
     plan = report.plan
+    if plan is not None and plan.layout is not None:
+        parts.append("<h2>File grid</h2>")
+        parts.append(_layout.to_html(plan.layout, refused=_missing_refused(report)))
     if plan is not None and plan.mosaic is not None:
         parts.append("<h2>Mosaic</h2>")
         parts.append(_mosaic_svg(plan.mosaic))

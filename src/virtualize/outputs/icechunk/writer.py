@@ -293,7 +293,8 @@ def _virtual_refs(store, plan: Plan, name: str, refs: np.ndarray, moved: dict,
     """One call per source over the box of chunks it holds (a file's chunks in a
     concatenation, a tile's in a mosaic), stamped with that file's modification time.
     `origin`: the chunk index of refs[0, 0, ...] in the array (an append's new chunks)."""
-    if refs.ndim == 0:
+    scalar = refs.ndim == 0
+    if scalar:
         refs = refs.reshape(1)
     present = (refs["length"] > 0) & (refs["path"] != MATERIALIZED)
     for i in np.unique(refs["path"][present]).tolist():
@@ -314,6 +315,10 @@ def _virtual_refs(store, plan: Plan, name: str, refs: np.ndarray, moved: dict,
         mtime = datetime.datetime.fromtimestamp(-(-src.mtime_ns // 10**9), tz=datetime.UTC)
         if is_url(src.path) and src.etag:
             mtime = src.etag
+        if scalar:  # a 0-d array's one chunk is at key "c", not at index (0,)
+            store.set_virtual_ref(f"{name}/c", url, offset=int(sub["offset"][0]),
+                                  length=int(sub["length"][0]), checksum=mtime)
+            continue
         failed = store.set_virtual_refs_arr(
             name, tuple(b - a for a, b in zip(lo, hi)), locations,
             np.array(sub["offset"], dtype=np.uint64).reshape(-1),  # aligned copies of packed fields

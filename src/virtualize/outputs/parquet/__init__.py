@@ -1,0 +1,157 @@
+"""The kerchunk parquet reference plug-in (a directory: `.zmetadata` and per-array
+`refs.K.parq` records): writer (writer.py) and reader (reader.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+# a .zmetadata written by virtualize begins with this (its `virtualize` section first)
+PARQUET_HEAD = b'{"virtualize":{"format":"virtualize-parquet"'
+ZMETADATA = ".zmetadata"
+RECORD = re.compile(r"refs\.[0-9]+\.parq")
+
+
+def needs_pyarrow() -> str | None:
+    """Why the parquet form cannot be written or read here (pyarrow missing), or None."""
+    from importlib.util import find_spec
+
+    if find_spec("pyarrow") is None:
+        return "the parquet output needs pyarrow: pip install 'virtualize[parquet]'"
+    return None
+
+
+def _has_record_size(meta: Path) -> bool:
+    try:
+        with open(meta, "rb") as f:
+            doc = json.loads(f.read())
+    except (OSError, ValueError):
+        return False
+    return isinstance(doc, dict) and "record_size" in doc
+
+
+class Parquet:
+    kind = "parquet"
+    suffixes = (".parq", ".parquet")
+    title = "kerchunk parquet references"  # in the usage errors naming what virtualize writes
+    # (registry.refuse_relative: --relative is refused before anything is scanned)
+    not_relocatable = ("the parquet form cannot record its sources relative to it (fsspec's "
+                       "parquet records have no templates): use --relative with a cube "
+                       "directory or a kerchunk JSON")
+
+    def detect(self, path: Path, *, by_name: bool = True) -> bool:
+        if path.is_dir():  # (a Zarr v2 store's consolidated .zmetadata has no record_size)
+            return self.looks_like(str(path)) or _has_record_size(path / ZMETADATA)
+        return by_name and not path.exists() and path.suffix.lower() in self.suffixes
+
+    def ours(self, path: Path) -> bool:
+        if not path.is_dir() or not (path / ZMETADATA).is_file():
+            return False
+        with open(path / ZMETADATA, "rb") as f:
+            if f.read(len(PARQUET_HEAD)) != PARQUET_HEAD:
+                return False
+        # and nothing but its records (what --overwrite replaces is only what it wrote)
+        for p in path.rglob("*"):
+            if p.is_symlink():
+                return False
+            if p.is_dir():
+                continue
+            if not (p.name == ZMETADATA if p.parent == path else RECORD.fullmatch(p.name)):
+                return False
+        return True
+
+    def ours_remote(self, fs, base: str) -> bool:
+        try:
+            return fs.cat_file(f"{base}/{ZMETADATA}", start=0, end=200).startswith(PARQUET_HEAD)
+        except FileNotFoundError:
+            return False
+
+    def looks_like(self, path: str) -> bool:
+        try:
+            with open(os.path.join(path, ZMETADATA), "rb") as f:
+                return f.read(len(PARQUET_HEAD)) == PARQUET_HEAD
+        except OSError:
+            return False
+
+    def write(self, plan, dest, overwrite: bool = False, *, relative_to=None) -> Path:
+        from ...model import UsageError
+        from .writer import write_parquet
+
+        if relative_to is not None:  # fsspec's records have no templates
+            raise UsageError(self.not_relocatable)
+        return write_parquet(plan, dest, overwrite)
+
+    def recorded(self, path: Path) -> dict | None:
+        from ..record import resolved
+
+        try:
+            with open(Path(path) / ZMETADATA, "rb") as f:
+                info = json.loads(f.read()).get("virtualize")
+        except (OSError, ValueError, AttributeError):
+            info = None
+        if isinstance(info, dict) and isinstance(info.get("sources"), list):
+            resolved(info, os.path.dirname(os.path.abspath(path)), roots=False, append=True)
+        return info
+
+    def refuses_growth(self, info: dict) -> bool:
+        return False
+
+    def array_docs(self, path: Path, plan, along: list[str]):
+        from ..metadata import CHUNK_KEY_ENCODING
+        from .reader import read_table
+        from .writer import read_zmetadata
+
+        doc = read_zmetadata(path)
+        meta = doc["metadata"]
+        docs: dict[str, dict | None] = {}
+        for n in plan.arrays:
+            d = meta.get(f"{n}/zarr.json")
+            # as the cube writer's array_doc gives it (the planner compares them)
+            docs[n] = dict(d, chunk_key_encoding=CHUNK_KEY_ENCODING) \
+                if isinstance(d, dict) else None
+        values = {}
+        import numpy as np
+        for n in along:
+            a, d = plan.arrays[n], meta.get(f"{n}/zarr.json")
+            if d is None or a.dtype.kind == "T":
+                return docs, None, doc
+            _, raw = read_table(path, n, d, int(doc["record_size"]), {})
+            if 0 not in raw:
+                return docs, None, doc
+            values[n] = np.frombuffer(raw[0], dtype=a.dtype).reshape(d["shape"])
+        return docs, values, doc
+
+    def grow(self, path: Path, merged, info: dict, new_sources: list[str], *, recipe: dict,
+             state) -> list[str]:
+        from .writer import append_parquet
+
+        append_parquet(path, merged, state, new_sources)
+        return []
+
+    def commit_rebuild(self, plan, path: Path, added: int) -> bool:
+        return False
+
+    def relative(self, path: Path, info: dict) -> bool:
+        return False
+
+    def refresh(self, path: Path, info: dict, times: dict[int, int], replan):
+        from .writer import refresh_parquet
+        refresh_parquet(path, times)
+
+    def open_store(self, path: Path, *, check_sources: bool = True, allow=None, base=None,
+                   strict: bool = False):
+        from ...model import Location, Problem, VirtualizeError
+        from ..base import ConsolidatedView, register_codecs
+        from .reader import ParquetStore
+
+        why = needs_pyarrow()
+        if why is not None:
+            raise VirtualizeError([Problem(Location(str(path)), "unreadable", why)])
+        register_codecs()
+        return ConsolidatedView(ParquetStore(path, check_sources=check_sources, allow=allow,
+                                             strict=strict))
+
+
+KIND = Parquet()

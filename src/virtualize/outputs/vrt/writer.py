@@ -1,0 +1,267 @@
+"""A GDAL VRT of a mosaic or a TIFF stack: one raster, one VRTRasterBand per band (a
+tile's sample or a stacked file), its sources the original files (SimpleSource, placed
+by SrcRect/DstRect), NoDataValue, SRS and GeoTransform; readable by gdalinfo,
+gdal_translate and QGIS. What GDAL would read differently from the cube is refused
+(layout.py). The provenance (kerchunk references of the same plan, with the source
+table and roots) rides along in `<Metadata domain="virtualize">`, with a digest of the
+raster part, for virtualize to read the VRT back exactly (reader.py)."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import zlib
+from pathlib import Path
+from xml.sax.saxutils import escape
+
+from ...model import Location, Plan, Problem, VirtualizeError
+from ...storage import is_url, protocol
+from ..staging import staged_file
+from .layout import INSTEAD, KIND, SAMPLES, VrtLayout, vrt_layout
+
+VRT_FORMAT = "virtualize-vrt"
+VRT_VERSION = 1
+# a VRT written by virtualize begins with its first line, then this
+VRT_HEAD = '  <Metadata domain="virtualize">\n    <MDI key="format">virtualize-vrt</MDI>\n'
+META_END = "  </Metadata>\n"
+TIFF_MAGIC = (b"II*\x00", b"MM\x00*", b"II+\x00", b"MM\x00+")
+TIFF_SUFFIXES = (".tif", ".tiff", ".gtiff", ".cog")
+# object storage GDAL reads through its virtual file systems (credentials and endpoints
+# from GDAL's own configuration: AWS_*, GS_*, ...)
+VSI = {"http": "/vsicurl/", "https": "/vsicurl/", "s3": "/vsis3/", "gs": "/vsigs/",
+       "gcs": "/vsigs/"}
+
+
+def write_vrt(plan: Plan, dest: str | Path, overwrite: bool = False, *,
+              relative_to: str | None = None) -> Path:
+    """The VRT of `plan` at `dest` (staged, published when complete); `relative_to`: its
+    final location, to name local sources relative to it (relativeToVRT="1")."""
+    dest = Path(dest)
+    text = vrt_text(plan, relative_to)
+    with staged_file(dest, overwrite, [s.path for s in plan.sources]) as stage:
+        stage.write_text(text, encoding="utf-8")
+    return dest
+
+
+def vrt_text(plan: Plan, relative_to: str | None = None) -> str:
+    """The VRT document of `plan` (raises VirtualizeError with every problem found)."""
+    from ..kerchunk.writer import kerchunk_refs
+
+    layout = vrt_layout(plan)
+    names = _source_names(plan, layout, relative_to)
+    first, body = _raster(plan, layout, names)
+    refs = kerchunk_refs(plan, relative_to)
+    section = refs["virtualize"]
+    section["format"] = VRT_FORMAT
+    section["version"] = VRT_VERSION
+    packed = base64.b64encode(zlib.compress(
+        json.dumps(refs, allow_nan=False, separators=(",", ":")).encode(), 6)).decode()
+    meta = [VRT_HEAD,
+            f'    <MDI key="version">{VRT_VERSION}</MDI>\n',
+            f"    <MDI key=\"array\">{escape(layout.name)}</MDI>\n",
+            f'    <MDI key="digest">{digest(first, body)}</MDI>\n',
+            f'    <MDI key="references">{packed}</MDI>\n',
+            META_END]
+    return first + "".join(meta) + body
+
+
+def digest(first: str, body: str) -> str:
+    """What a reader checks the VRT's raster part (all but the virtualize metadata) by."""
+    return "sha256:" + hashlib.sha256((first + body).encode()).hexdigest()
+
+
+def _raster(plan: Plan, layout: VrtLayout, names: list[str]) -> tuple[str, str]:
+    first = f'<VRTDataset rasterXSize="{layout.width}" rasterYSize="{layout.height}">\n'
+    out: list[str] = []
+    srs, transform = _georef(plan, layout)
+    if srs:
+        # (no dataAxisToSRSAxisMapping: GDAL then takes the traditional GIS order, x =
+        # easting / longitude first, as its GeoTIFF driver does)
+        out.append(f"  <SRS>{escape(srs)}</SRS>\n")
+    if transform:
+        out.append(f"  <GeoTransform>{', '.join(transform)}</GeoTransform>\n")
+    # RGB tiles shown as colour (what GDAL says of an RGB TIFF's bands; values unchanged)
+    rgb = layout.array.attrs.get("tiff_photometric") == "rgb" and SAMPLES in layout.array.dims
+    for b, sources in enumerate(layout.bands, start=1):
+        out.append(f'  <VRTRasterBand dataType="{layout.gdal_type}" band="{b}">\n')
+        label = _label(plan, layout, b - 1, sources)
+        if label:
+            out.append(f"    <Description>{escape(label)}</Description>\n")
+        if rgb and b <= 3:
+            out.append(f"    <ColorInterp>{('Red', 'Green', 'Blue')[b - 1]}</ColorInterp>\n")
+        if layout.nodata is not None:
+            out.append(f"    <NoDataValue>{_number(layout.nodata)}</NoDataValue>\n")
+        for p in sources:
+            rel, name = names[p.source]
+            out.append(
+                "    <SimpleSource>\n"
+                f'      <SourceFilename relativeToVRT="{int(rel)}">{escape(name)}</SourceFilename>\n'
+                f"      <SourceBand>{p.band}</SourceBand>\n"
+                f'      <SrcRect xOff="0" yOff="0" xSize="{p.width}" ySize="{p.height}"/>\n'
+                f'      <DstRect xOff="{p.col0}" yOff="{p.row0}" xSize="{p.width}" '
+                f'ySize="{p.height}"/>\n'
+                "    </SimpleSource>\n")
+        out.append("  </VRTRasterBand>\n")
+    out.append("</VRTDataset>\n")
+    return first, "".join(out)
+
+
+def _label(plan: Plan, layout: VrtLayout, b: int, sources) -> str | None:
+    """A band of a stack or of a mosaic over time, named by its step of the band axis'
+    coordinate (with its units: "time=17532.0 days since 1970-01-01"), else, when one
+    file makes it, by the file's name; a tile's samples are not named."""
+    a = layout.array
+    dims = [d for d in a.dims if d not in ("y", "x", "lat", "lon", "latitude", "longitude")]
+    if len(dims) != 1 or dims[0] == SAMPLES:
+        return None
+    dim = dims[0]
+    c = plan.arrays.get(dim)
+    values = c.inline if c is not None else None
+    if values is not None and values.ndim == 1 and values.size == len(layout.bands):
+        units = c.attrs.get("units")
+        v = values[b]
+        return f"{dim}={v.item() if hasattr(v, 'item') else v}" + \
+            (f" {units}" if isinstance(units, str) else "")
+    if len(sources) == 1:
+        return os.path.basename(plan.sources[sources[0].source].path)
+    return None
+
+
+def _number(v) -> str:
+    if isinstance(v, (bool,)) or v is None:
+        return str(int(bool(v)))
+    try:
+        if float(v).is_integer() and not isinstance(v, float):
+            return str(int(v))
+    except (TypeError, ValueError, OverflowError):
+        pass
+    return repr(float(v))
+
+
+def _grid_mapping(plan: Plan, layout: VrtLayout):
+    gm = layout.array.attrs.get("grid_mapping")
+    a = plan.arrays.get(gm) if isinstance(gm, str) else None
+    return a.attrs if a is not None else {}
+
+
+def _georef(plan: Plan, layout: VrtLayout) -> tuple[str | None, list[str] | None]:
+    """(the CRS as GDAL takes it, the six GeoTransform numbers) from the cube's grid
+    mapping (the mosaic's: its union's transform), where it has them."""
+    attrs = _grid_mapping(plan, layout)
+    # an EPSG code first: GDAL resolves it with its own PROJ database, as it does the
+    # GeoTIFF's key (a WKT from pyproj's newer database would differ in its text)
+    epsg = attrs.get("epsg")
+    if isinstance(epsg, int) and not isinstance(epsg, bool):
+        srs = f"EPSG:{epsg}"
+    else:
+        srs = attrs.get("crs_wkt") or attrs.get("spatial_ref")
+        srs = srs if isinstance(srs, str) and srs else None
+    t = attrs.get("GeoTransform")
+    transform = None
+    if isinstance(t, str):
+        try:
+            values = [float(v) for v in t.replace(",", " ").split()]
+        except ValueError:
+            values = []
+        if len(values) == 6:
+            transform = [repr(v) for v in values]
+    return srs, transform
+
+
+def _source_names(plan: Plan, layout: VrtLayout, relative_to: str | None
+                  ) -> list[tuple[bool, str]]:
+    """Per source: (relativeToVRT, the name GDAL opens it by); refuses sources GDAL would
+    not read as the cube does (not TIFF) or could not reach (an unknown URL scheme)."""
+    used = sorted({p.source for band in layout.bands for p in band})
+    base = os.path.dirname(os.path.abspath(relative_to)) \
+        if relative_to is not None and not is_url(relative_to) else None
+    names: list[tuple[bool, str]] = [(False, "")] * len(plan.sources)
+    problems: list[Problem] = []
+    need = {}
+    for band in layout.bands:
+        for p in band:
+            h, w, b, d = need.get(p.source, (p.height, p.width, 0, False))
+            need[p.source] = (h, w, max(b, p.band), d or p.derived)
+    for i in used:
+        path = plan.sources[i].path
+        why = _not_tiff(path) or _not_as_placed(path, layout, *need[i])
+        if why:
+            problems.append(Problem(Location(path, layout.name), KIND, why))
+            continue
+        if is_url(path):
+            vsi = VSI.get(protocol(path) or "")
+            if vsi is None:
+                problems.append(Problem(Location(path, layout.name), KIND,
+                                        f"GDAL has no simple way to open {protocol(path)}:// "
+                                        f"URLs (a /vsi file system): {INSTEAD}"))
+                continue
+            rest = path if vsi == "/vsicurl/" else path.split("://", 1)[1]
+            names[i] = (False, vsi + rest)
+        elif base is not None:
+            names[i] = (True, os.path.relpath(os.path.abspath(path), base))
+        else:
+            names[i] = (False, os.path.abspath(path))
+    if problems:
+        raise VirtualizeError(problems, f"cannot write a GDAL VRT: {len(problems)} problem(s); "
+                              "nothing was written")
+    return names
+
+
+def _not_tiff(path: str) -> str | None:
+    """Why GDAL would not read the file as the cube does (None: a TIFF, read by GDAL's
+    GTiff driver as its first image's bands)."""
+    reason = ("is not a TIFF: GDAL would read it through another driver, whose reads are "
+              "not those of the cube (GDAL's netCDF driver decides the row order by its own "
+              "heuristics: a variable whose y coordinate lacks the CF attributes it looks for "
+              "is read bottom-up, flipped, even when y decreases; it reads _Unsigned integers "
+              "as unsigned); the VRT output references TIFF files only: " + INSTEAD)
+    if is_url(path):
+        return None if path.lower().endswith(TIFF_SUFFIXES) else reason
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4)
+    except OSError as e:
+        return f"cannot be read: {e.strerror}"
+    return None if head in TIFF_MAGIC else reason
+
+
+def _not_as_placed(path: str, layout: VrtLayout, height: int, width: int, bands: int,
+                   derived: bool = False) -> str | None:
+    """Why GDAL's dataset of the (local) TIFF, its first image (IFD 0), is not the image the
+    cube places there (None: its size, type and samples are); read from its header only.
+    `derived`: its place was found from its chunks (a mosaic over time), so its header
+    must confirm it is the whole file."""
+    if is_url(path):
+        if derived:
+            return ("a tile of a mosaic over time is placed where its blocks are, which its "
+                    "header must confirm; a URL's is not read here: " + INSTEAD)
+        return None  # (not opened here: the cube's scan of it stands)
+    import tifffile
+
+    try:
+        with tifffile.TiffFile(path) as tif:
+            page = tif.pages.first
+            size, samples, dtype = (page.imagelength, page.imagewidth), page.samplesperpixel, \
+                page.dtype
+            tag = page.tags.get(274)  # Orientation
+            orientation = int(tag.value) if tag is not None else 1
+    except Exception as e:  # noqa: BLE001 - any header tifffile cannot read
+        return f"its first image cannot be read: {e}"
+    if orientation != 1:  # (GDAL 3.6 ignores it as the cube does; a reader may not)
+        return (f"its Orientation is {orientation}, not top-left: the cube reads the rows as "
+                f"stored, a GDAL-based reader may turn them; {INSTEAD}")
+    want = layout.array.dtype
+    if size != (height, width) or samples < bands or dtype is None \
+            or dtype.newbyteorder("=") != want.newbyteorder("="):
+        return (f"GDAL reads its first image (IFD 0: {size[1]} x {size[0]} pixels, {samples} "
+                f"sample(s) of {dtype}), not the {width} x {height} image of {bands} band(s) of "
+                f"{want} the cube places there: {INSTEAD}")
+    return None
+
+
+def is_ours(head: str) -> bool:
+    """A VRT's first bytes say virtualize wrote it."""
+    first, _, rest = head.partition("\n")
+    return first.startswith("<VRTDataset ") and rest.startswith(VRT_HEAD)
