@@ -182,6 +182,25 @@ def test_granules_stack_along_their_record_dimension(hdf4_case, tmp_path):
     assert list(ds["time"].values) == list(range(10))
 
 
+@pytest.mark.parametrize("form", ["attr:RangeBeginningDate", "list"])
+def test_daily_granules_stack_along_a_new_axis_by_coord(hdf4_case, tmp_path, form):
+    files = hdf4_case("daily")
+    if form == "list":
+        form = "2024-01-01,2024-01-02,2024-01-03"
+    cube, refs = tmp_path / "cube.zarr", tmp_path / "cube.json"
+    report = virtualize.virtualize(files, cube, concat_dims=["time"], coords={"time": form})
+    assert report.ok, report.problems
+    virtualize.virtualize(files, refs, concat_dims=["time"], coords={"time": form})
+    assert report.plan.arrays["LST"].dims == ("time", "YDim:grid", "XDim:grid")
+    want = np.stack([pyhdf_read(f, "LST") for f in files])
+    assert_same(virtualize.open(cube)["LST"][...], want, "LST stack")
+    assert_same(kerchunk_group(refs)["LST"][...], want, "LST stack: kerchunk export")
+    ds = xr.open_dataset(cube, engine="virtualize", mask_and_scale=False)
+    assert_same(ds["LST"].values, want, "LST stack via xarray")
+    assert [str(t)[:10] for t in ds["time"].values] == ["2024-01-01", "2024-01-02",
+                                                          "2024-01-03"]
+
+
 def test_cli_stacks_granules(hdf4_case, tmp_path):
     from virtualize.cli import main
 
