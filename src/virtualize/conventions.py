@@ -24,7 +24,9 @@ REFERENCE_KINDS = frozenset({"compact-layout", "external-storage", "virtual-data
                              "unsupported-filter", "filter-mask", "partial-records",
                              "chunk-coordinates",
                              # FITS images without an exact codec (formats/fits.py)
-                             "unsupported-compression", "unsupported-scaling"})
+                             "unsupported-compression", "unsupported-scaling",
+                             # HDF4 data in several linked blocks, other layouts (formats/hdf4)
+                             "linked-blocks", "hdf4-layout"})
 INLINABLE_KINDS = REFERENCE_KINDS | {"unsupported-type"}
 
 

@@ -32,6 +32,7 @@ FORMATS = (
     "fits",      # FITS images (astropy: the optional extra [fits])
     "kerchunk",  # kerchunk reference sets (JSON, parquet), reading their data files
     "zarr2",     # zarr v2 directory stores, referencing their chunk files
+    "hdf4",      # HDF4 SD datasets (pyhdf: the optional extra [hdf4])
 )
 
 
