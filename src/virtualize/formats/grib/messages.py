@@ -55,17 +55,13 @@ def _u(b: bytes, at: int, n: int) -> int:
 def walk(f, path: str, size: int) -> tuple[list[Message], list[Problem]]:
     """Every message of the open file `f` (`size` bytes) and notes on skipped bytes."""
     messages: list[Message] = []
-    notes: list[Problem] = []
+    skipped: list[tuple[int, int]] = []  # (offset, length) of bytes holding no message
     at = 0
     while at < size:
         f.seek(at)
         if f.read(4) != MAGIC:
-            start = at
-            at = _find(f, at, size)
-            what = "after the last message" if at >= size else f"before message {len(messages)}"
-            notes.append(Problem(Location(path), "trailing-bytes",
-                                 f"{(at if at < size else size) - start} byte(s) at byte offset "
-                                 f"{start} {what} hold no GRIB message: ignored", fatal=False))
+            start, at = at, _find(f, at, size)
+            skipped.append((start, min(at, size) - start))
             if at >= size:
                 break
         m = _message(f, path, size, at, len(messages))
@@ -73,6 +69,14 @@ def walk(f, path: str, size: int) -> tuple[list[Message], list[Problem]]:
         at = m.offset + m.length
     if not messages:
         raise corrupt(path, "no GRIB message in the file")
+    notes = []
+    if skipped:  # (one note: writers pad every message, ECMWF's GRIB1 to 120 bytes)
+        after = skipped[-1][0] + skipped[-1][1] >= size
+        notes.append(Problem(Location(path), "trailing-bytes", (
+            f"{sum(n for _, n in skipped)} byte(s) in {len(skipped)} run(s) between or after "
+            f"the messages (the first at byte offset {skipped[0][0]}"
+            + (f", the last after the last message at byte offset {skipped[-1][0]}" if after
+               else "") + ") hold no GRIB message: ignored"), fatal=False))
     return messages, notes
 
 

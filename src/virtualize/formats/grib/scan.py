@@ -221,6 +221,12 @@ def arrays(fs: list[Field]) -> list[Array]:
     return out
 
 
+def _shown(key: str, value) -> str:
+    if key == "time":
+        return (EPOCH + dt.timedelta(seconds=int(value))).isoformat()
+    return f"{value} min" if key == "step" else str(value)
+
+
 def _step_values(minutes: np.ndarray) -> tuple[np.ndarray, str]:
     if (minutes % 60 == 0).all():
         return (minutes // 60).astype(np.int64), "hours"
@@ -235,13 +241,13 @@ def _grid_coords(f: Field, path: str, name: str, notes: list[Problem]
     lon_attrs = {"units": "degrees_east", "standard_name": "longitude", "long_name": "longitude"}
     if gt in REGULAR and len(f.shape) == 2:
         nj, ni = f.shape
+        la1, la2 = g.get("latitudeOfFirstGridPointInDegrees"), g.get("latitudeOfLastGridPointInDegrees")
         if gt == "regular_ll":
-            dj, di = g.get("jDirectionIncrementInDegrees"), g.get("iDirectionIncrementInDegrees")
-            la1 = g.get("latitudeOfFirstGridPointInDegrees")
+            dj = g.get("jDirectionIncrementInDegrees")
             lats = None if dj is None or la1 is None or dj <= 0 else \
                 la1 + np.arange(nj) * (dj if g.get("jScansPositively") else -dj)
         else:
-            lats, la1 = _gaussian(f, g), g.get("latitudeOfFirstGridPointInDegrees")
+            lats = _gaussian(f, g)
             if lats is not None and la1 is not None:
                 lats = lats[::-1] if g.get("jScansPositively") else lats
                 k = int(np.argmin(np.abs(lats - la1)))
@@ -250,14 +256,24 @@ def _grid_coords(f: Field, path: str, name: str, notes: list[Problem]
             else:
                 lats = None
         di, lo1 = g.get("iDirectionIncrementInDegrees"), g.get("longitudeOfFirstGridPointInDegrees")
+        lo2 = g.get("longitudeOfLastGridPointInDegrees")
         lons = None if di is None or lo1 is None or di <= 0 else \
             lo1 + np.arange(ni) * (-di if g.get("iScansNegatively") else di)
+        # the increments must lead from the first point to the last, to the keys' precision
+        # (GRIB1: millidegrees); else ecCodes computes other coordinates than the keys
+        # say: none are given
+        if lats is not None and (la2 is None or abs(lats[-1] - la2) > 1.5e-3):
+            lats = None
+        if lons is not None and (lo2 is None or
+                                 abs((lons[-1] - lo2 + 180.0) % 360.0 - 180.0) > 1.5e-3):
+            lons = None
         if lats is not None and lons is not None:
             return ("latitude", "longitude"), [("latitude", ("latitude",), lats, lat_attrs),
                                                ("longitude", ("longitude",), lons, lon_attrs)]
         notes.append(Problem(Location(path, name), "grib-grid",
-                             f"a {gt} grid whose coordinates cannot be computed from its keys: "
-                             "its definition is in the array's attributes", fatal=False))
+                             f"a {gt} grid whose increments do not lead from its first point to its "
+                             "last: no latitude / longitude (its definition is in the array's "
+                             "attributes)", fatal=False))
         return ("y", "x"), []
     if gt == "reduced_gg" and len(f.shape) == 1 and g.get("global") in (None, 1):
         lats, pl = _gaussian(f, g), np.asarray(g.get("pl", ()), dtype=np.int64)
@@ -415,8 +431,8 @@ def _variable(path: str, a: Array, coords: _Coords, problems: list[Problem]) -> 
                                 "duplicate-message", (
             f"messages {f1.message.index} and {f2.message.index} (at byte offsets "
             f"{f1.message.offset} and {f2.message.offset}) are both {a.name} at "
-            + ", ".join(f"{k} {getattr(f1, k)}" for k in ("number", "time", "step", "level")
-                        if k in names)
+            + ", ".join(f"{k} {_shown(k, getattr(f1, k))}"
+                        for k in ("number", "time", "step", "level"))
             + f" ({dup.size} such pair(s)): which one the cube holds cannot be chosen")))
         return None
     flat["offset"][cell] = [f.message.offset for f in a.fields]
