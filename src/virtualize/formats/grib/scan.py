@@ -41,6 +41,8 @@ TIME_UNITS = "seconds since 1970-01-01T00:00:00"
 DTYPE = np.dtype("<f8")  # what ecCodes' codes_get_values returns
 KEYS = ("shortName", "paramId", "typeOfLevel", "gridType", "cfName", "name", "units",
         "stepType", "dataType", "centre")
+# what follows from the parameter (ecCodes' costliest lookups): asked once per parameter
+PARAMETER_KEYS = ("cfName", "name", "units", "centre")
 REGULAR = ("regular_ll", "regular_gg")
 # attributes of the level axes cfgrib knows best
 LEVELS = {"isobaricInhPa": {"units": "hPa", "positive": "down", "stored_direction": "decreasing",
@@ -113,6 +115,7 @@ def _geography(ec, h) -> dict:
 def fields(ec, path: str, f, messages: list[Message], local: bool) -> list[Field]:
     """Every message's keys, read by ecCodes from its headers."""
     out = []
+    known: dict[tuple, dict] = {}
     for m in messages:
         where = f"message {m.index} (at byte offset {m.offset})"
         try:
@@ -130,21 +133,28 @@ def fields(ec, path: str, f, messages: list[Message], local: bool) -> list[Field
             raise VirtualizeError([Problem(Location(path), "corrupt",
                                            f"{where}: ecCodes finds no message there")])
         try:
-            out.append(_field(ec, h, m, path, where, local))
+            out.append(_field(ec, h, m, path, where, local, known))
         finally:
             ec.codes_release(h)
     return out
 
 
-def _field(ec, h, m: Message, path: str, where: str, local: bool) -> Field:
+def _field(ec, h, m: Message, path: str, where: str, local: bool, known: dict) -> Field:
     if local and (_get(ec, h, "offset", int) != m.offset or
                   _get(ec, h, "totalLength", int) != m.length):
         raise VirtualizeError([Problem(Location(path), "corrupt", (
             f"{where}: ecCodes reads a message of {_get(ec, h, 'totalLength', int)} bytes at "
             f"byte offset {_get(ec, h, 'offset', int)}, its length fields say {m.length} bytes "
             f"at {m.offset}"))])
-    keys = {k: _get(ec, h, k, str) for k in KEYS}
+    keys = {k: _get(ec, h, k, str) for k in KEYS if k not in PARAMETER_KEYS}
     keys["paramId"] = _get(ec, h, "paramId", int, 0)
+    # (and the centre, whose local tables may name a parameter otherwise: GRIB2 section 1
+    # octets 6-7, GRIB1 section 1 octet 5)
+    param = (keys["paramId"], keys["shortName"], m.edition,
+             m.head[21:23] if m.edition == 2 else m.head[12:13])
+    if param not in known:
+        known[param] = {k: _get(ec, h, k, str) for k in PARAMETER_KEYS}
+    keys.update(known[param])
     date, time = _get(ec, h, "dataDate", int, 0), _get(ec, h, "dataTime", int, 0)
     try:
         ref = dt.datetime(date // 10000, date // 100 % 100, date % 100, time // 100, time % 100)
