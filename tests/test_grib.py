@@ -387,3 +387,37 @@ def test_cfgribs_test_files_read_like_eccodes_or_are_refused(path, tmp_path):
         assert_same(ds["longitude"].values, m["longitudes"], "longitude per value")
     if path.name in ("regular_ll_wrong_increment.grib", "lambert_grid.grib"):
         assert "latitude" not in ds and "GRIB_gridType" in ds[next(iter(want))].attrs
+
+
+@pytest.mark.parametrize("name", ["fields_with_missing_values.grib", "reduced_gg.grib",
+                                  "step_60m.grib", "regular_gg_sfc.grib", "hpa_and_pa.grib",
+                                  "t_on_different_level_types.grib", "lambert_grid.grib"])
+def test_coordinates_and_values_equal_cfgribs(name, tmp_path):
+    """cfgrib's own reading (`open_datasets`: one dataset per level type; its float32
+    values; its squeezed axes): every coordinate both give is equal, and the values equal
+    cfgrib's once cast to its float32."""
+    cfgrib = pytest.importorskip("cfgrib")
+    import warnings
+
+    path = CFGRIB / name
+    virtualize.virtualize([path], tmp_path / "c.zarr")
+    ours = xr.open_dataset(tmp_path / "c.zarr", engine="virtualize")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        theirs = cfgrib.open_datasets(str(path), indexpath="")
+    compared = 0
+    for var, a in ((v, ds[v]) for ds in theirs for v in ds.data_vars):
+        mine = [v for v in ours.data_vars.values()
+                if v.attrs["GRIB_shortName"] == a.attrs["GRIB_shortName"] and
+                v.attrs["GRIB_typeOfLevel"] == a.attrs["GRIB_typeOfLevel"]]
+        assert len(mine) == 1, var
+        b = mine[0]
+        assert_same(b.values.squeeze().astype(np.float32), a.values.squeeze(), f"{name} {var}")
+        for c in a.coords:
+            if c == "valid_time" or c not in ours.variables:
+                assert c in ("valid_time", "latitude", "longitude") and \
+                    (c == "valid_time" or b.dims[-2:] == ("y", "x")), (name, c)
+                continue
+            assert_same(ours[c].values.reshape(-1), a[c].values.reshape(-1), f"{name} {c}")
+            compared += 1
+    assert compared
