@@ -241,6 +241,10 @@ def test_grib1_large_message_convention(tmp_path):
         found, notes = messages.walk(f, str(path), path.stat().st_size)
     assert [(m.offset, m.length) for m in found] == [(0, len(big)), (len(big), len(small))]
     assert not notes
+    from virtualize.formats import scan
+
+    inv = scan(str(path))  # (the length walk reads headers, never the packed data)
+    assert inv.bytes_read < 200_000 < len(big)
     virtualize.virtualize([path], tmp_path / "c.zarr")
     g = virtualize.open(tmp_path / "c.zarr")
     msgs = eccodes_messages(path)
@@ -421,3 +425,30 @@ def test_coordinates_and_values_equal_cfgribs(name, tmp_path):
             assert_same(ours[c].values.reshape(-1), a[c].values.reshape(-1), f"{name} {c}")
             compared += 1
     assert compared
+
+
+def test_grib_over_http_reads_like_the_local_file(grib_case, tmp_path):
+    """A GRIB source by URL: the length walk by ranged reads, each message's keys from its
+    bytes (`codes_new_from_message`), every array equal to ecCodes' read of the file."""
+    import shutil
+
+    from servers import RangeHTTPServer
+
+    pytest.importorskip("aiohttp")
+    root = tmp_path / "served"
+    root.mkdir()
+    (path,) = grib_case("grib2_levels")
+    shutil.copy2(path, root / path.name)
+    srv = RangeHTTPServer(root)
+    try:
+        url = f"{srv.url}/{path.name}"
+        report = virtualize.virtualize([url], tmp_path / "c.zarr")
+        assert report.ok
+        ds = xr.open_dataset(tmp_path / "c.zarr", engine="virtualize")
+        want = expected(ds, path)
+        for var, w in want.items():
+            assert_same(ds[var].values, w, f"{var} over HTTP")
+        local = xr.open_dataset(_single(path, tmp_path), engine="virtualize")
+        assert sorted(ds.variables) == sorted(local.variables)
+    finally:
+        srv.stop()
