@@ -47,6 +47,7 @@ def eccodes_messages(path) -> list[dict]:
                 out.append({
                     "shortName": ec.codes_get(h, "shortName"),
                     "typeOfLevel": ec.codes_get(h, "typeOfLevel"),
+                    "stepType": ec.codes_get(h, "stepType"),
                     "number": ec.codes_get(h, "number") if ec.codes_is_defined(h, "number")
                     else 0,
                     "time": np.datetime64(dt.datetime(date // 10000, date // 100 % 100,
@@ -80,6 +81,7 @@ def expected(ds, path) -> dict[str, np.ndarray]:
     for name, da in ds.data_vars.items():
         mine = [m for m in msgs if da.attrs["GRIB_shortName"] == m["shortName"] and
                 da.attrs["GRIB_typeOfLevel"] == m["typeOfLevel"] and
+                da.attrs["GRIB_stepType"] == m["stepType"] and
                 m["values"].size == int(np.prod(da.shape[-1 if da.dims[-1] == "values"
                                                          else -2:]))]
         assert mine, name
@@ -361,7 +363,6 @@ CFGRIB = ROOT / "tests" / "data" / "cfgrib"
 CFGRIB_REFUSED = {
     "spherical_harmonics.grib": "unsupported-grib",  # no grid points
     "era5-levels-corrupted.grib": "corrupt",  # a damaged length field
-    "cfrzr_and_cprat_0s.grib": "duplicate-message",  # two fields ecCodes' keys cannot tell
 }
 
 
@@ -394,6 +395,7 @@ def test_cfgribs_test_files_read_like_eccodes_or_are_refused(path, tmp_path):
 
 
 @pytest.mark.parametrize("name", ["fields_with_missing_values.grib", "reduced_gg.grib",
+                                  "cfrzr_and_cprat_0s.grib",
                                   "step_60m.grib", "regular_gg_sfc.grib", "hpa_and_pa.grib",
                                   "t_on_different_level_types.grib", "lambert_grid.grib"])
 def test_coordinates_and_values_equal_cfgribs(name, tmp_path):
@@ -413,7 +415,8 @@ def test_coordinates_and_values_equal_cfgribs(name, tmp_path):
     for var, a in ((v, ds[v]) for ds in theirs for v in ds.data_vars):
         mine = [v for v in ours.data_vars.values()
                 if v.attrs["GRIB_shortName"] == a.attrs["GRIB_shortName"] and
-                v.attrs["GRIB_typeOfLevel"] == a.attrs["GRIB_typeOfLevel"]]
+                v.attrs["GRIB_typeOfLevel"] == a.attrs["GRIB_typeOfLevel"] and
+                v.attrs["GRIB_stepType"] == a.attrs["GRIB_stepType"]]
         assert len(mine) == 1, var
         b = mine[0]
         assert_same(b.values.squeeze().astype(np.float32), a.values.squeeze(), f"{name} {var}")

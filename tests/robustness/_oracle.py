@@ -83,8 +83,9 @@ def _fits_read(path: Path, name: str) -> np.ndarray:
 
 def _grib_read(path: Path, name: str) -> np.ndarray:
     """Array `name` of a GRIB file from ecCodes' own walk of its messages, by docs/grib.md's
-    rules: messages grouped by shortName, paramId, typeOfLevel and grid (ecCodes'
-    `md5GridSection`), named shortName (`_<typeOfLevel>` when it repeats, then `_<k>`);
+    rules: messages grouped by shortName, paramId, typeOfLevel, stepType and grid (ecCodes'
+    `md5GridSection`), named shortName (+ `_<typeOfLevel>`, `_<stepType>` where groups of
+    one name differ in them, then `_<k>`);
     their values (bit-map points NaN) placed along the distinct member, reference time,
     step and level values (time always an axis, the others when there are several;
     pressure decreasing), NaN where no message is."""
@@ -109,7 +110,7 @@ def _grib_read(path: Path, name: str) -> np.ndarray:
                 ni = ec.codes_get(h, "Ni") if ec.codes_is_defined(h, "Ni") else 0
                 nj = ec.codes_get(h, "Nj") if ec.codes_is_defined(h, "Nj") else 0
                 grid = (nj, ni) if ni > 0 and nj > 0 and ni * nj == values.size else (values.size,)
-                group = (short, ec.codes_get(h, "paramId"), tol,
+                group = (short, ec.codes_get(h, "paramId"), tol, ec.codes_get(h, "stepType"),
                          ec.codes_get(h, "md5GridSection"), grid)
                 groups.setdefault(group, []).append((key, values.reshape(grid), tol))
             finally:
@@ -118,7 +119,11 @@ def _grib_read(path: Path, name: str) -> np.ndarray:
     taken: set[str] = set()
     found = None
     for g, short in zip(groups, shorts):
-        n = f"{short}_{g[2]}" if shorts.count(short) > 1 else short
+        others = [k for k, s in zip(groups, shorts) if s == short]
+        n = short
+        for i in (2, 3):  # (typeOfLevel, stepType: where the groups of that name differ)
+            if len(others) > 1 and len({k[i] for k in others}) > 1:
+                n = f"{n}_{g[i]}"
         base, k = n, 1
         while n in taken:
             n, k = f"{base}_{k}", k + 1

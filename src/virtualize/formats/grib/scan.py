@@ -206,18 +206,26 @@ def _array_name(f: Field) -> str:
 
 
 def arrays(fs: list[Field]) -> list[Array]:
-    """Messages grouped per variable, level type and grid, named by shortName (with
-    `_<typeOfLevel>` when the name repeats, then `_<k>`)."""
+    """Messages grouped per variable, level type, step type (instant, accum, avg, ...: as
+    cfgrib's datasets) and grid, named by shortName; a name several groups share gets
+    `_<typeOfLevel>` where their level types differ, `_<stepType>` where their step types
+    do, then `_<k>`."""
     groups: dict[tuple, list[Field]] = {}
     for f in fs:
-        key = (f.keys["shortName"], f.keys["paramId"], f.keys["typeOfLevel"], f.message.grid,
-               f.shape)
+        key = (f.keys["shortName"], f.keys["paramId"], f.keys["typeOfLevel"],
+               f.keys["stepType"], f.message.grid, f.shape)
         groups.setdefault(key, []).append(f)
     names = [_array_name(g[0]) for g in groups.values()]
+    shared: dict[str, list[tuple]] = {}
+    for key, name in zip(groups, names):
+        shared.setdefault(name, []).append(key)
     out, taken = [], set()
     for (key, group), name in zip(groups.items(), names):
-        if names.count(name) > 1:
-            name = f"{name}_{key[2]}"
+        others = shared[name]
+        if len(others) > 1:
+            for i in (2, 3):  # (typeOfLevel, stepType)
+                if len({k[i] for k in others}) > 1:
+                    name = f"{name}_{key[i]}"
         base, k = name, 1
         while name in taken:
             name, k = f"{base}_{k}", k + 1
