@@ -455,3 +455,17 @@ def test_grib_over_http_reads_like_the_local_file(grib_case, tmp_path):
         assert sorted(ds.variables) == sorted(local.variables)
     finally:
         srv.stop()
+
+
+def test_read_region_is_ecCodes_values(grib_case, tmp_path):
+    """The format's own reads (the decode check's reference, inlining) of a region."""
+    from virtualize.formats import registry
+
+    (path,) = grib_case("grib2_levels")
+    want = expected(xr.open_dataset(_single(path, tmp_path), engine="virtualize"), path)
+    fmt = registry.by_name("grib")
+    assert_same(fmt.read_region(str(path), "t", ((0, 1), (1, 2), (0, 3), (5, 9), (2, 16))),
+                want["t"][:, 1:2, :, 5:9, 2:], "a region")
+    assert_same(fmt.read_values(str(path), "sp"), want["sp"], "the whole array")
+    assert_same(fmt.read_region(str(path), "latitude", ((2, 4),)),
+                np.array([56.0, 54.0]), "a coordinate")

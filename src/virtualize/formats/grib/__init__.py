@@ -48,7 +48,7 @@ def read_grib_region(path: str, name: str,
                      region: tuple[tuple[int, int], ...] | None = None) -> np.ndarray:
     """Values of array `name` as ecCodes decodes its messages (NaN where no message is or
     the bit-map says missing); coordinates as the scan computed them."""
-    inv = scan_grib(path)
+    inv = _scanned(path)
     v = inv.variables[name]
     region = region if region is not None else tuple((0, n) for n in v.shape)
     sel = tuple(slice(a, b) for a, b in region)
@@ -67,6 +67,20 @@ def read_grib_region(path: str, name: str,
                 values = grib_decode(f.read(int(ref["length"])), int(np.prod(grid)))
                 out[cell] = values.reshape(grid)
     return out[(slice(None),) * nlead + sel[nlead:]]
+
+
+_LAST: dict = {}
+
+
+def _scanned(path: str) -> FileInventory:
+    """The file's inventory, kept for the next read of the same unchanged file (the decode
+    check and inlining read many regions of one file)."""
+    st = storage.stat(path)
+    key = (str(path), st.st_size, st.st_mtime_ns, st.etag)
+    if key not in _LAST:
+        _LAST.clear()
+        _LAST[key] = scan_grib(path)
+    return _LAST[key]
 
 
 def grid_ndim(v) -> int:
