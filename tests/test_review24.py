@@ -1,0 +1,67 @@
+"""Review of issue 24's outputs (kerchunk parquet, GDAL VRT, DataTree) as a new user
+tries them: each test is a case found to fail, read back through GDAL / virtualize and
+compared with tifffile's read of the tiles."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+import tifffile
+
+import virtualize
+
+from make_tiff import geotags
+
+needs_gdal = pytest.mark.skipif(shutil.which("gdal_translate") is None,
+                                reason="gdal_translate not installed (Debian: apt-get install "
+                                       "gdal-bin)")
+
+
+def gdal_read(vrt, tmp_path) -> np.ndarray:
+    """The VRT as gdal_translate reads it ((y, x, band) for several bands)."""
+    out = tmp_path / "gdal.tif"
+    r = subprocess.run(["gdal_translate", "-q", "-of", "GTiff", str(vrt), str(out)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    data = tifffile.imread(out)
+    out.unlink()
+    return data
+
+
+def overlapping_dates(tmp_path, dates=("2024-01-01", "2024-01-02")):
+    """Two 32 x 32 tiles (16 x 16 blocks) overlapping by 16 columns, on each date: the
+    tile grid of a mosaic over time whose tiles overlap."""
+    rng = np.random.default_rng(7)
+    files, data = [], {}
+    for date in dates:
+        for j, col0 in enumerate((0, 16)):
+            a = rng.integers(0, 60000, (32, 32)).astype("u2")
+            p = tmp_path / f"t{j}_{date}.tif"
+            tifffile.imwrite(p, a, tile=(16, 16),
+                             extratags=geotags(32633, (500000 + col0 * 10.0, 4000000), 10.0))
+            files.append(p)
+            data[p] = (col0, a)
+    return files, data
+
+
+@needs_gdal
+@pytest.mark.parametrize("overlap", ["last", "first"])
+def test_a_mosaic_over_time_with_overlaps_is_a_vrt_gdal_reads_exactly(tmp_path, overlap):
+    """docs/reading.md: `--overlap last` is GDAL's order itself, `first` written in
+    reverse, also for a mosaic over time (each date's tiles placed as the grid's, not by
+    the blocks they win)."""
+    files, data = overlapping_dates(tmp_path)
+    vrt = tmp_path / "t.vrt"
+    virtualize.mosaic(files, vrt, concat_dim="time", overlap=overlap)
+    want = np.zeros((2, 32, 48), "u2")
+    for d, date in enumerate(("2024-01-01", "2024-01-02")):
+        order = [f for f in files if date in f.name]
+        for p in (order if overlap == "last" else order[::-1]):
+            col0, a = data[p]
+            want[d, :, col0:col0 + 32] = a
+    cube = virtualize.open(vrt)["image"][...]
+    np.testing.assert_array_equal(cube, want)
+    np.testing.assert_array_equal(np.moveaxis(gdal_read(vrt, tmp_path), -1, 0), want)
