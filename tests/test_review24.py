@@ -12,6 +12,7 @@ import pytest
 import tifffile
 
 import virtualize
+from virtualize.model import VirtualizeError
 
 from make_tiff import geotags
 
@@ -65,3 +66,30 @@ def test_a_mosaic_over_time_with_overlaps_is_a_vrt_gdal_reads_exactly(tmp_path, 
     cube = virtualize.open(vrt)["image"][...]
     np.testing.assert_array_equal(cube, want)
     np.testing.assert_array_equal(np.moveaxis(gdal_read(vrt, tmp_path), -1, 0), want)
+
+
+@pytest.mark.skipif(shutil.which("gdalbuildvrt") is None,
+                    reason="gdalbuildvrt not installed (Debian: apt-get install gdal-bin)")
+def test_verify_export_append_of_a_foreign_vrt_say_what_it_is(tmp_path):
+    """A VRT (or parquet set) virtualize did not write, given to verify / export / append:
+    `not-a-cube`, the message naming every kind virtualize writes (it named three) and,
+    for a VRT, that GDAL opens it (docs/reading.md)."""
+    tile = tmp_path / "t.tif"
+    tifffile.imwrite(tile, np.arange(64, dtype="u1").reshape(8, 8),
+                     extratags=geotags(32633, (500000.0, 4000000.0), 10.0))
+    vrt = tmp_path / "foreign.vrt"
+    subprocess.run(["gdalbuildvrt", "-q", str(vrt), str(tile)], check=True)
+    pq = tmp_path / "foreign.parq"
+    pq.mkdir()
+    (pq / ".zmetadata").write_text('{"metadata": {}, "record_size": 10}')
+    for cube in (vrt, pq):
+        for call in (lambda: virtualize.verify_cube(cube),
+                     lambda: virtualize.export(cube, tmp_path / "x.zarr"),
+                     lambda: virtualize.append(cube, [tile])):
+            with pytest.raises(VirtualizeError) as e:
+                call()
+            (p,) = e.value.problems
+            assert p.kind == "not-a-cube"
+            assert "GDAL VRT" in p.message and "parquet" in p.message
+            assert ("with GDAL" in p.message) == (cube == vrt)
+        assert not (tmp_path / "x.zarr").exists()
