@@ -93,3 +93,49 @@ def test_verify_export_append_of_a_foreign_vrt_say_what_it_is(tmp_path):
             assert "GDAL VRT" in p.message and "parquet" in p.message
             assert ("with GDAL" in p.message) == (cube == vrt)
         assert not (tmp_path / "x.zarr").exists()
+
+
+def gdal_metadata(scale, offset, sample=0) -> tuple:
+    """tifffile extratag GDAL_METADATA (42112): the band's scale and offset, as GDAL
+    writes them (gdal_translate -a_scale / -a_offset)."""
+    xml = (f'<GDALMetadata><Item name="SCALE" sample="{sample}" role="scale">{scale}</Item>'
+           f'<Item name="OFFSET" sample="{sample}" role="offset">{offset}</Item>'
+           "</GDALMetadata>")
+    return (42112, "s", 0, xml, True)
+
+
+@needs_gdal
+def test_a_vrt_keeps_the_tiles_gdal_scale_and_offset(tmp_path):
+    """GDAL shows a tile's band with the scale and offset its GDAL_METADATA declares (a
+    reader unscales by them: rasterio's `scales`, QGIS); the VRT of such tiles declares
+    them too, else GDAL users would read other physical values through it. Tiles that
+    disagree are refused, never shown with one tile's scaling."""
+    import json
+
+    files = []
+    for j in range(2):
+        p = tmp_path / f"t{j}.tif"
+        tifffile.imwrite(p, np.arange(256, dtype="i2").reshape(16, 16) + j, tile=(16, 16),
+                         extratags=geotags(32633, (500000 + j * 160.0, 4000000), 10.0)
+                         + [gdal_metadata(0.01, 5)])
+        files.append(p)
+
+    def band(path):
+        r = subprocess.run(["gdalinfo", "-json", str(path)], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        b = json.loads(r.stdout)["bands"][0]
+        return b.get("scale", 1.0), b.get("offset", 0.0)
+
+    assert band(files[0]) == (0.01, 5.0)
+    vrt = tmp_path / "m.vrt"
+    virtualize.mosaic(files, vrt)
+    assert band(vrt) == band(files[0])
+    np.testing.assert_array_equal(gdal_read(vrt, tmp_path), virtualize.open(vrt)["image"][...])
+    # a tile scaled otherwise (or not at all): GDAL's one band cannot show both
+    tifffile.imwrite(files[1], np.arange(256, dtype="i2").reshape(16, 16), tile=(16, 16),
+                     extratags=geotags(32633, (500000 + 160.0, 4000000), 10.0))
+    with pytest.raises(VirtualizeError) as e:
+        virtualize.mosaic(files, tmp_path / "n.vrt")
+    assert {p.kind for p in e.value.problems} == {"vrt-unsupported"}
+    assert "scale" in str(e.value) and str(files[1]) in str(e.value)
+    assert not (tmp_path / "n.vrt").exists()

@@ -51,7 +51,7 @@ def vrt_text(plan: Plan, relative_to: str | None = None) -> str:
 
     layout = vrt_layout(plan)
     names = _source_names(plan, layout, relative_to)
-    first, body = _raster(plan, layout, names)
+    first, body = _raster(plan, layout, names, _scaling(plan, layout))
     refs = kerchunk_refs(plan, relative_to)
     section = refs["virtualize"]
     section["format"] = VRT_FORMAT
@@ -72,7 +72,8 @@ def digest(first: str, body: str) -> str:
     return "sha256:" + hashlib.sha256((first + body).encode()).hexdigest()
 
 
-def _raster(plan: Plan, layout: VrtLayout, names: list[str]) -> tuple[str, str]:
+def _raster(plan: Plan, layout: VrtLayout, names: list[str],
+            scaling: list[tuple[float, float]] | None = None) -> tuple[str, str]:
     first = f'<VRTDataset rasterXSize="{layout.width}" rasterYSize="{layout.height}">\n'
     out: list[str] = []
     srs, transform = _georef(plan, layout)
@@ -93,6 +94,9 @@ def _raster(plan: Plan, layout: VrtLayout, names: list[str]) -> tuple[str, str]:
             out.append(f"    <ColorInterp>{('Red', 'Green', 'Blue')[b - 1]}</ColorInterp>\n")
         if layout.nodata is not None:
             out.append(f"    <NoDataValue>{_number(layout.nodata)}</NoDataValue>\n")
+        if scaling and scaling[b - 1] != (1.0, 0.0):
+            scale, offset = scaling[b - 1]
+            out.append(f"    <Offset>{offset!r}</Offset>\n    <Scale>{scale!r}</Scale>\n")
         for p in sources:
             rel, name = names[p.source]
             out.append(
@@ -106,6 +110,58 @@ def _raster(plan: Plan, layout: VrtLayout, names: list[str]) -> tuple[str, str]:
         out.append("  </VRTRasterBand>\n")
     out.append("</VRTDataset>\n")
     return first, "".join(out)
+
+
+def _scaling(plan: Plan, layout: VrtLayout) -> list[tuple[float, float]]:
+    """Per band, the (scale, offset) GDAL shows its tiles' band with (their GDAL_METADATA;
+    (1, 0) without), for the VRT's band to declare as well; refuses a band whose tiles
+    disagree (GDAL's band has one). A URL's header is not read here: taken as (1, 0)."""
+    out: list[tuple[float, float]] = []
+    problems: list[Problem] = []
+    for sources in layout.bands:
+        seen: dict[tuple[float, float], str] = {}
+        for p in sources:
+            path = plan.sources[p.source].path
+            seen.setdefault(_tile_scaling(path, p.band), path)
+        if len(seen) > 1:
+            (a, pa), (b, pb) = list(seen.items())[:2]
+            problems.append(Problem(Location(pb, layout.name), KIND, (
+                f"GDAL shows its band {sources[0].band} with scale {b[0]!r} and offset "
+                f"{b[1]!r} (its GDAL_METADATA), {pa} with scale {a[0]!r} and offset {a[1]!r}: "
+                f"one VRT band has one scaling; {INSTEAD}")))
+        out.append(next(iter(seen), (1.0, 0.0)))
+    if problems:
+        raise VirtualizeError(problems, f"cannot write a GDAL VRT: {len(problems)} problem(s); "
+                              "nothing was written")
+    return out
+
+
+def _tile_scaling(path: str, band: int) -> tuple[float, float]:
+    """(scale, offset) of band `band` (1-based) of a local TIFF's first image, as GDAL reads
+    them from its GDAL_METADATA tag (42112): items role="scale" / role="offset" of
+    sample band - 1."""
+    if is_url(path):
+        return 1.0, 0.0
+    import xml.etree.ElementTree as ET
+
+    import tifffile
+
+    try:
+        with tifffile.TiffFile(path) as tif:
+            tag = tif.pages.first.tags.get(42112)
+            text = tag.value if tag is not None else None
+        root = ET.fromstring(text) if isinstance(text, str) else None
+    except Exception:  # noqa: BLE001 - GDAL ignores a GDAL_METADATA it cannot parse too
+        return 1.0, 0.0
+    found = {"scale": 1.0, "offset": 0.0}
+    for item in (root if root is not None else ()):
+        role, sample = item.get("role"), item.get("sample")
+        if role in found and sample is not None and sample.strip() == str(band - 1):
+            try:
+                found[role] = float((item.text or "").strip())
+            except ValueError:
+                pass
+    return found["scale"], found["offset"]
 
 
 def _label(plan: Plan, layout: VrtLayout, b: int, sources) -> str | None:
