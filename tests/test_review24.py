@@ -139,3 +139,27 @@ def test_a_vrt_keeps_the_tiles_gdal_scale_and_offset(tmp_path):
     assert {p.kind for p in e.value.problems} == {"vrt-unsupported"}
     assert "scale" in str(e.value) and str(files[1]) in str(e.value)
     assert not (tmp_path / "n.vrt").exists()
+
+
+@pytest.mark.parametrize("name", [".zarray", ".zeta", "g/.zattrs", ".zmetadata", ".zgrp/t"])
+def test_parquet_refuses_names_fsspec_takes_for_metadata(tmp_path, name):
+    """fsspec's LazyReferenceMapper takes every key with a component beginning `.z` for
+    Zarr v2 metadata (`_is_meta`) and serves no chunk under it: such an array would read
+    as its fill value without virtualize (and `.zmetadata` collided with the set's own
+    file: a bare OSError). Refused, located, before anything is written; the kerchunk
+    JSON and the cube directory hold it."""
+    h5py = pytest.importorskip("h5py")
+    src = tmp_path / "names.h5"
+    with h5py.File(src, "w") as f:
+        f.create_dataset(name, data=np.arange(30, dtype="i4").reshape(5, 6) + 1, chunks=(2, 3))
+        f.create_dataset("v", data=np.arange(30, dtype="i4").reshape(5, 6), chunks=(2, 3))
+    with pytest.raises(VirtualizeError) as e:
+        virtualize.virtualize([src], tmp_path / "c.parq")
+    (p,) = e.value.problems
+    assert p.kind == "parquet-unsupported" and p.loc.variable == name
+    assert "-o cube.json" in p.message
+    assert not (tmp_path / "c.parq").exists()
+    assert [q.name for q in tmp_path.iterdir()] == ["names.h5"]  # no staging left
+    virtualize.virtualize([src], tmp_path / "c.json")
+    with h5py.File(src) as f:
+        np.testing.assert_array_equal(virtualize.open(tmp_path / "c.json")[name][...], f[name][...])
