@@ -184,3 +184,41 @@ def test_a_cube_directory_refuses_names_of_its_own_files(tmp_path, name):
     virtualize.virtualize([src], tmp_path / "c.json")
     with h5py.File(src) as f:
         np.testing.assert_array_equal(virtualize.open(tmp_path / "c.json")[name][...], f[name][...])
+
+
+@needs_gdal
+def test_a_vrt_keeps_the_scale_gdal_takes_from_a_pam_sidecar(tmp_path):
+    """GDAL shows a tile's band with the Scale / Offset of its `.aux.xml` when the TIFF
+    declares none itself (the tag wins when it does): the VRT declares what GDAL shows."""
+    import json
+
+    files = []
+    for j, internal in enumerate((False, True)):
+        p = tmp_path / f"t{j}.tif"
+        tags = geotags(32633, (500000 + j * 80.0, 4000000), 10.0)
+        tifffile.imwrite(p, np.arange(64, dtype="i2").reshape(8, 8),
+                         extratags=tags + ([gdal_metadata(0.5, 3)] if internal else []))
+        pam = 2 if not internal else 9  # (the tag's 0.5 wins over the sidecar's 9)
+        (tmp_path / f"t{j}.tif.aux.xml").write_text(
+            f'<PAMDataset><PAMRasterBand band="1"><Offset>3</Offset><Scale>{pam}</Scale>'
+            "</PAMRasterBand></PAMDataset>")
+        files.append(p)
+
+    def band(path):
+        r = subprocess.run(["gdalinfo", "-json", str(path)], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        b = json.loads(r.stdout)["bands"][0]
+        return b.get("scale", 1.0), b.get("offset", 0.0)
+
+    assert band(files[0]) == (2.0, 3.0) and band(files[1]) == (0.5, 3.0)
+    with pytest.raises(VirtualizeError) as e:  # GDAL shows the two with other scales
+        virtualize.mosaic(files, tmp_path / "m.vrt")
+    assert "scale 0.5" in str(e.value) and "scale 2.0" in str(e.value)
+    (tmp_path / "t1.tif.aux.xml").unlink()
+    files[1].unlink()
+    tifffile.imwrite(files[1], np.arange(64, dtype="i2").reshape(8, 8),
+                     extratags=geotags(32633, (500000 + 80.0, 4000000), 10.0)
+                     + [gdal_metadata(2, 3)])
+    vrt = tmp_path / "m.vrt"
+    virtualize.mosaic(files, vrt)
+    assert band(vrt) == (2.0, 3.0) == band(files[1])

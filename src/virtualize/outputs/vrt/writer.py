@@ -137,31 +137,57 @@ def _scaling(plan: Plan, layout: VrtLayout) -> list[tuple[float, float]]:
 
 
 def _tile_scaling(path: str, band: int) -> tuple[float, float]:
-    """(scale, offset) of band `band` (1-based) of a local TIFF's first image, as GDAL reads
-    them from its GDAL_METADATA tag (42112): items role="scale" / role="offset" of
-    sample band - 1."""
+    """(scale, offset) of band `band` (1-based) of a local TIFF's first image as GDAL shows
+    them: its GDAL_METADATA tag (42112; items role="scale" / "offset" of sample band - 1),
+    else its PAM sidecar (`PATH.aux.xml`, PAMRasterBand `band`'s Scale / Offset)."""
     if is_url(path):
         return 1.0, 0.0
-    import xml.etree.ElementTree as ET
-
     import tifffile
 
     try:
         with tifffile.TiffFile(path) as tif:
             tag = tif.pages.first.tags.get(42112)
             text = tag.value if tag is not None else None
-        root = ET.fromstring(text) if isinstance(text, str) else None
-    except Exception:  # noqa: BLE001 - GDAL ignores a GDAL_METADATA it cannot parse too
-        return 1.0, 0.0
-    found = {"scale": 1.0, "offset": 0.0}
-    for item in (root if root is not None else ()):
+    except Exception:  # noqa: BLE001 - the header check names an unreadable file
+        text = None
+    found: dict[str, float] = {}
+    for item in _xml(text):
         role, sample = item.get("role"), item.get("sample")
-        if role in found and sample is not None and sample.strip() == str(band - 1):
-            try:
-                found[role] = float((item.text or "").strip())
-            except ValueError:
-                pass
-    return found["scale"], found["offset"]
+        if role in ("scale", "offset") and (sample or "").strip() == str(band - 1):
+            _number_into(found, role, item.text)
+    if not found and os.path.isfile(path + ".aux.xml"):
+        try:
+            with open(path + ".aux.xml", encoding="utf-8", errors="replace") as f:
+                pam = f.read(1 << 20)
+        except OSError:
+            pam = None
+        for b in _xml(pam):
+            if b.tag == "PAMRasterBand" and (b.get("band") or "").strip() == str(band):
+                for role, name in (("scale", "Scale"), ("offset", "Offset")):
+                    el = b.find(name)
+                    if el is not None:
+                        _number_into(found, role, el.text)
+    return found.get("scale", 1.0), found.get("offset", 0.0)
+
+
+def _xml(text):
+    """The children of an XML document's root ([] when there is none or it cannot be
+    parsed: GDAL ignores it too)."""
+    import xml.etree.ElementTree as ET
+
+    if not isinstance(text, str):
+        return []
+    try:
+        return list(ET.fromstring(text))
+    except ET.ParseError:
+        return []
+
+
+def _number_into(found: dict, role: str, text) -> None:
+    try:
+        found[role] = float((text or "").strip())
+    except ValueError:
+        pass
 
 
 def _label(plan: Plan, layout: VrtLayout, b: int, sources) -> str | None:
