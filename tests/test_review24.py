@@ -4,6 +4,7 @@ compared with tifffile's read of the tiles."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 
@@ -222,3 +223,22 @@ def test_a_vrt_keeps_the_scale_gdal_takes_from_a_pam_sidecar(tmp_path):
     vrt = tmp_path / "m.vrt"
     virtualize.mosaic(files, vrt)
     assert band(vrt) == (2.0, 3.0) == band(files[1])
+
+
+@pytest.mark.skipif(os.name != "posix", reason="a file name of undecodable bytes (POSIX)")
+def test_a_source_path_that_is_not_utf8_is_refused_by_parquet_and_vrt(tmp_path):
+    """A file name of bytes that are not UTF-8 (undecodable, held as surrogates) cannot be
+    a parquet string or VRT XML text: a located refusal, not a UnicodeEncodeError
+    traceback; a cube directory and a kerchunk JSON hold it."""
+    src = tmp_path / os.fsdecode(b"t\xff.tif")
+    tifffile.imwrite(src, np.arange(64, dtype="u1").reshape(8, 8))
+    for out in ("c.parq", "c.vrt"):
+        with pytest.raises(VirtualizeError) as e:
+            virtualize.virtualize([src], tmp_path / out)
+        (p,) = e.value.problems
+        assert p.kind in ("parquet-unsupported", "vrt-unsupported") and p.loc.file == str(src)
+        assert "UTF-8" in p.message
+        assert not (tmp_path / out).exists()
+    virtualize.virtualize([src], tmp_path / "c.json")
+    np.testing.assert_array_equal(virtualize.open(tmp_path / "c.json")["image"][...],
+                                  tifffile.imread(src))

@@ -171,17 +171,28 @@ def refuse_meta_names(plan: Plan, dest: Path) -> None:
     """Refuse arrays fsspec's reader would serve no chunk of: it takes every key with a
     component beginning `.z` for Zarr v2 metadata (`LazyReferenceMapper._is_meta`), so
     such an array would read as its fill value without virtualize (and a root
-    `.zmetadata` is the set's own file)."""
-    bad = [n for n in plan.arrays if any(part.startswith(".z") for part in n.split("/"))]
+    `.zmetadata` is the set's own file); and sources whose path is not UTF-8."""
+    bad = [Problem(Location(str(dest), n), "parquet-unsupported",
+                   f"a name with a part beginning '.z' ({n}) is taken by fsspec's parquet "
+                   "reader for Zarr v2 metadata: it would serve none of its chunks (read as "
+                   "the fill value); write a kerchunk JSON (-o cube.json) or a cube "
+                   "(-o cube.zarr) instead")
+           for n in plan.arrays if any(part.startswith(".z") for part in n.split("/"))]
+    bad += [Problem(Location(s.path), "parquet-unsupported",
+                    "its path is not UTF-8 text, which a parquet string column holds only: "
+                    "write a cube (-o cube.zarr) instead, or rename it")
+            for s in plan.sources if not _utf8(s.path)]
     if bad:
-        raise VirtualizeError(
-            [Problem(Location(str(dest), n), "parquet-unsupported",
-                     f"a name with a part beginning '.z' ({n}) is taken by fsspec's parquet "
-                     "reader for Zarr v2 metadata: it would serve none of its chunks (read "
-                     "as the fill value); write a kerchunk JSON (-o cube.json) or a cube "
-                     "(-o cube.zarr) instead") for n in bad],
-            f"cannot write kerchunk parquet references: {len(bad)} problem(s); nothing was "
-            "written")
+        raise VirtualizeError(bad, f"cannot write kerchunk parquet references: {len(bad)} "
+                                   "problem(s); nothing was written")
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # (a file name's undecodable bytes, as surrogates)
+        return False
+    return True
 
 
 def write_parquet(plan: Plan, dest: str | Path, overwrite: bool = False, *,

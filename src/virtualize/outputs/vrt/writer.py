@@ -268,7 +268,7 @@ def _source_names(plan: Plan, layout: VrtLayout, relative_to: str | None
             need[p.source] = (h, w, max(b, p.band), d or p.derived)
     for i in used:
         path = plan.sources[i].path
-        why = _not_tiff(path) or _not_as_placed(path, layout, *need[i])
+        why = _not_text(path) or _not_tiff(path) or _not_as_placed(path, layout, *need[i])
         if why:
             problems.append(Problem(Location(path, layout.name), KIND, why))
             continue
@@ -289,6 +289,15 @@ def _source_names(plan: Plan, layout: VrtLayout, relative_to: str | None
         raise VirtualizeError(problems, f"cannot write a GDAL VRT: {len(problems)} problem(s); "
                               "nothing was written")
     return names
+
+
+def _not_text(path: str) -> str | None:
+    """Why the path cannot be named in the VRT's XML (UTF-8 text), or None."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:  # (a file name's undecodable bytes, as surrogates)
+        return f"its path is not UTF-8 text, which the VRT's XML holds only: rename it, or {INSTEAD}"
+    return None
 
 
 def _not_tiff(path: str) -> str | None:
