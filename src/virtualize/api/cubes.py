@@ -45,9 +45,11 @@ def _recorded(cube: Path, kind: str) -> dict:
     written by virtualize: its `virtualize` section)."""
     info = registry.by_name(kind).recorded(cube)
     if not isinstance(info, dict) or not isinstance(info.get("sources"), list):
+        gdal = "; open a VRT virtualize did not write with GDAL" if kind == "vrt" else ""
         raise VirtualizeError([Problem(Location(str(cube)), "not-a-cube",
-                                       "not a cube directory, kerchunk JSON or Icechunk "
-                                       "repository written by virtualize")])
+                                       "not a cube directory, GDAL VRT, kerchunk JSON or "
+                                       "parquet set, or Icechunk repository written by "
+                                       f"virtualize{gdal}")])
     return info
 
 
