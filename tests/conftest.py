@@ -11,6 +11,7 @@ sys.path.insert(0, str(ROOT / "fixtures"))
 import _cases  # noqa: E402
 import make_fits  # noqa: E402
 import make_fixtures  # noqa: E402
+import make_grib  # noqa: E402
 import make_mosaic  # noqa: E402
 import make_tiff  # noqa: E402
 
@@ -81,7 +82,8 @@ def case(fixture_root):
 
     def get(name: str) -> list[Path]:
         if name not in built:
-            module = next(m for m in (make_tiff, make_mosaic, make_fixtures, make_fits) if name in m.CASES)
+            module = next(m for m in (make_tiff, make_mosaic, make_fixtures, make_fits,
+                                           make_grib) if name in m.CASES)
             if not module.available(name):
                 tool = module.REQUIRES[name]
                 pytest.skip(f"fixture {name} needs {tool}, not installed (Debian: apt-get "

@@ -93,8 +93,14 @@ def _files(p: argparse.ArgumentParser, metavar: str = "FILE") -> None:
 
 
 def _concat_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--concat-dim", metavar="DIM",
-                   help="dimension to concatenate along (default: the unlimited dimension, else time)")
+    p.add_argument("--concat-dim", metavar="DIM", action="append",
+                   help="dimension to concatenate along (default: the unlimited dimension, else "
+                        "time); repeated: the axes of a hypercube, outermost first")
+    p.add_argument("--coord", metavar="DIM=FORM", action="append", default=[],
+                   help="a new axis' value of each file: attr:NAME (a global attribute), "
+                        "var:NAME (a scalar variable), name:REGEX (the regex's first group on "
+                        "the file's name; dates become dates) or v1,v2,... (in file order); "
+                        "repeatable")
     p.add_argument("--inline", metavar="VAR", action="append", default=[],
                    help="store this variable's values in the cube instead of referencing them "
                         "(coordinates are inlined by default); repeatable")
@@ -106,10 +112,10 @@ def _concat_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-sort", action="store_true",
                    help="keep the files in the order given instead of sorting by coordinate")
     p.add_argument("--join", choices=("exact", "outer"), default="exact",
-                   help="files holding different variables: every variable must cover the same "
-                        "span of the concatenation axis (exact, the default), or the union is "
-                        "taken and steps no file of a variable holds read as its fill value "
-                        "(outer)")
+                   help="files holding different variables, and a hypercube's cells: every "
+                        "variable must cover the same span of the concatenation axis and every "
+                        "cell be filled (exact, the default), or the union is taken and the "
+                        "steps and cells no file holds read as the fill value (outer)")
     p.add_argument("--combine-attrs", choices=("drop_conflicts", "override", "identical"),
                    default="drop_conflicts",
                    help="attributes that differ between files: left out and named "
@@ -331,6 +337,9 @@ def build_parser() -> argparse.ArgumentParser:
                       "cube was, and the cube replaced when complete.")
     p.add_argument("output", metavar="CUBE")
     _files(p)
+    p.add_argument("--coord", metavar="DIM=V1,V2,...", action="append", default=[],
+                   help="a hypercube's new axis whose values were listed: the new files' "
+                        "values, in the order given")
     _job_options(p, gaps=True)
     _strict_option(p)
     _report_options(p)
@@ -530,7 +539,8 @@ def _kw(args) -> dict:
 def _concat_kw(args) -> dict:
     return dict(inline=args.inline, drop=args.drop, sort=not args.no_sort,
                 inline_threshold=args.inline_threshold, join=args.join,
-                combine_attrs=args.combine_attrs, variables=args.variables)
+                combine_attrs=args.combine_attrs, variables=args.variables,
+                concat_dims=args.concat_dim, coords=args.coord)
 
 
 def _names_arg(text: str) -> list[str]:
@@ -541,14 +551,14 @@ def _names_arg(text: str) -> list[str]:
 
 
 def _create(args) -> int:
-    return _write(args, lambda: virtualize(args.files, args.output, args.concat_dim,
+    return _write(args, lambda: virtualize(args.files, args.output, None,
                                            overwrite=args.overwrite, format=args.format,
                                            relative=args.relative,
                                            **_concat_kw(args), **_kw(args)))
 
 
 def _check(args) -> int:
-    report = check(args.files, args.concat_dim, **_concat_kw(args), **_kw(args))
+    report = check(args.files, None, **_concat_kw(args), **_kw(args))
     _show(report, args)
     return _outcome(report)
 
@@ -577,7 +587,8 @@ def _mosaic(args) -> int:
 
 
 def _append(args) -> int:
-    return _write(args, lambda: append(args.output, args.files, **_kw(args)))
+    return _write(args, lambda: append(args.output, args.files, coords=args.coord or None,
+                                       **_kw(args)))
 
 
 def _export(args) -> int:

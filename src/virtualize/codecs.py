@@ -1,12 +1,13 @@
 """Zarr v3 codecs that decode two HDF5 filters' chunks exactly: h5py's LZF filter (32000)
 and the bitshuffle filter (32008, as hdf5plugin / bitshuffle's `bshuf_h5filter.c` writes
-it: plain, LZ4 or zstd). Registered with zarr by entry point (`zarr.codecs`:
-`virtualize.lzf`, `virtualize.bitshuffle`), so any zarr reader with virtualize installed
+it: plain, LZ4 or zstd), and one GRIB message (`virtualize.grib`, decoded by ecCodes).
+Registered with zarr by entry point (`zarr.codecs`: `virtualize.lzf`,
+`virtualize.bitshuffle`, `virtualize.grib`), so any zarr reader with virtualize installed
 finds them; `register()` does the same by a call. Encoding is for `--materialize`'s
-copied chunks.
+copied chunks (not GRIB's: a message is never re-encoded).
 
 This module sits below everything else in virtualize: it imports only numpy and zarr
-(imagecodecs when a chunk is decoded).
+(imagecodecs or eccodes when a chunk is decoded).
 """
 
 from __future__ import annotations
@@ -15,11 +16,13 @@ import asyncio
 import math
 from dataclasses import dataclass
 
+import numpy as np
 from zarr.abc.codec import BytesBytesCodec
 from zarr.core.common import parse_named_configuration
 
 LZF = "virtualize.lzf"
 BITSHUFFLE = "virtualize.bitshuffle"
+GRIB = "virtualize.grib"
 BITSHUFFLE_COMPRESSION = ("none", "lz4", "zstd")  # bshuf_h5filter.c's cd_values[4]: 0, 2, 3
 _BLOCKED_MULT = 8  # bitshuffle blocks hold a multiple of 8 elements
 
@@ -218,7 +221,57 @@ class BitshuffleCodec(_Codec):
                                                   self.blocksize, self.compression))
 
 
-CODECS = {LZF: LZFCodec, BITSHUFFLE: BitshuffleCodec}
+def grib_decode(data: bytes, points: int) -> np.ndarray:
+    """One GRIB message's values as ecCodes decodes them (`codes_get_values`: float64),
+    the points its bit-map marks missing NaN (ecCodes' missingValue set to NaN before
+    decoding, so a stored value equal to the default 9999 stays). A message of another
+    number of points than `points` is an error, never reshaped."""
+    try:
+        import eccodes
+    except ImportError as e:
+        raise ValueError(f"{GRIB}: decoding GRIB needs ecCodes: "
+                         "pip install 'virtualize[grib]'") from e
+    try:
+        h = eccodes.codes_new_from_message(bytes(data))
+    except Exception as e:
+        raise ValueError(f"{GRIB}: ecCodes cannot read the message ({e})") from e
+    try:
+        eccodes.codes_set(h, "missingValue", float("nan"))
+        values = np.asarray(eccodes.codes_get_values(h), dtype=np.float64)
+    except Exception as e:
+        raise ValueError(f"{GRIB}: ecCodes cannot decode the message ({e})") from e
+    finally:
+        eccodes.codes_release(h)
+    if values.size != points:
+        raise ValueError(f"{GRIB}: the message holds {values.size} points, not {points}")
+    return values
+
+
+@dataclass(frozen=True)
+class GribCodec(_Codec):
+    """One GRIB 1 or 2 message -> its values, float64 little-endian (followed by the
+    `bytes` codec); no parameters: the message describes itself."""
+
+    @classmethod
+    def from_dict(cls, data):
+        _, config = parse_named_configuration(data, GRIB, require_configuration=False)
+        if config:
+            raise ValueError(f"{GRIB} takes no configuration, got {config}")
+        return cls()
+
+    def to_dict(self):
+        return {"name": GRIB}
+
+    def _decode_sync(self, chunk_bytes, chunk_spec):
+        values = grib_decode(chunk_bytes.to_bytes(), math.prod(chunk_spec.shape))
+        return _out(chunk_spec, values.astype("<f8").tobytes())
+
+    def _encode_sync(self, chunk_bytes, chunk_spec):
+        raise NotImplementedError(f"{GRIB}: GRIB messages are not encoded (a chunk copied "
+                                  "from a GRIB source cannot be stored as one)")
+
+
+CODECS = {LZF: LZFCodec, BITSHUFFLE: BitshuffleCodec, GRIB: GribCodec}
 
 
 def register() -> None:
@@ -230,5 +283,6 @@ def register() -> None:
         register_codec(name, cls)
 
 
-__all__ = ["BITSHUFFLE", "CODECS", "LZF", "BitshuffleCodec", "LZFCodec", "bitshuffle_decode",
-           "bitshuffle_encode", "lzf_decode", "lzf_encode", "register"]
+__all__ = ["BITSHUFFLE", "CODECS", "GRIB", "LZF", "BitshuffleCodec", "GribCodec", "LZFCodec",
+           "bitshuffle_decode", "bitshuffle_encode", "grib_decode", "lzf_decode", "lzf_encode",
+           "register"]

@@ -24,7 +24,9 @@ REFERENCE_KINDS = frozenset({"compact-layout", "external-storage", "virtual-data
                              "unsupported-filter", "filter-mask", "partial-records",
                              "chunk-coordinates",
                              # FITS images without an exact codec (formats/fits.py)
-                             "unsupported-compression", "unsupported-scaling"})
+                             "unsupported-compression", "unsupported-scaling",
+                             # HDF4 data in several linked blocks, other layouts (formats/hdf4)
+                             "linked-blocks", "hdf4-layout"})
 INLINABLE_KINDS = REFERENCE_KINDS | {"unsupported-type"}
 
 
@@ -36,12 +38,16 @@ class ScanHint:
     first tile only scalars and grid mappings). `alone`: the file is planned by itself
     (one file, no cube to join): nothing is compared, nothing digested. `inline`: the
     variables the caller will inline (`--inline`): digested whatever the plan, so that the
-    file's fingerprint covers the copy the cube holds (docs/reading.md, Staleness)."""
+    file's fingerprint covers the copy the cube holds (docs/reading.md, Staleness).
+    `dims`: a hypercube's axes, outermost first."""
 
     planner: str = "concat"
     concat_dim: str | None = None
     alone: bool = False
     inline: frozenset[str] = frozenset()
+    # a hypercube's concatenation axes (plan/hypercube.py): what must agree along any of
+    # them is digested; empty: `concat_dim` alone
+    dims: tuple[str, ...] = ()
 
 
 def unlimited_dims(inv: FileInventory) -> list[str]:
@@ -66,19 +72,33 @@ def grid_mappings(inv: FileInventory) -> set[str]:
     return {x.attrs.get("grid_mapping") for x in inv.variables.values()} - {None}
 
 
-def stacks(v: Variable, mappings: set[str]) -> bool:
+def stacks(v: Variable, mappings: set[str], bounds: set[str] = frozenset()) -> bool:
     """In a stack along a new axis, whether `v` gets the axis: data do; coordinates,
-    scalars and grid mappings do not (they must be the same in every file)."""
+    their `bounds` (`coordinate_bounds`), scalars and grid mappings do not (they must be
+    the same in every file)."""
     return not (v.is_coordinate or not v.shape or v.basename in mappings
-                or "grid_mapping_name" in v.attrs)
+                or "grid_mapping_name" in v.attrs or v.name in bounds)
 
 
-def must_agree(v: Variable, dim: str | None, new_axis: bool, mappings: set[str]) -> bool:
+def coordinate_bounds(inv: FileInventory) -> set[str]:
+    """The variables a coordinate names as its CF `bounds` / `climatology` (full names)."""
+    out = set()
+    for v in inv.variables.values():
+        if v.is_coordinate:
+            for key in ("bounds", "climatology"):
+                b = v.attrs.get(key)
+                if isinstance(b, str):
+                    out.add(f"{v.group}/{b}" if v.group else b)
+    return out
+
+
+def must_agree(v: Variable, dim: str | None, new_axis: bool, mappings: set[str],
+               bounds: set[str] = frozenset()) -> bool:
     """Whether `v` must be the same in every file of a stack concatenated along `dim`
     (`new_axis`: stacked along a new leading `dim` axis): the one rule by which the scan
     digests and the planner compares (`plan._common.compare_shared`)."""
     if new_axis or dim is None:
-        return not stacks(v, mappings)
+        return not stacks(v, mappings, bounds)
     return dim not in v.dims
 
 

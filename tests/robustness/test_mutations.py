@@ -73,6 +73,8 @@ SOURCES = [
     ("fits-images", "fits_multi", 0),  # every BITPIX, unsigned offsets, a table
     ("fits-scaled", "fits_scaled", 0),  # BSCALE / BZERO / BLANK, an inlined uint64
     ("fits-tiles", "fits_tiles", 0),  # tile-compressed: RICE_1, GZIP_2 (uint16), per tile
+    ("grib2", "grib2_levels", 0),  # GRIB2: levels x steps, a bit-map
+    ("grib1", "grib1_members", 0),  # GRIB1: ensemble members x steps
 ]
 
 
@@ -92,6 +94,13 @@ class Source:
         data = np.zeros(n, dtype=bool)
         for a, b in ranges:
             data[a:b] = True
+        if label.startswith("grib"):  # a chunk is a whole message: its headers are metadata
+            from virtualize.formats.grib import messages
+
+            with open(path, "rb") as f:
+                for m in messages.walk(f, str(path), n)[0]:
+                    data[m.offset:m.offset + len(m.head)] = False
+                    data[m.offset + m.length - 4:m.offset + m.length] = False
         self.meta = np.flatnonzero(~data)  # every byte outside referenced blocks
         cuts = {0, 1, 4, 8, 16, n - 1}
         for a, b in ranges:

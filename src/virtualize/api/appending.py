@@ -11,7 +11,7 @@ from .. import storage
 from ..conventions import ScanHint
 from ..formats import read_values
 from ..formats import registry as _formats
-from ..model import Location, Plan, Problem, VirtualizeError
+from ..model import Location, Plan, Problem, UsageError, VirtualizeError
 from ..outputs import registry
 from ..outputs.metadata import array_doc
 from ..outputs.staleness import check_sources
@@ -47,7 +47,8 @@ def _appending(fn):
 @_appending
 def append(cube: PathLike, paths: Iterable[PathLike] | PathLike, *, jobs: int | str = "auto",
            executor=None, progress=None, scan_timeout: float | None = DEFAULT_SCAN_TIMEOUT,
-           strict: bool = False, skip_unreadable: bool = False, no_gaps: bool = False) -> Report:
+           strict: bool = False, skip_unreadable: bool = False, no_gaps: bool = False,
+           coords: dict | None = None) -> Report:
     """Add files to the end of a cube directory, kerchunk JSON or Icechunk repository
     written by `virtualize`: only the new files are scanned, planned as the cube was (its
     recorded recipe) after the cube's last step (recorded with it: docs/planning.md,
@@ -64,7 +65,13 @@ def append(cube: PathLike, paths: Iterable[PathLike] | PathLike, *, jobs: int | 
     time or identity, or a touched file's fingerprint), is skipped with a note, so running
     a job again is a no-op ("nothing to append"); one with the same path but other
     content is refused (`already-in-cube`). `skip_unreadable`, `no_gaps`: as for `check`
-    (a gap between the cube's last step and the new files counts)."""
+    (a gap between the cube's last step and the new files counts).
+
+    A hypercube (made with `concat_dims` / `coords`) grows along any of its axes: its
+    recorded sources and the new files are planned together by its recipe (every check of
+    a full build). `coords`: a new axis whose values were listed (`{"member": "v1,v2,..."}`)
+    takes the new files' values from it, one per new file in the order given; any other
+    form must be the one recorded."""
     from ..outputs.staging import locked
 
     cube = _local_cube(cube, "append")
@@ -78,11 +85,11 @@ def append(cube: PathLike, paths: Iterable[PathLike] | PathLike, *, jobs: int | 
     with locked(cube):  # concurrent appends to one cube wait for each other
         return _append(cube, kind, paths, jobs=jobs, executor=executor, progress=progress,
                        scan_timeout=scan_timeout, strict=strict, skip_unreadable=skip_unreadable,
-                       no_gaps=no_gaps)
+                       no_gaps=no_gaps, coords=coords)
 
 
 def _append(cube: Path, kind: str, paths, *, jobs, executor, progress, scan_timeout,
-            strict=False, skip_unreadable=False, no_gaps=False) -> Report:
+            strict=False, skip_unreadable=False, no_gaps=False, coords=None) -> Report:
     info = _recorded(cube, kind)
     recipe = dict(info.get("recipe") or {})
     if recipe.get("kind") != "concat":
@@ -132,7 +139,7 @@ def _append(cube: Path, kind: str, paths, *, jobs, executor, progress, scan_time
     try:
         report = _append_files(cube, kind, info, old, new, recipe, jobs=jobs, executor=executor,
                                progress=progress, scan_timeout=scan_timeout,
-                               skip_unreadable=skip_unreadable, no_gaps=no_gaps)
+                               skip_unreadable=skip_unreadable, no_gaps=no_gaps, coords=coords)
     except VirtualizeError as e:
         # every new file left out, the others already in (a cron job run again): nothing to do
         r = e.report
@@ -157,9 +164,17 @@ def _append(cube: Path, kind: str, paths, *, jobs, executor, progress, scan_time
 
 def _append_files(cube: Path, kind: str, info: dict, old: list[str], new: list[str],
                   recipe: dict, *, jobs, executor, progress, scan_timeout, skip_unreadable,
-                  no_gaps) -> Report:
+                  no_gaps, coords=None) -> Report:
     """Append the files `new` (none of them in the cube)."""
-    report = _append_new(cube, kind, info, new, jobs=jobs, executor=executor,
+    cube_axes = bool(recipe.get("concat_dims") or recipe.get("coords"))
+    if cube_axes:
+        recipe = _grown_coords(cube, recipe, old, new, coords)
+    elif coords:
+        raise UsageError(f"{cube} is a stack along one axis made without --coord: "
+                         "coords= does not apply")
+    # a hypercube grows by planning its recorded sources (scanned again: metadata) with
+    # the new files, checked as a full build; a plain stack by scanning only the new files
+    report = None if cube_axes else _append_new(cube, kind, info, new, jobs=jobs, executor=executor,
                          progress=progress, scan_timeout=scan_timeout,
                          skip_unreadable=skip_unreadable, no_gaps=no_gaps)
     if report is not None:
@@ -171,7 +186,7 @@ def _append_files(cube: Path, kind: str, info: dict, old: list[str], new: list[s
                    **recipe)
     if report.plan is not None:  # the files left out before, and now
         report.plan.left_out = list(info.get("left_out") or []) + report.plan.left_out
-    if report.plan is not None and \
+    if report.plan is not None and not cube_axes and \
             [s.path for s in report.plan.sources if not s.referenced_by][: len(old)] != old:
         report.problems.append(_not_at_end(cube, report.plan.concat_dim))
     plugin = registry.by_name(kind)
@@ -179,6 +194,43 @@ def _append_files(cube: Path, kind: str, info: dict, old: list[str], new: list[s
     if plugin.commit_rebuild(report.plan, cube, added=len(new)):  # (a repository: a commit)
         return report
     return _write(report, cube, kind, overwrite=True, relative=plugin.relative(cube, info))
+
+
+def _grown_coords(cube: Path, recipe: dict, old: list[str], new: list[str],
+                  given: dict | None) -> dict:
+    """The recipe's `coords` for the old and new files together: a listed new axis' values
+    (`--coord DIM=v1,v2,...`, each old file's recorded) followed by the new files' (given);
+    every other form as recorded (given: the same)."""
+    from ..plan.coords import parse_coord, parse_coords
+
+    recorded = dict(recipe.get("coords") or {})
+    given = parse_coords(given)
+    for d in given:
+        if d not in recorded:
+            raise UsageError(f"coords: {d!r} is not a new axis of {cube} (its new axes: "
+                             f"{', '.join(recorded) or 'none'})")
+    out = dict(recipe, coords=dict(recorded))
+    for d, form in recorded.items():
+        spec = parse_coord(form)
+        if spec.kind != "values":
+            if d in given and given[d] != spec:
+                raise UsageError(f"coords: {d}={given[d].text()} is not how {cube} was made "
+                                 f"({d}={form})")
+            continue
+        by_path = {p: v for p, v in (recipe.get("coord_values") or {}).get(d) or ()}
+        if d not in given or any(p not in by_path for p in old):
+            raise VirtualizeError([Problem(
+                Location(str(cube), None, d), "not-appendable",
+                f"the cube's {d!r} values were listed (--coord {d}=v1,v2,...): give the new "
+                f"files' (coords={{{d!r}: 'v1,v2,...'}}, one per new file)"
+                if d not in given else f"the cube records no {d!r} value of each file: "
+                "re-run virtualize with all the files and their values")], "nothing appended")
+        values = list(given[d].values)
+        if given[d].kind != "values" or len(values) != len(new):
+            raise UsageError(f"coords: {d}: {len(values)} value(s) for {len(new)} new file(s)")
+        out["coords"][d] = ",".join(str(v) for v in [by_path[p] for p in old] + values)
+    out.pop("coord_values", None)  # (check records them again)
+    return out
 
 
 def _not_at_end(cube: Path, dim: str | None) -> Problem:

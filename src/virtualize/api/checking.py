@@ -19,8 +19,10 @@ from ..model import FileInventory, Location, Plan, Problem, UsageError, Virtuali
 from ..outputs.metadata import array_doc, group_doc, omitted_attrs
 from ..plan import DEFAULT_INLINE_THRESHOLD, ConcatOptions, MosaicOptions, plan_mosaic
 from ..plan.attrs import COMBINE_ATTRS
+from ..plan.coords import parse_coords
 from ..plan.cut import DEFAULT_CHUNK_SIZE, chunk_bytes, cut_stack
-from ..plan.merge import JOINS, plan_merge, unknown_variables
+from ..plan.hypercube import HypercubeOptions, plan_hypercube
+from ..plan.merge import JOINS, unknown_variables
 from ..report import Report
 from ..run.executors import scan_on
 from ..run.policy import check_jobs, scan_jobs
@@ -82,7 +84,8 @@ def check(paths: Iterable[PathLike] | PathLike, concat_dim: str | None = None, *
           inline_threshold: int = DEFAULT_INLINE_THRESHOLD,
           chunk_size: int | str | None = DEFAULT_CHUNK_SIZE, skip_unreadable: bool = False,
           no_gaps: bool = False, join: str = "exact", combine_attrs: str = "drop_conflicts",
-          variables: Iterable[str] | None = None) -> Report:
+          variables: Iterable[str] | None = None, concat_dims: Sequence[str] | None = None,
+          coords: dict | Sequence[str] | None = None) -> Report:
     """Can this stack be virtualized (concatenated along `concat_dim`)? Scans every file
     and plans the cube, collecting every problem of every file. Writes nothing.
 
@@ -110,7 +113,13 @@ def check(paths: Iterable[PathLike] | PathLike, concat_dim: str | None = None, *
     variable holds read as its fill value). `combine_attrs`: attributes that differ
     between files, "drop_conflicts" (left out, named in a note), "override" (the first
     file's) or "identical" (refused); those that change what the values mean are refused
-    whatever it is. `variables`: keep only these and the coordinates they need."""
+    whatever it is. `variables`: keep only these and the coordinates they need.
+
+    A hypercube: `concat_dims` (several axes, outermost first; `concat_dim` is one) and
+    `coords` ({dim: "attr:NAME" | "var:NAME" | "name:REGEX" | "v1,v2,..." or a list of
+    values}, or "DIM=FORM" strings): a new axis' position of each file (docs/planning.md,
+    Hypercubes). `join="outer"`: the grid's cells no file fills are absent chunks that
+    read as the fill value (default "exact": refused, naming the cell)."""
     _storage(storage_options)
     limit = _chunk_size(chunk_size)
     if join not in JOINS:
@@ -119,11 +128,15 @@ def check(paths: Iterable[PathLike] | PathLike, concat_dim: str | None = None, *
         raise UsageError(f"combine_attrs must be one of {', '.join(COMBINE_ATTRS)}, "
                          f"not {combine_attrs!r}")
     selected = frozenset(_names(variables)) if variables is not None else None
+    dims = _concat_dims(concat_dim, concat_dims)
+    specs = parse_coords(coords)
+    cube = len(dims) > 1 or bool(specs)
     opts = ConcatOptions(concat_dim=concat_dim, inline=frozenset(_names(inline)),
                          drop=frozenset(_names(drop)), sort=sort, split=split,
                          materialize=materialize, inline_threshold=inline_threshold,
                          no_gaps=no_gaps, read=read_values, join=join,
                          combine_attrs=combine_attrs, variables=selected)
+    hyper = HypercubeOptions(dims=dims, coords=specs, concat=opts)
     recipe = {"kind": "concat", "concat_dim": concat_dim, "inline": sorted(opts.inline),
               "drop": sorted(opts.drop), "sort": sort, "split": split,
               "materialize": materialize, "materialize_limit": materialize_limit,
@@ -135,15 +148,35 @@ def check(paths: Iterable[PathLike] | PathLike, concat_dim: str | None = None, *
         recipe["combine_attrs"] = combine_attrs
     if selected is not None:
         recipe["variables"] = sorted(selected)
-    report = _check(paths, lambda invs: plan_merge(invs, opts), progress, materialize_limit, jobs,
-                    scan_timeout, executor=executor, chunk_size=limit,
-                    names=lambda invs: _unknown_names(invs, opts.drop, opts.inline, concat_dim,
-                                                      selected),
-                    hint=ScanHint("concat", concat_dim, inline=opts.inline),
+    if cube:  # (a plain stack's recipe stays as it was)
+        recipe.update(concat_dim=None, concat_dims=dims,
+                      coords={d: s.text() for d, s in specs.items()}, join=join)
+    known = [d for d in dims if d not in specs]
+    report = _check(paths, lambda invs: plan_hypercube(invs, hyper), progress, materialize_limit,
+                    jobs, scan_timeout, executor=executor, chunk_size=limit,
+                    names=lambda invs: _unknown_names(invs, opts.drop, opts.inline, *known,
+                                                      selected=selected),
+                    hint=ScanHint("concat", dims[0] if len(dims) == 1 else None,
+                                  inline=opts.inline, dims=tuple(dims) if cube else ()),
                     skip_unreadable=skip_unreadable)
+    listed = {d: s.values for d, s in specs.items() if s.kind == "values"}
+    if listed and len(report.files) == len(next(iter(listed.values()))):
+        # (each file's listed value, so that `append` can list the new files' alone)
+        recipe["coord_values"] = {d: [[f, v] for f, v in zip(report.files, values)]
+                                  for d, values in listed.items()}
     if report.plan is not None:
         report.plan.recipe = recipe
     return report
+
+
+def _concat_dims(concat_dim: str | None, concat_dims: Sequence[str] | str | None) -> list[str]:
+    """The concatenation axes, outermost first, from `concat_dim` and `concat_dims`."""
+    if isinstance(concat_dims, str):
+        concat_dims = [concat_dims]
+    dims = [d for d in (concat_dims or ()) if d]
+    if concat_dim is not None and dims and dims != [concat_dim]:
+        raise UsageError(f"concat_dim={concat_dim!r} and concat_dims={dims!r}: give one of them")
+    return dims or ([concat_dim] if concat_dim is not None else [])
 
 
 def check_mosaic(paths: Iterable[PathLike] | PathLike, *,
@@ -383,8 +416,8 @@ def _scan_all(files: list[str], jobs: int | str, scan_timeout: float | None,
     yield from scan_bounded(files, scan_timeout or None, jobs, hint)
 
 
-def _unknown_names(invs: list[FileInventory], drop, inline, concat_dim,
-                   selected=None) -> list[Problem]:
+def _unknown_names(invs: list[FileInventory], drop, inline, concat_dim=None,
+                   *more_dims: str, selected=None) -> list[Problem]:
     """`drop`/`inline` names no file has, and a `concat_dim` no file has where a new axis
     makes no sense (some file has an unlimited dimension, or a dimension spelled almost
     alike): problems listing the names that exist."""
@@ -406,14 +439,16 @@ def _unknown_names(invs: list[FileInventory], drop, inline, concat_dim,
         out.append(Problem(Location(None, name), "unknown-name",
                            f"--variables {name}: no file has a variable {name!r}; the "
                            f"variables are: {', '.join(sorted(variables)) or '(none)'}"))
-    if concat_dim is not None and concat_dim not in dims:
+    for concat_dim in (d for d in (concat_dim, *more_dims) if d is not None and d not in dims):
         unlimited = any(d.unlimited for inv in invs for d in inv.dimensions.values())
         close = difflib.get_close_matches(concat_dim, sorted(dims), n=3, cutoff=0.6)
         if unlimited or close:
             out.append(Problem(Location(None, None, concat_dim), "unknown-name",
                                f"--concat-dim {concat_dim}: no file has a dimension "
                                f"{concat_dim!r}; the dimensions are: {', '.join(sorted(dims))}"
-                               + (f" (did you mean {close[0]!r}?)" if close else "")))
+                               + (f" (did you mean {close[0]!r}?)" if close else "")
+                               + f"; a new axis takes each file's value from --coord "
+                                 f"{concat_dim}=attr:NAME, var:NAME, name:REGEX or v1,v2,..."))
     return out
 
 

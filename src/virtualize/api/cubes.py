@@ -45,9 +45,11 @@ def _recorded(cube: Path, kind: str) -> dict:
     written by virtualize: its `virtualize` section)."""
     info = registry.by_name(kind).recorded(cube)
     if not isinstance(info, dict) or not isinstance(info.get("sources"), list):
+        gdal = "; open a VRT virtualize did not write with GDAL" if kind == "vrt" else ""
         raise VirtualizeError([Problem(Location(str(cube)), "not-a-cube",
-                                       "not a cube directory, kerchunk JSON or Icechunk "
-                                       "repository written by virtualize")])
+                                       "not a cube directory, GDAL VRT, kerchunk JSON or "
+                                       "parquet set, or Icechunk repository written by "
+                                       f"virtualize{gdal}")])
     return info
 
 
@@ -69,6 +71,14 @@ def _replan(cube: Path, info: dict, *, jobs: int | str = "auto", executor=None, 
                              **merge_options(recipe))
         planner = lambda invs: plan_merge(invs, opts)  # noqa: E731
         hint = ScanHint("concat", opts.concat_dim, inline=opts.inline)
+        dims = list(recipe.get("concat_dims") or ())
+        if dims or recipe.get("coords"):  # a hypercube (plan/hypercube.py)
+            from ..plan.coords import parse_coords
+            from ..plan.hypercube import HypercubeOptions, plan_hypercube
+            hyper = HypercubeOptions(dims, parse_coords(recipe.get("coords")), opts)
+            planner = lambda invs: plan_hypercube(invs, hyper)  # noqa: E731
+            hint = ScanHint("concat", dims[0] if len(dims) == 1 else None, inline=opts.inline,
+                            dims=tuple(dims))  # (as check scanned it)
     elif kind == "mosaic":
         offsets = recipe.get("offsets")
         opts = MosaicOptions(offsets=[tuple(o) for o in offsets] if offsets else None,

@@ -251,7 +251,7 @@ class _Job:
     block: tuple[int, ...] | None = None
     region: tuple[tuple[int, int], ...] = ()  # in the file, as far as the cube chunk holds
     origin: tuple[int, ...] = ()  # a reference set's data file: where its part starts
-    new_axis: bool = False
+    new_axis: int = 0  # the cube's leading axes the file has not (a hypercube's new axes)
     extents: list[int] = field(default_factory=list)  # values compared, per cube axis
     key: str = ""
     data: bytes = b""
@@ -291,7 +291,7 @@ class _ArrayCheck:
             fmt = of_inventory(inv.format)
             if fmt is not None and fmt.reads_linked_data:  # an HDF5 external link's target:
                 job.reader = inv.path  # h5py reads the variable through the linking file
-        job.new_axis = len(a.shape) == len(v.shape) + 1
+        job.new_axis = max(len(a.shape) - len(v.shape), 0)
         starts = [int(self.starts[axis][i]) for axis, i in enumerate(s.index)]
         job.extents = [min(lo + int(self.lengths[axis][i]), int(a.shape[axis])) - lo
                        for axis, (lo, i) in enumerate(zip(starts, s.index))]
@@ -301,7 +301,7 @@ class _ArrayCheck:
                                  "this file")
         frefs = v.blocks.refs.reshape(-1)
         off = frefs["offset"]
-        file_extents = job.extents[1:] if job.new_axis else job.extents
+        file_extents = job.extents[job.new_axis:]
         bs = v.blocks.block_shape
         for h in hit.tolist():  # blocks sharing bytes decode alike: prefer one that fits
             block = tuple(int(b) for b in np.unravel_index(h, v.blocks.refs.shape))
@@ -342,7 +342,7 @@ class _ArrayCheck:
             job.doc = dict(array_doc(a), shape=list(shape), chunk_grid={
                 "name": "regular", "configuration": {"chunk_shape": list(shape)}})
             job.key = chunk_key((0,) * len(shape))
-            fe = job.extents[1:] if job.new_axis else job.extents
+            fe = job.extents[job.new_axis:]
             job.region = tuple((lo, lo + e) for (lo, _), e in zip(job.region, fe))
         from ..storage import read_range
         job.data = read_range(path, s.offset, length)
@@ -406,7 +406,7 @@ class _ArrayCheck:
                           f"{e}), so the cube's chunk cannot be checked")
             return
         if job.new_axis:
-            want = want[None]
+            want = want[(None,) * job.new_axis]
         why = _differs(np.asarray(job.got), want)
         if why:
             self._problem(job, f"decoded through the cube's codecs {self.names} it {why} the "

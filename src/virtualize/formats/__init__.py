@@ -76,7 +76,7 @@ def _scan_file(path: str | os.PathLike, hint: ScanHint | None = None) -> FileInv
         raise VirtualizeError([Problem(Location(path), "corrupt", f"{type(e).__name__}: {e}")],
                               f"{path}: cannot be scanned") from None
     what = ("an empty file (0 bytes)" if storage.stat(path).st_size == 0 else
-            "not an HDF5, netCDF-4, netCDF classic, TIFF or FITS file, nor a kerchunk "
+            "not an HDF5, netCDF-4, netCDF classic, HDF4, TIFF, FITS or GRIB file, nor a kerchunk "
             "reference set")
     raise VirtualizeError([Problem(Location(path), "unknown-format", what)], f"{path}: {what}")
 

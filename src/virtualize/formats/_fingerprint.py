@@ -32,12 +32,14 @@ VERSION = "v1"  # (its content grew since: older fingerprints differ, stale, nev
 
 def hint_tag(hint: ScanHint | None) -> str:
     """The hint as a fingerprint names it: planner, "!" when alone, "=dim" when named,
-    then "~" and the inlined variables' names (hex, comma-separated) when any."""
+    "+" and a hypercube's axes (hex, comma-separated) when any, then "~" and the inlined
+    variables' names (hex, comma-separated) when any."""
     hint = hint or ScanHint()
     inline = ("~" + ",".join(n.encode().hex() for n in sorted(hint.inline))) \
         if hint.inline else ""
+    dims = ("+" + ",".join(d.encode().hex() for d in hint.dims)) if hint.dims else ""
     return hint.planner + ("!" if hint.alone else "") + \
-        (f"={hint.concat_dim}" if hint.concat_dim is not None else "") + inline
+        (f"={hint.concat_dim}" if hint.concat_dim is not None else "") + dims + inline
 
 
 def hint_of(fingerprint: str) -> ScanHint | None:
@@ -48,9 +50,11 @@ def hint_of(fingerprint: str) -> ScanHint | None:
     tag = parts[1].rsplit(":", 1)[0]
     tag, tilde, names = tag.rpartition("~") if "~" in tag else (tag, "", "")
     inline = frozenset(bytes.fromhex(n).decode() for n in names.split(",") if n)
+    tag, _, axes = tag.partition("+")
+    dims = tuple(bytes.fromhex(d).decode() for d in axes.split(",") if d)
     planner, _, dim = tag.partition("=")
     alone = planner.endswith("!")
-    return ScanHint(planner.rstrip("!"), dim if "=" in tag else None, alone, inline)
+    return ScanHint(planner.rstrip("!"), dim if "=" in tag else None, alone, inline, dims)
 
 
 def _canon(x) -> bytes:

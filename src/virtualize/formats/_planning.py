@@ -16,7 +16,9 @@ After a format's scanner has read the file's metadata, `add_planning_data` adds
 - `Variable.values` for what the plan may store in the cube: the CF bounds of a
   coordinate (re-expressed with it when files count time from different origins), and
   variables that cannot be referenced but are small enough to be inlined automatically
-  (at most `INLINE_VALUES_LIMIT` decoded bytes).
+  (at most `INLINE_VALUES_LIMIT` decoded bytes), and every small scalar (a number, or
+  text of at most `SCALAR_VALUE_LIMIT` bytes): a new axis' coordinate may be a scalar
+  variable's value in each file (`--coord member=var:realization`, plan/coords.py).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from ..conventions import (  # noqa: F401 (the planning conventions, read here b
     REFERENCE_KINDS,
     ScanHint,
     at_shape,
+    coordinate_bounds,
     default_concat_dim,
     grid_mappings,
     must_agree,
@@ -40,6 +43,8 @@ from ..conventions import (  # noqa: F401 (the planning conventions, read here b
 )
 from ..model import MATERIALIZED, FileInventory, Location, Problem
 from ._values import COORD_VALUES_LIMIT
+
+SCALAR_VALUE_LIMIT = 256  # bytes: scalars up to this size have their value recorded
 
 
 def agreeing(inv: FileInventory, hint: ScanHint | None) -> set[str]:
@@ -53,9 +58,15 @@ def agreeing(inv: FileInventory, hint: ScanHint | None) -> set[str]:
     if hint.planner == "mosaic":
         return inline | {n for n, v in inv.variables.items()
                          if not v.shape or v.basename in mappings or "grid_mapping_name" in v.attrs}
-    dim = hint.concat_dim if hint.concat_dim is not None else default_concat_dim(inv)
-    new_axis = dim is None or not any(dim in v.dims for v in inv.variables.values())
-    return inline | {n for n, v in inv.variables.items() if must_agree(v, dim, new_axis, mappings)}
+    out = set(inline)
+    bounds = coordinate_bounds(inv)
+    dims = hint.dims or (hint.concat_dim if hint.concat_dim is not None
+                         else default_concat_dim(inv),)
+    for dim in dims:  # (a hypercube's: what must agree along any of its axes)
+        new_axis = dim is None or not any(dim in v.dims for v in inv.variables.values())
+        out |= {n for n, v in inv.variables.items()
+                if must_agree(v, dim, new_axis, mappings, bounds)}
+    return out
 
 
 def add_planning_data(inv: FileInventory, read=None, hint: ScanHint | None = None
@@ -90,6 +101,9 @@ def add_planning_data(inv: FileInventory, read=None, hint: ScanHint | None = Non
             # a mosaic over time: a tile's date may be a scalar `concat_dim` variable
             (hint is not None and hint.planner == "mosaic" and name == hint.concat_dim
              and size == 1) or
+            # a small scalar's value: a new axis' coordinate may be it (--coord DIM=var:NAME)
+            (not v.shape and v.blocks is not None and v.dtype.kind in "biufSU"
+             and v.dtype.itemsize <= SCALAR_VALUE_LIMIT and name not in refused) or
             (name in inlinable and size * v.dtype.itemsize <= INLINE_VALUES_LIMIT))
         if wants_values:
             try:

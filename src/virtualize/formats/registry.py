@@ -30,8 +30,10 @@ FORMATS = (
     "netcdf3",   # netCDF classic (CDF-1, CDF-2, CDF-5)
     "tiff",      # TIFF, BigTIFF, GeoTIFF, OME-TIFF
     "fits",      # FITS images (astropy: the optional extra [fits])
+    "grib",      # GRIB 1 and 2 messages (ecCodes: the optional extra [grib])
     "kerchunk",  # kerchunk reference sets (JSON, parquet), reading their data files
     "zarr2",     # zarr v2 directory stores, referencing their chunk files
+    "hdf4",      # HDF4 SD datasets (pyhdf: the optional extra [hdf4])
 )
 
 

@@ -19,7 +19,15 @@ from typing import Any
 
 import numpy as np
 
-from ..conventions import at_shape, default_concat_dim, grid_mappings, py, stacks, unlimited_dims
+from ..conventions import (
+    at_shape,
+    coordinate_bounds,
+    default_concat_dim,
+    grid_mappings,
+    py,
+    stacks,
+    unlimited_dims,
+)
 from ..model import (
     MATERIALIZED,
     REF_DTYPE,
@@ -72,14 +80,18 @@ class ConcatOptions:
     # (api: formats.read_values) so that plan/ imports no scanner; None: such a variable is
     # refused (located)
     read: Callable[[str, str], Any] | None = None
-    # files holding different variables (plan/merge.py): "exact" (every variable covers
-    # the same span of the concat axis) or "outer" (the union; steps no file holds read
-    # as the variable's fill value)
+    # files holding different variables (plan/merge.py), and a hypercube's missing cells
+    # (plan/hypercube.py): "exact" (every variable covers the same span of the concat
+    # axis; a missing cell is refused) or "outer" (the union; steps or cells no file holds
+    # read as the variable's fill value)
     join: str = "exact"
     # attributes differing between files (plan/attrs.py): drop_conflicts, override, identical
     combine_attrs: str = "drop_conflicts"
     # keep only these variables and the coordinates they need (None: all)
     variables: frozenset[str] | None = None
+    # a new axis' values, one per file in the order given (plan/coords.py `resolve`): its
+    # coordinate, instead of dates in the file names
+    new_values: Sequence[Any] | None = None
 
 
 @dataclass
@@ -217,12 +229,24 @@ def _coordinate_from_names(ctx: _Context, dim: str) -> None:
     """A stack along a new axis gets that axis' coordinate from dates in the file names
     (2024-01-01.tif, S2_20240101T103021.tif), when every name has one."""
     invs = ctx.invs
+    if ctx.opts.new_values is not None and ctx.resume is None:
+        from .coords import coordinate_plan
+
+        coord = coordinate_plan(dim, ctx.opts.new_values)
+        for i in range(len(invs)):
+            value = coord.inline[i:i + 1]
+            ctx.own(i).variables[dim] = Variable(
+                name=dim, dtype=value.dtype, shape=(1,), dims=(dim,), attrs=dict(coord.attrs),
+                fill_value=None, codecs=[], blocks=None, values=value, is_coordinate=True)
+        return
     anchor = ctx.resume is not None and dim in invs[0].variables
     if anchor:  # appending: the cube's coordinate keeps its origin and unit
         invs = invs[1:]
     dates = dates_in_names([inv.path for inv in invs])
     if dates is None:
-        ctx.notes.append(f"the file names hold no date each: {dim!r} has no coordinate values")
+        ctx.notes.append(f"the file names hold no date each: {dim!r} has no coordinate values "
+                         f"(give them with --coord {dim}=v1,v2,... in file order, or from each "
+                         f"file: --coord {dim}=attr:NAME, var:NAME or name:REGEX)")
         return
     start = min(dates)
     whole_days = all(d.hour == d.minute == d.second == 0 for d in dates)
@@ -501,9 +525,10 @@ def _combined_groups(ctx: _Context, arrays: dict[str, ArrayPlan]) -> dict[str, d
 
 
 def _stacks(ctx: _Context, v: Variable) -> bool:
-    """In new-axis mode, which variables get the axis: data, not coordinates, scalars or
-    grid mappings (those must be the same in every file; the scan's rule)."""
-    return stacks(v, grid_mappings(ctx.invs[0]))
+    """In new-axis mode, which variables get the axis: data, not coordinates, their
+    bounds, scalars or grid mappings (those must be the same in every file; the scan's
+    rule)."""
+    return stacks(v, grid_mappings(ctx.invs[0]), coordinate_bounds(ctx.invs[0]))
 
 
 def _why_shared(ctx: _Context) -> str:

@@ -125,6 +125,9 @@ def plan_mosaic_over_time(inventories: Sequence[FileInventory], opts: MosaicOpti
     arrays[dim] = time
     ctx.figures[dim] = figure_of(time)
     ctx.mosaic = subs[0].mosaic  # the first date's map; the dates are listed in a note
+    if ctx.mosaic is not None:
+        ctx.mosaic = replace(ctx.mosaic, dated=[(t.inv.path, t.row0, t.col0, t.height, t.width)
+                                                for t in ctx.tiles])
     shown = [coord.show(k) for k in keys]
     ctx.notes.append(f"a mosaic over {dim!r}: {len(keys)} date(s), each placed on one spatial "
                      f"grid ({coord.source}): " + ", ".join(shown[:10])

@@ -1,0 +1,115 @@
+"""GRIB 1 and 2 files as sources: every message one chunk (docs/grib.md).
+
+- `messages.py`: messages found by their own length fields (no library), headers only.
+- `scan.py`: each message's keys by ecCodes (headers only; the [grib] extra), messages
+  grouped into arrays with cfgrib's axes and coordinates.
+- The values are ecCodes' (`virtualize.codecs.GribCodec`, the `virtualize.grib` zarr codec;
+  `read_grib_region` here for the readers of the sources' own values).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+
+from ... import storage
+from ...codecs import grib_decode
+from ...model import FileInventory
+from .._planning import finish
+from ..base import Format
+from . import messages as _messages
+from . import scan as _scan
+
+
+def scan_grib(path: str) -> FileInventory:
+    """Scan one GRIB file. Content problems are returned; a damaged message raises."""
+    ec = _scan.eccodes()
+    if ec is None:
+        raise _scan.missing(path)
+    st = storage.stat(path)
+    local = not storage.is_url(path)
+    with storage.open_source(path, st.st_size) as f:
+        found, notes = _messages.walk(f, path, st.st_size)
+        bytes_read, requests = f.bytes_read, f.requests
+    if local:  # (ecCodes reads the headers through a file of its own)
+        with open(path, "rb") as raw:
+            fields = _scan.fields(ec, path, raw, found, True)
+    else:
+        with storage.open_source(path, st.st_size) as f:
+            fields = _scan.fields(ec, path, f, found, False)
+            bytes_read, requests = bytes_read + f.bytes_read, requests + f.requests
+    inv = _scan.inventory(path, st, fields, notes)
+    inv.bytes_read, inv.requests = bytes_read, requests
+    return inv
+
+
+def read_grib_region(path: str, name: str,
+                     region: tuple[tuple[int, int], ...] | None = None) -> np.ndarray:
+    """Values of array `name` as ecCodes decodes its messages (NaN where no message is or
+    the bit-map says missing); coordinates as the scan computed them."""
+    inv = _scanned(path)
+    v = inv.variables[name]
+    region = region if region is not None else tuple((0, n) for n in v.shape)
+    sel = tuple(slice(a, b) for a, b in region)
+    if v.values is not None:
+        return np.asarray(v.values)[sel]
+    nlead = len(v.shape) - grid_ndim(v)
+    grid = v.shape[nlead:]
+    out = np.full(tuple(b - a for a, b in region[:nlead]) + grid, np.nan, dtype=v.dtype)
+    refs = v.blocks.refs.reshape(v.blocks.refs.shape[:nlead])
+    with storage.open_source(path, inv.size) as f:
+        for cell in np.ndindex(*out.shape[:nlead]):
+            at = tuple(c + r[0] for c, r in zip(cell, region))
+            ref = refs[at]
+            if ref["length"]:
+                f.seek(int(ref["offset"]))
+                values = grib_decode(f.read(int(ref["length"])), int(np.prod(grid)))
+                out[cell] = values.reshape(grid)
+    return out[(slice(None),) * nlead + sel[nlead:]]
+
+
+_LAST: dict = {}
+
+
+def _scanned(path: str) -> FileInventory:
+    """The file's inventory, kept for the next read of the same unchanged file (the decode
+    check and inlining read many regions of one file)."""
+    st = storage.stat(path)
+    key = (str(path), st.st_size, st.st_mtime_ns, st.etag)
+    if key not in _LAST:
+        _LAST.clear()
+        _LAST[key] = scan_grib(path)
+    return _LAST[key]
+
+
+def grid_ndim(v) -> int:
+    """How many of an array's last axes are its grid's (what one message holds): one for
+    `values` (reduced and other grids), else two."""
+    return 1 if v.dims[-1].startswith("values") else 2
+
+
+def _installed(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError, AttributeError):  # (a module blocked in sys.modules)
+        return False
+
+
+class Grib(Format):
+    name = "grib"
+    suffixes = (".grib", ".grb", ".grib1", ".grib2", ".grb1", ".grb2")
+    inventory_formats = ("grib",)
+    modules = (__name__, *(("eccodes",) if _installed("eccodes") else ()))
+
+    def sniff(self, head: bytes, f=None) -> bool:
+        return head[:4] == _messages.MAGIC and len(head) >= 8 and head[7] in (1, 2)
+
+    def scan(self, path: str, hint=None) -> FileInventory:
+        return finish(scan_grib(path), hint)
+
+    def read_region(self, path: str, name: str, region=None):
+        return read_grib_region(path, name, region)
+
+
+FORMAT = Grib()

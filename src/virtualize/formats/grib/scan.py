@@ -1,0 +1,479 @@
+"""GRIB messages -> arrays, as cfgrib arranges them (docs/grib.md).
+
+Each message's keys are read by ecCodes from its headers (`codes_grib_new_from_file` in
+headers-only mode at the offset `messages.walk` found, or, for a remote file, from the
+message's bytes): no value is decoded. Messages are grouped into one array per variable
+(shortName, paramId), level type (typeOfLevel) and grid (the grid section's bytes); the
+array's axes are those cfgrib gives: `number` (ensemble member), `time` (reference time),
+`step`, the level (named after typeOfLevel), then the grid's (`latitude`, `longitude`
+for regular grids, `y`, `x` for other Ni x Nj grids, `values` for reduced and other
+grids). `time` is always an axis (length 1 for one reference time: a stack of forecast
+files joins along it); `number`, `step` and the level are axes when the file holds more
+than one value, else scalar coordinates. Every message is one chunk (decoded by the
+`virtualize.grib` codec); a cell no message fills reads as NaN (cfgrib's fill), two
+messages for one cell are refused.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ...codecs import GRIB
+from ...model import REF_DTYPE as REF
+from ...model import (
+    BlockTable,
+    Dimension,
+    FileInventory,
+    Location,
+    Problem,
+    Variable,
+    VirtualizeError,
+)
+from .._values import bytes_codec, plain
+from .messages import Message
+
+EXTRA = "pip install 'virtualize[grib]'"
+EPOCH = dt.datetime(1970, 1, 1)
+TIME_UNITS = "seconds since 1970-01-01T00:00:00"
+DTYPE = np.dtype("<f8")  # what ecCodes' codes_get_values returns
+KEYS = ("shortName", "paramId", "typeOfLevel", "gridType", "cfName", "name", "units",
+        "stepType", "dataType", "centre")
+# what follows from the parameter (ecCodes' costliest lookups): asked once per parameter
+PARAMETER_KEYS = ("cfName", "name", "units", "centre")
+REGULAR = ("regular_ll", "regular_gg")
+# attributes of the level axes cfgrib knows best
+LEVELS = {"isobaricInhPa": {"units": "hPa", "positive": "down", "stored_direction": "decreasing",
+                            "standard_name": "air_pressure", "long_name": "pressure"},
+          "isobaricInPa": {"units": "Pa", "positive": "down", "stored_direction": "decreasing",
+                           "standard_name": "air_pressure",
+                           "long_name": "pressure"},
+          "hybrid": {"units": "1", "positive": "down", "long_name": "hybrid level",
+                     "standard_name": "atmosphere_hybrid_sigma_pressure_coordinate"},
+          "heightAboveGround": {"units": "m", "positive": "up", "standard_name": "height",
+                                "long_name": "height above the surface"}}
+
+
+def eccodes():
+    try:
+        import eccodes as ec
+    except (ImportError, OSError, RuntimeError):  # (no wheel, or its library will not load)
+        return None
+    return ec
+
+
+def missing(path: str) -> VirtualizeError:
+    return VirtualizeError([Problem(Location(path), "missing-library",
+                                    f"reading GRIB needs ecCodes: {EXTRA}")],
+                           f"{path}: reading GRIB needs ecCodes ({EXTRA})")
+
+
+@dataclass
+class Field:
+    """One message's keys: what groups and places it."""
+
+    message: Message
+    keys: dict
+    number: int
+    time: int  # reference time, seconds since 1970
+    step: int  # endStep in minutes
+    level: float
+    shape: tuple[int, ...]  # the grid's shape (Nj, Ni) or (numberOfPoints,)
+    geo: dict = field(default_factory=dict)  # the grid's keys (ecCodes' geography namespace)
+    problem: str | None = None  # why its values cannot be a chunk
+
+
+def _get(ec, h, key, kind=None, default=None):
+    try:
+        if not ec.codes_is_defined(h, key):
+            return default
+        return ec.codes_get(h, key, kind) if kind else ec.codes_get(h, key)
+    except Exception:  # (a key ecCodes defines but cannot compute for this message)
+        return default
+
+
+def _geography(ec, h) -> dict:
+    out = {}
+    it = ec.codes_keys_iterator_new(h, "geography")
+    try:
+        while ec.codes_keys_iterator_next(it):
+            k = ec.codes_keys_iterator_get_name(it)
+            try:
+                if ec.codes_get_size(h, k) > 1:
+                    out[k] = ec.codes_get_array(h, k)
+                else:
+                    out[k] = ec.codes_get(h, k)
+            except Exception:  # (a key that needs the values: left out)
+                continue
+    finally:
+        ec.codes_keys_iterator_delete(it)
+    return out
+
+
+def fields(ec, path: str, f, messages: list[Message], local: bool) -> list[Field]:
+    """Every message's keys, read by ecCodes from its headers."""
+    out = []
+    known: dict[tuple, dict] = {}
+    for m in messages:
+        where = f"message {m.index} (at byte offset {m.offset})"
+        try:
+            if local:
+                f.seek(m.offset)
+                h = ec.codes_grib_new_from_file(f, headers_only=True)
+            else:
+                f.seek(m.offset)
+                h = ec.codes_new_from_message(f.read(m.length))
+        except Exception as e:
+            raise VirtualizeError([Problem(Location(path), "corrupt",
+                                           f"{where}: ecCodes cannot read its headers ({e})")],
+                                  f"{path}: not a valid GRIB file") from None
+        if h is None:
+            raise VirtualizeError([Problem(Location(path), "corrupt",
+                                           f"{where}: ecCodes finds no message there")])
+        try:
+            out.append(_field(ec, h, m, path, where, local, known))
+        finally:
+            ec.codes_release(h)
+    return out
+
+
+def _field(ec, h, m: Message, path: str, where: str, local: bool, known: dict) -> Field:
+    if local and (_get(ec, h, "offset", int) != m.offset or
+                  _get(ec, h, "totalLength", int) != m.length):
+        raise VirtualizeError([Problem(Location(path), "corrupt", (
+            f"{where}: ecCodes reads a message of {_get(ec, h, 'totalLength', int)} bytes at "
+            f"byte offset {_get(ec, h, 'offset', int)}, its length fields say {m.length} bytes "
+            f"at {m.offset}"))])
+    keys = {k: _get(ec, h, k, str) for k in KEYS if k not in PARAMETER_KEYS}
+    keys["paramId"] = _get(ec, h, "paramId", int, 0)
+    # (and the centre, whose local tables may name a parameter otherwise: GRIB2 section 1
+    # octets 6-7, GRIB1 section 1 octet 5)
+    param = (keys["paramId"], keys["shortName"], m.edition,
+             m.head[21:23] if m.edition == 2 else m.head[12:13])
+    if param not in known:
+        known[param] = {k: _get(ec, h, k, str) for k in PARAMETER_KEYS}
+    keys.update(known[param])
+    date, time = _get(ec, h, "dataDate", int, 0), _get(ec, h, "dataTime", int, 0)
+    try:
+        ref = dt.datetime(date // 10000, date // 100 % 100, date % 100, time // 100, time % 100)
+    except ValueError:
+        raise VirtualizeError([Problem(Location(path), "corrupt", (
+            f"{where}: dataDate {date}, dataTime {time} is no date"))]) from None
+    ec.codes_set(h, "stepUnits", "m")
+    step = _get(ec, h, "endStep", int)
+    geo = _geography(ec, h)
+    gt = keys["gridType"] or ""
+    ni, nj = _get(ec, h, "Ni", int), _get(ec, h, "Nj", int)
+    points = _get(ec, h, "numberOfPoints", int, 0)
+    problem = None
+    if gt not in ("reduced_gg", "reduced_ll", "sh") and ni and nj and ni > 0 and nj > 0 and \
+            ni * nj == points:
+        shape = (nj, ni)
+        if geo.get("jPointsAreConsecutive") or _get(ec, h, "alternativeRowScanning", int):
+            problem = ("its points run along columns (jPointsAreConsecutive) or alternate "
+                       "row directions: no (y, x) reading of ecCodes' values is proven")
+    else:
+        shape = (points,)
+    if gt == "sh" or not points:
+        problem = f"a {gt or 'gridless'} field (no grid points)"
+    if step is None:
+        problem = "its step is not a whole number of minutes"
+        step = 0
+    if m.bitmap == 254:
+        problem = "its bit-map is the previous message's (bit-map indicator 254)"
+    if m.fields > 1:
+        problem = f"a message of {m.fields} fields (only single-field messages are chunks)"
+    return Field(m, keys, _get(ec, h, "number", int, 0) or 0,
+                 int((ref - EPOCH).total_seconds()), int(step),
+                 float(_get(ec, h, "level", float, 0.0)), shape, geo, problem)
+
+
+# -- arrays ---------------------------------------------------------------------------------
+
+@dataclass
+class Array:
+    name: str
+    fields: list[Field]
+    axes: dict[str, np.ndarray]  # key -> sorted distinct values (number, time, step, level)
+    level_name: str
+
+
+def _array_name(f: Field) -> str:
+    short = f.keys["shortName"]
+    return short if short and short != "unknown" else f"p{f.keys['paramId']}"
+
+
+def arrays(fs: list[Field]) -> list[Array]:
+    """Messages grouped per variable, level type, step type (instant, accum, avg, ...: as
+    cfgrib's datasets) and grid, named by shortName; a name several groups share gets
+    `_<typeOfLevel>` where their level types differ, `_<stepType>` where their step types
+    do, then `_<k>`."""
+    groups: dict[tuple, list[Field]] = {}
+    for f in fs:
+        key = (f.keys["shortName"], f.keys["paramId"], f.keys["typeOfLevel"],
+               f.keys["stepType"], f.message.grid, f.shape)
+        groups.setdefault(key, []).append(f)
+    names = [_array_name(g[0]) for g in groups.values()]
+    shared: dict[str, list[tuple]] = {}
+    for key, name in zip(groups, names):
+        shared.setdefault(name, []).append(key)
+    out, taken = [], set()
+    for (key, group), name in zip(groups.items(), names):
+        others = shared[name]
+        if len(others) > 1:
+            for i in (2, 3):  # (typeOfLevel, stepType)
+                if len({k[i] for k in others}) > 1:
+                    name = f"{name}_{key[i]}"
+        base, k = name, 1
+        while name in taken:
+            name, k = f"{base}_{k}", k + 1
+        taken.add(name)
+        axes = {a: np.unique(np.array([getattr(f, a) for f in group]))
+                for a in ("number", "time", "step", "level")}
+        level = group[0].keys["typeOfLevel"] or "level"
+        if LEVELS.get(level, {}).get("stored_direction") == "decreasing":
+            axes["level"] = axes["level"][::-1]  # (cfgrib's order: 1000 hPa first)
+        out.append(Array(name, group, axes, level))
+    return out
+
+
+def _shown(key: str, value) -> str:
+    if key == "time":
+        return (EPOCH + dt.timedelta(seconds=int(value))).isoformat()
+    return f"{value} min" if key == "step" else str(value)
+
+
+def _step_values(minutes: np.ndarray) -> tuple[np.ndarray, str]:
+    if (minutes % 60 == 0).all():
+        return (minutes // 60).astype(np.int64), "hours"
+    return minutes.astype(np.int64), "minutes"
+
+
+def _grid_coords(f: Field, path: str, name: str, notes: list[Problem]
+                 ) -> tuple[tuple[str, ...], list[tuple[str, tuple[str, ...], np.ndarray, dict]]]:
+    """The grid's dimension names and coordinate variables (name, dims, values, attrs)."""
+    g, gt = f.geo, f.keys["gridType"]
+    lat_attrs = {"units": "degrees_north", "standard_name": "latitude", "long_name": "latitude"}
+    lon_attrs = {"units": "degrees_east", "standard_name": "longitude", "long_name": "longitude"}
+    if gt in REGULAR and len(f.shape) == 2:
+        nj, ni = f.shape
+        la1, la2 = g.get("latitudeOfFirstGridPointInDegrees"), g.get("latitudeOfLastGridPointInDegrees")
+        if gt == "regular_ll":
+            dj = g.get("jDirectionIncrementInDegrees")
+            lats = None if dj is None or la1 is None or dj <= 0 else \
+                la1 + np.arange(nj) * (dj if g.get("jScansPositively") else -dj)
+        else:
+            lats = _gaussian(f, g)
+            if lats is not None and la1 is not None:
+                lats = lats[::-1] if g.get("jScansPositively") else lats
+                k = int(np.argmin(np.abs(lats - la1)))
+                lats = lats[k:k + nj] if abs(lats[k] - la1) < 1e-3 else lats[:0]
+                lats = lats if len(lats) == nj else None
+            else:
+                lats = None
+        di, lo1 = g.get("iDirectionIncrementInDegrees"), g.get("longitudeOfFirstGridPointInDegrees")
+        lo2 = g.get("longitudeOfLastGridPointInDegrees")
+        lons = None if di is None or lo1 is None or di <= 0 else \
+            lo1 + np.arange(ni) * (-di if g.get("iScansNegatively") else di)
+        # the increments must lead from the first point to the last, to the keys' precision
+        # (GRIB1: millidegrees); else ecCodes computes other coordinates than the keys
+        # say: none are given
+        if lats is not None and (la2 is None or abs(lats[-1] - la2) > 1.5e-3):
+            lats = None
+        if lons is not None and (lo2 is None or
+                                 abs((lons[-1] - lo2 + 180.0) % 360.0 - 180.0) > 1.5e-3):
+            lons = None
+        if lats is not None and lons is not None:
+            return ("latitude", "longitude"), [("latitude", ("latitude",), lats, lat_attrs),
+                                               ("longitude", ("longitude",), lons, lon_attrs)]
+        notes.append(Problem(Location(path, name), "grib-grid",
+                             f"a {gt} grid whose increments do not lead from its first point to its "
+                             "last: no latitude / longitude (its definition is in the array's "
+                             "attributes)", fatal=False))
+        return ("y", "x"), []
+    if gt == "reduced_gg" and len(f.shape) == 1 and g.get("global") in (None, 1):
+        lats, pl = _gaussian(f, g), np.asarray(g.get("pl", ()), dtype=np.int64)
+        lo1 = g.get("longitudeOfFirstGridPointInDegrees", 0.0)
+        if lats is not None and pl.size == lats.size and int(pl.sum()) == f.shape[0] and \
+                g.get("latitudeOfFirstGridPointInDegrees") is not None and \
+                abs(g["latitudeOfFirstGridPointInDegrees"] - lats[0]) < 1e-3:
+            lat = np.repeat(lats, pl)
+            lon = np.concatenate([lo1 + np.arange(n) * 360.0 / n for n in pl])
+            return ("values",), [("latitude", ("values",), lat, lat_attrs),
+                                 ("longitude", ("values",), lon, lon_attrs)]
+    if len(f.shape) == 2:
+        return ("y", "x"), []
+    if gt not in ("unstructured_grid",):
+        notes.append(Problem(Location(path, name), "grib-grid", (
+            f"a {gt} grid: no latitude / longitude coordinates (its definition is in the "
+            "array's attributes)"), fatal=False))
+    return ("values",), []
+
+
+def _gaussian(f: Field, g: dict):
+    n = g.get("N")
+    ec = eccodes()
+    if not n or ec is None:
+        return None
+    return np.array(list(ec.codes_get_gaussian_latitudes(int(n))), dtype=np.float64)
+
+
+def _grid_attrs(f: Field) -> dict:
+    out = {}
+    for k, v in f.geo.items():
+        if k == "pl":
+            continue
+        try:
+            out[f"GRIB_{k}"] = plain(v.tolist() if isinstance(v, np.ndarray) else v)
+        except ValueError:
+            continue
+    return out
+
+
+class _Coords:
+    """Coordinate variables by name; a name asked with other values is `<name>_<k>`."""
+
+    def __init__(self) -> None:
+        self.vars: dict[str, Variable] = {}
+
+    def add(self, name: str, dims: tuple[str, ...], values: np.ndarray, attrs: dict,
+            rename: dict[str, str]) -> str:
+        values = np.asarray(values)
+        dims = tuple(rename.get(d, d) for d in dims)
+        base, k = name, 1
+        while name in self.vars:
+            v = self.vars[name]
+            if v.dims == dims and v.values.shape == values.shape and \
+                    v.values.dtype == values.dtype and np.array_equal(v.values, values) \
+                    and v.attrs == attrs:
+                return name
+            name, k = f"{base}_{k}", k + 1
+        self.vars[name] = Variable(name=name, dtype=values.dtype, shape=values.shape,
+                                   dims=dims, attrs=attrs, fill_value=None,
+                                   codecs=[bytes_codec(values.dtype)], blocks=None,
+                                   values=values, is_coordinate=dims == (name,))
+        return name
+
+
+def inventory(path: str, st, fs: list[Field], notes: list[Problem]) -> FileInventory:
+    problems = list(notes)
+    coords = _Coords()
+    variables: dict[str, Variable] = {}
+    dimensions: dict[str, Dimension] = {}
+    for a in arrays(fs):
+        v = _variable(path, a, coords, problems)
+        if v is not None:
+            variables[a.name] = v
+    for c in coords.vars.values():
+        variables.setdefault(c.name, c)
+    for v in variables.values():
+        for d, n in zip(v.dims, v.shape):
+            dimensions[d] = Dimension(d, n)
+    inv = FileInventory(path, "grib", st.st_size, st.st_mtime_ns, {"": {
+        "GRIB_edition": sorted({f.message.edition for f in fs}),
+        "GRIB_centre": fs[0].keys["centre"], "Conventions": "CF-1.7"}},
+        dimensions, variables, problems)
+    inv.etag = st.etag
+    return inv
+
+
+def _variable(path: str, a: Array, coords: _Coords, problems: list[Problem]) -> Variable | None:
+    f0 = a.fields[0]
+    bad = [f for f in a.fields if f.problem]
+    if bad:
+        f = bad[0]
+        problems.append(Problem(Location(path, a.name), "unsupported-grib", (
+            f"message {f.message.index} (at byte offset {f.message.offset}): {f.problem}"
+            + (f"; and {len(bad) - 1} more message(s)" if len(bad) > 1 else ""))))
+        return None
+    names: dict[str, str] = {}  # axis key -> its coordinate variable's name
+    scalars: list[str] = []
+    lead_dims: list[str] = []
+    steps, step_units = _step_values(a.axes["step"])
+    level_attrs = dict(LEVELS.get(a.level_name, {"long_name": a.level_name}))
+    specs = {
+        "number": (a.axes["number"].astype(np.int64),
+                   {"long_name": "ensemble member numerical id", "units": "1",
+                    "standard_name": "realization"}),
+        "time": (a.axes["time"].astype(np.int64),
+                 {"long_name": "initial time of forecast", "standard_name": "forecast_reference_time",
+                  "units": TIME_UNITS, "calendar": "proleptic_gregorian"}),
+        "step": (steps, {"long_name": "time since forecast_reference_time",
+                         "standard_name": "forecast_period", "units": step_units,
+                         "dtype": "timedelta64[ns]"}),  # (xarray decodes a timedelta by it)
+        "level": (a.axes["level"].astype(np.float64), level_attrs),
+    }
+    for key, (values, attrs) in specs.items():
+        cname = a.level_name if key == "level" else key
+        if key == "time" or len(values) > 1:
+            names[key] = coords.add(cname, (cname,), values, attrs, {cname: cname})
+            if names[key] != cname:  # (its own dimension name: the coordinate's)
+                del coords.vars[names[key]]
+                names[key] = coords.add(names[key], (names[key],), values, attrs, {})
+            lead_dims.append(names[key])
+        else:
+            scalars.append(coords.add(cname, (), values.reshape(()), attrs, {}))
+    grid_dims, grid_coords = _grid_coords(f0, path, a.name, problems)
+    rename: dict[str, str] = {}
+    for cname, dims, values, attrs in grid_coords:
+        got = coords.add(cname, dims, values, attrs, rename)
+        if got != cname and dims == (cname,):
+            del coords.vars[got]
+            rename[cname] = got
+            got = coords.add(got, (got,), values, attrs, rename)
+        elif got != cname:
+            for d in dims:  # (the grid's own points: a dimension of its own)
+                rename.setdefault(d, f"{d}_{a.name}")
+            del coords.vars[got]
+            got = coords.add(got, dims, values, attrs, rename)
+        if dims != (cname,):
+            scalars.append(got)
+    grid_dims = tuple(rename.get(d, d) for d in grid_dims)
+    # messages into their cells
+    lead = [a.axes[k] for k in ("number", "time", "step", "level") if k in names]
+    where = {k: {x: i for i, x in enumerate(a.axes[k].tolist())} for k in names}
+    index = [[where[k][getattr(f, k)] for f in a.fields]
+             for k in ("number", "time", "step", "level") if k in names]
+    grid = tuple(len(v) for v in lead)
+    refs = np.zeros(grid + (1,) * len(f0.shape), dtype=REF)
+    flat = refs.reshape(-1)
+    cell = np.ravel_multi_index(index, grid) if grid else np.zeros(len(a.fields), dtype=np.int64)
+    order = np.argsort(cell, kind="stable")
+    dup = np.nonzero(np.diff(cell[order]) == 0)[0]
+    if dup.size:
+        f1, f2 = a.fields[order[dup[0]]], a.fields[order[dup[0] + 1]]
+        block = np.unravel_index(cell[order[dup[0]]], grid) if grid else ()
+        problems.append(Problem(Location(path, a.name, block=tuple(block) + (0,) * len(f0.shape)),
+                                "duplicate-message", (
+            f"messages {f1.message.index} and {f2.message.index} (at byte offsets "
+            f"{f1.message.offset} and {f2.message.offset}) are both {a.name} at "
+            + ", ".join(f"{k} {_shown(k, getattr(f1, k))}"
+                        for k in ("number", "time", "step", "level"))
+            + f" ({dup.size} such pair(s)): which one the cube holds cannot be chosen")))
+        return None
+    flat["offset"][cell] = [f.message.offset for f in a.fields]
+    flat["length"][cell] = [f.message.length for f in a.fields]
+    holes = int(np.prod(grid)) - len(a.fields) if grid else 0
+    if holes:
+        first = np.unravel_index(int(np.nonzero(flat["length"] == 0)[0][0]), grid)
+        problems.append(Problem(Location(path, a.name, block=tuple(first) + (0,) * len(f0.shape)),
+                                "grib-hole", (
+            f"{holes} of the {int(np.prod(grid))} cells of {a.name}'s axes have no message: "
+            "they read as NaN (as cfgrib fills them)"), fatal=False))
+    attrs = {"long_name": f0.keys["name"], "units": f0.keys["units"]}
+    if f0.keys["cfName"] and f0.keys["cfName"] != "unknown":
+        attrs["standard_name"] = f0.keys["cfName"]
+    for k in KEYS:
+        attrs[f"GRIB_{k}"] = f0.keys[k]
+    attrs.update(_grid_attrs(f0))
+    if scalars:
+        attrs["coordinates"] = " ".join(scalars)
+    attrs = {k: v for k, v in attrs.items() if v is not None}
+    shape = grid + f0.shape
+    dims = tuple(lead_dims) + grid_dims
+    return Variable(name=a.name, dtype=DTYPE, shape=shape, dims=dims, attrs=attrs,
+                    fill_value=np.float64(np.nan), codecs=[bytes_codec(DTYPE), {"name": GRIB}],
+                    blocks=BlockTable((1,) * len(grid) + f0.shape, padded=False, refs=refs))
+

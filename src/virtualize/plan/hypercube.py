@@ -1,0 +1,564 @@
+"""Hypercubes: files stacked along several axes (`--concat-dim` given several times,
+outermost first), new axes given their coordinate (`--coord`, plan/coords.py).
+
+Each file's position along every axis is resolved (a new axis: its `--coord` value; an
+axis the files have: the first value of its coordinate), the files are put into the cells
+of the grid those positions span (a missing cell, or two files in one, is refused naming
+the cell's coordinates), the files along the innermost axis are planned by the one-axis
+planner, and those sub-plans are stacked along the outer axes, innermost first: data
+variables get a new axis (or are joined along an axis they have), what does not vary
+along an axis (coordinates of the other axes, bounds, grid mappings, scalars) is compared
+across the cells, bit for bit (`compare_shared`), never taken from the first unseen; every
+stacked variable's chunks on the other axes must be the same in every cell.
+"""
+
+from __future__ import annotations
+
+import datetime
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from ..conventions import coordinate_bounds, grid_mappings, py, stacks
+from ..model import (
+    MATERIALIZED,
+    ArrayPlan,
+    Cell,
+    FileInventory,
+    Layout,
+    LayoutAxis,
+    LayoutCell,
+    Location,
+    Plan,
+    Problem,
+    Remedy,
+    UsageError,
+)
+from ._common import (
+    MEANING_ATTRS,
+    Context,
+    codec_key,
+    compare_shared,
+    figure_of,
+    first_difference,
+    inline_plan,
+    same_value,
+)
+from .concat import ConcatOptions
+from .coords import CoordSpec, coordinate_plan, label, resolve
+from .merge import plan_merge
+
+
+@dataclass
+class HypercubeOptions:
+    dims: Sequence[str] = ()  # the concatenation axes, outermost first
+    coords: dict[str, CoordSpec] = field(default_factory=dict)  # new axes' values
+    concat: ConcatOptions = field(default_factory=ConcatOptions)
+
+
+def plan_hypercube(inventories: Sequence[FileInventory], options: HypercubeOptions | None = None
+                   ) -> tuple[Plan, list[Problem]]:
+    """Plan one cube from files stacked along `options.dims` (outermost first). One axis
+    without a `--coord` is the one-axis planner's stack (`plan_merge`)."""
+    opts = options or HypercubeOptions()
+    dims = list(opts.dims) or ([opts.concat.concat_dim] if opts.concat.concat_dim else [])
+    invs = list(inventories)
+    if len(set(dims)) != len(dims):
+        raise UsageError(f"--concat-dim given twice for one axis: {', '.join(dims)}")
+    for d in opts.coords:
+        if d not in dims:
+            raise UsageError(f"--coord {d}=...: {d!r} is not a concatenation axis "
+                             f"(--concat-dim {d})" + (f"; the axes are {', '.join(dims)}"
+                                                      if dims else ""))
+    if len(dims) <= 1 and not opts.coords:
+        return _inner(opts, invs, dims[0] if dims else None, None)
+    problems: list[Problem] = []
+    notes: list[str] = []
+    drop = set(opts.concat.drop)
+    keys: dict[str, list] = {}  # per axis, each file's position
+    spans: dict[str, list] = {}  # per axis the files have, each file's (first, last)
+    new: dict[str, bool] = {}
+    for d in dims:
+        has = [any(d in v.dims for v in inv.variables.values()) for inv in invs]
+        new[d] = not any(has)
+        spec = opts.coords.get(d)
+        if new[d]:
+            if spec is None and len(dims) > 1:
+                problems.append(Problem(Location(None, None, d), "coord-unresolved",
+                                        f"no file has a dimension {d!r}: give each file's "
+                                        f"position along it with --coord {d}=attr:NAME, "
+                                        f"var:NAME, name:REGEX or v1,v2,..."))
+                continue
+            if spec is None:
+                return _inner(opts, invs, d, None)
+            values, ps = resolve(invs, d, spec)
+            problems.extend(ps)
+            if values is not None:
+                keys[d] = values
+                notes.append(f"{d!r} is a new axis, its values from --coord {d}={spec.text()}")
+                if spec.kind == "var":
+                    drop.add(spec.arg)  # (its values are the axis' coordinate now)
+            continue
+        if spec is not None:
+            raise UsageError(f"--coord {d}={spec.text()}: the files have a dimension {d!r}; "
+                             "its coordinate comes from the files")
+        for inv, h in zip(invs, has):
+            if not h:
+                problems.append(Problem(Location(inv.path, None, d), "concat-dim-missing",
+                                        f"no variable has the dimension {d!r}", fatal=True))
+        ks, sp = [], []
+        for inv in invs:
+            c = inv.variables.get(d)
+            vals = np.asarray(c.values).reshape(-1) if c is not None and c.values is not None \
+                else None
+            if vals is None or not vals.size:
+                if any(d in v.dims for v in inv.variables.values()):
+                    problems.append(Problem(Location(inv.path, d, d), "coord-unresolved",
+                                            f"the file has no {d!r} coordinate values: its "
+                                            f"place along {d!r} is unknown"))
+                ks.append(None)
+                sp.append(None)
+                continue
+            ks.append(py(vals[0]))
+            sp.append((py(vals[0]), py(vals[-1]), c.attrs))
+        keys[d], spans[d] = ks, sp
+    if any(p.fatal for p in problems) or len(keys) != len(dims):
+        return Plan([], {}, {}, dims[-1] if dims else None, notes), problems
+    # the grid: every axis' positions in order, every file's cell
+    # (--no-sort: a new axis' positions in the order the files give them)
+    axis_values = {d: _ordered(keys[d], opts.concat.sort or not new[d]) for d in dims}
+    where = {d: {_k(v): i for i, v in enumerate(axis_values[d])} for d in dims}
+    cells: dict[tuple[int, ...], list[int]] = {}
+    for f in range(len(invs)):
+        cells.setdefault(tuple(where[d][_k(keys[d][f])] for d in dims), []).append(f)
+    labels = {d: [_label(d, v, spans, keys, invs) for v in axis_values[d]] for d in dims}
+
+    def cell_name(index: tuple[int, ...]) -> str:
+        return ", ".join(f"{d}={labels[d][i]!r}" if new[d] and isinstance(
+            axis_values[d][i], str) else f"{d}={labels[d][i]}" for d, i in zip(dims, index))
+
+    # files holding different variables (a merge along the inner axis: tas in yearly
+    # files, pr in 5-year ones) each fill their own grid: one cell holds one file of each
+    held = [_data_vars(inv) for inv in invs]
+    kinds = list(dict.fromkeys(held))
+    for index, fs in cells.items():
+        first: dict[tuple[str, ...], int] = {}
+        for f in fs:
+            if held[f] not in first:
+                first[held[f]] = f
+                continue
+            problems.append(Problem(Location(invs[f].path), "duplicate-cell",
+                                    f"the same cell as {invs[first[held[f]]].path} "
+                                    f"({cell_name(index)}): two files at one place of the grid"
+                                    + (f" (steps of another axis? name it too: --concat-dim "
+                                       f"{dims[0]} --concat-dim DIM)" if len(dims) == 1
+                                       else "")))
+    missing: list[tuple[tuple[int, ...], tuple[str, ...]]] = []
+    outer = opts.concat.join == "outer"
+    if opts.concat.join not in ("exact", "outer"):
+        raise UsageError(f"join must be 'exact' or 'outer', not {opts.concat.join!r}")
+    for kind in kinds:
+        mine = [f for f in range(len(invs)) if held[f] == kind]
+        inner = sorted({where[dims[-1]][_k(keys[dims[-1]][f])] for f in mine})
+        for index in itertools.product(*(range(len(axis_values[d])) for d in dims[:-1]),
+                                       inner):
+            if any(held[f] == kind for f in cells.get(index, ())):
+                continue
+            if not new[dims[-1]] and _covered(index, cells, dims, spans, axis_values,
+                                              set(mine)):
+                continue  # split differently along the inner axis: found when stacked
+            missing.append((index, kind))
+            if not outer:
+                of = f" for {', '.join(kind)}" if len(kinds) > 1 else ""
+                problems.append(Problem(Location(None, None, dims[-1]), "missing-cell",
+                                        f"no file{of} for the cell {cell_name(index)}: the "
+                                        "files must fill the grid their coordinates span "
+                                        "(--join outer: absent chunks that read as the fill "
+                                        "value)"))
+    layout = Layout([LayoutAxis(d, labels[d], new[d]) for d in dims], sorted(
+        [LayoutCell(index, invs[f].path, held[f]) for index, fs in cells.items() for f in fs]
+        + [LayoutCell(index, None, kind) for index, kind in missing],
+        key=lambda c: (c.index, c.path is None)))
+    if problems and any(p.fatal for p in problems):
+        plan = Plan([], {}, {}, dims[-1], notes)
+        plan.layout = layout
+        return plan, problems
+    concat = replace(opts.concat, drop=frozenset(drop))
+    for index, kind in missing:  # (--join outer) a stand-in whose data are absent chunks:
+        # of a file holding the same variables at the same place along every axis the files
+        # have (its steps, coordinates); of those, the nearest (along the inner axes first)
+        near = sorted((tuple(i[a] != index[a] for a in reversed(range(len(dims)))), i, f)
+                      for i, fs in cells.items() for f in fs if held[f] == kind
+                      if all(i[a] == index[a] for a, d in enumerate(dims) if not new[d]))
+        f = near[0][2] if near else None
+        if f is None:
+            problems.append(Problem(Location(None, None, dims[-1]), "missing-cell",
+                                    f"no file for the cell {cell_name(index)}, and none at its "
+                                    "place along the axes the files have to stand in for it "
+                                    "(--join outer)"))
+            continue
+        invs.append(_absent(invs[f], problems, cell_name(index), dims, new))
+        cells.setdefault(index, []).append(len(invs) - 1)
+    if missing:
+        notes.append(f"--join outer: {len(missing)} cell(s) no file fills read as the fill "
+                     "value: " + "; ".join(cell_name(i) for i, _ in missing[:5])
+                     + ("; ..." if len(missing) > 5 else ""))
+    if any(p.fatal for p in problems):
+        plan = Plan([], {}, {}, dims[-1], notes)
+        plan.layout = layout
+        return plan, problems
+    ctx = _Stack(invs=invs, dims=dims, new=new, axis_values=axis_values, labels=labels,
+                 kept={n for inv in invs for n in _kept(inv)})
+    plan, _ = _build(ctx, concat, sorted(cells), cells, 0)
+    problems.extend(ctx.problems)
+    attrs = {opts.coords[d].arg for d in dims if d in opts.coords and opts.coords[d].kind == "attr"}
+    root = plan.groups.get("", {})
+    for a in sorted(attrs & set(root)):
+        del root[a]  # (it differs between files; the axis' coordinate holds it)
+    plan.notes[:0] = notes + ctx.notes
+    plan.layout = layout
+    plan.concat_dim = dims[-1]
+    plan.append_state = None  # (grown by planning again: api/appending.py)
+    return plan, problems
+
+
+def _absent(inv: FileInventory, problems: list[Problem], where: str, dims, new
+            ) -> FileInventory:
+    """A missing cell's stand-in (`--join outer`): the inventory of a file at the same
+    inner position, its data variables' chunks absent (they read as the fill value); what
+    does not vary along the outer axes (coordinates, bounds) stays, as it must be the same
+    in every cell. A data variable without a fill value cannot be absent: refused."""
+    variables = dict(inv.variables)
+    keep = _kept(inv)
+    any_new = any(new[d] for d in dims)
+    for name, v in inv.variables.items():
+        # what varies from cell to cell: data along a new axis, or along an axis it has
+        # (coordinates and their bounds are the template's: the same place)
+        if name in keep or not (any_new or any(d in v.dims for d in dims)):
+            continue
+        if v.fill_value is None or v.blocks is None:
+            why = "has no fill value" if v.fill_value is None else "is stored in the cube"
+            problems.append(Problem(Location(inv.path, name), "no-fill-value",
+                                    f"{name!r} {why}: the cell {where} that no file fills "
+                                    "cannot read as absent chunks (--join outer)"))
+            continue
+        refs = np.zeros_like(v.blocks.refs)
+        variables[name] = replace(v, blocks=replace(v.blocks, refs=refs), values=None,
+                                  digest=None, block_digests=None)
+    return replace(inv, variables=variables, problems=[])
+
+
+def _kept(inv: FileInventory) -> set[str]:
+    """The variables that do not get a new axis: coordinates, their bounds, grid
+    mappings, scalars (the scan's rule, conventions.stacks)."""
+    mappings, bounds = grid_mappings(inv), coordinate_bounds(inv)
+    return {n for n, v in inv.variables.items() if not stacks(v, mappings, bounds)}
+
+
+def _inner(opts: HypercubeOptions, invs, dim, values) -> tuple[Plan, list[Problem]]:
+    return _one_axis(invs, replace(opts.concat, concat_dim=dim, new_values=values))
+
+
+def _one_axis(invs: list[FileInventory], opts: ConcatOptions) -> tuple[Plan, list[Problem]]:
+    """The one-axis planner every stack along the innermost axis is planned by (files
+    holding different variables are merged, plan/merge.py)."""
+    return plan_merge(invs, opts)
+
+
+def _k(v: Any) -> Any:
+    return ("date", v) if isinstance(v, datetime.datetime) else (type(v).__name__, v)
+
+
+def _ordered(values: list, sort: bool = True) -> list:
+    """An axis' positions: sorted (or in the order given), each once."""
+    seen = {_k(v): v for v in values}
+    if not sort:
+        return list(seen.values())
+    try:
+        return sorted(seen.values())
+    except TypeError:
+        return [seen[k] for k in sorted(seen, key=str)]
+
+
+def _label(d, v, spans, keys, invs) -> str:
+    if d not in spans:
+        return label(v)
+    f = next(i for i, k in enumerate(keys[d]) if _k(k) == _k(v))
+    first, last, attrs = spans[d][f]
+    return f"{_value_label(first, attrs)} .. {_value_label(last, attrs)}" if first != last \
+        else _value_label(first, attrs)
+
+
+def _value_label(v, attrs) -> str:
+    units = attrs.get("units")
+    if isinstance(units, str) and " since " in units and isinstance(v, (int, float)):
+        try:
+            import cftime
+            d = cftime.num2date(v, units, attrs.get("calendar", "standard"))
+            text = d.isoformat()
+            return text[:10] if text.endswith("00:00:00") else text
+        except Exception:
+            pass
+    return str(v)
+
+
+def _covered(index, cells, dims, spans, axis_values, files: set[int]) -> bool:
+    """Whether a cell without a file of its own (of `files`) lies inside the span of one of
+    `files` in the same outer cell (the inner axis split into other files there)."""
+    d = dims[-1]
+    start = axis_values[d][index[-1]]
+    for other, fs in cells.items():
+        if other[:-1] != index[:-1]:
+            continue
+        for f in fs:
+            if f not in files:
+                continue
+            s = spans[d][f]
+            if s is not None and s[0] <= start <= s[1]:
+                return True
+    return False
+
+
+def _data_vars(inv: FileInventory) -> tuple[str, ...]:
+    return tuple(n for n, v in inv.variables.items() if n not in _kept(inv))
+
+
+@dataclass
+class _Stack:
+    invs: list[FileInventory]
+    dims: list[str]
+    new: dict[str, bool]
+    axis_values: dict[str, list]
+    labels: dict[str, list[str]]
+    kept: set[str] = field(default_factory=set)  # what no new axis is given (`_kept`)
+    problems: list[Problem] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def _build(ctx: _Stack, concat: ConcatOptions, indices: list[tuple[int, ...]],
+           cells: dict[tuple[int, ...], list[int]], level: int) -> tuple[Plan, list[str]]:
+    """The cube of the cells `indices` (which share their first `level` positions), and
+    its files in order."""
+    d = ctx.dims[level]
+    if level == len(ctx.dims) - 1:
+        files = [f for i in indices for f in cells[i]]
+        invs = [ctx.invs[f] for f in files]
+        values = [ctx.axis_values[d][i[-1]] for i in indices for _ in cells[i]] \
+            if ctx.new[d] else None
+        plan, problems = _one_axis(invs, replace(concat, concat_dim=d, new_values=values))
+        ctx.problems.extend(problems)
+        for n in plan.notes:
+            if n not in ctx.notes:
+                ctx.notes.append(n)
+        plan.notes = []
+        return plan, [inv.path for inv in invs]
+    groups: dict[int, list[tuple[int, ...]]] = {}
+    for i in indices:
+        groups.setdefault(i[level], []).append(i)
+    positions = sorted(groups)
+    built = [_build(ctx, concat, groups[p], cells, level + 1) for p in positions]
+    subs = [p for p, _ in built]
+    files = [f for _, f in built]
+    return _stack(ctx, subs, files, d, positions), [f for fs in files for f in fs]
+
+
+def _stack(ctx: _Stack, subs: list[Plan], files: list[list[str]], d: str,
+           positions: list[int]) -> Plan:
+    """Sub-plans (one per position along `d`; `files`: each one's files in order) stacked
+    along `d` into one plan."""
+    new = ctx.new[d]
+    sources, maps = [], []
+    index: dict[str, int] = {}
+    for p in subs:
+        m = np.zeros(len(p.sources), dtype=np.uint32)
+        for j, s in enumerate(p.sources):
+            if s.path not in index:
+                index[s.path] = len(sources)
+                sources.append(s)
+            m[j] = index[s.path]
+        maps.append(m)
+    where = [ctx.labels[d][i] for i in positions]
+    first = subs[0]
+    arrays: dict[str, ArrayPlan] = {}
+    names = list(dict.fromkeys(n for p in subs for n in p.arrays))
+    if new:
+        names = [n for n in names if n != d]
+    for name in names:
+        have = [p.arrays.get(name) for p in subs]
+        lacking = [i for i, a in enumerate(have) if a is None]
+        if lacking:
+            i = lacking[0]
+            if any(p.fatal and p.loc.variable == name for p in ctx.problems):
+                continue  # (refused in that cell already: said there)
+            ctx.problems.append(Problem(Location(files[i][0], name, d),
+                                        "missing-variable",
+                                        f"{name!r} is in other cells of the grid but not at "
+                                        f"{d}={where[i]}"))
+            continue
+        a0 = have[0]
+        varies = _varies(ctx, subs[0], name, a0, d)
+        if not _alike(ctx, files, have, name, d, where, varies):
+            continue
+        if not varies:
+            if _shared(ctx, files, have, name, d, where):
+                arrays[name] = _remapped(a0, maps[0], None, 0)
+            continue
+        arrays[name] = _joined(have, maps, d, new)
+    if new:
+        arrays = {d: coordinate_plan(d, [ctx.axis_values[d][i] for i in positions]), **arrays}
+    remedies: dict[str, Remedy] = {}
+    for p in subs:
+        for k, r in p.remedies.items():
+            t = remedies.setdefault(k, Remedy(r.kind, 0, 0, r.enabled))
+            t.blocks += r.blocks
+            t.bytes += r.bytes
+    plan = Plan(sources=sources, groups={g: dict(a) for g, a in first.groups.items()},
+                arrays=arrays, concat_dim=d, remedies=remedies)
+    plan.figures = {n: figure_of(a) for n, a in arrays.items()}
+    return plan
+
+
+def _varies(ctx: _Stack, sub: Plan, name: str, a: ArrayPlan, d: str) -> bool:
+    """Whether `name` is stacked along `d`: along an axis the files have, when it has it;
+    along a new one, data variables (not coordinates, their bounds, grid mappings,
+    scalars: the scan's rule, conventions.stacks)."""
+    if not ctx.new[d]:
+        return d in a.dims
+    return bool(a.dims) and name not in ctx.dims and name not in ctx.kept
+
+
+def _alike(ctx: _Stack, files, have: list[ArrayPlan], name: str, d: str, where, varies) -> bool:
+    """Every cell's `name` like the first's: dims, data type, codecs, fill value, the
+    attributes that give the values their meaning, and (stacked) the chunks on every
+    other axis."""
+    a0 = have[0]
+    ok = True
+    k = a0.dims.index(d) if d in a0.dims else None
+    for i, a in list(enumerate(have))[1:]:
+        f = files[i][0]
+        here = f"at {d}={where[i]} than at {d}={where[0]}"
+        if a.dims != a0.dims:
+            msg = f"dimensions {a.dims} differ from {a0.dims} {here}"
+            kind = "dims-differ"
+        elif a.dtype != a0.dtype:
+            msg, kind = f"data type {a.dtype} differs from {a0.dtype} {here}", "dtype-differs"
+        elif codec_key(a.codecs) != codec_key(a0.codecs):
+            msg, kind = f"codecs differ {here}", "codecs-differ"
+        elif not same_value(a.fill_value, a0.fill_value):
+            msg = f"fill value {py(a.fill_value)!r} differs from {py(a0.fill_value)!r} {here}"
+            kind = "fill-value-differs"
+        elif (key := next((m for m in MEANING_ATTRS
+                           if not same_value(a.attrs.get(m), a0.attrs.get(m))), None)):
+            msg = (f"attribute {key!r} is {py(a.attrs.get(key))!r} {here}, where it is "
+                   f"{py(a0.attrs.get(key))!r}: the values would mean different things")
+            kind = "attribute-drift"
+        elif (axis := next((j for j in range(len(a.dims)) if j != k and
+                            a.shape[j] != a0.shape[j]), None)) is not None:
+            msg = (f"length {a.shape[axis]} along {a.dims[axis]!r} differs {here} "
+                   f"({a0.shape[axis]})")
+            kind = "shape-differs"
+        elif varies:
+            axis = next((j for j in range(len(a.dims)) if j != k and
+                         a.chunk_lengths[j] != a0.chunk_lengths[j]), None)
+            if axis is None:
+                continue
+            other = a.dims[axis]
+            msg = (f"its chunks along {other!r} differ {here} ({_lens(a.chunk_lengths[axis])} "
+                   f"vs {_lens(a0.chunk_lengths[axis])}): stacked along {d!r}, every cell "
+                   f"must be split alike along {other!r} (the files split "
+                   f"{other!r} differently?)")
+            kind = "blocks-differ"
+        else:
+            continue
+        ctx.problems.append(Problem(Location(f, name, d), kind, msg))
+        ok = False
+    return ok
+
+
+def _lens(lengths) -> str:
+    lengths = list(lengths)
+    return str(lengths) if len(lengths) <= 6 else f"{len(lengths)} chunks {lengths[:4]}..."
+
+
+def _shared(ctx: _Stack, files: list[list[str]], have: list[ArrayPlan], name: str, d: str,
+            where) -> bool:
+    """What does not vary along `d` is the same in every cell: compared by its values
+    (stored in the cube) or, file by file, by what the scan recorded (compare_shared)."""
+    a0 = have[0]
+    why = f"is not stacked along {d!r}"
+    before = len(ctx.problems)
+    if a0.inline is not None:
+        for i, a in list(enumerate(have))[1:]:
+            if a.inline is None:
+                continue
+            index = first_difference(np.asarray(a.inline), np.asarray(a0.inline))
+            if index is None:
+                continue
+            at = (f"its values have shape {np.shape(a.inline)} there and "
+                  f"{np.shape(a0.inline)} here" if np.shape(a.inline) != np.shape(a0.inline)
+                  else f"its values differ at index {index}")
+            ctx.problems.append(Problem(
+                Location(files[i][0], name, d), "differs-between-files",
+                f"{name!r} {why}, so it must be the same at every {d}, but at {d}={where[i]} "
+                f"{at} from {d}={where[0]} ({files[0][0]})"))
+        return len(ctx.problems) == before
+    by_path = {inv.path: inv for inv in ctx.invs}
+    # the same file position of every cell (along the inner axis, its j-th file)
+    rows = [[by_path[f] for f in fs if f in by_path and name in by_path[f].variables]
+            for fs in files]
+    for j in range(max(len(r) for r in rows)):
+        col = [r[j] for r in rows if j < len(r)]
+        if len(col) < 2:
+            continue
+        c = Context(col)
+        compare_shared(c, name, [inv.variables[name] for inv in col], why)
+        ctx.problems.extend(replace(p, remedy=f"--drop {name}" + (
+            f", or --coord {d}=var:{name} if it is the {d} value" if ctx.new[d] and
+            not a0.shape else "")) if p.remedy is None else p for p in c.problems)
+    return len(ctx.problems) == before
+
+
+def _remapped(a: ArrayPlan, m: np.ndarray, k: int | None, offset: int) -> ArrayPlan:
+    if a.refs is None:
+        return replace(a, attrs=dict(a.attrs))
+    refs = a.refs.copy()
+    held = refs["path"] == MATERIALIZED
+    refs["path"] = np.where(held, MATERIALIZED, m[np.where(held, 0, refs["path"])])
+    cells = {key: Cell(int(m[c.source]), c.variable, c.region) for key, c in a.materialize.items()}
+    return replace(a, refs=refs, materialize=cells, attrs=dict(a.attrs))
+
+
+def _joined(have: list[ArrayPlan], maps: list[np.ndarray], d: str, new: bool) -> ArrayPlan:
+    """The cells' arrays along `d`: a new leading axis, or joined along the axis they have."""
+    a0 = have[0]
+    parts = [_remapped(a, m, None, 0) for a, m in zip(have, maps)]
+    if new:
+        shape = (len(parts), *a0.shape)
+        dims = (d, *a0.dims)
+        lengths = ((1,) * len(parts), *a0.chunk_lengths)
+        cells = {(i, *key): c for i, p in enumerate(parts) for key, c in p.materialize.items()}
+        if a0.inline is not None:
+            data = np.stack([p.inline for p in parts])
+            return inline_plan(a0.name, data, dims, a0.attrs, a0.fill_value)
+        refs = np.stack([p.refs for p in parts])
+    else:
+        k = a0.dims.index(d)
+        shape = tuple(sum(p.shape[k] for p in parts) if j == k else n
+                      for j, n in enumerate(a0.shape))
+        dims = a0.dims
+        lengths = tuple(tuple(x for p in parts for x in p.chunk_lengths[k]) if j == k else c
+                        for j, c in enumerate(a0.chunk_lengths))
+        cells, off = {}, 0
+        for p in parts:
+            for key, c in p.materialize.items():
+                cells[tuple(x + off if j == k else x for j, x in enumerate(key))] = c
+            off += len(p.chunk_lengths[k])
+        if a0.inline is not None:
+            data = np.concatenate([p.inline for p in parts], axis=k)
+            return inline_plan(a0.name, data, dims, a0.attrs, a0.fill_value)
+        refs = np.concatenate([p.refs for p in parts], axis=k)
+    return replace(a0, shape=shape, dims=dims, chunk_lengths=lengths, refs=refs,
+                   materialize=cells, attrs=dict(a0.attrs))

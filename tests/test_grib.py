@@ -1,0 +1,471 @@
+"""GRIB 1 and 2: every array read through the cube (virtualize.open, xarray's
+engine="virtualize", the kerchunk JSON export read with fsspec + zarr) equals ecCodes'
+values bit for bit (missing points NaN), coordinates as cfgrib arranges them; damaged
+files refused, located (docs/grib.md)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import subprocess
+import sys
+import textwrap
+import tomllib
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import virtualize
+from virtualize.model import VirtualizeError
+
+from helpers import assert_same, kerchunk_group, kerchunk_xarray
+
+ec = pytest.importorskip("eccodes")
+xr = pytest.importorskip("xarray")
+ROOT = Path(__file__).resolve().parents[1]
+AXES = ("number", "time", "step", "level")
+
+
+@pytest.fixture
+def grib_case(case):
+    return lambda name: case(f"grib_{name}" if not name.startswith("grib") else name)
+
+
+def eccodes_messages(path) -> list[dict]:
+    """Every message of the file as ecCodes reads it: its keys and values (the points its
+    bit-map marks missing NaN), in file order."""
+    out = []
+    with open(path, "rb") as f:
+        while (h := ec.codes_grib_new_from_file(f)) is not None:
+            try:
+                values = ec.codes_get_values(h).astype(np.float64)
+                if ec.codes_get(h, "bitmapPresent"):
+                    values[ec.codes_get_array(h, "bitmap") == 0] = np.nan
+                ec.codes_set(h, "stepUnits", 1)
+                date, time = ec.codes_get(h, "dataDate"), ec.codes_get(h, "dataTime")
+                out.append({
+                    "shortName": ec.codes_get(h, "shortName"),
+                    "typeOfLevel": ec.codes_get(h, "typeOfLevel"),
+                    "stepType": ec.codes_get(h, "stepType"),
+                    "number": ec.codes_get(h, "number") if ec.codes_is_defined(h, "number")
+                    else 0,
+                    "time": np.datetime64(dt.datetime(date // 10000, date // 100 % 100,
+                                                      date % 100, time // 100, time % 100), "ns"),
+                    "step": np.timedelta64(ec.codes_get(h, "endStep"), "h").astype("m8[ns]"),
+                    "level": float(ec.codes_get(h, "level", float)),
+                    "gridType": ec.codes_get(h, "gridType"),
+                    "Ni": ec.codes_get(h, "Ni") if ec.codes_is_defined(h, "Ni") else None,
+                    "Nj": ec.codes_get(h, "Nj") if ec.codes_is_defined(h, "Nj") else None,
+                    "values": values,
+                    "latitudes": _geo(h, "latitudes"),
+                    "longitudes": _geo(h, "longitudes"),
+                })
+            finally:
+                ec.codes_release(h)
+    return out
+
+
+def _geo(h, key):
+    try:
+        return ec.codes_get_array(h, key)
+    except Exception:  # (ecCodes refuses a grid whose definition is inconsistent)
+        return None
+
+
+def expected(ds, path) -> dict[str, np.ndarray]:
+    """Each data array of `ds` rebuilt from ecCodes' messages: every message placed at
+    the cell its keys name along the array's coordinates; NaN where no message is."""
+    want = {}
+    msgs = eccodes_messages(path)
+    for name, da in ds.data_vars.items():
+        mine = [m for m in msgs if da.attrs["GRIB_shortName"] == m["shortName"] and
+                da.attrs["GRIB_typeOfLevel"] == m["typeOfLevel"] and
+                da.attrs["GRIB_stepType"] == m["stepType"] and
+                m["values"].size == int(np.prod(da.shape[-1 if da.dims[-1] == "values"
+                                                         else -2:]))]
+        assert mine, name
+        out = np.full(da.shape, np.nan)
+        grid = 1 if da.dims[-1].startswith("values") else 2
+        for m in mine:
+            index = []
+            for d in da.dims[:-grid]:
+                key = next(k for k in AXES if d == k or d.startswith(k + "_") or
+                           (k == "level" and (d == m["typeOfLevel"] or
+                                              d.startswith(m["typeOfLevel"] + "_"))))
+                index.append(int(np.nonzero(ds[d].values == m[key])[0][0]))
+            out[tuple(index)] = m["values"].reshape(da.shape[-grid:])
+        want[name] = out
+    return want
+
+
+def roundtrip(files, tmp_path, **kw):
+    cube, refs = tmp_path / "cube.zarr", tmp_path / "cube.json"
+    report = virtualize.virtualize(files, cube, **kw)
+    virtualize.virtualize(files, refs, **kw)
+    return report, virtualize.open(cube), kerchunk_group(refs)
+
+
+@pytest.mark.parametrize("name", ["grib2_levels", "grib1_members", "reduced", "junk", "hole"])
+def test_every_array_reads_like_eccodes(grib_case, tmp_path, name):
+    path = grib_case(name)[0]
+    report, g, k = roundtrip([path], tmp_path)
+    assert report.ok, report.problems
+    ds = xr.open_dataset(tmp_path / "cube.zarr", engine="virtualize")
+    kx = kerchunk_xarray(tmp_path / "cube.json")
+    want = expected(ds, path)
+    assert want
+    for var, w in want.items():
+        assert_same(g[var][...], w, f"{name} {var}: virtualize.open")
+        assert_same(ds[var].values, w, f"{name} {var}: xarray")
+        assert_same(k[var][...], w, f"{name} {var}: kerchunk export")
+        assert_same(kx[var].values, w, f"{name} {var}: kerchunk via xarray")
+        assert g[var].dtype == np.float64 and np.isnan(g[var].fill_value)
+
+
+def test_axes_and_coordinates_are_cfgribs(grib_case, tmp_path):
+    (path,) = grib_case("grib2_levels")
+    virtualize.virtualize([path], tmp_path / "c.zarr")
+    ds = xr.open_dataset(tmp_path / "c.zarr", engine="virtualize")
+    assert ds["t"].dims == ("time", "step", "isobaricInhPa", "latitude", "longitude")
+    assert ds["isobaricInhPa"].values.tolist() == [1000.0, 850.0, 500.0]  # cfgrib's order
+    assert ds["step"].dtype == "m8[ns]"
+    assert ds["step"].values.astype("m8[h]").astype(int).tolist() == [0, 6]
+    assert ds["time"].values.tolist() == [np.datetime64("2007-03-23T12:00", "ns").astype(int)]
+    assert ds["sp"].dims == ("time", "latitude", "longitude")  # one step, one level: scalars
+    scalars = ds["sp"].attrs.get("coordinates", "").split() or \
+        [c for c in ds["sp"].coords if ds[c].ndim == 0]
+    steps = [c for c in scalars if c.startswith("step")]
+    assert steps and ds[steps[0]].values == np.timedelta64(6, "h")
+    m = eccodes_messages(path)[0]
+    lat = m["latitudes"].reshape(m["Nj"], m["Ni"])
+    lon = m["longitudes"].reshape(m["Nj"], m["Ni"])
+    assert_same(ds["latitude"].values, lat[:, 0], "latitude: ecCodes'")
+    assert_same(ds["longitude"].values, lon[0], "longitude: ecCodes'")
+    assert ds["t"].attrs["units"] == "K" and ds["t"].attrs["GRIB_paramId"] == 130
+
+
+def test_members_are_the_number_axis(grib_case, tmp_path):
+    (path,) = grib_case("grib1_members")
+    virtualize.virtualize([path], tmp_path / "c.zarr")
+    ds = xr.open_dataset(tmp_path / "c.zarr", engine="virtualize")
+    assert ds["2t"].dims == ("number", "time", "step", "latitude", "longitude")
+    assert ds["number"].values.tolist() == [1, 2, 3]
+    assert ds["step"].values.astype("m8[h]").astype(int).tolist() == [0, 12]
+
+
+def test_reduced_gaussian_grid_has_ecCodes_latitudes_and_longitudes_per_value(grib_case,
+                                                                              tmp_path):
+    (path,) = grib_case("reduced")
+    virtualize.virtualize([path], tmp_path / "c.zarr")
+    ds = xr.open_dataset(tmp_path / "c.zarr", engine="virtualize")
+    assert ds["t"].dims == ("time", "isobaricInhPa", "values")
+    m = eccodes_messages(path)[0]
+    assert m["gridType"] == "reduced_gg"
+    assert_same(ds["latitude"].values, m["latitudes"], "latitude: ecCodes'")
+    assert_same(ds["longitude"].values, m["longitudes"], "longitude: ecCodes'")
+    assert ds["t"].attrs["GRIB_N"] == 32
+
+
+def test_missing_points_are_nan_and_a_stored_9999_stays(grib_case, tmp_path):
+    (path,) = grib_case("grib2_levels")
+    g = roundtrip([path], tmp_path)[1]
+    sp = g["sp"][0].reshape(-1)
+    assert np.isnan(sp[[3, 4, 100]]).all() and np.isnan(sp).sum() == 3
+    assert sp[10] == 9999.0
+
+
+def test_a_hole_reads_as_nan_with_a_note_and_a_duplicate_is_refused(grib_case, tmp_path):
+    hole, dup = grib_case("hole")
+    report = virtualize.virtualize([hole], tmp_path / "c.zarr")
+    (note,) = [p for p in report.problems if p.kind == "grib-hole"]
+    assert not note.fatal and note.loc.variable == "t" and note.loc.file == str(hole)
+    t = virtualize.open(tmp_path / "c.zarr")["t"][...]
+    assert np.isnan(t[0, 1, 1]).all() and not np.isnan(t[0, 1, 0]).any()
+    report = virtualize.check([dup])
+    (p,) = [p for p in report.problems if p.fatal]
+    assert p.kind == "duplicate-message" and p.loc.variable == "t" and p.loc.file == str(dup)
+    assert "messages 1 and 4" in p.message
+
+
+def test_bytes_after_the_last_message_are_noted_and_ignored(grib_case, tmp_path):
+    (path,) = grib_case("junk")
+    report = virtualize.virtualize([path], tmp_path / "c.zarr")
+    assert report.ok
+    (p,) = [p for p in report.problems if p.kind == "trailing-bytes"]
+    assert not p.fatal and p.loc.file == str(path) and "1000 byte(s) in 1 run(s)" in p.message
+
+
+def test_a_truncated_file_is_refused_naming_the_message(grib_case):
+    (path,) = grib_case("truncated")
+    report = virtualize.check([path])
+    (p,) = [p for p in report.problems if p.fatal]
+    assert p.kind == "truncated" and p.loc.file == str(path)
+    assert "message 2 (at byte offset" in p.message
+
+
+@pytest.mark.parametrize("where,edit,kind", [
+    ("grib2 length", lambda b: b[:8] + (len(b) + 7).to_bytes(8, "big") + b[16:], "truncated"),
+    ("grib2 length short", lambda b: b[:8] + (1000).to_bytes(8, "big") + b[16:], "corrupt"),
+    ("end marker", lambda b: b[:1167] + b"7770" + b[1171:], "corrupt"),
+    ("edition", lambda b: b[:7] + b"\x03" + b[8:], "unknown-format"),
+    ("second edition", lambda b: b[:1171 + 7] + b"\x05" + b[1171 + 8:], "corrupt"),
+])
+def test_damaged_length_fields_are_refused_located(grib_case, tmp_path, where, edit, kind):
+    (src,) = grib_case("junk")
+    data = src.read_bytes()[:2342]
+    assert data[1167:1171] == b"7777"
+    path = tmp_path / "damaged.grib2"
+    path.write_bytes(edit(data))
+    report = virtualize.check([path])
+    fatal = [p for p in report.problems if p.fatal]
+    assert fatal and all(p.loc.file == str(path) for p in fatal), where
+    assert fatal[0].kind == kind, (where, fatal)
+
+
+def test_grib1_large_message_convention(tmp_path):
+    """A GRIB1 message over 16 MiB (ecCodes writes its length in 120-byte units, the
+    data section's length under 120) is found by its length fields where ecCodes finds
+    it, and reads equal."""
+    from make_grib import message
+
+    big = message("GRIB1", bits=24, Ni=3600, Nj=1801, iDirectionIncrement=100,
+                  jDirectionIncrement=100, longitudeOfLastGridPoint=359900,
+                  latitudeOfLastGridPoint=-90000,
+                  values=np.random.default_rng(3).normal(0, 1, 3600 * 1801))
+    assert len(big) > 1 << 24 and big[4] & 0x80  # the convention's flag
+    small = message("regular_ll_sfc_grib1", shortName="2t")
+    path = tmp_path / "large.grib1"
+    path.write_bytes(big + small)
+    from virtualize.formats.grib import messages
+
+    with open(path, "rb") as f:
+        found, notes = messages.walk(f, str(path), path.stat().st_size)
+    assert [(m.offset, m.length) for m in found] == [(0, len(big)), (len(big), len(small))]
+    assert not notes
+    from virtualize.formats import scan
+
+    inv = scan(str(path))  # (the length walk reads headers, never the packed data)
+    assert inv.bytes_read < 200_000 < len(big)
+    virtualize.virtualize([path], tmp_path / "c.zarr")
+    g = virtualize.open(tmp_path / "c.zarr")
+    msgs = eccodes_messages(path)
+    assert_same(g["z"][0], msgs[0]["values"].reshape(1801, 3600), "large message")
+
+
+def test_forecast_files_stack_along_reference_time(grib_case, tmp_path):
+    from virtualize.cli import main
+
+    files = grib_case("forecasts")
+    out = tmp_path / "c.zarr"
+    assert main([*map(str, reversed(files)), "-o", str(out), "--concat-dim", "time"]) in (0, None)
+    ds = xr.open_dataset(out, engine="virtualize")
+    assert ds["2t"].dims == ("time", "step", "latitude", "longitude")
+    assert [str(t)[:10] for t in ds.time.values] == ["2024-01-01", "2024-01-02", "2024-01-03"]
+    want = np.concatenate([expected(xr.open_dataset(_single(f, tmp_path), engine="virtualize"),
+                                    f)["2t"] for f in files])
+    assert_same(ds["2t"].values, want, "stack")
+
+
+def _single(path, tmp_path):
+    out = tmp_path / f"{Path(path).stem}.zarr"
+    virtualize.virtualize([path], out)
+    return out
+
+
+def test_missing_eccodes_is_a_located_problem_naming_the_extra(grib_case, monkeypatch, tmp_path):
+    import shutil
+    from concurrent.futures import ThreadPoolExecutor
+
+    from virtualize.formats import scan
+    from virtualize.formats.grib import scan as plugin
+
+    (source,) = grib_case("junk")
+    path = tmp_path / "a.grib2"
+    shutil.copy(source, path)
+    monkeypatch.setitem(sys.modules, "eccodes", None)  # its import fails
+    assert plugin.eccodes() is None
+    with pytest.raises(VirtualizeError) as e:
+        scan(str(path))
+    (p,) = e.value.problems
+    assert p.kind == "missing-library" and p.loc.file == str(path)
+    assert "pip install 'virtualize[grib]'" in p.message
+    with ThreadPoolExecutor(1) as pool:
+        report = virtualize.check([path], executor=pool)
+    fatal = [p for p in report.problems if p.fatal]
+    assert fatal and all("virtualize[grib]" in p.message and p.loc.file == str(path)
+                         for p in fatal)
+
+
+def test_the_codec_refuses_a_message_of_another_size(grib_case):
+    from virtualize.codecs import grib_decode
+
+    (path,) = grib_case("junk")
+    data = path.read_bytes()[:1171]
+    assert grib_decode(data, 496).shape == (496,)
+    with pytest.raises(ValueError, match="496 points, not 495"):
+        grib_decode(data, 495)
+    with pytest.raises(ValueError):
+        grib_decode(data[:-10], 496)
+
+
+def test_sniff_and_suffixes():
+    from virtualize.formats import registry
+
+    fmt = registry.by_name("grib")
+    assert fmt.sniff(b"GRIB\0\0\0\x02") and fmt.sniff(b"GRIB\0\0\0\x01")
+    assert not fmt.sniff(b"GRIB\0\0\0\x03") and not fmt.sniff(b"\x89HDF\r\n\x1a\n")
+    assert ".grib2" in registry.suffixes() and ".grb" in registry.suffixes()
+
+
+def test_kerchunk_export_reads_without_importing_virtualize(grib_case, tmp_path):
+    """A fresh interpreter that never imports virtualize reads the kerchunk export with
+    zarr + fsspec: zarr finds `virtualize.grib` by the entry point pyproject.toml declares
+    (given to it as a dist-info, so this venv's install is not touched)."""
+    (path,) = grib_case("grib2_levels")
+    refs = tmp_path / "c.json"
+    virtualize.virtualize([path], refs)
+    want = expected(xr.open_dataset(_single(path, tmp_path), engine="virtualize"), path)
+    np.savez(tmp_path / "want.npz", **want)
+    dist = tmp_path / "site" / "virtualize_grib_probe-0.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: virtualize-grib-probe\n"
+                                   "Version: 0\n")
+    eps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"]
+    (dist / "entry_points.txt").write_text(
+        "[zarr.codecs]\n" + "".join(f"{k} = {v}\n" for k, v in eps["zarr.codecs"].items()))
+    script = textwrap.dedent("""
+        import sys
+        import fsspec, numpy as np, zarr
+        from zarr.storage import FsspecStore
+        want = np.load(sys.argv[2])
+        zarr.config.set({"array.rectilinear_chunks": True})
+        assert "virtualize" not in sys.modules
+        fs = fsspec.filesystem("reference", fo=sys.argv[1], asynchronous=True)
+        g = zarr.open_group(FsspecStore(fs, read_only=True, path=""), mode="r", zarr_format=3)
+        for name in want.files:
+            got = g[name][...]
+            a, e = got.view("u8"), want[name].view("u8")
+            assert got.dtype == want[name].dtype and np.array_equal(a, e), name
+        print(len(want.files), sorted(m for m in sys.modules if m.startswith("virtualize")))
+    """)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(dist.parent)]))
+    got = subprocess.run([sys.executable, "-c", script, str(refs), str(tmp_path / "want.npz")],
+                         env=env, capture_output=True, text=True)
+    assert got.returncode == 0, got.stderr[-3000:]
+    count, _sep, loaded = got.stdout.partition(" ")
+    # (the entry point loaded the codec; the script itself imported no virtualize)
+    assert int(count) == len(want) == 3 and "virtualize.codecs" in loaded
+
+
+CFGRIB = ROOT / "tests" / "data" / "cfgrib"
+# cfgrib's test files virtualize refuses, and why (docs/grib.md)
+CFGRIB_REFUSED = {
+    "spherical_harmonics.grib": "unsupported-grib",  # no grid points
+    "era5-levels-corrupted.grib": "corrupt",  # a damaged length field
+}
+
+
+@pytest.mark.parametrize("path", sorted(CFGRIB.glob("*.grib")), ids=lambda p: p.name)
+def test_cfgribs_test_files_read_like_eccodes_or_are_refused(path, tmp_path):
+    refused = CFGRIB_REFUSED.get(path.name)
+    report = virtualize.check([path])
+    if refused:
+        fatal = [p for p in report.problems if p.fatal]
+        assert fatal and fatal[0].kind == refused and fatal[0].loc.file == str(path)
+        return
+    assert report.ok, report.problems
+    virtualize.virtualize([path], tmp_path / "c.zarr")
+    virtualize.virtualize([path], tmp_path / "c.json")
+    ds = xr.open_dataset(tmp_path / "c.zarr", engine="virtualize")
+    k = kerchunk_group(tmp_path / "c.json")
+    want = expected(ds, path)
+    for var, w in want.items():
+        assert_same(ds[var].values, w, f"{path.name} {var}")
+        assert_same(k[var][...], w, f"{path.name} {var}: kerchunk export")
+    m = eccodes_messages(path)[0]
+    if "latitude" in ds and ds["latitude"].dims == ("latitude",):
+        assert_same(ds["latitude"].values, m["latitudes"].reshape(m["Nj"], m["Ni"])[:, 0], "lat")
+        assert_same(ds["longitude"].values, m["longitudes"].reshape(m["Nj"], m["Ni"])[0], "lon")
+    elif "latitude" in ds:
+        assert_same(ds["latitude"].values, m["latitudes"], "latitude per value")
+        assert_same(ds["longitude"].values, m["longitudes"], "longitude per value")
+    if path.name in ("regular_ll_wrong_increment.grib", "lambert_grid.grib"):
+        assert "latitude" not in ds and "GRIB_gridType" in ds[next(iter(want))].attrs
+
+
+@pytest.mark.parametrize("name", ["fields_with_missing_values.grib", "reduced_gg.grib",
+                                  "cfrzr_and_cprat_0s.grib",
+                                  "step_60m.grib", "regular_gg_sfc.grib", "hpa_and_pa.grib",
+                                  "t_on_different_level_types.grib", "lambert_grid.grib"])
+def test_coordinates_and_values_equal_cfgribs(name, tmp_path):
+    """cfgrib's own reading (`open_datasets`: one dataset per level type; its float32
+    values; its squeezed axes): every coordinate both give is equal, and the values equal
+    cfgrib's once cast to its float32."""
+    cfgrib = pytest.importorskip("cfgrib")
+    import warnings
+
+    path = CFGRIB / name
+    virtualize.virtualize([path], tmp_path / "c.zarr")
+    ours = xr.open_dataset(tmp_path / "c.zarr", engine="virtualize")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        theirs = cfgrib.open_datasets(str(path), indexpath="")
+    compared = 0
+    for var, a in ((v, ds[v]) for ds in theirs for v in ds.data_vars):
+        mine = [v for v in ours.data_vars.values()
+                if v.attrs["GRIB_shortName"] == a.attrs["GRIB_shortName"] and
+                v.attrs["GRIB_typeOfLevel"] == a.attrs["GRIB_typeOfLevel"] and
+                v.attrs["GRIB_stepType"] == a.attrs["GRIB_stepType"]]
+        assert len(mine) == 1, var
+        b = mine[0]
+        assert_same(b.values.squeeze().astype(np.float32), a.values.squeeze(), f"{name} {var}")
+        for c in a.coords:
+            if c == "valid_time" or c not in ours.variables:
+                assert c in ("valid_time", "latitude", "longitude") and \
+                    (c == "valid_time" or b.dims[-2:] == ("y", "x")), (name, c)
+                continue
+            assert_same(ours[c].values.reshape(-1), a[c].values.reshape(-1), f"{name} {c}")
+            compared += 1
+    assert compared
+
+
+def test_grib_over_http_reads_like_the_local_file(grib_case, tmp_path):
+    """A GRIB source by URL: the length walk by ranged reads, each message's keys from its
+    bytes (`codes_new_from_message`), every array equal to ecCodes' read of the file."""
+    import shutil
+
+    from servers import RangeHTTPServer
+
+    pytest.importorskip("aiohttp")
+    root = tmp_path / "served"
+    root.mkdir()
+    (path,) = grib_case("grib2_levels")
+    shutil.copy2(path, root / path.name)
+    srv = RangeHTTPServer(root)
+    try:
+        url = f"{srv.url}/{path.name}"
+        report = virtualize.virtualize([url], tmp_path / "c.zarr")
+        assert report.ok
+        ds = xr.open_dataset(tmp_path / "c.zarr", engine="virtualize")
+        want = expected(ds, path)
+        for var, w in want.items():
+            assert_same(ds[var].values, w, f"{var} over HTTP")
+        local = xr.open_dataset(_single(path, tmp_path), engine="virtualize")
+        assert sorted(ds.variables) == sorted(local.variables)
+    finally:
+        srv.stop()
+
+
+def test_read_region_is_ecCodes_values(grib_case, tmp_path):
+    """The format's own reads (the decode check's reference, inlining) of a region."""
+    from virtualize.formats import registry
+
+    (path,) = grib_case("grib2_levels")
+    want = expected(xr.open_dataset(_single(path, tmp_path), engine="virtualize"), path)
+    fmt = registry.by_name("grib")
+    assert_same(fmt.read_region(str(path), "t", ((0, 1), (1, 2), (0, 3), (5, 9), (2, 16))),
+                want["t"][:, 1:2, :, 5:9, 2:], "a region")
+    assert_same(fmt.read_values(str(path), "sp"), want["sp"], "the whole array")
+    assert_same(fmt.read_region(str(path), "latitude", ((2, 4),)),
+                np.array([56.0, 54.0]), "a coordinate")
