@@ -33,7 +33,14 @@ from ..model import (
     Problem,
     Source,
 )
-from ._common import Context, compare_shared, figure_of, first_difference, inline_plan
+from ._common import (
+    Context,
+    compare_shared,
+    declares_fill,
+    figure_of,
+    first_difference,
+    inline_plan,
+)
 from .attrs import combine, dropped_note
 from .concat import ConcatOptions, _reexpress, plan_concat
 
@@ -99,19 +106,6 @@ def _as_first(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
         same = np.array_equal(cast.astype(values.dtype), values,
                               equal_nan=values.dtype.kind in "fc")
     return cast if same else np.asarray(values)
-
-
-def _is_missing_value(a: ArrayPlan) -> bool:
-    """Whether the fill value `a`'s absent chunks read as is one of its missing_value's."""
-    fill = np.asarray(a.fill_value, dtype=a.dtype)
-    try:
-        values = np.asarray(a.attrs["missing_value"]).reshape(-1).astype(a.dtype)
-    except (TypeError, ValueError):
-        return False
-    same = values == fill
-    if fill.dtype.kind in "fc":
-        same |= np.isnan(values) & np.isnan(fill)
-    return bool(same.any())
 
 
 # -- selection -----------------------------------------------------------------------------
@@ -612,7 +606,7 @@ class _Merge:
                          "cannot read as missing (never silently as 0): give the files a "
                          "_FillValue, or leave --join outer out", axis=dim)
             return None
-        if "_FillValue" not in a.attrs and not _is_missing_value(a):
+        if not declares_fill(a.fill_value, a.dtype, a.attrs):
             # (missing_value alone: absent chunks read as the format's default fill, which
             # readers masking missing_value take as data)
             self.problem(path, a.name, "no-fill-value",
