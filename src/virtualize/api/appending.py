@@ -16,7 +16,7 @@ from ..outputs import registry
 from ..outputs.metadata import array_doc
 from ..outputs.staleness import check_sources
 from ..plan import DEFAULT_INLINE_THRESHOLD, ConcatOptions, plan_concat
-from ..plan.merge import merge_options, select
+from ..plan.merge import merge_options, select, selected_files
 from ..report import Report
 from .checking import DEFAULT_SCAN_TIMEOUT, PathLike, _check, check
 from .create import _refuse_unless_ok, _write
@@ -286,8 +286,17 @@ def _append_new(cube: Path, kind: str, info: dict, new: list[str], *, jobs: int 
                          inline_threshold=recipe.get("inline_threshold", DEFAULT_INLINE_THRESHOLD),
                          no_gaps=no_gaps, read=read_values, **merge_options(recipe))
     last = resume.last.path
-    report = _check(new, lambda invs: plan_concat(invs, select(invs, opts), resume=resume),
-                    progress,
+
+    def planner(invs):
+        # (new files holding none of the variables a --variables cube keeps: left out,
+        # as a full build leaves them out)
+        chosen = select(invs, opts)
+        invs, notes = selected_files(invs, chosen)
+        plan, problems = plan_concat(invs, chosen, resume=resume)
+        plan.notes[:0] = notes
+        return plan, problems
+
+    report = _check(new, planner, progress,
                     recipe.get("materialize_limit"), jobs, scan_timeout, exclude=(last,),
                     executor=executor, chunk_size=recipe.get("chunk_size"), like=resume.last,
                     hint=ScanHint("append", resume.dim, inline=opts.inline),

@@ -547,3 +547,25 @@ def same_value(a, b) -> bool:
         return bool(np.array_equal(x, y))
     except Exception:
         return a == b
+
+
+def declares_fill(fill_value, dtype, attrs: dict) -> bool:
+    """Whether chunks left absent (`--join outer`) read as a value readers take as missing:
+    the variable declares `_FillValue`, or a `missing_value` that is the fill value they
+    read as. (A netCDF variable declaring neither, or only another `missing_value`, reads
+    as the library's default fill there, which xarray takes as data.)"""
+    if fill_value is None:
+        return False
+    if "_FillValue" in attrs:
+        return True
+    if "missing_value" not in attrs:
+        return False
+    try:
+        fill = np.asarray(fill_value, dtype=dtype)
+        values = np.asarray(attrs["missing_value"]).reshape(-1).astype(dtype)
+    except (TypeError, ValueError):
+        return False
+    same = values == fill
+    if fill.dtype.kind in "fc":
+        same |= np.isnan(values) & np.isnan(fill)
+    return bool(same.any())
