@@ -478,6 +478,13 @@ def test_join_outer_refuses_a_variable_without_fill_value(tmp_path):
     opts = HypercubeOptions(["member", "time"],
                             parse_coords({"member": r"name:m(\d)_", "time": r"name:_(\d{8})"}),
                             ConcatOptions(join="outer"))
+    # a TIFF without a nodata value declares no fill: its absent cell would read as 0,
+    # which readers take as data
+    plan, problems = plan_hypercube(invs, opts)
+    [p] = [p for p in problems if p.kind == "no-fill-value"]
+    assert "declares no fill value" in p.message
+    for inv in invs:  # (as a GDAL_NODATA of 0 declares it)
+        inv.variables["image"].attrs["_FillValue"] = 0
     plan, problems = plan_hypercube(invs, opts)
     assert not [p for p in problems if p.fatal] and plan.arrays["image"].shape == (2, 2, 32, 32)
     assert plan.arrays["image"].refs["length"][1, 1].max() == 0  # absent: reads as 0

@@ -289,7 +289,7 @@ def consistent(ctx: Context, name: str, vs: list[Variable], free: frozenset[str]
                         f"in {path0}")
         for key in MEANING_ATTRS:
             a, b = v.attrs.get(key), first.attrs.get(key)
-            if not same_value(a, b):
+            if not same_meaning(key, a, b):
                 ctx.problem(f, name, "attribute-drift",
                             f"attribute {key!r} is {py(a)!r} here but {py(b)!r} in {path0}: the values "
                             "would mean different things in one array")
@@ -321,7 +321,7 @@ def compare_shared(ctx: Context, name: str, vs: list[Variable], why: str,
         here = f"{name!r} {why}, so it must be the same in every file"
         if attrs:
             key = next((k for k in sorted(set(v.attrs) | set(v0.attrs))
-                        if not same_value(v.attrs.get(k), v0.attrs.get(k))), None)
+                        if not same_meaning(k, v.attrs.get(k), v0.attrs.get(k))), None)
             if key is not None:
                 ctx.problem(inv.path, name, "differs-between-files",
                             f"{here}, but its attribute {key!r} is {py(v.attrs.get(key))!r} "
@@ -533,6 +533,29 @@ def codec_difference(codecs: list[dict], first: list[dict]) -> str:
             there = ", ".join(f"{k}={conf_b.get(k)!r}" for k in keys)
             return f"{codec_names(codecs)}: {a['name']} has {here}, not {there} as"
     return f"{codec_names(codecs)} differ from {codec_names(first)}"
+
+
+# calendar names that mean one calendar (CF: "gregorian" is a deprecated alias of
+# "standard"; names are case-insensitive); `calendar_of` gives each its canonical name
+_CALENDAR_ALIASES = {"gregorian": "standard", "365_day": "noleap", "366_day": "all_leap"}
+
+
+def calendar_of(attrs: dict) -> str:
+    """The canonical name of the calendar `attrs` declare ("standard" when none)."""
+    cal = attrs.get("calendar", "standard")
+    if not isinstance(cal, str):
+        return str(cal)
+    cal = cal.strip().lower()
+    return _CALENDAR_ALIASES.get(cal, cal)
+
+
+def same_meaning(key: str, a, b) -> bool:
+    """Whether attribute `key`'s values `a` and `b` mean the same (calendar aliases alike)."""
+    if key == "calendar" and all(x is None or isinstance(x, str) for x in (a, b)):
+        # (none declared: the standard calendar, CF's default)
+        return calendar_of({} if a is None else {"calendar": a}) == \
+            calendar_of({} if b is None else {"calendar": b})
+    return same_value(a, b)
 
 
 def same_value(a, b) -> bool:

@@ -44,6 +44,7 @@ from ._common import (
     Context,
     SourceMaps,
     auto_inline,
+    calendar_of,
     can_materialize,
     carry_scan_problems,
     compare_shared,
@@ -298,7 +299,7 @@ def _harmonize_time_units(ctx: _Context) -> None:
         inv = ctx.invs[i]
         units = c.attrs.get("units")
         if units == units0 or not isinstance(units, str) or " since " not in units or \
-                c.attrs.get("calendar", "standard") != cal0:
+                calendar_of(c.attrs) != calendar_of(coords[0].attrs):
             continue
         converted = _reexpress(c.values, units, units0, cal0)
         if converted is None:

@@ -42,9 +42,11 @@ from ._common import (
     Context,
     codec_key,
     compare_shared,
+    declares_fill,
     figure_of,
     first_difference,
     inline_plan,
+    same_meaning,
     same_value,
 )
 from .concat import ConcatOptions
@@ -239,8 +241,12 @@ def _absent(inv: FileInventory, problems: list[Problem], where: str, dims, new
         # (coordinates and their bounds are the template's: the same place)
         if name in keep or not (any_new or any(d in v.dims for d in dims)):
             continue
-        if v.fill_value is None or v.blocks is None:
-            why = "has no fill value" if v.fill_value is None else "is stored in the cube"
+        declared = declares_fill(v.fill_value, v.dtype, v.attrs)
+        if not declared or v.blocks is None:
+            # (a netCDF variable declaring no _FillValue would read as the library's
+            # default fill there, which xarray takes as data: plan._common.declares_fill)
+            why = ("declares no fill value (_FillValue, or a missing_value equal to the "
+                   "fill it would read as)") if not declared else "is stored in the cube"
             problems.append(Problem(Location(inv.path, name), "no-fill-value",
                                     f"{name!r} {why}: the cell {where} that no file fills "
                                     "cannot read as absent chunks (--join outer)"))
@@ -451,7 +457,7 @@ def _alike(ctx: _Stack, files, have: list[ArrayPlan], name: str, d: str, where, 
             msg = f"fill value {py(a.fill_value)!r} differs from {py(a0.fill_value)!r} {here}"
             kind = "fill-value-differs"
         elif (key := next((m for m in MEANING_ATTRS
-                           if not same_value(a.attrs.get(m), a0.attrs.get(m))), None)):
+                           if not same_meaning(m, a.attrs.get(m), a0.attrs.get(m))), None)):
             msg = (f"attribute {key!r} is {py(a.attrs.get(key))!r} {here}, where it is "
                    f"{py(a0.attrs.get(key))!r}: the values would mean different things")
             kind = "attribute-drift"

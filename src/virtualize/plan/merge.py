@@ -35,6 +35,7 @@ from ..model import (
 )
 from ._common import (
     Context,
+    calendar_of,
     compare_shared,
     declares_fill,
     figure_of,
@@ -267,7 +268,7 @@ class _Merge:
             if c is None or not c.size or not self.ordered[g]:
                 return
             attrs = plan.arrays[self.dim].attrs
-            units, cal = attrs.get("units"), attrs.get("calendar", "standard")
+            units, cal = attrs.get("units"), calendar_of(attrs)
             if ref is None:
                 ref = (units, cal)
             first = c[:1]
@@ -371,8 +372,7 @@ class _Merge:
                 continue
             # (time counted from another origin: the same instants in the first group's
             # units, when that is exact, as a concatenation does)
-            same_calendar = attrs[g].get("calendar", "standard") == \
-                attrs[0].get("calendar", "standard")
+            same_calendar = calendar_of(attrs[g]) == calendar_of(attrs[0])
             converted = _reexpress(coords[g], units[g], units[0],
                                    attrs[0].get("calendar", "standard")) \
                 if same_calendar and isinstance(units[g], str) and \
