@@ -724,3 +724,72 @@ def test_a_cells_own_refusal_is_said_once(tmp_path):
                               coords={"member": "attr:variant_label"}, drop=["realization"])
     fatal = [p for p in report.problems if p.fatal]
     assert fatal and {(p.kind, p.loc.file) for p in fatal} == {("padded-block", bad)}
+
+
+# -- scalars along a new axis ------------------------------------------------------------
+
+def _add_scalar(path, name, value, coordinate_of=None):
+    with netCDF4.Dataset(path, "a") as nc:
+        v = nc.createVariable(name, "f8", ())
+        v.units = "m"
+        v[...] = value
+        if coordinate_of:
+            nc[coordinate_of].coordinates = name
+
+
+@pytest.mark.parametrize("dims", [["member", "time"], ["member"]])
+def test_a_scalar_differing_between_members_is_stacked_an_equal_one_shared(
+        ensemble, tmp_path, dims):
+    """`realization` (1, 2, 3) differs between the members: stacked along member, as
+    xarray's combine_nested does with data variables; `height` (2 m in every file) is the
+    same in every cell: shared, compared bit for bit."""
+    files = ensemble if len(dims) == 2 else [f for f in ensemble if f.endswith("2015.nc")]
+    for f in files:
+        _add_scalar(f, "height", 2.0)
+    cube = tmp_path / "stacked.zarr"
+    report = virtualize.virtualize(files, cube, concat_dims=dims,
+                                   coords={"member": "attr:variant_label"})
+    assert report.ok, report.to_text()
+    assert "'realization' differs between the" in report.to_text(verbose=True)
+    ds = xr.open_dataset(cube, engine="virtualize")
+    assert ds["realization"].dims == ("member",)
+    assert ds["realization"].values.tolist() == [1, 2, 3]
+    assert ds["realization"].sel(member="r2i1p1f1").item() == 2
+    assert ds["height"].dims == () and ds["height"].item() == 2.0
+    g = virtualize.open(cube)
+    _bits_equal(g["realization"][...], np.array([_nc(files[i], "realization")
+                                                 for i in range(0, len(files), len(dims))]))
+
+
+def test_a_scalar_coordinate_differing_between_members_is_refused(ensemble):
+    """A scalar named as a coordinate (tas:coordinates = "height") is a coordinate: it must
+    be the same in every cell; differing, it is refused, located, not stacked."""
+    for i, f in enumerate(ensemble):
+        _add_scalar(f, "height", 2.0 if i < 4 else 10.0, coordinate_of="tas")
+    report = virtualize.check(ensemble, concat_dims=["member", "time"],
+                              coords={"member": "attr:variant_label"})
+    bad = [p for p in report.problems if p.kind == "differs-between-files"]
+    assert not report.ok and bad and {p.loc.variable for p in bad} == {"height"}
+    assert bad[0].loc.file == ensemble[4]
+    # and realization, a scalar data variable, was stacked, not refused
+    assert not [p for p in report.problems if p.loc.variable == "realization"]
+
+
+def test_var_coord_keeps_the_scalars_units_and_refuses_differing_ones(ensemble, tmp_path):
+    """--coord member=var:realization takes the scalar's attributes onto the coordinate;
+    files giving it other units are refused (the values would mean different things)."""
+    files = [f for f in ensemble if f.endswith("2015.nc")]
+    for f in files:
+        with netCDF4.Dataset(f, "a") as nc:
+            nc["realization"].long_name = "realization index"
+    cube = tmp_path / "var.zarr"
+    virtualize.virtualize(files, cube, concat_dims=["member"],
+                          coords={"member": "var:realization"})
+    ds = xr.open_dataset(cube, engine="virtualize")
+    assert ds["member"].values.tolist() == [1, 2, 3]
+    assert ds["member"].attrs["long_name"] == "realization index"
+    with netCDF4.Dataset(files[2], "a") as nc:
+        nc["realization"].units = "1"
+    report = virtualize.check(files, concat_dims=["member"], coords={"member": "var:realization"})
+    [p] = [p for p in report.problems if p.kind == "coord-unresolved"]
+    assert p.loc.file == files[2] and "'units'" in p.message

@@ -206,7 +206,14 @@ def test_cmip_becomes_one_cube_read_back_bit_identically(piles, tmp_path):
     if importlib.util.find_spec("virtualize.plan.merge") is None:
         pytest.skip("merge of files holding different variables not merged yet")
     _, ds = roundtrip(piles["hc_cmip"], tmp_path, ["tas", "pr"], **CMIP)
-    assert ds["tas"].encoding.get("preferred_chunks", {}).get("time") in (None, 365)
+    # each variable on its own grid along time: tas yearly (2016 a leap year), pr 2-yearly
+    assert ds["tas"].encoding["preferred_chunks"]["time"] == (365, 366, 365, 365)
+    assert ds["pr"].encoding["preferred_chunks"]["time"] in (731, (731, 730))  # (regular)
+    # the per-member scalar `realization` differs between the members: stacked along
+    # member (xarray's combine_nested); lat/lon and their bounds are shared
+    assert ds["realization"].dims == ("member",)
+    assert ds["realization"].values.tolist() == [1, 2, 3]
+    assert ds["lat_bnds"].dims == ("lat", "bnds")
 
 
 def test_a_missing_member_year_is_refused_naming_it(piles, tmp_path):
@@ -314,6 +321,10 @@ def test_forecast_run_from_the_reference_time_variable_keeps_its_units(piles, tm
     ds = stacked(piles["hc_forecast"], tmp_path, "t2m", ("run", "step", "lat", "lon"),
                  concat_dims=["run"], coords={"run": "var:reference_time"})
     assert list(ds["run"].values) == [np.datetime64(r, "ns") for r in mh.RUNS]
+    # the scalar's other attributes stay on the coordinate, its units as the encoding
+    assert ds["run"].attrs["standard_name"] == "forecast_reference_time"
+    assert ds["run"].encoding["units"] == "hours since 2024-01-01 00:00:00"
+    assert "reference_time" not in ds.variables  # (it is the run coordinate now)
 
 
 def test_join_outer_leaves_the_missing_member_year_absent(piles, tmp_path):

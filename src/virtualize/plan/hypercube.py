@@ -22,7 +22,14 @@ from typing import Any
 
 import numpy as np
 
-from ..conventions import coordinate_bounds, grid_mappings, py, stacks
+from ..conventions import (
+    coordinate_bounds,
+    grid_mappings,
+    named_coordinates,
+    py,
+    scalar_data,
+    stacks,
+)
 from ..model import (
     MATERIALIZED,
     ArrayPlan,
@@ -48,7 +55,7 @@ from ._common import (
     same_value,
 )
 from .concat import ConcatOptions
-from .coords import CoordSpec, coordinate_plan, label, resolve
+from .coords import CoordSpec, coordinate_attrs, coordinate_plan, label, resolve
 from .merge import plan_merge
 
 
@@ -81,6 +88,7 @@ def plan_hypercube(inventories: Sequence[FileInventory], options: HypercubeOptio
     keys: dict[str, list] = {}  # per axis, each file's position
     spans: dict[str, list] = {}  # per axis the files have, each file's (first, last)
     new: dict[str, bool] = {}
+    coord_attrs: dict[str, dict] = {}  # per new axis, what its coordinate keeps (var:)
     for d in dims:
         has = [any(d in v.dims for v in inv.variables.values()) for inv in invs]
         new[d] = not any(has)
@@ -95,6 +103,8 @@ def plan_hypercube(inventories: Sequence[FileInventory], options: HypercubeOptio
             if spec is None:
                 return _inner(opts, invs, d, None)
             values, ps = resolve(invs, d, spec)
+            problems.extend(ps)
+            coord_attrs[d], ps = coordinate_attrs(invs, d, spec)
             problems.extend(ps)
             if values is not None:
                 keys[d] = values
@@ -134,7 +144,8 @@ def plan_hypercube(inventories: Sequence[FileInventory], options: HypercubeOptio
     cells: dict[tuple[int, ...], list[int]] = {}
     for f in range(len(invs)):
         cells.setdefault(tuple(where[d][_k(keys[d][f])] for d in dims), []).append(f)
-    labels = {d: [_label(d, v, spans, keys, invs) for v in axis_values[d]] for d in dims}
+    labels = {d: [_label(d, v, spans, keys, invs, coord_attrs.get(d)) for v in axis_values[d]]
+              for d in dims}
 
     def cell_name(index: tuple[int, ...]) -> str:
         return ", ".join(f"{d}={labels[d][i]!r}" if new[d] and isinstance(
@@ -211,7 +222,9 @@ def plan_hypercube(inventories: Sequence[FileInventory], options: HypercubeOptio
         plan.layout = layout
         return plan, problems
     ctx = _Stack(invs=invs, dims=dims, new=new, axis_values=axis_values, labels=labels,
-                 kept={n for inv in invs for n in _kept(inv)})
+                 coord_attrs=coord_attrs,
+                 kept={n for inv in invs for n in _kept(inv)},
+                 scalars={n for inv in invs for n in _scalars(inv)})
     plan, _ = _build(ctx, concat, sorted(cells), cells, 0)
     problems.extend(ctx.problems)
     attrs = {opts.coords[d].arg for d in dims if d in opts.coords and opts.coords[d].kind == "attr"}
@@ -251,6 +264,14 @@ def _absent(inv: FileInventory, problems: list[Problem], where: str, dims, new
     return replace(inv, variables=variables, problems=[])
 
 
+def _scalars(inv: FileInventory) -> set[str]:
+    """The scalar data variables (`conventions.scalar_data`): stacked along a new axis
+    when they differ between its cells, shared when the same."""
+    mappings, bounds = grid_mappings(inv), coordinate_bounds(inv)
+    named = named_coordinates(inv)
+    return {n for n, v in inv.variables.items() if scalar_data(v, mappings, bounds, named)}
+
+
 def _kept(inv: FileInventory) -> set[str]:
     """The variables that do not get a new axis: coordinates, their bounds, grid
     mappings, scalars (the scan's rule, conventions.stacks)."""
@@ -283,9 +304,9 @@ def _ordered(values: list, sort: bool = True) -> list:
         return [seen[k] for k in sorted(seen, key=str)]
 
 
-def _label(d, v, spans, keys, invs) -> str:
+def _label(d, v, spans, keys, invs, attrs=None) -> str:
     if d not in spans:
-        return label(v)
+        return _value_label(v, attrs) if attrs and not isinstance(v, str) else label(v)
     f = next(i for i, k in enumerate(keys[d]) if _k(k) == _k(v))
     first, last, attrs = spans[d][f]
     return f"{_value_label(first, attrs)} .. {_value_label(last, attrs)}" if first != last \
@@ -334,6 +355,8 @@ class _Stack:
     axis_values: dict[str, list]
     labels: dict[str, list[str]]
     kept: set[str] = field(default_factory=set)  # what no new axis is given (`_kept`)
+    scalars: set[str] = field(default_factory=set)  # of those, scalar data (`_scalars`)
+    coord_attrs: dict[str, dict] = field(default_factory=dict)  # new axes' (coordinate_attrs)
     problems: list[Problem] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
@@ -348,7 +371,8 @@ def _build(ctx: _Stack, concat: ConcatOptions, indices: list[tuple[int, ...]],
         invs = [ctx.invs[f] for f in files]
         values = [ctx.axis_values[d][i[-1]] for i in indices for _ in cells[i]] \
             if ctx.new[d] else None
-        plan, problems = _one_axis(invs, replace(concat, concat_dim=d, new_values=values))
+        plan, problems = _one_axis(invs, replace(concat, concat_dim=d, new_values=values,
+                                                 new_attrs=ctx.coord_attrs.get(d)))
         ctx.problems.extend(problems)
         for n in plan.notes:
             if n not in ctx.notes:
@@ -402,13 +426,16 @@ def _stack(ctx: _Stack, subs: list[Plan], files: list[list[str]], d: str,
         varies = _varies(ctx, subs[0], name, a0, d)
         if not _alike(ctx, files, have, name, d, where, varies):
             continue
+        if not varies and new and name in ctx.scalars and not a0.shape:
+            varies = _scalar_differs(ctx, files, have, name, d, where)
         if not varies:
             if _shared(ctx, files, have, name, d, where):
                 arrays[name] = _remapped(a0, maps[0], None, 0)
             continue
         arrays[name] = _joined(have, maps, d, new)
     if new:
-        arrays = {d: coordinate_plan(d, [ctx.axis_values[d][i] for i in positions]), **arrays}
+        arrays = {d: coordinate_plan(d, [ctx.axis_values[d][i] for i in positions],
+                                          ctx.coord_attrs.get(d)), **arrays}
     remedies: dict[str, Remedy] = {}
     for p in subs:
         for k, r in p.remedies.items():
@@ -427,7 +454,26 @@ def _varies(ctx: _Stack, sub: Plan, name: str, a: ArrayPlan, d: str) -> bool:
     scalars: the scan's rule, conventions.stacks)."""
     if not ctx.new[d]:
         return d in a.dims
+    if name in ctx.scalars:  # stacked along an inner new axis already: along this one too
+        return bool(a.dims) and a.dims[0] in ctx.dims
     return bool(a.dims) and name not in ctx.dims and name not in ctx.kept
+
+
+def _scalar_differs(ctx: _Stack, files, have: list[ArrayPlan], name: str, d: str,
+                    where) -> bool:
+    """A scalar data variable that differs between the cells of the new axis `d`: stacked
+    along it (`realization(member)`); the same in every cell, shared. Decided by the one
+    comparison (`_shared`), its findings kept only to decide."""
+    before = len(ctx.problems)
+    same = _shared(ctx, files, have, name, d, where)
+    found = ctx.problems[before:]
+    del ctx.problems[before:]
+    if same or not all(p.kind == "differs-between-files" for p in found):
+        return False
+    note = f"{name!r} differs between the cells: stacked along the new {d!r} axis"
+    if note not in ctx.notes:
+        ctx.notes.append(note)
+    return True
 
 
 def _alike(ctx: _Stack, files, have: list[ArrayPlan], name: str, d: str, where, varies) -> bool:
