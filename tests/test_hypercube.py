@@ -145,6 +145,32 @@ def test_dates_in_names_become_dates(tmp_path):
     assert vals == [datetime.datetime(2020, 1, 1), datetime.datetime(2020, 1, 2)]
 
 
+def test_dates_in_attributes_and_listed_values_become_dates(ensemble, tmp_path):
+    """attr: text and listed values that are all dates (the forms name: accepts) are dates,
+    a datetime coordinate; mixed, they stay text."""
+    D = datetime.datetime
+    assert parse_coord("2024-01-01,20240102,2024-01-03T06:00:00").values == (
+        D(2024, 1, 1), D(2024, 1, 2), D(2024, 1, 3, 6))
+    assert parse_coord("2024-01-01,next").values == ("2024-01-01", "next")
+    files = [f for f in ensemble if f.endswith("2015.nc")]
+    for f, when in zip(files, ("2024-01-01T00:00:00", "2024-01-01T06:00:00Z",
+                               "2024-01-01 12:00")):
+        with netCDF4.Dataset(f, "a") as nc:
+            nc.run_start = when
+    invs = [virtualize.inventory(f) for f in files]
+    vals, ps = resolve(invs, "run", parse_coord("attr:run_start"))
+    assert not ps and vals == [D(2024, 1, 1), D(2024, 1, 1, 6), D(2024, 1, 1, 12)]
+    invs[2].groups[""]["run_start"] = "soon"
+    vals, ps = resolve(invs, "run", parse_coord("attr:run_start"))
+    assert vals == ["2024-01-01T00:00:00", "2024-01-01T06:00:00Z", "soon"]
+    cube = tmp_path / "runs.zarr"
+    virtualize.virtualize(files, cube, concat_dims=["run"], coords={"run": "attr:run_start"},
+                          drop=["realization"])
+    ds = xr.open_dataset(cube, engine="virtualize")
+    assert list(ds["run"].values) == [np.datetime64(D(2024, 1, 1, h), "ns") for h in (0, 6, 12)]
+    assert ds["tas"].dims[0] == "run"
+
+
 # -- an ensemble: member x time ------------------------------------------------------
 
 @pytest.mark.parametrize("form", ["attr:variant_label", "var:realization",

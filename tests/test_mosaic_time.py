@@ -200,8 +200,20 @@ def test_coord_forms_give_the_dates(tmp_path):
     ds = xr.open_dataset(cube, engine="virtualize")
     np.testing.assert_array_equal(ds.time.values, np.array(DATES, dtype="datetime64[ns]"))
     assert_same(ds.image.values, expected(lay), "dates by --coord time=name:")
-    with pytest.raises(virtualize.UsageError):
-        virtualize.check_mosaic(names, concat_dim="time", coords={"time": "bogus"})
+    with pytest.raises(virtualize.UsageError, match="unknown form 'bogus'"):
+        virtualize.check_mosaic(names, concat_dim="time", coords={"time": "bogus:x"})
+    with pytest.raises(virtualize.UsageError, match="not a regular expression"):
+        virtualize.check_mosaic(names, concat_dim="time", coords={"time": "name:(x"})
+    # listed values (plan/coords.py's forms): one date per tile, in file order
+    listed = ",".join(f"{DATES[d]:%Y-%m-%d}" for d, tiles in enumerate(lay) for _ in tiles)
+    (tmp_path / "listed").mkdir()
+    report, cube, _ = build(names, tmp_path / "listed", coords={"time": listed})
+    assert_same(virtualize.open(cube)["image"][...], expected(lay), "dates listed")
+    np.testing.assert_array_equal(xr.open_dataset(cube, engine="virtualize").time.values,
+                                  np.array(DATES, dtype="datetime64[ns]"))
+    # one value is a list of one: not one per tile, refused (not a usage error)
+    report = virtualize.check_mosaic(names, concat_dim="time", coords={"time": "bogus"})
+    assert [p.kind for p in report.problems if p.fatal] == ["coord-unresolved"]
     with pytest.raises(virtualize.UsageError):
         virtualize.check_mosaic(names, coords={"time": "name:(x)"})  # no concat_dim
 
@@ -290,12 +302,12 @@ def test_a_tile_of_several_dates_is_refused(tmp_path):
 def test_a_tile_without_the_coord_value_is_refused(tmp_path):
     files = write_tiles(tmp_path, layouts()[:2])
     report = virtualize.check_mosaic(files, concat_dim="time", coords={"time": "attr:observed"})
-    bad = [p for p in report.problems if p.kind == "no-coordinate-value"]
+    bad = [p for p in report.problems if p.kind == "coord-unresolved"]
     assert len(bad) == len(files) and bad[0].loc.file == str(files[0])
     assert "no global attribute 'observed'" in bad[0].message
     report = virtualize.check_mosaic(files, concat_dim="time",
                                      coords={"time": r"name:(\d{4}-\d\d-\d\d)_x"})
-    assert {p.kind for p in report.problems if p.fatal} == {"no-coordinate-value"}
+    assert {p.kind for p in report.problems if p.fatal} == {"coord-unresolved"}
 
 
 def test_cli_mosaic_over_time(tmp_path):

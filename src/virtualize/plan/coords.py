@@ -23,7 +23,7 @@ from ._common import inline_plan
 FORMS = "attr:NAME, var:NAME, name:REGEX or v1,v2,..."
 # a whole value that is a date (and time of day): 2015-01-01, 20150101, 2015-01-01T06:00
 _DATE = re.compile(r"((?:18|19|20|21)\d\d)-?(0[1-9]|1[0-2])-?(0[1-9]|[12]\d|3[01])"
-                   r"(?:[T_ -]?([01]\d|2[0-3]):?([0-5]\d)(?::?([0-5]\d))?)?")
+                   r"(?:[T_ -]?([01]\d|2[0-3]):?([0-5]\d)(?::?([0-5]\d))?Z?)?")
 
 
 @dataclass(frozen=True)
@@ -90,13 +90,18 @@ def parse_coords(items: Sequence[str] | dict[str, Any] | None) -> dict[str, Coor
         if dim in out:
             raise UsageError(f"--coord {dim}: given twice")
         out[dim] = form if isinstance(form, CoordSpec) else \
-            CoordSpec("values", values=tuple(form)) if isinstance(form, (list, tuple)) else \
-            parse_coord(form)
+            CoordSpec("values", values=tuple(_dates_or(list(form)))) \
+            if isinstance(form, (list, tuple)) else parse_coord(form)
     return out
 
 
 def _typed(parts: Sequence[str]) -> list:
-    """Numbers when all parse as numbers (ints when all are), else the strings."""
+    """Dates (`datetime.datetime`) when all are dates (`2024-01-01`, `20240101`,
+    `2024-01-01T06:00:00`: `_DATE`), else numbers when all parse as numbers (ints when all
+    are), else the strings."""
+    dates = [_date(p) for p in parts]
+    if parts and all(d is not None for d in dates):
+        return dates
     try:
         return [int(p) for p in parts]
     except ValueError:
@@ -107,8 +112,15 @@ def _typed(parts: Sequence[str]) -> list:
         return list(parts)
 
 
+def _dates_or(values: list) -> list:
+    """Texts that are all dates as dates (`_DATE`), anything else as it is: an attribute's
+    or a listed value's text of one date and time is a date, as in a name; mixed, text."""
+    dates = [_date(v) if isinstance(v, str) else None for v in values]
+    return dates if values and all(d is not None for d in dates) else values
+
+
 def _date(text: str) -> datetime.datetime | None:
-    m = _DATE.fullmatch(text)
+    m = _DATE.fullmatch(text.strip())
     if m is None:
         return None
     y, mo, d, hh, mm, ss = m.groups()
@@ -123,8 +135,10 @@ def resolve(invs: Sequence[FileInventory], dim: str, spec: CoordSpec
             ) -> tuple[list | None, list[Problem]]:
     """One value per file (file order) for the new axis `dim`, or None with located
     problems (`coord-unresolved`: an attribute or variable a file lacks, a name the regex
-    does not match, a count of values that is not the count of files). Names' values that
-    are all dates are `datetime.datetime`s; all numbers, numbers."""
+    does not match, a count of values that is not the count of files). Values from names,
+    attributes' text and listed values that are all dates (`_DATE`: 2024-01-01, 20240101,
+    2024-01-01T06:00:00) are `datetime.datetime`s (mixed: the texts); names' values that
+    are all numbers, numbers."""
     problems: list[Problem] = []
     out: list = []
     form = spec.text()
@@ -178,8 +192,9 @@ def resolve(invs: Sequence[FileInventory], dim: str, spec: CoordSpec
     if problems:
         return None, problems
     if spec.kind == "name":
-        dates = [_date(s) for s in out]
-        out = dates if all(d is not None for d in dates) else _typed(out)
+        out = _typed(out)
+    elif spec.kind == "attr":
+        out = _dates_or(out)
     return out, problems
 
 
