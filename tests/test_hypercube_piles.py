@@ -341,3 +341,24 @@ def test_join_outer_leaves_the_missing_member_year_absent(piles, tmp_path):
     t0, t1 = mh.day(dt.date(2017, 1, 1)), mh.day(dt.date(2018, 1, 1))
     want[2, t0:t1] = np.float32(1e20)
     assert_same(got, want, "tas with r3i1p1f1's 2017 absent")
+
+
+def test_cmip_attributes_are_combined_across_members(piles, tmp_path):
+    """tracking_id / creation_date / history differ in every file: left out by default
+    and named in a note, the first file's with override, refused with identical; what is
+    the same everywhere (source_id) is kept; variant_label is the member coordinate's."""
+    needs_hypercube()
+    paths = [p for p in piles["hc_cmip"] if p.name.startswith("tas_")]
+    cube = tmp_path / "tas.zarr"
+    report = virtualize.virtualize(paths, cube, **CMIP)
+    root = dict(virtualize.open(cube).attrs)
+    assert root["source_id"] == mh.MODEL and "variant_label" not in root
+    assert not {"tracking_id", "creation_date", "history"} & set(root)
+    assert any("tracking_id" in n and "left out" in n for n in report.notes)
+    report = virtualize.virtualize(paths, tmp_path / "o.zarr", combine_attrs="override", **CMIP)
+    with netCDF4.Dataset(sorted(paths)[0]) as nc:
+        first = nc.tracking_id
+    assert dict(virtualize.open(tmp_path / "o.zarr").attrs)["tracking_id"] == first
+    report = virtualize.check(paths, combine_attrs="identical", **CMIP)
+    bad = [p for p in report.problems if p.kind == "attribute-conflict"]
+    assert not report.ok and bad and all("variant_label" not in p.message for p in bad)

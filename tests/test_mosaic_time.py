@@ -444,3 +444,69 @@ def test_time_units_that_cannot_be_converted_are_refused(tmp_path):
     (p,) = [p for p in report.problems if p.kind == "units-differ"]
     assert p.loc.file == str(files[5]) and p.loc.variable == "time"
     assert "'orbits'" in p.message and str(files[0]) in p.message
+
+
+def _stamp_tiles(files, **per_tile):
+    """Set attributes per tile: name -> function(k) of the tile's index (None: leave)."""
+    import netCDF4
+
+    for k, f in enumerate(files):
+        with netCDF4.Dataset(f, "a") as ds:
+            for key, fn in per_tile.items():
+                where, _, name = key.rpartition("__")
+                value = fn(k)
+                if value is not None:
+                    (ds[where] if where else ds).setncattr(name, value)
+
+
+@pytest.mark.parametrize("over_time", [False, True])
+def test_tile_attributes_are_combined_not_taken_from_the_first(tmp_path, over_time):
+    """Attributes that differ between tiles (`history`, a variable's `comment`): left out
+    and named by default (drop_conflicts), the first tile's with override, refused with
+    identical; `units` differing is refused whatever (the values would mean different
+    things)."""
+    files, _ = netcdf_tiles(tmp_path, attr=True)
+    if not over_time:
+        files = [f for f in files if f.name.startswith("elev_0_")]
+    kw = dict(concat_dim="time", coords={"time": "attr:observed"}) if over_time else {}
+    _stamp_tiles(files, history=lambda k: f"made tile {k}", source=lambda k: "DEM v2",
+                 elev__comment=lambda k: f"tile {k}")
+    cube = tmp_path / "m.zarr"
+    report = virtualize.mosaic(files, cube, **kw)
+    ds = xr.open_dataset(cube, engine="virtualize")
+    assert "history" not in ds.attrs and ds.attrs["source"] == "DEM v2"
+    # the date attribute: the time coordinate holds it over time; one date: the same
+    assert ("observed" in ds.attrs) is not over_time
+    assert "comment" not in ds.elev.attrs and ds.elev.attrs["grid_mapping"] == "crs"
+    note = next(n for n in report.notes if "differ between tiles" in n)
+    assert "global: history" in note and "elev: comment" in note
+    report = virtualize.mosaic(files, tmp_path / "o.zarr", combine_attrs="override", **kw)
+    o = xr.open_dataset(tmp_path / "o.zarr", engine="virtualize")
+    assert o.attrs["history"] == "made tile 0" and o.elev.attrs["comment"] == "tile 0"
+    report = virtualize.check_mosaic(files, combine_attrs="identical", **kw)
+    bad = [p for p in report.problems if p.kind == "attribute-conflict"]
+    assert not report.ok and {p.loc.variable for p in bad} == {None, "elev"}
+    assert any(p.loc.file == str(files[1]) and "'history'" in p.message for p in bad)
+    _stamp_tiles(files, elev__units=lambda k: "m" if k != 2 else "ft")
+    report = virtualize.check_mosaic(files, **kw)
+    drift = [p for p in report.problems if p.kind == "attribute-drift"]
+    assert not report.ok and len(drift) == 1
+    assert drift[0].loc.file == str(files[2]) and drift[0].loc.variable == "elev"
+    with pytest.raises(virtualize.UsageError, match="combine_attrs"):
+        virtualize.check_mosaic(files, combine_attrs="first", **kw)
+
+
+def test_cli_mosaic_combine_attrs(tmp_path):
+    exe = os.path.join(os.path.dirname(sys.executable), "virtualize")
+    files, _ = netcdf_tiles(tmp_path, attr=True)
+    _stamp_tiles(files, history=lambda k: f"made tile {k}")
+    r = subprocess.run([exe, "mosaic", "--check", "--concat-dim", "time", "--coord",
+                        "time=attr:observed", "--combine-attrs", "identical",
+                        *map(str, files)], capture_output=True, text=True)
+    assert r.returncode != 0 and "attribute-conflict" in r.stdout + r.stderr
+    out = tmp_path / "m.zarr"
+    r = subprocess.run([exe, "mosaic", "--concat-dim", "time", "--coord", "time=attr:observed",
+                        "--combine-attrs", "override", "-o", str(out), *map(str, files)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert xr.open_dataset(out, engine="virtualize").attrs["history"] == "made tile 0"

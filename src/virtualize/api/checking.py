@@ -188,7 +188,8 @@ def check_mosaic(paths: Iterable[PathLike] | PathLike, *,
                  storage_options: dict | None = None,
                  chunk_size: int | str | None = DEFAULT_CHUNK_SIZE,
                  skip_unreadable: bool = False, concat_dim: str | None = None,
-                 coords: dict[str, str] | None = None) -> Report:
+                 coords: dict[str, str] | None = None,
+                 combine_attrs: str = "drop_conflicts") -> Report:
     """Can these tiles be placed into one mosaic? By georeferencing (GeoTIFF transform,
     or 1-D x/y / lon/lat coordinates), or by explicit `offsets` [(row, col), ...] in pixels.
     `overlap`: None (overlaps are problems), "last" or "first" (which tile wins).
@@ -198,15 +199,19 @@ def check_mosaic(paths: Iterable[PathLike] | PathLike, *,
     `concat_dim` ("time"): a mosaic over time, each file one tile on one date, the dates
     stacked along `concat_dim` (docs/mosaic.md, Mosaics over time); each file's date from
     `coords` ({"time": "name:REGEX" | "attr:NAME" ...}), else its own `concat_dim`
-    variable, else the date in its name."""
+    variable, else the date in its name. `combine_attrs`: attributes that differ between
+    tiles, as in `check` (drop_conflicts, the default, with a note; override; identical)."""
     _storage(storage_options)
     limit = _chunk_size(chunk_size)
     coords = _mosaic_coords(concat_dim, coords)
+    if combine_attrs not in COMBINE_ATTRS:
+        raise UsageError(f"combine_attrs must be one of {', '.join(COMBINE_ATTRS)}, "
+                         f"not {combine_attrs!r}")
     if concat_dim is not None and materialize:
         raise UsageError("--materialize is not supported for a mosaic over time yet")
     opts = MosaicOptions(offsets=offsets, overlap=overlap, tolerance=tolerance,
                          drop=frozenset(_names(drop)), split=split, materialize=materialize,
-                         concat_dim=concat_dim, coords=coords)
+                         concat_dim=concat_dim, coords=coords, combine_attrs=combine_attrs)
     if overlap not in (None, "last", "first"):
         raise UsageError(f"overlap must be None, 'last' or 'first', not {overlap!r}")
     report = _check(paths, lambda invs: plan_mosaic(invs, opts), progress, materialize_limit, jobs,
@@ -221,6 +226,8 @@ def check_mosaic(paths: Iterable[PathLike] | PathLike, *,
                               "materialize": materialize, "chunk_size": limit}
         if concat_dim is not None:
             report.plan.recipe.update(concat_dim=concat_dim, coords=coords)
+        if combine_attrs != "drop_conflicts":
+            report.plan.recipe["combine_attrs"] = combine_attrs
     return report
 
 

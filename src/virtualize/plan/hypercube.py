@@ -54,6 +54,7 @@ from ._common import (
     inline_plan,
     same_value,
 )
+from .attrs import combine, dropped_note
 from .concat import ConcatOptions
 from .coords import CoordSpec, coordinate_attrs, coordinate_plan, label, resolve
 from .merge import plan_merge
@@ -221,13 +222,20 @@ def plan_hypercube(inventories: Sequence[FileInventory], options: HypercubeOptio
         plan = Plan([], {}, {}, dims[-1], notes)
         plan.layout = layout
         return plan, problems
+    attrs = {opts.coords[d].arg for d in dims if d in opts.coords and opts.coords[d].kind == "attr"}
+    if attrs:  # (it differs between files; the axis' coordinate holds it: not combined)
+        invs = [replace(inv, groups={**inv.groups, "": {k: v for k, v in inv.groups.get(
+            "", {}).items() if k not in attrs}}) for inv in invs]
     ctx = _Stack(invs=invs, dims=dims, new=new, axis_values=axis_values, labels=labels,
-                 coord_attrs=coord_attrs,
+                 coord_attrs=coord_attrs, how=opts.concat.combine_attrs,
+                 leave=frozenset(attrs),
                  kept={n for inv in invs for n in _kept(inv)},
                  scalars={n for inv in invs for n in _scalars(inv)})
     plan, _ = _build(ctx, concat, sorted(cells), cells, 0)
     problems.extend(ctx.problems)
-    attrs = {opts.coords[d].arg for d in dims if d in opts.coords and opts.coords[d].kind == "attr"}
+    note = dropped_note(ctx.dropped)
+    if note:
+        ctx.notes.append(note.replace("between files", "between the cells"))
     root = plan.groups.get("", {})
     for a in sorted(attrs & set(root)):
         del root[a]  # (it differs between files; the axis' coordinate holds it)
@@ -357,6 +365,9 @@ class _Stack:
     kept: set[str] = field(default_factory=set)  # what no new axis is given (`_kept`)
     scalars: set[str] = field(default_factory=set)  # of those, scalar data (`_scalars`)
     coord_attrs: dict[str, dict] = field(default_factory=dict)  # new axes' (coordinate_attrs)
+    how: str = "drop_conflicts"  # --combine-attrs (plan/attrs.py), across the cells
+    leave: frozenset[str] = frozenset()  # root attributes a --coord attr: takes
+    dropped: dict[str, list[str]] = field(default_factory=dict)  # what drop_conflicts left out
     problems: list[Problem] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
@@ -431,8 +442,10 @@ def _stack(ctx: _Stack, subs: list[Plan], files: list[list[str]], d: str,
         if not varies:
             if _shared(ctx, files, have, name, d, where):
                 arrays[name] = _remapped(a0, maps[0], None, 0)
-            continue
-        arrays[name] = _joined(have, maps, d, new)
+        else:
+            arrays[name] = _joined(have, maps, d, new)
+        if name in arrays:
+            arrays[name].attrs = _combined(ctx, [a.attrs for a in have], name, files)
     if new:
         arrays = {d: coordinate_plan(d, [ctx.axis_values[d][i] for i in positions],
                                           ctx.coord_attrs.get(d)), **arrays}
@@ -442,10 +455,25 @@ def _stack(ctx: _Stack, subs: list[Plan], files: list[list[str]], d: str,
             t = remedies.setdefault(k, Remedy(r.kind, 0, 0, r.enabled))
             t.blocks += r.blocks
             t.bytes += r.bytes
-    plan = Plan(sources=sources, groups={g: dict(a) for g, a in first.groups.items()},
-                arrays=arrays, concat_dim=d, remedies=remedies)
+    groups = {g: _combined(ctx, [{k: v for k, v in p.groups.get(g, {}).items()
+                                  if g or k not in ctx.leave} for p in subs],
+                           g and f"group {g}", files)
+              for g in first.groups}
+    plan = Plan(sources=sources, groups=groups, arrays=arrays, concat_dim=d, remedies=remedies)
     plan.figures = {n: figure_of(a) for n, a in arrays.items()}
     return plan
+
+
+def _combined(ctx: _Stack, dicts: list[dict], where: str, files: list[list[str]]) -> dict:
+    """Attributes over the cells (plan/attrs.py `combine`, --combine-attrs), never the
+    first cell's unseen; the meaning attributes were compared by `_alike`."""
+    out, gone, problems = combine(dicts, ctx.how, where, [fs[0] if fs else None for fs in files])
+    ctx.problems.extend(p for p in problems if p.kind != "attribute-drift" or not where
+                        or where.startswith("group "))
+    if gone:
+        have = ctx.dropped.setdefault(where, [])
+        have.extend(k for k in gone if k not in have)
+    return out
 
 
 def _varies(ctx: _Stack, sub: Plan, name: str, a: ArrayPlan, d: str) -> bool:

@@ -50,6 +50,7 @@ from .mosaic import (
     _report_overlaps,
     _Tile,
     _who_cuts,
+    combined_attrs,
 )
 
 
@@ -124,7 +125,11 @@ def plan_mosaic_over_time(inventories: Sequence[FileInventory], opts: MosaicOpti
                      f"grid ({coord.source}): " + ", ".join(shown[:10])
                      + (", ..." if len(shown) > 10 else ""))
     _missing_tiles(ctx, subs, shown, height, width)
-    plan = Plan(sources=sources, groups=groups_for(invs[0], arrays), arrays=arrays,
+    made = {dim} | (set(coords) if georefs is not None else set())
+    spec = parse_coords({k: v for k, v in (opts.coords or {}).items() if k == dim}).get(dim)
+    leave = frozenset({spec.arg} if spec is not None and spec.kind == "attr" else ())
+    groups = combined_attrs(ctx, arrays, made, leave)
+    plan = Plan(sources=sources, groups=groups, arrays=arrays,
                 notes=ctx.notes, figures=ctx.figures, mosaic=ctx.mosaic, remedies=ctx.remedies,
                 layout=_layout(subs, shown, dim, not any(dim in inv.dimensions for inv in invs),
                                tuple(n for n in names if n in arrays)))
