@@ -152,6 +152,7 @@ def test_dates_in_attributes_and_listed_values_become_dates(ensemble, tmp_path):
     assert parse_coord("2024-01-01,20240102,2024-01-03T06:00:00").values == (
         D(2024, 1, 1), D(2024, 1, 2), D(2024, 1, 3, 6))
     assert parse_coord("2024-01-01,next").values == ("2024-01-01", "next")
+    assert parse_coord("2024010100,2024010112").values == (D(2024, 1, 1), D(2024, 1, 1, 12))
     files = [f for f in ensemble if f.endswith("2015.nc")]
     for f, when in zip(files, ("2024-01-01T00:00:00", "2024-01-01T06:00:00Z",
                                "2024-01-01 12:00")):

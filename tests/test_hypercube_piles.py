@@ -313,6 +313,17 @@ def test_forecast_runs_stack_along_a_new_run_axis(piles, tmp_path):
     np.testing.assert_array_equal(ds["step"].values, mh.STEPS)
 
 
+def test_forecast_runs_by_name_and_the_scalar_left_stacked(piles, tmp_path):
+    """--coord run=name:fc_(DIGITS): YYYYMMDDHH in the names are dates; the scalar
+    reference_time (differing per run) is stacked along run, reference_time(run)."""
+    needs_hypercube()
+    ds = stacked(piles["hc_forecast"], tmp_path, "t2m", ("run", "step", "lat", "lon"),
+                 concat_dims=["run"], coords={"run": r"name:fc_(\d{10})\.nc"})
+    assert list(ds["run"].values) == [np.datetime64(r, "ns") for r in mh.RUNS]
+    assert ds["reference_time"].dims == ("run",)
+    assert list(ds["reference_time"].values) == [np.datetime64(r, "ns") for r in mh.RUNS]
+
+
 def test_forecast_run_from_the_reference_time_variable_keeps_its_units(piles, tmp_path):
     """--coord run=var:reference_time: the scalar is hours since 2024-01-01 (CF units);
     the run coordinate must keep that meaning (read by xarray as the runs' times), not
@@ -362,3 +373,12 @@ def test_cmip_attributes_are_combined_across_members(piles, tmp_path):
     report = virtualize.check(paths, combine_attrs="identical", **CMIP)
     bad = [p for p in report.problems if p.kind == "attribute-conflict"]
     assert not report.ok and bad and all("variant_label" not in p.message for p in bad)
+
+
+def test_members_given_as_one_stack_are_refused_with_the_hypercube_hint(piles):
+    """A new user's first try, the members' files as one stack along time: refused (the
+    same days in each member), the message naming the way through."""
+    report = virtualize.check([p for p in piles["hc_cmip"] if p.name.startswith("tas_")])
+    dup = [p for p in report.problems if p.kind == "duplicate-coordinate"]
+    assert not report.ok and dup
+    assert "--concat-dim NEW --concat-dim time --coord NEW=attr:variant_label" in dup[0].message

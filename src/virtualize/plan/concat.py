@@ -399,7 +399,8 @@ def _order_by_coordinate(ctx: _Context) -> None:
         if j >= 0:
             ctx.problem(inv.path, dim, "duplicate-coordinate",
                         f"the same {dim} values as {ctx.invs[j].path} (the same steps twice: "
-                        "the same file given twice?)", axis=dim)
+                        "the same file given twice?" + _another_axis(inv, ctx.invs[j], dim)
+                        + ")", axis=dim)
         elif prev_last is not None and not vals[0] > prev_last:
             ctx.problem(inv.path, dim, "coordinate-not-increasing",
                         f"{dim} starts at {py(vals[0])!r}, not after the previous file's last "
@@ -533,6 +534,19 @@ def _stacks(ctx: _Context, v: Variable) -> bool:
     bounds, scalars or grid mappings (those must be the same in every file; the scan's
     rule)."""
     return stacks(v, grid_mappings(ctx.invs[0]), coordinate_bounds(ctx.invs[0]))
+
+
+def _another_axis(inv: FileInventory, other: FileInventory, dim: str) -> str:
+    """A hint for two files of the same steps whose global attributes tell them apart (an
+    ensemble's members, a model's runs): the axis they are on, as a hypercube."""
+    a, b = inv.groups.get("", {}), other.groups.get("", {})
+    key = next((k for k in ("variant_label", "member_id", "realization", "run", "ensemble",
+                            "experiment_id", "source_id") if k in a and k in b
+                and str(a[k]) != str(b[k])), None)
+    if key is None:
+        return ""
+    return (f"; or files of another axis, their {key!r} differs: --concat-dim NEW "
+            f"--concat-dim {dim} --coord NEW=attr:{key}")
 
 
 def _scalar_differs(ctx: _Context, name: str, vs: list[Variable]) -> bool:

@@ -21,9 +21,10 @@ from ..model import ArrayPlan, FileInventory, Location, Problem, UsageError
 from ._common import inline_plan
 
 FORMS = "attr:NAME, var:NAME, name:REGEX or v1,v2,..."
-# a whole value that is a date (and time of day): 2015-01-01, 20150101, 2015-01-01T06:00
+# a whole value that is a date (and time of day): 2015-01-01, 20150101, 2015-01-01T06:00,
+# 2024010106 (a forecast run's YYYYMMDDHH)
 _DATE = re.compile(r"((?:18|19|20|21)\d\d)-?(0[1-9]|1[0-2])-?(0[1-9]|[12]\d|3[01])"
-                   r"(?:[T_ -]?([01]\d|2[0-3]):?([0-5]\d)(?::?([0-5]\d))?Z?)?")
+                   r"(?:[T_ -]?([01]\d|2[0-3])(?::?([0-5]\d)(?::?([0-5]\d))?)?Z?)?")
 
 
 @dataclass(frozen=True)
