@@ -510,3 +510,17 @@ def test_cli_mosaic_combine_attrs(tmp_path):
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
     assert xr.open_dataset(out, engine="virtualize").attrs["history"] == "made tile 0"
+
+
+def test_verify_decode_and_export_replan_a_mosaic_over_time(tmp_path):
+    """verify --decode and export plan the cube again from its recipe: as a mosaic over
+    time (its concat_dim and --coord), not as one mosaic of every tile (overlaps)."""
+    lay = layouts()
+    files = write_tiles(tmp_path, lay)
+    cube = tmp_path / "m.zarr"
+    virtualize.mosaic(files, cube, concat_dim="time", coords={"time": r"name:_(\d{4}-\d\d-\d\d)"},
+                      combine_attrs="override")
+    assert virtualize.verify_cube(cube, decode=True) == []
+    virtualize.export(cube, tmp_path / "again.json")
+    assert_same(kerchunk_group(tmp_path / "again.json")["image"][...], expected(lay),
+                "a mosaic over time exported")
