@@ -438,6 +438,22 @@ def test_append_to_listed_values_takes_the_new_files_values(ensemble, tmp_path):
     assert [str(m) for m in virtualize.open(out)["member"][...]] == ["a", "b", "c", "d"]
 
 
+def test_append_to_listed_dates(ensemble, tmp_path):
+    """Listed values that are dates: recorded as their text (the recipe is JSON), the
+    append's new dates joined to them."""
+    out = tmp_path / "runs.zarr"
+    assert virtualize.virtualize(ensemble[:4], out, concat_dims=["run", "time"],
+                                 coords={"run": "2024-01-01,2024-01-01,20240102,20240102"},
+                                 drop=["realization"]).ok
+    report = virtualize.append(out, ensemble[4:], coords={"run": "2024-01-03T06:00:00,"
+                                                                 "2024-01-03T06:00:00"})
+    assert report.ok, report.problems
+    ds = xr.open_dataset(out, engine="virtualize")
+    assert [str(v)[:19] for v in ds["run"].values] == [
+        "2024-01-01T00:00:00", "2024-01-02T00:00:00", "2024-01-03T06:00:00"]
+    _bits_equal(virtualize.open(out)["tas"][...], _expected_tas(ensemble))
+
+
 # -- other outputs and executors -------------------------------------------------------
 
 def test_ensemble_to_icechunk(ensemble, tmp_path):

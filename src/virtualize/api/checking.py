@@ -6,6 +6,7 @@ every command are here (`_check`, `_scan_all`)."""
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import json
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -19,7 +20,7 @@ from ..model import FileInventory, Location, Plan, Problem, UsageError, Virtuali
 from ..outputs.metadata import array_doc, group_doc, omitted_attrs
 from ..plan import DEFAULT_INLINE_THRESHOLD, ConcatOptions, MosaicOptions, plan_mosaic
 from ..plan.attrs import COMBINE_ATTRS
-from ..plan.coords import parse_coords
+from ..plan.coords import label, parse_coords
 from ..plan.cut import DEFAULT_CHUNK_SIZE, chunk_bytes, cut_stack
 from ..plan.hypercube import HypercubeOptions, plan_hypercube
 from ..plan.merge import JOINS, unknown_variables
@@ -162,7 +163,9 @@ def check(paths: Iterable[PathLike] | PathLike, concat_dim: str | None = None, *
     listed = {d: s.values for d, s in specs.items() if s.kind == "values"}
     if listed and len(report.files) == len(next(iter(listed.values()))):
         # (each file's listed value, so that `append` can list the new files' alone)
-        recipe["coord_values"] = {d: [[f, v] for f, v in zip(report.files, values)]
+        # (dates as their text, which the recipe's JSON holds and parse_coord reads back)
+        recipe["coord_values"] = {d: [[f, label(v) if isinstance(v, datetime.datetime) else v]
+                                      for f, v in zip(report.files, values)]
                                   for d, values in listed.items()}
     if report.plan is not None:
         report.plan.recipe = recipe

@@ -193,7 +193,7 @@ class _Merge:
         dim, opts = self.dim, self.opts
         self.plans = []
         # per group, whether its axis' coordinate was refused (overlapping or repeated
-        # steps: the spans are not compared, that problem says what is wrong)
+        # steps: the spans are left alone, that problem says what is wrong)
         self.refused_axis = []
         for g in self.groups:
             plan, problems = plan_concat(g, opts)
