@@ -201,7 +201,7 @@ def _grown_coords(cube: Path, recipe: dict, old: list[str], new: list[str],
     """The recipe's `coords` for the old and new files together: a listed new axis' values
     (`--coord DIM=v1,v2,...`, each old file's recorded) followed by the new files' (given);
     every other form as recorded (given: the same)."""
-    from ..plan.coords import parse_coord, parse_coords
+    from ..plan.coords import label, parse_coord, parse_coords
 
     recorded = dict(recipe.get("coords") or {})
     given = parse_coords(given)
@@ -228,7 +228,7 @@ def _grown_coords(cube: Path, recipe: dict, old: list[str], new: list[str],
         values = list(given[d].values)
         if given[d].kind != "values" or len(values) != len(new):
             raise UsageError(f"coords: {d}: {len(values)} value(s) for {len(new)} new file(s)")
-        out["coords"][d] = ",".join(str(v) for v in [by_path[p] for p in old] + values)
+        out["coords"][d] = ",".join(label(v) for v in [by_path[p] for p in old] + values)
     out.pop("coord_values", None)  # (check records them again)
     return out
 
