@@ -217,6 +217,32 @@ def test_exposures_stack_along_a_new_time_axis(fits_case, tmp_path):
     assert_same(ds["hdu0"].values, want, "stack via xarray")
 
 
+def test_exposures_stack_along_time_from_their_date_obs(fits_case, tmp_path):
+    """`--coord time=attr:DATE-OBS`: each exposure's place from its primary header (the
+    primary's cards are the root group's attributes too), not from its name or order."""
+    import shutil
+
+    from virtualize.cli import main
+
+    files = fits_case("exposures")
+    named = []
+    for f, name in zip(files, ("b.fits", "c.fits", "a.fits")):  # (names in another order)
+        shutil.copy(f, tmp_path / name)
+        named.append(tmp_path / name)
+    cube, refs = tmp_path / "e.zarr", tmp_path / "e.json"
+    for out in (cube, refs):
+        assert main([*map(str, sorted(named)), "-o", str(out), "--concat-dim", "time",
+                     "--coord", "time=attr:DATE-OBS"]) in (0, None)
+    want = np.stack([fits.getdata(f) for f in files])  # (DATE-OBS order: the fixture's)
+    assert_same(virtualize.open(cube)["hdu0"][...], want, "DATE-OBS stack")
+    assert_same(kerchunk_group(refs)["hdu0"][...], want, "DATE-OBS stack: kerchunk export")
+    ds = xr.open_dataset(cube, engine="virtualize")
+    assert ds["hdu0"].dims == ("time", "naxis2", "naxis1")
+    assert_same(ds["hdu0"].values, want, "DATE-OBS stack via xarray")
+    assert [str(t) for t in ds.time.values] == [fits.getheader(f)["DATE-OBS"] for f in files]
+    assert "DATE-OBS" not in ds.attrs and ds.attrs["EXPTIME"] == 30.0
+
+
 def test_cli_stacks_exposures(fits_case, tmp_path):
     from virtualize.cli import main
 

@@ -556,7 +556,11 @@ def _inventory(path: str, st, f, hdus: list[Hdu]) -> FileInventory:
         variables[h.name] = v
         for d, n in zip(v.dims, v.shape):
             dimensions[d] = Dimension(d, n)
-    gattrs = _attrs(hdus[0].header, path, None, problems) if hdus[0].kind != "image" else {}
+    # the primary header describes the whole file (DATE-OBS, TELESCOP, OBSERVER): its cards
+    # are the root group's attributes too when the primary holds an image (a stack of
+    # exposures takes its axis from them: `--coord time=attr:DATE-OBS`)
+    gattrs = _attrs(hdus[0].header, path, None,
+                    problems if hdus[0].kind != "image" else [])
     inv = FileInventory(path, "fits", st.st_size, st.st_mtime_ns, {"": gattrs}, dimensions,
                         variables, problems)
     inv.etag = st.etag
