@@ -31,13 +31,9 @@ def hdu_of(path, name: str) -> int:
     raise KeyError(name)
 
 
-def astropy_data(path, k: int, raw: bool = False) -> np.ndarray:
-    return fits.getdata(path, k, do_not_scale_image_data=raw)
-
-
-def stored(attrs) -> bool:
-    """Arrays holding the stored integers with CF attributes (read raw by astropy)."""
-    return any(a in attrs for a in ("scale_factor", "add_offset", "_FillValue"))
+def astropy_data(path, k: int) -> np.ndarray:
+    """astropy's `hdu.data`: scaled by BSCALE / BZERO, NaN at BLANK, of astropy's type."""
+    return fits.getdata(path, k)
 
 
 def roundtrip(files, tmp_path, **kw):
@@ -54,27 +50,19 @@ def test_every_image_reads_like_astropy(fits_case, tmp_path, name, kw):
     (path,) = fits_case(name)
     report, g, k = roundtrip([path], tmp_path, **kw)
     assert report.ok
-    ds = xr.open_dataset(tmp_path / "cube.zarr", engine="virtualize", mask_and_scale=False)
-    dec = xr.open_dataset(tmp_path / "cube.zarr", engine="virtualize")
-    kx = kerchunk_xarray(tmp_path / "cube.json", mask_and_scale=False)
+    # (xarray's CF decoding on: nothing left for it to scale or mask)
+    ds = xr.open_dataset(tmp_path / "cube.zarr", engine="virtualize")
+    kx = kerchunk_xarray(tmp_path / "cube.json")
     assert report.plan.arrays
     for var in report.plan.arrays:
         h = hdu_of(path, var)
         attrs = dict(g[var].attrs)
         assert attrs["FITS_HDU"] == h
-        want = astropy_data(path, h, raw=stored(attrs))
+        want = astropy_data(path, h)  # scaled, NaN at BLANK: bit for bit
         assert_same(g[var][...], want, f"{name} {var}")
         assert_same(k[var][...], want, f"{name} {var}: kerchunk export")
         assert_same(ds[var].values, want, f"{name} {var}: xarray")
         assert_same(kx[var].values, want, f"{name} {var}: kerchunk via xarray")
-        # decoded (CF: scale, offset, BLANK as NaN) as astropy decodes
-        data = astropy_data(path, h)
-        got = dec[var].values
-        assert np.array_equal(got, data, equal_nan=True), f"{var}: decoded values differ"
-        native = data.dtype.newbyteorder("=")
-        if got.dtype != native:  # xarray scales in float64 where astropy uses float32
-            assert (got.dtype, native) == (np.float64, np.float32)
-            assert_same(got.astype(np.float32), data, f"{var}: decoded, as float32")
 
 
 def test_data_offsets_are_astropys(fits_case):
@@ -132,22 +120,70 @@ def test_unsigned_offsets_decode_every_value_exactly(tmp_path):
     assert g["S8"].dtype == np.int8 and g["hdu0"].dtype == np.uint16
 
 
-def test_scaling_and_blank_are_cf_attributes(fits_case):
+def test_scaling_and_blank_are_the_fitsscale_codec(fits_case):
     (path,) = fits_case("scaled")
     report = virtualize.check([path])
     a = report.plan.arrays
-    assert a["S16"].attrs["scale_factor"] == 0.25 and a["S16"].attrs["add_offset"] == 10.5
-    assert a["S16"].attrs["_FillValue"] == -32768 and int(a["S16"].fill_value) == -32768
+    assert a["S16"].codecs[0] == {"name": "virtualize.fitsscale", "configuration": {
+        "scale": 0.25, "zero": 10.5, "blank": -32768, "dtype": "<f4", "astype": "<i2"}}
+    assert a["S16"].dtype == np.float32 and np.isnan(a["S16"].fill_value)
+    assert a["S32"].dtype == np.float64 and a["FSCALED"].dtype == np.float32
     assert "BSCALE" not in a["S16"].attrs and "BLANK" not in a["S16"].attrs
-    assert a["BLANKED"].attrs["_FillValue"] == -1 and "scale_factor" not in a["BLANKED"].attrs
+    assert not any(k in a[v].attrs for v in a for k in ("scale_factor", "add_offset",
+                                                         "_FillValue"))
+    assert a["BLANKED"].codecs[0]["configuration"]["blank"] == -1
     # astropy ignores BLANK in an unsigned image: the cube too (the card stays)
-    assert "_FillValue" not in a["U16B"].attrs and a["U16B"].attrs["BLANK"] == -32768
-    notes = {p.loc.variable for p in report.problems if p.kind == "cf-scaling"}
-    assert notes == {"S16", "FSCALED"} and not any(
-        p.fatal for p in report.problems if p.kind == "cf-scaling")  # (S32: float64, exact)
+    assert a["U16B"].dtype == np.uint16 and a["U16B"].attrs["BLANK"] == -32768
+    assert not any(p.kind == "cf-scaling" for p in report.problems)
     assert not [p for p in report.problems if p.loc.variable == "U64"]  # small: inlined
     assert any(n.startswith("U64: cannot be referenced (unsupported-scaling)") for n in report.notes)
     assert a["U64"].inline is not None and a["U64"].dtype == np.dtype("u8")
+
+
+@pytest.mark.parametrize("bitpix,bscale,bzero,blank", [
+    (16, 0.045777764213996, 1500.0, None),  # (astropy's scale.fits: inexact in float32)
+    (16, 1.0 / 3.0, -7.1, -32768), (8, 0.1, 0.7, 255), (8, 2, 1, 0),  # (BLANK 0: no NaN)
+    (32, 1.0 / 3.0, 0.1, -1), (64, 0.1, 3.0, None), (-32, 1.0 / 7.0, 0.3, None),
+    (-64, 0.1, -2.5, None), (16, 1, 0, 7),  # (BLANK alone: floats, NaN at 7)
+])
+def test_scaled_images_read_as_astropys_data_bit_for_bit(tmp_path, bitpix, bscale, bzero, blank):
+    """BSCALE / BZERO / BLANK decoded by the `virtualize.fitsscale` codec: astropy's
+    `hdu.data` (its type: float32 for BITPIX 8, 16 and -32; its float32 arithmetic) bit for
+    bit, through virtualize.open, xarray (CF decoding on) and the kerchunk export."""
+    from virtualize.codecs import fits_scale
+
+    types = {8: "u1", 16: ">i2", 32: ">i4", 64: ">i8", -32: ">f4", -64: ">f8"}
+    rng = np.random.default_rng(abs(bitpix))
+    if bitpix > 0:
+        info = np.iinfo(types[bitpix])
+        raw = rng.integers(info.min, info.max, (40, 50), endpoint=True).astype(types[bitpix])
+        if blank is not None:
+            raw.flat[::7] = blank
+    else:
+        raw = rng.normal(0, 1e3, (40, 50)).astype(types[bitpix])
+    path = tmp_path / "s.fits"
+    hdu = fits.PrimaryHDU(raw, do_not_scale_image_data=True)
+    hdu.header["BSCALE"], hdu.header["BZERO"] = bscale, bzero
+    if blank is not None:
+        hdu.header["BLANK"] = blank
+    hdu.writeto(path)
+    want = fits.getdata(path)
+    assert want.dtype.kind == "f"
+    if blank:
+        assert np.array_equal(np.isnan(want), raw == blank) and (raw == blank).sum() >= 285
+    _, g, k = roundtrip([path], tmp_path)
+    assert_same(g["hdu0"][...], want, "virtualize.open")
+    assert_same(k["hdu0"][...], want, "kerchunk export")
+    assert_same(xr.open_dataset(tmp_path / "cube.zarr", engine="virtualize")["hdu0"].values,
+                want, "xarray")
+    assert_same(kerchunk_xarray(tmp_path / "cube.json")["hdu0"].values, want,
+                "kerchunk via xarray")
+    # (and not float64 arithmetic cast to float32, which differs in the last bit)
+    if want.dtype == np.float32 and bscale not in (1, 2):
+        f64 = (raw.astype(np.float64) * bscale + bzero).astype(np.float32)
+        assert not np.array_equal(f64.view("u4"), want.astype("=f4").view("u4"))
+    assert_same(fits_scale(raw.astype(raw.dtype.newbyteorder("=")), bscale, bzero, blank,
+                           want.dtype.newbyteorder("=")), want, "fits_scale")
 
 
 def test_tile_compressed_images_are_one_chunk_per_tile(fits_case, tmp_path):
@@ -362,7 +398,7 @@ def test_astropys_test_files_read_like_astropy_or_are_refused_for_having_no_imag
     g = virtualize.open(tmp_path / "cube.zarr")
     for var in report.plan.arrays:
         attrs = dict(g[var].attrs)
-        want = astropy_data(path, attrs["FITS_HDU"], raw=stored(attrs))
+        want = astropy_data(path, attrs["FITS_HDU"])
         assert_same(g[var][...], want, f"{path.name} {var}")
 
 
@@ -395,7 +431,7 @@ def test_fits_over_http_reads_like_the_local_file(fits_case, tmp_path):
             g = virtualize.open(tmp_path / f"{name}.zarr")
             for var in report.plan.arrays:
                 attrs = dict(g[var].attrs)
-                want = astropy_data(root / name, attrs["FITS_HDU"], raw=stored(attrs))
+                want = astropy_data(root / name, attrs["FITS_HDU"])
                 assert_same(g[var][...], want, f"{name} {var} over HTTP")
     finally:
         srv.stop()
