@@ -4,6 +4,7 @@ engine="virtualize", the kerchunk JSON export read with fsspec + zarr) equals as
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -373,40 +374,56 @@ def test_a_directory_of_exposures_is_expanded_to_its_fits_files(fits_case):
     assert report.ok and sorted(report.files) == sorted(map(str, files))
 
 
-def _astropy_test_files() -> list:
-    """astropy's own test files (real FITS from its suite: an HST raw exposure, RICE tiles,
-    random groups, tables), where the installed astropy ships them."""
-    from pathlib import Path
+ASTROPY_FILES = Path(__file__).parent / "data" / "fits"  # (astropy's suite: README.md there)
+# what each of astropy's test files holds as arrays (docs/fits.md); the others have none
+ASTROPY_ARRAYS = {
+    "arange.fits": {"hdu0"}, "blank.fits": {"hdu0"}, "checksum.fits": {"hdu0"},
+    "checksum_false.fits": {"hdu0"}, "comp.fits": {"COMPRESSED_IMAGE"},
+    "compressed_float_bzero.fits": {"COMPRESSED_IMAGE"},
+    "compressed_image.fits": {"COMPRESSED_IMAGE"}, "double_ext.fits": {"COMPRESSED_IMAGE"},
+    "fixed-1890.fits": {"hdu0"}, "o4sp040b0_raw.fits": {"SCI_1", "SCI_2"},
+    "scale.fits": {"hdu0"}, "test0.fits": {f"SCI_{k}" for k in range(1, 5)},
+    "test1.fits": {f"SCI_{k}" for k in range(1, 5)},
+}
 
-    try:
-        import astropy.io.fits.tests as t
-    except ImportError:
-        return []
-    return sorted((Path(t.__file__).parent / "data").glob("*.fits"))
+
+def _astropy_test_files() -> list:
+    """astropy's own test files (real FITS from its suite: HST raw exposures, RICE tiles,
+    random groups, tables), copied into tests/data/fits."""
+    return sorted(ASTROPY_FILES.glob("*.fits"))
 
 
 @pytest.mark.filterwarnings("ignore")
 @pytest.mark.parametrize("path", _astropy_test_files(), ids=lambda p: p.name)
 def test_astropys_test_files_read_like_astropy_or_are_refused_for_having_no_image(path, tmp_path):
+    """Each file virtualizes with every array equal to astropy's `getdata` (scaled, NaN at
+    BLANK) through virtualize.open, xarray and the kerchunk export, or is refused as
+    `no-arrays` (tables, random groups, empty primaries only), located at the file."""
     try:
         report = virtualize.virtualize([path], tmp_path / "cube.zarr")
     except VirtualizeError as e:
+        assert path.name not in ASTROPY_ARRAYS, str(e)
         assert {p.kind for p in e.problems} == {"no-arrays"}, str(e)
+        assert all(p.loc.file == str(path) for p in e.problems)
         with fits.open(path) as hdul:  # a file of tables (or random groups) only
             assert not any(h.is_image and h.size and not h.header.get("GROUPS") for h in hdul)
         return
-    g = virtualize.open(tmp_path / "cube.zarr")
+    assert set(report.plan.arrays) == ASTROPY_ARRAYS[path.name]
+    virtualize.virtualize([path], tmp_path / "cube.json")
+    g, k = virtualize.open(tmp_path / "cube.zarr"), kerchunk_group(tmp_path / "cube.json")
+    ds = xr.open_dataset(tmp_path / "cube.zarr", engine="virtualize")
     for var in report.plan.arrays:
         attrs = dict(g[var].attrs)
         want = astropy_data(path, attrs["FITS_HDU"])
         assert_same(g[var][...], want, f"{path.name} {var}")
+        assert_same(k[var][...], want, f"{path.name} {var}: kerchunk export")
+        assert_same(ds[var].values, want, f"{path.name} {var}: xarray")
+    assert all(a.inline is None for a in report.plan.arrays.values())  # (all references)
 
 
 def test_astropys_test_files_include_images():
     names = {p.name for p in _astropy_test_files()}
-    if not names:
-        pytest.skip("this astropy ships no test data")
-    assert {"o4sp040b0_raw.fits", "comp.fits", "scale.fits", "blank.fits"} <= names
+    assert len(names) == 33 and set(ASTROPY_ARRAYS) <= names
 
 
 def test_fits_over_http_reads_like_the_local_file(fits_case, tmp_path):
