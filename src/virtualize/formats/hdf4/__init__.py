@@ -232,7 +232,6 @@ def _variable(path, size, f, dds, index, name, v, problems) -> Variable | None:
     loc = Location(path, name)
     sds_name, rank, dims_, typ, _nattrs = v.info()
     shape = tuple(int(n) for n in (dims_ if isinstance(dims_, list) else [dims_]))
-    group = layout.ndg(f, dds, v.ref(), size)
     if typ in CHAR_TYPES or typ not in TYPES:
         what = "characters" if typ in CHAR_TYPES else "little-endian, which pyhdf " \
             "cannot read" if typ & 0x4000 else "unknown"
@@ -240,6 +239,25 @@ def _variable(path, size, f, dds, index, name, v, problems) -> Variable | None:
                                 f"{index}) has HDF4 number type {typ} ({what}): skipped",
                                 fatal=False))
         return None
+    try:
+        group = layout.ndg(f, dds, v.ref(), size)
+    except layout.Corrupt:
+        if not (v.iscoordvar() and rank == 1):
+            raise
+        # a dimension's coordinate variable the SD library makes for a file written by the
+        # older DFSD interface (fp2hdf, DFSDadddata): no NDG, its values are the DFSD's
+        # scales, which pyhdf reads; held (inlined when small, pyhdf's values)
+        dims = (v.dim(0).info()[0],)
+        attrs = _attrs(v.attributes(), path, name, problems)
+        if sds_name != name:
+            attrs["HDF4_NAME"] = sds_name
+        problems.append(Problem(loc, "hdf4-layout", f"SDS {sds_name!r} is a dimension of a "
+                                "DFSD (older interface) dataset: no NDG; its values are the "
+                                "DFSD's scales, read by pyhdf"))
+        dtype = np.dtype(TYPES[typ])
+        return Variable(name=name, dtype=dtype, shape=shape, dims=dims, attrs=attrs,
+                        fill_value=np.array(DEFAULT_FILL.get(dtype.str[1:], 0)).astype(dtype)[()],
+                        codecs=[], blocks=None, is_coordinate=dims[0] == name)
     dtype = np.dtype(TYPES[typ])
     if layout.NT in group:
         nt_type, _, cls = layout.number_type(f, dds, group[layout.NT], size)
