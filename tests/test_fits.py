@@ -187,6 +187,51 @@ def test_scaled_images_read_as_astropys_data_bit_for_bit(tmp_path, bitpix, bscal
                            want.dtype.newbyteorder("=")), want, "fits_scale")
 
 
+def test_scaled_kerchunk_export_reads_without_importing_virtualize(tmp_path):
+    """A fresh interpreter that never imports virtualize reads a scaled image's kerchunk
+    export with zarr + fsspec: zarr finds `virtualize.fitsscale` by the entry point
+    pyproject.toml declares (given to it as a dist-info: this venv's install untouched)."""
+    import os
+    import subprocess
+    import sys
+    import textwrap
+    import tomllib
+
+    raw = np.arange(-500, 700, dtype=">i2").reshape(30, 40)
+    hdu = fits.PrimaryHDU(raw, do_not_scale_image_data=True)
+    hdu.header["BSCALE"], hdu.header["BZERO"], hdu.header["BLANK"] = 1 / 3, 0.1, 7
+    path, refs = tmp_path / "s.fits", tmp_path / "s.json"
+    hdu.writeto(path)
+    virtualize.virtualize([path], refs)
+    np.save(tmp_path / "want.npy", fits.getdata(path))
+    root = Path(__file__).resolve().parents[1]
+    dist = tmp_path / "site" / "virtualize_fits_probe-0.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: virtualize-fits-probe\n"
+                                   "Version: 0\n")
+    eps = tomllib.loads((root / "pyproject.toml").read_text())["project"]["entry-points"]
+    (dist / "entry_points.txt").write_text(
+        "[zarr.codecs]\n" + "".join(f"{k} = {v}\n" for k, v in eps["zarr.codecs"].items()))
+    script = textwrap.dedent("""
+        import sys
+        import fsspec, numpy as np, zarr
+        from zarr.storage import FsspecStore
+        want = np.load(sys.argv[2])
+        zarr.config.set({"array.rectilinear_chunks": True})
+        fs = fsspec.filesystem("reference", fo=sys.argv[1], asynchronous=True)
+        g = zarr.open_group(FsspecStore(fs, read_only=True, path=""), mode="r", zarr_format=3)
+        got = g["hdu0"][...]
+        assert got.dtype == want.dtype.newbyteorder("=") == np.float32, got.dtype
+        assert np.array_equal(got.view("u4"), want.astype("=f4").view("u4"))
+        print(sorted(m for m in sys.modules if m.startswith("virtualize")))
+    """)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root / "src"), str(dist.parent)]))
+    got = subprocess.run([sys.executable, "-c", script, str(refs), str(tmp_path / "want.npy")],
+                         env=env, capture_output=True, text=True)
+    assert got.returncode == 0, got.stderr[-3000:]
+    assert "virtualize.codecs" in got.stdout  # (loaded by the entry point, not imported)
+
+
 def test_tile_compressed_images_are_one_chunk_per_tile(fits_case, tmp_path):
     (path,) = fits_case("compressed")
     report, g, k = roundtrip([path], tmp_path, drop=["HCLOSSY"])
