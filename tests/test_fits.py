@@ -466,6 +466,19 @@ def test_astropys_test_files_read_like_astropy_or_are_refused_for_having_no_imag
     assert all(a.inline is None for a in report.plan.arrays.values())  # (all references)
 
 
+def test_astropys_test_files_stack_along_a_new_axis(tmp_path):
+    """Two of astropy's HST files of one layout (4 SCI int16 images each) in one cube."""
+    files = [ASTROPY_FILES / "test0.fits", ASTROPY_FILES / "test1.fits"]
+    report, g, k = roundtrip(files, tmp_path, concat_dims=["exposure"],
+                             coords={"exposure": "test0,test1"})
+    assert report.ok
+    for var in (f"SCI_{n}" for n in range(1, 5)):
+        want = np.stack([astropy_data(f, int(var[-1])) for f in files])
+        assert report.plan.arrays[var].dims[0] == "exposure"
+        assert_same(g[var][...], want, f"{var} stack")
+        assert_same(k[var][...], want, f"{var} stack: kerchunk export")
+
+
 def test_astropys_test_files_include_images():
     names = {p.name for p in _astropy_test_files()}
     assert len(names) == 33 and set(ASTROPY_ARRAYS) <= names

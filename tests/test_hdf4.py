@@ -454,3 +454,17 @@ def test_the_hdf_groups_test_files_read_like_pyhdf_or_are_refused(path, tmp_path
         assert_same(got, want, f"{path.name} {var}")
         assert_same(k[var][...], want, f"{path.name} {var}: kerchunk export")
         assert_same(ds[var].values, want, f"{path.name} {var}: xarray")
+
+
+def test_the_hdf_groups_test_files_stack_along_a_new_axis(tmp_path):
+    """Two of the HDF Group's files of one layout (DFSD-written 3-D float32 SDS; their
+    dimension coordinate variables inlined and equal) in one cube."""
+    files = [HDF4_FILES / "swf32.hdf", HDF4_FILES / "swf32_fileattr.hdf"]
+    report, g, k = roundtrip(files, tmp_path, concat_dims=["k"], coords={"k": "a,b"})
+    assert report.ok, report.problems
+    (var,) = [n for n in report.plan.arrays if n.startswith("Data-Set")]
+    assert report.plan.arrays[var].dims[0] == "k"
+    want = np.stack([pyhdf_read(f, var) for f in files])
+    assert_same(g[var][...], want, f"{var} stack")
+    assert_same(k[var][...], want, f"{var} stack: kerchunk export")
+    assert_same(g["fakeDim0"][...], pyhdf_read(files[0], "fakeDim0"), "shared coordinate")
