@@ -321,6 +321,33 @@ def test_forecast_files_become_one_reference_time_by_step_cube(grib_case, tmp_pa
         assert virtualize.verify_cube(cube, decode=True, executor=pool) == []
 
 
+def test_a_real_forecast_split_into_one_file_per_step_is_one_cube_again(tmp_path):
+    """cfgrib's `step_60m.grib` (73 hourly steps of 2t) split into one file per message
+    (its bytes unchanged, as `grib_copy` splits) is one `2t(time, step, ...)` cube equal to
+    the whole file's and to ecCodes' values; the step coordinate is the whole file's."""
+    whole = CFGRIB / "step_60m.grib"
+    data = whole.read_bytes()
+    files = []
+    with open(whole, "rb") as f:
+        while (h := ec.codes_grib_new_from_file(f)) is not None:
+            at, n = ec.codes_get(h, "offset", int), ec.codes_get(h, "totalLength", int)
+            ec.codes_release(h)
+            files.append(tmp_path / f"m{len(files):03d}.grib")
+            files[-1].write_bytes(data[at:at + n])
+    assert len(files) == 73
+    cube = tmp_path / "split.zarr"
+    report = virtualize.virtualize(files[::-1], cube, concat_dims=["time", "step"])
+    assert report.ok, report.problems
+    ref = xr.open_dataset(_single(whole, tmp_path), engine="virtualize")
+    ds = xr.open_dataset(cube, engine="virtualize")
+    assert ds["2t"].dims == ("time", "step", "latitude", "longitude")
+    assert np.array_equal(ds.step.values, ref.step.values) and ds.step.dtype == "m8[ns]"
+    assert np.array_equal(ds.time.values, ref.time.values)
+    want = expected(ref, whole)["2t"]
+    assert_same(ds["2t"].values, want, "split stack")
+    assert_same(virtualize.open(cube)["2t"][...], want, "split stack: virtualize.open")
+
+
 def test_a_scalar_step_is_an_axis_only_when_the_stack_joins_along_it(grib_case):
     """One step per file is cfgrib's scalar coordinate, unless the scan is told the stack
     concatenates along `step`; ecCodes' read of a region of either shape is the same."""
