@@ -378,7 +378,6 @@ HDF4_FILES = Path(__file__).parent / "data" / "hdf4"  # (README.md there: source
 # the files refused, and the kinds of their fatal problems (docs/hdf4.md)
 HDF4_REFUSED = {
     "test.cdf": {"corrupt"},  # SDS of ref 0, no NDG (pyhdf cannot read them either)
-    "test.hdf": {"linked-blocks", "dimension-mismatch"},  # record SDS of unequal lengths
     "sds_compressed.hdf": {"corrupt"},  # szip: pyhdf's library cannot decode it to inline it
     "sds_szipped.dat": {"corrupt"},  # szip likewise
 }
@@ -454,6 +453,17 @@ def test_the_hdf_groups_test_files_read_like_pyhdf_or_are_refused(path, tmp_path
         assert_same(got, want, f"{path.name} {var}")
         assert_same(k[var][...], want, f"{path.name} {var}: kerchunk export")
         assert_same(ds[var].values, want, f"{path.name} {var}: xarray")
+
+
+def test_record_sds_of_their_own_lengths_get_dimensions_of_their_own():
+    """`test.hdf`: four SDS share the unlimited dimension `record` at 9, 3, 8 and 1
+    records (pyhdf reads each at its own length): the longest keeps `record`."""
+    report = virtualize.check([HDF4_FILES / "test.hdf"])
+    assert report.ok, report.problems
+    dims = {n: a.dims[0] for n, a in report.plan.arrays.items()}
+    assert dims == {"Byte": "record", "Short": "record_Short", "Long": "ixx",
+                    "Float": "record_Float", "Double": "record_Double"}
+    assert report.plan.arrays["Short"].shape == (3, 8)
 
 
 def test_the_hdf_groups_test_files_stack_along_a_new_axis(tmp_path):

@@ -170,6 +170,7 @@ def _inventory(path: str, st, f, dds, sd) -> FileInventory:
             variables[name] = var
     gattrs = _attrs(sd.attributes(), path, None, problems)
     _hdfeos(path, gattrs, variables, problems)
+    _own_record_lengths(variables)
     for name, var in variables.items():
         for d, n in zip(var.dims, var.shape):
             if d in dimensions and dimensions[d].size != n:
@@ -182,6 +183,22 @@ def _inventory(path: str, st, f, dds, sd) -> FileInventory:
                         variables, problems)
     inv.etag = st.etag
     return inv
+
+
+def _own_record_lengths(variables: dict[str, Variable]) -> None:
+    """SDS sharing an unlimited dimension hold their own number of records (pyhdf reads
+    each at its own length, where netCDF would pad them to the longest): the SDS whose
+    length differs from the longest's get a dimension of their own, `<dim>_<sds>`."""
+    lengths: dict[str, set[int]] = {}
+    for var in variables.values():
+        for d, n in zip(var.dims, var.shape):
+            lengths.setdefault(d, set()).add(n)
+    for d, ns in lengths.items():
+        if len(ns) < 2 or d in variables and variables[d].dims == (d,):
+            continue  # (one length; or a dimension scale gives the length: mismatch stays)
+        for name, var in variables.items():
+            if d in var.dims and var.shape[var.dims.index(d)] != max(ns):
+                var.dims = tuple(f"{d}_{name}" if x == d else x for x in var.dims)
 
 
 def _hdfeos(path: str, gattrs: dict, variables: dict, problems: list[Problem]) -> None:
