@@ -16,7 +16,8 @@ from virtualize.outputs import registry
 # the names of issue 24 and its review: the formats virtualize reads, and others
 NAMED = (".nc", ".nc3", ".nc4", ".h5", ".hdf5", ".he5", ".hdf", ".h4", ".he4", ".tif",
          ".tiff", ".gtiff", ".cog", ".grib", ".grib2", ".grb", ".grb2", ".fits", ".fit", ".cdf",
-         ".netcdf", ".ncml", ".img", ".asc", ".gpkg", ".jp2", ".zip", ".gz", ".npy", ".csv")
+         ".netcdf", ".ncml", ".img", ".asc", ".gpkg", ".jp2", ".zip", ".gz", ".npy", ".csv",
+         ".jsonl", ".ndjson", ".ovr", ".tfw")
 
 
 def cli(capsys, *args):

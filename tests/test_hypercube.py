@@ -145,6 +145,33 @@ def test_dates_in_names_become_dates(tmp_path):
     assert vals == [datetime.datetime(2020, 1, 1), datetime.datetime(2020, 1, 2)]
 
 
+def test_dates_in_attributes_and_listed_values_become_dates(ensemble, tmp_path):
+    """attr: text and listed values that are all dates (the forms name: accepts) are dates,
+    a datetime coordinate; mixed, they stay text."""
+    D = datetime.datetime
+    assert parse_coord("2024-01-01,20240102,2024-01-03T06:00:00").values == (
+        D(2024, 1, 1), D(2024, 1, 2), D(2024, 1, 3, 6))
+    assert parse_coord("2024-01-01,next").values == ("2024-01-01", "next")
+    assert parse_coord("2024010100,2024010112").values == (D(2024, 1, 1), D(2024, 1, 1, 12))
+    files = [f for f in ensemble if f.endswith("2015.nc")]
+    for f, when in zip(files, ("2024-01-01T00:00:00", "2024-01-01T06:00:00Z",
+                               "2024-01-01 12:00")):
+        with netCDF4.Dataset(f, "a") as nc:
+            nc.run_start = when
+    invs = [virtualize.inventory(f) for f in files]
+    vals, ps = resolve(invs, "run", parse_coord("attr:run_start"))
+    assert not ps and vals == [D(2024, 1, 1), D(2024, 1, 1, 6), D(2024, 1, 1, 12)]
+    invs[2].groups[""]["run_start"] = "soon"
+    vals, ps = resolve(invs, "run", parse_coord("attr:run_start"))
+    assert vals == ["2024-01-01T00:00:00", "2024-01-01T06:00:00Z", "soon"]
+    cube = tmp_path / "runs.zarr"
+    virtualize.virtualize(files, cube, concat_dims=["run"], coords={"run": "attr:run_start"},
+                          drop=["realization"])
+    ds = xr.open_dataset(cube, engine="virtualize")
+    assert list(ds["run"].values) == [np.datetime64(D(2024, 1, 1, h), "ns") for h in (0, 6, 12)]
+    assert ds["tas"].dims[0] == "run"
+
+
 # -- an ensemble: member x time ------------------------------------------------------
 
 @pytest.mark.parametrize("form", ["attr:variant_label", "var:realization",
@@ -411,6 +438,22 @@ def test_append_to_listed_values_takes_the_new_files_values(ensemble, tmp_path):
     assert [str(m) for m in virtualize.open(out)["member"][...]] == ["a", "b", "c", "d"]
 
 
+def test_append_to_listed_dates(ensemble, tmp_path):
+    """Listed values that are dates: recorded as their text (the recipe is JSON), the
+    append's new dates joined to them."""
+    out = tmp_path / "runs.zarr"
+    assert virtualize.virtualize(ensemble[:4], out, concat_dims=["run", "time"],
+                                 coords={"run": "2024-01-01,2024-01-01,20240102,20240102"},
+                                 drop=["realization"]).ok
+    report = virtualize.append(out, ensemble[4:], coords={"run": "2024-01-03T06:00:00,"
+                                                                 "2024-01-03T06:00:00"})
+    assert report.ok, report.problems
+    ds = xr.open_dataset(out, engine="virtualize")
+    assert [str(v)[:19] for v in ds["run"].values] == [
+        "2024-01-01T00:00:00", "2024-01-02T00:00:00", "2024-01-03T06:00:00"]
+    _bits_equal(virtualize.open(out)["tas"][...], _expected_tas(ensemble))
+
+
 # -- other outputs and executors -------------------------------------------------------
 
 def test_ensemble_to_icechunk(ensemble, tmp_path):
@@ -478,6 +521,13 @@ def test_join_outer_refuses_a_variable_without_fill_value(tmp_path):
     opts = HypercubeOptions(["member", "time"],
                             parse_coords({"member": r"name:m(\d)_", "time": r"name:_(\d{8})"}),
                             ConcatOptions(join="outer"))
+    # a TIFF without a nodata value declares no fill: its absent cell would read as 0,
+    # which readers take as data
+    plan, problems = plan_hypercube(invs, opts)
+    [p] = [p for p in problems if p.kind == "no-fill-value"]
+    assert "declares no fill value" in p.message
+    for inv in invs:  # (as a GDAL_NODATA of 0 declares it)
+        inv.variables["image"].attrs["_FillValue"] = 0
     plan, problems = plan_hypercube(invs, opts)
     assert not [p for p in problems if p.fatal] and plan.arrays["image"].shape == (2, 2, 32, 32)
     assert plan.arrays["image"].refs["length"][1, 1].max() == 0  # absent: reads as 0
@@ -724,3 +774,74 @@ def test_a_cells_own_refusal_is_said_once(tmp_path):
                               coords={"member": "attr:variant_label"}, drop=["realization"])
     fatal = [p for p in report.problems if p.fatal]
     assert fatal and {(p.kind, p.loc.file) for p in fatal} == {("padded-block", bad)}
+
+
+# -- scalars along a new axis ------------------------------------------------------------
+
+def _add_scalar(path, name, value, coordinate_of=None):
+    with netCDF4.Dataset(path, "a") as nc:
+        v = nc.createVariable(name, "f8", ())
+        v.units = "m"
+        v[...] = value
+        if coordinate_of:
+            nc[coordinate_of].coordinates = name
+
+
+@pytest.mark.parametrize("dims", [["member", "time"], ["member"]])
+def test_a_scalar_differing_between_members_is_stacked_an_equal_one_shared(
+        ensemble, tmp_path, dims):
+    """`realization` (1, 2, 3) differs between the members: stacked along member, as
+    xarray's combine_nested does with data variables; `height` (2 m in every file) is the
+    same in every cell: shared, compared bit for bit."""
+    files = ensemble if len(dims) == 2 else [f for f in ensemble if f.endswith("2015.nc")]
+    for f in files:
+        _add_scalar(f, "height", 2.0)
+    cube = tmp_path / "stacked.zarr"
+    report = virtualize.virtualize(files, cube, concat_dims=dims,
+                                   coords={"member": "attr:variant_label"})
+    assert report.ok, report.to_text()
+    assert "'realization' differs between the" in report.to_text(verbose=True)
+    ds = xr.open_dataset(cube, engine="virtualize")
+    assert ds["realization"].dims == ("member",)
+    assert ds["realization"].values.tolist() == [1, 2, 3]
+    assert ds["realization"].sel(member="r2i1p1f1").item() == 2
+    assert ds["height"].dims == () and ds["height"].item() == 2.0
+    want = np.array([_nc(files[i], "realization") for i in range(0, len(files), len(dims))])
+    _bits_equal(virtualize.open(cube)["realization"][...], want)
+    refs = tmp_path / "stacked.json"
+    virtualize.virtualize(files, refs, concat_dims=dims, coords={"member": "attr:variant_label"})
+    _bits_equal(kerchunk_group(refs)["realization"][...], want)
+
+
+def test_a_scalar_coordinate_differing_between_members_is_refused(ensemble):
+    """A scalar named as a coordinate (tas:coordinates = "height") is a coordinate: it must
+    be the same in every cell; differing, it is refused, located, not stacked."""
+    for i, f in enumerate(ensemble):
+        _add_scalar(f, "height", 2.0 if i < 4 else 10.0, coordinate_of="tas")
+    report = virtualize.check(ensemble, concat_dims=["member", "time"],
+                              coords={"member": "attr:variant_label"})
+    bad = [p for p in report.problems if p.kind == "differs-between-files"]
+    assert not report.ok and bad and {p.loc.variable for p in bad} == {"height"}
+    assert bad[0].loc.file == ensemble[4]
+    # and realization, a scalar data variable, was stacked, not refused
+    assert not [p for p in report.problems if p.loc.variable == "realization"]
+
+
+def test_var_coord_keeps_the_scalars_units_and_refuses_differing_ones(ensemble, tmp_path):
+    """--coord member=var:realization takes the scalar's attributes onto the coordinate;
+    files giving it other units are refused (the values would mean different things)."""
+    files = [f for f in ensemble if f.endswith("2015.nc")]
+    for f in files:
+        with netCDF4.Dataset(f, "a") as nc:
+            nc["realization"].long_name = "realization index"
+    cube = tmp_path / "var.zarr"
+    virtualize.virtualize(files, cube, concat_dims=["member"],
+                          coords={"member": "var:realization"})
+    ds = xr.open_dataset(cube, engine="virtualize")
+    assert ds["member"].values.tolist() == [1, 2, 3]
+    assert ds["member"].attrs["long_name"] == "realization index"
+    with netCDF4.Dataset(files[2], "a") as nc:
+        nc["realization"].units = "1"
+    report = virtualize.check(files, concat_dims=["member"], coords={"member": "var:realization"})
+    [p] = [p for p in report.problems if p.kind == "coord-unresolved"]
+    assert p.loc.file == files[2] and "'units'" in p.message

@@ -206,7 +206,14 @@ def test_cmip_becomes_one_cube_read_back_bit_identically(piles, tmp_path):
     if importlib.util.find_spec("virtualize.plan.merge") is None:
         pytest.skip("merge of files holding different variables not merged yet")
     _, ds = roundtrip(piles["hc_cmip"], tmp_path, ["tas", "pr"], **CMIP)
-    assert ds["tas"].encoding.get("preferred_chunks", {}).get("time") in (None, 365)
+    # each variable on its own grid along time: tas yearly (2016 a leap year), pr 2-yearly
+    assert ds["tas"].encoding["preferred_chunks"]["time"] == (365, 366, 365, 365)
+    assert ds["pr"].encoding["preferred_chunks"]["time"] in (731, (731, 730))  # (regular)
+    # the per-member scalar `realization` differs between the members: stacked along
+    # member (xarray's combine_nested); lat/lon and their bounds are shared
+    assert ds["realization"].dims == ("member",)
+    assert ds["realization"].values.tolist() == [1, 2, 3]
+    assert ds["lat_bnds"].dims == ("lat", "bnds")
 
 
 def test_a_missing_member_year_is_refused_naming_it(piles, tmp_path):
@@ -306,6 +313,17 @@ def test_forecast_runs_stack_along_a_new_run_axis(piles, tmp_path):
     np.testing.assert_array_equal(ds["step"].values, mh.STEPS)
 
 
+def test_forecast_runs_by_name_and_the_scalar_left_stacked(piles, tmp_path):
+    """--coord run=name:fc_(DIGITS): YYYYMMDDHH in the names are dates; the scalar
+    reference_time (differing per run) is stacked along run, reference_time(run)."""
+    needs_hypercube()
+    ds = stacked(piles["hc_forecast"], tmp_path, "t2m", ("run", "step", "lat", "lon"),
+                 concat_dims=["run"], coords={"run": r"name:fc_(\d{10})\.nc"})
+    assert list(ds["run"].values) == [np.datetime64(r, "ns") for r in mh.RUNS]
+    assert ds["reference_time"].dims == ("run",)
+    assert list(ds["reference_time"].values) == [np.datetime64(r, "ns") for r in mh.RUNS]
+
+
 def test_forecast_run_from_the_reference_time_variable_keeps_its_units(piles, tmp_path):
     """--coord run=var:reference_time: the scalar is hours since 2024-01-01 (CF units);
     the run coordinate must keep that meaning (read by xarray as the runs' times), not
@@ -314,6 +332,10 @@ def test_forecast_run_from_the_reference_time_variable_keeps_its_units(piles, tm
     ds = stacked(piles["hc_forecast"], tmp_path, "t2m", ("run", "step", "lat", "lon"),
                  concat_dims=["run"], coords={"run": "var:reference_time"})
     assert list(ds["run"].values) == [np.datetime64(r, "ns") for r in mh.RUNS]
+    # the scalar's other attributes stay on the coordinate, its units as the encoding
+    assert ds["run"].attrs["standard_name"] == "forecast_reference_time"
+    assert ds["run"].encoding["units"] == "hours since 2024-01-01 00:00:00"
+    assert "reference_time" not in ds.variables  # (it is the run coordinate now)
 
 
 def test_join_outer_leaves_the_missing_member_year_absent(piles, tmp_path):
@@ -330,3 +352,33 @@ def test_join_outer_leaves_the_missing_member_year_absent(piles, tmp_path):
     t0, t1 = mh.day(dt.date(2017, 1, 1)), mh.day(dt.date(2018, 1, 1))
     want[2, t0:t1] = np.float32(1e20)
     assert_same(got, want, "tas with r3i1p1f1's 2017 absent")
+
+
+def test_cmip_attributes_are_combined_across_members(piles, tmp_path):
+    """tracking_id / creation_date / history differ in every file: left out by default
+    and named in a note, the first file's with override, refused with identical; what is
+    the same everywhere (source_id) is kept; variant_label is the member coordinate's."""
+    needs_hypercube()
+    paths = [p for p in piles["hc_cmip"] if p.name.startswith("tas_")]
+    cube = tmp_path / "tas.zarr"
+    report = virtualize.virtualize(paths, cube, **CMIP)
+    root = dict(virtualize.open(cube).attrs)
+    assert root["source_id"] == mh.MODEL and "variant_label" not in root
+    assert not {"tracking_id", "creation_date", "history"} & set(root)
+    assert any("tracking_id" in n and "left out" in n for n in report.notes)
+    report = virtualize.virtualize(paths, tmp_path / "o.zarr", combine_attrs="override", **CMIP)
+    with netCDF4.Dataset(sorted(paths)[0]) as nc:
+        first = nc.tracking_id
+    assert dict(virtualize.open(tmp_path / "o.zarr").attrs)["tracking_id"] == first
+    report = virtualize.check(paths, combine_attrs="identical", **CMIP)
+    bad = [p for p in report.problems if p.kind == "attribute-conflict"]
+    assert not report.ok and bad and all("variant_label" not in p.message for p in bad)
+
+
+def test_members_given_as_one_stack_are_refused_with_the_hypercube_hint(piles):
+    """A new user's first try, the members' files as one stack along time: refused (the
+    same days in each member), the message naming the way through."""
+    report = virtualize.check([p for p in piles["hc_cmip"] if p.name.startswith("tas_")])
+    dup = [p for p in report.problems if p.kind == "duplicate-coordinate"]
+    assert not report.ok and dup
+    assert "--concat-dim NEW --concat-dim time --coord NEW=attr:variant_label" in dup[0].message

@@ -200,8 +200,20 @@ def test_coord_forms_give_the_dates(tmp_path):
     ds = xr.open_dataset(cube, engine="virtualize")
     np.testing.assert_array_equal(ds.time.values, np.array(DATES, dtype="datetime64[ns]"))
     assert_same(ds.image.values, expected(lay), "dates by --coord time=name:")
-    with pytest.raises(virtualize.UsageError):
-        virtualize.check_mosaic(names, concat_dim="time", coords={"time": "bogus"})
+    with pytest.raises(virtualize.UsageError, match="unknown form 'bogus'"):
+        virtualize.check_mosaic(names, concat_dim="time", coords={"time": "bogus:x"})
+    with pytest.raises(virtualize.UsageError, match="not a regular expression"):
+        virtualize.check_mosaic(names, concat_dim="time", coords={"time": "name:(x"})
+    # listed values (plan/coords.py's forms): one date per tile, in file order
+    listed = ",".join(f"{DATES[d]:%Y-%m-%d}" for d, tiles in enumerate(lay) for _ in tiles)
+    (tmp_path / "listed").mkdir()
+    report, cube, _ = build(names, tmp_path / "listed", coords={"time": listed})
+    assert_same(virtualize.open(cube)["image"][...], expected(lay), "dates listed")
+    np.testing.assert_array_equal(xr.open_dataset(cube, engine="virtualize").time.values,
+                                  np.array(DATES, dtype="datetime64[ns]"))
+    # one value is a list of one: not one per tile, refused (not a usage error)
+    report = virtualize.check_mosaic(names, concat_dim="time", coords={"time": "bogus"})
+    assert [p.kind for p in report.problems if p.fatal] == ["coord-unresolved"]
     with pytest.raises(virtualize.UsageError):
         virtualize.check_mosaic(names, coords={"time": "name:(x)"})  # no concat_dim
 
@@ -290,12 +302,12 @@ def test_a_tile_of_several_dates_is_refused(tmp_path):
 def test_a_tile_without_the_coord_value_is_refused(tmp_path):
     files = write_tiles(tmp_path, layouts()[:2])
     report = virtualize.check_mosaic(files, concat_dim="time", coords={"time": "attr:observed"})
-    bad = [p for p in report.problems if p.kind == "no-coordinate-value"]
+    bad = [p for p in report.problems if p.kind == "coord-unresolved"]
     assert len(bad) == len(files) and bad[0].loc.file == str(files[0])
     assert "no global attribute 'observed'" in bad[0].message
     report = virtualize.check_mosaic(files, concat_dim="time",
                                      coords={"time": r"name:(\d{4}-\d\d-\d\d)_x"})
-    assert {p.kind for p in report.problems if p.fatal} == {"no-coordinate-value"}
+    assert {p.kind for p in report.problems if p.fatal} == {"coord-unresolved"}
 
 
 def test_cli_mosaic_over_time(tmp_path):
@@ -432,3 +444,83 @@ def test_time_units_that_cannot_be_converted_are_refused(tmp_path):
     (p,) = [p for p in report.problems if p.kind == "units-differ"]
     assert p.loc.file == str(files[5]) and p.loc.variable == "time"
     assert "'orbits'" in p.message and str(files[0]) in p.message
+
+
+def _stamp_tiles(files, **per_tile):
+    """Set attributes per tile: name -> function(k) of the tile's index (None: leave)."""
+    import netCDF4
+
+    for k, f in enumerate(files):
+        with netCDF4.Dataset(f, "a") as ds:
+            for key, fn in per_tile.items():
+                where, _, name = key.rpartition("__")
+                value = fn(k)
+                if value is not None:
+                    (ds[where] if where else ds).setncattr(name, value)
+
+
+@pytest.mark.parametrize("over_time", [False, True])
+def test_tile_attributes_are_combined_not_taken_from_the_first(tmp_path, over_time):
+    """Attributes that differ between tiles (`history`, a variable's `comment`): left out
+    and named by default (drop_conflicts), the first tile's with override, refused with
+    identical; `units` differing is refused whatever (the values would mean different
+    things)."""
+    files, _ = netcdf_tiles(tmp_path, attr=True)
+    if not over_time:
+        files = [f for f in files if f.name.startswith("elev_0_")]
+    kw = dict(concat_dim="time", coords={"time": "attr:observed"}) if over_time else {}
+    _stamp_tiles(files, history=lambda k: f"made tile {k}", source=lambda k: "DEM v2",
+                 elev__comment=lambda k: f"tile {k}")
+    cube = tmp_path / "m.zarr"
+    report = virtualize.mosaic(files, cube, **kw)
+    ds = xr.open_dataset(cube, engine="virtualize")
+    assert "history" not in ds.attrs and ds.attrs["source"] == "DEM v2"
+    # the date attribute: the time coordinate holds it over time; one date: the same
+    assert ("observed" in ds.attrs) is not over_time
+    assert "comment" not in ds.elev.attrs and ds.elev.attrs["grid_mapping"] == "crs"
+    note = next(n for n in report.notes if "differ between tiles" in n)
+    assert "global: history" in note and "elev: comment" in note
+    report = virtualize.mosaic(files, tmp_path / "o.zarr", combine_attrs="override", **kw)
+    o = xr.open_dataset(tmp_path / "o.zarr", engine="virtualize")
+    assert o.attrs["history"] == "made tile 0" and o.elev.attrs["comment"] == "tile 0"
+    report = virtualize.check_mosaic(files, combine_attrs="identical", **kw)
+    bad = [p for p in report.problems if p.kind == "attribute-conflict"]
+    assert not report.ok and {p.loc.variable for p in bad} == {None, "elev"}
+    assert any(p.loc.file == str(files[1]) and "'history'" in p.message for p in bad)
+    _stamp_tiles(files, elev__units=lambda k: "m" if k != 2 else "ft")
+    report = virtualize.check_mosaic(files, **kw)
+    drift = [p for p in report.problems if p.kind == "attribute-drift"]
+    assert not report.ok and len(drift) == 1
+    assert drift[0].loc.file == str(files[2]) and drift[0].loc.variable == "elev"
+    with pytest.raises(virtualize.UsageError, match="combine_attrs"):
+        virtualize.check_mosaic(files, combine_attrs="first", **kw)
+
+
+def test_cli_mosaic_combine_attrs(tmp_path):
+    exe = os.path.join(os.path.dirname(sys.executable), "virtualize")
+    files, _ = netcdf_tiles(tmp_path, attr=True)
+    _stamp_tiles(files, history=lambda k: f"made tile {k}")
+    r = subprocess.run([exe, "mosaic", "--check", "--concat-dim", "time", "--coord",
+                        "time=attr:observed", "--combine-attrs", "identical",
+                        *map(str, files)], capture_output=True, text=True)
+    assert r.returncode != 0 and "attribute-conflict" in r.stdout + r.stderr
+    out = tmp_path / "m.zarr"
+    r = subprocess.run([exe, "mosaic", "--concat-dim", "time", "--coord", "time=attr:observed",
+                        "--combine-attrs", "override", "-o", str(out), *map(str, files)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert xr.open_dataset(out, engine="virtualize").attrs["history"] == "made tile 0"
+
+
+def test_verify_decode_and_export_replan_a_mosaic_over_time(tmp_path):
+    """verify --decode and export plan the cube again from its recipe: as a mosaic over
+    time (its concat_dim and --coord), not as one mosaic of every tile (overlaps)."""
+    lay = layouts()
+    files = write_tiles(tmp_path, lay)
+    cube = tmp_path / "m.zarr"
+    virtualize.mosaic(files, cube, concat_dim="time", coords={"time": r"name:_(\d{4}-\d\d-\d\d)"},
+                      combine_attrs="override")
+    assert virtualize.verify_cube(cube, decode=True) == []
+    virtualize.export(cube, tmp_path / "again.json")
+    assert_same(kerchunk_group(tmp_path / "again.json")["image"][...], expected(lay),
+                "a mosaic over time exported")

@@ -326,8 +326,14 @@ def build_parser() -> argparse.ArgumentParser:
                         "DIM (e.g. time); each date from --coord, the tile's own DIM "
                         "variable, or the date in its name")
     p.add_argument("--coord", metavar="DIM=SPEC", action="append", default=[],
-                   help="each tile's DIM value: name:REGEX (the first group on the file's "
-                        "name) or attr:NAME (a global attribute)")
+                   help="each tile's DIM value: attr:NAME (a global attribute), var:NAME (a "
+                        "scalar variable), name:REGEX (the first group on the file's name) or "
+                        "v1,v2,... (one per tile, in order); dates become dates")
+    p.add_argument("--combine-attrs", choices=("drop_conflicts", "override", "identical"),
+                   default="drop_conflicts",
+                   help="attributes that differ between tiles: left out and named "
+                        "(drop_conflicts, the default), the first tile's (override) or refused "
+                        "(identical); units, scale_factor, _FillValue ... must agree whatever")
     _remedy_options(p)
     _job_options(p, gaps=False)
     _report_options(p)
@@ -572,7 +578,7 @@ def _mosaic(args) -> int:
         coords[dim] = spec
     kw = dict(overlap=args.overlap, drop=args.drop, tolerance=args.tolerance,
               offsets=args.offsets, concat_dim=args.concat_dim, coords=coords or None,
-              **_kw(args))
+              combine_attrs=args.combine_attrs, **_kw(args))
     if args.offsets is not None and len(args.offsets) != len(args.files):
         raise UsageError(f"--offsets: {len(args.offsets)} offset(s) for {len(args.files)} "
                          "tile(s); give one ROW,COL per tile, in their order")

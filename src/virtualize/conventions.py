@@ -80,6 +80,28 @@ def stacks(v: Variable, mappings: set[str], bounds: set[str] = frozenset()) -> b
                 or "grid_mapping_name" in v.attrs or v.name in bounds)
 
 
+def scalar_data(v: Variable, mappings: set[str], bounds: set[str] = frozenset(),
+                named: set[str] = frozenset()) -> bool:
+    """Along a new axis, whether `v` is a scalar data variable (0-d; not a grid mapping,
+    not a bounds variable, not named as a coordinate by a `coordinates` attribute: `named`,
+    `named_coordinates`): shared when it is the same in every file, stacked along the axis
+    (`realization(member)`) when it differs, as xarray's `combine_nested` does with data
+    variables. Coordinates, bounds and grid mappings that differ stay refused."""
+    return not v.shape and not v.is_coordinate and v.basename not in mappings \
+        and "grid_mapping_name" not in v.attrs and v.name not in bounds \
+        and v.basename not in named and v.name not in named
+
+
+def named_coordinates(inv: FileInventory) -> set[str]:
+    """The names the file's variables list in their CF `coordinates` attribute."""
+    out: set[str] = set()
+    for v in inv.variables.values():
+        c = v.attrs.get("coordinates")
+        if isinstance(c, str):
+            out.update(c.split())
+    return out
+
+
 def coordinate_bounds(inv: FileInventory) -> set[str]:
     """The variables a coordinate names as its CF `bounds` / `climatology` (full names)."""
     out = set()

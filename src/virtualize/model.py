@@ -377,6 +377,9 @@ class MosaicFigure:
     xcuts: list[int]
     overlaps: list[tuple[int, int, int, int]] = field(default_factory=list)
     refused: list[tuple[int, int, int, int]] = field(default_factory=list)
+    # a mosaic over time: every date's tiles (`tiles` is the first date's), in the order
+    # its overlaps are settled in (the GDAL VRT places each so, not by the blocks it wins)
+    dated: list[tuple[str, int, int, int, int]] = field(default_factory=list)
 
 
 @dataclass

@@ -13,8 +13,8 @@ from .outputs.base import rectilinear_enabled
 
 
 class VirtualizeBackendEntrypoint(BackendEntrypoint):
-    description = ("Open a virtualize cube (directory, kerchunk reference JSON or Icechunk "
-                   "repository) with xarray")
+    description = ("Open a virtualize cube (directory, kerchunk reference JSON or parquet, "
+                   "Icechunk repository or GDAL VRT it wrote) with xarray")
     # the project has no published address yet: the guide shipped with it
     url = "virtualize docs reading (shipped with virtualize: the xarray section)"
     open_dataset_parameters = ("filename_or_obj", "drop_variables", "group", "mask_and_scale",
@@ -75,8 +75,8 @@ class VirtualizeBackendEntrypoint(BackendEntrypoint):
 
     def guess_can_open(self, filename_or_obj) -> bool:
         """A cube directory (it holds virtualize.json), an Icechunk repository (`.icechunk`,
-        as xarray's zarr backend goes by `.zarr`) or a kerchunk JSON virtualize wrote (its
-        `virtualize` section comes first)."""
+        as xarray's zarr backend goes by `.zarr`), or a kerchunk JSON, parquet set or VRT
+        virtualize wrote (outputs/registry.py `guess_can_open`)."""
         try:
             path = os.fspath(filename_or_obj)
         except TypeError:

@@ -16,7 +16,7 @@ from ..outputs import registry
 from ..outputs.metadata import array_doc
 from ..outputs.staleness import check_sources
 from ..plan import DEFAULT_INLINE_THRESHOLD, ConcatOptions, plan_concat
-from ..plan.merge import merge_options, select
+from ..plan.merge import merge_options, select, selected_files
 from ..report import Report
 from .checking import DEFAULT_SCAN_TIMEOUT, PathLike, _check, check
 from .create import _refuse_unless_ok, _write
@@ -201,7 +201,7 @@ def _grown_coords(cube: Path, recipe: dict, old: list[str], new: list[str],
     """The recipe's `coords` for the old and new files together: a listed new axis' values
     (`--coord DIM=v1,v2,...`, each old file's recorded) followed by the new files' (given);
     every other form as recorded (given: the same)."""
-    from ..plan.coords import parse_coord, parse_coords
+    from ..plan.coords import label, parse_coord, parse_coords
 
     recorded = dict(recipe.get("coords") or {})
     given = parse_coords(given)
@@ -228,7 +228,7 @@ def _grown_coords(cube: Path, recipe: dict, old: list[str], new: list[str],
         values = list(given[d].values)
         if given[d].kind != "values" or len(values) != len(new):
             raise UsageError(f"coords: {d}: {len(values)} value(s) for {len(new)} new file(s)")
-        out["coords"][d] = ",".join(str(v) for v in [by_path[p] for p in old] + values)
+        out["coords"][d] = ",".join(label(v) for v in [by_path[p] for p in old] + values)
     out.pop("coord_values", None)  # (check records them again)
     return out
 
@@ -286,8 +286,17 @@ def _append_new(cube: Path, kind: str, info: dict, new: list[str], *, jobs: int 
                          inline_threshold=recipe.get("inline_threshold", DEFAULT_INLINE_THRESHOLD),
                          no_gaps=no_gaps, read=read_values, **merge_options(recipe))
     last = resume.last.path
-    report = _check(new, lambda invs: plan_concat(invs, select(invs, opts), resume=resume),
-                    progress,
+
+    def planner(invs):
+        # (new files holding none of the variables a --variables cube keeps: left out,
+        # as a full build leaves them out)
+        chosen = select(invs, opts)
+        invs, notes = selected_files(invs, chosen)
+        plan, problems = plan_concat(invs, chosen, resume=resume)
+        plan.notes[:0] = notes
+        return plan, problems
+
+    report = _check(new, planner, progress,
                     recipe.get("materialize_limit"), jobs, scan_timeout, exclude=(last,),
                     executor=executor, chunk_size=recipe.get("chunk_size"), like=resume.last,
                     hint=ScanHint("append", resume.dim, inline=opts.inline),

@@ -6,6 +6,7 @@ every command are here (`_check`, `_scan_all`)."""
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import json
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -19,7 +20,7 @@ from ..model import FileInventory, Location, Plan, Problem, UsageError, Virtuali
 from ..outputs.metadata import array_doc, group_doc, omitted_attrs
 from ..plan import DEFAULT_INLINE_THRESHOLD, ConcatOptions, MosaicOptions, plan_mosaic
 from ..plan.attrs import COMBINE_ATTRS
-from ..plan.coords import parse_coords
+from ..plan.coords import label, parse_coords
 from ..plan.cut import DEFAULT_CHUNK_SIZE, chunk_bytes, cut_stack
 from ..plan.hypercube import HypercubeOptions, plan_hypercube
 from ..plan.merge import JOINS, unknown_variables
@@ -165,7 +166,9 @@ def check(paths: Iterable[PathLike] | PathLike, concat_dim: str | None = None, *
     listed = {d: s.values for d, s in specs.items() if s.kind == "values"}
     if listed and len(report.files) == len(next(iter(listed.values()))):
         # (each file's listed value, so that `append` can list the new files' alone)
-        recipe["coord_values"] = {d: [[f, v] for f, v in zip(report.files, values)]
+        # (dates as their text, which the recipe's JSON holds and parse_coord reads back)
+        recipe["coord_values"] = {d: [[f, label(v) if isinstance(v, datetime.datetime) else v]
+                                      for f, v in zip(report.files, values)]
                                   for d, values in listed.items()}
     if report.plan is not None:
         report.plan.recipe = recipe
@@ -191,7 +194,8 @@ def check_mosaic(paths: Iterable[PathLike] | PathLike, *,
                  storage_options: dict | None = None,
                  chunk_size: int | str | None = DEFAULT_CHUNK_SIZE,
                  skip_unreadable: bool = False, concat_dim: str | None = None,
-                 coords: dict[str, str] | None = None) -> Report:
+                 coords: dict[str, str] | None = None,
+                 combine_attrs: str = "drop_conflicts") -> Report:
     """Can these tiles be placed into one mosaic? By georeferencing (GeoTIFF transform,
     or 1-D x/y / lon/lat coordinates), or by explicit `offsets` [(row, col), ...] in pixels.
     `overlap`: None (overlaps are problems), "last" or "first" (which tile wins).
@@ -201,15 +205,19 @@ def check_mosaic(paths: Iterable[PathLike] | PathLike, *,
     `concat_dim` ("time"): a mosaic over time, each file one tile on one date, the dates
     stacked along `concat_dim` (docs/mosaic.md, Mosaics over time); each file's date from
     `coords` ({"time": "name:REGEX" | "attr:NAME" ...}), else its own `concat_dim`
-    variable, else the date in its name."""
+    variable, else the date in its name. `combine_attrs`: attributes that differ between
+    tiles, as in `check` (drop_conflicts, the default, with a note; override; identical)."""
     _storage(storage_options)
     limit = _chunk_size(chunk_size)
     coords = _mosaic_coords(concat_dim, coords)
+    if combine_attrs not in COMBINE_ATTRS:
+        raise UsageError(f"combine_attrs must be one of {', '.join(COMBINE_ATTRS)}, "
+                         f"not {combine_attrs!r}")
     if concat_dim is not None and materialize:
         raise UsageError("--materialize is not supported for a mosaic over time yet")
     opts = MosaicOptions(offsets=offsets, overlap=overlap, tolerance=tolerance,
                          drop=frozenset(_names(drop)), split=split, materialize=materialize,
-                         concat_dim=concat_dim, coords=coords)
+                         concat_dim=concat_dim, coords=coords, combine_attrs=combine_attrs)
     if overlap not in (None, "last", "first"):
         raise UsageError(f"overlap must be None, 'last' or 'first', not {overlap!r}")
     report = _check(paths, lambda invs: plan_mosaic(invs, opts), progress, materialize_limit, jobs,
@@ -224,6 +232,8 @@ def check_mosaic(paths: Iterable[PathLike] | PathLike, *,
                               "materialize": materialize, "chunk_size": limit}
         if concat_dim is not None:
             report.plan.recipe.update(concat_dim=concat_dim, coords=coords)
+        if combine_attrs != "drop_conflicts":
+            report.plan.recipe["combine_attrs"] = combine_attrs
     return report
 
 

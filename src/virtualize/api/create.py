@@ -62,10 +62,12 @@ def mosaic(paths: Iterable[PathLike] | PathLike, out: PathLike, *,
            relative: bool = False,
            chunk_size: int | str | None = DEFAULT_CHUNK_SIZE,
            skip_unreadable: bool = False, concat_dim: str | None = None,
-           coords: dict[str, str] | None = None) -> Report:
+           coords: dict[str, str] | None = None,
+           combine_attrs: str = "drop_conflicts") -> Report:
     """Place tiles into one mosaic cube at `out` (see `check_mosaic`); nothing is written
     unless every cell is exactly one block of one tile or a gap. `concat_dim`, `coords`:
-    a mosaic over time (`check_mosaic`)."""
+    a mosaic over time; `combine_attrs`: attributes differing between tiles
+    (`check_mosaic`)."""
     _storage(storage_options)
     kind = _output_kind(out, format, overwrite, paths, relative)
     report = check_mosaic(paths, offsets=offsets, overlap=overlap, drop=drop,
@@ -73,7 +75,7 @@ def mosaic(paths: Iterable[PathLike] | PathLike, out: PathLike, *,
                           materialize_limit=materialize_limit, jobs=jobs, executor=executor,
                           progress=progress, scan_timeout=scan_timeout, chunk_size=chunk_size,
                           skip_unreadable=skip_unreadable, concat_dim=concat_dim,
-                          coords=coords)
+                          coords=coords, combine_attrs=combine_attrs)
     return _write(report, out, kind, overwrite, relative)
 
 

@@ -45,9 +45,11 @@ def _recorded(cube: Path, kind: str) -> dict:
     written by virtualize: its `virtualize` section)."""
     info = registry.by_name(kind).recorded(cube)
     if not isinstance(info, dict) or not isinstance(info.get("sources"), list):
+        gdal = "; open a VRT virtualize did not write with GDAL" if kind == "vrt" else ""
         raise VirtualizeError([Problem(Location(str(cube)), "not-a-cube",
-                                       "not a cube directory, kerchunk JSON or Icechunk "
-                                       "repository written by virtualize")])
+                                       "not a cube directory, GDAL VRT, kerchunk JSON or "
+                                       "parquet set, or Icechunk repository written by "
+                                       f"virtualize{gdal}")])
     return info
 
 
@@ -82,9 +84,11 @@ def _replan(cube: Path, info: dict, *, jobs: int | str = "auto", executor=None, 
         opts = MosaicOptions(offsets=[tuple(o) for o in offsets] if offsets else None,
                              overlap=recipe.get("overlap"), tolerance=recipe.get("tolerance", 1e-3),
                              drop=frozenset(recipe.get("drop") or ()), split=recipe.get("split", True),
-                             materialize=recipe.get("materialize", False))
+                             materialize=recipe.get("materialize", False),
+                             concat_dim=recipe.get("concat_dim"), coords=recipe.get("coords"),
+                             combine_attrs=recipe.get("combine_attrs", "drop_conflicts"))
         planner = lambda invs: plan_mosaic(invs, opts)  # noqa: E731
-        hint = ScanHint("mosaic")
+        hint = ScanHint("mosaic", opts.concat_dim)  # (as check_mosaic scanned it)
     else:
         raise VirtualizeError([Problem(Location(str(cube)), "not-appendable",
                                        "the cube records no recipe (written by an older "

@@ -44,7 +44,9 @@ FOREIGN_SUFFIXES = frozenset({
     ".pickle", ".sqlite", ".duckdb",
     # archives and compression, text
     ".gz", ".tgz", ".bz2", ".xz", ".zst", ".lz4", ".7z", ".rar", ".tar", ".yaml", ".yml",
-    ".toml", ".html", ".txt", ".xml", ".md"})
+    ".toml", ".html", ".txt", ".xml", ".md", ".jsonl", ".ndjson",
+    # GDAL sidecars (overviews, masks, world files, projections)
+    ".ovr", ".msk", ".aux", ".tfw", ".tifw", ".wld", ".prj"})
 
 
 def foreign_suffixes() -> frozenset[str]:

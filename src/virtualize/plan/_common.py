@@ -289,7 +289,7 @@ def consistent(ctx: Context, name: str, vs: list[Variable], free: frozenset[str]
                         f"in {path0}")
         for key in MEANING_ATTRS:
             a, b = v.attrs.get(key), first.attrs.get(key)
-            if not same_value(a, b):
+            if not same_meaning(key, a, b):
                 ctx.problem(f, name, "attribute-drift",
                             f"attribute {key!r} is {py(a)!r} here but {py(b)!r} in {path0}: the values "
                             "would mean different things in one array")
@@ -321,7 +321,7 @@ def compare_shared(ctx: Context, name: str, vs: list[Variable], why: str,
         here = f"{name!r} {why}, so it must be the same in every file"
         if attrs:
             key = next((k for k in sorted(set(v.attrs) | set(v0.attrs))
-                        if not same_value(v.attrs.get(k), v0.attrs.get(k))), None)
+                        if not same_meaning(k, v.attrs.get(k), v0.attrs.get(k))), None)
             if key is not None:
                 ctx.problem(inv.path, name, "differs-between-files",
                             f"{here}, but its attribute {key!r} is {py(v.attrs.get(key))!r} "
@@ -535,6 +535,29 @@ def codec_difference(codecs: list[dict], first: list[dict]) -> str:
     return f"{codec_names(codecs)} differ from {codec_names(first)}"
 
 
+# calendar names that mean one calendar (CF: "gregorian" is a deprecated alias of
+# "standard"; names are case-insensitive); `calendar_of` gives each its canonical name
+_CALENDAR_ALIASES = {"gregorian": "standard", "365_day": "noleap", "366_day": "all_leap"}
+
+
+def calendar_of(attrs: dict) -> str:
+    """The canonical name of the calendar `attrs` declare ("standard" when none)."""
+    cal = attrs.get("calendar", "standard")
+    if not isinstance(cal, str):
+        return str(cal)
+    cal = cal.strip().lower()
+    return _CALENDAR_ALIASES.get(cal, cal)
+
+
+def same_meaning(key: str, a, b) -> bool:
+    """Whether attribute `key`'s values `a` and `b` mean the same (calendar aliases alike)."""
+    if key == "calendar" and all(x is None or isinstance(x, str) for x in (a, b)):
+        # (none declared: the standard calendar, CF's default)
+        return calendar_of({} if a is None else {"calendar": a}) == \
+            calendar_of({} if b is None else {"calendar": b})
+    return same_value(a, b)
+
+
 def same_value(a, b) -> bool:
     if a is None or b is None:
         return a is None and b is None
@@ -547,3 +570,25 @@ def same_value(a, b) -> bool:
         return bool(np.array_equal(x, y))
     except Exception:
         return a == b
+
+
+def declares_fill(fill_value, dtype, attrs: dict) -> bool:
+    """Whether chunks left absent (`--join outer`) read as a value readers take as missing:
+    the variable declares `_FillValue`, or a `missing_value` that is the fill value they
+    read as. (A netCDF variable declaring neither, or only another `missing_value`, reads
+    as the library's default fill there, which xarray takes as data.)"""
+    if fill_value is None:
+        return False
+    if "_FillValue" in attrs:
+        return True
+    if "missing_value" not in attrs:
+        return False
+    try:
+        fill = np.asarray(fill_value, dtype=dtype)
+        values = np.asarray(attrs["missing_value"]).reshape(-1).astype(dtype)
+    except (TypeError, ValueError):
+        return False
+    same = values == fill
+    if fill.dtype.kind in "fc":
+        same |= np.isnan(values) & np.isnan(fill)
+    return bool(same.any())

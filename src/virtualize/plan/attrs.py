@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from ..conventions import py
 from ..model import Location, Problem
-from ._common import MEANING_ATTRS, same_value
+from ._common import MEANING_ATTRS, same_meaning
 
 COMBINE_ATTRS = ("drop_conflicts", "override", "identical")
 
@@ -42,7 +42,7 @@ def combine(attr_dicts: list[dict], how: str, where: str,
         held = [(i, d[key]) for i, d in enumerate(attr_dicts) if key in d]
         i0, value = held[0]
         other = next(((i, d.get(key)) for i, d in enumerate(attr_dicts)
-                      if not same_value(d.get(key), value)), None)
+                      if not same_meaning(key, d.get(key), value)), None)
         if key in MEANING_ATTRS and other is not None:  # (missing from a file: drift too)
             j, b = other
             problems.append(Problem(
@@ -52,7 +52,7 @@ def combine(attr_dicts: list[dict], how: str, where: str,
             out[key] = first.get(key, value)
             continue
         other = next(((i, d[key]) for i, d in enumerate(attr_dicts)
-                      if key in d and not same_value(d[key], value)), None)
+                      if key in d and not same_meaning(key, d[key], value)), None)
         if other is None:
             # (missing from some files: kept, as xarray's drop_conflicts and override do)
             if how == "override" and key not in first:

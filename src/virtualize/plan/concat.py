@@ -24,7 +24,9 @@ from ..conventions import (
     coordinate_bounds,
     default_concat_dim,
     grid_mappings,
+    named_coordinates,
     py,
+    scalar_data,
     stacks,
     unlimited_dims,
 )
@@ -44,6 +46,7 @@ from ._common import (
     Context,
     SourceMaps,
     auto_inline,
+    calendar_of,
     can_materialize,
     carry_scan_problems,
     compare_shared,
@@ -92,6 +95,8 @@ class ConcatOptions:
     # a new axis' values, one per file in the order given (plan/coords.py `resolve`): its
     # coordinate, instead of dates in the file names
     new_values: Sequence[Any] | None = None
+    # and the attributes its coordinate keeps (plan/coords.py `coordinate_attrs`)
+    new_attrs: dict | None = None
 
 
 @dataclass
@@ -232,7 +237,7 @@ def _coordinate_from_names(ctx: _Context, dim: str) -> None:
     if ctx.opts.new_values is not None and ctx.resume is None:
         from .coords import coordinate_plan
 
-        coord = coordinate_plan(dim, ctx.opts.new_values)
+        coord = coordinate_plan(dim, ctx.opts.new_values, ctx.opts.new_attrs)
         for i in range(len(invs)):
             value = coord.inline[i:i + 1]
             ctx.own(i).variables[dim] = Variable(
@@ -298,7 +303,7 @@ def _harmonize_time_units(ctx: _Context) -> None:
         inv = ctx.invs[i]
         units = c.attrs.get("units")
         if units == units0 or not isinstance(units, str) or " since " not in units or \
-                c.attrs.get("calendar", "standard") != cal0:
+                calendar_of(c.attrs) != calendar_of(coords[0].attrs):
             continue
         converted = _reexpress(c.values, units, units0, cal0)
         if converted is None:
@@ -395,7 +400,8 @@ def _order_by_coordinate(ctx: _Context) -> None:
         if j >= 0:
             ctx.problem(inv.path, dim, "duplicate-coordinate",
                         f"the same {dim} values as {ctx.invs[j].path} (the same steps twice: "
-                        "the same file given twice?)", axis=dim)
+                        "the same file given twice?" + _another_axis(inv, ctx.invs[j], dim)
+                        + ")", axis=dim)
         elif prev_last is not None and not vals[0] > prev_last:
             ctx.problem(inv.path, dim, "coordinate-not-increasing",
                         f"{dim} starts at {py(vals[0])!r}, not after the previous file's last "
@@ -464,7 +470,7 @@ def _plan_variable(ctx: _Context, name: str) -> ArrayPlan | None:
         not any((inv.path, name) in ctx.reported for inv in invs)
     if any(v.blocks is None for v in vars_) and not (inline or synthesized):
         return None  # the scanner reported why
-    if ctx.new_axis and _stacks(ctx, vars_[0]):
+    if ctx.new_axis and (_stacks(ctx, vars_[0]) or _scalar_differs(ctx, name, vars_)):
         vars_ = [_with_new_axis(v, ctx.dim) for v in vars_]
     first = vars_[0]
     dim = ctx.dim
@@ -529,6 +535,39 @@ def _stacks(ctx: _Context, v: Variable) -> bool:
     bounds, scalars or grid mappings (those must be the same in every file; the scan's
     rule)."""
     return stacks(v, grid_mappings(ctx.invs[0]), coordinate_bounds(ctx.invs[0]))
+
+
+def _another_axis(inv: FileInventory, other: FileInventory, dim: str) -> str:
+    """A hint for two files of the same steps whose global attributes tell them apart (an
+    ensemble's members, a model's runs): the axis they are on, as a hypercube."""
+    a, b = inv.groups.get("", {}), other.groups.get("", {})
+    key = next((k for k in ("variant_label", "member_id", "realization", "run", "ensemble",
+                            "experiment_id", "source_id") if k in a and k in b
+                and str(a[k]) != str(b[k])), None)
+    if key is None:
+        return ""
+    return (f"; or files of another axis, their {key!r} differs: --concat-dim NEW "
+            f"--concat-dim {dim} --coord NEW=attr:{key}")
+
+
+def _scalar_differs(ctx: _Context, name: str, vs: list[Variable]) -> bool:
+    """A scalar data variable (`conventions.scalar_data`) that differs between the files
+    of a new axis: stacked along it (`realization(member)`), as xarray's `combine_nested`
+    stacks data variables; equal in every file, it stays shared. Decided by the one
+    comparison (`compare_shared`), its findings kept only to decide."""
+    inv0 = ctx.invs[0]
+    if len(vs) < 2 or not scalar_data(vs[0], grid_mappings(inv0), coordinate_bounds(inv0),
+                                      named_coordinates(inv0)):
+        return False
+    before = len(ctx.problems)
+    same = compare_shared(ctx, name, vs, _why_shared(ctx))
+    found = ctx.problems[before:]
+    del ctx.problems[before:]
+    if same or not all(p.kind == "differs-between-files" for p in found):
+        return False  # (the same: shared; not comparable: refused where it is shared)
+    ctx.notes.append(f"{name!r} differs between the files: stacked along the new "
+                     f"{ctx.dim!r} axis")
+    return True
 
 
 def _why_shared(ctx: _Context) -> str:

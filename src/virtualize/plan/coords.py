@@ -21,9 +21,10 @@ from ..model import ArrayPlan, FileInventory, Location, Problem, UsageError
 from ._common import inline_plan
 
 FORMS = "attr:NAME, var:NAME, name:REGEX or v1,v2,..."
-# a whole value that is a date (and time of day): 2015-01-01, 20150101, 2015-01-01T06:00
+# a whole value that is a date (and time of day): 2015-01-01, 20150101, 2015-01-01T06:00,
+# 2024010106 (a forecast run's YYYYMMDDHH)
 _DATE = re.compile(r"((?:18|19|20|21)\d\d)-?(0[1-9]|1[0-2])-?(0[1-9]|[12]\d|3[01])"
-                   r"(?:[T_ -]?([01]\d|2[0-3]):?([0-5]\d)(?::?([0-5]\d))?)?")
+                   r"(?:[T_ -]?([01]\d|2[0-3])(?::?([0-5]\d)(?::?([0-5]\d))?)?Z?)?")
 
 
 @dataclass(frozen=True)
@@ -90,13 +91,18 @@ def parse_coords(items: Sequence[str] | dict[str, Any] | None) -> dict[str, Coor
         if dim in out:
             raise UsageError(f"--coord {dim}: given twice")
         out[dim] = form if isinstance(form, CoordSpec) else \
-            CoordSpec("values", values=tuple(form)) if isinstance(form, (list, tuple)) else \
-            parse_coord(form)
+            CoordSpec("values", values=tuple(_dates_or(list(form)))) \
+            if isinstance(form, (list, tuple)) else parse_coord(form)
     return out
 
 
 def _typed(parts: Sequence[str]) -> list:
-    """Numbers when all parse as numbers (ints when all are), else the strings."""
+    """Dates (`datetime.datetime`) when all are dates (`2024-01-01`, `20240101`,
+    `2024-01-01T06:00:00`: `_DATE`), else numbers when all parse as numbers (ints when all
+    are), else the strings."""
+    dates = [_date(p) for p in parts]
+    if parts and all(d is not None for d in dates):
+        return dates
     try:
         return [int(p) for p in parts]
     except ValueError:
@@ -107,8 +113,15 @@ def _typed(parts: Sequence[str]) -> list:
         return list(parts)
 
 
+def _dates_or(values: list) -> list:
+    """Texts that are all dates as dates (`_DATE`), anything else as it is: an attribute's
+    or a listed value's text of one date and time is a date, as in a name; mixed, text."""
+    dates = [_date(v) if isinstance(v, str) else None for v in values]
+    return dates if values and all(d is not None for d in dates) else values
+
+
 def _date(text: str) -> datetime.datetime | None:
-    m = _DATE.fullmatch(text)
+    m = _DATE.fullmatch(text.strip())
     if m is None:
         return None
     y, mo, d, hh, mm, ss = m.groups()
@@ -123,8 +136,10 @@ def resolve(invs: Sequence[FileInventory], dim: str, spec: CoordSpec
             ) -> tuple[list | None, list[Problem]]:
     """One value per file (file order) for the new axis `dim`, or None with located
     problems (`coord-unresolved`: an attribute or variable a file lacks, a name the regex
-    does not match, a count of values that is not the count of files). Names' values that
-    are all dates are `datetime.datetime`s; all numbers, numbers."""
+    does not match, a count of values that is not the count of files). Values from names,
+    attributes' text and listed values that are all dates (`_DATE`: 2024-01-01, 20240101,
+    2024-01-01T06:00:00) are `datetime.datetime`s (mixed: the texts); names' values that
+    are all numbers, numbers."""
     problems: list[Problem] = []
     out: list = []
     form = spec.text()
@@ -178,9 +193,60 @@ def resolve(invs: Sequence[FileInventory], dim: str, spec: CoordSpec
     if problems:
         return None, problems
     if spec.kind == "name":
-        dates = [_date(s) for s in out]
-        out = dates if all(d is not None for d in dates) else _typed(out)
+        out = _typed(out)
+    elif spec.kind == "attr":
+        out = _dates_or(out)
     return out, problems
+
+
+# a var: scalar's attributes its coordinate does not keep: how it was stored, not what it is
+_STORAGE = {"_FillValue", "missing_value", "valid_min", "valid_max", "valid_range",
+            "coordinates", "grid_mapping", "bounds", "_Unsigned", "_Netcdf4Dimid",
+            "_Netcdf4Coordinates", "DIMENSION_LIST", "REFERENCE_LIST", "CLASS", "NAME"}
+_PACKING = ("scale_factor", "add_offset")
+_MEANING = ("units", "calendar")
+
+
+def coordinate_attrs(invs: Sequence[FileInventory], dim: str, spec: CoordSpec
+                     ) -> tuple[dict, list[Problem]]:
+    """The attributes the new axis' coordinate keeps from where its values come: a `var:`
+    scalar's (its `units` and `calendar`, which give its numbers their meaning, e.g. a CF
+    time `hours since 2024-01-01` that xarray decodes to dates; `long_name`,
+    `standard_name`, ...), taken from the first file; `units`/`calendar` must be the same
+    in every file and the value not packed (`scale_factor`/`add_offset`), else located
+    `coord-unresolved` problems. The other forms carry no attributes."""
+    if spec.kind != "var" or not invs:
+        return {}, []
+    form = spec.text()
+    problems: list[Problem] = []
+    first = invs[0].variables.get(spec.arg)
+    if first is None:
+        return {}, []  # (resolve says so)
+    for inv in invs:
+        v = inv.variables.get(spec.arg)
+        if v is None:
+            continue
+        packed = [k for k in _PACKING if k in v.attrs]
+        if packed:
+            problems.append(Problem(Location(inv.path, spec.arg, dim), "coord-unresolved",
+                                    f"--coord {dim}={form}: {spec.arg!r} is packed "
+                                    f"({', '.join(packed)}): its stored value is not the "
+                                    "coordinate's value"))
+            continue
+        key = next((k for k in _MEANING if not _same(v.attrs.get(k), first.attrs.get(k))),
+                   None)
+        if key is not None:
+            problems.append(Problem(Location(inv.path, spec.arg, dim), "coord-unresolved",
+                                    f"--coord {dim}={form}: its {key!r} is "
+                                    f"{_scalar(v.attrs.get(key))!r} here but "
+                                    f"{_scalar(first.attrs.get(key))!r} in {invs[0].path}: "
+                                    "the values would mean different things on one axis"))
+    attrs = {k: _scalar(a) for k, a in first.attrs.items() if k not in _STORAGE}
+    return attrs, problems
+
+
+def _same(a: Any, b: Any) -> bool:
+    return _scalar(a) == _scalar(b)
 
 
 def _scalar(value: Any) -> Any:
@@ -200,24 +266,32 @@ def label(value: Any) -> str:
     return str(value)
 
 
-def coordinate_plan(dim: str, values: Sequence[Any]) -> ArrayPlan:
+def coordinate_plan(dim: str, values: Sequence[Any], attrs: dict | None = None) -> ArrayPlan:
     """The new axis' coordinate variable, stored in the cube: text, numbers, or dates
     CF-encoded (`days since` the first when all are whole days, else `seconds since`,
-    proleptic Gregorian calendar), which xarray decodes and indexes."""
+    proleptic Gregorian calendar), which xarray decodes and indexes. `attrs`: those it
+    keeps from where its values come (`coordinate_attrs`: numbers keep their `units` and
+    `calendar`; dates and text take their own)."""
     values = list(values)
+    attrs = dict(attrs or {})
+    numbers = bool(values) and all(isinstance(v, (int, float, np.integer, np.floating))
+                                   and not isinstance(v, bool) for v in values)
+    if not numbers:
+        for k in _MEANING:
+            attrs.pop(k, None)
     if values and all(isinstance(v, datetime.datetime) for v in values):
         start = min(values)
         whole = all(v.time() == datetime.time() for v in values)
         step, unit = (86400, "days") if whole else (1, "seconds")
         fmt = "%Y-%m-%d" if whole else "%Y-%m-%dT%H:%M:%S"
         data = np.array([int((v - start).total_seconds()) // step for v in values], "i8")
-        attrs = {"units": f"{unit} since {start.strftime(fmt)}",
-                 "calendar": "proleptic_gregorian"}
+        attrs.update({"units": f"{unit} since {start.strftime(fmt)}",
+                      "calendar": "proleptic_gregorian"})
         return inline_plan(dim, data, (dim,), attrs)
     if values and all(isinstance(v, (int, np.integer)) and not isinstance(v, bool)
                       for v in values):
-        return inline_plan(dim, np.array(values, "i8"), (dim,), {})
-    if values and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
-        return inline_plan(dim, np.array(values, "f8"), (dim,), {})
+        return inline_plan(dim, np.array(values, "i8"), (dim,), attrs)
+    if numbers:
+        return inline_plan(dim, np.array(values, "f8"), (dim,), attrs)
     text = np.array([label(v) for v in values], dtype=np.dtypes.StringDType())
-    return inline_plan(dim, text, (dim,), {})
+    return inline_plan(dim, text, (dim,), attrs)

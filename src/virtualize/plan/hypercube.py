@@ -22,7 +22,14 @@ from typing import Any
 
 import numpy as np
 
-from ..conventions import coordinate_bounds, grid_mappings, py, stacks
+from ..conventions import (
+    coordinate_bounds,
+    grid_mappings,
+    named_coordinates,
+    py,
+    scalar_data,
+    stacks,
+)
 from ..model import (
     MATERIALIZED,
     ArrayPlan,
@@ -42,13 +49,16 @@ from ._common import (
     Context,
     codec_key,
     compare_shared,
+    declares_fill,
     figure_of,
     first_difference,
     inline_plan,
+    same_meaning,
     same_value,
 )
+from .attrs import combine, dropped_note
 from .concat import ConcatOptions
-from .coords import CoordSpec, coordinate_plan, label, resolve
+from .coords import CoordSpec, coordinate_attrs, coordinate_plan, label, resolve
 from .merge import plan_merge
 
 
@@ -81,6 +91,7 @@ def plan_hypercube(inventories: Sequence[FileInventory], options: HypercubeOptio
     keys: dict[str, list] = {}  # per axis, each file's position
     spans: dict[str, list] = {}  # per axis the files have, each file's (first, last)
     new: dict[str, bool] = {}
+    coord_attrs: dict[str, dict] = {}  # per new axis, what its coordinate keeps (var:)
     for d in dims:
         has = [any(d in v.dims for v in inv.variables.values()) for inv in invs]
         new[d] = not any(has)
@@ -95,6 +106,8 @@ def plan_hypercube(inventories: Sequence[FileInventory], options: HypercubeOptio
             if spec is None:
                 return _inner(opts, invs, d, None)
             values, ps = resolve(invs, d, spec)
+            problems.extend(ps)
+            coord_attrs[d], ps = coordinate_attrs(invs, d, spec)
             problems.extend(ps)
             if values is not None:
                 keys[d] = values
@@ -134,7 +147,8 @@ def plan_hypercube(inventories: Sequence[FileInventory], options: HypercubeOptio
     cells: dict[tuple[int, ...], list[int]] = {}
     for f in range(len(invs)):
         cells.setdefault(tuple(where[d][_k(keys[d][f])] for d in dims), []).append(f)
-    labels = {d: [_label(d, v, spans, keys, invs) for v in axis_values[d]] for d in dims}
+    labels = {d: [_label(d, v, spans, keys, invs, coord_attrs.get(d)) for v in axis_values[d]]
+              for d in dims}
 
     def cell_name(index: tuple[int, ...]) -> str:
         return ", ".join(f"{d}={labels[d][i]!r}" if new[d] and isinstance(
@@ -210,11 +224,20 @@ def plan_hypercube(inventories: Sequence[FileInventory], options: HypercubeOptio
         plan = Plan([], {}, {}, dims[-1], notes)
         plan.layout = layout
         return plan, problems
+    attrs = {opts.coords[d].arg for d in dims if d in opts.coords and opts.coords[d].kind == "attr"}
+    if attrs:  # (it differs between files; the axis' coordinate holds it: not combined)
+        invs = [replace(inv, groups={**inv.groups, "": {k: v for k, v in inv.groups.get(
+            "", {}).items() if k not in attrs}}) for inv in invs]
     ctx = _Stack(invs=invs, dims=dims, new=new, axis_values=axis_values, labels=labels,
-                 kept={n for inv in invs for n in _kept(inv)})
+                 coord_attrs=coord_attrs, how=opts.concat.combine_attrs,
+                 leave=frozenset(attrs),
+                 kept={n for inv in invs for n in _kept(inv)},
+                 scalars={n for inv in invs for n in _scalars(inv)})
     plan, _ = _build(ctx, concat, sorted(cells), cells, 0)
     problems.extend(ctx.problems)
-    attrs = {opts.coords[d].arg for d in dims if d in opts.coords and opts.coords[d].kind == "attr"}
+    note = dropped_note(ctx.dropped)
+    if note:
+        ctx.notes.append(note.replace("between files", "between the cells"))
     root = plan.groups.get("", {})
     for a in sorted(attrs & set(root)):
         del root[a]  # (it differs between files; the axis' coordinate holds it)
@@ -239,8 +262,12 @@ def _absent(inv: FileInventory, problems: list[Problem], where: str, dims, new
         # (coordinates and their bounds are the template's: the same place)
         if name in keep or not (any_new or any(d in v.dims for d in dims)):
             continue
-        if v.fill_value is None or v.blocks is None:
-            why = "has no fill value" if v.fill_value is None else "is stored in the cube"
+        declared = declares_fill(v.fill_value, v.dtype, v.attrs)
+        if not declared or v.blocks is None:
+            # (a netCDF variable declaring no _FillValue would read as the library's
+            # default fill there, which xarray takes as data: plan._common.declares_fill)
+            why = ("declares no fill value (_FillValue, or a missing_value equal to the "
+                   "fill it would read as)") if not declared else "is stored in the cube"
             problems.append(Problem(Location(inv.path, name), "no-fill-value",
                                     f"{name!r} {why}: the cell {where} that no file fills "
                                     "cannot read as absent chunks (--join outer)"))
@@ -249,6 +276,14 @@ def _absent(inv: FileInventory, problems: list[Problem], where: str, dims, new
         variables[name] = replace(v, blocks=replace(v.blocks, refs=refs), values=None,
                                   digest=None, block_digests=None)
     return replace(inv, variables=variables, problems=[])
+
+
+def _scalars(inv: FileInventory) -> set[str]:
+    """The scalar data variables (`conventions.scalar_data`): stacked along a new axis
+    when they differ between its cells, shared when the same."""
+    mappings, bounds = grid_mappings(inv), coordinate_bounds(inv)
+    named = named_coordinates(inv)
+    return {n for n, v in inv.variables.items() if scalar_data(v, mappings, bounds, named)}
 
 
 def _kept(inv: FileInventory) -> set[str]:
@@ -283,9 +318,9 @@ def _ordered(values: list, sort: bool = True) -> list:
         return [seen[k] for k in sorted(seen, key=str)]
 
 
-def _label(d, v, spans, keys, invs) -> str:
+def _label(d, v, spans, keys, invs, attrs=None) -> str:
     if d not in spans:
-        return label(v)
+        return _value_label(v, attrs) if attrs and not isinstance(v, str) else label(v)
     f = next(i for i, k in enumerate(keys[d]) if _k(k) == _k(v))
     first, last, attrs = spans[d][f]
     return f"{_value_label(first, attrs)} .. {_value_label(last, attrs)}" if first != last \
@@ -334,6 +369,11 @@ class _Stack:
     axis_values: dict[str, list]
     labels: dict[str, list[str]]
     kept: set[str] = field(default_factory=set)  # what no new axis is given (`_kept`)
+    scalars: set[str] = field(default_factory=set)  # of those, scalar data (`_scalars`)
+    coord_attrs: dict[str, dict] = field(default_factory=dict)  # new axes' (coordinate_attrs)
+    how: str = "drop_conflicts"  # --combine-attrs (plan/attrs.py), across the cells
+    leave: frozenset[str] = frozenset()  # root attributes a --coord attr: takes
+    dropped: dict[str, list[str]] = field(default_factory=dict)  # what drop_conflicts left out
     problems: list[Problem] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
@@ -348,7 +388,8 @@ def _build(ctx: _Stack, concat: ConcatOptions, indices: list[tuple[int, ...]],
         invs = [ctx.invs[f] for f in files]
         values = [ctx.axis_values[d][i[-1]] for i in indices for _ in cells[i]] \
             if ctx.new[d] else None
-        plan, problems = _one_axis(invs, replace(concat, concat_dim=d, new_values=values))
+        plan, problems = _one_axis(invs, replace(concat, concat_dim=d, new_values=values,
+                                                 new_attrs=ctx.coord_attrs.get(d)))
         ctx.problems.extend(problems)
         for n in plan.notes:
             if n not in ctx.notes:
@@ -402,23 +443,43 @@ def _stack(ctx: _Stack, subs: list[Plan], files: list[list[str]], d: str,
         varies = _varies(ctx, subs[0], name, a0, d)
         if not _alike(ctx, files, have, name, d, where, varies):
             continue
+        if not varies and new and name in ctx.scalars and not a0.shape:
+            varies = _scalar_differs(ctx, files, have, name, d, where)
         if not varies:
             if _shared(ctx, files, have, name, d, where):
                 arrays[name] = _remapped(a0, maps[0], None, 0)
-            continue
-        arrays[name] = _joined(have, maps, d, new)
+        else:
+            arrays[name] = _joined(have, maps, d, new)
+        if name in arrays:
+            arrays[name].attrs = _combined(ctx, [a.attrs for a in have], name, files)
     if new:
-        arrays = {d: coordinate_plan(d, [ctx.axis_values[d][i] for i in positions]), **arrays}
+        arrays = {d: coordinate_plan(d, [ctx.axis_values[d][i] for i in positions],
+                                          ctx.coord_attrs.get(d)), **arrays}
     remedies: dict[str, Remedy] = {}
     for p in subs:
         for k, r in p.remedies.items():
             t = remedies.setdefault(k, Remedy(r.kind, 0, 0, r.enabled))
             t.blocks += r.blocks
             t.bytes += r.bytes
-    plan = Plan(sources=sources, groups={g: dict(a) for g, a in first.groups.items()},
-                arrays=arrays, concat_dim=d, remedies=remedies)
+    groups = {g: _combined(ctx, [{k: v for k, v in p.groups.get(g, {}).items()
+                                  if g or k not in ctx.leave} for p in subs],
+                           g and f"group {g}", files)
+              for g in first.groups}
+    plan = Plan(sources=sources, groups=groups, arrays=arrays, concat_dim=d, remedies=remedies)
     plan.figures = {n: figure_of(a) for n, a in arrays.items()}
     return plan
+
+
+def _combined(ctx: _Stack, dicts: list[dict], where: str, files: list[list[str]]) -> dict:
+    """Attributes over the cells (plan/attrs.py `combine`, --combine-attrs), never the
+    first cell's unseen; the meaning attributes were compared by `_alike`."""
+    out, gone, problems = combine(dicts, ctx.how, where, [fs[0] if fs else None for fs in files])
+    ctx.problems.extend(p for p in problems if p.kind != "attribute-drift" or not where
+                        or where.startswith("group "))
+    if gone:
+        have = ctx.dropped.setdefault(where, [])
+        have.extend(k for k in gone if k not in have)
+    return out
 
 
 def _varies(ctx: _Stack, sub: Plan, name: str, a: ArrayPlan, d: str) -> bool:
@@ -427,7 +488,26 @@ def _varies(ctx: _Stack, sub: Plan, name: str, a: ArrayPlan, d: str) -> bool:
     scalars: the scan's rule, conventions.stacks)."""
     if not ctx.new[d]:
         return d in a.dims
+    if name in ctx.scalars:  # stacked along an inner new axis already: along this one too
+        return bool(a.dims) and a.dims[0] in ctx.dims
     return bool(a.dims) and name not in ctx.dims and name not in ctx.kept
+
+
+def _scalar_differs(ctx: _Stack, files, have: list[ArrayPlan], name: str, d: str,
+                    where) -> bool:
+    """A scalar data variable that differs between the cells of the new axis `d`: stacked
+    along it (`realization(member)`); the same in every cell, shared. Decided by the one
+    comparison (`_shared`), its findings kept only to decide."""
+    before = len(ctx.problems)
+    same = _shared(ctx, files, have, name, d, where)
+    found = ctx.problems[before:]
+    del ctx.problems[before:]
+    if same or not all(p.kind == "differs-between-files" for p in found):
+        return False
+    note = f"{name!r} differs between the cells: stacked along the new {d!r} axis"
+    if note not in ctx.notes:
+        ctx.notes.append(note)
+    return True
 
 
 def _alike(ctx: _Stack, files, have: list[ArrayPlan], name: str, d: str, where, varies) -> bool:
@@ -451,7 +531,7 @@ def _alike(ctx: _Stack, files, have: list[ArrayPlan], name: str, d: str, where, 
             msg = f"fill value {py(a.fill_value)!r} differs from {py(a0.fill_value)!r} {here}"
             kind = "fill-value-differs"
         elif (key := next((m for m in MEANING_ATTRS
-                           if not same_value(a.attrs.get(m), a0.attrs.get(m))), None)):
+                           if not same_meaning(m, a.attrs.get(m), a0.attrs.get(m))), None)):
             msg = (f"attribute {key!r} is {py(a.attrs.get(key))!r} {here}, where it is "
                    f"{py(a0.attrs.get(key))!r}: the values would mean different things")
             kind = "attribute-drift"

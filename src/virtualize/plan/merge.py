@@ -33,14 +33,23 @@ from ..model import (
     Problem,
     Source,
 )
-from ._common import Context, compare_shared, figure_of, first_difference, inline_plan
+from ._common import (
+    Context,
+    calendar_of,
+    compare_shared,
+    declares_fill,
+    figure_of,
+    first_difference,
+    inline_plan,
+)
 from .attrs import combine, dropped_note
 from .concat import ConcatOptions, _reexpress, plan_concat
 
 JOINS = ("exact", "outer")
-# attributes naming the variables a variable needs (CF)
+# attributes naming the variables a variable needs (CF; formula_terms: a parametric
+# vertical coordinate's terms, "p0: p0 a: a b: b ps: ps")
 _NAMING_ATTRS = ("coordinates", "bounds", "climatology", "grid_mapping", "ancillary_variables",
-                 "cell_measures", "geometry", "node_coordinates")
+                 "cell_measures", "geometry", "node_coordinates", "formula_terms")
 
 
 def plan_merge(invs: Sequence[FileInventory], opts: ConcatOptions | None = None
@@ -52,18 +61,7 @@ def plan_merge(invs: Sequence[FileInventory], opts: ConcatOptions | None = None
     if opts.join not in JOINS:
         raise ValueError(f"join must be one of {', '.join(JOINS)}, not {opts.join!r}")
     opts = select(invs, opts)
-    notes = []
-    if opts.variables is not None and len(invs) > 1:
-        # files holding none of the variables asked for (pr files, for --variables tas)
-        dim = opts.concat_dim or default_concat_dim(invs[0])
-        if dim is not None:
-            held = [bool(_data_variables(inv, dim, opts.drop)) for inv in invs]
-            if any(held) and not all(held):
-                out = [inv.path for inv, h in zip(invs, held) if not h]
-                notes.append(f"left out {len(out)} file(s) holding none of the variables asked "
-                             f"for (--variables): " + ", ".join(out[:5])
-                             + (", ..." if len(out) > 5 else ""))
-                invs = [inv for inv, h in zip(invs, held) if h]
+    invs, notes = selected_files(invs, opts)
     groups, dim = _groups(invs, opts)
     if groups is None:
         plan, problems = plan_concat(invs, opts)
@@ -73,6 +71,26 @@ def plan_merge(invs: Sequence[FileInventory], opts: ConcatOptions | None = None
     return plan, problems
 
 
+def selected_files(invs: Sequence[FileInventory], opts: ConcatOptions
+                   ) -> tuple[list[FileInventory], list[str]]:
+    """The files holding some of the variables `opts.variables` asks for (`opts` as `select`
+    made it), and a note naming those left out (pr files, for --variables tas): a full
+    build and an append leave out the same files."""
+    invs = list(invs)
+    if opts.variables is None or len(invs) < 2:
+        return invs, []
+    dim = opts.concat_dim or default_concat_dim(invs[0])
+    if dim is None:
+        return invs, []
+    held = [bool(_data_variables(inv, dim, opts.drop)) for inv in invs]
+    if all(held) or not any(held):
+        return invs, []
+    out = [inv.path for inv, h in zip(invs, held) if not h]
+    return [inv for inv, h in zip(invs, held) if h], [
+        f"left out {len(out)} file(s) holding none of the variables asked for (--variables): "
+        + ", ".join(out[:5]) + (", ..." if len(out) > 5 else "")]
+
+
 def merge_options(recipe: dict) -> dict:
     """The merge's options (`ConcatOptions` fields) a cube's recipe recorded (a cube
     written before them: the defaults)."""
@@ -80,6 +98,15 @@ def merge_options(recipe: dict) -> dict:
     return {"join": recipe.get("join", "exact"),
             "combine_attrs": recipe.get("combine_attrs", "drop_conflicts"),
             "variables": frozenset(variables) if variables is not None else None}
+
+
+def _as_first(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """`values` in `dtype` (the first group's) when that keeps every value, else as they are."""
+    cast = np.asarray(values).astype(dtype)
+    with np.errstate(invalid="ignore"):
+        same = np.array_equal(cast.astype(values.dtype), values,
+                              equal_nan=values.dtype.kind in "fc")
+    return cast if same else np.asarray(values)
 
 
 # -- selection -----------------------------------------------------------------------------
@@ -193,7 +220,7 @@ class _Merge:
         dim, opts = self.dim, self.opts
         self.plans = []
         # per group, whether its axis' coordinate was refused (overlapping or repeated
-        # steps: the spans are not compared, that problem says what is wrong)
+        # steps: spans are left unchecked; that problem says what is wrong)
         self.refused_axis = []
         for g in self.groups:
             plan, problems = plan_concat(g, opts)
@@ -205,6 +232,7 @@ class _Merge:
         for g, plan in zip(self.groups, self.plans):
             by_path = {inv.path: inv for inv in g}
             self.ordered.append([by_path[s.path] for s in plan.sources if s.path in by_path])
+        self._order_groups()
         self.held = [sorted(_data_variables(g[0], dim, opts.drop)) for g in self.groups]
         self.notes.append(
             "the files hold different variables: merged along " + repr(dim) + " ("
@@ -227,6 +255,37 @@ class _Merge:
                 arrays[name] = a
         plan = self._plan(arrays, sources)
         return plan, self.problems
+
+    def _order_groups(self) -> None:
+        """The groups ordered by their first step (then their first file's name), not as
+        given: the cube's units of the axis are the first group's, and `override` takes
+        the first file's attributes, so a pile given in another order makes the same cube.
+        Left as given when the first steps cannot be compared (refused later, located)."""
+        keys = []
+        ref = None
+        for g, plan in enumerate(self.plans):
+            c = self._coord(g) if plan.concat_dim == self.dim else None
+            if c is None or not c.size or not self.ordered[g]:
+                return
+            attrs = plan.arrays[self.dim].attrs
+            units, cal = attrs.get("units"), calendar_of(attrs)
+            if ref is None:
+                ref = (units, cal)
+            first = c[:1]
+            if units != ref[0]:
+                if cal != ref[1] or not (isinstance(units, str) and isinstance(ref[0], str)
+                                         and " since " in units + ref[0]):
+                    return
+                first = _reexpress(first, units, ref[0], cal)
+                if first is None:
+                    return
+            try:
+                keys.append((float(first[0]), self.ordered[g][0].path, g))
+            except (TypeError, ValueError):  # (not numbers)
+                return
+        order = [g for *_, g in sorted(keys)]
+        for name in ("groups", "plans", "refused_axis", "ordered"):
+            setattr(self, name, [getattr(self, name)[g] for g in order])
 
     # -- sources -------------------------------------------------------------------------
 
@@ -313,8 +372,7 @@ class _Merge:
                 continue
             # (time counted from another origin: the same instants in the first group's
             # units, when that is exact, as a concatenation does)
-            same_calendar = attrs[g].get("calendar", "standard") == \
-                attrs[0].get("calendar", "standard")
+            same_calendar = calendar_of(attrs[g]) == calendar_of(attrs[0])
             converted = _reexpress(coords[g], units[g], units[0],
                                    attrs[0].get("calendar", "standard")) \
                 if same_calendar and isinstance(units[g], str) and \
@@ -335,7 +393,9 @@ class _Merge:
             union = coords[0]
             for c in coords[1:]:
                 union = np.union1d(union, c)
-            union = union.astype(coords[0].dtype)
+            # (in the first group's dtype unless that would change a step: whole days in
+            # int32 and a group's noon steps in float64 keep float64)
+            union = _as_first(union, coords[0].dtype)
             positions = [np.searchsorted(union, c) for c in coords]
             return union, positions
         ok = True
@@ -503,7 +563,8 @@ class _Merge:
             v = np.moveaxis(v, k, 0)
             pos = self.positions[g]
             if merged is None:
-                merged = np.zeros((union, *v.shape[1:]), dtype=v.dtype)
+                merged = np.zeros((union, *v.shape[1:]),
+                                  dtype=np.result_type(*[np.asarray(x).dtype for x in values]))
             here = np.flatnonzero(have[pos] >= 0)
             if here.size:
                 index = first_difference(v[here], merged[pos[here]])
@@ -523,7 +584,7 @@ class _Merge:
             return a
         data = np.moveaxis(merged, 0, k)
         first = arrays[0]
-        return inline_plan(name, np.asarray(data, dtype=first.dtype), first.dims, attrs,
+        return inline_plan(name, _as_first(data, first.dtype), first.dims, attrs,
                            first.fill_value)
 
     def _onto_union(self, a: ArrayPlan, g: int) -> ArrayPlan | None:
@@ -544,6 +605,17 @@ class _Merge:
                          f"the {union - n} {dim} step(s) no file of it holds (--join outer) "
                          "cannot read as missing (never silently as 0): give the files a "
                          "_FillValue, or leave --join outer out", axis=dim)
+            return None
+        if not declares_fill(a.fill_value, a.dtype, a.attrs):
+            # (missing_value alone: absent chunks read as the format's default fill, which
+            # readers masking missing_value take as data)
+            self.problem(path, a.name, "no-fill-value",
+                         f"{a.name} declares missing_value "
+                         f"{py(a.attrs['missing_value'])!r} but no _FillValue, so the "
+                         f"{union - n} {dim} step(s) no file of it holds (--join outer) would "
+                         f"read as its default fill value {py(a.fill_value)!r}, which readers "
+                         "do not take as missing: give the files a _FillValue, or leave "
+                         "--join outer out", axis=dim)
             return None
         if a.inline is not None:
             data = np.moveaxis(np.asarray(a.inline), k, 0)
@@ -602,9 +674,12 @@ class _Merge:
     def _plan(self, arrays: dict[str, ArrayPlan], sources: list[Source] | None = None) -> Plan:
         plans = self.plans
         notes = [n for p in plans for n in p.notes] + self.notes
-        attrs, dropped, problems = combine([inv.groups.get("", {}) for inv in self.invs],
+        # (the files in the cube's order, so that override takes the first in it)
+        rank = {s.path: i for i, s in enumerate(sources or [])}
+        invs = sorted(self.invs, key=lambda inv: rank.get(inv.path, len(rank)))
+        attrs, dropped, problems = combine([inv.groups.get("", {}) for inv in invs],
                                            self.opts.combine_attrs, "",
-                                           [inv.path for inv in self.invs])
+                                           [inv.path for inv in invs])
         self.problems.extend(problems)
         groups = {g: dict(a) for p in plans for g, a in p.groups.items()}
         groups[""] = attrs

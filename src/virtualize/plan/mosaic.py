@@ -47,6 +47,7 @@ from ._common import (
     settle_unknown_fills,
     source_table,
 )
+from .attrs import combine, dropped_note
 from .grid import block_lengths
 
 X_NAMES = ("x", "lon", "longitude")
@@ -65,6 +66,8 @@ class MosaicOptions:
     # a mosaic over time (plan/mosaic_time.py): each date's tiles placed, the dates stacked
     concat_dim: str | None = None
     coords: dict[str, str] | None = None  # DIM -> a --coord form (plan/coords.py)
+    # attributes differing between tiles (plan/attrs.py): drop_conflicts, override, identical
+    combine_attrs: str = "drop_conflicts"
 
 
 @dataclass
@@ -168,9 +171,50 @@ def plan_mosaic(inventories: Sequence[FileInventory], options: MosaicOptions | N
     if covered < height * width and opts.overlap is None:
         ctx.notes.append(f"the tiles leave gaps: {height * width - covered} of {height * width} "
                          "pixels have no tile and read as the fill value")
-    plan = Plan(sources=sources, groups=groups_for(invs[0], arrays), arrays=arrays,
+    groups = combined_attrs(ctx, arrays, set(coords) if georefs is not None else set())
+    plan = Plan(sources=sources, groups=groups, arrays=arrays,
                 notes=ctx.notes, figures=ctx.figures, mosaic=ctx.mosaic, remedies=ctx.remedies)
     return plan, ctx.problems
+
+
+def combined_attrs(ctx: _Ctx, arrays: dict[str, ArrayPlan], made: set[str],
+                   leave: frozenset[str] = frozenset()) -> dict[str, dict]:
+    """The mosaic's attributes over every tile (plan/attrs.py `combine`, `--combine-attrs`),
+    never the first tile's unseen: each array's (in place) and each group's (returned). The
+    arrays the mosaic makes (`made`: x/y, the grid mapping, the stacked dates; their
+    GeoTransform and values are the whole mosaic's) keep theirs; `leave`: root attributes
+    left out (a `--coord attr:` one: the coordinate holds it). Those that change what the
+    values mean differing are refused (`attribute-drift`) once per variable."""
+    how = ctx.opts.combine_attrs
+    dropped: dict[str, list[str]] = {}
+    drift = {p.loc.variable for p in ctx.problems if p.kind == "attribute-drift"}
+    for name, a in arrays.items():
+        held = [inv for inv in ctx.invs[1:] if name in inv.variables]
+        if name in made or not held:
+            continue
+        out, gone, problems = combine([a.attrs, *(inv.variables[name].attrs for inv in held)],
+                                      how, name, [ctx.invs[0].path, *(i.path for i in held)])
+        ctx.problems.extend(p for p in problems
+                            if p.kind != "attribute-drift" or name not in drift)
+        a.attrs = out
+        if gone:
+            dropped[name] = gone
+    groups = groups_for(ctx.invs[0], arrays)
+    for g in groups:
+        if g not in ctx.invs[0].groups:
+            continue
+        given = [{k: v for k, v in inv.groups.get(g, {}).items() if g or k not in leave}
+                 for inv in ctx.invs]
+        out, gone, problems = combine(given, how, g and f"group {g}",
+                                      [inv.path for inv in ctx.invs])
+        groups[g] = out
+        ctx.problems.extend(problems)
+        if gone:
+            dropped[g and f"group {g}"] = gone
+    note = dropped_note(dropped)
+    if note:
+        ctx.notes.append(note.replace("between files", "between tiles"))
+    return groups
 
 
 # -- placement -------------------------------------------------------------------------
@@ -717,4 +761,4 @@ def _coordinates(ctx: _Ctx, g: Georef, r0: int, c0: int, height: int, width: int
     return out
 
 
-__all__ = ["MosaicOptions", "plan_mosaic"]
+__all__ = ["MosaicOptions", "combined_attrs", "plan_mosaic"]

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import datetime
 import os
-import re
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -32,6 +31,7 @@ from ._common import (
     settle_unknown_fills,
     source_table,
 )
+from .coords import coordinate_attrs, coordinate_plan, parse_coords, resolve
 from .mosaic import (
     MosaicOptions,
     _block_index,
@@ -50,13 +50,8 @@ from .mosaic import (
     _report_overlaps,
     _Tile,
     _who_cuts,
+    combined_attrs,
 )
-
-try:  # hc-cube's --coord forms (issue 22); until they land, a stopgap of two forms
-    from .coords import parse_coord as _parse_coord
-    from .coords import resolve as _resolve
-except ImportError:  # pragma: no cover - replaced when plan/coords.py lands
-    _parse_coord = _resolve = None
 
 
 def plan_mosaic_over_time(inventories: Sequence[FileInventory], opts: MosaicOptions
@@ -125,12 +120,19 @@ def plan_mosaic_over_time(inventories: Sequence[FileInventory], opts: MosaicOpti
     arrays[dim] = time
     ctx.figures[dim] = figure_of(time)
     ctx.mosaic = subs[0].mosaic  # the first date's map; the dates are listed in a note
+    if ctx.mosaic is not None:
+        ctx.mosaic = replace(ctx.mosaic, dated=[(t.inv.path, t.row0, t.col0, t.height, t.width)
+                                                for t in ctx.tiles])
     shown = [coord.show(k) for k in keys]
     ctx.notes.append(f"a mosaic over {dim!r}: {len(keys)} date(s), each placed on one spatial "
                      f"grid ({coord.source}): " + ", ".join(shown[:10])
                      + (", ..." if len(shown) > 10 else ""))
     _missing_tiles(ctx, subs, shown, height, width)
-    plan = Plan(sources=sources, groups=groups_for(invs[0], arrays), arrays=arrays,
+    made = {dim} | (set(coords) if georefs is not None else set())
+    spec = parse_coords({k: v for k, v in (opts.coords or {}).items() if k == dim}).get(dim)
+    leave = frozenset({spec.arg} if spec is not None and spec.kind == "attr" else ())
+    groups = combined_attrs(ctx, arrays, made, leave)
+    plan = Plan(sources=sources, groups=groups, arrays=arrays,
                 notes=ctx.notes, figures=ctx.figures, mosaic=ctx.mosaic, remedies=ctx.remedies,
                 layout=_layout(subs, shown, dim, not any(dim in inv.dimensions for inv in invs),
                                tuple(n for n in names if n in arrays)))
@@ -312,8 +314,9 @@ class _Coord:
     """How the dates were found, shown and stored: `dates` (datetimes, CF-encoded), or
     `numbers` (a time variable's values, stored as they are with its attributes)."""
 
-    def __init__(self, source: str, attrs: dict | None = None, dtype=None):
+    def __init__(self, source: str, attrs: dict | None = None, dtype=None, given=False):
         self.source, self.attrs, self.dtype = source, attrs, dtype
+        self.given = given  # from --coord: stored as a hypercube's new axis (coords.py)
 
     def show(self, key) -> str:
         if isinstance(key, datetime.datetime):
@@ -333,6 +336,8 @@ class _Coord:
     def plan(self, dim: str, keys: list) -> ArrayPlan:
         if keys and isinstance(keys[0], datetime.datetime):
             return _date_plan(dim, keys)
+        if self.given:
+            return coordinate_plan(dim, keys, self.attrs)
         if self.attrs is not None:
             return inline_plan(dim, np.asarray(keys, dtype=self.dtype), (dim,), self.attrs)
         if keys and isinstance(keys[0], str):
@@ -355,16 +360,16 @@ def _date_plan(dim: str, dates: list[datetime.datetime]) -> ArrayPlan:
 def _dates(ctx: _Ctx, dim: str) -> tuple[list | None, _Coord]:
     """Each file's date (a sortable key) and how they were found; None after problems."""
     invs = ctx.invs
-    spec = (ctx.opts.coords or {}).get(dim)
-    if spec is not None:
-        if _resolve is not None:
-            values, problems = _resolve(invs, dim, _parse_coord(spec))
-        else:
-            values, problems = _stopgap_resolve(invs, dim, spec)
-        ctx.problems.extend(problems)
-        if values is None:
-            return None, _Coord(f"--coord {dim}={spec}")
-        return _checked(ctx, dim, list(values)), _Coord(f"--coord {dim}={spec}")
+    given = parse_coords({k: v for k, v in (ctx.opts.coords or {}).items() if k == dim})
+    spec = given.get(dim)
+    if spec is not None:  # the --coord forms (plan/coords.py), as a hypercube's new axes
+        values, problems = resolve(invs, dim, spec)
+        attrs, more = coordinate_attrs(invs, dim, spec)
+        ctx.problems.extend(problems + more)
+        source = f"--coord {dim}={spec.text()}"
+        if values is None or more:
+            return None, _Coord(source)
+        return _checked(ctx, dim, list(values)), _Coord(source, attrs, given=True)
     held = [inv.variables.get(dim) for inv in invs]
     if any(v is not None for v in held):
         return _from_variables(ctx, dim, held)
@@ -433,46 +438,10 @@ def _from_variables(ctx: _Ctx, dim: str, held: list) -> tuple[list | None, _Coor
     return (out if ok else None), _Coord(f"the tiles' {dim!r} values", attrs, dtype)
 
 
-def check_coord(dim: str, spec: str) -> None:
-    """Raise `UsageError` naming a `--coord DIM=SPEC` form that is not one."""
-    if _parse_coord is not None:
-        _parse_coord(spec)
-        return
-    from ..model import UsageError
-
-    form, _, arg = spec.partition(":")
-    if form not in ("name", "attr") or not arg:
-        raise UsageError(f"--coord {dim}={spec}: give name:REGEX or attr:NAME")
-    if form == "name":
-        try:
-            re.compile(arg)
-        except re.error as e:
-            raise UsageError(f"--coord {dim}={spec}: not a regular expression: {e}") from None
-
-
-def _stopgap_resolve(invs, dim: str, spec: str) -> tuple[list | None, list[Problem]]:
-    """name:REGEX and attr:NAME only, until plan/coords.py (hc-cube) lands."""
-    from ..model import Location
-    from .concat import dates_in_names
-
-    check_coord(dim, spec)
-    form, _, arg = spec.partition(":")
-    out, problems = [], []
-    for inv in invs:
-        if form == "name":
-            m = re.search(arg, os.path.basename(inv.path))
-            text = (m.group(1) if m.groups() else m.group(0)) if m else None
-            why = f"its name does not match {arg!r}"
-        else:
-            text = inv.groups.get("", {}).get(arg)
-            why = f"it has no global attribute {arg!r}"
-        if text is None:
-            problems.append(Problem(Location(inv.path, None, dim), "no-coordinate-value",
-                                    f"--coord {dim}={spec}: {why}"))
-            continue
-        found = dates_in_names([str(text)]) if isinstance(text, str) else None
-        out.append(found[0] if found else text)
-    return (None if problems else out), problems
+def check_coord(dim: str, spec) -> None:
+    """Raise `UsageError` naming a `--coord DIM=SPEC` form that is not one (plan/coords.py:
+    the forms of a hypercube's new axes), before anything is scanned."""
+    parse_coords({dim: spec})
 
 
 __all__ = ["check_coord", "plan_mosaic_over_time"]

@@ -288,8 +288,12 @@ def summary_line(report: model.Report) -> str:
 
 def _missing_refused(report: model.Report) -> bool:
     """Are a layout's missing cells refused (join "exact"), or absent chunks (join
-    "outer", read as the fill value)? By the recipe's join, else by the verdict."""
-    join = report.plan.recipe.get("join") if report.plan is not None else None
+    "outer", read as the fill value; a mosaic's missing tiles, always)? By the recipe's
+    join, else by the verdict."""
+    recipe = report.plan.recipe if report.plan is not None else {}
+    if recipe.get("kind") == "mosaic":
+        return False
+    join = recipe.get("join")
     return join != "outer" if join else not report.ok
 
 

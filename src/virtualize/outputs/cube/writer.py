@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ...model import REF_DTYPE, ArrayPlan, Plan
+from ...model import REF_DTYPE, ArrayPlan, Location, Plan, Problem, VirtualizeError
 from ..metadata import MANIFEST_FIELD, array_doc, chunk_grid, group_doc
 from ..record import finish_growth, grow_record, record, set_times
 from ..staging import replace_atomically, staged_dir
@@ -41,6 +41,7 @@ def write_cube(plan: Plan, dest: str | Path, overwrite: bool = False, *,
     URL); sources and roots are then recorded relative to it where they can be (a
     relocatable cube: move or mirror it together with its files)."""
     dest = Path(dest)
+    refuse_own_names(plan, dest)
     with staged_dir(dest, overwrite, [s.path for s in plan.sources]) as stage:
         walk(plan, _NewCube(stage))
         _write_json(stage / SOURCES_NAME, record(
@@ -54,6 +55,20 @@ def write_cube(plan: Plan, dest: str | Path, overwrite: bool = False, *,
             remedies=[r.to_dict() for r in plan.remedies.values() if r.enabled],
             notes=plan.notes))
     return dest
+
+
+def refuse_own_names(plan: Plan, dest: Path) -> None:
+    """Refuse arrays and groups named as a file of the layout: a group's `zarr.json`, the
+    root's `virtualize.json` (the node's directory and the document would be one path)."""
+    bad = [n for n in [*plan.arrays, *(g for g in plan.groups if g)]
+           if "zarr.json" in n.split("/") or n == SOURCES_NAME]
+    if bad:
+        raise VirtualizeError(
+            [Problem(Location(str(dest), n), "cube-unsupported",
+                     f"{n} is named as a file of the cube directory's layout (a group's "
+                     f"zarr.json, the root's {SOURCES_NAME}): write a kerchunk JSON "
+                     "(-o cube.json) instead") for n in bad],
+            f"cannot write a cube directory: {len(bad)} problem(s); nothing was written")
 
 
 class _NewCube:

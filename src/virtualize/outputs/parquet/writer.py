@@ -37,7 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ...model import MATERIALIZED, Plan
+from ...model import MATERIALIZED, Location, Plan, Problem, VirtualizeError
 from ..access import grid_shape
 from ..cube.writer import CUBE_FORMAT_VERSION
 from ..metadata import array_doc, group_doc
@@ -167,10 +167,39 @@ def parquet_section(plan: Plan) -> dict:
                          "append"), format=FORMAT, version=CUBE_FORMAT_VERSION)
 
 
+def refuse_meta_names(plan: Plan, dest: Path) -> None:
+    """Refuse arrays fsspec's reader would serve no chunk of: it takes every key with a
+    component beginning `.z` for Zarr v2 metadata (`LazyReferenceMapper._is_meta`), so
+    such an array would read as its fill value without virtualize (and a root
+    `.zmetadata` is the set's own file); and sources whose path is not UTF-8."""
+    bad = [Problem(Location(str(dest), n), "parquet-unsupported",
+                   f"a name with a part beginning '.z' ({n}) is taken by fsspec's parquet "
+                   "reader for Zarr v2 metadata: it would serve none of its chunks (read as "
+                   "the fill value); write a kerchunk JSON (-o cube.json) or a cube "
+                   "(-o cube.zarr) instead")
+           for n in plan.arrays if any(part.startswith(".z") for part in n.split("/"))]
+    bad += [Problem(Location(s.path), "parquet-unsupported",
+                    "its path is not UTF-8 text, which a parquet string column holds only: "
+                    "write a cube (-o cube.zarr) instead, or rename it")
+            for s in plan.sources if not _utf8(s.path)]
+    if bad:
+        raise VirtualizeError(bad, f"cannot write kerchunk parquet references: {len(bad)} "
+                                   "problem(s); nothing was written")
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # (a file name's undecodable bytes, as surrogates)
+        return False
+    return True
+
+
 def write_parquet(plan: Plan, dest: str | Path, overwrite: bool = False, *,
                   record_size: int = RECORD_SIZE) -> Path:
     """The parquet reference set of `plan` at `dest` (staged, published when complete)."""
     dest = Path(dest)
+    refuse_meta_names(plan, dest)
     sink = _Tables()
     walk(plan, sink)
     paths = [s.path for s in plan.sources]

@@ -193,9 +193,10 @@ def _placements(plan, name, a, owner, iy, ix, ib, problems):
 
 def _dated(plan, name, a, owner, iy, ix, ib, problems):
     """A mosaic over `a.dims[ib]` (time): band b is date b, its sources the 2-D tiles of
-    that date, each placed where its chunks are (the window they span; the writer checks
-    it is the whole file, from the file's header: a tile whose edge blocks are all sparse
-    is refused there, not misplaced)."""
+    that date in the order overlaps were settled, each placed where the planner put it
+    (`MosaicFigure.dated`; else where its chunks are, the window they span); the writer
+    checks it is the whole file, from the file's header (a tile whose edge blocks are all
+    sparse is refused there, not misplaced)."""
     edges = [_edges(a.chunk_lengths[ax], int(a.shape[ax])) for ax in range(a.refs.ndim)]
     dim = a.dims[ib]
     moved = np.moveaxis(owner, (ib, iy, ix), (0, 1, 2))
@@ -209,17 +210,31 @@ def _dated(plan, name, a, owner, iy, ix, ib, problems):
         _problem(problems, f"{name}'s {dim} chunks are not one date each: {INSTEAD}",
                  variable=name, axis=dim)
         return None
+    # each file's place in the grid as the planner put it, in the order overlaps were
+    # settled (a tile that loses part of itself to another holds fewer blocks than it is
+    # big: placed by its blocks, GDAL would paint all of it squeezed there)
+    index = {p: i for i, p in enumerate(s.path for s in plan.sources)}
+    grid = [(index[t[0]], *map(int, t[1:])) for t in (plan.mosaic.dated if plan.mosaic else ())
+            if t[0] in index]
+    if (plan.recipe or {}).get("overlap") == "first":
+        grid = grid[::-1]  # the first tile wins: painted last
+    rank = {t[0]: k for k, t in enumerate(grid)}
+    at = {t[0]: t[1:] for t in grid}
     dates: dict[int, int] = {}
     bands: list[list[Placed]] = []
     for b, slab in enumerate(slabs):
         placed = []
-        for s in sorted(set(np.unique(slab).tolist()) - {-1}):
+        for s in sorted(set(np.unique(slab).tolist()) - {-1}, key=lambda s: (rank.get(s, -1), s)):
             if dates.setdefault(s, b) != b:
                 _problem(problems, f"{plan.sources[s].path} holds blocks of two {dim} steps "
                          f"of {name} ({dates[s]} and {b}): GDAL's band {b + 1} would need its "
                          f"band {b - dates[s] + 1}; {INSTEAD}", file=plan.sources[s].path,
                          variable=name, axis=dim)
                 return None
+            if s in at:  # (its header confirms the size; _check_band the blocks it wins)
+                r0, c0, h, w = at[s]
+                placed.append(Placed(s, 1, r0, c0, h, w, derived=True))
+                continue
             rows, cols = np.nonzero(slab == s)
             r0, r1 = int(ye[rows.min()]), int(ye[rows.max() + 1])
             c0, c1 = int(xe[cols.min()]), int(xe[cols.max() + 1])

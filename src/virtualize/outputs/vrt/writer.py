@@ -51,7 +51,7 @@ def vrt_text(plan: Plan, relative_to: str | None = None) -> str:
 
     layout = vrt_layout(plan)
     names = _source_names(plan, layout, relative_to)
-    first, body = _raster(plan, layout, names)
+    first, body = _raster(plan, layout, names, _scaling(plan, layout))
     refs = kerchunk_refs(plan, relative_to)
     section = refs["virtualize"]
     section["format"] = VRT_FORMAT
@@ -72,7 +72,8 @@ def digest(first: str, body: str) -> str:
     return "sha256:" + hashlib.sha256((first + body).encode()).hexdigest()
 
 
-def _raster(plan: Plan, layout: VrtLayout, names: list[str]) -> tuple[str, str]:
+def _raster(plan: Plan, layout: VrtLayout, names: list[str],
+            scaling: list[tuple[float, float]] | None = None) -> tuple[str, str]:
     first = f'<VRTDataset rasterXSize="{layout.width}" rasterYSize="{layout.height}">\n'
     out: list[str] = []
     srs, transform = _georef(plan, layout)
@@ -93,6 +94,9 @@ def _raster(plan: Plan, layout: VrtLayout, names: list[str]) -> tuple[str, str]:
             out.append(f"    <ColorInterp>{('Red', 'Green', 'Blue')[b - 1]}</ColorInterp>\n")
         if layout.nodata is not None:
             out.append(f"    <NoDataValue>{_number(layout.nodata)}</NoDataValue>\n")
+        if scaling and scaling[b - 1] != (1.0, 0.0):
+            scale, offset = scaling[b - 1]
+            out.append(f"    <Offset>{offset!r}</Offset>\n    <Scale>{scale!r}</Scale>\n")
         for p in sources:
             rel, name = names[p.source]
             out.append(
@@ -106,6 +110,84 @@ def _raster(plan: Plan, layout: VrtLayout, names: list[str]) -> tuple[str, str]:
         out.append("  </VRTRasterBand>\n")
     out.append("</VRTDataset>\n")
     return first, "".join(out)
+
+
+def _scaling(plan: Plan, layout: VrtLayout) -> list[tuple[float, float]]:
+    """Per band, the (scale, offset) GDAL shows its tiles' band with (their GDAL_METADATA;
+    (1, 0) without), for the VRT's band to declare as well; refuses a band whose tiles
+    disagree (GDAL's band has one). A URL's header is not read here: taken as (1, 0)."""
+    out: list[tuple[float, float]] = []
+    problems: list[Problem] = []
+    for sources in layout.bands:
+        seen: dict[tuple[float, float], str] = {}
+        for p in sources:
+            path = plan.sources[p.source].path
+            seen.setdefault(_tile_scaling(path, p.band), path)
+        if len(seen) > 1:
+            (a, pa), (b, pb) = list(seen.items())[:2]
+            problems.append(Problem(Location(pb, layout.name), KIND, (
+                f"GDAL shows its band {sources[0].band} with scale {b[0]!r} and offset "
+                f"{b[1]!r} (its GDAL_METADATA), {pa} with scale {a[0]!r} and offset {a[1]!r}: "
+                f"one VRT band has one scaling; {INSTEAD}")))
+        out.append(next(iter(seen), (1.0, 0.0)))
+    if problems:
+        raise VirtualizeError(problems, f"cannot write a GDAL VRT: {len(problems)} problem(s); "
+                              "nothing was written")
+    return out
+
+
+def _tile_scaling(path: str, band: int) -> tuple[float, float]:
+    """(scale, offset) of band `band` (1-based) of a local TIFF's first image as GDAL shows
+    them: its GDAL_METADATA tag (42112; items role="scale" / "offset" of sample band - 1),
+    else its PAM sidecar (`PATH.aux.xml`, PAMRasterBand `band`'s Scale / Offset)."""
+    if is_url(path):
+        return 1.0, 0.0
+    import tifffile
+
+    try:
+        with tifffile.TiffFile(path) as tif:
+            tag = tif.pages.first.tags.get(42112)
+            text = tag.value if tag is not None else None
+    except Exception:  # noqa: BLE001 - the header check names an unreadable file
+        text = None
+    found: dict[str, float] = {}
+    for item in _xml(text):
+        role, sample = item.get("role"), item.get("sample")
+        if role in ("scale", "offset") and (sample or "").strip() == str(band - 1):
+            _number_into(found, role, item.text)
+    if not found and os.path.isfile(path + ".aux.xml"):
+        try:
+            with open(path + ".aux.xml", encoding="utf-8", errors="replace") as f:
+                pam = f.read(1 << 20)
+        except OSError:
+            pam = None
+        for b in _xml(pam):
+            if b.tag == "PAMRasterBand" and (b.get("band") or "").strip() == str(band):
+                for role, name in (("scale", "Scale"), ("offset", "Offset")):
+                    el = b.find(name)
+                    if el is not None:
+                        _number_into(found, role, el.text)
+    return found.get("scale", 1.0), found.get("offset", 0.0)
+
+
+def _xml(text):
+    """The children of an XML document's root ([] when there is none or it cannot be
+    parsed: GDAL ignores it too)."""
+    import xml.etree.ElementTree as ET
+
+    if not isinstance(text, str):
+        return []
+    try:
+        return list(ET.fromstring(text))
+    except ET.ParseError:
+        return []
+
+
+def _number_into(found: dict, role: str, text) -> None:
+    try:
+        found[role] = float((text or "").strip())
+    except ValueError:
+        pass
 
 
 def _label(plan: Plan, layout: VrtLayout, b: int, sources) -> str | None:
@@ -186,7 +268,7 @@ def _source_names(plan: Plan, layout: VrtLayout, relative_to: str | None
             need[p.source] = (h, w, max(b, p.band), d or p.derived)
     for i in used:
         path = plan.sources[i].path
-        why = _not_tiff(path) or _not_as_placed(path, layout, *need[i])
+        why = _not_text(path) or _not_tiff(path) or _not_as_placed(path, layout, *need[i])
         if why:
             problems.append(Problem(Location(path, layout.name), KIND, why))
             continue
@@ -207,6 +289,15 @@ def _source_names(plan: Plan, layout: VrtLayout, relative_to: str | None
         raise VirtualizeError(problems, f"cannot write a GDAL VRT: {len(problems)} problem(s); "
                               "nothing was written")
     return names
+
+
+def _not_text(path: str) -> str | None:
+    """Why the path cannot be named in the VRT's XML (UTF-8 text), or None."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:  # (a file name's undecodable bytes, as surrogates)
+        return f"its path is not UTF-8 text, which the VRT's XML holds only: rename it, or {INSTEAD}"
+    return None
 
 
 def _not_tiff(path: str) -> str | None:
