@@ -321,7 +321,8 @@ def test_exposures_stack_along_time_from_their_date_obs(fits_case, tmp_path):
     ds = xr.open_dataset(cube, engine="virtualize")
     assert ds["hdu0"].dims == ("time", "naxis2", "naxis1")
     assert_same(ds["hdu0"].values, want, "DATE-OBS stack via xarray")
-    assert [str(t) for t in ds.time.values] == [fits.getheader(f)["DATE-OBS"] for f in files]
+    assert ds.time.dtype == "M8[ns]" and list(ds.time.values) == [
+        np.datetime64(fits.getheader(f)["DATE-OBS"], "ns") for f in files]
     assert "DATE-OBS" not in ds.attrs and ds.attrs["EXPTIME"] == 30.0
 
 
