@@ -4,6 +4,7 @@ engine="virtualize", the kerchunk JSON export read with fsspec + zarr) equals as
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -31,13 +32,9 @@ def hdu_of(path, name: str) -> int:
     raise KeyError(name)
 
 
-def astropy_data(path, k: int, raw: bool = False) -> np.ndarray:
-    return fits.getdata(path, k, do_not_scale_image_data=raw)
-
-
-def stored(attrs) -> bool:
-    """Arrays holding the stored integers with CF attributes (read raw by astropy)."""
-    return any(a in attrs for a in ("scale_factor", "add_offset", "_FillValue"))
+def astropy_data(path, k: int) -> np.ndarray:
+    """astropy's `hdu.data`: scaled by BSCALE / BZERO, NaN at BLANK, of astropy's type."""
+    return fits.getdata(path, k)
 
 
 def roundtrip(files, tmp_path, **kw):
@@ -54,27 +51,19 @@ def test_every_image_reads_like_astropy(fits_case, tmp_path, name, kw):
     (path,) = fits_case(name)
     report, g, k = roundtrip([path], tmp_path, **kw)
     assert report.ok
-    ds = xr.open_dataset(tmp_path / "cube.zarr", engine="virtualize", mask_and_scale=False)
-    dec = xr.open_dataset(tmp_path / "cube.zarr", engine="virtualize")
-    kx = kerchunk_xarray(tmp_path / "cube.json", mask_and_scale=False)
+    # (xarray's CF decoding on: nothing left for it to scale or mask)
+    ds = xr.open_dataset(tmp_path / "cube.zarr", engine="virtualize")
+    kx = kerchunk_xarray(tmp_path / "cube.json")
     assert report.plan.arrays
     for var in report.plan.arrays:
         h = hdu_of(path, var)
         attrs = dict(g[var].attrs)
         assert attrs["FITS_HDU"] == h
-        want = astropy_data(path, h, raw=stored(attrs))
+        want = astropy_data(path, h)  # scaled, NaN at BLANK: bit for bit
         assert_same(g[var][...], want, f"{name} {var}")
         assert_same(k[var][...], want, f"{name} {var}: kerchunk export")
         assert_same(ds[var].values, want, f"{name} {var}: xarray")
         assert_same(kx[var].values, want, f"{name} {var}: kerchunk via xarray")
-        # decoded (CF: scale, offset, BLANK as NaN) as astropy decodes
-        data = astropy_data(path, h)
-        got = dec[var].values
-        assert np.array_equal(got, data, equal_nan=True), f"{var}: decoded values differ"
-        native = data.dtype.newbyteorder("=")
-        if got.dtype != native:  # xarray scales in float64 where astropy uses float32
-            assert (got.dtype, native) == (np.float64, np.float32)
-            assert_same(got.astype(np.float32), data, f"{var}: decoded, as float32")
 
 
 def test_data_offsets_are_astropys(fits_case):
@@ -132,22 +121,115 @@ def test_unsigned_offsets_decode_every_value_exactly(tmp_path):
     assert g["S8"].dtype == np.int8 and g["hdu0"].dtype == np.uint16
 
 
-def test_scaling_and_blank_are_cf_attributes(fits_case):
+def test_scaling_and_blank_are_the_fitsscale_codec(fits_case):
     (path,) = fits_case("scaled")
     report = virtualize.check([path])
     a = report.plan.arrays
-    assert a["S16"].attrs["scale_factor"] == 0.25 and a["S16"].attrs["add_offset"] == 10.5
-    assert a["S16"].attrs["_FillValue"] == -32768 and int(a["S16"].fill_value) == -32768
+    assert a["S16"].codecs[0] == {"name": "virtualize.fitsscale", "configuration": {
+        "scale": 0.25, "zero": 10.5, "blank": -32768, "dtype": "<f4", "astype": "<i2"}}
+    assert a["S16"].dtype == np.float32 and np.isnan(a["S16"].fill_value)
+    assert a["S32"].dtype == np.float64 and a["FSCALED"].dtype == np.float32
     assert "BSCALE" not in a["S16"].attrs and "BLANK" not in a["S16"].attrs
-    assert a["BLANKED"].attrs["_FillValue"] == -1 and "scale_factor" not in a["BLANKED"].attrs
+    assert not any(k in a[v].attrs for v in a for k in ("scale_factor", "add_offset",
+                                                         "_FillValue"))
+    assert a["BLANKED"].codecs[0]["configuration"]["blank"] == -1
     # astropy ignores BLANK in an unsigned image: the cube too (the card stays)
-    assert "_FillValue" not in a["U16B"].attrs and a["U16B"].attrs["BLANK"] == -32768
-    notes = {p.loc.variable for p in report.problems if p.kind == "cf-scaling"}
-    assert notes == {"S16", "FSCALED"} and not any(
-        p.fatal for p in report.problems if p.kind == "cf-scaling")  # (S32: float64, exact)
+    assert a["U16B"].dtype == np.uint16 and a["U16B"].attrs["BLANK"] == -32768
+    assert not any(p.kind == "cf-scaling" for p in report.problems)
     assert not [p for p in report.problems if p.loc.variable == "U64"]  # small: inlined
     assert any(n.startswith("U64: cannot be referenced (unsupported-scaling)") for n in report.notes)
     assert a["U64"].inline is not None and a["U64"].dtype == np.dtype("u8")
+
+
+@pytest.mark.parametrize("bitpix,bscale,bzero,blank", [
+    (16, 0.045777764213996, 1500.0, None),  # (astropy's scale.fits: inexact in float32)
+    (16, 1.0 / 3.0, -7.1, -32768), (8, 0.1, 0.7, 255), (8, 2, 1, 0),  # (BLANK 0: no NaN)
+    (32, 1.0 / 3.0, 0.1, -1), (64, 0.1, 3.0, None), (-32, 1.0 / 7.0, 0.3, None),
+    (-64, 0.1, -2.5, None), (16, 1, 0, 7),  # (BLANK alone: floats, NaN at 7)
+])
+def test_scaled_images_read_as_astropys_data_bit_for_bit(tmp_path, bitpix, bscale, bzero, blank):
+    """BSCALE / BZERO / BLANK decoded by the `virtualize.fitsscale` codec: astropy's
+    `hdu.data` (its type: float32 for BITPIX 8, 16 and -32; its float32 arithmetic) bit for
+    bit, through virtualize.open, xarray (CF decoding on) and the kerchunk export."""
+    from virtualize.codecs import fits_scale
+
+    types = {8: "u1", 16: ">i2", 32: ">i4", 64: ">i8", -32: ">f4", -64: ">f8"}
+    rng = np.random.default_rng(abs(bitpix))
+    if bitpix > 0:
+        info = np.iinfo(types[bitpix])
+        raw = rng.integers(info.min, info.max, (40, 50), endpoint=True).astype(types[bitpix])
+        if blank is not None:
+            raw.flat[::7] = blank
+    else:
+        raw = rng.normal(0, 1e3, (40, 50)).astype(types[bitpix])
+    path = tmp_path / "s.fits"
+    hdu = fits.PrimaryHDU(raw, do_not_scale_image_data=True)
+    hdu.header["BSCALE"], hdu.header["BZERO"] = bscale, bzero
+    if blank is not None:
+        hdu.header["BLANK"] = blank
+    hdu.writeto(path)
+    want = fits.getdata(path)
+    assert want.dtype.kind == "f"
+    if blank:
+        assert np.array_equal(np.isnan(want), raw == blank) and (raw == blank).sum() >= 285
+    _, g, k = roundtrip([path], tmp_path)
+    assert_same(g["hdu0"][...], want, "virtualize.open")
+    assert_same(k["hdu0"][...], want, "kerchunk export")
+    assert_same(xr.open_dataset(tmp_path / "cube.zarr", engine="virtualize")["hdu0"].values,
+                want, "xarray")
+    assert_same(kerchunk_xarray(tmp_path / "cube.json")["hdu0"].values, want,
+                "kerchunk via xarray")
+    # (and not float64 arithmetic cast to float32, which differs in the last bit)
+    if want.dtype == np.float32 and bscale not in (1, 2):
+        f64 = (raw.astype(np.float64) * bscale + bzero).astype(np.float32)
+        assert not np.array_equal(f64.view("u4"), want.astype("=f4").view("u4"))
+    assert_same(fits_scale(raw.astype(raw.dtype.newbyteorder("=")), bscale, bzero, blank,
+                           want.dtype.newbyteorder("=")), want, "fits_scale")
+
+
+def test_scaled_kerchunk_export_reads_without_importing_virtualize(tmp_path):
+    """A fresh interpreter that never imports virtualize reads a scaled image's kerchunk
+    export with zarr + fsspec: zarr finds `virtualize.fitsscale` by the entry point
+    pyproject.toml declares (given to it as a dist-info: this venv's install untouched)."""
+    import os
+    import subprocess
+    import sys
+    import textwrap
+    import tomllib
+
+    raw = np.arange(-500, 700, dtype=">i2").reshape(30, 40)
+    hdu = fits.PrimaryHDU(raw, do_not_scale_image_data=True)
+    hdu.header["BSCALE"], hdu.header["BZERO"], hdu.header["BLANK"] = 1 / 3, 0.1, 7
+    path, refs = tmp_path / "s.fits", tmp_path / "s.json"
+    hdu.writeto(path)
+    virtualize.virtualize([path], refs)
+    np.save(tmp_path / "want.npy", fits.getdata(path))
+    root = Path(__file__).resolve().parents[1]
+    dist = tmp_path / "site" / "virtualize_fits_probe-0.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: virtualize-fits-probe\n"
+                                   "Version: 0\n")
+    eps = tomllib.loads((root / "pyproject.toml").read_text())["project"]["entry-points"]
+    (dist / "entry_points.txt").write_text(
+        "[zarr.codecs]\n" + "".join(f"{k} = {v}\n" for k, v in eps["zarr.codecs"].items()))
+    script = textwrap.dedent("""
+        import sys
+        import fsspec, numpy as np, zarr
+        from zarr.storage import FsspecStore
+        want = np.load(sys.argv[2])
+        zarr.config.set({"array.rectilinear_chunks": True})
+        fs = fsspec.filesystem("reference", fo=sys.argv[1], asynchronous=True)
+        g = zarr.open_group(FsspecStore(fs, read_only=True, path=""), mode="r", zarr_format=3)
+        got = g["hdu0"][...]
+        assert got.dtype == want.dtype.newbyteorder("=") == np.float32, got.dtype
+        assert np.array_equal(got.view("u4"), want.astype("=f4").view("u4"))
+        print(sorted(m for m in sys.modules if m.startswith("virtualize")))
+    """)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root / "src"), str(dist.parent)]))
+    got = subprocess.run([sys.executable, "-c", script, str(refs), str(tmp_path / "want.npy")],
+                         env=env, capture_output=True, text=True)
+    assert got.returncode == 0, got.stderr[-3000:]
+    assert "virtualize.codecs" in got.stdout  # (loaded by the entry point, not imported)
 
 
 def test_tile_compressed_images_are_one_chunk_per_tile(fits_case, tmp_path):
@@ -215,6 +297,33 @@ def test_exposures_stack_along_a_new_time_axis(fits_case, tmp_path):
     ds = xr.open_dataset(tmp_path / "cube.zarr", engine="virtualize")
     assert [str(t)[:10] for t in ds.time.values] == ["2024-01-01", "2024-01-02", "2024-01-03"]
     assert_same(ds["hdu0"].values, want, "stack via xarray")
+
+
+def test_exposures_stack_along_time_from_their_date_obs(fits_case, tmp_path):
+    """`--coord time=attr:DATE-OBS`: each exposure's place from its primary header (the
+    primary's cards are the root group's attributes too), not from its name or order."""
+    import shutil
+
+    from virtualize.cli import main
+
+    files = fits_case("exposures")
+    named = []
+    for f, name in zip(files, ("b.fits", "c.fits", "a.fits")):  # (names in another order)
+        shutil.copy(f, tmp_path / name)
+        named.append(tmp_path / name)
+    cube, refs = tmp_path / "e.zarr", tmp_path / "e.json"
+    for out in (cube, refs):
+        assert main([*map(str, sorted(named)), "-o", str(out), "--concat-dim", "time",
+                     "--coord", "time=attr:DATE-OBS"]) in (0, None)
+    want = np.stack([fits.getdata(f) for f in files])  # (DATE-OBS order: the fixture's)
+    assert_same(virtualize.open(cube)["hdu0"][...], want, "DATE-OBS stack")
+    assert_same(kerchunk_group(refs)["hdu0"][...], want, "DATE-OBS stack: kerchunk export")
+    ds = xr.open_dataset(cube, engine="virtualize")
+    assert ds["hdu0"].dims == ("time", "naxis2", "naxis1")
+    assert_same(ds["hdu0"].values, want, "DATE-OBS stack via xarray")
+    assert ds.time.dtype == "M8[ns]" and list(ds.time.values) == [
+        np.datetime64(fits.getheader(f)["DATE-OBS"], "ns") for f in files]
+    assert "DATE-OBS" not in ds.attrs and ds.attrs["EXPTIME"] == 30.0
 
 
 def test_cli_stacks_exposures(fits_case, tmp_path):
@@ -311,40 +420,69 @@ def test_a_directory_of_exposures_is_expanded_to_its_fits_files(fits_case):
     assert report.ok and sorted(report.files) == sorted(map(str, files))
 
 
-def _astropy_test_files() -> list:
-    """astropy's own test files (real FITS from its suite: an HST raw exposure, RICE tiles,
-    random groups, tables), where the installed astropy ships them."""
-    from pathlib import Path
+ASTROPY_FILES = Path(__file__).parent / "data" / "fits"  # (astropy's suite: README.md there)
+# what each of astropy's test files holds as arrays (docs/fits.md); the others have none
+ASTROPY_ARRAYS = {
+    "arange.fits": {"hdu0"}, "blank.fits": {"hdu0"}, "checksum.fits": {"hdu0"},
+    "checksum_false.fits": {"hdu0"}, "comp.fits": {"COMPRESSED_IMAGE"},
+    "compressed_float_bzero.fits": {"COMPRESSED_IMAGE"},
+    "compressed_image.fits": {"COMPRESSED_IMAGE"}, "double_ext.fits": {"COMPRESSED_IMAGE"},
+    "fixed-1890.fits": {"hdu0"}, "o4sp040b0_raw.fits": {"SCI_1", "SCI_2"},
+    "scale.fits": {"hdu0"}, "test0.fits": {f"SCI_{k}" for k in range(1, 5)},
+    "test1.fits": {f"SCI_{k}" for k in range(1, 5)},
+}
 
-    try:
-        import astropy.io.fits.tests as t
-    except ImportError:
-        return []
-    return sorted((Path(t.__file__).parent / "data").glob("*.fits"))
+
+def _astropy_test_files() -> list:
+    """astropy's own test files (real FITS from its suite: HST raw exposures, RICE tiles,
+    random groups, tables), copied into tests/data/fits."""
+    return sorted(ASTROPY_FILES.glob("*.fits"))
 
 
 @pytest.mark.filterwarnings("ignore")
 @pytest.mark.parametrize("path", _astropy_test_files(), ids=lambda p: p.name)
 def test_astropys_test_files_read_like_astropy_or_are_refused_for_having_no_image(path, tmp_path):
+    """Each file virtualizes with every array equal to astropy's `getdata` (scaled, NaN at
+    BLANK) through virtualize.open, xarray and the kerchunk export, or is refused as
+    `no-arrays` (tables, random groups, empty primaries only), located at the file."""
     try:
         report = virtualize.virtualize([path], tmp_path / "cube.zarr")
     except VirtualizeError as e:
+        assert path.name not in ASTROPY_ARRAYS, str(e)
         assert {p.kind for p in e.problems} == {"no-arrays"}, str(e)
+        assert all(p.loc.file == str(path) for p in e.problems)
         with fits.open(path) as hdul:  # a file of tables (or random groups) only
             assert not any(h.is_image and h.size and not h.header.get("GROUPS") for h in hdul)
         return
-    g = virtualize.open(tmp_path / "cube.zarr")
+    assert set(report.plan.arrays) == ASTROPY_ARRAYS[path.name]
+    virtualize.virtualize([path], tmp_path / "cube.json")
+    g, k = virtualize.open(tmp_path / "cube.zarr"), kerchunk_group(tmp_path / "cube.json")
+    ds = xr.open_dataset(tmp_path / "cube.zarr", engine="virtualize")
     for var in report.plan.arrays:
         attrs = dict(g[var].attrs)
-        want = astropy_data(path, attrs["FITS_HDU"], raw=stored(attrs))
+        want = astropy_data(path, attrs["FITS_HDU"])
         assert_same(g[var][...], want, f"{path.name} {var}")
+        assert_same(k[var][...], want, f"{path.name} {var}: kerchunk export")
+        assert_same(ds[var].values, want, f"{path.name} {var}: xarray")
+    assert all(a.inline is None for a in report.plan.arrays.values())  # (all references)
+
+
+def test_astropys_test_files_stack_along_a_new_axis(tmp_path):
+    """Two of astropy's HST files of one layout (4 SCI int16 images each) in one cube."""
+    files = [ASTROPY_FILES / "test0.fits", ASTROPY_FILES / "test1.fits"]
+    report, g, k = roundtrip(files, tmp_path, concat_dims=["exposure"],
+                             coords={"exposure": "test0,test1"})
+    assert report.ok
+    for var in (f"SCI_{n}" for n in range(1, 5)):
+        want = np.stack([astropy_data(f, int(var[-1])) for f in files])
+        assert report.plan.arrays[var].dims[0] == "exposure"
+        assert_same(g[var][...], want, f"{var} stack")
+        assert_same(k[var][...], want, f"{var} stack: kerchunk export")
 
 
 def test_astropys_test_files_include_images():
     names = {p.name for p in _astropy_test_files()}
-    if not names:
-        pytest.skip("this astropy ships no test data")
-    assert {"o4sp040b0_raw.fits", "comp.fits", "scale.fits", "blank.fits"} <= names
+    assert len(names) == 33 and set(ASTROPY_ARRAYS) <= names
 
 
 def test_fits_over_http_reads_like_the_local_file(fits_case, tmp_path):
@@ -369,7 +507,7 @@ def test_fits_over_http_reads_like_the_local_file(fits_case, tmp_path):
             g = virtualize.open(tmp_path / f"{name}.zarr")
             for var in report.plan.arrays:
                 attrs = dict(g[var].attrs)
-                want = astropy_data(root / name, attrs["FITS_HDU"], raw=stored(attrs))
+                want = astropy_data(root / name, attrs["FITS_HDU"])
                 assert_same(g[var][...], want, f"{name} {var} over HTTP")
     finally:
         srv.stop()

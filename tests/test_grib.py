@@ -267,6 +267,128 @@ def test_forecast_files_stack_along_reference_time(grib_case, tmp_path):
     assert_same(ds["2t"].values, want, "stack")
 
 
+RUN_TIMES = np.array(["2024-01-01T00", "2024-01-01T12", "2024-01-02T00"], dtype="M8[ns]")
+LEAD_TIMES = np.array([0, 6, 12, 18], dtype="m8[h]").astype("m8[ns]")
+
+
+def _forecast_cube(files, full: bool = True) -> np.ndarray:
+    """ecCodes' 2t of every message of `files`, placed at its (reference time, step)."""
+    out = np.full((len(RUN_TIMES), len(LEAD_TIMES), 31, 16), np.nan)
+    for f in files:
+        for m in eccodes_messages(f):
+            i = int(np.nonzero(RUN_TIMES == m["time"])[0][0])
+            j = int(np.nonzero(LEAD_TIMES == m["step"])[0][0])
+            assert np.isnan(out[i, j]).all()
+            out[i, j] = m["values"].reshape(31, 16)
+    assert not full or not np.isnan(out).any()
+    return out
+
+
+@pytest.mark.parametrize("layout,dims", [
+    ("cells", ["time", "step"]),  # one file per (run, step): the step a scalar in each
+    ("cells", ["step", "time"]),  # the files' grid in the other order: the arrays' axes
+    # are the files' own (time, step) whatever the order of --concat-dim
+    ("runs", ["time", "step"]),   # one file per run holding its 4 steps
+    ("runs", ["time"]),
+])
+def test_forecast_files_become_one_reference_time_by_step_cube(grib_case, tmp_path, layout, dims):
+    """A pile of forecast files, one per (run, step) or one per run, is one cube
+    `2t(time, step, latitude, longitude)` equal to ecCodes' values through virtualize.open,
+    xarray (time and step decoded: datetimes and timedeltas) and the kerchunk export; its
+    decode check (each chunk against ecCodes' read of the file) finds nothing."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from virtualize.cli import main
+
+    files = [f for f in grib_case("forecast_cells") if f.parent.name == layout]
+    assert len(files) == (12 if layout == "cells" else 3)
+    cube, refs = tmp_path / "fc.zarr", tmp_path / "fc.json"
+    flags = [x for d in dims for x in ("--concat-dim", d)]
+    for out in (cube, refs):  # (shuffled: the grid comes from the files' coordinates)
+        assert main([*map(str, files[1::2] + files[::2]), "-o", str(out), *flags]) in (0, None)
+    want = _forecast_cube(files)
+    assert_same(virtualize.open(cube)["2t"][...], want, "virtualize.open")
+    assert_same(kerchunk_group(refs)["2t"][...], want, "kerchunk export")
+    for ds in (xr.open_dataset(cube, engine="virtualize"), kerchunk_xarray(refs)):
+        da = ds["2t"]
+        assert da.dims == ("time", "step", "latitude", "longitude")
+        assert ds.time.dtype == "M8[ns]" and np.array_equal(ds.time.values, RUN_TIMES)
+        assert ds.step.dtype == "m8[ns]" and np.array_equal(ds.step.values, LEAD_TIMES)
+        assert_same(da.values, want, "xarray")
+        assert_same(da.sel(time="2024-01-01T12", step=np.timedelta64(18, "h")).values,
+                    want[1, 3], "xarray .sel")
+    with ThreadPoolExecutor(1) as pool:
+        assert virtualize.verify_cube(cube, decode=True, executor=pool) == []
+
+
+def test_a_real_forecast_split_into_one_file_per_step_is_one_cube_again(tmp_path):
+    """cfgrib's `step_60m.grib` (73 hourly steps of 2t) split into one file per message
+    (its bytes unchanged, as `grib_copy` splits) is one `2t(time, step, ...)` cube equal to
+    the whole file's and to ecCodes' values; the step coordinate is the whole file's."""
+    whole = CFGRIB / "step_60m.grib"
+    data = whole.read_bytes()
+    files = []
+    with open(whole, "rb") as f:
+        while (h := ec.codes_grib_new_from_file(f)) is not None:
+            at, n = ec.codes_get(h, "offset", int), ec.codes_get(h, "totalLength", int)
+            ec.codes_release(h)
+            files.append(tmp_path / f"m{len(files):03d}.grib")
+            files[-1].write_bytes(data[at:at + n])
+    assert len(files) == 73
+    cube = tmp_path / "split.zarr"
+    report = virtualize.virtualize(files[::-1], cube, concat_dims=["time", "step"])
+    assert report.ok, report.problems
+    ref = xr.open_dataset(_single(whole, tmp_path), engine="virtualize")
+    ds = xr.open_dataset(cube, engine="virtualize")
+    assert ds["2t"].dims == ("time", "step", "latitude", "longitude")
+    assert np.array_equal(ds.step.values, ref.step.values) and ds.step.dtype == "m8[ns]"
+    assert np.array_equal(ds.time.values, ref.time.values)
+    want = expected(ref, whole)["2t"]
+    assert_same(ds["2t"].values, want, "split stack")
+    assert_same(virtualize.open(cube)["2t"][...], want, "split stack: virtualize.open")
+
+
+def test_one_run_of_step_files_joins_along_step_and_verifies(grib_case, tmp_path):
+    """`--concat-dim step` alone (one run, a file per step): the recipe records the axis,
+    so `verify --decode` plans the cube again along it and finds every chunk ecCodes'."""
+    from virtualize.cli import main
+
+    files = [f for f in grib_case("forecast_cells")
+             if f.parent.name == "cells" and "2024010112" in f.name]
+    cube = tmp_path / "one.zarr"
+    assert main([*map(str, files), "-o", str(cube), "--concat-dim", "step"]) in (0, None)
+    ds = xr.open_dataset(cube, engine="virtualize")
+    assert ds["2t"].dims == ("time", "step", "latitude", "longitude")
+    assert_same(ds["2t"].values, _forecast_cube(files, full=False)[1:2], "one run")
+    assert main(["verify", str(cube), "--decode"]) in (0, None)
+
+
+def test_a_scalar_step_is_an_axis_only_when_the_stack_joins_along_it(grib_case):
+    """One step per file is cfgrib's scalar coordinate, unless the scan is told the stack
+    concatenates along `step`; ecCodes' read of a region of either shape is the same."""
+    from virtualize.conventions import ScanHint
+    from virtualize.formats import registry
+
+    fmt = registry.by_name("grib")
+    path = next(f for f in grib_case("forecast_cells") if f.name == "fc_2024010112_s006.grib2")
+    alone = fmt.scan(str(path))
+    assert alone.variables["2t"].dims == ("time", "latitude", "longitude")
+    assert alone.variables["step"].shape == () and "step" in alone.variables["2t"].attrs[
+        "coordinates"].split()
+    for hint in (ScanHint("concat", None, dims=("time", "step")), ScanHint("concat", "step")):
+        inv = fmt.scan(str(path), hint)
+        v = inv.variables["2t"]
+        assert v.dims == ("time", "step", "latitude", "longitude") and v.shape == (1, 1, 31, 16)
+        assert inv.variables["step"].dims == ("step",) and inv.variables["step"].values.tolist() \
+            == [6] and "step" not in v.attrs["coordinates"].split()
+        assert v.blocks.refs.shape == (1, 1, 1, 1) and v.blocks.refs["length"].all()
+    (m,) = eccodes_messages(path)
+    got = fmt.read_region(str(path), "2t", ((0, 1), (0, 1), (2, 9), (0, 16)))
+    assert_same(got, m["values"].reshape(1, 1, 31, 16)[:, :, 2:9], "promoted region")
+    assert_same(fmt.read_region(str(path), "2t", ((0, 1), (2, 9), (0, 16))),
+                m["values"].reshape(1, 31, 16)[:, 2:9], "region")
+
+
 def _single(path, tmp_path):
     out = tmp_path / f"{Path(path).stem}.zarr"
     virtualize.virtualize([path], out)

@@ -5,6 +5,8 @@ refused, located."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -368,3 +370,111 @@ def test_random_sds_read_like_pyhdf(seed, tmp_path):
         if 0 in g[name].shape:  # (an unlimited SDS without records: pyhdf reads none)
             continue
         assert_same(g[name][...], pyhdf_read(path, name), f"seed {seed} {name}")
+
+
+# -- the HDF Group's own test files -----------------------------------------------------------
+
+HDF4_FILES = Path(__file__).parent / "data" / "hdf4"  # (README.md there: source, licence)
+# the files refused, and the kinds of their fatal problems (docs/hdf4.md)
+HDF4_REFUSED = {
+    "test.cdf": {"corrupt"},  # SDS of ref 0, no NDG (pyhdf cannot read them either)
+    "sds_compressed.hdf": {"corrupt"},  # szip: pyhdf's library cannot decode it to inline it
+    "sds_szipped.dat": {"corrupt"},  # szip likewise
+}
+# files holding no SD dataset pyhdf can read (raster images, vdata, annotations only, or
+# little-endian SDS): refused as `no-arrays`
+HDF4_NO_SDS = {"General_RImages.hdf", "General_Vdatas.hdf", "Tables.hdf", "tdf24.hdf",
+               "IMCOMP.hdf", "General_HDFobjects.hdf", "litend.dat"}
+
+
+def _pyhdf_by_index(path, index: int) -> np.ndarray:
+    sd = SD.SD(str(path))
+    try:
+        v = sd.select(index)
+        shape = v.info()[2]
+        shape = tuple(shape) if isinstance(shape, list) else (shape,)
+        if 0 in shape:  # (pyhdf's SDreaddata fails on an empty record SDS: nothing to read)
+            return None
+        return np.asarray(v.get())
+    finally:
+        sd.end()
+
+
+def _index_of(path, name: str, attrs: dict) -> int:
+    import re
+
+    m = re.fullmatch(r"sds(\d+)", name)
+    if m and "HDF4_NAME" in attrs:
+        return int(m.group(1))
+    sd = SD.SD(str(path))
+    try:
+        return sd.nametoindex(name)
+    finally:
+        sd.end()
+
+
+@pytest.mark.parametrize("path", sorted(p for p in HDF4_FILES.iterdir() if p.suffix != ".md"),
+                         ids=lambda p: p.name)
+def test_the_hdf_groups_test_files_read_like_pyhdf_or_are_refused(path, tmp_path):
+    """Each of the HDF Group's test files (hdf4's test suites and examples) virtualizes with
+    every SDS equal to pyhdf's `select(index).get()` bit for bit (through virtualize.open,
+    xarray and the kerchunk export), or is refused, located, for the reason listed."""
+    try:
+        report = virtualize.virtualize([path], tmp_path / "cube.zarr")
+    except VirtualizeError as e:
+        fatal = [p for p in e.problems if p.fatal]
+        want = HDF4_REFUSED.get(path.name, {"no-arrays"} if path.name in HDF4_NO_SDS else None)
+        assert want is not None, str(e)
+        assert {p.kind for p in fatal} == want, str(e)
+        assert all(p.loc.file == str(path) for p in fatal)
+        if path.name in HDF4_NO_SDS:  # (SDS pyhdf lists are skipped with a note)
+            skipped = {p.loc.variable for p in virtualize.check([path]).problems
+                       if p.kind == "unsupported-type" and not p.fatal}
+            assert set(pyhdf_names(path)) <= skipped
+        return
+    assert path.name not in HDF4_REFUSED and path.name not in HDF4_NO_SDS
+    virtualize.virtualize([path], tmp_path / "cube.json")
+    g, k = virtualize.open(tmp_path / "cube.zarr"), kerchunk_group(tmp_path / "cube.json")
+    ds = xr.open_dataset(tmp_path / "cube.zarr", engine="virtualize", mask_and_scale=False)
+    sd = SD.SD(str(path))
+    try:
+        count = sd.info()[0]
+    finally:
+        sd.end()
+    assert len(report.plan.arrays) == count  # (every SDS, coordinate variables included)
+    for var in report.plan.arrays:
+        index = _index_of(path, var, dict(g[var].attrs))
+        got = g[var][...]
+        want = _pyhdf_by_index(path, index)
+        if want is None:  # an empty record SDS: its real length, 0
+            shape = tuple(report.plan.arrays[var].shape)
+            assert 0 in shape and got.shape == shape and k[var][...].shape == shape
+            continue
+        assert_same(got, want, f"{path.name} {var}")
+        assert_same(k[var][...], want, f"{path.name} {var}: kerchunk export")
+        assert_same(ds[var].values, want, f"{path.name} {var}: xarray")
+
+
+def test_record_sds_of_their_own_lengths_get_dimensions_of_their_own():
+    """`test.hdf`: four SDS share the unlimited dimension `record` at 9, 3, 8 and 1
+    records (pyhdf reads each at its own length): the longest keeps `record`."""
+    report = virtualize.check([HDF4_FILES / "test.hdf"])
+    assert report.ok, report.problems
+    dims = {n: a.dims[0] for n, a in report.plan.arrays.items()}
+    assert dims == {"Byte": "record", "Short": "record_Short", "Long": "ixx",
+                    "Float": "record_Float", "Double": "record_Double"}
+    assert report.plan.arrays["Short"].shape == (3, 8)
+
+
+def test_the_hdf_groups_test_files_stack_along_a_new_axis(tmp_path):
+    """Two of the HDF Group's files of one layout (DFSD-written 3-D float32 SDS; their
+    dimension coordinate variables inlined and equal) in one cube."""
+    files = [HDF4_FILES / "swf32.hdf", HDF4_FILES / "swf32_fileattr.hdf"]
+    report, g, k = roundtrip(files, tmp_path, concat_dims=["k"], coords={"k": "a,b"})
+    assert report.ok, report.problems
+    (var,) = [n for n in report.plan.arrays if n.startswith("Data-Set")]
+    assert report.plan.arrays[var].dims[0] == "k"
+    want = np.stack([pyhdf_read(f, var) for f in files])
+    assert_same(g[var][...], want, f"{var} stack")
+    assert_same(k[var][...], want, f"{var} stack: kerchunk export")
+    assert_same(g["fakeDim0"][...], pyhdf_read(files[0], "fakeDim0"), "shared coordinate")

@@ -1,10 +1,11 @@
 """Zarr v3 codecs that decode two HDF5 filters' chunks exactly: h5py's LZF filter (32000)
 and the bitshuffle filter (32008, as hdf5plugin / bitshuffle's `bshuf_h5filter.c` writes
-it: plain, LZ4 or zstd), and one GRIB message (`virtualize.grib`, decoded by ecCodes).
+it: plain, LZ4 or zstd), one GRIB message (`virtualize.grib`, decoded by ecCodes), and
+a FITS image's BSCALE / BZERO / BLANK as astropy applies them (`virtualize.fitsscale`).
 Registered with zarr by entry point (`zarr.codecs`: `virtualize.lzf`,
-`virtualize.bitshuffle`, `virtualize.grib`), so any zarr reader with virtualize installed
-finds them; `register()` does the same by a call. Encoding is for `--materialize`'s
-copied chunks (not GRIB's: a message is never re-encoded).
+`virtualize.bitshuffle`, `virtualize.grib`, `virtualize.fitsscale`), so any zarr reader
+with virtualize installed finds them; `register()` does the same by a call. Encoding is
+for `--materialize`'s copied chunks (not GRIB's: a message is never re-encoded).
 
 This module sits below everything else in virtualize: it imports only numpy and zarr
 (imagecodecs or eccodes when a chunk is decoded).
@@ -17,12 +18,13 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from zarr.abc.codec import BytesBytesCodec
+from zarr.abc.codec import ArrayArrayCodec, BytesBytesCodec
 from zarr.core.common import parse_named_configuration
 
 LZF = "virtualize.lzf"
 BITSHUFFLE = "virtualize.bitshuffle"
 GRIB = "virtualize.grib"
+FITSSCALE = "virtualize.fitsscale"
 BITSHUFFLE_COMPRESSION = ("none", "lz4", "zstd")  # bshuf_h5filter.c's cd_values[4]: 0, 2, 3
 _BLOCKED_MULT = 8  # bitshuffle blocks hold a multiple of 8 elements
 
@@ -271,7 +273,87 @@ class GribCodec(_Codec):
                                   "from a GRIB source cannot be stored as one)")
 
 
-CODECS = {LZF: LZFCodec, BITSHUFFLE: BitshuffleCodec, GRIB: GribCodec}
+def fits_scale(stored: np.ndarray, scale, zero, blank, dtype) -> np.ndarray:
+    """A FITS image's stored values scaled as astropy's `ImageHDU.data` scales them
+    (astropy 5-8, `_scale_data`): converted to `dtype` (float32 for BITPIX 8 and 16, float64
+    for 32 and 64, the stored type for -32 and -64), multiplied by BSCALE then BZERO added,
+    each step in `dtype` (numpy's in-place operations with a Python scalar: float32
+    arithmetic for float32), then NaN where the stored value is BLANK (integer images;
+    astropy tests `if self._blank:`, so a BLANK of 0 marks nothing)."""
+    dtype = np.dtype(dtype)
+    out = np.array(stored, dtype=dtype)
+    if scale != 1:
+        np.multiply(out, scale, out)
+    if zero != 0:
+        out += zero
+    if blank:
+        out[stored == blank] = np.nan
+    return out
+
+
+@dataclass(frozen=True)
+class FitsScaleCodec(ArrayArrayCodec):
+    """A FITS image's scaling (BSCALE `scale`, BZERO `zero`, integer BLANK `blank` or
+    None) from the stored type `astype` (the bytes codec's, native order) to astropy's
+    decoded type `dtype` (the array's): `fits_scale`, bit for bit astropy's values."""
+
+    is_fixed_size = True
+    scale: float = 1.0
+    zero: float = 0.0
+    blank: int | None = None
+    dtype: str = "<f4"
+    astype: str = "<i2"
+
+    def __init__(self, *, scale=1.0, zero=0.0, blank=None, dtype: str, astype: str):
+        for k, v in (("scale", scale), ("zero", zero)):
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise ValueError(f"{FITSSCALE}: {k} must be a number, got {v!r}")
+        if blank is not None and (isinstance(blank, bool) or not isinstance(blank, int)):
+            raise ValueError(f"{FITSSCALE}: blank must be an int or null, got {blank!r}")
+        if np.dtype(dtype).kind != "f" or np.dtype(astype).kind not in "iuf":
+            raise ValueError(f"{FITSSCALE}: decodes numbers ({astype}) to floats, not {dtype}")
+        object.__setattr__(self, "scale", scale)
+        object.__setattr__(self, "zero", zero)
+        object.__setattr__(self, "blank", blank)
+        object.__setattr__(self, "dtype", np.dtype(dtype).str)
+        object.__setattr__(self, "astype", np.dtype(astype).str)
+
+    @classmethod
+    def from_dict(cls, data):
+        _, config = parse_named_configuration(data, FITSSCALE)
+        return cls(**config)
+
+    def to_dict(self):
+        return {"name": FITSSCALE, "configuration": {
+            "scale": self.scale, "zero": self.zero, "blank": self.blank, "dtype": self.dtype,
+            "astype": self.astype}}
+
+    def resolve_metadata(self, chunk_spec):
+        from dataclasses import replace
+
+        from zarr.core.dtype import parse_dtype
+
+        return replace(chunk_spec, dtype=parse_dtype(np.dtype(self.astype), zarr_format=3),
+                       fill_value=np.zeros((), self.astype)[()])
+
+    def _decode_sync(self, chunk_array, chunk_spec):
+        stored = chunk_array.as_ndarray_like()
+        out = fits_scale(stored, self.scale, self.zero, self.blank, self.dtype)
+        return chunk_spec.prototype.nd_buffer.from_ndarray_like(out)
+
+    async def _decode_single(self, chunk_array, chunk_spec):
+        return self._decode_sync(chunk_array, chunk_spec)
+
+    async def _encode_single(self, chunk_array, chunk_spec):
+        # (the scaling is not invertible in general: a copied chunk cannot be stored)
+        raise NotImplementedError(f"{FITSSCALE}: scaled FITS values are not encoded")
+
+    def compute_encoded_size(self, input_byte_length, _chunk_spec):
+        return input_byte_length // np.dtype(self.dtype).itemsize * \
+            np.dtype(self.astype).itemsize
+
+
+CODECS = {LZF: LZFCodec, BITSHUFFLE: BitshuffleCodec, GRIB: GribCodec, FITSSCALE: FitsScaleCodec}
 
 
 def register() -> None:
@@ -283,6 +365,6 @@ def register() -> None:
         register_codec(name, cls)
 
 
-__all__ = ["BITSHUFFLE", "CODECS", "GRIB", "LZF", "BitshuffleCodec", "GribCodec", "LZFCodec",
-           "bitshuffle_decode", "bitshuffle_encode", "grib_decode", "lzf_decode", "lzf_encode",
-           "register"]
+__all__ = ["BITSHUFFLE", "CODECS", "FITSSCALE", "GRIB", "LZF", "BitshuffleCodec",
+           "FitsScaleCodec", "GribCodec", "LZFCodec", "bitshuffle_decode", "bitshuffle_encode",
+           "fits_scale", "grib_decode", "lzf_decode", "lzf_encode", "register"]

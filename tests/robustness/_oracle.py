@@ -65,20 +65,13 @@ def library_read(path: Path, name: str) -> np.ndarray:
 
 
 def _fits_read(path: Path, name: str) -> np.ndarray:
-    """A FITS image as astropy reads it: the stored integers of images the cube holds with
-    CF attributes (BLANK, or a BSCALE / BZERO that is no unsigned offset: docs/fits.md),
-    else `hdu.data`."""
+    """A FITS image as astropy reads it: `hdu.data` (scaled, NaN at BLANK)."""
     from astropy.io import fits
 
     with fits.open(path) as hdul:
         named = [k for k, h in enumerate(hdul) if h.name == name]
         k = int(name[3:]) if name.startswith("hdu") and name[3:].isdigit() else named[0]
-        header = hdul[k].header
-        bitpix, bscale, bzero = header["BITPIX"], header.get("BSCALE", 1), header.get("BZERO", 0)
-        unsigned = bscale == 1 and bitpix > 0 and bzero == {8: -128}.get(bitpix, 1 << (bitpix - 1))
-        raw = "ZIMAGE" not in header and not unsigned and (
-            (bscale, bzero) != (1, 0) or (bitpix > 0 and "BLANK" in header))
-    return fits.getdata(path, k, do_not_scale_image_data=raw)
+    return fits.getdata(path, k)
 
 
 def _grib_read(path: Path, name: str) -> np.ndarray:

@@ -138,7 +138,10 @@ def check(paths: Iterable[PathLike] | PathLike, concat_dim: str | None = None, *
                          no_gaps=no_gaps, read=read_values, join=join,
                          combine_attrs=combine_attrs, variables=selected)
     hyper = HypercubeOptions(dims=dims, coords=specs, concat=opts)
-    recipe = {"kind": "concat", "concat_dim": concat_dim, "inline": sorted(opts.inline),
+    # (one axis given as `concat_dims=[DIM]`, as the CLI's --concat-dim gives it, is
+    # recorded as `concat_dim`: re-planning the cube, verify --decode and append, use it)
+    recipe = {"kind": "concat", "concat_dim": dims[0] if len(dims) == 1 else concat_dim,
+              "inline": sorted(opts.inline),
               "drop": sorted(opts.drop), "sort": sort, "split": split,
               "materialize": materialize, "materialize_limit": materialize_limit,
               "inline_threshold": inline_threshold, "chunk_size": limit}

@@ -13,8 +13,8 @@ What this module promises:
 - BSCALE / BZERO: the "unsigned" offsets astropy turns into unsigned types (BZERO =
   2**15, 2**31 for BITPIX 16, 32; BZERO = -128 for BITPIX 8 gives int8) are a
   `numcodecs.fixedscaleoffset` codec (float64 arithmetic, exact for every 8-, 16- and
-  32-bit value); any other scaling keeps the stored integers with CF `scale_factor` /
-  `add_offset` (what xarray decodes); BLANK is the fill value and `_FillValue`.
+  32-bit value); any other scaling, and BLANK, is the `virtualize.fitsscale` codec:
+  astropy's `hdu.data` (its type and float32 arithmetic, NaN at BLANK) bit for bit.
 - Tile-compressed integer images (a ZIMAGE binary table) with RICE_1, GZIP_1, GZIP_2 or
   lossless HCOMPRESS_1: one chunk per tile, located by the table's heap descriptors
   (`imagecodecs_rcomp`; `gzip` [+ `numcodecs.shuffle`] + big-endian `bytes`;
@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from .. import storage
+from ..codecs import FITSSCALE
 from ..model import (
     BlockTable,
     Dimension,
@@ -65,7 +66,7 @@ BITPIX = {8: np.dtype("u1"), 16: np.dtype(">i2"), 32: np.dtype(">i4"), 64: np.dt
 # BZERO of astropy's pseudo-unsigned integers (BSCALE 1): the type it reads them as
 UNSIGNED = {8: (-128, np.dtype("i1")), 16: (1 << 15, np.dtype("u2")),
             32: (1 << 31, np.dtype("u4")), 64: (1 << 63, np.dtype("u8"))}
-# keywords the cube's own metadata expresses (its codecs, fill value, CF attributes)
+# keywords the cube's own metadata expresses (its codecs, fill value)
 APPLIED = ("BSCALE", "BZERO", "BLANK")
 EXTRA = "pip install 'virtualize[fits]'"
 
@@ -265,8 +266,7 @@ def _attrs(header, path: str, var: str | None, problems: list[Problem],
            applied: tuple[str, ...] = ()) -> dict[str, Any]:
     """The header's cards as attributes: COMMENT and HISTORY as lists of their lines, a
     keyword given twice by its first value (as astropy's `header[key]`), blank cards
-    left out, and the keywords `applied` (what the array's codecs or CF attributes
-    express)."""
+    left out, and the keywords `applied` (what the array's codecs express)."""
     out: dict[str, Any] = {}
     for key, value in header.items():
         if not key:
@@ -302,6 +302,11 @@ def _dims(images: list[Hdu]) -> dict[int, tuple[str, ...]]:
     return out
 
 
+def _number(x) -> int | float:
+    """A card's number as the Python number astropy holds (what its arithmetic uses)."""
+    return int(x) if isinstance(x, (int, np.integer)) and not isinstance(x, bool) else float(x)
+
+
 def _scaling(h: Hdu) -> tuple[str, Any, Any, Any]:
     """How the image's values decode: ("raw" | "unsigned" | "cf" | "inexact", bscale,
     bzero, blank)."""
@@ -321,7 +326,7 @@ def _variable(path: str, h: Hdu, dims: tuple[str, ...], problems: list[Problem],
               ) -> Variable | None:
     loc = Location(path, h.name)
     how = _scaling(h)[0] if h.kind == "image" else "compressed"
-    # the keywords the array's codecs or CF attributes apply (astropy ignores BLANK in
+    # the keywords the array's codecs apply (astropy ignores BLANK in
     # unsigned images: so does the cube, and the card stays)
     applied = {"raw": (), "cf": APPLIED, "unsigned": ("BSCALE", "BZERO")}.get(how, ())
     attrs = _attrs(h.header, path, h.name, problems, applied)
@@ -352,24 +357,17 @@ def _variable(path: str, h: Hdu, dims: tuple[str, ...], problems: list[Problem],
         codecs = [{"name": "numcodecs.fixedscaleoffset", "configuration": {
             "offset": int(bzero), "scale": 1, "dtype": dtype.str,
             "astype": stored.newbyteorder("=").str}}, bytes_codec(stored)]
-    else:
-        if how == "cf" and (bscale != 1 or bzero != 0):
-            attrs["scale_factor"] = float(bscale)
-            attrs["add_offset"] = float(bzero)
-            if h.bitpix in (8, 16, -32):
-                problems.append(Problem(loc, "cf-scaling", (
-                    f"BSCALE = {bscale}, BZERO = {bzero}: the cube holds the stored values with "
-                    "scale_factor / add_offset; CF readers (xarray) apply them in float64, "
-                    f"astropy in float32 for BITPIX {h.bitpix}: decoded values may differ from "
-                    "astropy's in the last bit of a float32"), fatal=False))
-        if blank is not None:
-            fill = np.array(blank).astype(stored)[()]
-            if int(fill) == int(blank):
-                attrs["_FillValue"] = int(blank)
-            else:
-                problems.append(Problem(loc, "attribute-omitted", f"BLANK = {blank} does not fit "
-                                        f"BITPIX {h.bitpix}: no fill value", fatal=False))
-                fill = np.zeros((), stored)[()]
+    elif how == "cf":
+        # astropy's `hdu.data`: its type and arithmetic (float32 for BITPIX 8 / 16 / -32),
+        # NaN at BLANK, by the `virtualize.fitsscale` codec (CF attributes would be decoded
+        # in float64 by xarray: not astropy's float32 values)
+        dtype = (np.dtype("f8") if h.bitpix > 16 else np.dtype("f4")) if h.bitpix > 0 \
+            else stored.newbyteorder("=")
+        fill = dtype.type(np.nan)
+        codecs = [{"name": FITSSCALE, "configuration": {
+            "scale": _number(bscale), "zero": _number(bzero),
+            "blank": int(blank) if blank else None, "dtype": dtype.str,
+            "astype": stored.newbyteorder("=").str}}, bytes_codec(stored)]
     refs = empty_refs((1,) * len(h.shape))
     refs[(0,) * len(h.shape)] = (0, h.data_offset, h.nbytes)
     return Variable(name=h.name, dtype=dtype, shape=h.shape, dims=dims, attrs=attrs,
@@ -556,7 +554,11 @@ def _inventory(path: str, st, f, hdus: list[Hdu]) -> FileInventory:
         variables[h.name] = v
         for d, n in zip(v.dims, v.shape):
             dimensions[d] = Dimension(d, n)
-    gattrs = _attrs(hdus[0].header, path, None, problems) if hdus[0].kind != "image" else {}
+    # the primary header describes the whole file (DATE-OBS, TELESCOP, OBSERVER): its cards
+    # are the root group's attributes too when the primary holds an image (a stack of
+    # exposures takes its axis from them: `--coord time=attr:DATE-OBS`)
+    gattrs = _attrs(hdus[0].header, path, None,
+                    problems if hdus[0].kind != "image" else [])
     inv = FileInventory(path, "fits", st.st_size, st.st_mtime_ns, {"": gattrs}, dimensions,
                         variables, problems)
     inv.etag = st.etag
@@ -579,8 +581,8 @@ def _find(path: str, name: str) -> tuple[Hdu, str]:
 
 def read_fits_region(path: str, name: str,
                      region: tuple[tuple[int, int], ...] | None = None) -> np.ndarray:
-    """Values of image `name` as astropy reads them (for the cube's `cf` images: the
-    stored integers, `do_not_scale_image_data`), the whole image or `region`."""
+    """Values of image `name` as astropy reads them (`hdu.data`: scaled, NaN at BLANK),
+    the whole image or `region`."""
     fits = _astropy_fits()
     if fits is None:
         raise _missing(path)
@@ -588,7 +590,7 @@ def read_fits_region(path: str, name: str,
 
     h, how = _find(path, name)
     sel = tuple(slice(a, b) for a, b in region) if region is not None else ()
-    kw = {"do_not_scale_image_data": how == "cf"}
+    kw: dict = {}
     with warnings.catch_warnings():  # (what astropy warns of, the scan reported)
         warnings.simplefilter("ignore", AstropyWarning)
         return _read(fits, path, h, how, sel, kw)
@@ -600,7 +602,7 @@ def _read(fits, path: str, h: Hdu, how: str, sel, kw) -> np.ndarray:
                 fits.open(fobj, memmap=False, lazy_load_hdus=True, **kw) as hdul:
             return _checked(h, how, np.array(hdul[h.index].data[sel]))
     # (astropy maps only images it neither scales nor blanks; those are read whole)
-    with fits.open(os.fspath(path), memmap=how in ("raw", "cf"), lazy_load_hdus=True,
+    with fits.open(os.fspath(path), memmap=how == "raw", lazy_load_hdus=True,
                    **kw) as hdul:
         return _checked(h, how, np.array(hdul[h.index].data[sel]))
 
@@ -608,7 +610,7 @@ def _read(fits, path: str, h: Hdu, how: str, sel, kw) -> np.ndarray:
 def _checked(h: Hdu, how: str, values: np.ndarray) -> np.ndarray:
     """Values of a compressed or uint64 image must have the type the scan gave the array
     (the planner stores inlined values at that type): another is an error, not a cast."""
-    if how in ("compressed", "inexact") and values.dtype.newbyteorder("=") != _astropy_dtype(h):
+    if how in ("compressed", "inexact", "cf") and values.dtype.newbyteorder("=") != _astropy_dtype(h):
         raise ValueError(f"astropy reads HDU {h.index} as {values.dtype}, not "
                          f"{_astropy_dtype(h)} as its header says")
     return values

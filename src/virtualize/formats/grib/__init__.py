@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import importlib.util
+import itertools
 
 import numpy as np
 
@@ -22,8 +23,10 @@ from . import messages as _messages
 from . import scan as _scan
 
 
-def scan_grib(path: str) -> FileInventory:
-    """Scan one GRIB file. Content problems are returned; a damaged message raises."""
+def scan_grib(path: str, promote: frozenset[str] = frozenset()) -> FileInventory:
+    """Scan one GRIB file. Content problems are returned; a damaged message raises.
+    `promote`: the axes (`number`, `step`, a level's name) that stay axes of length 1
+    where the file holds one value (`promoted`)."""
     ec = _scan.eccodes()
     if ec is None:
         raise _scan.missing(path)
@@ -39,7 +42,7 @@ def scan_grib(path: str) -> FileInventory:
         with storage.open_source(path, st.st_size) as f:
             fields = _scan.fields(ec, path, f, found, False)
             bytes_read, requests = bytes_read + f.bytes_read, requests + f.requests
-    inv = _scan.inventory(path, st, fields, notes)
+    inv = _scan.inventory(path, st, fields, notes, promote)
     inv.bytes_read, inv.requests = bytes_read, requests
     return inv
 
@@ -50,6 +53,9 @@ def read_grib_region(path: str, name: str,
     the bit-map says missing); coordinates as the scan computed them."""
     inv = _scanned(path)
     v = inv.variables[name]
+    if region is not None and len(region) > len(v.shape):
+        inv = _scanned(path, _promoted_for(inv, v, region))
+        v = inv.variables[name]
     region = region if region is not None else tuple((0, n) for n in v.shape)
     sel = tuple(slice(a, b) for a, b in region)
     if v.values is not None:
@@ -69,17 +75,43 @@ def read_grib_region(path: str, name: str,
     return out[(slice(None),) * nlead + sel[nlead:]]
 
 
+def promoted(hint) -> frozenset[str]:
+    """The axes a scan under `hint` keeps as axes of length 1: those the caller concatenates
+    along (`--concat-dim step`: one step per file becomes a step axis the planner joins)."""
+    if hint is None:
+        return frozenset()
+    return frozenset(hint.dims) | ({hint.concat_dim} if hint.concat_dim else set())
+
+
+def _promoted_for(inv: FileInventory, v, region) -> frozenset[str]:
+    """Which of `v`'s scalar axes a region of more axes than `v` has were promoted in the
+    scan it was taken from (the reader knows no hint). Promoted axes have length 1, so a
+    region fits only where its entries there are (0, 1); any fitting choice reads the same
+    values, since the axes keep their order (number, time, step, level) and only `time`,
+    always an axis, can stand between two places a promoted axis may take."""
+    scalars = [c for c in v.attrs.get("coordinates", "").split()
+               if c in inv.variables and inv.variables[c].shape == ()]
+    for combo in itertools.combinations(scalars, len(region) - len(v.shape)):
+        w = _scanned(inv.path, frozenset(combo)).variables.get(v.name)
+        if w is not None and len(w.shape) == len(region) and \
+                all(b <= n for (_, b), n in zip(region, w.shape)):
+            return frozenset(combo)
+    raise ValueError(f"{inv.path}: a region of {len(region)} axes does not fit {v.name} "
+                     f"{v.shape}")
+
+
 _LAST: dict = {}
 
 
-def _scanned(path: str) -> FileInventory:
+def _scanned(path: str, promote: frozenset[str] = frozenset()) -> FileInventory:
     """The file's inventory, kept for the next read of the same unchanged file (the decode
     check and inlining read many regions of one file)."""
     st = storage.stat(path)
-    key = (str(path), st.st_size, st.st_mtime_ns, st.etag)
+    key = (str(path), st.st_size, st.st_mtime_ns, st.etag, promote)
     if key not in _LAST:
-        _LAST.clear()
-        _LAST[key] = scan_grib(path)
+        if len(_LAST) > 4:
+            _LAST.clear()
+        _LAST[key] = scan_grib(path, promote)
     return _LAST[key]
 
 
@@ -106,7 +138,7 @@ class Grib(Format):
         return head[:4] == _messages.MAGIC and len(head) >= 8 and head[7] in (1, 2)
 
     def scan(self, path: str, hint=None) -> FileInventory:
-        return finish(scan_grib(path), hint)
+        return finish(scan_grib(path, promoted(hint)), hint)
 
     def read_region(self, path: str, name: str, region=None):
         return read_grib_region(path, name, region)

@@ -357,13 +357,17 @@ class _Coords:
         return name
 
 
-def inventory(path: str, st, fs: list[Field], notes: list[Problem]) -> FileInventory:
+def inventory(path: str, st, fs: list[Field], notes: list[Problem],
+              promote: frozenset[str] = frozenset()) -> FileInventory:
+    """The file's arrays; `promote`: the axes (`number`, `step`, a level's name) kept as
+    axes of length 1 where the file holds one value (a stack joins along them), not
+    scalar coordinates."""
     problems = list(notes)
     coords = _Coords()
     variables: dict[str, Variable] = {}
     dimensions: dict[str, Dimension] = {}
     for a in arrays(fs):
-        v = _variable(path, a, coords, problems)
+        v = _variable(path, a, coords, problems, promote)
         if v is not None:
             variables[a.name] = v
     for c in coords.vars.values():
@@ -379,7 +383,8 @@ def inventory(path: str, st, fs: list[Field], notes: list[Problem]) -> FileInven
     return inv
 
 
-def _variable(path: str, a: Array, coords: _Coords, problems: list[Problem]) -> Variable | None:
+def _variable(path: str, a: Array, coords: _Coords, problems: list[Problem],
+              promote: frozenset[str] = frozenset()) -> Variable | None:
     f0 = a.fields[0]
     bad = [f for f in a.fields if f.problem]
     if bad:
@@ -407,7 +412,7 @@ def _variable(path: str, a: Array, coords: _Coords, problems: list[Problem]) -> 
     }
     for key, (values, attrs) in specs.items():
         cname = a.level_name if key == "level" else key
-        if key == "time" or len(values) > 1:
+        if key == "time" or len(values) > 1 or cname in promote:
             names[key] = coords.add(cname, (cname,), values, attrs, {cname: cname})
             if names[key] != cname:  # (its own dimension name: the coordinate's)
                 del coords.vars[names[key]]

@@ -170,6 +170,7 @@ def _inventory(path: str, st, f, dds, sd) -> FileInventory:
             variables[name] = var
     gattrs = _attrs(sd.attributes(), path, None, problems)
     _hdfeos(path, gattrs, variables, problems)
+    _own_record_lengths(variables)
     for name, var in variables.items():
         for d, n in zip(var.dims, var.shape):
             if d in dimensions and dimensions[d].size != n:
@@ -182,6 +183,22 @@ def _inventory(path: str, st, f, dds, sd) -> FileInventory:
                         variables, problems)
     inv.etag = st.etag
     return inv
+
+
+def _own_record_lengths(variables: dict[str, Variable]) -> None:
+    """SDS sharing an unlimited dimension hold their own number of records (pyhdf reads
+    each at its own length, where netCDF would pad them to the longest): the SDS whose
+    length differs from the longest's get a dimension of their own, `<dim>_<sds>`."""
+    lengths: dict[str, set[int]] = {}
+    for var in variables.values():
+        for d, n in zip(var.dims, var.shape):
+            lengths.setdefault(d, set()).add(n)
+    for d, ns in lengths.items():
+        if len(ns) < 2 or d in variables and variables[d].dims == (d,):
+            continue  # (one length; or a dimension scale gives the length: mismatch stays)
+        for name, var in variables.items():
+            if d in var.dims and var.shape[var.dims.index(d)] != max(ns):
+                var.dims = tuple(f"{d}_{name}" if x == d else x for x in var.dims)
 
 
 def _hdfeos(path: str, gattrs: dict, variables: dict, problems: list[Problem]) -> None:
@@ -232,7 +249,6 @@ def _variable(path, size, f, dds, index, name, v, problems) -> Variable | None:
     loc = Location(path, name)
     sds_name, rank, dims_, typ, _nattrs = v.info()
     shape = tuple(int(n) for n in (dims_ if isinstance(dims_, list) else [dims_]))
-    group = layout.ndg(f, dds, v.ref(), size)
     if typ in CHAR_TYPES or typ not in TYPES:
         what = "characters" if typ in CHAR_TYPES else "little-endian, which pyhdf " \
             "cannot read" if typ & 0x4000 else "unknown"
@@ -240,6 +256,25 @@ def _variable(path, size, f, dds, index, name, v, problems) -> Variable | None:
                                 f"{index}) has HDF4 number type {typ} ({what}): skipped",
                                 fatal=False))
         return None
+    try:
+        group = layout.ndg(f, dds, v.ref(), size)
+    except layout.Corrupt:
+        if not (v.iscoordvar() and rank == 1):
+            raise
+        # a dimension's coordinate variable the SD library makes for a file written by the
+        # older DFSD interface (fp2hdf, DFSDadddata): no NDG, its values are the DFSD's
+        # scales, which pyhdf reads; held (inlined when small, pyhdf's values)
+        dims = (v.dim(0).info()[0],)
+        attrs = _attrs(v.attributes(), path, name, problems)
+        if sds_name != name:
+            attrs["HDF4_NAME"] = sds_name
+        problems.append(Problem(loc, "hdf4-layout", f"SDS {sds_name!r} is a dimension of a "
+                                "DFSD (older interface) dataset: no NDG; its values are the "
+                                "DFSD's scales, read by pyhdf"))
+        dtype = np.dtype(TYPES[typ])
+        return Variable(name=name, dtype=dtype, shape=shape, dims=dims, attrs=attrs,
+                        fill_value=np.array(DEFAULT_FILL.get(dtype.str[1:], 0)).astype(dtype)[()],
+                        codecs=[], blocks=None, is_coordinate=dims[0] == name)
     dtype = np.dtype(TYPES[typ])
     if layout.NT in group:
         nt_type, _, cls = layout.number_type(f, dds, group[layout.NT], size)
