@@ -1,4 +1,5 @@
-"""What the benchmark scripts (bench_hdf5.py, bench_netcdf3.py) share: running every
+"""What the benchmark scripts (bench_hdf5.py, bench_netcdf3.py; the scan comparisons of
+bench_fits.py, bench_grib.py, bench_hdf4.py: `compare_scans`) share: running every
 (tool, case) in a fresh worker process, timing and measuring it there, and reporting the
 environment, a table and the JSON document.
 
@@ -451,3 +452,44 @@ def to_kerchunk_job(open_ds: Callable, target: Path) -> Callable:
         ds.vz.to_kerchunk(str(target), format="json")
         return ds
     return run
+
+
+# -- the scan comparisons of one format (bench_fits.py, bench_grib.py, bench_hdf4.py) ------
+
+def timed(fn, path: Path, repeats: int) -> tuple[float, str]:
+    """The median time of `fn(path)` over `repeats` runs after a warm-up, and a note: a
+    tool that fails is reported (NaN and its error), the run goes on."""
+    try:
+        fn(path)  # warm-up (imports)
+        times = []
+        for _ in range(repeats):
+            t = time.perf_counter()
+            fn(path)
+            times.append(time.perf_counter() - t)
+        return statistics.median(times), ""
+    except Exception as e:
+        return float("nan"), f"{type(e).__name__}: {str(e)[:80]}"
+
+
+def compare_scans(doc: str, make: Callable[[Path, int], list[Path]],
+                  tools: Sequence[tuple[str, Callable[[Path], object]]], argv=None, *,
+                  quick: tuple[int, int] = (30, 1), full: tuple[int, int] = (300, 5)) -> int:
+    """A scan benchmark's main: `make(tmp, n)` writes the files, each tool (virtualize
+    first) scans each of them; a table of median times, the others as a ratio of
+    virtualize's. `quick` / `full`: (n, repeats) with and without --quick."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args(argv)
+    n, repeats = quick if args.quick else full
+    with tempfile.TemporaryDirectory() as tmp:
+        files = make(Path(tmp), n)
+        print(f"{'file':12} {'tool':12} {'median s':>10}  note", file=sys.stderr)
+        for path in files:
+            base = None
+            for name, fn in tools:
+                t, note = timed(fn, path, repeats)
+                base = t if base is None else base
+                ratio = f"x{t / base:.2f} of {tools[0][0]}" if fn is not tools[0][1] and t == t \
+                    else ""
+                print(f"{path.name:12} {name:12} {t:10.4f}  {note or ratio}", file=sys.stderr)
+    return 0

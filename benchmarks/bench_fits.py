@@ -24,14 +24,12 @@ Warm page cache; one process; times are medians of the repeats.
 
 from __future__ import annotations
 
-import argparse
-import statistics
 import sys
-import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
+
+from _harness import compare_scans
 
 
 def make(d: Path, n: int) -> tuple[Path, Path]:
@@ -81,36 +79,10 @@ def floor(path: Path):
             k += 1
 
 
-def timed(fn, path: Path, repeats: int) -> tuple[float, str]:
-    try:
-        fn(path)  # warm-up (imports)
-        times = []
-        for _ in range(repeats):
-            t = time.perf_counter()
-            fn(path)
-            times.append(time.perf_counter() - t)
-        return statistics.median(times), ""
-    except Exception as e:  # a tool that fails is reported, the run goes on
-        return float("nan"), f"{type(e).__name__}: {str(e)[:80]}"
-
-
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true")
-    args = ap.parse_args(argv)
-    n, repeats = (30, 1) if args.quick else (300, 5)
-    with tempfile.TemporaryDirectory() as tmp:
-        files = make(Path(tmp), n)
-        print(f"{'file':12} {'tool':12} {'median s':>10}  note", file=sys.stderr)
-        for path in files:
-            base = None
-            for name, fn in [("virtualize", virtualize_scan), ("kerchunk", kerchunk_scan),
-                             ("floor", floor)]:
-                t, note = timed(fn, path, repeats)
-                base = t if name == "virtualize" else base
-                ratio = f"x{t / base:.2f} of virtualize" if name != "virtualize" and t == t else ""
-                print(f"{path.name:12} {name:12} {t:10.4f}  {note or ratio}", file=sys.stderr)
-    return 0
+    tools = [("virtualize", virtualize_scan), ("kerchunk", kerchunk_scan), ("floor", floor)]
+    return compare_scans(__doc__, make, tools, argv,
+                         quick=(30, 1), full=(300, 5))
 
 
 if __name__ == "__main__":
