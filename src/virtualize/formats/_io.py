@@ -1,5 +1,6 @@
-"""What the scanners share of file access: digests of stored blocks and of values, and
-the system locations nothing is read from on a file's say-so."""
+"""What the scanners share of file access: digests of stored blocks and of values, the
+system locations nothing is read from on a file's say-so, and the errors of a file that
+cannot be read (its library missing, or not valid)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import functools
 import os
 
 import numpy as np
+
+from ..model import Location, Problem, VirtualizeError
 
 BLOCK_DIGEST = np.dtype("V16")  # one block's digest: 16 bytes of BLAKE2b
 OPEN_FILES = 64  # data files digest_blocks keeps open at once
@@ -119,3 +122,16 @@ def system_location(path: str) -> str | None:
 @functools.cache
 def _system_cache() -> tuple[str, ...]:
     return tuple(system_locations())
+
+
+def missing_library(path: str, needs: str, extra: str) -> VirtualizeError:
+    """A format's optional library is not installed: a located `missing-library` naming
+    the extra to install (`needs`: "reading FITS needs astropy")."""
+    return VirtualizeError([Problem(Location(path), "missing-library", f"{needs}: {extra}")],
+                           f"{path}: {needs} ({extra})")
+
+
+def not_valid(path: str, message: str, format_name: str) -> VirtualizeError:
+    """A file of `format_name` that cannot be read as one: a located `corrupt`."""
+    return VirtualizeError([Problem(Location(path), "corrupt", message)],
+                           f"{path}: not a valid {format_name} file")

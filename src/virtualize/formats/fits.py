@@ -51,6 +51,7 @@ from ..model import (
     VirtualizeError,
     empty_refs,
 )
+from ._io import missing_library, not_valid
 from ._planning import finish
 from ._values import Unrepresentable, bytes_codec, plain
 from .base import Format
@@ -80,14 +81,11 @@ def _astropy_fits():
 
 
 def _missing(path: str) -> VirtualizeError:
-    return VirtualizeError([Problem(Location(path), "missing-library",
-                                    f"reading FITS needs astropy: {EXTRA}")],
-                           f"{path}: reading FITS needs astropy ({EXTRA})")
+    return missing_library(path, "reading FITS needs astropy", EXTRA)
 
 
 def corrupt(path: str, message: str) -> VirtualizeError:
-    return VirtualizeError([Problem(Location(path), "corrupt", message)],
-                           f"{path}: not a valid FITS file")
+    return not_valid(path, message, "FITS")
 
 
 @dataclass

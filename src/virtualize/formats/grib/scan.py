@@ -32,6 +32,7 @@ from ...model import (
     Variable,
     VirtualizeError,
 )
+from .._io import missing_library
 from .._values import bytes_codec, plain
 from .messages import Message
 
@@ -65,9 +66,7 @@ def eccodes():
 
 
 def missing(path: str) -> VirtualizeError:
-    return VirtualizeError([Problem(Location(path), "missing-library",
-                                    f"reading GRIB needs ecCodes: {EXTRA}")],
-                           f"{path}: reading GRIB needs ecCodes ({EXTRA})")
+    return missing_library(path, "reading GRIB needs ecCodes", EXTRA)
 
 
 @dataclass

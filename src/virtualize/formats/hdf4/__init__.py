@@ -42,6 +42,7 @@ from ...model import (
     Variable,
     VirtualizeError,
 )
+from .._io import missing_library, not_valid
 from .._planning import finish
 from .._values import Unrepresentable, bytes_codec, plain
 from ..base import Format
@@ -67,14 +68,11 @@ def _pyhdf():
 
 
 def _missing(path: str) -> VirtualizeError:
-    return VirtualizeError([Problem(Location(path), "missing-library",
-                                    f"reading HDF4 needs pyhdf: {EXTRA}")],
-                           f"{path}: reading HDF4 needs pyhdf ({EXTRA})")
+    return missing_library(path, "reading HDF4 needs pyhdf", EXTRA)
 
 
 def corrupt(path: str, message: str) -> VirtualizeError:
-    return VirtualizeError([Problem(Location(path), "corrupt", message)],
-                           f"{path}: not a valid HDF4 file")
+    return not_valid(path, message, "HDF4")
 
 
 def _open(path: str):
