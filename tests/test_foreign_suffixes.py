@@ -123,3 +123,15 @@ def test_an_existing_cube_under_such_a_name_still_grows(case, tmp_path):
     report = virtualize.append(legacy, files[2:])
     assert report.ok and legacy.is_dir()
     assert virtualize.open(legacy)["tas"].shape[0] == 31 + 29 + 31
+
+
+@pytest.mark.parametrize("name, kind", [("x.json", "parquet"), ("x.json", "cube"),
+                                        ("x.zarr", "kerchunk"), ("x.icechunk", "cube"),
+                                        ("x.parq", "icechunk"), ("x.zarr", "vrt")])
+def test_a_kind_under_another_kinds_name_is_a_usage_error(name, kind):
+    """-o x.json --format parquet would be a parquet directory that every reader takes for
+    a reference JSON: refused, naming whose name it is; no suffix takes any kind."""
+    with pytest.raises(virtualize.UsageError,
+                       match=r"name is .*'s; the .* output is not one|promises kerchunk's parquet"):
+        registry.kind_of(name, kind)
+    assert registry.kind_of("out", kind) == kind

@@ -164,8 +164,10 @@ def test_existing_output_error_is_both_kinds(tree):
     # its own kerchunk JSON, and a cube of its own in place of it, are replaced
     virtualize.virtualize(files[:3], out, overwrite=True)
     assert virtualize.open(out)["tas"].shape[0] == 22
-    virtualize.virtualize(files[:2], out, overwrite=True, format="cube")
-    assert virtualize.open(out)["tas"].shape[0] == 10
+    # a cube directory under a kerchunk JSON's name would mislead every reader
+    with pytest.raises(virtualize.UsageError, match="kerchunk reference file's"):
+        virtualize.virtualize(files[:2], out, overwrite=True, format="cube")
+    assert virtualize.open(out)["tas"].shape[0] == 22
     assert sorted(p.name for p in tmp.iterdir() if p.name.startswith(".")) == []
 
 

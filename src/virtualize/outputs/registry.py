@@ -93,6 +93,10 @@ def kind_of(out, format: str | None = None) -> str:
     if kind != VRT.kind and suffix.lower() in VRT.suffixes:  # GDAL would take it for a VRT
         raise UsageError(f"{out}: a {suffix} name is a GDAL VRT's; the {kind} output is not one "
                          f"(name it otherwise, or --format vrt)")
+    owner = next((k for k in KINDS if suffix and suffix.lower() in k.suffixes), None)
+    if owner is not None and owner.kind != kind:  # (readers go by the name: -o x.json a cube)
+        raise UsageError(f"{out}: a {suffix} name is {owner.title}'s; the {kind} output is not "
+                         f"one (name it otherwise, or --format {owner.kind})")
     if kind == ICECHUNK.kind and importlib.util.find_spec("icechunk") is None:
         raise UsageError("the icechunk output needs the icechunk package: "
                          "pip install 'virtualize[icechunk]'")
