@@ -131,6 +131,11 @@ def test_join_outer_refuses_a_scalar_that_differs_in_every_cell(tmp_path):
     bad = [p for p in report.problems if p.fatal]
     assert not report.ok and bad and all(p.loc.variable == "own" for p in bad)
     assert "member='m0'" in bad[0].message and "--drop own" in bad[0].message
+    for kw in (dict(drop=["own"]), dict(variables=["t2m"])):  # left out: nothing to know
+        report = virtualize.check(files, concat_dims=["run", "member", "step"],
+                                  coords={"run": r"name:fc_(\d{10})",
+                                          "member": "attr:member_id"}, join="outer", **kw)
+        assert report.ok, (kw, [p.message for p in report.problems])
 
 
 def _member_years(root, hours_member):

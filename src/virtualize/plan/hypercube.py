@@ -217,7 +217,9 @@ def plan_hypercube(inventories: Sequence[FileInventory], options: HypercubeOptio
             continue
         # its scalars (realization by member, a reference time by run) from a file at its
         # place along the axes each one's value follows, not the template's
-        scalars = {n: _scalar_source(index, n, cells, invs, real) for n in _scalars(invs[f])}
+        keep = opts.concat.variables
+        scalars = {n: _scalar_source(index, n, cells, invs, real) for n in _scalars(invs[f])
+                   if n not in drop and (keep is None or n in keep)}
         for n, g in scalars.items():
             if g is None:
                 problems.append(Problem(Location(invs[f].path, n), "missing-cell",
