@@ -187,3 +187,37 @@ def test_members_whose_time_units_differ_are_not_misplaced(tmp_path):
         report = virtualize.check(files, concat_dims=["member", "time"],
                                   coords={"member": "attr:variant_label"}, join=join)
         assert not report.ok
+
+
+def _bands(root):
+    files = []
+    root.mkdir(parents=True, exist_ok=True)
+    for k in range(3):
+        f = root / f"b{k}.nc"
+        with netCDF4.Dataset(f, "w") as nc:
+            nc.createDimension("y", 2)
+            v = nc.createVariable("v", "f4", ("y",))
+            v[:] = [k, k + 0.5]
+        files.append(f)
+    return files
+
+
+@pytest.mark.parametrize("form", ["red,green,blue", "attr:colour"])
+def test_no_sort_keeps_a_new_axis_in_the_order_given(tmp_path, form):
+    """docs/planning.md: 'with --no-sort a new axis' positions are in the order the files
+    give them' — it was refused as 'coordinate-not-increasing ... the files overlap in
+    band'."""
+    files = _bands(tmp_path / "b")
+    for f, c in zip(files, ["red", "green", "blue"]):
+        with netCDF4.Dataset(f, "a") as nc:
+            nc.colour = c
+    cube = tmp_path / "b.zarr"
+    report = virtualize.virtualize(files, cube, concat_dims=["band"], coords={"band": form},
+                                   sort=False)
+    assert report.ok
+    g = virtualize.open(cube)
+    assert list(g["band"][...]) == ["red", "green", "blue"]
+    assert_same(g["v"][...], np.array([[0, 0.5], [1, 1.5], [2, 2.5]], dtype="f4"), "v(band)")
+    bad = virtualize.check(files[:2] + files[:1], concat_dims=["band"],
+                           coords={"band": "red,green,red"}, sort=False)
+    assert not bad.ok  # (the same value twice is still two files in one cell)
