@@ -402,7 +402,10 @@ def _order_by_coordinate(ctx: _Context) -> None:
                         f"the same {dim} values as {ctx.invs[j].path} (the same steps twice: "
                         "the same file given twice?" + _another_axis(inv, ctx.invs[j], dim)
                         + ")", axis=dim)
-        elif prev_last is not None and not vals[0] > prev_last:
+        elif prev_last is not None and not vals[0] > prev_last and (
+                ctx.opts.sort or not ctx.new_axis):
+            # (a new axis' step a file, in the order given with --no-sort: text need not
+            # increase, only differ)
             ctx.problem(inv.path, dim, "coordinate-not-increasing",
                         f"{dim} starts at {py(vals[0])!r}, not after the previous file's last "
                         f"value {py(prev_last)!r} ({prev_path}): the files overlap in {dim}",

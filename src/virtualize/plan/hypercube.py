@@ -201,11 +201,12 @@ def plan_hypercube(inventories: Sequence[FileInventory], options: HypercubeOptio
         plan.layout = layout
         return plan, problems
     concat = replace(opts.concat, drop=frozenset(drop))
+    real = len(invs)  # (the stand-ins are appended after the files)
     for index, kind in missing:  # (--join outer) a stand-in whose data are absent chunks:
         # of a file holding the same variables at the same place along every axis the files
         # have (its steps, coordinates); of those, the nearest (along the inner axes first)
         near = sorted((tuple(i[a] != index[a] for a in reversed(range(len(dims)))), i, f)
-                      for i, fs in cells.items() for f in fs if held[f] == kind
+                      for i, fs in cells.items() for f in fs if f < real and held[f] == kind
                       if all(i[a] == index[a] for a, d in enumerate(dims) if not new[d]))
         f = near[0][2] if near else None
         if f is None:
@@ -214,8 +215,21 @@ def plan_hypercube(inventories: Sequence[FileInventory], options: HypercubeOptio
                                     "place along the axes the files have to stand in for it "
                                     "(--join outer)"))
             continue
-        invs.append(_absent(invs[f], problems, cell_name(index), dims, new))
+        # its scalars (realization by member, a reference time by run) from a file at its
+        # place along the axes each one's value follows, not the template's
+        keep = opts.concat.variables
+        scalars = {n: _scalar_source(index, n, cells, invs, real) for n in _scalars(invs[f])
+                   if n not in drop and (keep is None or n in keep)}
+        for n, g in scalars.items():
+            if g is None:
+                problems.append(Problem(Location(invs[f].path, n), "missing-cell",
+                                        f"{n!r} differs in every cell: its value at the cell "
+                                        f"{cell_name(index)} that no file fills is unknown "
+                                        f"(--join outer; --drop {n})"))
+        invs.append(_absent(invs[f], problems, cell_name(index), dims, new,
+                            {n: invs[g] for n, g in scalars.items() if g is not None}))
         cells.setdefault(index, []).append(len(invs) - 1)
+        held.append(kind)
     if missing:
         notes.append(f"--join outer: {len(missing)} cell(s) no file fills read as the fill "
                      "value: " + "; ".join(cell_name(i) for i, _ in missing[:5])
@@ -248,13 +262,26 @@ def plan_hypercube(inventories: Sequence[FileInventory], options: HypercubeOptio
     return plan, problems
 
 
-def _absent(inv: FileInventory, problems: list[Problem], where: str, dims, new
-            ) -> FileInventory:
+def _absent(inv: FileInventory, problems: list[Problem], where: str, dims, new,
+            scalars: dict[str, FileInventory] | None = None) -> FileInventory:
     """A missing cell's stand-in (`--join outer`): the inventory of a file at the same
     inner position, its data variables' chunks absent (they read as the fill value); what
     does not vary along the outer axes (coordinates, bounds) stays, as it must be the same
-    in every cell. A data variable without a fill value cannot be absent: refused."""
+    in every cell. A data variable without a fill value cannot be absent: refused.
+    `scalars`: the file each scalar data variable is taken from (`_scalar_source`),
+    referenced there (one of the stand-in's data files)."""
     variables = dict(inv.variables)
+    data_files = list(inv.data_files)
+    for name, other in (scalars or {}).items():
+        if other is inv:
+            continue
+        v = other.variables[name]
+        at = len(data_files) + 1
+        data_files.extend(other.sources())
+        refs = v.blocks.refs.copy()
+        moved = refs["path"] != MATERIALIZED
+        refs["path"][moved] += at
+        variables[name] = replace(v, blocks=replace(v.blocks, refs=refs))
     keep = _kept(inv)
     any_new = any(new[d] for d in dims)
     for name, v in inv.variables.items():
@@ -275,7 +302,34 @@ def _absent(inv: FileInventory, problems: list[Problem], where: str, dims, new
         refs = np.zeros_like(v.blocks.refs)
         variables[name] = replace(v, blocks=replace(v.blocks, refs=refs), values=None,
                                   digest=None, block_digests=None)
-    return replace(inv, variables=variables, problems=[])
+    return replace(inv, variables=variables, problems=[], data_files=data_files)
+
+
+def _scalar_source(index, name: str, cells, invs, real: int) -> int | None:
+    """The file a missing cell's scalar `name` is taken from: one at the cell's positions
+    along the fewest axes whose positions give its value in every file holding it (none:
+    the same everywhere, any file; `realization`: the member's). None when no file is at
+    the cell's place along them (it differs in every cell)."""
+    have = [(i, f) for i, fs in cells.items() for f in fs
+            if f < real and name in invs[f].variables]
+
+    def value(f):
+        v = invs[f].variables[name]
+        return (None if v.values is None else np.asarray(v.values).tobytes(), v.digest)
+
+    for k in range(len(index) + 1):
+        found = False
+        for axes in itertools.combinations(range(len(index)), k):
+            by: dict[tuple, Any] = {}
+            if all(by.setdefault(tuple(i[a] for a in axes), value(f)) == value(f)
+                   for i, f in have):
+                found = True
+                at = [f for i, f in have if all(i[a] == index[a] for a in axes)]
+                if at:
+                    return at[0]
+        if found:
+            return None
+    return None
 
 
 def _scalars(inv: FileInventory) -> set[str]:
@@ -379,9 +433,9 @@ class _Stack:
 
 
 def _build(ctx: _Stack, concat: ConcatOptions, indices: list[tuple[int, ...]],
-           cells: dict[tuple[int, ...], list[int]], level: int) -> tuple[Plan, list[str]]:
+           cells: dict[tuple[int, ...], list[int]], level: int) -> tuple[Plan, list[int]]:
     """The cube of the cells `indices` (which share their first `level` positions), and
-    its files in order."""
+    its files in order (indices into `ctx.invs`: a stand-in has its template's path)."""
     d = ctx.dims[level]
     if level == len(ctx.dims) - 1:
         files = [f for i in indices for f in cells[i]]
@@ -395,7 +449,7 @@ def _build(ctx: _Stack, concat: ConcatOptions, indices: list[tuple[int, ...]],
             if n not in ctx.notes:
                 ctx.notes.append(n)
         plan.notes = []
-        return plan, [inv.path for inv in invs]
+        return plan, files
     groups: dict[int, list[tuple[int, ...]]] = {}
     for i in indices:
         groups.setdefault(i[level], []).append(i)
@@ -406,10 +460,11 @@ def _build(ctx: _Stack, concat: ConcatOptions, indices: list[tuple[int, ...]],
     return _stack(ctx, subs, files, d, positions), [f for fs in files for f in fs]
 
 
-def _stack(ctx: _Stack, subs: list[Plan], files: list[list[str]], d: str,
+def _stack(ctx: _Stack, subs: list[Plan], members: list[list[int]], d: str,
            positions: list[int]) -> Plan:
-    """Sub-plans (one per position along `d`; `files`: each one's files in order) stacked
-    along `d` into one plan."""
+    """Sub-plans (one per position along `d`; `members`: each one's files in order,
+    indices into `ctx.invs`) stacked along `d` into one plan."""
+    files = [[ctx.invs[f].path for f in fs] for fs in members]
     new = ctx.new[d]
     sources, maps = [], []
     index: dict[str, int] = {}
@@ -444,9 +499,9 @@ def _stack(ctx: _Stack, subs: list[Plan], files: list[list[str]], d: str,
         if not _alike(ctx, files, have, name, d, where, varies):
             continue
         if not varies and new and name in ctx.scalars and not a0.shape:
-            varies = _scalar_differs(ctx, files, have, name, d, where)
+            varies = _scalar_differs(ctx, members, have, name, d, where)
         if not varies:
-            if _shared(ctx, files, have, name, d, where):
+            if _shared(ctx, members, have, name, d, where):
                 arrays[name] = _remapped(a0, maps[0], None, 0)
         else:
             arrays[name] = _joined(have, maps, d, new)
@@ -493,13 +548,13 @@ def _varies(ctx: _Stack, sub: Plan, name: str, a: ArrayPlan, d: str) -> bool:
     return bool(a.dims) and name not in ctx.dims and name not in ctx.kept
 
 
-def _scalar_differs(ctx: _Stack, files, have: list[ArrayPlan], name: str, d: str,
+def _scalar_differs(ctx: _Stack, members, have: list[ArrayPlan], name: str, d: str,
                     where) -> bool:
     """A scalar data variable that differs between the cells of the new axis `d`: stacked
     along it (`realization(member)`); the same in every cell, shared. Decided by the one
     comparison (`_shared`), its findings kept only to decide."""
     before = len(ctx.problems)
-    same = _shared(ctx, files, have, name, d, where)
+    same = _shared(ctx, members, have, name, d, where)
     found = ctx.problems[before:]
     del ctx.problems[before:]
     if same or not all(p.kind == "differs-between-files" for p in found):
@@ -563,10 +618,12 @@ def _lens(lengths) -> str:
     return str(lengths) if len(lengths) <= 6 else f"{len(lengths)} chunks {lengths[:4]}..."
 
 
-def _shared(ctx: _Stack, files: list[list[str]], have: list[ArrayPlan], name: str, d: str,
+def _shared(ctx: _Stack, members: list[list[int]], have: list[ArrayPlan], name: str, d: str,
             where) -> bool:
     """What does not vary along `d` is the same in every cell: compared by its values
-    (stored in the cube) or, file by file, by what the scan recorded (compare_shared)."""
+    (stored in the cube) or, file by file, by what the scan recorded (compare_shared).
+    `members`: each cell's files, indices into `ctx.invs`."""
+    files = [[ctx.invs[f].path for f in fs] for fs in members]
     a0 = have[0]
     why = f"is not stacked along {d!r}"
     before = len(ctx.problems)
@@ -585,10 +642,9 @@ def _shared(ctx: _Stack, files: list[list[str]], have: list[ArrayPlan], name: st
                 f"{name!r} {why}, so it must be the same at every {d}, but at {d}={where[i]} "
                 f"{at} from {d}={where[0]} ({files[0][0]})"))
         return len(ctx.problems) == before
-    by_path = {inv.path: inv for inv in ctx.invs}
-    # the same file position of every cell (along the inner axis, its j-th file)
-    rows = [[by_path[f] for f in fs if f in by_path and name in by_path[f].variables]
-            for fs in files]
+    # the same file position of every cell (along the inner axis, its j-th file); by index,
+    # not path: a --join outer stand-in has its template's path, not its variables
+    rows = [[ctx.invs[f] for f in fs if name in ctx.invs[f].variables] for fs in members]
     for j in range(max(len(r) for r in rows)):
         col = [r[j] for r in rows if j < len(r)]
         if len(col) < 2:
