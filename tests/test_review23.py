@@ -1,0 +1,77 @@
+"""Review of #23 (HDF4, GRIB, FITS) as a new user: what it found, each pinned by a test."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import virtualize
+
+from helpers import assert_same
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "fixtures"))
+
+
+@pytest.mark.parametrize("edition", [1, 2])
+@pytest.mark.parametrize("grid", [
+    # (Ni, Nj, lat1, lat2, lon1, lon2, di, dj)
+    (401, 201, 70.0, 20.0, 350.0, 30.0, 0.1, 0.25),   # a European area across Greenwich
+    (360, 3, 1.0, -1.0, -180.0, 179.0, 1.0, 1.0),     # global, -180 .. 179
+    (101, 51, 10.0, 5.0, 0.0, 10.0, 0.1, 0.1),        # 0.1 degrees: increments inexact
+    (128, 10, 10.0, 1.0, 0.0, 357.1875, 2.8125, 1.0),  # GRIB1 rounds 2.8125 to millidegrees
+], ids=["greenwich", "minus180", "tenth", "t42"])
+def test_regular_ll_coordinates_are_ecCodes_bit_for_bit(tmp_path, edition, grid):
+    """latitude / longitude of a regular_ll grid equal ecCodes' `latitudes` / `longitudes`
+    bit for bit: GRIB2 stores longitudes in 0..360, so an area from -10 to 30 has
+    lon1 = 350 > lon2 = 30 (ecCodes: -10 .. 30, was 350 .. 390), a global -180 .. 179
+    grid lon1 = 180 (was 180 .. 539); ecCodes steps by (lon2 - lon1) / (Ni - 1), adding
+    it point after point, and sets the last point to lon2 (was lon1 + k * di: other bits)."""
+    ec = pytest.importorskip("eccodes")
+    ni, nj, la1, la2, lo1, lo2, di, dj = grid
+    h = ec.codes_grib_new_from_samples(f"GRIB{edition}")
+    try:
+        for k, v in dict(Ni=ni, Nj=nj, latitudeOfFirstGridPointInDegrees=la1,
+                         latitudeOfLastGridPointInDegrees=la2,
+                         longitudeOfFirstGridPointInDegrees=lo1,
+                         longitudeOfLastGridPointInDegrees=lo2,
+                         iDirectionIncrementInDegrees=di,
+                         jDirectionIncrementInDegrees=dj).items():
+            ec.codes_set(h, k, v)
+        ec.codes_set_values(h, np.arange(ni * nj, dtype=np.float64))
+        path = tmp_path / "area.grib"
+        with open(path, "wb") as f:
+            ec.codes_write(h, f)
+        lats = ec.codes_get_array(h, "latitudes").reshape(nj, ni)[:, 0]
+        lons = ec.codes_get_array(h, "longitudes").reshape(nj, ni)[0]
+    finally:
+        ec.codes_release(h)
+    virtualize.virtualize([path], tmp_path / "c.zarr")
+    g = virtualize.open(tmp_path / "c.zarr")
+    assert_same(g["latitude"][...], lats, "latitude: ecCodes'")
+    assert_same(g["longitude"][...], lons, "longitude: ecCodes'")
+
+
+def test_grib1_regular_gaussian_grid_has_ecCodes_coordinates(tmp_path):
+    """ecCodes' GRIB1 regular_gg sample (T42-like: 128 longitudes of 2.8125 degrees,
+    coded 2.812): its longitude step is 357.188 / 127, not the coded increment, so the
+    coordinates exist (they were refused as `grib-grid`) and equal ecCodes'."""
+    ec = pytest.importorskip("eccodes")
+    from make_grib import message
+    path = tmp_path / "gg.grib1"
+    path.write_bytes(message("regular_gg_ml_grib1"))
+    with open(path, "rb") as f:
+        h = ec.codes_grib_new_from_file(f)
+        nj, ni = ec.codes_get(h, "Nj"), ec.codes_get(h, "Ni")
+        lats = ec.codes_get_array(h, "latitudes").reshape(nj, ni)[:, 0]
+        lons = ec.codes_get_array(h, "longitudes").reshape(nj, ni)[0]
+        ec.codes_release(h)
+    report = virtualize.check([path])
+    assert not [p for p in report.problems if p.kind == "grib-grid"], report.problems
+    virtualize.virtualize([path], tmp_path / "c.zarr")
+    g = virtualize.open(tmp_path / "c.zarr")
+    assert_same(g["latitude"][...], lats, "latitude: ecCodes'")
+    assert_same(g["longitude"][...], lons, "longitude: ecCodes'")
