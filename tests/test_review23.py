@@ -75,3 +75,41 @@ def test_grib1_regular_gaussian_grid_has_ecCodes_coordinates(tmp_path):
     g = virtualize.open(tmp_path / "c.zarr")
     assert_same(g["latitude"][...], lats, "latitude: ecCodes'")
     assert_same(g["longitude"][...], lons, "longitude: ecCodes'")
+
+
+def test_rice_tiles_kerchunk_export_reads_with_imagecodecs_registered_as_documented(tmp_path):
+    """docs/reading.md: a kerchunk export naming imagecodecs' codecs (a RICE_1 FITS image)
+    read by plain fsspec + zarr in a fresh interpreter fails with UnknownCodecError until
+    `imagecodecs.zarr.register_codecs()` is called; then it equals astropy's read."""
+    import os
+    import subprocess
+    import textwrap
+
+    fits = pytest.importorskip("astropy.io.fits")
+    pytest.importorskip("imagecodecs")
+    data = np.random.default_rng(23).integers(-3000, 3000, (37, 53)).astype(np.int16)
+    path, refs = tmp_path / "r.fits", tmp_path / "r.json"
+    fits.HDUList([fits.PrimaryHDU(), fits.CompImageHDU(data, compression_type="RICE_1",
+                                                       tile_shape=(10, 16), name="IMG")]
+                 ).writeto(path)
+    virtualize.virtualize([path], refs)
+    np.save(tmp_path / "want.npy", fits.getdata(path, 1))
+    script = textwrap.dedent("""
+        import sys
+        import fsspec, numpy as np, zarr
+        from zarr.storage import FsspecStore
+        if sys.argv[3] == "register":
+            import imagecodecs.zarr
+            imagecodecs.zarr.register_codecs()
+        zarr.config.set({"array.rectilinear_chunks": True})
+        fs = fsspec.filesystem("reference", fo=sys.argv[1], asynchronous=True)
+        g = zarr.open_group(FsspecStore(fs, read_only=True, path=""), mode="r", zarr_format=3)
+        got, want = g["IMG"][...], np.load(sys.argv[2])
+        assert np.array_equal(got, want) and got.dtype == want.dtype.newbyteorder("=")
+    """)
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+    run = [sys.executable, "-c", script, str(refs), str(tmp_path / "want.npy")]
+    bare = subprocess.run(run + ["bare"], env=env, capture_output=True, text=True)
+    assert bare.returncode != 0 and "imagecodecs_rcomp" in bare.stderr, bare.stderr[-2000:]
+    done = subprocess.run(run + ["register"], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
