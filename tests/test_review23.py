@@ -113,3 +113,25 @@ def test_rice_tiles_kerchunk_export_reads_with_imagecodecs_registered_as_documen
     assert bare.returncode != 0 and "imagecodecs_rcomp" in bare.stderr, bare.stderr[-2000:]
     done = subprocess.run(run + ["register"], env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_date_obs_with_fractional_seconds_are_dates(tmp_path):
+    """FITS writes DATE-OBS as `YYYY-MM-DDThh:mm:ss[.sss]` (FITS 4.0, 9.1.1); instruments
+    give the fraction. `--coord time=attr:DATE-OBS` made such exposures a text axis (the
+    dates were no dates): now they are dates to the microsecond, in time order."""
+    fits = pytest.importorskip("astropy.io.fits")
+    xr = pytest.importorskip("xarray")
+    stamps = ["2024-01-01T06:00:01.250", "2024-01-01T06:00:00.5", "2024-01-01T06:00:00.750"]
+    files = []
+    for k, stamp in enumerate(stamps):
+        hdu = fits.PrimaryHDU(np.full((3, 4), k, dtype=np.int16))
+        hdu.header["DATE-OBS"] = stamp
+        files.append(tmp_path / f"exp{k}.fits")
+        hdu.writeto(files[-1])
+    virtualize.virtualize(files, tmp_path / "c.zarr", concat_dims=["time"],
+                          coords={"time": "attr:DATE-OBS"})
+    ds = xr.open_dataset(tmp_path / "c.zarr", engine="virtualize")
+    want = np.array(["2024-01-01T06:00:00.500", "2024-01-01T06:00:00.750",
+                     "2024-01-01T06:00:01.250"], dtype="M8[ns]")
+    assert_same(ds["time"].values, want, "time: DATE-OBS to the microsecond")
+    assert_same(ds["hdu0"].values[:, 0, 0], np.array([1, 2, 0], dtype=np.int16), "order")
