@@ -135,3 +135,37 @@ def test_date_obs_with_fractional_seconds_are_dates(tmp_path):
                      "2024-01-01T06:00:01.250"], dtype="M8[ns]")
     assert_same(ds["time"].values, want, "time: DATE-OBS to the microsecond")
     assert_same(ds["hdu0"].values[:, 0, 0], np.array([1, 2, 0], dtype=np.int16), "order")
+
+
+def test_grib_messages_behind_wmo_bulletin_headers_are_read(tmp_path):
+    """GRIB as the GTS sends it (NOAAPORT, DWD): each message wrapped in a WMO bulletin
+    (SOH CR CR LF nnn CR CR LF TTAAii CCCC YYGGgg CR CR LF ... CR CR LF ETX), so the file
+    does not start with `GRIB`. ecCodes reads its messages; it was `unknown-format` ("not
+    ... a GRIB file"). Now the bytes before, between and after the messages are a
+    `trailing-bytes` note and every value is ecCodes'."""
+    ec = pytest.importorskip("eccodes")
+    from make_grib import message
+
+    m1, m2 = message("GRIB2", level=0), message("GRIB2", shortName="2t")
+    path = tmp_path / "gts.grib2"
+    path.write_bytes(b"".join(b"\x01\r\r\n%03d\r\r\nHTXA5%d ECMF 010000\r\r\n" % (k, k) + m
+                              + b"\r\r\n\x03" for k, m in enumerate([m1, m2])))
+    report = virtualize.check([path])
+    assert report.ok, report.problems
+    assert [p.kind for p in report.problems] == ["trailing-bytes"]
+    virtualize.virtualize([path], tmp_path / "c.zarr")
+    g = virtualize.open(tmp_path / "c.zarr")
+    for m, name in [(m1, "t"), (m2, "2t")]:
+        h = ec.codes_new_from_message(m)
+        want = ec.codes_get_values(h).reshape(1, ec.codes_get(h, "Nj"), ec.codes_get(h, "Ni"))
+        ec.codes_release(h)
+        assert_same(g[name][...], want, f"{name}: ecCodes'")
+
+
+def test_a_text_file_mentioning_grib_is_no_grib_file(tmp_path):
+    """The looser sniff (GRIB behind a few ASCII bytes) claims no text that names GRIB."""
+    from virtualize.formats import detect
+
+    path = tmp_path / "notes.grib"
+    path.write_bytes(b"see the GRIB2 files in ../data\n")
+    assert detect(str(path)) is None
