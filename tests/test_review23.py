@@ -169,3 +169,15 @@ def test_a_text_file_mentioning_grib_is_no_grib_file(tmp_path):
     path = tmp_path / "notes.grib"
     path.write_bytes(b"see the GRIB2 files in ../data\n")
     assert detect(str(path)) is None
+
+
+def test_an_hdf4_file_holding_grib_bytes_early_stays_hdf4(tmp_path):
+    """HDF4's magic (\\x0e\\x03\\x13\\x01) is no bulletin header: a GRIB signature in its first
+    bytes does not make it a GRIB file."""
+    from virtualize.formats import registry
+
+    head = b"\x0e\x03\x13\x01" + b"\x00" * 20 + b"GRIB\x00\x00\x00\x02" + b"\x00" * 100
+    path = tmp_path / "x.hdf"
+    path.write_bytes(head)
+    with open(path, "rb") as f:
+        assert not registry.by_name("grib").sniff(head[:8], f)

@@ -129,6 +129,9 @@ def _installed(name: str) -> bool:
 
 
 LEAD = 512  # bytes before the first "GRIB" a file may have (a WMO bulletin header)
+# what such a header is made of: printable ASCII, NUL, SOH, ETX, tab, LF, CR (not HDF4's
+# magic \x0e\x03\x13\x01, nor other binary formats' bytes)
+_BULLETIN = bytes([0, 1, 3, 9, 10, 13, *range(0x20, 0x7f)])
 
 
 class Grib(Format):
@@ -152,7 +155,7 @@ class Grib(Format):
             f.seek(at)
         k = lead.find(_messages.MAGIC)
         return k > 0 and len(lead) >= k + 8 and lead[k + 7] in (1, 2) and \
-            max(lead[:k]) < 0x80
+            not lead[:k].translate(None, _BULLETIN)
 
     def scan(self, path: str, hint=None) -> FileInventory:
         return finish(scan_grib(path, promoted(hint)), hint)
