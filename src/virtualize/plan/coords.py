@@ -24,7 +24,7 @@ FORMS = "attr:NAME, var:NAME, name:REGEX or v1,v2,..."
 # a whole value that is a date (and time of day): 2015-01-01, 20150101, 2015-01-01T06:00,
 # 2024010106 (a forecast run's YYYYMMDDHH)
 _DATE = re.compile(r"((?:18|19|20|21)\d\d)-?(0[1-9]|1[0-2])-?(0[1-9]|[12]\d|3[01])"
-                   r"(?:[T_ -]?([01]\d|2[0-3])(?::?([0-5]\d)(?::?([0-5]\d))?)?Z?)?")
+                   r"(?:[T_ -]?([01]\d|2[0-3])(?::?([0-5]\d)(?::?([0-5]\d)(?:\.(\d{1,6}))?)?)?Z?)?")
 
 
 @dataclass(frozen=True)
@@ -124,10 +124,10 @@ def _date(text: str) -> datetime.datetime | None:
     m = _DATE.fullmatch(text.strip())
     if m is None:
         return None
-    y, mo, d, hh, mm, ss = m.groups()
+    y, mo, d, hh, mm, ss, frac = m.groups()
     try:
         return datetime.datetime(int(y), int(mo), int(d), int(hh or 0), int(mm or 0),
-                                 int(ss or 0))
+                                 int(ss or 0), int((frac or "").ljust(6, "0")))
     except ValueError:
         return None
 
@@ -268,7 +268,8 @@ def label(value: Any) -> str:
 
 def coordinate_plan(dim: str, values: Sequence[Any], attrs: dict | None = None) -> ArrayPlan:
     """The new axis' coordinate variable, stored in the cube: text, numbers, or dates
-    CF-encoded (`days since` the first when all are whole days, else `seconds since`,
+    CF-encoded (`days since` the first when all are whole days, `microseconds since` its
+    whole second when one has a fraction of a second, else `seconds since`,
     proleptic Gregorian calendar), which xarray decodes and indexes. `attrs`: those it
     keeps from where its values come (`coordinate_attrs`: numbers keep their `units` and
     `calendar`; dates and text take their own)."""
@@ -280,11 +281,15 @@ def coordinate_plan(dim: str, values: Sequence[Any], attrs: dict | None = None) 
         for k in _MEANING:
             attrs.pop(k, None)
     if values and all(isinstance(v, datetime.datetime) for v in values):
-        start = min(values)
+        # (a fraction of a second, FITS' DATE-OBS: microseconds since the whole second)
+        start = min(values).replace(microsecond=0)
         whole = all(v.time() == datetime.time() for v in values)
-        step, unit = (86400, "days") if whole else (1, "seconds")
+        micro = any(v.microsecond for v in values)
+        step, unit = (86400, "days") if whole else (1e-6, "microseconds") if micro else \
+            (1, "seconds")
         fmt = "%Y-%m-%d" if whole else "%Y-%m-%dT%H:%M:%S"
-        data = np.array([int((v - start).total_seconds()) // step for v in values], "i8")
+        data = np.array([(v - start) // datetime.timedelta(seconds=step) for v in values],
+                        "i8")
         attrs.update({"units": f"{unit} since {start.strftime(fmt)}",
                       "calendar": "proleptic_gregorian"})
         return inline_plan(dim, data, (dim,), attrs)

@@ -128,6 +128,12 @@ def _installed(name: str) -> bool:
         return False
 
 
+LEAD = 512  # bytes before the first "GRIB" a file may have (a WMO bulletin header)
+# what such a header is made of: printable ASCII, NUL, SOH, ETX, tab, LF, CR (not HDF4's
+# magic \x0e\x03\x13\x01, nor other binary formats' bytes)
+_BULLETIN = bytes([0, 1, 3, 9, 10, 13, *range(0x20, 0x7f)])
+
+
 class Grib(Format):
     name = "grib"
     suffixes = (".grib", ".grb", ".grib1", ".grib2", ".grb1", ".grb2")
@@ -135,7 +141,21 @@ class Grib(Format):
     modules = (__name__, *(("eccodes",) if _installed("eccodes") else ()))
 
     def sniff(self, head: bytes, f=None) -> bool:
-        return head[:4] == _messages.MAGIC and len(head) >= 8 and head[7] in (1, 2)
+        if head[:4] == _messages.MAGIC and len(head) >= 8 and head[7] in (1, 2):
+            return True
+        if f is None:
+            return False
+        # GRIB as the GTS sends it: behind a WMO bulletin header (ASCII, a few dozen
+        # bytes), or NUL padding; ecCodes skips those bytes, so does the message walk
+        at = f.tell()
+        try:
+            f.seek(0)
+            lead = f.read(LEAD)
+        finally:
+            f.seek(at)
+        k = lead.find(_messages.MAGIC)
+        return k > 0 and len(lead) >= k + 8 and lead[k + 7] in (1, 2) and \
+            not lead[:k].translate(None, _BULLETIN)
 
     def scan(self, path: str, hint=None) -> FileInventory:
         return finish(scan_grib(path, promoted(hint)), hint)

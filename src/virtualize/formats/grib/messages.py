@@ -73,7 +73,7 @@ def walk(f, path: str, size: int) -> tuple[list[Message], list[Problem]]:
     if skipped:  # (one note: writers pad every message, ECMWF's GRIB1 to 120 bytes)
         after = skipped[-1][0] + skipped[-1][1] >= size
         notes.append(Problem(Location(path), "trailing-bytes", (
-            f"{sum(n for _, n in skipped)} byte(s) in {len(skipped)} run(s) between or after "
+            f"{sum(n for _, n in skipped)} byte(s) in {len(skipped)} run(s) before, between or after "
             f"the messages (the first at byte offset {skipped[0][0]}"
             + (f", the last after the last message at byte offset {skipped[-1][0]}" if after
                else "") + ") hold no GRIB message: ignored"), fatal=False))

@@ -261,8 +261,8 @@ def _grid_coords(f: Field, path: str, name: str, notes: list[Problem]
         la1, la2 = g.get("latitudeOfFirstGridPointInDegrees"), g.get("latitudeOfLastGridPointInDegrees")
         if gt == "regular_ll":
             dj = g.get("jDirectionIncrementInDegrees")
-            lats = None if dj is None or la1 is None or dj <= 0 else \
-                la1 + np.arange(nj) * (dj if g.get("jScansPositively") else -dj)
+            lats = None if dj is None or la1 is None or la2 is None or dj <= 0 else \
+                _stepped(la1, dj if g.get("jScansPositively") else -dj, nj, la2)
         else:
             lats = _gaussian(f, g)
             if lats is not None and la1 is not None:
@@ -274,15 +274,18 @@ def _grid_coords(f: Field, path: str, name: str, notes: list[Problem]
                 lats = None
         di, lo1 = g.get("iDirectionIncrementInDegrees"), g.get("longitudeOfFirstGridPointInDegrees")
         lo2 = g.get("longitudeOfLastGridPointInDegrees")
-        lons = None if di is None or lo1 is None or di <= 0 else \
-            lo1 + np.arange(ni) * (-di if g.get("iScansNegatively") else di)
+        lons = None if di is None or lo1 is None or lo2 is None or di <= 0 else \
+            _longitudes(lo1, lo2, di, ni, bool(g.get("iScansNegatively")))
         # the increments must lead from the first point to the last, to the keys' precision
         # (GRIB1: millidegrees); else ecCodes computes other coordinates than the keys
         # say: none are given
-        if lats is not None and (la2 is None or abs(lats[-1] - la2) > 1.5e-3):
+        # (ecCodes sets the last latitude to la2 whatever its steps reach; its longitude
+        # step is the span over Ni - 1, which must be the coded one to its precision)
+        if lats is not None and (la2 is None or abs(
+                (la1 + (nj - 1) * (lats[1] - lats[0]) if gt == "regular_ll" and nj > 1
+                 else lats[-1]) - la2) > 1.5e-3):
             lats = None
-        if lons is not None and (lo2 is None or
-                                 abs((lons[-1] - lo2 + 180.0) % 360.0 - 180.0) > 1.5e-3):
+        if lons is not None and ni > 1 and abs(abs(lons[1] - lons[0]) - di) > 1e-3:
             lons = None
         if lats is not None and lons is not None:
             return ("latitude", "longitude"), [("latitude", ("latitude",), lats, lat_attrs),
@@ -309,6 +312,34 @@ def _grid_coords(f: Field, path: str, name: str, notes: list[Problem]
             f"a {gt} grid: no latitude / longitude coordinates (its definition is in the "
             "array's attributes)"), fatal=False))
     return ("values",), []
+
+
+def _stepped(first: float, step: float, n: int, last: float) -> np.ndarray:
+    """ecCodes' regular coordinates (geo_iterator Regular / Latlon): `step` added point after
+    point (its rounding, not `first + k * step`'s), the last point set to `last`."""
+    out = np.add.accumulate(np.concatenate([[first], np.full(n - 1, step)]))
+    out[-1] = last
+    return out
+
+
+def _longitudes(lo1: float, lo2: float, di: float, ni: int, negative: bool) -> np.ndarray:
+    """ecCodes' longitudes of a regular row: the step from the first and last longitude
+    (not the coded increment; across 0/360 when the last is "before" the first), a first
+    longitude past 360 at the end taken 360 lower (GRIB2 codes -10 as 350), the last point
+    the last longitude normalised to 0..360 (ecCodes' Regular::init)."""
+    step = di
+    if ni > 1:
+        span = (lo1 - lo2 if lo1 > lo2 else lo1 + 360.0 - lo2) if negative else \
+            (lo2 - lo1 if lo2 > lo1 else lo2 + 360.0 - lo1)
+        step = span / (ni - 1)
+    if negative:
+        step = -step
+    elif lo1 + (ni - 2) * step > 360:
+        lo1 -= 360.0
+    if lo2 > 0:
+        while lo2 > 360:
+            lo2 -= 360.0
+    return _stepped(lo1, step, ni, lo2)
 
 
 def _gaussian(f: Field, g: dict):
