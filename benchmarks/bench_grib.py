@@ -36,7 +36,9 @@ KEYS = ("shortName", "paramId", "typeOfLevel", "level", "dataDate", "dataTime", 
 
 
 def make(d: Path, n: int) -> list[Path]:
-    import eccodes as ec
+    from virtualize.codecs import load_eccodes
+
+    ec = load_eccodes()  # (after pyproj: docs/grib.md, "Known issue")
 
     out = []
     for sample, name in (("GRIB2", "grib2.grib2"), ("GRIB1", "grib1.grib1")):
@@ -78,7 +80,9 @@ def kerchunk_scan(path: Path):
 
 
 def floor(path: Path):
-    import eccodes as ec
+    from virtualize.codecs import load_eccodes
+
+    ec = load_eccodes()  # (after pyproj: docs/grib.md, "Known issue")
 
     n = 0
     with open(path, "rb") as f:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import sys
 from dataclasses import dataclass
 
 import numpy as np
@@ -223,13 +224,32 @@ class BitshuffleCodec(_Codec):
                                                   self.blocksize, self.compression))
 
 
+def load_eccodes():
+    """ecCodes' Python module (`import eccodes`, raising as it does), imported after pyproj
+    when pyproj is installed and ecCodes is not loaded yet.
+
+    Why the order: ecCodes' wheel loads every library of `eckitlib` RTLD_GLOBAL (findlibs),
+    among them a copy of PROJ (eckitlib.libs/libproj-*.so). A PROJ loaded after it (pyproj's
+    own copy) then binds its C++ globals (`osgeo::proj::common::UnitOfMeasure::METRE`, ...)
+    to eckit's: both copies construct and register destructors for the same objects, and
+    the process aborts at exit ("double free or corruption", docs/grib.md). pyproj's copy
+    loaded first is private to pyproj (RTLD_LOCAL), so the two stay apart."""
+    if "gribapi" not in sys.modules and "pyproj" not in sys.modules:
+        try:
+            import pyproj  # noqa: F401
+        except Exception:  # noqa: BLE001 - no pyproj (or a broken one): nothing to order
+            pass
+    import eccodes
+    return eccodes
+
+
 def grib_decode(data: bytes, points: int) -> np.ndarray:
     """One GRIB message's values as ecCodes decodes them (`codes_get_values`: float64),
     the points its bit-map marks missing NaN (ecCodes' missingValue set to NaN before
     decoding, so a stored value equal to the default 9999 stays). A message of another
     number of points than `points` is an error, never reshaped."""
     try:
-        import eccodes
+        eccodes = load_eccodes()
     except ImportError as e:
         raise ValueError(f"{GRIB}: decoding GRIB needs ecCodes: "
                          "pip install 'virtualize[grib]'") from e

@@ -84,7 +84,9 @@ def _grib_read(path: Path, name: str) -> np.ndarray:
     pressure decreasing), NaN where no message is."""
     import datetime as dt
 
-    import eccodes as ec
+    from virtualize.codecs import load_eccodes
+
+    ec = load_eccodes()  # (after pyproj: docs/grib.md, "Known issue")
 
     groups: dict[tuple, list] = {}
     with open(path, "rb") as f:

@@ -138,7 +138,9 @@ class Grib(Format):
     name = "grib"
     suffixes = (".grib", ".grb", ".grib1", ".grib2", ".grb1", ".grb2")
     inventory_formats = ("grib",)
-    modules = (__name__, *(("eccodes",) if _installed("eccodes") else ()))
+    # (pyproj before ecCodes, as codecs.load_eccodes imports them: see there why)
+    modules = (__name__, *((*(("pyproj",) if _installed("pyproj") else ()), "eccodes")
+                           if _installed("eccodes") else ()))
 
     def sniff(self, head: bytes, f=None) -> bool:
         if head[:4] == _messages.MAGIC and len(head) >= 8 and head[7] in (1, 2):

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ...codecs import GRIB
+from ...codecs import GRIB, load_eccodes
 from ...model import REF_DTYPE as REF
 from ...model import (
     BlockTable,
@@ -59,7 +59,7 @@ LEVELS = {"isobaricInhPa": {"units": "hPa", "positive": "down", "stored_directio
 
 def eccodes():
     try:
-        import eccodes as ec
+        ec = load_eccodes()  # (after pyproj: codecs.load_eccodes says why)
     except (ImportError, OSError, RuntimeError):  # (no wheel, or its library will not load)
         return None
     return ec
