@@ -403,15 +403,21 @@ def _order_by_coordinate(ctx: _Context) -> None:
                         "the same file given twice?" + _another_axis(inv, ctx.invs[j], dim)
                         + ")", axis=dim)
         elif prev_last is not None and not vals[0] > prev_last and (
-                ctx.opts.sort or not ctx.new_axis):
-            # (a new axis' step a file, in the order given with --no-sort: text need not
-            # increase, only differ)
+                ctx.opts.sort or not ctx.new_axis or _is_time(c)):
+            # (a new axis' step a file, in the order given with --no-sort: labels need not
+            # increase, only differ; dates must, as time does)
             ctx.problem(inv.path, dim, "coordinate-not-increasing",
                         f"{dim} starts at {py(vals[0])!r}, not after the previous file's last "
                         f"value {py(prev_last)!r} ({prev_path}): the files overlap in {dim}",
                         axis=dim)
         prev_last = vals[-1]
         prev_path = inv.path
+
+
+def _is_time(c: Variable) -> bool:
+    """A CF time coordinate ("UNIT since DATE")."""
+    units = c.attrs.get("units")
+    return isinstance(units, str) and " since " in units
 
 
 def _first_equal(values: list[np.ndarray]) -> np.ndarray:
