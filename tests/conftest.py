@@ -6,6 +6,11 @@ from pathlib import Path
 
 import pytest
 
+try:  # before anything loads ecCodes (cfgrib imports it directly, through xarray's engine
+    import pyproj  # noqa: F401  list): the other order aborts the process at exit
+except ImportError:  # (docs/grib.md, "Known issue"; virtualize.codecs.load_eccodes)
+    pass
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "fixtures"))
 
@@ -60,29 +65,6 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "needs(*names): skip unless these commands (ncgen, "
                                        "h5repack, gdal_translate, tiffcp, chromium, ...) or "
                                        "Python packages are installed (tests/conftest.py)")
-
-
-_EXIT_STATUS: list[int] = []
-
-
-def pytest_sessionfinish(session, exitstatus):
-    _EXIT_STATUS.append(int(exitstatus))
-
-
-@pytest.hookimpl(trylast=True)
-def pytest_unconfigure(config):
-    # A process that loaded ecCodes' wheel (eccodeslib 2.50) before pyproj aborted at
-    # interpreter exit (two PROJ copies sharing globals; docs/grib.md, "Known issue").
-    # virtualize.codecs.load_eccodes imports them in the safe order; this stays as a
-    # safety net: the session's status is its exit status, without native exit handlers.
-    # VIRTUALIZE_NO_EXIT_WORKAROUND=1 keeps the native exit handlers (tests that check
-    # the process exits cleanly by itself).
-    if os.environ.get("VIRTUALIZE_NO_EXIT_WORKAROUND"):
-        return
-    if _EXIT_STATUS and ("gribapi" in sys.modules or "eccodes" in sys.modules):
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(_EXIT_STATUS[-1])
 
 
 def pytest_collection_modifyitems(config, items):

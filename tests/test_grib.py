@@ -598,9 +598,8 @@ def test_read_region_is_ecCodes_values(grib_case, tmp_path):
 
 
 def _run_clean(args: list[str]) -> subprocess.CompletedProcess:
-    """`python args` from the repository, this source tree first on the path and without
-    the test suite's exit workaround (tests/conftest.py `pytest_unconfigure`)."""
-    env = {**os.environ, "VIRTUALIZE_NO_EXIT_WORKAROUND": "1",
+    """`python args` from the repository, this source tree first on the path."""
+    env = {**os.environ,
            "PYTHONPATH": os.pathsep.join([str(ROOT / "src"),
                                           *filter(None, [os.environ.get("PYTHONPATH")])])}
     return subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True,
@@ -617,8 +616,8 @@ def test_a_process_with_eccodes_then_pyproj_exits_cleanly():
 
 
 def test_grib_and_netcdf_tests_in_one_process_exit_cleanly():
-    # the pair of tests whose process aborted at exit (docs/grib.md, "Known issue"), run
-    # without the conftest's os._exit: the process must end by itself, with status 0
+    # the pair of tests whose process aborted at exit (docs/grib.md, "Known issue"): the
+    # process must end by itself, with status 0
     pytest.importorskip("pyproj")
     pytest.importorskip("netCDF4")
     got = _run_clean(["-m", "pytest", "-q", "-p", "no:cacheprovider",
