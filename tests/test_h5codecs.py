@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -174,8 +175,22 @@ def test_a_stack_joins_and_the_kerchunk_export_reads_without_importing_virtualiz
 def test_entry_points_name_the_codecs():
     eps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"]
     declared = eps["zarr.codecs"]
-    assert set(declared) == set(vcodecs.CODECS)
-    for name, target in declared.items():
+    ours = {n: t for n, t in declared.items() if not n.startswith("imagecodecs_")}
+    assert set(ours) == set(vcodecs.CODECS)
+    # imagecodecs' own classes under the names it registers them by, for every
+    # imagecodecs codec a cube can name (the source's codec names)
+    import imagecodecs.zarr
+
+    named = {m for p in (ROOT / "src" / "virtualize").rglob("*.py")
+             for m in re.findall(r'"(imagecodecs_[a-z0-9]+)"', p.read_text())}
+    theirs = {n: t for n, t in declared.items() if n.startswith("imagecodecs_")}
+    assert named <= set(theirs), named - set(theirs)
+    for name, target in theirs.items():
+        module, _colon, attr = target.partition(":")
+        assert module == "imagecodecs.zarr"
+        assert imagecodecs.zarr._CODEC_CLASSES[name.removeprefix("imagecodecs_")] is \
+            getattr(imagecodecs.zarr, attr)
+    for name, target in ours.items():
         module, _colon, attr = target.partition(":")
         assert module == "virtualize.codecs" and getattr(vcodecs, attr) is vcodecs.CODECS[name]
         config = {vcodecs.BITSHUFFLE: {"elementsize": 4},
