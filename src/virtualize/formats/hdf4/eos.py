@@ -14,6 +14,10 @@ to the SDS of its name whose dimensions are exactly those names; it then gets:
 - a swath data field: CF `coordinates` naming the swath's geolocation fields whose
   dimensions are among its own (dimension maps with offsets / increments are not
   applied: such geolocation fields are not named).
+
+`grid_coordinates` then adds a grid's 1-D `XDim` / `YDim` coordinates (GDij2ll's pixel
+positions between its corners: degrees for GCTP_GEO, projection metres otherwise), or a
+note saying why there are none (GCTP_SOM, unknown projection, missing corners).
 """
 
 from __future__ import annotations
