@@ -433,6 +433,18 @@ def test_hdfeos2_grid_axes_registration_origin_dms():
     assert isinstance(grid(UpperLeftPointMtrs=[1.0]), str)
     assert isinstance(grid(XDim=0), str)
     assert isinstance(grid(PixelRegistration="HDFE_SOMEWHERE"), str)
+    # GCTP_GEO: packed DMS corners; plain degrees (seconds >= 60) are not guessed
+    x, y, units = grid(Projection="GCTP_GEO", UpperLeftPointMtrs=[-180000000.0, 90000000.0],
+                       LowerRightMtrs=[180000000.0, -90000000.0])
+    assert x.tolist() == [-135.0, -45.0, 45.0, 135.0] and y.tolist() == [45.0, -45.0]
+    assert units == "degrees"
+    with pytest.raises(ValueError):
+        eos.dms_degrees(-180.0)
+    assert "DMS" in grid(Projection="GCTP_GEO", UpperLeftPointMtrs=[-180.0, 90.0],
+                         LowerRightMtrs=[180.0, -90.0])
+    assert "off the globe" in grid(Projection="GCTP_GEO",
+                                   UpperLeftPointMtrs=[0.0, 95000000.0],
+                                   LowerRightMtrs=[10000000.0, 80000000.0])
 
 
 @pytest.mark.parametrize("seed", range(6))

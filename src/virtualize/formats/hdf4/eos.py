@@ -203,6 +203,8 @@ def dms_degrees(packed: float) -> float:
     d = int(a / 1e6)
     m = int((a - d * 1e6) / 1e3)
     s = a - d * 1e6 - m * 1e3
+    if m >= 60 or s >= 60:  # (e.g. plain degrees, -180.0: not DMS, no guess)
+        raise ValueError(f"{packed} is no packed DMS angle (DDDMMMSSS.SS)")
     return float(np.copysign(d + m / 60.0 + s / 3600.0, packed))
 
 
@@ -231,7 +233,13 @@ def grid_axes(s: Structure) -> tuple[np.ndarray, np.ndarray, str] | str:
     else:
         return f"PixelRegistration {registration!r} / GridOrigin {origin!r} unknown"
     if proj == "GCTP_GEO":
-        ul, lr = [dms_degrees(v) for v in ul], [dms_degrees(v) for v in lr]
+        try:
+            ul, lr = [dms_degrees(v) for v in ul], [dms_degrees(v) for v in lr]
+        except ValueError as e:
+            return f"GCTP_GEO corner {e}"
+        if not (abs(ul[0]) <= 360 and abs(lr[0]) <= 360 and abs(ul[1]) <= 90
+                and abs(lr[1]) <= 90):
+            return f"GCTP_GEO corners {ul}, {lr} (degrees) are off the globe"
     ul, lr = [float(v) for v in ul], [float(v) for v in lr]
     x = ul[0] + (np.arange(nx, dtype="f8") + adj[0]) * ((lr[0] - ul[0]) / nx)
     y = ul[1] + (np.arange(ny, dtype="f8") + adj[1]) * ((lr[1] - ul[1]) / ny)
