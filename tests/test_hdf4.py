@@ -382,6 +382,21 @@ def test_hdfeos2_grid_coordinates(hdf4_case, tmp_path, key):
     np.testing.assert_allclose(ds.YDim.values, y0 + (np.arange(ny) + 0.5) * dy, rtol=1e-12)
 
 
+def test_hdfeos2_grid_granules_stack_along_time_with_their_coordinates(hdf4_case, tmp_path):
+    import shutil
+
+    src = next(p for p in hdf4_case("eos_grids") if p.stem == "geo")
+    files = [tmp_path / f"geo_2020010{k}.hdf" for k in (1, 2)]
+    for f in files:
+        shutil.copy(src, f)
+    report, g, _ = roundtrip(files, tmp_path, concat_dim="time",
+                             coords={"time": r"name:_(\d{8})"})
+    assert report.ok and not report.problems, report.problems
+    ds = xr.open_dataset(tmp_path / "cube.zarr", engine="virtualize")
+    assert ds["Band"].dims == ("time", "YDim", "XDim")
+    assert_same(ds["Band"].values, np.stack([pyhdf_read(f, "Band") for f in files]), "stack")
+    assert ds.XDim.values[0] == -10.5 + 0.5 * 30.5 / 8 and ds.YDim.dims == ("YDim",)
+
 def test_hdfeos2_grid_without_separable_coordinates_gets_a_note(hdf4_case, tmp_path):
     """A space oblique Mercator grid (blocked: x / y not separable) and a grid without
     corners get no XDim / YDim, a located note, their data read as ever."""
