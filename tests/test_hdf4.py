@@ -414,6 +414,26 @@ def test_hdfeos2_grid_without_separable_coordinates_gets_a_note(hdf4_case, tmp_p
     assert len(notes) == 1 and "Grid2" in notes[0].message and not notes[0].fatal
 
 
+def test_hdfeos2_grid_of_other_lengths_than_its_definition_gets_a_note(tmp_path):
+    from virtualize.formats import scan
+
+    (grid, nx, ny, lines) = make_hdf4.EOS_GRIDS["sin"]
+    path = tmp_path / "wrong.hdf"
+    sd = SD.SD(str(path), SD.SDC.WRITE | SD.SDC.CREATE)
+    sd.attr("StructMetadata.0").set(SD.SDC.CHAR8, make_hdf4._grid_struct(
+        grid, f"\t\tXDim={nx + 1}\n\t\tYDim={ny}\n{lines}", (("Band", "DFNT_INT16"),)))
+    v = sd.create("Band", SD.SDC.INT16, (ny, nx))
+    v.dim(0).setname(f"YDim:{grid}")
+    v.dim(1).setname(f"XDim:{grid}")
+    v[:] = np.ones((ny, nx), "i2")
+    v.endaccess()
+    sd.end()
+    inv = scan(path)
+    assert set(inv.variables) == {"Band"} and inv.variables["Band"].dims == ("YDim", "XDim")
+    (note,) = inv.problems
+    assert note.kind == "hdfeos-metadata" and not note.fatal and "lengths" in note.message
+
+
 def test_hdfeos2_grid_axes_registration_origin_dms():
     from virtualize.formats.hdf4 import eos
 

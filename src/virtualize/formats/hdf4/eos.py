@@ -254,15 +254,22 @@ def grid_coordinates(structures: list[Structure], variables: dict, path: str) ->
         if s.kind != "grid":
             continue
         names = {}  # "XDim" / "YDim" -> the cube's dimension name
+        lengths = {}  # ... -> the fields' lengths along it
         for v in variables.values():
             if v.attrs.get("HDFEOS_GRID") == s.name:
-                for d in v.dims:
+                for d, n in zip(v.dims, v.shape):
                     base = re.sub(f":{re.escape(s.name)}$", "", d)
                     if base in ("XDim", "YDim"):
                         names[base] = d
+                        lengths.setdefault(base, set()).add(n)
         if not names:
             continue
         axes = grid_axes(s)
+        if not isinstance(axes, str) and any(
+                ns != {s.attrs[f"HDFEOS_{b}"]} for b, ns in lengths.items()):
+            axes = "its fields' lengths " + ", ".join(
+                f"{b} {sorted(ns)}" for b, ns in lengths.items()) + " are not the " \
+                f"definition's (XDim {s.attrs['HDFEOS_XDim']}, YDim {s.attrs['HDFEOS_YDim']})"
         if isinstance(axes, str):
             notes.append(Problem(Location(path, axis=", ".join(names.values())),
                                  "hdfeos-metadata", f"grid {s.name!r}: {axes}: no XDim / "
