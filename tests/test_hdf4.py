@@ -462,6 +462,7 @@ def test_hdfeos2_grid_axes_registration_origin_dms():
     assert x.tolist() == [5.0, 15.0, 25.0, 35.0]
     # none rather than wrong ones
     assert isinstance(grid(Projection="GCTP_SOM"), str)
+    assert isinstance(grid(Projection="GCTP_BCEA"), str)  # (corners in packed degrees)
     assert isinstance(grid(Projection="GCTP_NEW"), str)
     assert isinstance(grid(Projection=None), str)
     assert isinstance(grid(LowerRightMtrs=None), str)

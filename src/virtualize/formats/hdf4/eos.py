@@ -184,13 +184,14 @@ def stripped_lengths(variables: dict) -> dict[str, set]:
     return out
 
 
-# GCTP projections whose grid is regular in projection x / y (HDF-EOS2's GDij2ll: every
-# grid but GCTP_SOM's blocks, whose x / y depend on the block); GCTP_GEO in degrees
+# GCTP projections whose grid is regular in projection x / y between corners in metres
+# (HDF-EOS2's GDij2ll; not GCTP_SOM's blocks, whose x / y depend on the block, nor
+# GCTP_BCEA, whose corners are packed degrees projected to metres); GCTP_GEO in degrees
 PROJECTED = frozenset(f"GCTP_{p}" for p in (
     "UTM", "SPCS", "ALBERS", "LAMCC", "MERCAT", "PS", "POLYC", "EQUIDC", "TM", "STEREO",
     "LAMAZ", "AZMEQD", "GNOMON", "ORTHO", "GVNSP", "SNSOID", "EQRECT", "MILLER", "VGRINT",
     "HOM", "ROBIN", "GOOD", "MOLL", "IMOLL", "HAMMER", "WAGIV", "WAGVII", "OBLEQA", "CEA",
-    "BCEA", "ISINUS"))
+    "ISINUS"))
 # HDF-EOS2 GDij2ll: a corner-registered pixel's point is the corner GridOrigin names
 CORNER = {"HDFE_GD_UL": (0.0, 0.0), "HDFE_GD_UR": (1.0, 0.0), "HDFE_GD_LL": (0.0, 1.0),
           "HDFE_GD_LR": (1.0, 1.0)}
