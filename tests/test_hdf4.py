@@ -307,6 +307,15 @@ def test_hdfeos2_grids_and_swaths_from_struct_metadata(hdf4_case, tmp_path):
     assert p.attrs["HDFEOS_UpperLeftPointMtrs"] == [210584.50041, 3322395.95445]
     assert p.dims == ("YDim:UTMGrid", "XDim:UTMGrid")
     assert ds["Snow"].dims == ("YDim:Grid2", "XDim:Grid2")
+    # the UTM grid's projection x / y (two grids: named as their dimensions); Grid2 has
+    # no corners: none (a note, test_hdfeos2_grid_without_separable_coordinates...)
+    ulx, uly, lrx, lry = 210584.500410, 3322395.954450, 813931.109590, 2214162.532780
+    np.testing.assert_array_equal(ds["XDim:UTMGrid"].values,
+                                  ulx + (np.arange(3) + 0.5) * ((lrx - ulx) / 3))
+    np.testing.assert_array_equal(ds["YDim:UTMGrid"].values,
+                                  uly + (np.arange(4) + 0.5) * ((lry - uly) / 4))
+    assert ds["XDim:UTMGrid"].attrs["units"] == "m"
+    assert "XDim:Grid2" not in ds.variables
     assert "StructMetadata.0" in ds.attrs
 
 
@@ -321,6 +330,157 @@ def test_hdfeos2_struct_metadata_parse():
         ("Longitude", ("GeoTrack", "GeoXtrack"), True),
         ("Temperature", ("GeoTrack", "GeoXtrack"), False)]
     assert grid.attrs["HDFEOS_ZoneCode"] == 40
+
+
+def _gdal_geotransform(path, grid, field):
+    import json
+    import subprocess
+
+    out = subprocess.run(["gdalinfo", "-json", f'HDF4_EOS:EOS_GRID:"{path}":{grid}:{field}'],
+                         capture_output=True, text=True, check=True).stdout
+    return json.loads(out)["geoTransform"]
+
+
+@pytest.mark.parametrize("key", ["geo", "sin"])
+def test_hdfeos2_grid_coordinates(hdf4_case, tmp_path, key):
+    """A GCTP_GEO grid (packed-DMS corners) and a sinusoidal one get XDim / YDim: the
+    pixel centres between the corners, as HDF-EOS2's GDij2ll and GDAL's geotransform
+    place them; read through virtualize.open and xarray, `sel` by them works."""
+    import shutil
+
+    path = next(p for p in hdf4_case("eos_grids") if p.stem == key)
+    grid, nx, ny, _ = make_hdf4.EOS_GRIDS[key]
+    report, g, k = roundtrip([path], tmp_path)
+    assert report.ok and not report.problems, report.problems
+    assert_same(g["Band"][...], pyhdf_read(path, "Band"), "Band")
+    if key == "geo":  # (-10°30'00", 50°15'30") to (20°, 40°)
+        ulx, uly, lrx, lry = -10.5, 50 + 15 / 60 + 30 / 3600, 20.0, 40.0
+        std, units = ("longitude", "latitude"), ("degrees_east", "degrees_north")
+    else:
+        ulx, uly, lrx, lry = -1111950.519667, 5559752.598333, 0.0, 4447802.078667
+        std, units = ("projection_x_coordinate", "projection_y_coordinate"), ("m", "m")
+    x = ulx + (np.arange(nx) + 0.5) * ((lrx - ulx) / nx)
+    y = uly + (np.arange(ny) + 0.5) * ((lry - uly) / ny)
+    np.testing.assert_array_equal(g["XDim"][...], x)
+    np.testing.assert_array_equal(g["YDim"][...], y)
+    np.testing.assert_array_equal(k["XDim"][...], x)
+    assert g["XDim"].dtype == np.float64
+    ds = xr.open_dataset(tmp_path / "cube.zarr", engine="virtualize")
+    assert ds["Band"].dims == ("YDim", "XDim")
+    assert (ds.XDim.attrs["standard_name"], ds.YDim.attrs["standard_name"]) == std
+    assert (ds.XDim.attrs["units"], ds.YDim.attrs["units"]) == units
+    assert ds.XDim.attrs["HDFEOS_Projection"] == ("GCTP_GEO" if key == "geo" else
+                                                 "GCTP_SNSOID")
+    np.testing.assert_array_equal(ds["Band"].sel(XDim=x[2], YDim=y[1]).values,
+                                  pyhdf_read(path, "Band")[1, 2])
+    np.testing.assert_array_equal(ds["Band"].sel(XDim=x[3], method="nearest").values,
+                                  pyhdf_read(path, "Band")[:, 3])
+    if shutil.which("gdalinfo") is None:
+        pytest.skip("gdalinfo is not installed: GDAL's geotransform not compared")
+    x0, dx, _, y0, _, dy = _gdal_geotransform(path, grid, "Band")
+    np.testing.assert_allclose(ds.XDim.values, x0 + (np.arange(nx) + 0.5) * dx, rtol=1e-12)
+    np.testing.assert_allclose(ds.YDim.values, y0 + (np.arange(ny) + 0.5) * dy, rtol=1e-12)
+
+
+def test_hdfeos2_grid_granules_stack_along_time_with_their_coordinates(hdf4_case, tmp_path):
+    import shutil
+
+    src = next(p for p in hdf4_case("eos_grids") if p.stem == "geo")
+    files = [tmp_path / f"geo_2020010{k}.hdf" for k in (1, 2)]
+    for f in files:
+        shutil.copy(src, f)
+    report, g, _ = roundtrip(files, tmp_path, concat_dim="time",
+                             coords={"time": r"name:_(\d{8})"})
+    assert report.ok and not report.problems, report.problems
+    ds = xr.open_dataset(tmp_path / "cube.zarr", engine="virtualize")
+    assert ds["Band"].dims == ("time", "YDim", "XDim")
+    assert_same(ds["Band"].values, np.stack([pyhdf_read(f, "Band") for f in files]), "stack")
+    assert ds.XDim.values[0] == -10.5 + 0.5 * 30.5 / 8 and ds.YDim.dims == ("YDim",)
+
+def test_hdfeos2_grid_without_separable_coordinates_gets_a_note(hdf4_case, tmp_path):
+    """A space oblique Mercator grid (blocked: x / y not separable) and a grid without
+    corners get no XDim / YDim, a located note, their data read as ever."""
+    path = next(p for p in hdf4_case("eos_grids") if p.stem == "som")
+    report, g, _ = roundtrip([path], tmp_path)
+    assert report.ok
+    (note,) = report.problems
+    assert (note.kind, note.fatal, note.loc.file) == ("hdfeos-metadata", False, str(path))
+    assert "GCTP_SOM" in note.message and "SomGrid" in note.message
+    assert "XDim" not in g and "YDim" not in g
+    assert_same(g["Band"][...], pyhdf_read(path, "Band"), "Band")
+    (path,) = hdf4_case("eos")
+    report = virtualize.check([path])
+    notes = [p for p in report.problems if p.kind == "hdfeos-metadata"]
+    assert len(notes) == 1 and "Grid2" in notes[0].message and not notes[0].fatal
+
+
+def test_hdfeos2_grid_of_other_lengths_than_its_definition_gets_a_note(tmp_path):
+    from virtualize.formats import scan
+
+    (grid, nx, ny, lines) = make_hdf4.EOS_GRIDS["sin"]
+    path = tmp_path / "wrong.hdf"
+    sd = SD.SD(str(path), SD.SDC.WRITE | SD.SDC.CREATE)
+    sd.attr("StructMetadata.0").set(SD.SDC.CHAR8, make_hdf4._grid_struct(
+        grid, f"\t\tXDim={nx + 1}\n\t\tYDim={ny}\n{lines}", (("Band", "DFNT_INT16"),)))
+    v = sd.create("Band", SD.SDC.INT16, (ny, nx))
+    v.dim(0).setname(f"YDim:{grid}")
+    v.dim(1).setname(f"XDim:{grid}")
+    v[:] = np.ones((ny, nx), "i2")
+    v.endaccess()
+    sd.end()
+    inv = scan(path)
+    assert set(inv.variables) == {"Band"} and inv.variables["Band"].dims == ("YDim", "XDim")
+    (note,) = inv.problems
+    assert note.kind == "hdfeos-metadata" and not note.fatal and "lengths" in note.message
+
+
+def test_hdfeos2_grid_axes_registration_origin_dms():
+    from virtualize.formats.hdf4 import eos
+
+    assert eos.dms_degrees(-10030000.0) == -10.5
+    assert eos.dms_degrees(50015030.0) == 50 + 15 / 60 + 30 / 3600
+    assert eos.dms_degrees(-180000000.0) == -180.0
+    assert eos.dms_degrees(0.0) == 0.0
+
+    def grid(**kw):
+        attrs = {"HDFEOS_XDim": 4, "HDFEOS_YDim": 2, "HDFEOS_Projection": "GCTP_PS",
+                 "HDFEOS_UpperLeftPointMtrs": [0.0, 100.0],
+                 "HDFEOS_LowerRightMtrs": [40.0, 80.0]}
+        attrs.update({f"HDFEOS_{k}": v for k, v in kw.items()})
+        return eos.grid_axes(eos.Structure("grid", "G", {k: v for k, v in attrs.items()
+                                                          if v is not None}))
+
+    x, y, units = grid()
+    assert x.tolist() == [5.0, 15.0, 25.0, 35.0] and y.tolist() == [95.0, 85.0]
+    assert units == "m"
+    # corner registration: the pixel's point is the corner GridOrigin names
+    x, y, _ = grid(PixelRegistration="HDFE_CORNER")
+    assert x.tolist() == [0.0, 10.0, 20.0, 30.0] and y.tolist() == [100.0, 90.0]
+    x, y, _ = grid(PixelRegistration="HDFE_CORNER", GridOrigin="HDFE_GD_LR")
+    assert x.tolist() == [10.0, 20.0, 30.0, 40.0] and y.tolist() == [90.0, 80.0]
+    x, y, _ = grid(GridOrigin="HDFE_GD_LR")  # (centre registration: the centre)
+    assert x.tolist() == [5.0, 15.0, 25.0, 35.0]
+    # none rather than wrong ones
+    assert isinstance(grid(Projection="GCTP_SOM"), str)
+    assert isinstance(grid(Projection="GCTP_BCEA"), str)  # (corners in packed degrees)
+    assert isinstance(grid(Projection="GCTP_NEW"), str)
+    assert isinstance(grid(Projection=None), str)
+    assert isinstance(grid(LowerRightMtrs=None), str)
+    assert isinstance(grid(UpperLeftPointMtrs=[1.0]), str)
+    assert isinstance(grid(XDim=0), str)
+    assert isinstance(grid(PixelRegistration="HDFE_SOMEWHERE"), str)
+    # GCTP_GEO: packed DMS corners; plain degrees (seconds >= 60) are not guessed
+    x, y, units = grid(Projection="GCTP_GEO", UpperLeftPointMtrs=[-180000000.0, 90000000.0],
+                       LowerRightMtrs=[180000000.0, -90000000.0])
+    assert x.tolist() == [-135.0, -45.0, 45.0, 135.0] and y.tolist() == [45.0, -45.0]
+    assert units == "degrees"
+    with pytest.raises(ValueError):
+        eos.dms_degrees(-180.0)
+    assert "DMS" in grid(Projection="GCTP_GEO", UpperLeftPointMtrs=[-180.0, 90.0],
+                         LowerRightMtrs=[180.0, -90.0])
+    assert "off the globe" in grid(Projection="GCTP_GEO",
+                                   UpperLeftPointMtrs=[0.0, 95000000.0],
+                                   LowerRightMtrs=[10000000.0, 80000000.0])
 
 
 @pytest.mark.parametrize("seed", range(6))

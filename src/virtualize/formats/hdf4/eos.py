@@ -14,12 +14,21 @@ to the SDS of its name whose dimensions are exactly those names; it then gets:
 - a swath data field: CF `coordinates` naming the swath's geolocation fields whose
   dimensions are among its own (dimension maps with offsets / increments are not
   applied: such geolocation fields are not named).
+
+`grid_coordinates` then adds a grid's 1-D `XDim` / `YDim` coordinates (GDij2ll's pixel
+positions between its corners: degrees for GCTP_GEO, projection metres otherwise), or a
+note saying why there are none (GCTP_SOM, unknown projection, missing corners).
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+
+import numpy as np
+
+from ...model import Location, Problem, Variable
+from .._values import bytes_codec
 
 GRID_KEYS = ("XDim", "YDim", "UpperLeftPointMtrs", "LowerRightMtrs", "Projection",
              "ProjParams", "ZoneCode", "SphereCode", "GridOrigin", "PixelRegistration")
@@ -173,3 +182,120 @@ def stripped_lengths(variables: dict) -> dict[str, set]:
         for d in v.dims:
             out.setdefault(re.sub(r":[^:]*$", "", d), set()).add(d)
     return out
+
+
+# GCTP projections whose grid is regular in projection x / y between corners in metres
+# (HDF-EOS2's GDij2ll; not GCTP_SOM's blocks, whose x / y depend on the block, nor
+# GCTP_BCEA, whose corners are packed degrees projected to metres); GCTP_GEO in degrees
+PROJECTED = frozenset(f"GCTP_{p}" for p in (
+    "UTM", "SPCS", "ALBERS", "LAMCC", "MERCAT", "PS", "POLYC", "EQUIDC", "TM", "STEREO",
+    "LAMAZ", "AZMEQD", "GNOMON", "ORTHO", "GVNSP", "SNSOID", "EQRECT", "MILLER", "VGRINT",
+    "HOM", "ROBIN", "GOOD", "MOLL", "IMOLL", "HAMMER", "WAGIV", "WAGVII", "OBLEQA", "CEA",
+    "ISINUS"))
+# HDF-EOS2 GDij2ll: a corner-registered pixel's point is the corner GridOrigin names
+CORNER = {"HDFE_GD_UL": (0.0, 0.0), "HDFE_GD_UR": (1.0, 0.0), "HDFE_GD_LL": (0.0, 1.0),
+          "HDFE_GD_LR": (1.0, 1.0)}
+
+
+def dms_degrees(packed: float) -> float:
+    """HDF-EOS2's packed DMS (DDDMMMSSS.SS: degrees * 1e6 + minutes * 1e3 + seconds) in
+    degrees (EHconvAng, HDFE_DMS_DEG)."""
+    a = abs(float(packed))
+    d = int(a / 1e6)
+    m = int((a - d * 1e6) / 1e3)
+    s = a - d * 1e6 - m * 1e3
+    if m >= 60 or s >= 60:  # (e.g. plain degrees, -180.0: not DMS, no guess)
+        raise ValueError(f"{packed} is no packed DMS angle (DDDMMMSSS.SS)")
+    return float(np.copysign(d + m / 60.0 + s / 3600.0, packed))
+
+
+def grid_axes(s: Structure) -> tuple[np.ndarray, np.ndarray, str] | str:
+    """A grid's x and y pixel coordinates (float64) and their units ("degrees" for
+    GCTP_GEO, "m" otherwise), as HDF-EOS2's GDij2ll computes them; or why there are none."""
+    a = s.attrs
+    proj = a.get("HDFEOS_Projection")
+    if proj != "GCTP_GEO" and proj not in PROJECTED:
+        return f"projection {proj!r} is not one whose x and y are separable" \
+            if proj else "no Projection"
+    ul, lr = a.get("HDFEOS_UpperLeftPointMtrs"), a.get("HDFEOS_LowerRightMtrs")
+    nx, ny = a.get("HDFEOS_XDim"), a.get("HDFEOS_YDim")
+    corners = [ul, lr]
+    if not all(isinstance(c, list) and len(c) == 2 and all(
+            isinstance(x, (int, float)) and np.isfinite(x) for x in c) for c in corners):
+        return "no UpperLeftPointMtrs / LowerRightMtrs (or not two numbers each)"
+    if not (isinstance(nx, int) and isinstance(ny, int) and nx > 0 and ny > 0):
+        return "no positive XDim / YDim"
+    registration = a.get("HDFEOS_PixelRegistration", "HDFE_CENTER")
+    origin = a.get("HDFEOS_GridOrigin", "HDFE_GD_UL")
+    if registration == "HDFE_CENTER":
+        adj = (0.5, 0.5)
+    elif registration == "HDFE_CORNER" and origin in CORNER:
+        adj = CORNER[origin]
+    else:
+        return f"PixelRegistration {registration!r} / GridOrigin {origin!r} unknown"
+    if proj == "GCTP_GEO":
+        try:
+            ul, lr = [dms_degrees(v) for v in ul], [dms_degrees(v) for v in lr]
+        except ValueError as e:
+            return f"GCTP_GEO corner {e}"
+        if not (abs(ul[0]) <= 360 and abs(lr[0]) <= 360 and abs(ul[1]) <= 90
+                and abs(lr[1]) <= 90):
+            return f"GCTP_GEO corners {ul}, {lr} (degrees) are off the globe"
+    ul, lr = [float(v) for v in ul], [float(v) for v in lr]
+    x = ul[0] + (np.arange(nx, dtype="f8") + adj[0]) * ((lr[0] - ul[0]) / nx)
+    y = ul[1] + (np.arange(ny, dtype="f8") + adj[1]) * ((lr[1] - ul[1]) / ny)
+    return x, y, "degrees" if proj == "GCTP_GEO" else "m"
+
+
+def grid_coordinates(structures: list[Structure], variables: dict, path: str) -> list:
+    """1-D `XDim` / `YDim` coordinate variables (named as `apply` named the grid fields'
+    dimensions) for the grids whose fields matched; notes for the grids given none."""
+    notes = []
+    for s in structures:
+        if s.kind != "grid":
+            continue
+        names = {}  # "XDim" / "YDim" -> the cube's dimension name
+        lengths = {}  # ... -> the fields' lengths along it
+        for v in variables.values():
+            if v.attrs.get("HDFEOS_GRID") == s.name:
+                for d, n in zip(v.dims, v.shape):
+                    base = re.sub(f":{re.escape(s.name)}$", "", d)
+                    if base in ("XDim", "YDim"):
+                        names[base] = d
+                        lengths.setdefault(base, set()).add(n)
+        if not names:
+            continue
+        axes = grid_axes(s)
+        if not isinstance(axes, str) and any(
+                ns != {s.attrs[f"HDFEOS_{b}"]} for b, ns in lengths.items()):
+            axes = "its fields' lengths " + ", ".join(
+                f"{b} {sorted(ns)}" for b, ns in lengths.items()) + " are not the " \
+                f"definition's (XDim {s.attrs['HDFEOS_XDim']}, YDim {s.attrs['HDFEOS_YDim']})"
+        if isinstance(axes, str):
+            notes.append(Problem(Location(path, axis=", ".join(names.values())),
+                                 "hdfeos-metadata", f"grid {s.name!r}: {axes}: no XDim / "
+                                 "YDim coordinates", fatal=False))
+            continue
+        x, y, units = axes
+        proj = s.attrs["HDFEOS_Projection"]
+        for base, values in (("XDim", x), ("YDim", y)):
+            name = names.get(base)
+            if name is None:
+                continue
+            if name in variables:
+                notes.append(Problem(Location(path, name), "hdfeos-metadata", f"grid "
+                                     f"{s.name!r}: an SDS is named {name!r}: no {base} "
+                                     "coordinate computed", fatal=False))
+                continue
+            geo = proj == "GCTP_GEO"
+            std = ("longitude" if base == "XDim" else "latitude") if geo else \
+                f"projection_{base[0].lower()}_coordinate"
+            if geo:
+                units = "degrees_east" if base == "XDim" else "degrees_north"
+            attrs = {"units": units, "standard_name": std,
+                     "HDFEOS_GRID": s.name, "HDFEOS_Projection": proj}
+            variables[name] = Variable(name=name, dtype=values.dtype, shape=values.shape,
+                                       dims=(name,), attrs=attrs, fill_value=None,
+                                       codecs=[bytes_codec(values.dtype)], blocks=None,
+                                       values=values, is_coordinate=True)
+    return notes
