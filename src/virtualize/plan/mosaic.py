@@ -123,38 +123,11 @@ def plan_mosaic(inventories: Sequence[FileInventory], options: MosaicOptions | N
     sources, ctx.source_maps = source_table(invs)
     if opts.overlap not in (None, "last", "first"):
         raise ValueError(f"overlap must be None, 'last' or 'first', not {opts.overlap!r}")
-    georefs = None
-    if opts.offsets is not None:
-        if len(opts.offsets) != len(invs):
-            raise ValueError(f"{len(opts.offsets)} offsets for {len(invs)} tiles")
-        ydim, xdim = _plain_axes(ctx)
-    else:
-        georefs = [_georef(ctx, inv) for inv in invs]
-        if any(g is None for g in georefs):
-            return Plan(sources, groups_for(invs[0], {}), {}), ctx.problems
-        ydim, xdim = georefs[0].ydim, georefs[0].xdim
-    names = _mosaic_variables(ctx, ydim, xdim)
-    if not names:
-        ctx.problem(None, None, "no-mosaic-variables",
-                    f"no variable has both {ydim!r} and {xdim!r} axes in every tile")
+    placed = _place_tiles(ctx)
+    if placed is None:
         return Plan(sources, groups_for(invs[0], {}), {}), ctx.problems
-    first = invs[0].variables[names[0]]
-    iy, ix = first.dims.index(ydim), first.dims.index(xdim)
-    for tile in ctx.tiles:
-        v = tile.inv.variables[names[0]]
-        tile.height, tile.width = v.shape[iy], v.shape[ix]
-    if georefs is None:
-        for tile, (r, c) in zip(ctx.tiles, opts.offsets):
-            tile.row0, tile.col0 = int(r), int(c)
-    elif not _place(ctx, georefs):
-        return Plan(sources, groups_for(invs[0], {}), {}), ctx.problems
-    r0 = min(t.row0 for t in ctx.tiles)
-    c0 = min(t.col0 for t in ctx.tiles)
-    for t in ctx.tiles:
-        t.row0 -= r0
-        t.col0 -= c0
-    height = max(t.row0 + t.height for t in ctx.tiles)
-    width = max(t.col0 + t.width for t in ctx.tiles)
+    ydim, xdim, names = placed.ydim, placed.xdim, placed.names
+    height, width = placed.height, placed.width
     if opts.overlap is None:
         _report_overlaps(ctx)
     arrays: dict[str, ArrayPlan] = {}
@@ -163,15 +136,15 @@ def plan_mosaic(inventories: Sequence[FileInventory], options: MosaicOptions | N
         if array is not None:
             arrays[name] = array
     arrays.update(_others(ctx, names, ydim, xdim))
-    if georefs is not None:
-        coords = _coordinates(ctx, georefs[0], r0, c0, height, width)
+    if placed.georef is not None:
+        coords = _coordinates(ctx, placed.georef, placed.r0, placed.c0, height, width)
         arrays.update(coords)
         ctx.figures.update({n: figure_of(a) for n, a in coords.items()})
     covered = sum(t.height * t.width for t in ctx.tiles)
     if covered < height * width and opts.overlap is None:
         ctx.notes.append(f"the tiles leave gaps: {height * width - covered} of {height * width} "
                          "pixels have no tile and read as the fill value")
-    groups = combined_attrs(ctx, arrays, set(coords) if georefs is not None else set())
+    groups = combined_attrs(ctx, arrays, set(coords) if placed.georef is not None else set())
     plan = Plan(sources=sources, groups=groups, arrays=arrays,
                 notes=ctx.notes, figures=ctx.figures, mosaic=ctx.mosaic, remedies=ctx.remedies)
     return plan, ctx.problems
@@ -218,6 +191,62 @@ def combined_attrs(ctx: _Ctx, arrays: dict[str, ArrayPlan], made: set[str],
 
 
 # -- placement -------------------------------------------------------------------------
+
+
+@dataclass
+class _Placed:
+    """The tiles placed (`_Tile.row0/col0/height/width`, the mosaic's origin at 0, 0): the
+    mosaic's axes, its variables, the first tile's georeference (None: by offsets), the
+    origin's offset from the first tile's and the mosaic's size."""
+
+    ydim: str
+    xdim: str
+    names: list[str]
+    georef: Georef | None
+    r0: int
+    c0: int
+    height: int
+    width: int
+
+
+def _place_tiles(ctx: _Ctx) -> _Placed | None:
+    """Every tile's size and place, by the options' offsets or by georeferencing (a mosaic
+    and each date of a mosaic over time alike); None when they cannot be placed (the
+    problems say why)."""
+    opts, invs = ctx.opts, ctx.invs
+    georefs = None
+    if opts.offsets is not None:
+        if len(opts.offsets) != len(invs):
+            raise ValueError(f"{len(opts.offsets)} offsets for {len(invs)} tiles")
+        ydim, xdim = _plain_axes(ctx)
+    else:
+        georefs = [_georef(ctx, inv) for inv in invs]
+        if any(g is None for g in georefs):
+            return None
+        ydim, xdim = georefs[0].ydim, georefs[0].xdim
+    names = _mosaic_variables(ctx, ydim, xdim)
+    if not names:
+        ctx.problem(None, None, "no-mosaic-variables",
+                    f"no variable has both {ydim!r} and {xdim!r} axes in every tile")
+        return None
+    first = invs[0].variables[names[0]]
+    iy, ix = first.dims.index(ydim), first.dims.index(xdim)
+    for tile in ctx.tiles:
+        v = tile.inv.variables[names[0]]
+        tile.height, tile.width = v.shape[iy], v.shape[ix]
+    if georefs is None:
+        for tile, (r, c) in zip(ctx.tiles, opts.offsets):
+            tile.row0, tile.col0 = int(r), int(c)
+    elif not _place(ctx, georefs):
+        return None
+    r0 = min(t.row0 for t in ctx.tiles)
+    c0 = min(t.col0 for t in ctx.tiles)
+    for t in ctx.tiles:
+        t.row0 -= r0
+        t.col0 -= c0
+    return _Placed(ydim, xdim, names, georefs[0] if georefs else None, r0, c0,
+                   max(t.row0 + t.height for t in ctx.tiles),
+                   max(t.col0 + t.width for t in ctx.tiles))
 
 def _georef(ctx: _Ctx, inv: FileInventory) -> Georef | None:
     """From a GeoTIFF's spatial_ref/GeoTransform, or 1-D regular x/y (lon/lat) coordinates."""

@@ -39,14 +39,11 @@ from .mosaic import (
     _coordinates,
     _Ctx,
     _cuts,
-    _georef,
     _last_stored,
     _mosaic_variable,
-    _mosaic_variables,
     _others,
     _paint,
-    _place,
-    _plain_axes,
+    _place_tiles,
     _report_overlaps,
     _Tile,
     _who_cuts,
@@ -67,40 +64,11 @@ def plan_mosaic_over_time(inventories: Sequence[FileInventory], opts: MosaicOpti
     sources, ctx.source_maps = source_table(invs)
     empty = Plan(sources, groups_for(invs[0], {}), {})
     dates, coord = _dates(ctx, dim)
-    georefs = None
-    if opts.offsets is not None:
-        if len(opts.offsets) != len(invs):
-            raise ValueError(f"{len(opts.offsets)} offsets for {len(invs)} tiles")
-        ydim, xdim = _plain_axes(ctx)
-    else:
-        georefs = [_georef(ctx, inv) for inv in invs]
-        if any(g is None for g in georefs):
-            return empty, ctx.problems
-        ydim, xdim = georefs[0].ydim, georefs[0].xdim
-    names = _mosaic_variables(ctx, ydim, xdim)
-    if not names:
-        ctx.problem(None, None, "no-mosaic-variables",
-                    f"no variable has both {ydim!r} and {xdim!r} axes in every tile")
+    placed = _place_tiles(ctx)
+    if placed is None or dates is None:
         return empty, ctx.problems
-    first = invs[0].variables[names[0]]
-    iy, ix = first.dims.index(ydim), first.dims.index(xdim)
-    for tile in ctx.tiles:
-        v = tile.inv.variables[names[0]]
-        tile.height, tile.width = v.shape[iy], v.shape[ix]
-    if georefs is None:
-        for tile, (r, c) in zip(ctx.tiles, opts.offsets):
-            tile.row0, tile.col0 = int(r), int(c)
-    elif not _place(ctx, georefs):
-        return empty, ctx.problems
-    if dates is None:
-        return empty, ctx.problems
-    r0 = min(t.row0 for t in ctx.tiles)
-    c0 = min(t.col0 for t in ctx.tiles)
-    for t in ctx.tiles:
-        t.row0 -= r0
-        t.col0 -= c0
-    height = max(t.row0 + t.height for t in ctx.tiles)
-    width = max(t.col0 + t.width for t in ctx.tiles)
+    ydim, xdim, names = placed.ydim, placed.xdim, placed.names
+    height, width = placed.height, placed.width
     keys = sorted(set(dates))
     subs = [_date_ctx(ctx, [i for i, d in enumerate(dates) if d == key], ydim, xdim)
             for key in keys]
@@ -112,8 +80,8 @@ def plan_mosaic_over_time(inventories: Sequence[FileInventory], opts: MosaicOpti
         if array is not None:
             arrays[name] = array
     arrays.update(_others(ctx, names, ydim, xdim))
-    if georefs is not None:
-        coords = _coordinates(ctx, georefs[0], r0, c0, height, width)
+    if placed.georef is not None:
+        coords = _coordinates(ctx, placed.georef, placed.r0, placed.c0, height, width)
         arrays.update(coords)
         ctx.figures.update({n: figure_of(a) for n, a in coords.items()})
     time = coord.plan(dim, keys)
@@ -128,7 +96,7 @@ def plan_mosaic_over_time(inventories: Sequence[FileInventory], opts: MosaicOpti
                      f"grid ({coord.source}): " + ", ".join(shown[:10])
                      + (", ..." if len(shown) > 10 else ""))
     _missing_tiles(ctx, subs, shown, height, width)
-    made = {dim} | (set(coords) if georefs is not None else set())
+    made = {dim} | (set(coords) if placed.georef is not None else set())
     spec = parse_coords({k: v for k, v in (opts.coords or {}).items() if k == dim}).get(dim)
     leave = frozenset({spec.arg} if spec is not None and spec.kind == "attr" else ())
     groups = combined_attrs(ctx, arrays, made, leave)
