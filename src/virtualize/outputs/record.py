@@ -6,6 +6,7 @@ checked for staleness (staleness.py) from here."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -53,6 +54,20 @@ def resolve_sources(sources: list, base: str) -> list:
 def resolve_roots(roots: list, base: str) -> list:
     """Recorded roots resolved against `base`, as `resolve_sources`."""
     return [resolve(r, base) if isinstance(r, str) else r for r in roots]
+
+
+def recorded_in(doc_file: str | os.PathLike, base: str) -> Any:
+    """The `virtualize` section of an output's JSON document (a kerchunk reference file, a
+    parquet set's `.zmetadata`), its sources and append state resolved against `base`;
+    None when the document cannot be read."""
+    try:
+        with open(doc_file, "rb") as f:
+            info = json.loads(f.read()).get("virtualize")
+    except (OSError, ValueError, AttributeError):
+        return None
+    if isinstance(info, dict) and isinstance(info.get("sources"), list):
+        resolved(info, base, roots=False, append=True)
+    return info
 
 
 def resolved(info, base: str, *, roots: bool = True, append: bool = False):

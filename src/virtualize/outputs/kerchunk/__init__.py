@@ -43,17 +43,10 @@ class Kerchunk:
         return write_kerchunk(plan, dest, overwrite, relative_to=relative_to)
 
     def recorded(self, path: Path) -> dict | None:
-        from ..record import resolved
+        from ..record import recorded_in
 
-        try:
-            with open(path, "rb") as f:
-                info = json.load(f).get("virtualize")
-        except (OSError, ValueError, AttributeError):
-            info = None
-        if isinstance(info, dict) and isinstance(info.get("sources"), list):
-            # relative sources: against its directory
-            resolved(info, os.path.dirname(os.path.abspath(path)), roots=False, append=True)
-        return info
+        # (relative sources: against its directory)
+        return recorded_in(path, os.path.dirname(os.path.abspath(path)))
 
     def refuses_growth(self, info: dict) -> bool:
         return False

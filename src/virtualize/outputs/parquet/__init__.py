@@ -84,16 +84,9 @@ class Parquet:
         return write_parquet(plan, dest, overwrite)
 
     def recorded(self, path: Path) -> dict | None:
-        from ..record import resolved
+        from ..record import recorded_in
 
-        try:
-            with open(Path(path) / ZMETADATA, "rb") as f:
-                info = json.loads(f.read()).get("virtualize")
-        except (OSError, ValueError, AttributeError):
-            info = None
-        if isinstance(info, dict) and isinstance(info.get("sources"), list):
-            resolved(info, os.path.dirname(os.path.abspath(path)), roots=False, append=True)
-        return info
+        return recorded_in(Path(path) / ZMETADATA, os.path.dirname(os.path.abspath(path)))
 
     def refuses_growth(self, info: dict) -> bool:
         return False
