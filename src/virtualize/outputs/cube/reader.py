@@ -21,19 +21,10 @@ import contextlib
 import json
 import os
 import threading
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import numpy as np
-from zarr.abc.buffer import Buffer, BufferPrototype
-from zarr.abc.store import (
-    ByteRequest,
-    OffsetByteRequest,
-    RangeByteRequest,
-    Store,
-    SuffixByteRequest,
-)
-from zarr.buffer import default_buffer_prototype
 
 from ...model import MATERIALIZED, REF_DTYPE, Location, Problem, VirtualizeError
 from ...storage import is_url, read_range
@@ -50,6 +41,7 @@ from ..access import (
     stored_bytes_of_rows,
 )
 from ..metadata import MANIFEST_FIELD
+from ..readonly import ReadOnlyStore
 from ..record import recorded_roots, resolve_roots, resolve_sources, source_table
 from .writer import SOURCES_NAME, manifest_segments
 
@@ -257,19 +249,14 @@ class _Segment:
         return int(rec["path"]), int(rec["offset"]), int(rec["length"])
 
 
-class CubeStore(Store):
+class CubeStore(ReadOnlyStore):
     """Read-only zarr Store over a cube directory written by `virtualize`: a local
     directory, or a URL prefix on object storage / HTTP (nothing is downloaded whole)."""
-
-    supports_writes = False
-    supports_deletes = False
-    supports_partial_writes = False
-    supports_listing = True
 
     def __init__(self, root: str | os.PathLike, *, check_sources: bool = True, allow=None,
                  base: str | None = None, _files: RemoteFiles | None = None,
                  strict: bool = False):
-        super().__init__(read_only=True)
+        super().__init__()
         from ...storage import is_url as _is_url
 
         if isinstance(root, str) and _is_url(root):
@@ -337,14 +324,6 @@ class CubeStore(Store):
                 os.close(fd)
 
     # -- reads -----------------------------------------------------------------------
-
-    async def get(self, key: str, prototype: BufferPrototype | None = None,
-                  byte_range: ByteRequest | None = None) -> Buffer | None:
-        prototype = prototype or default_buffer_prototype()
-        data = self._get_bytes(key)
-        if data is None:
-            return None
-        return prototype.buffer.from_bytes(_slice(data, byte_range))
 
     def _doc(self, key: str) -> dict | None:
         """A `zarr.json` of the cube, parsed (read once)."""
@@ -433,14 +412,6 @@ class CubeStore(Store):
             self._fds[i] = fd
         return fd
 
-    async def get_partial_values(self, prototype: BufferPrototype,
-                                 key_ranges: Iterable[tuple[str, ByteRequest | None]]
-                                 ) -> list[Buffer | None]:
-        return [await self.get(k, prototype, r) for k, r in key_ranges]
-
-    async def exists(self, key: str) -> bool:
-        return self._get_bytes(key) is not None
-
     # -- the hierarchy: from virtualize.json, never by listing chunks --------------------
 
     def nodes(self) -> list[str]:
@@ -495,11 +466,6 @@ class CubeStore(Store):
             for key, _ in _native_keys(self, name):
                 yield key
 
-    async def list_prefix(self, prefix: str) -> AsyncIterator[str]:
-        async for key in self.list():
-            if key.startswith(prefix):
-                yield key
-
     async def list_dir(self, prefix: str) -> AsyncIterator[str]:
         prefix = prefix.rstrip("/")
         nodes = self.nodes()
@@ -513,14 +479,6 @@ class CubeStore(Store):
         for n in nodes:
             if n and n.count("/") == depth and (not prefix or n.startswith(prefix + "/")):
                 yield n.rsplit("/", 1)[-1]
-
-    # -- writes are refused ------------------------------------------------------------
-
-    async def set(self, key: str, value: Buffer) -> None:
-        self._check_writable()
-
-    async def delete(self, key: str) -> None:
-        self._check_writable()
 
 
 def _native_keys(store: CubeStore, name: str):
@@ -543,18 +501,6 @@ def _check_key(root, key: str) -> None:
     """A key zarr asks for stays inside the cube (no '..' or absolute path)."""
     if key.startswith("/") or any(seg in (".", "..") for seg in key.split("/")):
         raise not_allowed(root, f"the key {key!r:.200} leads outside the cube")
-
-
-def _slice(data: bytes, r: ByteRequest | None) -> bytes:
-    if r is None:
-        return data
-    if isinstance(r, RangeByteRequest):
-        return data[r.start:r.end]
-    if isinstance(r, OffsetByteRequest):
-        return data[r.offset:]
-    if isinstance(r, SuffixByteRequest):
-        return data[max(0, len(data) - r.suffix):]
-    raise ValueError(f"unexpected byte range {r!r}")
 
 
 def load_json(what: Path, data: bytes | None, name: str) -> dict:

@@ -12,19 +12,10 @@ import collections
 import json
 import os
 import threading
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import numpy as np
-from zarr.abc.buffer import Buffer, BufferPrototype
-from zarr.abc.store import (
-    ByteRequest,
-    OffsetByteRequest,
-    RangeByteRequest,
-    Store,
-    SuffixByteRequest,
-)
-from zarr.buffer import default_buffer_prototype
 
 from ...model import REF_DTYPE, Location, Problem, VirtualizeError
 from ...storage import is_url, read_range
@@ -39,6 +30,7 @@ from ..access import (
     stored_bytes_of_rows,
 )
 from ..cube.reader import load_json
+from ..readonly import ReadOnlyStore
 from ..record import recorded_roots, resolve_roots, resolve_sources, source_table
 
 ZMETADATA = ".zmetadata"
@@ -53,17 +45,12 @@ class _Record:
         self.urls, self.ui, self.offset, self.size, self.raw = urls, ui, offset, size, raw
 
 
-class ParquetStore(Store):
+class ParquetStore(ReadOnlyStore):
     """Read-only zarr Store over a kerchunk parquet reference directory."""
-
-    supports_writes = False
-    supports_deletes = False
-    supports_partial_writes = False
-    supports_listing = True
 
     def __init__(self, root: str | os.PathLike, *, check_sources: bool = True, allow=None,
                  base: str | None = None, strict: bool = False):
-        super().__init__(read_only=True)
+        super().__init__()
         self.root = Path(root)
         doc = load_json(self.root, read_inside(self.root, self.root / ZMETADATA), ZMETADATA)
         meta, rs = doc.get("metadata"), doc.get("record_size")
@@ -139,14 +126,6 @@ class ParquetStore(Store):
         return grid, doc
 
     # -- reads -----------------------------------------------------------------------
-
-    async def get(self, key: str, prototype: BufferPrototype | None = None,
-                  byte_range: ByteRequest | None = None) -> Buffer | None:
-        prototype = prototype or default_buffer_prototype()
-        data = self._get_bytes(key)
-        if data is None:
-            return None
-        return prototype.buffer.from_bytes(_slice(data, byte_range))
 
     def _get_bytes(self, key: str) -> bytes | None:
         _check_key(self.root, key)
@@ -280,14 +259,6 @@ class ParquetStore(Store):
                        if "zarr_format" in doc and doc.get("node_type") == "array" else None)
         return _Record(urls, ui, offset, size, raw)
 
-    async def get_partial_values(self, prototype: BufferPrototype,
-                                 key_ranges: Iterable[tuple[str, ByteRequest | None]]
-                                 ) -> list[Buffer | None]:
-        return [await self.get(k, prototype, r) for k, r in key_ranges]
-
-    async def exists(self, key: str) -> bool:
-        return self._get_bytes(key) is not None
-
     # -- the hierarchy: from .zmetadata, never by listing records ----------------------
 
     def nodes(self) -> list[str]:
@@ -299,11 +270,6 @@ class ParquetStore(Store):
         for key in self.meta:
             if not key.endswith(".zarray") or key[:-len(".zarray")] + "zarr.json" \
                     not in self.meta:
-                yield key
-
-    async def list_prefix(self, prefix: str) -> AsyncIterator[str]:
-        async for key in self.list():
-            if key.startswith(prefix):
                 yield key
 
     async def list_dir(self, prefix: str) -> AsyncIterator[str]:
@@ -318,23 +284,6 @@ class ParquetStore(Store):
                 seen.add(head)
                 yield head
 
-    async def set(self, key: str, value: Buffer) -> None:
-        self._check_writable()
-
-    async def delete(self, key: str) -> None:
-        self._check_writable()
-
-
-def _slice(data: bytes, r: ByteRequest | None) -> bytes:
-    if r is None:
-        return data
-    if isinstance(r, RangeByteRequest):
-        return data[r.start:r.end]
-    if isinstance(r, OffsetByteRequest):
-        return data[r.offset:]
-    if isinstance(r, SuffixByteRequest):
-        return data[max(0, len(data) - r.suffix):]
-    raise ValueError(f"unexpected byte range {r!r}")
 
 
 def _array_names(meta: dict) -> list[str]:
