@@ -65,13 +65,6 @@ def stub(doc: dict) -> dict:
     return {"shape": list(counts), "chunks": [1] * len(counts), "note": STUB_NOTE}
 
 
-def parquet_key(key: str) -> str:
-    """A chunk key as the walk names it (`c/0/3/1`, `c`) in the v2 encoding (`0.3.1`,
-    `0`)."""
-    parts = key.split("/")[1:]
-    return ".".join(parts) if parts else "0"
-
-
 class _Tables:
     """The walk's sink: documents, and per array its reference table (the plan's, whole
     grid) and inline bytes by flat chunk index; for an append, the grown arrays only."""
