@@ -39,7 +39,7 @@ import numpy as np
 
 from ...model import MATERIALIZED, Location, Plan, Problem, VirtualizeError
 from ..access import grid_shape
-from ..cube.writer import CUBE_FORMAT_VERSION
+from ..base import CUBE_FORMAT_VERSION
 from ..metadata import array_doc, group_doc
 from ..record import finish_growth, grow_record, record
 from ..staging import replace_atomically, staged_dir
