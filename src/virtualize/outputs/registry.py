@@ -33,8 +33,9 @@ KINDS = (
     "icechunk",  # an Icechunk repository (the optional extra [icechunk])
 )
 BUILTIN = tuple(importlib.import_module(f"{__package__}.{m}").KIND for m in KINDS)
-for _kind in BUILTIN:
+for _kind in BUILTIN:  # what each writes, for the output guards and the leftovers' cleanup
     staging.recognise(_kind.is_ours)
+del _kind
 
 # output names whose suffix says a format virtualize does not write (whatever `format`
 # says): writing a cube directory or JSON under such a name would mislead every reader.
@@ -64,11 +65,10 @@ FOREIGN_SUFFIXES = frozenset({
     ".ovr", ".msk", ".aux", ".tfw", ".tifw", ".wld", ".prj"})
 
 
-
 @functools.cache
 def kinds() -> tuple[OutputKind, ...]:
     """Every output kind, in registry order: the built-ins, then those of the entry
-    points."""
+    points (staging.py told what each of those writes too)."""
     found = tuple(plugins.load(plugins.OUTPUTS, OutputKind, [k.name for k in BUILTIN]))
     for kind in found:
         staging.recognise(kind.is_ours)
