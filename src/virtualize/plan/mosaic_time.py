@@ -106,7 +106,7 @@ def plan_mosaic_over_time(inventories: Sequence[FileInventory], opts: MosaicOpti
 def _date_ctx(ctx: TileContext, members: list[int], ydim: str, xdim: str) -> TileContext:
     """One date's tiles as a mosaic of their own (problems, remedies shared with `ctx`)."""
     sub = TileContext([ctx.invs[i] for i in members], drop=ctx.drop, opts=ctx.opts,
-               problems=ctx.problems, reported=ctx.reported, remedies=ctx.remedies)
+                      problems=ctx.problems, reported=ctx.reported, remedies=ctx.remedies)
     sub.tiles = [Tile(k, t.inv, t.row0, t.col0, t.height, t.width)
                  for k, t in enumerate(ctx.tiles[i] for i in members)]
     sub.source_maps = [ctx.source_maps[i] for i in members]
@@ -117,8 +117,7 @@ def _date_ctx(ctx: TileContext, members: list[int], ydim: str, xdim: str) -> Til
         v0 = victim.inv.variables[name]
         a = v0.dims.index(ydim if axis == 0 else xdim)
         block = np.array([t.inv.variables[name].blocks.block_shape[a] for t in tiles])
-        return cut_by([replace(t, index=k) for k, t in enumerate(tiles)], block, p, axis,
-                         None)
+        return cut_by([replace(t, index=k) for k, t in enumerate(tiles)], block, p, axis, None)
     sub.who_cuts = who_cuts
     if ctx.opts.overlap is None:
         report_overlaps(sub)
@@ -140,8 +139,8 @@ def _repeated(ctx: TileContext, sub: TileContext, when: str) -> None:
             seen[key] = t
 
 
-def _stacked_variable(ctx: TileContext, subs: list[TileContext], name: str, dim: str, ydim: str, xdim: str,
-                      height: int, width: int) -> ArrayPlan | None:
+def _stacked_variable(ctx: TileContext, subs: list[TileContext], name: str, dim: str,
+                      ydim: str, xdim: str, height: int, width: int) -> ArrayPlan | None:
     vs = [inv.variables[name] for inv in ctx.invs]
     if any(v.blocks is None for v in vs):
         return None  # the scanner reported why
@@ -195,9 +194,9 @@ def _shared_grid(subs: list[TileContext], name: str, ydim: str, xdim: str, heigh
                     np.array([v.blocks.block_shape[ix] for v in vs]),
                     np.array([v.blocks.padded for v in vs])))
     ycuts = tile_cuts(height, [(t.row0, t.height, int(b)) for sub, bh, _, _ in per
-                           for t, b in zip(sub.tiles, bh)])
+                               for t, b in zip(sub.tiles, bh)])
     xcuts = tile_cuts(width, [(t.col0, t.width, int(b)) for sub, _, bw, _ in per
-                          for t, b in zip(sub.tiles, bw)])
+                              for t, b in zip(sub.tiles, bw)])
     ykeep = np.zeros(len(ycuts) - 2, bool)
     xkeep = np.zeros(len(xcuts) - 2, bool)
     for sub, bh, bw, _ in per:

@@ -216,8 +216,8 @@ def place_tiles(ctx: TileContext) -> Placed | None:
         t.row0 -= r0
         t.col0 -= c0
     return Placed(ydim, xdim, names, georefs[0] if georefs else None, r0, c0,
-                   max(t.row0 + t.height for t in ctx.tiles),
-                   max(t.col0 + t.width for t in ctx.tiles))
+                  max(t.row0 + t.height for t in ctx.tiles),
+                  max(t.col0 + t.width for t in ctx.tiles))
 
 def _georef(ctx: TileContext, inv: FileInventory) -> Georef | None:
     """From a GeoTIFF's spatial_ref/GeoTransform, or 1-D regular x/y (lon/lat) coordinates."""
@@ -431,7 +431,7 @@ def other_variables(ctx: TileContext, names: list[str], ydim: str, xdim: str) ->
 
 
 def mosaic_variable(ctx: TileContext, name: str, ydim: str, xdim: str, height: int, width: int,
-                     grid: tuple | None = None) -> ArrayPlan | None:
+                    grid: tuple | None = None) -> ArrayPlan | None:
     """`grid`: (ycuts, xcuts, ylast, xlast) shared by every date of a mosaic over time (the
     cuts, and the stored lengths of the whole last blocks along each axis over all dates);
     None: this mosaic's own."""
@@ -735,7 +735,7 @@ def _limited(ctx: TileContext, count: dict, t: Tile, name, kind, msg, dim, k, re
 # -- coordinates of the whole mosaic ---------------------------------------------------
 
 def mosaic_coordinates(ctx: TileContext, g: Georef, r0: int, c0: int, height: int, width: int
-                 ) -> dict[str, ArrayPlan]:
+                       ) -> dict[str, ArrayPlan]:
     first = ctx.invs[0].variables
     x0 = g.x0 + c0 * g.dx
     y0 = g.y0 + r0 * g.dy
@@ -759,4 +759,3 @@ def mosaic_coordinates(ctx: TileContext, g: Georef, r0: int, c0: int, height: in
         value = m.values if m.values is not None else np.zeros(m.shape, m.dtype)
         out[g.mapping] = inline_plan(g.mapping, np.asarray(value), m.dims, attrs)
     return out
-

@@ -391,4 +391,3 @@ def scan_bounded(paths: Iterable[str], timeout: float | None, jobs: int = 1,
                 w.kill()
             else:
                 _give_back(w)
-

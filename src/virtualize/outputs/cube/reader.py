@@ -502,4 +502,3 @@ def _check_key(root, key: str) -> None:
     """A key zarr asks for stays inside the cube (no '..' or absolute path)."""
     if key.startswith("/") or any(seg in (".", "..") for seg in key.split("/")):
         raise not_allowed(root, f"the key {key!r:.200} leads outside the cube")
-

@@ -51,4 +51,3 @@ def kerchunk_store(path: str | os.PathLike, *, check_sources: bool = True, allow
         from ..staleness import refuse_stale
         refuse_stale(sources, path, strict=strict)
     return reference_store(doc, path, access, sources if section else None, templates)
-

@@ -108,4 +108,3 @@ def refresh_kerchunk(dest: str | Path, times: dict[int, int]) -> None:
         doc = ujson.load(f)
     set_times(doc["virtualize"]["sources"], times)
     replace_atomically(dest, ujson.dumps(doc, escape_forward_slashes=False).encode())
-
