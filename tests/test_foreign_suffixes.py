@@ -43,14 +43,14 @@ def made(case, tmp_path_factory):
 
 def _says_what_is_written(message: str, suffix: str) -> None:
     assert f"does not write {suffix} files" in message, message
-    for k in registry.KINDS:  # every kind, by its name and its suffixes
-        assert k.title in message, (k.kind, message)
-        assert all(f"OUT{s}" in message for s in k.suffixes if s), (k.kind, message)
+    for k in registry.kinds():  # every kind, by its name and its suffixes
+        assert k.title in message, (k.name, message)
+        assert all(f"OUT{s}" in message for s in k.suffixes if s), (k.name, message)
 
 
 def test_every_input_formats_suffix_is_foreign_and_no_kinds_is():
     foreign = registry.foreign_suffixes()
-    written = {s.lower() for k in registry.KINDS for s in k.suffixes}
+    written = {s.lower() for k in registry.kinds() for s in k.suffixes}
     read = {s.lower() for f in formats() for s in f.suffixes}
     assert read - written <= foreign  # a new format's suffixes without a change
     assert not foreign & written

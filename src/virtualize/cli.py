@@ -31,6 +31,7 @@ from .api import (
     virtualize,
 )
 from .model import OutputExistsError, UnsafeOutputError, UsageError, VirtualizeError
+from .outputs import registry as outputs
 from .plan.cut import cut_stack
 from .report import format_text, to_html, to_json
 
@@ -201,14 +202,15 @@ def _verbosity(p: argparse.ArgumentParser) -> None:
 
 
 def _output_options(p: argparse.ArgumentParser, required: bool) -> None:
+    kinds, default = outputs.kinds(), outputs.default()
+    by_suffix = ", ".join(f"{' / '.join(s for s in k.suffixes if s)} {k.name}" for k in kinds
+                          if k is not default and any(k.suffixes))
     p.add_argument("-o", "--output", required=required, metavar="OUT",
-                   help="cube directory (e.g. cube.zarr), a kerchunk reference file (*.json), "
-                        "kerchunk parquet references (*.parq), an Icechunk repository "
-                        "(*.icechunk) or a GDAL VRT of a mosaic or TIFF stack (*.vrt)")
-    p.add_argument("--format", choices=["cube", "kerchunk", "parquet", "icechunk", "vrt"],
-                   help="output kind (default: by OUT's suffix: .json kerchunk, .parq / "
-                        ".parquet parquet, .icechunk icechunk, .vrt vrt, else cube; a suffix of "
-                        "another format, such as .nc or .tif, is refused)")
+                   help=outputs.written_names())
+    p.add_argument("--format", choices=outputs.names(),
+                   help=f"output kind (default: by OUT's suffix: {by_suffix}, else "
+                        f"{default.name}; a suffix of another format, such as .nc or .tif, is "
+                        "refused)")
     p.add_argument("--overwrite", action="store_true",
                    help="replace OUT if it exists (only an output virtualize wrote)")
     p.add_argument("--relative", action="store_true",

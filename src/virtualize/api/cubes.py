@@ -45,7 +45,7 @@ def _recorded(cube: Path, kind: str) -> dict:
     written by virtualize: its `virtualize` section)."""
     info = registry.by_name(kind).recorded(cube)
     if not isinstance(info, dict) or not isinstance(info.get("sources"), list):
-        gdal = "; open a VRT virtualize did not write with GDAL" if kind == "vrt" else ""
+        gdal = f"; {registry.by_name(kind).foreign_hint}" if registry.by_name(kind).foreign_hint else ""
         raise VirtualizeError([Problem(Location(str(cube)), "not-a-cube",
                                        "not a cube directory, GDAL VRT, kerchunk JSON or "
                                        "parquet set, or Icechunk repository written by "
