@@ -167,7 +167,7 @@ def test_create_records_the_files_left_out(with_truncated, tmp_path, kind):
     assert not out.exists()
     report = virtualize.virtualize(files, out, skip_unreadable=True)
     assert report.ok and [d["path"] for d in report.left_out] == [str(files[2])]
-    info = virtualize.api.cubes._recorded(out, kind)
+    info = virtualize.api.steps.recorded(out, kind)
     assert [d["path"] for d in info["left_out"]] == [str(files[2])]
     assert info["left_out"][0]["kind"] == report.left_out[0]["kind"]
     good = [f for i, f in enumerate(files) if i != 2]

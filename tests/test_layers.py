@@ -179,6 +179,17 @@ def test_no_import_of_another_packages_private_names():
     assert not found, "\n".join(found)
 
 
+def test_api_modules_share_only_public_names():
+    """The API's jobs (checking, create, appending, cubes) are made of the shared steps
+    (api/steps.py) and the recipe (api/recipe.py) by their public names: no module of api/
+    takes another's `_private` name (docs/architecture.md)."""
+    found = [f"{path.name}:{line} imports {'.'.join(mod)}.{name}"
+             for path, parts in modules() if parts[0] == "api"
+             for line, mod, name in imports(path, parts)
+             if mod[:1] == ("api",) and mod != parts and name and private(name)]
+    assert not found, "\n".join(found)
+
+
 def test_the_checks_find_what_they_look_for(tmp_path):
     """A planner module importing outputs/ lazily, and the scanners' private helpers, fails."""
     f = tmp_path / "m.py"

@@ -204,7 +204,7 @@ def test_a_cube_without_fingerprints_keeps_a_touched_source_stale(stack, tmp_pat
 
 def test_fingerprints_are_recorded_for_every_source(built):
     kind, out, files = built
-    info = virtualize.api.cubes._recorded(out, virtualize.api.cubes._cube_kind(out))
+    info = virtualize.api.steps.recorded(out, virtualize.api.steps.cube_kind(out))
     assert [s["path"] for s in info["sources"]] == [str(f) for f in files]
     fps = [s.get("fingerprint") for s in info["sources"]]
     assert all(isinstance(f, str) and f.startswith("v1:") for f in fps) and len(set(fps)) == 3
@@ -220,7 +220,7 @@ def test_appended_sources_get_fingerprints_and_can_be_touched(case, tmp_path, ki
     out = tmp_path / KINDS[kind]
     virtualize.virtualize(files[:2], out)
     virtualize.append(out, files[2:4])
-    info = virtualize.api.cubes._recorded(out, kind)
+    info = virtualize.api.steps.recorded(out, kind)
     assert all(str(s.get("fingerprint", "")).startswith("v1:") for s in info["sources"])
     later(files[3])
     [p] = virtualize.verify_cube(out, refresh=True)
