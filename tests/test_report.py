@@ -93,7 +93,7 @@ def test_html_is_self_contained(case, tmp_path):
 
 def test_large_grids_are_summarized_not_drawn_chunk_by_chunk():
     from virtualize.model import OK, AxisFigure
-    from virtualize.report import _band
+    from virtualize.report.as_html import _band
 
     lengths = np.tile([3, 1], 500_000)  # a million chunks, alternating: the worst case
     axis = AxisFigure("t", int(lengths.sum()), lengths, np.full(len(lengths), OK, dtype=object))
@@ -118,7 +118,7 @@ def test_padded_stack_figure_draws_blocks_at_their_lengths_and_the_end_at_the_en
     December's data ends, and a caption whose numbers add up (366 + 64 = 430)."""
     import re
 
-    from virtualize.report import BAND_WIDTH, MARK_COLORS, _band
+    from virtualize.report.as_html import BAND_WIDTH, MARK_COLORS, _band
 
     report = virtualize.check(case("tenday_padded"))
     axis = report.plan.figures["tas"].axes[0]
