@@ -122,7 +122,7 @@ def test_what_check_records_is_the_recipe_and_reads_back(tmp_path, kind, options
     recipe = Recipe.from_options(kind, **options)
     recorded = report.plan.recipe
     assert recorded == json.loads(json.dumps(recorded))  # (the record is JSON)
-    assert recorded == recipe.with_listed_values(report.files).to_dict()
+    assert recorded == recipe.record(report.files)
     back = Recipe.from_dict(recorded)
     assert back.to_dict() == recorded
     assert dataclasses.replace(back, coord_values=None) == recipe

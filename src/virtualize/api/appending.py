@@ -24,9 +24,8 @@ from .steps import (
     PathLike,
     check_recipe,
     check_stack,
-    cube_kind,
+    existing_output,
     expand_paths,
-    local_cube,
     recorded,
     refuse_unless_ok,
     unmatched_problems,
@@ -84,14 +83,13 @@ def append(cube: PathLike, paths: Iterable[PathLike] | PathLike, *, jobs: int | 
     form must be the one recorded."""
     from ..outputs.staging import locked
 
-    cube = local_cube(cube, "append")
+    cube, kind = existing_output(cube, "append")  # (not a cube: refused before locking)
     if not os.path.lexists(cube):  # append never creates a cube
         registry.refuse_foreign(cube)  # (-o x.nc: a usage error, as for virtualize)
         raise VirtualizeError([Problem(Location(str(cube)), "not-a-cube",
                                        "no such cube: append adds to a cube virtualize wrote "
                                        "(make it first: virtualize FILES -o CUBE)")],
                               "nothing appended")
-    kind = cube_kind(cube)  # (not a cube: refused before anything is locked)
     with locked(cube):  # concurrent appends to one cube wait for each other
         return _append(cube, kind, paths, jobs=jobs, executor=executor, progress=progress,
                        scan_timeout=scan_timeout, strict=strict, skip_unreadable=skip_unreadable,
@@ -142,11 +140,7 @@ def _append(cube: Path, kind: str, paths, *, jobs, executor, progress, scan_time
     touched = [p for p in checked.problems if not p.fatal]
     new = [p for p in new if p not in old_set]
     if not new:
-        report = Report(files=again, problems=touched, plan=Plan([], {}, {}),
-                        notes=[f"nothing to append: 0 new, {len(again)} already in the cube"])
-        report.output = {"path": os.path.abspath(cube), "kind": kind}
-        report.already = again
-        return report
+        return _nothing_new(cube, kind, again, touched)
     try:
         report = _append_files(cube, kind, info, old, new, recipe, jobs=jobs, executor=executor,
                                progress=progress, scan_timeout=scan_timeout,
@@ -157,19 +151,26 @@ def _append(cube: Path, kind: str, paths, *, jobs, executor, progress, scan_time
         if not (again and r is not None and r.left_out
                 and all(p.kind == "no-files" for p in e.problems)):
             raise
-        report = Report(files=again, problems=touched, plan=Plan([], {}, {}),
-                        notes=[n for n in r.notes if n.startswith("left out")]
-                        + [f"nothing to append: 0 new, {len(again)} already in the cube"],
-                        left_out=r.left_out)
-        report.output = {"path": os.path.abspath(cube), "kind": kind}
-        report.already = again
-        return report
+        return _nothing_new(cube, kind, again, touched, r)
     report.problems[:0] = touched
     if again:
         report.notes.insert(0, f"{len(new)} new, {len(again)} already in the cube (skipped: "
                             + ", ".join(os.path.basename(p) for p in again[:3])
                             + (", ..." if len(again) > 3 else "") + ")")
         report.already = again
+    return report
+
+
+def _nothing_new(cube: Path, kind: str, again: list[str], touched: list[Problem],
+                 left: Report | None = None) -> Report:
+    """The report of an append with nothing to add: every file given is in the cube (or
+    was left out: `left`, the report that left them out)."""
+    report = Report(files=again, problems=touched, plan=Plan([], {}, {}),
+                    notes=[n for n in (left.notes if left else ()) if n.startswith("left out")]
+                    + [f"nothing to append: 0 new, {len(again)} already in the cube"],
+                    left_out=left.left_out if left else [])
+    report.output = {"path": os.path.abspath(cube), "kind": kind}
+    report.already = again
     return report
 
 

@@ -17,8 +17,7 @@ from ..report import Report
 from .steps import (
     DEFAULT_SCAN_TIMEOUT,
     PathLike,
-    cube_kind,
-    local_cube,
+    existing_output,
     output_kind,
     recorded,
     replan,
@@ -41,8 +40,7 @@ def verify_cube(cube: PathLike, *, decode: bool = False, refresh: bool = False,
     fatal problems when the cube is stale (or broken)."""
     from ..outputs.staging import locked
 
-    cube = local_cube(cube, "verify")
-    kind = cube_kind(cube)
+    cube, kind = existing_output(cube, "verify")
     with locked(cube) if refresh else _nothing():  # (an append waits, as for appends)
         info = recorded(cube, kind)
         checked = check_sources(info["sources"], strict=strict, scan_timeout=scan_timeout)
@@ -120,8 +118,8 @@ def export(cube: PathLike, out: PathLike, *, format: str | None = None,
     recorded inputs are scanned and planned again with its recorded recipe (after
     checking that none changed; `strict`: a touched one refused too), so the export holds
     the same references (`relative`: recorded relative to `out`, as for `virtualize`)."""
-    cube = local_cube(cube, "export")
-    info = recorded(cube, cube_kind(cube))
+    cube, have = existing_output(cube, "export")
+    info = recorded(cube, have)
     _refuse_stale(cube, info, strict)
     kind = output_kind(out, format, overwrite,
                        [s["path"] for s in info["sources"] if not s.get("referenced_by")],

@@ -170,17 +170,18 @@ class Recipe:
             out["coord_values"] = self.coord_values
         return out
 
-    def with_listed_values(self, files: Sequence[str]) -> Recipe:
-        """This recipe with each file's value of a new axis given as a list (`--coord
-        DIM=v1,v2,...`), so that `append` can list the new files' alone (dates as their
-        text, which the record's JSON holds and plan/coords.py reads back)."""
+    def record(self, files: Sequence[str]) -> dict[str, Any]:
+        """What an output of `files` records of this recipe (`to_dict`), with each file's
+        value of a new axis given as a list (`--coord DIM=v1,v2,...`), so that `append`
+        can list the new files' alone (dates as their text, which the record's JSON holds
+        and plan/coords.py reads back)."""
         listed = {d: s.values for d, s in self.coords.items()
                   if isinstance(s, CoordSpec) and s.kind == "values"}
         if not listed or len(files) != len(next(iter(listed.values()))):
-            return self
+            return self.to_dict()
         return dataclasses.replace(self, coord_values={
             d: [[f, label(v) if isinstance(v, datetime.datetime) else v]
-                for f, v in zip(files, values)] for d, values in listed.items()})
+                for f, v in zip(files, values)] for d, values in listed.items()}).to_dict()
 
     # -- what the planner takes ------------------------------------------------------
 

@@ -2,7 +2,7 @@
 (`expand_paths`), files scanned (`scan_all`), a stack checked (`check_stack`: scanned,
 cut, planned, every zarr.json rendered, a few chunks decoded; `check_recipe`: planned by a
 `Recipe`), a checked plan written (`output_kind` before scanning, `write_checked`), and
-what an existing output recorded (`local_cube`, `cube_kind`, `recorded`, `replan`: its
+what an existing output recorded (`existing_output`, `recorded`, `replan`: its
 stack planned again from its record). The jobs (checking, create, appending, cubes) are
 made of these; none takes another's private name."""
 
@@ -327,13 +327,14 @@ def check_recipe(paths, recipe: Recipe, *, jobs: int | str = "auto", executor=No
     axis names checked against the files first): the report of `check` and
     `check_mosaic`, of an output's stack planned again and of an append's rebuild. Its
     plan records the recipe (with each file's listed value of a new axis)."""
-    report = check_stack(paths, recipe.planner(), progress, recipe.materialize_limit, jobs,
+    planner, hint = recipe.planner(), recipe.hint()
+    report = check_stack(paths, planner, progress, recipe.materialize_limit, jobs,
                          scan_timeout, decode=decode, executor=executor,
-                         chunk_size=recipe.chunk_size, hint=recipe.hint(),
+                         chunk_size=recipe.chunk_size, hint=hint,
                          names=lambda invs: unknown_names(invs, recipe),
                          skip_unreadable=skip_unreadable)
     if report.plan is not None:
-        report.plan.recipe = recipe.with_listed_values(report.files).to_dict()
+        report.plan.recipe = recipe.record(report.files)
     return report
 
 
@@ -396,21 +397,17 @@ def write_checked(report: Report, out: PathLike, kind: str, overwrite: bool,
     return report
 
 
-def local_cube(cube: PathLike, what: str) -> Path:
-    """`cube` as a local path (a file:// URL too); another URL is refused (not mangled
-    into a local path)."""
+def existing_output(cube: PathLike, what: str) -> tuple[Path, str]:
+    """An output on this machine's file system (a file:// URL too; another URL is
+    refused, not mangled into a local path) and its kind (outputs/registry.py `kind_at`:
+    by what is there; nothing there reads as a cube directory, refused with its record)."""
     cube = storage.local_path(cube)
     if storage.is_url(str(cube)):
         raise VirtualizeError([Problem(Location(str(cube)), "remote-cube",
                                        f"{what} works on a cube on this machine's file system; "
                                        "copy the cube here first (virtualize.open reads it "
                                        "where it is)")], f"{cube}: {what} needs a local cube")
-    return Path(cube)
-
-
-def cube_kind(cube: Path) -> str:
-    """"icechunk", "kerchunk" (a file: a reference JSON) or "cube" (a directory)."""
-    return registry.kind_at(cube, by_name=False)
+    return Path(cube), registry.kind_at(cube, by_name=False)
 
 
 def recorded(cube: Path, kind: str) -> dict:
