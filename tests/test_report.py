@@ -19,7 +19,7 @@ import virtualize
 from virtualize.report import format_text, to_html, verdict
 
 from conftest import chromium
-from helpers import read_pty
+from helpers import read_pty, scaled_month
 
 SCHEMA = json.loads(resources.files("virtualize").joinpath("schemas/report-v1.json").read_text())
 
@@ -326,3 +326,10 @@ def test_a_variable_inconsistent_across_files_is_counted_refused_with_drop_named
                          capture_output=True, text=True)
     assert cli.returncode == 1 and "1 refused: stn (--drop stn)" in cli.stdout
     assert virtualize.check(files, drop=["stn"]).ok
+
+
+# Found by #20's review: a "no" for a file's problem does not say "0 refused" alone.
+def test_no_for_a_file_problem_says_so(tmp_path):
+    r = virtualize.check([scaled_month(tmp_path / "m0.nc", 0), tmp_path / "gone.nc"])
+    text = r.to_text()
+    assert r.verdict == "no" and "the problems below are of files" in text, text
