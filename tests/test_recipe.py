@@ -183,3 +183,29 @@ def test_a_recipe_is_refused_before_anything_is_scanned():
             ("cube", {}, "kind is one of concat, mosaic")]:
         with pytest.raises(UsageError, match=message):
             Recipe.from_options(kind, **options)
+
+
+def test_every_option_reaches_its_planner():
+    """A recipe field named as a planner option is that option (a new one is one field)."""
+    from virtualize.formats import read_values
+    from virtualize.plan import ConcatOptions
+
+    stack = Recipe.from_options(concat_dim="t", inline=["a"], drop=["b"], sort=False,
+                                split=False, materialize=True, inline_threshold=5, no_gaps=True,
+                                join="outer", combine_attrs="override", variables=["v"])
+    opts = stack.concat_options()
+    shared = {f.name for f in dataclasses.fields(ConcatOptions)} & set(Recipe.__dataclass_fields__)
+    assert shared >= {"inline", "drop", "sort", "split", "materialize", "inline_threshold",
+                      "no_gaps", "join", "combine_attrs", "variables"}
+    for name in shared:
+        assert getattr(opts, name) == getattr(stack, name) != getattr(DEFAULTS, name), name
+    assert opts.concat_dim == "t" and opts.read is read_values
+    tiles = Recipe.from_options("mosaic", offsets=[(0, 0), (0, 4)], overlap="last",
+                                tolerance=0.5, drop=["b"], split=False,
+                                combine_attrs="identical", concat_dim="time",
+                                coords={"time": "name:_(\\d{8})"})
+    opts = tiles.mosaic_options()
+    assert (opts.offsets, opts.overlap, opts.tolerance, opts.drop, opts.split,
+            opts.combine_attrs, opts.concat_dim, opts.coords) == \
+        (((0, 0), (0, 4)), "last", 0.5, {"b"}, False, "identical", "time",
+         {"time": "name:_(\\d{8})"})

@@ -4,9 +4,10 @@
 command line from its options (`cli.recipe_from_args`). An output records it
 (`to_dict`: the record's `recipe`, outputs/record.py), and `append`, `export` and
 `verify --decode` read it back (`from_dict`: any record virtualize wrote) to plan the
-stack as it was planned. `planner()`, `hint()` and `concat_options()` are the one place
-a recipe becomes the planner's options; each option has one default, its field's
-(`DEFAULTS`: the API's and the command line's defaults are read from it).
+stack as it was planned. `planner()`, `hint()`, `concat_options()` and
+`mosaic_options()` are the one place a recipe becomes the planner's options; each option
+has one default, its field's (`DEFAULTS`: the API's and the command line's defaults are
+read from it).
 """
 
 from __future__ import annotations
@@ -35,6 +36,21 @@ KINDS = ("concat", "mosaic")
 # before --inline-threshold).
 _BEFORE = {"chunk_size": None, "inline_threshold": 0}
 
+# Each option's metadata: the kinds it is an option of (default: both), and how the record
+# holds it, `record`: "always" (the default), "set" (only when not its default), "never"
+# (each run's own), "found" (what the check found: no option given); a dict by kind where
+# the kinds differ. An option named as a planner option (ConcatOptions, MosaicOptions) is
+# that option: a new option is one line here (and its argument in check / virtualize and
+# the command line).
+STACK, TILES = ("concat",), ("mosaic",)
+
+
+def _option(default=None, *, kinds=KINDS, record="always", factory=None):
+    meta = {"kinds": kinds, "record": record}
+    if factory is not None:
+        return field(default_factory=factory, metadata=meta, hash=False)
+    return field(default=default, metadata=meta)
+
 
 @dataclass(frozen=True)
 class Recipe:
@@ -44,29 +60,33 @@ class Recipe:
     kind: str = "concat"
     # the concatenation axes, outermost first (one: a stack's --concat-dim; none: the
     # planner's choice); a mosaic over time's one axis
-    concat_dims: tuple[str, ...] = ()
+    concat_dims: tuple[str, ...] = _option(())
     # a new axis' values of each file: a stack's {dim: CoordSpec} (plan/coords.py), a
     # mosaic over time's {dim: its --coord text}
-    coords: Mapping[str, Any] = field(default_factory=dict, hash=False)
-    drop: frozenset[str] = frozenset()
-    split: bool = True  # padded uncompressed blocks cut to their valid rows
-    materialize: bool = False  # blocks that cannot be referenced copied into the cube
-    materialize_limit: int | None = None  # refuse a plan copying more bytes
-    chunk_size: int | None = DEFAULT_CHUNK_SIZE  # uncompressed blocks cut at whole rows
-    combine_attrs: str = "drop_conflicts"  # attributes differing between files (plan/attrs.py)
-    # a stack's
-    inline: frozenset[str] = frozenset()
-    inline_threshold: int = DEFAULT_INLINE_THRESHOLD  # what cannot be referenced, inlined
-    sort: bool = True  # files sorted by their coordinate (--no-sort: in the order given)
-    no_gaps: bool = False  # a gap is fatal (each run's: never recorded)
-    join: str = "exact"  # variables or cells some file lacks: "exact" refuses, "outer" fills
-    variables: frozenset[str] | None = None  # kept with the coordinates they need
+    coords: Mapping[str, Any] = _option(factory=dict)
+    inline: frozenset[str] = _option(frozenset(), kinds=STACK)
+    drop: frozenset[str] = _option(frozenset())
+    sort: bool = _option(True, kinds=STACK)  # by coordinate (--no-sort: as given)
+    split: bool = _option(True)  # padded uncompressed blocks cut to their valid rows
+    materialize: bool = _option(False)  # blocks that cannot be referenced copied in
+    # refuse a plan copying more bytes (a mosaic's record never held it)
+    materialize_limit: int | None = _option(None, record={"concat": "always", "mosaic": "never"})
+    inline_threshold: int = _option(DEFAULT_INLINE_THRESHOLD, kinds=STACK)  # else refused
+    chunk_size: int | None = _option(DEFAULT_CHUNK_SIZE)  # uncompressed blocks cut at rows
+    no_gaps: bool = _option(False, kinds=STACK, record="never")  # a gap is fatal
+    # variables or cells some file lacks: "exact" refuses, "outer" reads the fill value
+    join: str = _option("exact", kinds=STACK, record="set")
+    # attributes differing between files (plan/attrs.py)
+    combine_attrs: str = _option("drop_conflicts", record="set")
+    variables: frozenset[str] | None = _option(None, kinds=STACK, record="set")  # kept
     # what a check found, recorded for `append`: each file's value of a listed new axis
-    coord_values: Mapping[str, list] | None = field(default=None, hash=False)
-    # a mosaic's
-    offsets: tuple[tuple[int, int], ...] | None = None  # each tile's (row, col), no georeference
-    overlap: str | None = None  # None: overlaps are problems; "last" / "first": who wins
-    tolerance: float = 1e-3  # pixels from whole-pixel alignment
+    coord_values: Mapping[str, list] | None = field(
+        default=None, hash=False, metadata={"kinds": STACK, "record": "found"})
+    # a mosaic's: each tile's (row, col) instead of its georeference; who wins an overlap
+    # (None: a problem; "last", "first"); pixels from whole-pixel alignment
+    offsets: tuple[tuple[int, int], ...] | None = _option(None, kinds=TILES)
+    overlap: str | None = _option(None, kinds=TILES)
+    tolerance: float = _option(1e-3, kinds=TILES)
 
     def __post_init__(self) -> None:
         # (each field in its one form, however it was given: names without a leading
@@ -78,8 +98,8 @@ class Recipe:
             raise ValueError(f"a recipe's kind is one of {', '.join(KINDS)}, not {self.kind!r}")
 
         put("concat_dims", tuple(self.concat_dims))
-        put("drop", frozenset(_names(self.drop)))
-        put("inline", frozenset(_names(self.inline)))
+        put("drop", frozenset(_names(self.drop or ())))
+        put("inline", frozenset(_names(self.inline or ())))
         if self.variables is not None:
             put("variables", frozenset(_names(self.variables)))
         put("coords", dict(self.coords or {}) if self.kind == "mosaic" else
@@ -96,9 +116,11 @@ class Recipe:
         several; `coords` as `check` takes them; `chunk_size` in bytes or "16M"); a field
         not given keeps its default. Raises `UsageError` for a value that is not one,
         before anything is scanned."""
-        allowed = {"concat": _CONCAT_OPTIONS, "mosaic": _MOSAIC_OPTIONS}.get(kind)
-        if allowed is None:
+        if kind not in KINDS:
             raise UsageError(f"a recipe's kind is one of {', '.join(KINDS)}, not {kind!r}")
+        allowed = {f.name for f in dataclasses.fields(cls) if _rule(f, kind) not in (None, "found")}
+        allowed = allowed - {"concat_dims"} | {"concat_dim"} | \
+            ({"concat_dims"} if kind == "concat" else set())
         unknown = sorted(set(options) - allowed)
         if unknown:
             raise TypeError(f"{', '.join(unknown)}: not an option of a {kind} recipe")
@@ -127,44 +149,36 @@ class Recipe:
         meant, `_BEFORE`); None when it records none (written before recipes were)."""
         if not isinstance(d, Mapping) or d.get("kind") not in KINDS:
             return None
-        got = {k: d.get(k, _BEFORE.get(k, getattr(DEFAULTS, k))) for k in _RECORDED[d["kind"]]}
-        got.update(drop=d.get("drop") or (), coords=d.get("coords") or {})
+        kind = d["kind"]
+        got = {f.name: d[f.name] if f.name in d else _BEFORE[f.name]
+               for f in dataclasses.fields(cls) if _rule(f, kind) is not None
+               and f.name != "concat_dims" and (f.name in d or f.name in _BEFORE)}
+        if kind == "mosaic" and not got.get("offsets"):
+            got["offsets"] = None  # (recorded [] or null: by georeference)
         dims = list(d.get("concat_dims") or ()) or \
             ([d["concat_dim"]] if d.get("concat_dim") is not None else [])
-        if d["kind"] == "mosaic":
-            got["offsets"] = d.get("offsets") or None
-        else:
-            got.update(inline=d.get("inline") or (), coord_values=d.get("coord_values"))
-        return cls(d["kind"], tuple(dims), **got)
+        return cls(kind, tuple(dims), **got)
 
     def to_dict(self) -> dict[str, Any]:
-        """The record's `recipe` (JSON): what `from_dict` reads back. A plain stack's
-        records what it always did; the merge's options only when not their default, a
-        hypercube's axes and coordinates when it is one, a mosaic over time's axis."""
-        dims = list(self.concat_dims)
-        if self.kind == "mosaic":
-            out: dict[str, Any] = {
-                "kind": "mosaic", "overlap": self.overlap, "tolerance": self.tolerance,
-                "offsets": [list(o) for o in self.offsets] if self.offsets else None,
-                "drop": sorted(self.drop), "split": self.split, "materialize": self.materialize,
-                "chunk_size": self.chunk_size}
-            if dims:
-                out.update(concat_dim=dims[0], coords=dict(self.coords) or None)
-            if self.combine_attrs != "drop_conflicts":
-                out["combine_attrs"] = self.combine_attrs
-            return out
-        out = {"kind": "concat", "concat_dim": self.concat_dim, "inline": sorted(self.inline),
-               "drop": sorted(self.drop), "sort": self.sort, "split": self.split,
-               "materialize": self.materialize, "materialize_limit": self.materialize_limit,
-               "inline_threshold": self.inline_threshold, "chunk_size": self.chunk_size}
-        if self.join != "exact":
-            out["join"] = self.join
-        if self.combine_attrs != "drop_conflicts":
-            out["combine_attrs"] = self.combine_attrs
-        if self.variables is not None:
-            out["variables"] = sorted(self.variables)
+        """The record's `recipe` (JSON): what `from_dict` reads back. Each option of the
+        kind as its field's `record` says (a plain stack's, a mosaic's as they always
+        were; the merge's only when not their default); a hypercube's axes, coordinates
+        and join when it is one, a mosaic over time's axis and coordinates."""
+        out: dict[str, Any] = {"kind": self.kind}
+        if self.kind == "concat":
+            out["concat_dim"] = None if self.hypercube else self.concat_dim
+        for f in dataclasses.fields(self):
+            rule = _rule(f, self.kind)
+            value = getattr(self, f.name)
+            if f.name in ("concat_dims", "coords") or rule in (None, "never", "found") or \
+                    rule == "set" and value == f.default:
+                continue
+            out[f.name] = sorted(value) if isinstance(value, frozenset) else \
+                ([list(o) for o in value] if value else None) if f.name == "offsets" else value
+        if self.kind == "mosaic" and self.concat_dims:
+            out.update(concat_dim=self.concat_dims[0], coords=dict(self.coords) or None)
         if self.hypercube:  # (a plain stack's recipe stays as it was)
-            out.update(concat_dim=None, concat_dims=dims,
+            out.update(concat_dims=list(self.concat_dims),
                        coords={d: s.text() for d, s in self.coords.items()}, join=self.join)
         if self.coord_values is not None:
             out["coord_values"] = self.coord_values
@@ -202,18 +216,21 @@ class Recipe:
             tuple(d for d in self.concat_dims if d not in self.coords)
 
     def concat_options(self) -> ConcatOptions:
-        """The one-axis planner's options (plan/concat.py, plan/merge.py)."""
-        return ConcatOptions(concat_dim=self.concat_dim, inline=self.inline, drop=self.drop,
-                             sort=self.sort, split=self.split, materialize=self.materialize,
-                             inline_threshold=self.inline_threshold, no_gaps=self.no_gaps,
-                             read=read_values, join=self.join, combine_attrs=self.combine_attrs,
-                             variables=self.variables)
+        """The one-axis planner's options (plan/concat.py, plan/merge.py): every field of
+        a stack named as one of them."""
+        return ConcatOptions(concat_dim=self.concat_dim, read=read_values,
+                             **self._options(ConcatOptions, "concat"))
 
     def mosaic_options(self) -> MosaicOptions:
-        return MosaicOptions(offsets=self.offsets, overlap=self.overlap, tolerance=self.tolerance,
-                             drop=self.drop, split=self.split, materialize=self.materialize,
-                             concat_dim=self.concat_dim, coords=dict(self.coords) or None,
-                             combine_attrs=self.combine_attrs)
+        """The mosaic planner's options (plan/mosaic.py): every field of a mosaic named as
+        one of them."""
+        return MosaicOptions(concat_dim=self.concat_dim, coords=dict(self.coords) or None,
+                             **self._options(MosaicOptions, "mosaic", but={"coords"}))
+
+    def _options(self, options, kind: str, but=frozenset()) -> dict[str, Any]:
+        names = {f.name for f in dataclasses.fields(options)} - set(but)
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                if f.name in names and _rule(f, kind) not in (None, "found")}
 
     def planner(self) -> Planner:
         """inventories -> (Plan, problems), as this recipe plans them."""
@@ -232,16 +249,13 @@ class Recipe:
                         dims=self.concat_dims if self.hypercube else ())
 
 
-_SHARED = {"drop", "split", "materialize", "materialize_limit", "chunk_size", "combine_attrs",
-           "concat_dim", "coords"}
-_CONCAT_OPTIONS = _SHARED | {"concat_dims", "inline", "inline_threshold", "sort", "no_gaps",
-                             "join", "variables"}
-_MOSAIC_OPTIONS = _SHARED | {"offsets", "overlap", "tolerance"}
-# the plain options a record holds of each kind (`to_dict`)
-_RECORDED = {"concat": ("split", "materialize", "materialize_limit", "chunk_size",
-                        "combine_attrs", "inline_threshold", "sort", "join", "variables"),
-             "mosaic": ("split", "materialize", "chunk_size", "combine_attrs", "overlap",
-                        "tolerance")}
+def _rule(f: dataclasses.Field, kind: str) -> str | None:
+    """How field `f` is recorded for a recipe of `kind` ("always", "set", "never",
+    "found"); None when it is no option of that kind."""
+    if kind not in f.metadata.get("kinds", ()):
+        return None
+    rule = f.metadata["record"]
+    return rule.get(kind) if isinstance(rule, dict) else rule
 
 
 def chunk_size_bytes(value: int | str | None) -> int | None:
