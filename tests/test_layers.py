@@ -39,10 +39,6 @@ LAYERS = [
 ]
 LEVEL = {name: i for i, names in enumerate(LAYERS) for name in names}
 
-# Deprecated shims at the old public paths: they re-export the new places' names, so as
-# importers they are exempt; only the package root (virtualize.scan(path)) imports one.
-SHIMS = {"scan", "emit", "read", "verify"}
-
 # (importer, imported private thing) -> why. Keep this short.
 PRIVATE_EXCEPTIONS: dict[tuple[str, str], str] = {}
 
@@ -139,9 +135,6 @@ def ups_in(path: Path, parts: tuple[str, ...]) -> list[str]:
     ups = []
     for line, mod, _name in imports(path, parts):
         target = layer(mod)
-        if target in SHIMS:
-            assert parts == ("__init__",), f"{path}:{line} imports the deprecated shim {target}"
-            continue
         assert layer(parts) in LEVEL, f"{path}: place {layer(parts)} in LAYERS"
         assert target in LEVEL, f"{path}:{line}: place {target} in LAYERS"
         if LEVEL[target] > LEVEL[layer(parts)]:
@@ -171,14 +164,23 @@ def privates_in(path: Path, parts: tuple[str, ...]) -> list[str]:
 
 
 def test_imports_run_down_the_layers():
-    ups = [u for path, parts in modules() if layer(parts) not in SHIMS
-           for u in ups_in(path, parts)]
+    ups = [u for path, parts in modules() for u in ups_in(path, parts)]
     assert not ups, "\n".join(ups)
 
 
 def test_no_import_of_another_packages_private_names():
-    found = [f for path, parts in modules() if layer(parts) not in SHIMS
-             for f in privates_in(path, parts)]
+    found = [f for path, parts in modules() for f in privates_in(path, parts)]
+    assert not found, "\n".join(found)
+
+
+def test_api_modules_share_only_public_names():
+    """The API's jobs (checking, create, appending, cubes) are made of the shared steps
+    (api/steps.py) and the recipe (api/recipe.py) by their public names: no module of api/
+    takes another's `_private` name (docs/architecture.md)."""
+    found = [f"{path.name}:{line} imports {'.'.join(mod)}.{name}"
+             for path, parts in modules() if parts[0] == "api"
+             for line, mod, name in imports(path, parts)
+             if mod[:1] == ("api",) and mod != parts and name and private(name)]
     assert not found, "\n".join(found)
 
 
@@ -246,7 +248,7 @@ def test_a_format_is_named_in_its_plug_in_only():
     prefixes = {n.split("-")[0] + "-" for n in names if "-" in n}
     found = []
     for path, parts in modules():
-        if layer(parts) in SHIMS or layer(parts) == "formats":
+        if layer(parts) == "formats":
             continue
         tree = ast.parse(path.read_text())
         docs = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr)}

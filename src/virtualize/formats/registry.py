@@ -1,6 +1,6 @@
 """The input formats: the one list. Detection (`formats.detect`), scanning
 (`formats.scan`), reading (`formats.read_values`, `formats.SourceReader`), the scan
-workers' preload (`run/workers.py`) and directory expansion (`api/paths.py` DATA_SUFFIXES) loop
+workers' preload (`run/workers.py`) and directory expansion (`api/steps.py` DATA_SUFFIXES) loop
 over it. Order is sniff order: the built-ins (`FORMATS`), then the formats other packages
 add by the entry-point group `virtualize.formats` (plugins.py), loaded on first use.
 
