@@ -208,9 +208,9 @@ def _catalog(roots, out: Path, tpl, grouping, fmt, prev, base: Recipe, member, *
                     name, "removed", rec.facets, len(rec.files), len(rec.members or ()),
                     str(out / rec.path) if rec.path else None, rec.kind,
                     "no file of it is in the archive now; its output is left in place"))
-    to_scan = [p for j in jobs_ for p in j.scan if p not in scanned]
-    results = _scanned(to_scan, scanned, jobs, executor, scan_timeout, hint, progress)
-    report.scanned += len(to_scan)
+    order = [p for j in jobs_ for p in j.scan]  # (dataset by dataset: each planned when scanned)
+    report.scanned += sum(p not in scanned for p in order)
+    results = _scanned(order, scanned, jobs, executor, scan_timeout, hint, progress)
     outcomes = []
     for job in jobs_:
         mine = {p: next(results) for p in job.scan} if job.scan else {}
@@ -347,7 +347,7 @@ def _run(job: _Job, results: dict, out: Path, fmt: str, member, recipe_options, 
     if job.action in ("unchanged", "refused"):
         prev = job.prev
         rec.status, rec.problems, rec.variables = prev.status, prev.problems, prev.variables
-        rec.path, rec.kind = prev.path, prev.kind
+        rec.path, rec.kind, rec.regular = prev.path, prev.kind, prev.regular
         outcome.status = job.action
         outcome.problems = prev.refusal()
         return outcome, rec
@@ -379,6 +379,7 @@ def _run(job: _Job, results: dict, out: Path, fmt: str, member, recipe_options, 
     outcome.status = {"build": "built", "rebuild": "rebuilt", "append": "appended"}[job.action]
     outcome.why = job.why
     rec.variables = _data_variables(report.plan)
+    rec.regular = _regular(report.plan)
     if report.left_out:
         outcome.why += ("; " if outcome.why else "") + \
             f"{len(report.left_out)} file(s) left out, cannot be scanned"
@@ -413,6 +414,14 @@ def _refused(outcome: DatasetOutcome, rec: DatasetRecord, problems: list[Problem
     rec.status = "refused"
     rec.problems = [p.to_dict() for p in outcome.problems[:50]]
     return outcome, rec
+
+
+def _regular(plan) -> bool:
+    """Whether every array's chunk grid is regular (plain zarr reads it)."""
+    from ..outputs.metadata import chunk_grid
+
+    return plan is not None and all(chunk_grid(a)["name"] == "regular"
+                                    for a in plan.arrays.values())
 
 
 def _data_variables(plan) -> list[str]:

@@ -22,9 +22,13 @@ from ..outputs.staging import replace_atomically
 RECORD = "virtualize-catalog.json"  # the record, in OUT
 CATALOG_JSON, CATALOG_CSV = "catalog.json", "catalog.csv"
 RECORD_VERSION = 1
-# intake-esm opens a row by its format: a cube directory (or Icechunk repository) through
-# the virtualize:// filesystem as zarr, kerchunk references as fsspec "reference"
-REFERENCE_KINDS = ("kerchunk", "parquet")
+# intake-esm opens a row by its format: a kerchunk JSON of regular chunk grids as fsspec
+# "reference" (read without virtualize); any other output through the virtualize://
+# filesystem as zarr: a kerchunk JSON of rectilinear grids (zarr reads them only with
+# array.rectilinear_chunks on, which intake-esm cannot ask for and virtualize:// does), a
+# parquet set (fsspec reads it only with fastparquet and a remote_protocol intake-esm
+# cannot pass), a cube directory, an Icechunk repository
+REFERENCE_KINDS = ("kerchunk",)
 VARIABLE_COLUMNS = ("variable_id", "variable", "variables")
 
 
@@ -44,19 +48,20 @@ class DatasetRecord:
     version: str | None = None
     variables: list[str] = field(default_factory=list)
     problems: list[dict] = field(default_factory=list)
+    regular: bool = False  # every array's chunk grid regular (plain zarr reads it)
 
     def to_dict(self) -> dict[str, Any]:
         return {"status": self.status, "facets": self.facets, "files": self.files,
                 "path": self.path, "kind": self.kind, "members": self.members,
                 "version": self.version, "variables": self.variables,
-                "problems": self.problems}
+                "problems": self.problems, "regular": self.regular}
 
     @classmethod
     def from_dict(cls, name: str, d: Mapping[str, Any]) -> DatasetRecord:
         return cls(name, d["status"], dict(d.get("facets") or {}),
                    [list(f) for f in d.get("files") or ()], d.get("path"), d.get("kind"),
                    d.get("members"), d.get("version"), list(d.get("variables") or ()),
-                   list(d.get("problems") or ()))
+                   list(d.get("problems") or ()), bool(d.get("regular")))
 
     def refusal(self) -> list[Problem]:
         """A refused dataset's problems as recorded."""
@@ -114,11 +119,11 @@ def is_catalog(out: Path) -> bool:
 # -- the intake-esm catalog --------------------------------------------------------------
 
 def asset(out: Path, rec: DatasetRecord) -> tuple[str, str]:
-    """(path, format) of a dataset's row: a kerchunk JSON or parquet set as fsspec
+    """(path, format) of a dataset's row: a kerchunk JSON of regular grids as fsspec
     references (read without virtualize), any other output as a virtualize:// URL that
     zarr opens through virtualize's confined store (fsspec_backend.py)."""
     path = os.path.join(os.path.abspath(out), rec.path or "")
-    if rec.kind in REFERENCE_KINDS:
+    if rec.kind in REFERENCE_KINDS and rec.regular:
         return path, "reference"
     return f"virtualize://{path}", "zarr"
 

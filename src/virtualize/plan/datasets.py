@@ -301,7 +301,11 @@ def grid_signature(inv: FileInventory) -> str:
     parts = []
     for d, n in sorted(dims.items()):
         c = inv.variables.get(d)
-        digest = c.digest.hex()[:8] if c is not None and isinstance(c.digest, bytes) else ""
+        digest = ""
+        if c is not None and isinstance(c.digest, bytes):
+            digest = c.digest.hex()[:8]
+        elif c is not None and c.values is not None:  # (values recorded instead)
+            digest = hashlib.blake2b(c.values.tobytes(), digest_size=4).hexdigest()
         parts.append(f"{d}={n}" + (f"@{digest}" if digest else ""))
     return ",".join(parts)
 
@@ -359,9 +363,15 @@ def group_facets(items: Iterable[tuple[str, dict[str, str], str | None]],
     return out
 
 
+# attributes a dataset's name leaves out when another says the same (CMIP6's member_id is
+# its variant_label, or holds it; a table names its frequency and realm)
+_SAID_BY = {"variant_label": "member_id", "frequency": "table_id", "realm": "table_id",
+            "modeling_realm": "table_id"}
+
+
 def _content_name(facets: Mapping[str, str]) -> str:
-    order = [a for a in DATASET_ATTRS if a in facets] + [k for k in (VARIABLES, GRID)
-                                                        if k in facets and k != GRID]
+    order = [a for a in DATASET_ATTRS if a in facets and _SAID_BY.get(a) not in facets]
+    order += [k for k in (VARIABLES,) if k in facets]
     name = dataset_name(facets[a] for a in order)
     if GRID in facets:  # (a grid's text is no name: its digest)
         name += ("." if name else "") + "grid-" + hashlib.blake2b(
@@ -388,7 +398,8 @@ class DatasetSplit:
         """How to build them: one command per dataset (the first few), or the catalog."""
         parts = []
         for facets, files in self.groups[:limit]:
-            what = ", ".join(f"{k}={facets.get(k, '')}" for k in self.by)
+            what = ", ".join(f"grid {_sizes(facets[k])}" if k == GRID else
+                             f"{k}={facets.get(k, '')}" for k in self.by)
             first = files[0].rsplit("/", 1)[-1]
             parts.append(f"{what}: {len(files)} file(s) ({first}{', ...' if len(files) > 1 else ''})")
         more = f"; and {len(self.groups) - limit} more" if len(self.groups) > limit else ""
@@ -397,6 +408,11 @@ class DatasetSplit:
                 ". Build each with its own `virtualize FILES -o OUT` (the files of one "
                 "dataset), or all of them with `virtualize catalog ROOT -o OUT` (one cube "
                 "per dataset and an intake-esm catalog; virtualize docs catalog)")
+
+
+def _sizes(grid: str) -> str:
+    """A grid signature's sizes, without its digests: `lat=3,lon=4`."""
+    return ",".join(part.split("@")[0] for part in grid.split(","))
 
 
 def split(invs: Sequence[FileInventory]) -> DatasetSplit | None:
@@ -416,9 +432,6 @@ def split(invs: Sequence[FileInventory]) -> DatasetSplit | None:
     groups = list(keys.values())
     names = [a for a in (*SPLIT_ATTRS, GRID)
              if len({f.get(a) for f, _ in groups}) > 1]
-    if names != [GRID] and GRID in names:
-        # a grid that differs with the model is said by the model; alone, it is the reason
-        by_attrs = {tuple((k, v) for k, v in f.items() if k != GRID) for f, _ in groups}
-        if len(by_attrs) == len(groups):
-            names.remove(GRID)
+    if {"source_id", "model_id"} & set(names):  # (a model names its institution)
+        names = [a for a in names if a not in ("institution_id", "institute_id")]
     return DatasetSplit(names, groups)

@@ -117,8 +117,7 @@ class CatalogReport:
             lines += ["", "refused:"]
             for kind, items in refusals[: None if verbose else limit]:
                 d, p = items[0]
-                more = f" (and {len(items) - 1} more)" if len(items) > 1 else ""
-                lines.append(f"  {kind}: {len(items)} dataset(s){more}; first {d.name}: "
+                lines.append(f"  {kind}: {len(items)} dataset(s); first {d.name}: "
                              f"{_short(p)}")
                 if verbose:
                     lines += [f"    {d.name}: {_short(p)}" for d, p in items[1:]]
