@@ -93,15 +93,15 @@ class VirtualizeFileSystem(AsyncFileSystem):
         out = []
         async for entry in store.list_dir(key):
             name = f"{base}/{entry.rstrip('/')}"
-            is_dir = entry.endswith("/") or not await store.exists(
-                f"{key}/{entry}" if key else entry)
+            is_dir = entry.endswith("/") or not await _exists(store, f"{key}/{entry}"
+                                                              if key else entry)
             out.append({"name": name, "size": 0, "type": "directory" if is_dir else "file"})
         return out if detail else [e["name"] for e in out]
 
     async def _info(self, path, **kwargs):
         store, key = self._split(path)
         name = self._strip_protocol(path)
-        if key and await store.exists(key):
+        if key and await _exists(store, key):
             data = await self._cat_file(path)
             return {"name": name, "size": len(data), "type": "file"}
         if not key or [e async for e in store.list_dir(key)]:
@@ -113,6 +113,14 @@ class VirtualizeFileSystem(AsyncFileSystem):
 
     async def _rm_file(self, path, **kwargs):
         raise PermissionError(f"{path}: virtualize:// is read-only")
+
+
+async def _exists(store, key: str) -> bool:
+    """Whether `key` is a key of the store (a directory of a cube's is none)."""
+    try:
+        return await store.exists(key)
+    except (IsADirectoryError, NotADirectoryError):
+        return False
 
 
 def url(path: str | os.PathLike) -> str:

@@ -13,6 +13,7 @@ report with its problems, never a stop.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -43,7 +44,7 @@ from .steps import (
 )
 
 KINDS = ("cube", "kerchunk", "parquet", "icechunk")  # what a catalog's datasets are written as
-MEMBER_DIM = "member"
+LOCK = ".virtualize-catalog.lock"
 
 
 @dataclass
@@ -113,13 +114,26 @@ def catalog(roots: Iterable[PathLike] | PathLike, out: PathLike, *, drs: str | N
                 "all_versions": all_versions}
     prev = _previous(out, grouping, fmt, overwrite)
     out.mkdir(parents=True, exist_ok=True)
-    from ..outputs.staging import locked
-
-    with locked(out):  # (two runs of a cron job: the second waits)
+    with _locked(out):  # (two runs of a cron job: the second waits)
         return _catalog(roots, out, tpl, grouping, fmt, prev, base, member,
                         jobs=jobs, executor=executor, progress=progress,
                         scan_timeout=scan_timeout, skip_unreadable=skip_unreadable,
                         recipe_options=recipe_options)
+
+
+@contextlib.contextmanager
+def _locked(out: Path):
+    """The catalog's lock: a POSIX record lock on OUT/.virtualize-catalog.lock, which the
+    scan workers a fork makes while it is held do not hold (an flock would stay held by
+    them, and the next run in this process would wait for ever)."""
+    import fcntl
+
+    fd = os.open(out / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def _out_dir(out: PathLike) -> Path:
@@ -196,7 +210,7 @@ def _catalog(roots, out: Path, tpl, grouping, fmt, prev, base: Recipe, member, *
         report.grouping = "what the files hold (" + ", ".join(grouping["group_by"] or ["the "
                           "attributes that identify a dataset", "variables"]) + ")"
         order = [*attrs, groups.VARIABLES, groups.GRID]
-        name_facets = order
+        name_facets = groups.name_order({k for d in found.datasets for k in d.facets})
     report.left_out.update(found.left_out)
     record = CatalogRecord(grouping, fmt, content=content)
     jobs_ = [_decide(ds, by_path, prev, out, fmt) for ds in found.datasets]

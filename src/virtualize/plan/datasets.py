@@ -369,10 +369,15 @@ _SAID_BY = {"variant_label": "member_id", "frequency": "table_id", "realm": "tab
             "modeling_realm": "table_id"}
 
 
+def name_order(keys: Iterable[str]) -> list[str]:
+    """The facets a dataset grouped by content is named by, in order, of those it has."""
+    keys = set(keys)
+    return [a for a in DATASET_ATTRS if a in keys and _SAID_BY.get(a) not in keys] + \
+        [k for k in (VARIABLES,) if k in keys]
+
+
 def _content_name(facets: Mapping[str, str]) -> str:
-    order = [a for a in DATASET_ATTRS if a in facets and _SAID_BY.get(a) not in facets]
-    order += [k for k in (VARIABLES,) if k in facets]
-    name = dataset_name(facets[a] for a in order)
+    name = dataset_name(facets[a] for a in name_order(facets))
     if GRID in facets:  # (a grid's text is no name: its digest)
         name += ("." if name else "") + "grid-" + hashlib.blake2b(
             facets[GRID].encode(), digest_size=4).hexdigest()
