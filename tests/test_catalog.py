@@ -16,10 +16,11 @@ import numpy as np
 import pytest
 import xarray as xr
 
-import make_archive as ma
 import virtualize
 from virtualize.model import UsageError, VirtualizeError
 from virtualize.plan import datasets as groups
+
+import make_archive as ma
 
 intake = pytest.importorskip("intake")
 pytest.importorskip("intake_esm")
