@@ -343,6 +343,9 @@ def test_cli_catalog_exit_codes_and_json(tree, tmp_path):
     usage = subprocess.run(run + [str(tree), "-o", str(tmp_path / "c3"), "--drs", "cmip9"],
                            capture_output=True, text=True)
     assert usage.returncode == 2
+    guides = subprocess.run([sys.executable, "-m", "virtualize.cli", "docs"],
+                            capture_output=True, text=True, check=True).stdout
+    assert "catalog       An archive into a catalog" in guides
 
 
 # -- check: files that are several datasets --------------------------------------------------

@@ -19,6 +19,7 @@ import time
 
 from ._version import __version__
 from .api import (
+    CATALOG_KINDS,
     DEFAULT_SCAN_TIMEOUT,
     DEFAULTS,
     Recipe,
@@ -420,8 +421,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "the member attribute) along a new axis before time, labelled by them")
     p.add_argument("--all-versions", action="store_true",
                    help="every version a dataset of its own (default: the latest only)")
-    p.add_argument("--format", choices=("cube", "kerchunk", "parquet", "icechunk"),
-                   default="cube", help="each dataset's output kind (default cube)")
+    p.add_argument("--format", choices=CATALOG_KINDS,
+                   help=f"each dataset's output kind (default {outputs.default().name})")
     p.add_argument("--overwrite", action="store_true",
                    help="OUT holds other things, or a catalog grouped otherwise: build again "
                         "(only outputs virtualize wrote are replaced)")

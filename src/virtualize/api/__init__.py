@@ -10,6 +10,7 @@ from ..plan import DEFAULT_INLINE_THRESHOLD
 from ..plan.cut import DEFAULT_CHUNK_SIZE
 from ..run.policy import AUTO_SERIAL, REMOTE_JOBS, scan_jobs
 from .appending import append
+from .catalog import KINDS as CATALOG_KINDS
 from .catalog import catalog
 from .checking import check, check_mosaic, inventories, inventory
 from .create import mosaic, virtualize
@@ -17,7 +18,7 @@ from .cubes import export, open, verify_cube
 from .recipe import DEFAULTS, Planner, Recipe
 from .steps import DAMAGED, DATA_SUFFIXES, DEFAULT_SCAN_TIMEOUT, UNSCANNABLE, PathLike
 
-__all__ = ["AUTO_SERIAL", "DAMAGED", "DATA_SUFFIXES", "DEFAULTS", "DEFAULT_CHUNK_SIZE",
+__all__ = ["AUTO_SERIAL", "CATALOG_KINDS", "DAMAGED", "DATA_SUFFIXES", "DEFAULTS", "DEFAULT_CHUNK_SIZE",
            "DEFAULT_INLINE_THRESHOLD", "DEFAULT_SCAN_TIMEOUT", "REMOTE_JOBS", "UNSCANNABLE",
            "FileInventory", "PathLike", "Planner", "Recipe", "append", "catalog", "check",
            "check_mosaic",

@@ -101,7 +101,7 @@ def catalog(roots: Iterable[PathLike] | PathLike, out: PathLike, *, drs: str | N
         tpl = groups.template(drs, path_template)
     except ValueError as e:
         raise UsageError(str(e)) from None
-    fmt = format or "cube"
+    fmt = format or registry.default().name
     if fmt not in KINDS:
         raise UsageError(f"catalog: --format {fmt}: one of {', '.join(KINDS)}")
     registry.kind_of(out / f"x{_suffix(fmt)}", fmt)  # (a missing package: refused now)
