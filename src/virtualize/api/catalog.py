@@ -213,7 +213,7 @@ def _catalog(roots, out: Path, tpl, grouping, fmt, prev, base: Recipe, member, *
         name_facets = groups.name_order({k for d in found.datasets for k in d.facets})
     report.left_out.update(found.left_out)
     record = CatalogRecord(grouping, fmt, content=content)
-    jobs_ = [_decide(ds, by_path, prev, out, fmt) for ds in found.datasets]
+    jobs_ = [_decide(ds, by_path, prev, out) for ds in found.datasets]
     if prev is not None:  # datasets whose files are all gone
         now = {ds.name for ds in found.datasets}
         for name, rec in sorted(prev.datasets.items()):
@@ -222,9 +222,9 @@ def _catalog(roots, out: Path, tpl, grouping, fmt, prev, base: Recipe, member, *
                     name, "removed", rec.facets, len(rec.files), len(rec.members or ()),
                     str(out / rec.path) if rec.path else None, rec.kind,
                     "no file of it is in the archive now; its output is left in place"))
-    order = [p for j in jobs_ for p in j.scan]  # (dataset by dataset: each planned when scanned)
-    report.scanned += sum(p not in scanned for p in order)
-    results = _scanned(order, scanned, jobs, executor, scan_timeout, hint, progress)
+    queue = [p for j in jobs_ for p in j.scan]  # (dataset by dataset: each planned when scanned)
+    report.scanned += sum(p not in scanned for p in queue)
+    results = _scanned(queue, scanned, jobs, executor, scan_timeout, hint, progress)
     outcomes = []
     for job in jobs_:
         mine = {p: next(results) for p in job.scan} if job.scan else {}
@@ -289,8 +289,8 @@ def _scanned(paths: list[str], have: dict, jobs, executor, scan_timeout, hint, p
         yield result
 
 
-def _decide(ds: Dataset, by_path: dict[str, Entry], prev: CatalogRecord | None, out: Path,
-            fmt: str) -> _Job:
+def _decide(ds: Dataset, by_path: dict[str, Entry], prev: CatalogRecord | None,
+            out: Path) -> _Job:
     """What the dataset needs this run, against what the record says it was built from."""
     rec = prev.datasets.get(ds.name) if prev is not None else None
     if rec is None:
