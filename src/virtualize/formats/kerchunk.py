@@ -22,6 +22,7 @@ reference set (fsspec `reference://`), which is what any reader of the set gets.
 from __future__ import annotations
 
 import base64
+import functools
 import itertools
 import json
 import math
@@ -174,7 +175,27 @@ def parquet_mapper(path: str):
         raise VirtualizeError([Problem(Location(path), "unreadable",
                                        "kerchunk parquet references need pyarrow or "
                                        "fastparquet installed")], f"{path}: cannot be read")
-    return LazyReferenceMapper(path, engine=engine)
+    class Mapper(LazyReferenceMapper):
+        """fsspec's mapper with the records' null paths as None, whatever pandas makes of
+        them (pandas ≥ 3 gives NaN for a null string, which fsspec takes for a URL: an
+        absent chunk would fail to read instead of reading as the fill value)."""
+
+        def setup(self):
+            super().setup()
+            load = getattr(self.open_refs, "__wrapped__", self.open_refs)
+
+            @functools.lru_cache(maxsize=self.cache_size)
+            def open_refs(field, record):
+                refs = load(field, record)
+                if refs is not None and "path" in refs:
+                    path = np.asarray(refs["path"], dtype=object)
+                    path[[not isinstance(u, str) for u in path]] = None
+                    refs["path"] = path
+                return refs
+
+            self.open_refs = open_refs
+
+    return Mapper(path, engine=engine)
 
 
 def _not_refs(path: str, what: str) -> VirtualizeError:
