@@ -530,6 +530,12 @@ class _Scanner:
                                   "set may not point into")
             self._refused.add(url)
             return None
+        outside = _leads_out(path)
+        if outside is not None:  # ... nor a file it does not name, through a link
+            self._missing[url] = (f"it is a link leading outside {os.path.dirname(path)}, the "
+                                  f"directory the reference set names it in, to {outside}")
+            self._refused.add(url)
+            return None
         try:
             st = os.stat(path)
         except OSError as e:
@@ -543,6 +549,17 @@ class _Scanner:
         self.data_files.append(Source(path, st.st_size, st.st_mtime_ns, referenced_by=self.path))
         k = self._file_index[url] = len(self.data_files)
         return k
+
+
+def _leads_out(path: str) -> str | None:
+    """Where a data file named by a reference set really is, when links (the file itself,
+    a chain of them, a directory one passes through) lead it out of the directory the set
+    names it in (that directory is taken as named, itself through links or not); None when
+    it stays inside. The cube records that directory as a root (docs/reading.md,
+    Confinement): a data file must be where its set says."""
+    real = os.path.realpath(path)
+    named = os.path.realpath(os.path.dirname(path))
+    return None if real.startswith(named.rstrip("/") + "/") else real
 
 
 # netCDF-C's default fill values (what an HDF5 dataset of a netCDF-4 file without
