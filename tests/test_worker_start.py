@@ -62,7 +62,7 @@ def _run(script: Path, method: str, thread: str, tmp: Path, files: list[str]):
     src = str(Path(virtualize.__file__).parents[1])
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([src, os.environ.get("PYTHONPATH", "")]))
     proc = subprocess.run([sys.executable, str(script), method, thread, str(ran), str(out), *files],
-                          capture_output=True, text=True, timeout=240, env=env, cwd=tmp)
+                          capture_output=True, text=True, timeout=600, env=env, cwd=tmp)
     return proc, ran, out
 
 

@@ -13,7 +13,7 @@ import pytest
 import virtualize
 from virtualize.model import VirtualizeError
 
-from ._oracle import cube_arrays, judge, library_read, same
+from ._oracle import SCAN_TIMEOUT, cube_arrays, judge, library_read, same
 
 HERE = Path(__file__).parent / "regressions"
 FILES = sorted(p.name for p in HERE.iterdir() if p.name != "README.md")
@@ -50,7 +50,7 @@ def test_once_wrong_is_refused_located(tmp_path, name):
     path = HERE / name
     assert judge(path, tmp_path / "c.zarr") == "refused"
     with pytest.raises(VirtualizeError) as ei:
-        virtualize.virtualize([path], tmp_path / "d.zarr", scan_timeout=20)
+        virtualize.virtualize([path], tmp_path / "d.zarr", scan_timeout=SCAN_TIMEOUT)
     variable, block = REFUSED[name]
     fatal = [p for p in ei.value.problems if p.fatal]
     assert [(p.kind, p.loc.file, p.loc.variable, p.loc.block) for p in fatal] == \
@@ -71,7 +71,7 @@ def test_a_store_chunk_linked_out_of_the_store_is_refused(tmp_path, name):
     store = tmp_path / store
     outside = os.path.realpath(store / "a" / "0.0")
     assert not outside.startswith(str(store) + "/")  # (the link leads out of the store)
-    report = virtualize.check([store], scan_timeout=20)
+    report = virtualize.check([store], scan_timeout=SCAN_TIMEOUT)
     fatal = [p for p in report.problems if p.fatal]
     assert [(p.kind, p.loc.file, p.loc.variable, p.loc.block) for p in fatal] == \
         [("reference-not-allowed", str(store), variable, block)], fatal
@@ -84,7 +84,7 @@ def test_a_damaged_group_dropped_leaves_the_rest_exact(tmp_path):
     """--drop NS (the group failing its checksum) virtualizes the rest, equal to h5py."""
     path = HERE / "dropped_hdf5_damaged_group_skipped.HDF5"
     out = tmp_path / "c.zarr"
-    virtualize.virtualize([path], out, drop=["NS"], scan_timeout=20)
+    virtualize.virtualize([path], out, drop=["NS"], scan_timeout=SCAN_TIMEOUT)
     arrays = dict(cube_arrays(virtualize.open(out)))
     assert list(arrays) == ["AlgorithmRuntimeInfo"]
     assert same(arrays["AlgorithmRuntimeInfo"][...], library_read(path, "AlgorithmRuntimeInfo"))
@@ -97,7 +97,7 @@ def test_a_short_read_past_the_end_gives_one_verdict(tmp_path):
     path = HERE / "flaky_hdf5_driver_block_past_eof.nc"
     verdicts = {judge(path, tmp_path / f"c{i}.zarr") for i in range(4)}
     assert verdicts == {"accepted"}
-    assert len({virtualize.check([path], scan_timeout=20).ok for _ in range(3)}) == 1
+    assert len({virtualize.check([path], scan_timeout=SCAN_TIMEOUT).ok for _ in range(3)}) == 1
 
 
 def test_a_global_heap_that_spins_is_stopped():
