@@ -41,11 +41,17 @@ def kinds(e) -> list[str]:
     return [p.kind for p in e.value.problems]
 
 
-@pytest.fixture
-def stack(case, tmp_path):
+def copies(case, tmp_path, name: str, n: int | None = None) -> list:
+    """Copies of a fixture case's files in `tmp_path/src` (the tests touch and rewrite
+    them)."""
     d = tmp_path / "src"
     d.mkdir()
-    return [shutil.copy2(f, d / f.name) for f in case("months2024")[:3]]
+    return [shutil.copy2(f, d / f.name) for f in case(name)[:n]]
+
+
+@pytest.fixture
+def stack(case, tmp_path):
+    return copies(case, tmp_path, "months2024", 3)
 
 
 @pytest.fixture(params=list(KINDS))
@@ -115,9 +121,7 @@ def test_a_touched_source_is_one_behaviour_for_every_kind(case, tmp_path, kind):
 
     if kind == "icechunk":
         pytest.importorskip("icechunk")
-    d = tmp_path / "src"
-    d.mkdir()
-    files = [shutil.copy2(f, d / f.name) for f in case("stack_dates")]
+    files = copies(case, tmp_path, "stack_dates")
     out = tmp_path / EVERY_KIND[kind]
     virtualize.virtualize(files, out, concat_dim="time", format=kind)
     want = np.stack([tifffile.imread(f) for f in files])
@@ -206,9 +210,7 @@ def test_same_size_same_time_rewrite_is_seen_only_by_verify_decode(case, tmp_pat
     """A rewrite in place that keeps the size and the time restored is not detected at
     open (documented); `verify --decode` re-scans every source and finds its block tables
     (here a shared coordinate's values) unlike the recorded ones."""
-    d = tmp_path / "src"
-    d.mkdir()
-    files = [shutil.copy2(f, d / f.name) for f in case("appended_batches")[:3]]
+    files = copies(case, tmp_path, "appended_batches", 3)
     for kind, name in KINDS.items():
         if kind == "icechunk" and importlib.util.find_spec("icechunk") is None:
             continue
@@ -258,9 +260,7 @@ def test_fingerprints_are_recorded_for_every_source(built):
 def test_appended_sources_get_fingerprints_and_can_be_touched(case, tmp_path, kind):
     if kind == "icechunk":
         pytest.importorskip("icechunk")
-    d = tmp_path / "src"
-    d.mkdir()
-    files = [shutil.copy2(f, d / f.name) for f in case("appended_batches")]
+    files = copies(case, tmp_path, "appended_batches")
     out = tmp_path / KINDS[kind]
     virtualize.virtualize(files[:2], out)
     virtualize.append(out, files[2:4])
@@ -279,9 +279,7 @@ def test_appended_sources_get_fingerprints_and_can_be_touched(case, tmp_path, ki
 
 
 def test_append_and_export_accept_a_touched_source_unless_strict(case, tmp_path):
-    d = tmp_path / "src"
-    d.mkdir()
-    files = [shutil.copy2(f, d / f.name) for f in case("appended_batches")]
+    files = copies(case, tmp_path, "appended_batches")
     cube = tmp_path / "c.zarr"
     virtualize.virtualize(files[:2], cube)
     later(files[0])

@@ -44,7 +44,7 @@ from ..model import (
     VirtualizeError,
     empty_refs,
 )
-from ._io import system_location
+from ._io import inside, system_location
 from ._planning import finish
 from ._values import COORD_VALUES_LIMIT, bytes_codec, plain
 from .base import Format
@@ -558,8 +558,7 @@ def _leads_out(path: str) -> str | None:
     it stays inside. The cube records that directory as a root (docs/reading.md,
     Confinement): a data file must be where its set says."""
     real = os.path.realpath(path)
-    named = os.path.realpath(os.path.dirname(path))
-    return None if real.startswith(named.rstrip("/") + "/") else real
+    return None if inside(real, os.path.realpath(os.path.dirname(path))) else real
 
 
 # netCDF-C's default fill values (what an HDF5 dataset of a netCDF-4 file without

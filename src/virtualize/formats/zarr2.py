@@ -34,7 +34,7 @@ import numpy as np
 
 from .. import storage
 from ..model import FileInventory, Location, Problem, Source, VirtualizeError
-from ._io import _system_cache
+from ._io import _system_cache, inside
 from ._planning import finish
 from .base import Format
 from .kerchunk import _Scanner, is_parquet_references
@@ -141,7 +141,7 @@ class _StoreRefs:
                           "point into"
             self.refused.add(p)
             return (p, 0, None)
-        if not _inside(real, self.real):  # ... nor any file outside the store
+        if not inside(real, self.real):  # ... nor any file outside the store
             self.why[p] = (f"it is a link leading outside the store ({self.path}), to "
                            f"{real}: a chunk is referenced only inside its store")
             self.refused.add(p)
@@ -157,7 +157,7 @@ class _StoreRefs:
         or array at `node`) is a link leading out of the store (its content would become
         the cube's metadata and attributes); True when it is inside."""
         real = os.path.realpath(f)
-        if _inside(real, self.real):
+        if inside(real, self.real):
             return True
         rel = os.path.relpath(f, self.path)
         raise VirtualizeError([Problem(Location(self.path, node or None), "reference-not-allowed",
@@ -296,15 +296,10 @@ def _forget_listing(fs, base: str) -> None:
     fs.invalidate_cache(base)
 
 
-def _inside(real: str, root: str) -> bool:
-    return real == root or real.startswith(root.rstrip("/") + "/")
-
-
 def _system_location(real: str) -> str | None:
     """The system location a resolved path lies in (`_io.system_location` without its
     `realpath`), or None."""
-    return next((s for s in _system_cache() if real == s or real.startswith(s.rstrip("/") + "/")),
-                None)
+    return next((s for s in _system_cache() if inside(real, s)), None)
 
 
 @functools.cache
