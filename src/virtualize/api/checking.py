@@ -23,7 +23,7 @@ from ..plan.attrs import COMBINE_ATTRS
 from ..plan.coords import label, parse_coords
 from ..plan.cut import DEFAULT_CHUNK_SIZE, chunk_bytes, cut_stack
 from ..plan.hypercube import HypercubeOptions, plan_hypercube
-from ..plan.merge import JOINS, unknown_variables
+from ..plan.merge import COMPATS, JOINS, unknown_variables
 from ..report import Report
 from ..run.executors import scan_on
 from ..run.policy import check_jobs, scan_jobs
@@ -86,7 +86,7 @@ def check(paths: Iterable[PathLike] | PathLike, concat_dim: str | None = None, *
           chunk_size: int | str | None = DEFAULT_CHUNK_SIZE, skip_unreadable: bool = False,
           no_gaps: bool = False, join: str = "exact", combine_attrs: str = "drop_conflicts",
           variables: Iterable[str] | None = None, concat_dims: Sequence[str] | None = None,
-          coords: dict | Sequence[str] | None = None) -> Report:
+          coords: dict | Sequence[str] | None = None, compat: str = "identical") -> Report:
     """Can this stack be virtualized (concatenated along `concat_dim`)? Scans every file
     and plans the cube, collecting every problem of every file. Writes nothing.
 
@@ -114,7 +114,10 @@ def check(paths: Iterable[PathLike] | PathLike, concat_dim: str | None = None, *
     variable holds read as its fill value). `combine_attrs`: attributes that differ
     between files, "drop_conflicts" (left out, named in a note), "override" (the first
     file's) or "identical" (refused); those that change what the values mean are refused
-    whatever it is. `variables`: keep only these and the coordinates they need.
+    whatever it is. `variables`: keep only these and the coordinates they need. `compat`:
+    a variable without the concatenation axes that no coordinate needs (a grid's area, a
+    constant) differing between files or a hypercube's cells, "identical" (refused) or
+    "override" (the first's, named in a note; xarray's `compat="override"`).
 
     A hypercube: `concat_dims` (several axes, outermost first; `concat_dim` is one) and
     `coords` ({dim: "attr:NAME" | "var:NAME" | "name:REGEX" | "v1,v2,..." or a list of
@@ -128,6 +131,8 @@ def check(paths: Iterable[PathLike] | PathLike, concat_dim: str | None = None, *
     if combine_attrs not in COMBINE_ATTRS:
         raise UsageError(f"combine_attrs must be one of {', '.join(COMBINE_ATTRS)}, "
                          f"not {combine_attrs!r}")
+    if compat not in COMPATS:
+        raise UsageError(f"compat must be one of {', '.join(COMPATS)}, not {compat!r}")
     selected = frozenset(_names(variables)) if variables is not None else None
     dims = _concat_dims(concat_dim, concat_dims)
     specs = parse_coords(coords)
@@ -136,7 +141,7 @@ def check(paths: Iterable[PathLike] | PathLike, concat_dim: str | None = None, *
                          drop=frozenset(_names(drop)), sort=sort, split=split,
                          materialize=materialize, inline_threshold=inline_threshold,
                          no_gaps=no_gaps, read=read_values, join=join,
-                         combine_attrs=combine_attrs, variables=selected)
+                         combine_attrs=combine_attrs, variables=selected, compat=compat)
     hyper = HypercubeOptions(dims=dims, coords=specs, concat=opts)
     # (one axis given as `concat_dims=[DIM]`, as the CLI's --concat-dim gives it, is
     # recorded as `concat_dim`: re-planning the cube, verify --decode and append, use it)
@@ -152,6 +157,8 @@ def check(paths: Iterable[PathLike] | PathLike, concat_dim: str | None = None, *
         recipe["combine_attrs"] = combine_attrs
     if selected is not None:
         recipe["variables"] = sorted(selected)
+    if compat != "identical":
+        recipe["compat"] = compat
     if cube:  # (a plain stack's recipe stays as it was)
         recipe.update(concat_dim=None, concat_dims=dims,
                       coords={d: s.text() for d, s in specs.items()}, join=join)

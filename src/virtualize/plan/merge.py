@@ -37,6 +37,7 @@ from ._common import (
     Context,
     calendar_of,
     compare_shared,
+    coordinate_like,
     declares_fill,
     figure_of,
     first_difference,
@@ -44,8 +45,12 @@ from ._common import (
 )
 from .attrs import combine, dropped_note
 from .concat import ConcatOptions, _reexpress, plan_concat
+from .union import as_first
 
 JOINS = ("exact", "outer")
+# a shared variable no coordinate needs that differs between files (or cells): refused, or
+# the first's taken with a note (xarray's compat="override")
+COMPATS = ("identical", "override")
 # attributes naming the variables a variable needs (CF; formula_terms: a parametric
 # vertical coordinate's terms, "p0: p0 a: a b: b ps: ps")
 _NAMING_ATTRS = ("coordinates", "bounds", "climatology", "grid_mapping", "ancillary_variables",
@@ -97,16 +102,8 @@ def merge_options(recipe: dict) -> dict:
     variables = recipe.get("variables")
     return {"join": recipe.get("join", "exact"),
             "combine_attrs": recipe.get("combine_attrs", "drop_conflicts"),
-            "variables": frozenset(variables) if variables is not None else None}
-
-
-def _as_first(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
-    """`values` in `dtype` (the first group's) when that keeps every value, else as they are."""
-    cast = np.asarray(values).astype(dtype)
-    with np.errstate(invalid="ignore"):
-        same = np.array_equal(cast.astype(values.dtype), values,
-                              equal_nan=values.dtype.kind in "fc")
-    return cast if same else np.asarray(values)
+            "variables": frozenset(variables) if variables is not None else None,
+            "compat": recipe.get("compat", "identical")}
 
 
 # -- selection -----------------------------------------------------------------------------
@@ -395,7 +392,7 @@ class _Merge:
                 union = np.union1d(union, c)
             # (in the first group's dtype unless that would change a step: whole days in
             # int32 and a group's noon steps in float64 keep float64)
-            union = _as_first(union, coords[0].dtype)
+            union = as_first(union, coords[0].dtype)
             positions = [np.searchsorted(union, c) for c in coords]
             return union, positions
         ok = True
@@ -505,8 +502,11 @@ class _Merge:
         firsts = [self.ordered[g][0] for g in owners]
         ctx = Context(firsts, reported=set())
         vs = [inv.variables[name] for inv in firsts]
-        ok = compare_shared(ctx, name, vs, "is shared by files holding different variables")
+        ok = compare_shared(ctx, name, vs, "is shared by files holding different variables",
+                            override=self.opts.compat == "override" and
+                            name not in coordinate_like(firsts[0]))
         self.problems.extend(ctx.problems)
+        self.notes.extend(ctx.notes)
         return ok
 
     def _values_along(self, g: int, name: str) -> np.ndarray | None:
@@ -584,7 +584,7 @@ class _Merge:
             return a
         data = np.moveaxis(merged, 0, k)
         first = arrays[0]
-        return inline_plan(name, _as_first(data, first.dtype), first.dims, attrs,
+        return inline_plan(name, as_first(data, first.dtype), first.dims, attrs,
                            first.fill_value)
 
     def _onto_union(self, a: ArrayPlan, g: int) -> ArrayPlan | None:
