@@ -45,7 +45,7 @@ from ._common import (
 )
 from .attrs import combine, dropped_note
 from .concat import ConcatOptions, _reexpress, plan_concat
-from .union import as_first
+from .union import Misfit, as_first, place
 
 JOINS = ("exact", "outer")
 # a shared variable no coordinate needs that differs between files (or cells): refused, or
@@ -505,7 +505,8 @@ class _Merge:
         ok = compare_shared(ctx, name, vs, "is shared by files holding different variables",
                             override=self.opts.compat == "override" and
                             name not in coordinate_like(firsts[0]))
-        self.problems.extend(ctx.problems)
+        self.problems.extend(p if p.remedy else replace(p, remedy=f"--drop {name}")
+                             for p in ctx.problems)
         self.notes.extend(ctx.notes)
         return ok
 
@@ -617,57 +618,23 @@ class _Merge:
                          "do not take as missing: give the files a _FillValue, or leave "
                          "--join outer out", axis=dim)
             return None
-        if a.inline is not None:
-            data = np.moveaxis(np.asarray(a.inline), k, 0)
-            out = np.full((union, *data.shape[1:]), a.fill_value, dtype=data.dtype)
-            out[pos] = data
-            return inline_plan(a.name, np.moveaxis(out, 0, k), a.dims, a.attrs, a.fill_value)
-        lens = list(a.chunk_lengths[k])
-        starts = np.cumsum([0, *lens[:-1]])
-        new_lens: list[int] = []
-        index: list[int] = []  # per new chunk: the old chunk (-1: absent)
-        cursor = 0
-        for j, (s, m) in enumerate(zip(starts.tolist(), lens)):
-            e = min(s + m, n)
-            if e <= s:
-                continue
-            if pos[e - 1] - pos[s] != e - 1 - s:
-                i = s + int(np.flatnonzero(np.diff(pos[s:e]) != 1)[0])
+        placed = place(a, k, pos, union)
+        if isinstance(placed, Misfit):
+            j, i = placed.chunk, placed.step
+            if placed.kind == "span-interleaved":
                 self.problem(self._file_at(g, i), a.name, "span-interleaved",
                              f"{dim} steps of other variables fall inside chunk {j} of "
                              f"{a.name} (between its steps {i} and {i + 1}): an absent chunk "
                              "cannot be cut there (--join outer)", axis=dim, block=(j,))
-                return None
-            if s + m > n and pos[e - 1] != union - 1:
+            else:
                 self.problem(self._file_at(g, n - 1), a.name, "padded-block",
                              f"the last chunk of {a.name} along {dim!r} is stored padded "
                              f"and other variables' {dim} steps follow it (--join outer)",
                              axis=dim, block=(j,))
-                return None
-            if pos[s] > cursor:
-                new_lens.append(int(pos[s] - cursor))
-                index.append(-1)
-            new_lens.append(m)
-            index.append(j)
-            cursor = int(pos[s]) + m
-        if cursor < union:
-            new_lens.append(union - cursor)
-            index.append(-1)
-        idx = np.asarray(index)
-        refs = np.take(a.refs, np.where(idx < 0, 0, idx), axis=k).copy()
-        gap = (slice(None),) * k + (idx < 0,)
-        refs[gap] = np.zeros((), dtype=refs.dtype)
-        old_to_new = {int(j): i for i, j in enumerate(index) if j >= 0}
-        cells = {tuple(old_to_new[c] if ax == k else c for ax, c in enumerate(key)): cell
-                 for key, cell in a.materialize.items()}
-        chunk_lengths = list(a.chunk_lengths)
-        chunk_lengths[k] = tuple(new_lens)
-        shape = list(a.shape)
-        shape[k] = union
+            return None
         self.notes.append(f"{a.name}: {union - n} {dim} step(s) no file of it holds read as its "
                           f"fill value {py(a.fill_value)!r} (--join outer)")
-        return replace(a, shape=tuple(shape), chunk_lengths=tuple(chunk_lengths), refs=refs,
-                       materialize=cells)
+        return placed
 
     # -- the plan --------------------------------------------------------------------------
 
