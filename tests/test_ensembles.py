@@ -215,6 +215,19 @@ def _with_unfilled(files) -> None:
             v[:] = np.ones(v.shape, "f4")
 
 
+def test_members_in_other_calendars_are_never_joined(tmp_path):
+    """A member counting time in another calendar: its numbers are other instants, so the
+    union is not taken (it would misplace them): refused, naming the calendar."""
+    files = me.cesm_le(tmp_path / "spans", me.SPANS)
+    with netCDF4.Dataset(files[1], "a") as nc:
+        nc["time"].calendar = "standard"
+    report = virtualize.check(files, join="outer", **CESM)
+    assert not report.ok
+    drift = [p for p in report.problems if p.kind == "attribute-drift"]
+    assert drift and drift[0].loc.variable == "time" and "'calendar' is 'standard' at " \
+        "member=2, where it is 'noleap' at member=1" in drift[0].message
+
+
 @pytest.mark.parametrize("how", [dict(drop=["HMXL"]), dict(variables=["SHF"])])
 def test_drop_and_variables_under_join_outer(tmp_path, how):
     """The refusal's remedy (`--drop HMXL`) and `--variables` act under --join outer (they

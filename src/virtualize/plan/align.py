@@ -29,7 +29,14 @@ import numpy as np
 
 from ..conventions import py
 from ..model import MATERIALIZED, ArrayPlan, Location, Plan, Problem
-from ._common import codec_names, declares_fill, first_difference, inline_plan, is_uncompressed
+from ._common import (
+    codec_names,
+    declares_fill,
+    first_difference,
+    inline_plan,
+    is_uncompressed,
+    same_meaning,
+)
 from .union import Misfit, as_first, cut_at, edges, place, runs, union_of
 
 
@@ -45,8 +52,10 @@ def align(ctx: Any, subs: list[Plan], members: list[list[int]], d: str,
         if ctx.new[t] or t == d:
             continue
         coords = [p.arrays.get(t) for p in out]
-        if any(c is None or c.inline is None for c in coords):
-            continue  # (compared when stacked)
+        if any(c is None or c.inline is None for c in coords) or \
+                any(not same_meaning(m, c.attrs.get(m), coords[0].attrs.get(m))
+                    for c in coords for m in ("units", "calendar")):
+            continue  # (compared when stacked: attribute-drift, differs-between-files)
         values = [np.asarray(c.inline).reshape(-1) for c in coords]
         if any(v.shape != values[0].shape or first_difference(v, values[0]) is not None
                for v in values[1:]):

@@ -727,26 +727,28 @@ def _alike(ctx: _Stack, files, have: list[ArrayPlan], name: str, d: str, where, 
     k = a0.dims.index(d) if d in a0.dims else None
     for i, a in list(enumerate(have))[1:]:
         f = files[i][0]
-        here = f"at {d}={where[i]} than at {d}={where[0]}"
+        at, at0 = f"at {d}={where[i]}", f"at {d}={where[0]}"
         if a.dims != a0.dims:
-            msg = f"dimensions {a.dims} differ from {a0.dims} {here}"
+            msg = f"its dimensions {a.dims} {at} differ from {a0.dims} {at0}"
             kind = "dims-differ"
         elif a.dtype != a0.dtype:
-            msg, kind = f"data type {a.dtype} differs from {a0.dtype} {here}", "dtype-differs"
+            msg = f"its data type {a.dtype} {at} differs from {a0.dtype} {at0}"
+            kind = "dtype-differs"
         elif codec_key(a.codecs) != codec_key(a0.codecs):
-            msg, kind = f"codecs differ {here}", "codecs-differ"
+            msg, kind = f"its codecs {at} differ from those {at0}", "codecs-differ"
         elif not same_value(a.fill_value, a0.fill_value):
-            msg = f"fill value {py(a.fill_value)!r} differs from {py(a0.fill_value)!r} {here}"
+            msg = (f"its fill value {py(a.fill_value)!r} {at} differs from "
+                   f"{py(a0.fill_value)!r} {at0}")
             kind = "fill-value-differs"
         elif (key := next((m for m in MEANING_ATTRS
                            if not same_meaning(m, a.attrs.get(m), a0.attrs.get(m))), None)):
-            msg = (f"attribute {key!r} is {py(a.attrs.get(key))!r} {here}, where it is "
-                   f"{py(a0.attrs.get(key))!r}: the values would mean different things")
+            msg = (f"attribute {key!r} is {py(a.attrs.get(key))!r} {at}, where it is "
+                   f"{py(a0.attrs.get(key))!r} {at0}: the values would mean different things")
             kind = "attribute-drift"
         elif (axis := next((j for j in range(len(a.dims)) if j != k and
                             a.shape[j] != a0.shape[j]), None)) is not None:
-            msg = (f"length {a.shape[axis]} along {a.dims[axis]!r} differs {here} "
-                   f"({a0.shape[axis]})")
+            msg = (f"length {a.shape[axis]} along {a.dims[axis]!r} {at} differs from the "
+                   f"length {a0.shape[axis]} {at0}")
             kind = "shape-differs"
         elif varies:
             axis = next((j for j in range(len(a.dims)) if j != k and
@@ -754,10 +756,10 @@ def _alike(ctx: _Stack, files, have: list[ArrayPlan], name: str, d: str, where, 
             if axis is None:
                 continue
             other = a.dims[axis]
-            msg = (f"its chunks along {other!r} differ {here} ({_lens(a.chunk_lengths[axis])} "
-                   f"vs {_lens(a0.chunk_lengths[axis])}): stacked along {d!r}, every cell "
-                   f"must be split alike along {other!r} (the files split "
-                   f"{other!r} differently?)")
+            msg = (f"its chunks along {other!r} {at} differ from those {at0} "
+                   f"({_lens(a.chunk_lengths[axis])} vs {_lens(a0.chunk_lengths[axis])}): "
+                   f"stacked along {d!r}, every cell must be split alike along {other!r} "
+                   f"(the files split {other!r} differently?)")
             kind = "blocks-differ"
         else:
             continue
