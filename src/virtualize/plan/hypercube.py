@@ -2,14 +2,19 @@
 outermost first), new axes given their coordinate (`--coord`, plan/coords.py).
 
 Each file's position along every axis is resolved (a new axis: its `--coord` value; an
-axis the files have: the first value of its coordinate), the files are put into the cells
-of the grid those positions span (a missing cell, or two files in one, is refused naming
-the cell's coordinates), the files along the innermost axis are planned by the one-axis
-planner, and those sub-plans are stacked along the outer axes, innermost first: data
-variables get a new axis (or are joined along an axis they have), what does not vary
-along an axis (coordinates of the other axes, bounds, grid mappings, scalars) is compared
-across the cells, bit for bit (`compare_shared`), never taken from the first unseen; every
-stacked variable's chunks on the other axes must be the same in every cell.
+axis the files have: the first value of its coordinate, in one CF time unit however each
+file counts it), the files are put into the cells of the grid those positions span (a
+missing cell, or two files in one, is refused naming the cell's coordinates; along an
+axis the files have a cell is not a file: a member's files there are one stack, split
+anywhere), the files along the innermost axis are planned by the one-axis planner, and
+those sub-plans are stacked along the outer axes, innermost first, after their axes the
+files have are made one (plan/align.py: one coordinate, the union under `--join outer`;
+one chunk grid, cut at every cell's edges): data variables get a new axis (or are joined
+along an axis they have), what does not vary along an axis (coordinates of the other
+axes, bounds, grid mappings, scalars, data without an axis the files have) is compared
+across the cells, bit for bit (`compare_shared`), never taken from the first unseen
+(`--compat override`: the first cell's, named); every stacked variable's chunks on the
+other axes must be the same in every cell.
 """
 
 from __future__ import annotations
@@ -191,8 +196,8 @@ def _plan(inventories: Sequence[FileInventory], opts: HypercubeOptions
     # a cell no file of a kind fills: along a new inner axis, every cell is a file; along
     # an axis the files have (time), a cell is not a file: a row (the cells of one outer
     # position) holding the kind anywhere is one stack, its steps compared with the other
-    # rows' when stacked (`_align`: a member may be split anywhere, start later); a row
-    # holding none of it is missing (drawn in the layout either way)
+    # rows' when stacked (plan/align.py: a member may be split anywhere, start later); a
+    # row holding none of it is missing (drawn in the layout either way)
     missing: list[tuple[tuple[int, ...], tuple[str, ...]]] = []
     empty: list[tuple[tuple[int, ...], tuple[str, ...]]] = []  # cells of rows without it
     outer = opts.concat.join == "outer"
@@ -541,7 +546,7 @@ class _Stack:
     notes: list[str] = field(default_factory=list)
     static: set[str] = field(default_factory=set)  # without an axis the files have (`_static`)
     real: int = 0  # files before it in `invs` are files, the others stand-ins
-    join: str = "exact"  # --join: the cells' steps along an axis the files have (`_align`)
+    join: str = "exact"  # --join: the cells' steps along an axis the files have (`align`)
     compat: str = "identical"  # --compat: a shared variable no coordinate needs that differs
     coordinates: set[str] = field(default_factory=set)  # what --compat never overrides
     refused: set[str] = field(default_factory=set)  # arrays refused at a level (not stacked)
