@@ -29,6 +29,8 @@ import xarray as xr
 import virtualize
 from virtualize.cli import main
 
+from helpers import kerchunk_group
+
 MPI = dict(concat_dims=["member", "time"], coords={"member": r"name:_r(\d{3})i"})
 CESM = dict(concat_dims=["member", "time"], coords={"member": r"name:f09_g16\.(\d{3})\."})
 CMIP6 = dict(concat_dims=["member", "time"], coords={"member": "attr:variant_label"})
@@ -157,6 +159,12 @@ def test_members_split_differently_in_time(tmp_path, storage):
     assert lengths == ((24, 12) if storage == "contiguous" else (1,) * 36)
     if storage == "contiguous":
         assert any("cut at every cell's chunk edges" in n for n in report.notes)
+        # the cut byte ranges as fsspec + zarr read them (no virtualize code)
+        refs = tmp_path / "cesm.json"
+        assert virtualize.virtualize(files, refs, **CESM).ok
+        shf = kerchunk_group(refs)["SHF"][...]
+        for m in (1, 2, 3, 4):
+            assert np.array_equal(shf[m - 1], me.values(m, 0, 36)), m
 
 
 def test_a_compressed_block_an_edge_falls_inside_is_refused_located(tmp_path):
@@ -414,3 +422,45 @@ def test_compat_on_the_command_line(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         main(["check", *files, "--compat", "first"])
     assert e.value.code == 2
+
+
+# -- the chunk-grid arithmetic, on plans ------------------------------------------------
+
+def _plan_array(lengths, codecs, cells=None) -> "virtualize.model.ArrayPlan":
+    from virtualize.model import MATERIALIZED, REF_DTYPE, ArrayPlan
+
+    refs = np.zeros((len(lengths), 2), REF_DTYPE)
+    offset = 0
+    for j, n in enumerate(lengths):
+        for c in range(2):
+            size = n * 3 * 4  # rows of (3,) float32 per chunk column
+            refs[j, c] = (1, 1000 + offset, size)
+            offset += size
+    for key in cells or {}:
+        refs[key] = (MATERIALIZED, 0, 0)
+    return ArrayPlan("v", np.dtype("f4"), (sum(lengths), 6), ("time", "x"),
+                     (tuple(lengths), (3, 3)), codecs, None, {}, refs,
+                     materialize=dict(cells or {}))
+
+
+def test_cut_at_makes_exact_byte_ranges_and_regions():
+    from virtualize.model import Cell
+    from virtualize.plan.union import Misfit, cut_at
+
+    raw = [{"name": "bytes", "configuration": {"endian": "little"}}]
+    a = _plan_array([5, 7], raw, {(1, 1): Cell(0, "v", ((5, 12), (3, 6)))})
+    b = cut_at(a, 0, {2, 5, 9, 12})
+    assert b.chunk_lengths[0] == (2, 3, 4, 3)
+    row = 3 * 4
+    # chunk 0 (rows 0..4, column 0 at 1000) cut at 2: rows 0-1 and 2-4 of its bytes
+    assert [tuple(b.refs[i, 0])[1:] for i in range(2)] == [(1000, 2 * row), (1000 + 2 * row, 3 * row)]
+    # chunk 1 column 0 starts after chunk 0's two columns; cut at 9 (its row 4)
+    start = 1000 + 2 * 5 * row
+    assert [tuple(b.refs[i, 0])[1:] for i in (2, 3)] == [(start, 4 * row),
+                                                         (start + 4 * row, 3 * row)]
+    assert b.materialize == {(2, 1): Cell(0, "v", ((5, 9), (3, 6))),
+                             (3, 1): Cell(0, "v", ((9, 12), (3, 6)))}
+    z = [{"name": "bytes", "configuration": {"endian": "little"}},
+         {"name": "zstd", "configuration": {"level": 1}}]
+    assert cut_at(_plan_array([5, 7], z), 0, {2}) == Misfit("blocks-differ", 0, 2)
+    assert cut_at(_plan_array([5, 7], z), 0, {5, 12}).chunk_lengths[0] == (5, 7)  # (no cut)
