@@ -411,6 +411,17 @@ def test_compat_override_across_cells(tmp_path):
     assert got["TAREA"].dims == ("nlat", "nlon")
     with netCDF4.Dataset(files[0]) as nc:
         assert np.array_equal(got["TAREA"].values, nc["TAREA"][...])
+    # a coordinate (TLAT) is never overridden: differing, it stays the members' own
+    files = me.cesm_le(tmp_path / "tlat", me.SPLIT)
+    for f in files:
+        if ".003." in f.name:
+            with netCDF4.Dataset(f, "a") as nc:
+                nc["TLAT"][0, 0] = 5.0
+    cube = tmp_path / "t.zarr"
+    report = virtualize.virtualize(files, cube, compat="override", **CESM)
+    assert report.ok, report.problems
+    got = opened(cube)
+    assert got["TLAT"].dims == ("member", "nlat", "nlon") and got["TLAT"].values[2, 0, 0] == 5.0
 
 
 def test_compat_on_the_command_line(tmp_path, capsys):

@@ -686,8 +686,9 @@ def _scalar_differs(ctx: _Stack, members, have: list[ArrayPlan], name: str, d: s
     """A scalar data variable (or one without an axis the files have, `_static`) that
     differs between the cells of the new axis `d`: stacked along it (`realization(member)`);
     the same in every cell, shared. Decided by the one comparison (`_shared`), its findings
-    kept only to decide. `--compat override`: never stacked (the first cell's, `_shared`)."""
-    if ctx.compat == "override":
+    kept only to decide. `--compat override`: never stacked (the first cell's, `_shared`),
+    unless a coordinate needs it (TLAT: never overridden)."""
+    if ctx.compat == "override" and name not in ctx.coordinates:
         return False
     before = len(ctx.problems)
     same = _shared(ctx, members, have, name, d, where)
