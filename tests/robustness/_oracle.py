@@ -17,8 +17,10 @@ import virtualize
 from virtualize.model import VirtualizeError
 
 # A mutated file's scan runs in a worker and is stopped after this many seconds (every
-# scan here takes well under a second; a stuck one is reported as scan-timeout).
-SCAN_TIMEOUT = 20.0
+# scan here takes well under a second; a stuck one is reported as scan-timeout). Generous:
+# on a loaded machine (2 cores at load 25) a sound scan must not be taken for a stuck one,
+# which would turn an "accepted" verdict into "refused" (issue 28).
+SCAN_TIMEOUT = 120.0
 
 
 def library_read(path: Path, name: str) -> np.ndarray:

@@ -42,7 +42,7 @@ _cache: dict = {}
 def _read_all(path, names) -> dict | None:
     out = f"{path}.npz"
     proc = subprocess.run([sys.executable, "-c", READ, str(path), out, *names],
-                          capture_output=True, timeout=120)
+                          capture_output=True, timeout=600)
     if proc.returncode:
         return None
     try:

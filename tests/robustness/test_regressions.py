@@ -5,6 +5,7 @@ once wrong in the refusal named here."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,7 @@ import pytest
 import virtualize
 from virtualize.model import VirtualizeError
 
-from ._oracle import cube_arrays, judge, library_read, same
+from ._oracle import SCAN_TIMEOUT, cube_arrays, judge, library_read, same
 
 HERE = Path(__file__).parent / "regressions"
 FILES = sorted(p.name for p in HERE.iterdir() if p.name != "README.md")
@@ -27,9 +28,17 @@ REFUSED = {
 }
 
 
+# Zarr v2 stores kept as tar files (a store is a directory): tar -> (store inside it,
+# variable, block) of the `reference-not-allowed` problem it must be refused with
+STORES = {
+    "accepted_zarr2_chunk_symlink_outside_store.tar": ("z2/chunk_symlink_outside_rel.zarr",
+                                                       "a", (0, 0)),
+}
+
+
 def test_every_regression_input_is_listed():
-    assert set(FILES) == set(REFUSED) | {"flaky_hdf5_driver_block_past_eof.nc",
-                                         "hang_hdf5_gcol_bitflip.nc"}
+    assert set(FILES) == set(REFUSED) | set(STORES) | {"flaky_hdf5_driver_block_past_eof.nc",
+                                                       "hang_hdf5_gcol_bitflip.nc"}
     readme = (HERE / "README.md").read_text()
     assert all(f"`{name}`" in readme for name in FILES)
 
@@ -41,7 +50,7 @@ def test_once_wrong_is_refused_located(tmp_path, name):
     path = HERE / name
     assert judge(path, tmp_path / "c.zarr") == "refused"
     with pytest.raises(VirtualizeError) as ei:
-        virtualize.virtualize([path], tmp_path / "d.zarr", scan_timeout=20)
+        virtualize.virtualize([path], tmp_path / "d.zarr", scan_timeout=SCAN_TIMEOUT)
     variable, block = REFUSED[name]
     fatal = [p for p in ei.value.problems if p.fatal]
     assert [(p.kind, p.loc.file, p.loc.variable, p.loc.block) for p in fatal] == \
@@ -49,11 +58,33 @@ def test_once_wrong_is_refused_located(tmp_path, name):
     assert f"--drop {variable}" in fatal[0].message
 
 
+@pytest.mark.parametrize("name", sorted(STORES))
+def test_a_store_chunk_linked_out_of_the_store_is_refused(tmp_path, name):
+    """Chunk `a/0.0` is a relative symlink to a file beside the store: the cube served
+    that file's bytes (exit 0). Now `check` and `create` refuse it, located at the chunk
+    and naming where the link leads; nothing is written."""
+    import tarfile
+
+    with tarfile.open(HERE / name) as t:
+        t.extractall(tmp_path, filter="data")
+    store, variable, block = STORES[name]
+    store = tmp_path / store
+    outside = os.path.realpath(store / "a" / "0.0")
+    assert not outside.startswith(str(store) + "/")  # (the link leads out of the store)
+    report = virtualize.check([store], scan_timeout=SCAN_TIMEOUT)
+    fatal = [p for p in report.problems if p.fatal]
+    assert [(p.kind, p.loc.file, p.loc.variable, p.loc.block) for p in fatal] == \
+        [("reference-not-allowed", str(store), variable, block)], fatal
+    assert outside in fatal[0].message and "'a/0.0'" in fatal[0].message
+    assert judge(store, tmp_path / "c.zarr") == "refused"
+    assert not (tmp_path / "c.zarr").exists()
+
+
 def test_a_damaged_group_dropped_leaves_the_rest_exact(tmp_path):
     """--drop NS (the group failing its checksum) virtualizes the rest, equal to h5py."""
     path = HERE / "dropped_hdf5_damaged_group_skipped.HDF5"
     out = tmp_path / "c.zarr"
-    virtualize.virtualize([path], out, drop=["NS"], scan_timeout=20)
+    virtualize.virtualize([path], out, drop=["NS"], scan_timeout=SCAN_TIMEOUT)
     arrays = dict(cube_arrays(virtualize.open(out)))
     assert list(arrays) == ["AlgorithmRuntimeInfo"]
     assert same(arrays["AlgorithmRuntimeInfo"][...], library_read(path, "AlgorithmRuntimeInfo"))
@@ -66,7 +97,7 @@ def test_a_short_read_past_the_end_gives_one_verdict(tmp_path):
     path = HERE / "flaky_hdf5_driver_block_past_eof.nc"
     verdicts = {judge(path, tmp_path / f"c{i}.zarr") for i in range(4)}
     assert verdicts == {"accepted"}
-    assert len({virtualize.check([path], scan_timeout=20).ok for _ in range(3)}) == 1
+    assert len({virtualize.check([path], scan_timeout=SCAN_TIMEOUT).ok for _ in range(3)}) == 1
 
 
 def test_a_global_heap_that_spins_is_stopped():
