@@ -175,7 +175,9 @@ def test_rerun_over_a_grown_tree_appends_rebuilds_and_builds(tree, tmp_path):
     _same(opened[versioned.dataset_id], _reference(_files(root, versioned, "v20200101")),
           "rebuilt")
     _same(opened[new.dataset_id], _reference(_files(root, new)), "built")
-    assert "changed:" in report.to_text()
+    text = report.to_text()
+    assert "changed:" in text and f"built     {new.dataset_id}: 2 file(s)" in text
+    assert f"appended  {grown.dataset_id}: 5 file(s); 1 new file(s)" in text
 
 
 def test_a_file_appended_in_the_middle_rebuilds(tree, tmp_path):

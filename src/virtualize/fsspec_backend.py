@@ -122,7 +122,3 @@ async def _exists(store, key: str) -> bool:
     except (IsADirectoryError, NotADirectoryError):
         return False
 
-
-def url(path: str | os.PathLike) -> str:
-    """The `virtualize://` URL of a local output."""
-    return f"{PROTOCOL}://{os.path.abspath(path)}"

@@ -130,7 +130,9 @@ class CatalogReport:
                 lines.append(f"  {why}: {len(paths)} file(s), first {paths[0]}")
                 if verbose:
                     lines += [f"    {p}" for p in paths[1:]]
-        changed = [d for d in self.datasets if d.status in ("appended", "rebuilt", "removed")]
+        again = any(d.status != "built" and d.status != "refused" for d in self.datasets)
+        changed = [d for d in self.datasets if d.status in ("appended", "rebuilt", "removed")
+                   or again and d.status == "built"]  # (a re-run's new datasets too)
         shown = self.datasets if verbose else changed[:limit]
         if shown:
             lines += ["", "datasets:" if verbose else "changed:"]
