@@ -4,7 +4,10 @@ by SrcRect/DstRect), NoDataValue, SRS and GeoTransform; readable by gdalinfo,
 gdal_translate and QGIS. What GDAL would read differently from the cube is refused
 (layout.py). The provenance (kerchunk references of the same plan, with the source
 table and roots) rides along in `<Metadata domain="virtualize">`, with a digest of the
-raster part, for virtualize to read the VRT back exactly (reader.py)."""
+raster part, for virtualize to read the VRT back exactly (reader.py). Chunks no stored
+block fits (a mosaic's padded or cut blocks, or --materialize's cells) are recorded as
+windows of their source (file, variable, region), which virtualize decodes from it when it
+reads the VRT: GDAL reads the files whole, so nothing is copied into the VRT."""
 
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ import hashlib
 import json
 import os
 import zlib
+from dataclasses import replace
 from pathlib import Path
 from xml.sax.saxutils import escape
 
@@ -51,16 +55,39 @@ def vrt_text(plan: Plan, relative_to: str | None = None) -> str:
     layout = vrt_layout(plan)
     names = _source_names(plan, layout, relative_to)
     first, body = _raster(plan, layout, names, _scaling(plan, layout))
+    plan, windows = _windows(plan)
     refs = reference_set(plan, record_section(plan, VRT_FORMAT, VRT_VERSION), relative_to)
-    packed = base64.b64encode(zlib.compress(
-        json.dumps(refs, allow_nan=False, separators=(",", ":")).encode(), 6)).decode()
     meta = [VRT_HEAD,
             f'    <MDI key="version">{VRT_VERSION}</MDI>\n',
             f"    <MDI key=\"array\">{escape(layout.name)}</MDI>\n",
             f'    <MDI key="digest">{digest(first, body)}</MDI>\n',
-            f'    <MDI key="references">{packed}</MDI>\n',
+            f'    <MDI key="references">{pack(refs)}</MDI>\n',
+            *([f'    <MDI key="windows">{pack(windows)}</MDI>\n'] if windows else ()),
             META_END]
     return first + "".join(meta) + body
+
+
+def pack(doc) -> str:
+    """A JSON document as the VRT's metadata holds it: compressed, base64."""
+    return base64.b64encode(zlib.compress(
+        json.dumps(doc, allow_nan=False, separators=(",", ":")).encode(), 6)).decode()
+
+
+def _windows(plan: Plan) -> tuple[Plan, dict[str, list]]:
+    """The plan with no chunk to copy, and the chunks it would copy as windows of their
+    sources: per array, [chunk key, source index, variable, region, chunk shape] each. The
+    sources are recorded as not copied from (a touched one is re-scanned as any other)."""
+    from ..materialize import chunk_key
+
+    windows = {name: [[chunk_key(index), c.source, c.variable, [list(r) for r in c.region],
+                       list(a.chunk_shape(index))]
+                      for index, c in sorted(a.materialize.items())]
+               for name, a in plan.arrays.items() if a.materialize}
+    if not windows and not any(s.copied for s in plan.sources):
+        return plan, {}
+    return replace(plan, sources=[replace(s, copied=False) for s in plan.sources],
+                   arrays={n: replace(a, materialize={}) if a.materialize else a
+                           for n, a in plan.arrays.items()}), windows
 
 
 def digest(first: str, body: str) -> str:
