@@ -55,6 +55,7 @@ def vrt_text(plan: Plan, relative_to: str | None = None) -> str:
     layout = vrt_layout(plan)
     names = _source_names(plan, layout, relative_to)
     first, body = _raster(plan, layout, names, _scaling(plan, layout))
+    _readable_windows(plan)
     plan, windows = _windows(plan)
     refs = reference_set(plan, record_section(plan, VRT_FORMAT, VRT_VERSION), relative_to)
     meta = [VRT_HEAD,
@@ -71,6 +72,32 @@ def pack(doc) -> str:
     """A JSON document as the VRT's metadata holds it: compressed, base64."""
     return base64.b64encode(zlib.compress(
         json.dumps(doc, allow_nan=False, separators=(",", ":")).encode(), 6)).decode()
+
+
+def _readable_windows(plan: Plan) -> None:
+    """One window of each array decoded from its source and encoded again with the array's
+    codecs, as virtualize's read of the VRT does it: what cannot be is refused here, not
+    met when the VRT is read."""
+    from ..materialize import materialized_chunks
+
+    problems: list[Problem] = []
+    for name, a in plan.arrays.items():
+        if not a.materialize:
+            continue
+        index, cell = min(a.materialize.items())
+        try:
+            list(materialized_chunks(plan, replace(a, materialize={index: cell})))
+        except VirtualizeError as e:
+            problems.extend(e.problems)
+        except Exception as e:  # noqa: BLE001 - a codec that decodes but cannot encode
+            problems.append(Problem(
+                Location(plan.sources[cell.source].path, name, None, index), KIND,
+                "its chunks that are windows of its tiles cannot be encoded again with its "
+                f"codecs ({type(e).__name__}: {e}), as virtualize's read of the VRT needs: "
+                + INSTEAD))
+    if problems:
+        raise VirtualizeError(problems, f"cannot write a GDAL VRT: {len(problems)} problem(s); "
+                              "nothing was written")
 
 
 def _windows(plan: Plan) -> tuple[Plan, dict[str, list]]:
@@ -110,9 +137,13 @@ def _raster(plan: Plan, layout: VrtLayout, names: list[str],
     rgb = layout.array.attrs.get("tiff_photometric") == "rgb" and SAMPLES in layout.array.dims
     for b, sources in enumerate(layout.bands, start=1):
         out.append(f'  <VRTRasterBand dataType="{layout.gdal_type}" band="{b}">\n')
-        label = _label(plan, layout, b - 1, sources)
+        label, step = _label(plan, layout, b - 1, sources)
         if label:
             out.append(f"    <Description>{escape(label)}</Description>\n")
+        if step:  # (GDAL's band metadata: gdalinfo, rasterio's tags(b), QGIS' band info)
+            out.append("    <Metadata>\n" + "".join(
+                f'      <MDI key="{escape(k)}">{escape(v)}</MDI>\n' for k, v in step.items())
+                + "    </Metadata>\n")
         if rgb and b <= 3:
             out.append(f"    <ColorInterp>{('Red', 'Green', 'Blue')[b - 1]}</ColorInterp>\n")
         if layout.nodata is not None:
@@ -213,25 +244,46 @@ def _number_into(found: dict, role: str, text) -> None:
         pass
 
 
-def _label(plan: Plan, layout: VrtLayout, b: int, sources) -> str | None:
-    """A band of a stack or of a mosaic over time, named by its step of the band axis'
-    coordinate (with its units: "time=17532.0 days since 1970-01-01"), else, when one
-    file makes it, by the file's name; a tile's samples are not named."""
+def _label(plan: Plan, layout: VrtLayout, b: int, sources) -> tuple[str | None, dict]:
+    """(its description, its metadata items) of band `b` of a stack or of a mosaic over
+    time: named by its step of the band axis' coordinate, a date as a date ("time=
+    2024-01-02", items {"time": "2024-01-02", "time_value": "1", "time_units": "days
+    since 2024-01-01"}), else its value with its units; without a coordinate, when one
+    file makes it, by the file's name. A tile's samples are not named."""
     a = layout.array
     dims = [d for d in a.dims if d not in ("y", "x", "lat", "lon", "latitude", "longitude")]
     if len(dims) != 1 or dims[0] == SAMPLES:
-        return None
+        return None, {}
     dim = dims[0]
     c = plan.arrays.get(dim)
     values = c.inline if c is not None else None
     if values is not None and values.ndim == 1 and values.size == len(layout.bands):
         units = c.attrs.get("units")
         v = values[b]
-        return f"{dim}={v.item() if hasattr(v, 'item') else v}" + \
-            (f" {units}" if isinstance(units, str) else "")
+        v = v.item() if hasattr(v, "item") else v
+        units = units if isinstance(units, str) else None
+        when = _date(v, units, c.attrs.get("calendar"))
+        items = {dim: when or str(v)}
+        if when is not None or units:
+            items.update({f"{dim}_value": str(v), f"{dim}_units": units or ""})
+        return f"{dim}={when or v}" + ("" if when or not units else f" {units}"), items
     if len(sources) == 1:
-        return os.path.basename(plan.sources[sources[0].source].path)
-    return None
+        return os.path.basename(plan.sources[sources[0].source].path), {}
+    return None, {}
+
+
+def _date(value, units: str | None, calendar) -> str | None:
+    """A CF time value as an ISO date ("2024-01-02", "2024-01-02T06:00:00"), or None."""
+    if not units or " since " not in units or isinstance(value, (str, bool)):
+        return None
+    try:
+        import cftime
+
+        d = cftime.num2date(value, units, calendar if isinstance(calendar, str) else "standard")
+    except (ValueError, TypeError, OverflowError):
+        return None
+    text = d.isoformat()
+    return text[:-len("T00:00:00")] if text.endswith("T00:00:00") else text
 
 
 def _number(v) -> str:
