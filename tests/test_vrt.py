@@ -922,6 +922,26 @@ def test_a_windowed_vrt_verifies_moves_and_exports(case, tmp_path):
     assert {p.kind for p in e.value.problems} == {"padded-block"}
     virtualize.export(moved / "m.vrt", tmp_path / "again.vrt")
     np.testing.assert_array_equal(gdal_read(tmp_path / "again.vrt", tmp_path), want)
+    os.utime(moved / "tiles" / "tile_0.tif")  # touched only: re-scanned, refreshed
+    assert [p.kind for p in virtualize.verify_cube(moved / "m.vrt", refresh=True)] == \
+        ["source-touched"]
+    np.testing.assert_array_equal(virtualize.open(moved / "m.vrt", strict=True)["image"][...],
+                                  want)
+    # its windows are covered by the digest: one pointing at another tile is refused
+    import base64
+    import re
+    import zlib
+
+    text = (moved / "m.vrt").read_text()
+    packed = re.search(r'<MDI key="windows">([^<]*)</MDI>', text).group(1)
+    cells = json.loads(zlib.decompress(base64.b64decode(packed)))
+    cells["image"][0][1] = 3
+    edited = moved / "e.vrt"
+    edited.write_text(text.replace(packed, base64.b64encode(zlib.compress(
+        json.dumps(cells).encode())).decode()))
+    with pytest.raises(VirtualizeError) as e:
+        virtualize.open(edited)
+    assert e.value.problems[0].kind == "vrt-edited"
     tifffile.imwrite(moved / "tiles" / "tile_3.tif", np.zeros((150, 170), np.uint32))
     with pytest.raises(VirtualizeError):  # a rewritten tile: stale, not read
         virtualize.open(moved / "m.vrt")

@@ -30,7 +30,7 @@ from ..access import Access, invalid
 from ..readonly import slice_bytes
 from ..record import recorded_roots, resolve_roots, resolve_sources, source_table
 from ..references import ref_key, reference_store
-from .writer import META_END, VRT_FORMAT, digest, is_ours
+from .writer import META_END, VRT_FORMAT, VRT_VERSION, WINDOWS_VERSION, digest, is_ours
 
 _MDI = re.compile(r'    <MDI key="([a-z]+)">([^<]*)</MDI>\n')
 MAX_REFERENCES = 1 << 30  # bytes of the decompressed references a reader accepts
@@ -75,12 +75,15 @@ def _unpack(path: Path, items: dict[str, str], key: str):
 def _load(path: Path) -> tuple[dict, dict]:
     """(the recorded reference set, the recorded windows: {} when none)."""
     first, items, body = _parts(path)
-    if items.get("digest") != digest(first, body):
+    if items.get("version") not in (str(VRT_VERSION), str(WINDOWS_VERSION)):
+        raise invalid(path, f"its virtualize metadata is of version {items.get('version')!r}, "
+                            "which this virtualize does not read (written by a newer one?)")
+    if items.get("digest") != digest(first, body, items.get("windows")):
         raise VirtualizeError([Problem(
             Location(str(path)), "vrt-edited",
-            "its bands or sources are not those virtualize wrote (the digest it recorded "
-            "differs): GDAL would read other values than the references it records; "
-            "refused (write it again with virtualize)")])
+            "its bands, sources or windows are not those virtualize wrote (the digest it "
+            "recorded differs): GDAL would read other values than the references it "
+            "records; refused (write it again with virtualize)")])
     doc = _unpack(path, items, "references")
     if not isinstance(doc, dict) or not isinstance(doc.get("virtualize"), dict) \
             or doc["virtualize"].get("format") != VRT_FORMAT:

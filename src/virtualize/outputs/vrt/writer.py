@@ -28,6 +28,9 @@ from .layout import INSTEAD, KIND, SAMPLES, VrtLayout, vrt_layout
 
 VRT_FORMAT = "virtualize-vrt"
 VRT_VERSION = 1
+# a VRT recording windows: its digest covers them too, so a virtualize that does not know
+# windows (it would read those chunks as the fill value) refuses it as edited
+WINDOWS_VERSION = 2
 # a VRT written by virtualize begins with its first line, then this
 VRT_HEAD = '  <Metadata domain="virtualize">\n    <MDI key="format">virtualize-vrt</MDI>\n'
 META_END = "  </Metadata>\n"
@@ -57,13 +60,15 @@ def vrt_text(plan: Plan, relative_to: str | None = None) -> str:
     first, body = _raster(plan, layout, names, _scaling(plan, layout))
     _readable_windows(plan)
     plan, windows = _windows(plan)
-    refs = reference_set(plan, record_section(plan, VRT_FORMAT, VRT_VERSION), relative_to)
+    version = WINDOWS_VERSION if windows else VRT_VERSION
+    refs = reference_set(plan, record_section(plan, VRT_FORMAT, version), relative_to)
+    held = pack(windows) if windows else None
     meta = [VRT_HEAD,
-            f'    <MDI key="version">{VRT_VERSION}</MDI>\n',
+            f'    <MDI key="version">{version}</MDI>\n',
             f"    <MDI key=\"array\">{escape(layout.name)}</MDI>\n",
-            f'    <MDI key="digest">{digest(first, body)}</MDI>\n',
+            f'    <MDI key="digest">{digest(first, body, held)}</MDI>\n',
             f'    <MDI key="references">{pack(refs)}</MDI>\n',
-            *([f'    <MDI key="windows">{pack(windows)}</MDI>\n'] if windows else ()),
+            *([f'    <MDI key="windows">{held}</MDI>\n'] if held else ()),
             META_END]
     return first + "".join(meta) + body
 
@@ -117,9 +122,10 @@ def _windows(plan: Plan) -> tuple[Plan, dict[str, list]]:
                            for n, a in plan.arrays.items()}), windows
 
 
-def digest(first: str, body: str) -> str:
-    """What a reader checks the VRT's raster part (all but the virtualize metadata) by."""
-    return "sha256:" + hashlib.sha256((first + body).encode()).hexdigest()
+def digest(first: str, body: str, windows: str | None = None) -> str:
+    """What a reader checks the VRT's raster part (all but the virtualize metadata) by,
+    and its recorded windows (packed) when it has them."""
+    return "sha256:" + hashlib.sha256((first + body + (windows or "")).encode()).hexdigest()
 
 
 def _raster(plan: Plan, layout: VrtLayout, names: list[str],
