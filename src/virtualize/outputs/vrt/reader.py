@@ -30,7 +30,7 @@ from ..access import Access, invalid
 from ..readonly import slice_bytes
 from ..record import recorded_roots, resolve_roots, resolve_sources, source_table
 from ..references import ref_key, reference_store
-from .writer import META_END, VRT_FORMAT, VRT_VERSION, WINDOWS_VERSION, digest, is_ours
+from .writer import META_END, VRT_FORMAT, VRT_VERSION, WINDOWS_VERSION, digest, is_ours, pack
 
 _MDI = re.compile(r'    <MDI key="([a-z]+)">([^<]*)</MDI>\n')
 MAX_REFERENCES = 1 << 30  # bytes of the decompressed references a reader accepts
@@ -244,8 +244,7 @@ def refresh_vrt(path: str | os.PathLike, times: dict[int, int]) -> None:
     doc = load(path)
     set_times(doc["virtualize"]["sources"], times)
     first, items, body = _parts(path)
-    packed = base64.b64encode(zlib.compress(
-        json.dumps(doc, allow_nan=False, separators=(",", ":")).encode(), 6)).decode()
+    packed = pack(doc)
     text = path.read_text(encoding="utf-8")
     old = f'    <MDI key="references">{items["references"]}</MDI>\n'
     replace_atomically(path, text.replace(old, f'    <MDI key="references">{packed}</MDI>\n', 1)
