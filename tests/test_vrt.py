@@ -376,10 +376,9 @@ def test_int8_is_int8_for_gdal(tmp_path):
         np.testing.assert_array_equal(tifffile.imread(out), a)
 
 
-def test_a_winners_nodata_pixels_stay_nodata_over_the_loser(tmp_path):
-    """GDAL's transparency of source nodata (ComplexSource <NODATA>, gdalbuildvrt's) would
-    show the losing tile through the winner's nodata pixels; the VRT's SimpleSources are
-    opaque, so GDAL shows the winner's nodata there, as the cube does."""
+def winner_with_nodata(tmp_path) -> list:
+    """Two 64 x 64 GeoTIFFs (nodata 0), tile 1 over tile 0's columns 32..64 holding its
+    nodata exactly there."""
     d = tmp_path / "t"
     d.mkdir()
     tiles = []
@@ -391,8 +390,15 @@ def test_a_winners_nodata_pixels_stay_nodata_over_the_loser(tmp_path):
         tifffile.imwrite(p, a, tile=(32, 32), extratags=geotags(
             32633, (500000.0 + x, 4000000.0), 10.0, nodata="0"))
         tiles.append(p)
+    return tiles
+
+
+def test_a_winners_nodata_pixels_stay_nodata_over_the_loser(tmp_path):
+    """GDAL's transparency of source nodata (ComplexSource <NODATA>, gdalbuildvrt's) would
+    show the losing tile through the winner's nodata pixels; the VRT's SimpleSources are
+    opaque, so GDAL shows the winner's nodata there, as the cube does."""
     vrt = tmp_path / "m.vrt"
-    virtualize.mosaic(tiles, vrt, overlap="last")
+    virtualize.mosaic(winner_with_nodata(tmp_path), vrt, overlap="last")
     cube = virtualize.open(vrt)["image"][...]
     assert (cube[:, 32:64] == 0).all() and (cube[:, :32] == 100).all()
     np.testing.assert_array_equal(gdal_read(vrt, tmp_path), cube)

@@ -11,7 +11,6 @@ import tifffile
 import virtualize
 
 import make_mosaic as mm
-from make_tiff import geotags
 
 pytestmark = pytest.mark.needs("rasterio")
 
@@ -65,17 +64,10 @@ def test_rasterio_reads_a_mosaic_over_dates_band_by_date(case, tmp_path):
 def test_rasterio_keeps_a_winners_nodata_opaque(tmp_path):
     """The VRT's SimpleSources are opaque in this GDAL too: the winner's nodata pixels
     show over the tile below, as the cube reads them."""
-    tiles = []
-    for i, x in enumerate((0.0, 320.0)):
-        a = np.full((64, 64), 100 + i, dtype=np.uint16)
-        if i == 1:
-            a[:, :32] = 0
-        p = tmp_path / f"t{i}.tif"
-        tifffile.imwrite(p, a, tile=(32, 32), extratags=geotags(
-            32633, (500000.0 + x, 4000000.0), 10.0, nodata="0"))
-        tiles.append(p)
+    from test_vrt import winner_with_nodata
+
     vrt = tmp_path / "m.vrt"
-    virtualize.mosaic(tiles, vrt, overlap="last")
+    virtualize.mosaic(winner_with_nodata(tmp_path), vrt, overlap="last")
     got, _ = rio_read(vrt)
     cube = virtualize.open(vrt)["image"][...]
     assert (cube[:, 32:64] == 0).all()

@@ -17,7 +17,7 @@ import json
 import os
 import re
 import zlib
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -27,7 +27,7 @@ from zarr.buffer import default_buffer_prototype
 
 from ...model import Location, Problem, VirtualizeError
 from ..access import Access, invalid
-from ..readonly import slice_bytes
+from ..readonly import ReadOnlyStore, slice_bytes
 from ..record import recorded_roots, resolve_roots, resolve_sources, source_table
 from ..references import ref_key, reference_store
 from .writer import META_END, VRT_FORMAT, VRT_VERSION, WINDOWS_VERSION, digest, is_ours, pack
@@ -154,27 +154,22 @@ def _pool() -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=4, thread_name_prefix="virtualize-vrt-window")
 
 
-class WindowStore(Store):
+class WindowStore(ReadOnlyStore):
     """A VRT's store: its references' store (`inner`), and the chunks recorded as windows of
     their sources (`windows`, chunk key -> what `_windows` gives) decoded from the source by
     the format's library (`formats.SourceReader`: tifffile for a TIFF) and encoded again
     with the array's codecs (checked to give back the same values), as the materialize
     remedy copies them, but at reading. Read-only."""
 
-    supports_writes = False
-    supports_deletes = False
-    supports_partial_writes = False
-    supports_listing = True
-
     def __init__(self, inner: Store, windows: dict[str, tuple]) -> None:
-        super().__init__(read_only=True)
+        super().__init__()
         self._inner, self._windows = inner, windows
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, WindowStore) and other._inner == self._inner \
             and other._windows is self._windows
 
-    def _window(self, key: str) -> bytes:
+    def _get_bytes(self, key: str) -> bytes | None:  # (a window's: in `_pool`'s threads)
         from ...formats import SourceReader
         from ..materialize import encode_chunk
 
@@ -186,19 +181,13 @@ class WindowStore(Store):
 
     async def get(self, key: str, prototype: BufferPrototype | None = None,
                   byte_range: ByteRequest | None = None) -> Buffer | None:
-        if key not in self._windows:
-            return await self._inner.get(key, prototype or default_buffer_prototype(),
-                                         byte_range)
         prototype = prototype or default_buffer_prototype()
+        if key not in self._windows:
+            return await self._inner.get(key, prototype, byte_range)
         # (in threads of its own: the encoding waits on zarr's loop, whose default
         # executor decodes the chunks that loop is reading)
-        data = await asyncio.get_running_loop().run_in_executor(_pool(), self._window, key)
+        data = await asyncio.get_running_loop().run_in_executor(_pool(), self._get_bytes, key)
         return prototype.buffer.from_bytes(slice_bytes(data, byte_range))
-
-    async def get_partial_values(self, prototype: BufferPrototype,
-                                 key_ranges: Iterable[tuple[str, ByteRequest | None]]
-                                 ) -> list[Buffer | None]:
-        return [await self.get(k, prototype, r) for k, r in key_ranges]
 
     async def exists(self, key: str) -> bool:
         return key in self._windows or await self._inner.exists(key)
@@ -208,11 +197,6 @@ class WindowStore(Store):
             yield key
         for key in self._windows:
             yield key
-
-    async def list_prefix(self, prefix: str) -> AsyncIterator[str]:
-        async for key in self.list():
-            if key.startswith(prefix):
-                yield key
 
     async def list_dir(self, prefix: str) -> AsyncIterator[str]:
         seen = set()
@@ -226,12 +210,6 @@ class WindowStore(Store):
                 if entry not in seen:
                     seen.add(entry)
                     yield entry
-
-    async def set(self, key: str, value: Buffer) -> None:
-        self._check_writable()
-
-    async def delete(self, key: str) -> None:
-        self._check_writable()
 
 
 def refresh_vrt(path: str | os.PathLike, times: dict[int, int]) -> None:
