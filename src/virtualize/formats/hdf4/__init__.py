@@ -90,14 +90,25 @@ def _open(path: str):
             from None
 
 
-def _names(sd) -> list[tuple[int, str, Any]]:
+def _names(sd, aliases: list | None = None) -> list[tuple[int, str, Any]]:
     """(index, cube name, SDS) of every SDS (each selected: the caller ends its access):
     its own name, `sds<index>` when it repeats (without case), is empty, is `sds<k>`, or
-    is no zarr node name."""
-    items = []
+    is no zarr node name. An SDS the library lists a second time (the same ref, name,
+    shape and type: an old DFSD file whose SDG and NDG the library no longer sees as one,
+    its link damaged) is one dataset: listed once, the repeat in `aliases` as (index, name,
+    index of the first)."""
+    items, seen = [], {}
     for index in range(sd.info()[0]):
         v = sd.select(index)
-        items.append((index, v.info(), v))
+        info = v.info()
+        key = (v.ref(), info[0], info[1], str(info[2]), info[3])
+        if key in seen:
+            if aliases is not None:
+                aliases.append((index, info[0], seen[key]))
+            v.endaccess()
+            continue
+        seen[key] = index
+        items.append((index, info, v))
     counts: dict[str, int] = {}
     for _, info, _ in items:
         counts[info[0].lower()] = counts.get(info[0].lower(), 0) + 1
@@ -141,24 +152,26 @@ def scan_hdf4(path: str) -> FileInventory:
         f = _Counted(raw)
         try:
             dds = layout.descriptors(f, st.st_size)
+            vgroups = layout.variable_groups(f, dds, st.st_size)
         except layout.Corrupt as e:
             raise corrupt(path, str(e)) from None
         sd = _open(path)
         try:
-            inv = _inventory(path, st, f, dds, sd)
+            inv = _inventory(path, st, f, dds, vgroups, sd)
         finally:
             sd.end()
         inv.bytes_read, inv.requests = f.bytes_read, f.requests
     return inv
 
 
-def _inventory(path: str, st, f, dds, sd) -> FileInventory:
+def _inventory(path: str, st, f, dds, vgroups, sd) -> FileInventory:
     problems: list[Problem] = []
     variables: dict[str, Variable] = {}
     dimensions: dict[str, Dimension] = {}
-    for index, name, v in _names(sd):
+    aliases: list = []
+    for index, name, v in _names(sd, aliases):
         try:
-            var = _variable(path, st.st_size, f, dds, index, name, v, problems)
+            var = _variable(path, st.st_size, f, dds, vgroups, index, name, v, problems)
         except layout.Corrupt as e:
             problems.append(Problem(Location(path, name), "corrupt", str(e)))
             var = None
@@ -166,6 +179,11 @@ def _inventory(path: str, st, f, dds, sd) -> FileInventory:
             v.endaccess()
         if var is not None:
             variables[name] = var
+    for index, sds_name, first in aliases:
+        problems.append(Problem(Location(path, sds_name), "hdf4-layout", (
+            f"SDS {index} is SDS {first} listed again by the HDF4 library (the same ref, name, "
+            "shape and type: a file of the older DFSD interface whose SDG and NDG it no longer "
+            "joins, their link damaged?): one array"), fatal=False))
     gattrs = _attrs(sd.attributes(), path, None, problems)
     _hdfeos(path, gattrs, variables, problems)
     _own_record_lengths(variables)
@@ -244,7 +262,7 @@ def _skipped(path: str, f, dds, size: int) -> list[Problem]:
     return notes
 
 
-def _variable(path, size, f, dds, index, name, v, problems) -> Variable | None:
+def _variable(path, size, f, dds, vgroups, index, name, v, problems) -> Variable | None:
     loc = Location(path, name)
     sds_name, rank, dims_, typ, _nattrs = v.info()
     shape = tuple(int(n) for n in (dims_ if isinstance(dims_, list) else [dims_]))
@@ -255,8 +273,11 @@ def _variable(path, size, f, dds, index, name, v, problems) -> Variable | None:
                                 f"{index}) has HDF4 number type {typ} ({what}): skipped",
                                 fatal=False))
         return None
+    # the SD library's own record of the SDS (its vgroup) names its data and number type;
+    # files of the older DFSD interface have only the NDG
+    group = vgroups.get(v.ref())
     try:
-        group = layout.ndg(f, dds, v.ref(), size)
+        group = layout.ndg(f, dds, v.ref(), size) if group is None else group
     except layout.Corrupt:
         if not (v.iscoordvar() and rank == 1):
             raise
