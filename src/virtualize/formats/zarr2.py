@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import os
 import stat
 from typing import Any
@@ -34,7 +35,7 @@ import numpy as np
 
 from .. import storage
 from ..model import FileInventory, Location, Problem, Source, VirtualizeError
-from ._io import _system_cache
+from ._io import MAX_BLOCKS, _system_cache
 from ._planning import finish
 from .base import Format
 from .kerchunk import _Scanner, is_parquet_references
@@ -281,6 +282,36 @@ def _system_set() -> frozenset[str]:
     return frozenset(_system_cache())
 
 
+def invalid_zarray(doc) -> str | None:
+    """Why zarr-python refuses (or reads only as it repairs) an array's `.zarray`, or None:
+    its own parse (`ArrayV2Metadata.from_dict`: the separator, the data type, the codecs,
+    the fill value), whose shape and chunks must be the stored ones (zarr reads a chunk
+    length of 0 as 1, and the chunk files, written otherwise, then do not decode); and the
+    chunk grid must fit a block table (`MAX_BLOCKS`), checked before it is allocated."""
+    import warnings
+
+    from zarr.core.metadata.v2 import ArrayV2Metadata
+
+    if not isinstance(doc, dict):
+        return "it is no JSON object"
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        try:
+            meta = ArrayV2Metadata.from_dict(dict(doc))
+        except Exception as e:  # noqa: BLE001 - whatever zarr-python raises on it
+            return f"zarr-python refuses it ({type(e).__name__}: {e})"
+    shape, chunks = doc.get("shape"), doc.get("chunks")
+    if list(meta.shape) != shape or list(meta.chunks) != chunks:
+        why = str(said[0].message).split(". ")[0] if said else "read otherwise"
+        return (f"zarr-python reads shape {shape}, chunks {chunks} as {list(meta.shape)}, "
+                f"{list(meta.chunks)} ({why}): no reading of the stored chunks")
+    cells = math.prod(-(-n // c) for n, c in zip(meta.shape, meta.chunks))
+    if cells > MAX_BLOCKS:
+        return (f"shape {shape} in chunks of {chunks} is {cells} chunks, more than a block "
+                f"table holds ({MAX_BLOCKS})")
+    return None
+
+
 class _StoreScanner(_Scanner):
     root_array = ROOT_ARRAY
 
@@ -288,6 +319,11 @@ class _StoreScanner(_Scanner):
         return read_zarr2_values(self.path, node or ROOT_ARRAY)
 
     def _variable(self, name, node, doc, attrs, zf):
+        why = invalid_zarray(doc) if zf == 2 else None
+        if why is not None:  # (refused where zarr-python refuses: never read as zeros)
+            self.problem(name, "corrupt", f"its .zarray: {why}; --drop {name} virtualizes "
+                         "the rest")
+            return None
         var = super()._variable(name, node, doc, attrs, zf)
         if var is not None and var.fill_value is not None and "_FillValue" not in var.attrs:
             # xarray reads a zarr v2 fill_value as _FillValue, whatever it is (0 too: the
