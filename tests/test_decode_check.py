@@ -13,11 +13,12 @@ import pytest
 import tifffile
 
 import virtualize
+from virtualize.checks import decode as decode_module
 from virtualize.checks.decode import decode_check
 from virtualize.formats import hdf5 as scan_hdf5
 from virtualize.formats.hdf5 import walk as hdf5_walk
 from virtualize.formats.tiff import scan as scan_tiff
-from virtualize.model import MATERIALIZED
+from virtualize.model import MATERIALIZED, VirtualizeError
 
 H, W, RPS = 70, 90, 16
 
@@ -130,7 +131,9 @@ def _stored(a):
     return int(((a.refs["length"] > 0) & (a.refs["path"] != MATERIALIZED)).sum())
 
 
-def test_a_handful_per_stack_not_one_per_file(case):
+def test_a_handful_per_stack_not_one_per_file(case, monkeypatch):
+    # (as a large stack is sampled: a small array has every chunk decoded, below)
+    monkeypatch.setattr(decode_module, "EVERY_CHUNKS", 0)
     files = case("months2024")  # 12 monthly files: chunk lengths 29, 30, 31 along time
     report = virtualize.check(files)
     assert report.ok
@@ -251,12 +254,29 @@ def test_in_a_stack_the_problem_names_the_file(tmp_path):
     assert report.plan.figures["image"].refused
 
 
-def test_a_file_in_the_middle_needs_a_check_per_source(tmp_path):
-    """The sample is a handful per stack, not one per file: a bad file in the middle is
-    found by `select="sources"` (what `virtualize verify --decode` is for)."""
+def test_a_file_in_the_middle_needs_a_check_per_source(tmp_path, monkeypatch):
+    """The sample of a large stack is a handful, not one per file: a bad file in the middle
+    is found by `select="sources"` (what `virtualize verify --decode` is for)."""
+    monkeypatch.setattr(decode_module, "EVERY_CHUNKS", 0)  # (sampled as a large stack is)
     files = _stack(tmp_path / "middle", bad_day=2)
     report = virtualize.check(files, concat_dim="time")
     assert report.ok
     per_source = decode_check(report.plan, [virtualize.inventory(f) for f in files],
                               select="sources")
     assert [(p.loc.file, p.loc.block) for p in per_source.problems] == [(str(files[1]), (4, 0))]
+
+
+def test_a_small_array_has_every_chunk_decoded(tmp_path):
+    """An array of few stored chunks (`EVERY_CHUNKS`, `EVERY_BYTES`) has each decoded before
+    anything is written: the bad file in the middle of a small stack is refused by `check`
+    and `virtualize` alike, located (round 4: a damaged LZW tile in the middle of one file,
+    decoding to 1,025 bytes for 1,024, was written, and every read of it failed)."""
+    files = _stack(tmp_path / "middle", bad_day=2)
+    report = virtualize.check(files, concat_dim="time")
+    assert [(p.kind, p.loc.file, p.loc.block) for p in report.problems if p.fatal] == [
+        ("decode-mismatch", str(files[1]), (4, 0))]
+    with pytest.raises(VirtualizeError) as e:
+        virtualize.virtualize(files, tmp_path / "c.zarr", concat_dim="time")
+    assert [(p.kind, p.loc.file) for p in e.value.problems] == [
+        ("decode-mismatch", str(files[1]))]
+    assert not (tmp_path / "c.zarr").exists()

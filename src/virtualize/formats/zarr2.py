@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from .. import storage
-from ..model import FileInventory, Location, Problem, Source, VirtualizeError
+from ..model import MATERIALIZED, FileInventory, Location, Problem, Source, VirtualizeError
 from ._io import MAX_BLOCKS, _system_cache
 from ._planning import finish
 from .base import Format
@@ -67,6 +67,15 @@ def _consolidated(path: str) -> dict | None:
             "zarr_consolidated_format" in doc:
         return doc
     return None
+
+
+def _text(raw: bytes) -> str:
+    """A metadata document's text; "" (no JSON: refused as corrupt, located) when it is no
+    UTF-8, which zarr-python refuses to read."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return ""
 
 
 class _StoreRefs:
@@ -103,7 +112,7 @@ class _StoreRefs:
                 with open(f, "rb") as fh:
                     raw = fh.read()
                 self.bytes_read += len(raw)
-                self.meta[f"{node}/{leaf}" if node else leaf] = raw.decode("utf-8", "replace")
+                self.meta[f"{node}/{leaf}" if node else leaf] = _text(raw)
         here = {k.rpartition("/")[2] for k in self.meta if k.rpartition("/")[0] == node}
         if ".zarray" in here or ".zgroup" not in here:
             return  # an array's directory holds its chunks; no group, no members
@@ -178,7 +187,7 @@ class _RemoteStoreRefs:
             for leaf in V2_KEYS:
                 raw = self._read(leaf)
                 if raw is not None:
-                    self.meta[leaf] = raw.decode("utf-8", "replace")
+                    self.meta[leaf] = _text(raw)
             if ".zgroup" in self.meta:
                 raise VirtualizeError([Problem(Location(root), "unreadable",
                                                "a zarr v2 group over http(s) without consolidated "
@@ -232,7 +241,7 @@ class _RemoteStoreRefs:
         for leaf in V2_KEYS:
             raw = self._read(prefix + leaf)
             if raw is not None:
-                self.meta[prefix + leaf] = raw.decode("utf-8", "replace")
+                self.meta[prefix + leaf] = _text(raw)
         if prefix + ".zarray" in self.meta or prefix + ".zgroup" not in self.meta:
             return
         subdirs = sorted({k[len(prefix):].split("/", 1)[0] for k in self.listing
@@ -325,6 +334,17 @@ class _StoreScanner(_Scanner):
                          "the rest")
             return None
         var = super()._variable(name, node, doc, attrs, zf)
+        refs = var.blocks.refs if var is not None and var.blocks is not None else None
+        empty = None if refs is None else \
+            (refs["path"] > 0) & (refs["path"] != MATERIALIZED) & (refs["length"] == 0)
+        if empty is not None and empty.any():  # (a chunk file, not an absent chunk)
+            block = tuple(int(i) for i in np.unravel_index(int(np.flatnonzero(empty)[0]),
+                                                           refs.shape))
+            self.problem(name, "corrupt", f"{int(empty.sum())} chunk file(s) are empty (0 "
+                         f"bytes), the first chunk {block}: zarr-python cannot decode them "
+                         f"(an absent chunk reads as the fill value, an empty one fails); "
+                         f"--drop {name} virtualizes the rest", block=block)
+            return None
         if var is not None and var.fill_value is not None and "_FillValue" not in var.attrs:
             # xarray reads a zarr v2 fill_value as _FillValue, whatever it is (0 too: the
             # reference-set scanner leaves netCDF's defaults out, a store's are its own)

@@ -173,7 +173,8 @@ def _inventory(path: str, st, f, dds, vgroups, sd) -> FileInventory:
         try:
             var = _variable(path, st.st_size, f, dds, vgroups, index, name, v, problems)
         except layout.Corrupt as e:
-            problems.append(Problem(Location(path, name), "corrupt", str(e)))
+            problems.append(Problem(Location(path, name), "corrupt",
+                                    f"{e}; --drop {name} virtualizes the rest"))
             var = None
         finally:
             v.endaccess()
