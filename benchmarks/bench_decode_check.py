@@ -26,7 +26,7 @@ import bench_hdf5  # noqa: E402
 import bench_netcdf3  # noqa: E402
 
 import virtualize  # noqa: E402
-import virtualize.api.checking  # noqa: E402
+import virtualize.api.steps  # noqa: E402
 from virtualize.checks.decode import DecodeCheck, decode_check  # noqa: E402
 
 
@@ -78,12 +78,12 @@ def median_time(fn, repeats: int) -> tuple[float, object]:
 
 
 def measure(name: str, files, repeats: int, **kw) -> dict:
-    real = virtualize.api.checking.decode_check
-    virtualize.api.checking.decode_check = lambda *a, **k: DecodeCheck()
+    real = virtualize.api.steps.decode_check
+    virtualize.api.steps.decode_check = lambda *a, **k: DecodeCheck()
     try:
         t_plan, report = median_time(lambda: virtualize.check(files, **kw), repeats)
     finally:
-        virtualize.api.checking.decode_check = real
+        virtualize.api.steps.decode_check = real
     assert report.ok, report.problems
     invs = [virtualize.inventory(f) for f in (files if isinstance(files, list) else [files])]
     t_dc, dc = median_time(lambda: decode_check(report.plan, invs), repeats)

@@ -275,7 +275,7 @@ def table(results: list[dict]) -> str:
 
 
 def profile_scan(path: str, var: str = "tas", top: int = 20) -> str:
-    """Where virtualize.scan's time goes on one file: the scan beside HDF5's own index
+    """Where virtualize.inventory's time goes on one file: the scan beside HDF5's own index
     walk and h5py's chunk_iter with a no-op callback (what a scan through chunk_iter
     cannot go below; the scan reads v1/v2 B-tree, fixed array and implicit indexes
     directly, so it can), then cProfile's top functions by own time.
@@ -311,7 +311,7 @@ def profile_scan(path: str, var: str = "tas", top: int = 20) -> str:
     n = num_chunks()
     t_scan, t_walk, t_iter = med(lambda: virtualize.inventory(path)), med(num_chunks), med(chunk_iter_noop)
     out = io.StringIO()
-    out.write(f"virtualize.scan, whole                             {t_scan * 1e3:7.1f} ms\n"
+    out.write(f"virtualize.inventory, whole                        {t_scan * 1e3:7.1f} ms\n"
               f"  HDF5 index walk (open + get_num_chunks, no Python per chunk) {t_walk * 1e3:7.1f} ms\n"
               f"  h5py chunk_iter with a no-op callback              {t_iter * 1e3:7.1f} ms "
               f"({(t_iter - t_walk) / n * 1e9:.0f} ns/chunk over the walk: StoreInfo + call)\n"
@@ -519,7 +519,7 @@ def main(argv=None) -> int:
                       "ms per input (all its files); scan/floor on wall time, (cpu) on CPU time",
                       floor_table(floor)]
         if args.profile:
-            lines += ["\n# cProfile of virtualize.scan on the big file (by own time)",
+            lines += ["\n# cProfile of virtualize.inventory on the big file (by own time)",
                       doc["profile_scan"]]
         # with --json the JSON goes to stdout and the table to stderr
         _harness.report(doc, args.json, lines)

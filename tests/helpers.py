@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import os
+import subprocess
+import sys
 
 import fsspec
 import h5py
@@ -91,3 +94,54 @@ def read_pty(master: int) -> bytes:
             break
         out += chunk
     return out
+
+
+def run_virtualize(*args, **kw):
+    """The `virtualize` command in a subprocess (text output captured)."""
+    exe = os.path.join(os.path.dirname(sys.executable), "virtualize")
+    return subprocess.run([exe, *map(str, args)], capture_output=True, text=True, **kw)
+
+
+def scaled_month(path, m: int, fmt: str = "NETCDF4") -> str:
+    """A monthly-like file: time (unlimited), lat/lon, tas with a scale_factor."""
+    with netCDF4.Dataset(path, "w", format=fmt) as ds:
+        ds.createDimension("time", None)
+        ds.createDimension("lat", 4)
+        ds.createDimension("lon", 5)
+        t = ds.createVariable("time", "f8", ("time",))
+        t.units = "days since 2024-01-01"
+        t[:] = np.arange(3) + 3 * m
+        ds.createVariable("lat", "f8", ("lat",))[:] = np.arange(4) * 10.0
+        ds.createVariable("lon", "f8", ("lon",))[:] = np.arange(5) * 10.0
+        v = ds.createVariable("tas", "i2", ("time", "lat", "lon"))
+        v.scale_factor = np.float32(2.0)
+        v.units = "K"
+        v.set_auto_maskandscale(False)
+        v[:] = (np.arange(60).reshape(3, 4, 5) + 100 * m).astype("i2")
+    return str(path)
+
+
+def time_series_file(path, var, days, *, tdtype="f8", units="days since 2019-01-01", chunk=1,
+          fill: object = np.float32(1e20), missing_value=None, history=None):
+    """`var`(time, x) over the given time values (netCDF4-python); data = 100 * step index
+    + x (+ 0.5 for pr), so a value shows where it came from."""
+    with netCDF4.Dataset(path, "w") as ds:
+        ds.createDimension("time", None)
+        ds.createDimension("x", 2)
+        ds.history = history or f"made {path.name}"
+        t = ds.createVariable("time", tdtype, ("time",))
+        t.units, t.calendar = units, "standard"
+        t[:] = np.asarray(days)
+        kw = {"fill_value": fill} if fill is not None else {}
+        v = ds.createVariable(var, "f4", ("time", "x"), chunksizes=(chunk, 2), zlib=True, **kw)
+        if missing_value is not None:
+            v.missing_value = np.float32(missing_value)
+        v.units = "K"
+        n = len(days)
+        v[:] = (np.arange(n)[:, None] * 100 + np.arange(2)[None, :]
+                + (0.5 if var == "pr" else 0)).astype("f4")
+    return path
+
+
+def fatal(report):
+    return [p for p in report.problems if p.fatal]

@@ -85,10 +85,9 @@ def test_cli_append(case, tmp_path):
 def _scans(monkeypatch):
     """Count the files scanned (in this process: scan_timeout=0)."""
     import virtualize.formats
-    import virtualize.scan
 
     seen: list[str] = []
-    real = virtualize.scan.scan
+    real = virtualize.formats.scan
 
     def counting(path, hint=None):
         seen.append(str(path))
@@ -189,7 +188,7 @@ def test_concurrent_appends_wait_for_each_other(case, tmp_path):
         for rc, text in outcomes:
             assert rc == 0 or (rc == 1 and "append-not-at-end" in text), outcomes
         kind = {"c.zarr": "cube", "c.json": "kerchunk", "c.icechunk": "icechunk"}[out]
-        sources = [s["path"] for s in virtualize.api.cubes._recorded(Path(cube), kind)["sources"]]
+        sources = [s["path"] for s in virtualize.api.steps.recorded(Path(cube), kind)["sources"]]
         assert sources[:2] == files[:2] and len(sources) == 2 + [rc for rc, _ in outcomes].count(0)
         g = virtualize.open(cube)
         assert_same(g["tas"][...], source_values(sources, "tas", "time", ("time", "lat", "lon")),

@@ -251,11 +251,11 @@ def test_external_link_to_a_large_chunk_index_reads_the_target_files_index(tmp_p
             f.create_dataset("a", data=values, chunks=(2, 2))  # 400 chunks, a fixed array
     with h5py.File(tmp_path / "m.h5", "a") as f:
         f["lnk"] = h5py.ExternalLink("sub/t.h5", "/a")
-    from virtualize.formats import hdf5 as scan_hdf5
+    from virtualize.formats.hdf5 import index as hdf5_index
     from virtualize.formats.hdf5 import walk as hdf5_walk
 
     read_by = []
-    real = scan_hdf5._native_chunk_index
+    real = hdf5_index._native_chunk_index
 
     def spy(pread, size, dsid, *a):
         read_by.append(h5py.h5f.get_name(dsid).decode())

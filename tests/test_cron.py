@@ -16,7 +16,7 @@ import virtualize
 from virtualize import VirtualizeError
 
 import make_fixtures as mf
-from helpers import assert_same, source_values
+from helpers import assert_same, scaled_month, source_values
 
 KINDS = {"cube": "c.zarr", "kerchunk": "c.json", "icechunk": "c.icechunk"}
 
@@ -167,7 +167,7 @@ def test_create_records_the_files_left_out(with_truncated, tmp_path, kind):
     assert not out.exists()
     report = virtualize.virtualize(files, out, skip_unreadable=True)
     assert report.ok and [d["path"] for d in report.left_out] == [str(files[2])]
-    info = virtualize.api.cubes._recorded(out, kind)
+    info = virtualize.api.steps.recorded(out, kind)
     assert [d["path"] for d in info["left_out"]] == [str(files[2])]
     assert info["left_out"][0]["kind"] == report.left_out[0]["kind"]
     good = [f for i, f in enumerate(files) if i != 2]
@@ -291,3 +291,55 @@ def test_gaps_of_six_hourly_data_and_of_monthly_means(tmp_path):
     gaps = [p for p in virtualize.check(files).problems if p.kind == "coordinate-gap"]
     assert [p.loc.file for p in gaps] == [str(files[2])]
     assert "missing between 2024-02-15 and 2024-04-15" in gaps[0].message
+
+
+# Found by #20's review (smaller): `--skip-unreadable` leaves out a missing local file ("unreadable"),
+# but a missing remote source (HTTP 404) stops the job with a fatal `source-missing`.
+def test_skip_unreadable_leaves_out_missing_url(tmp_path):
+    sys.path.insert(0, os.path.dirname(__file__))
+    from servers import RangeHTTPServer
+    d = tmp_path / "srv"
+    d.mkdir()
+    files = [scaled_month(d / f"m{m}.nc", m) for m in range(2)]
+    srv = RangeHTTPServer(d)
+    try:
+        urls = [f"{srv.url}/{os.path.basename(f)}" for f in files] + [f"{srv.url}/gone.nc"]
+        r = run("check", "--skip-unreadable", *urls)
+    finally:
+        srv.stop()
+    assert r.returncode == 0, r.stdout
+    assert "left out" in r.stdout
+
+
+# Found by #20's review (cron jobs): re-running `append --skip-unreadable` with yesterday's batch (one
+# file already in the cube, one still unreadable) is not a no-op: exit 1, "no-files: every
+# file was left out", since the file already in is set aside before the left-out one is
+# counted. And each run that leaves a file out adds it to the cube's `left_out` record
+# again (the same path twice).
+def test_rerun_append_with_left_out_file_is_noop(tmp_path):
+    files = [scaled_month(tmp_path / f"m{m}.nc", m) for m in range(3)]
+    data = open(files[1], "rb").read()
+    with open(files[1], "wb") as fh:
+        fh.write(data[: len(data) // 2])  # truncated
+    cube = tmp_path / "c.zarr"
+    virtualize.virtualize(files[:1], cube)
+    first = run("append", "--skip-unreadable", cube, files[1], files[2])
+    assert first.returncode == 0, first.stdout
+    again = run("append", "--skip-unreadable", cube, files[1], files[2])
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "left out" in again.stdout and "nothing to append" in again.stdout, again.stdout
+
+
+# Found by #20's review: each append that leaves the same file out adds it to `left_out` again.
+def test_left_out_record_names_a_file_once(tmp_path):
+    import json
+    files = [scaled_month(tmp_path / f"m{m}.nc", m) for m in range(4)]
+    data = open(files[1], "rb").read()
+    with open(files[1], "wb") as fh:
+        fh.write(data[: len(data) // 2])  # truncated
+    cube = tmp_path / "c.zarr"
+    virtualize.virtualize(files[:1], cube)
+    assert run("append", "--skip-unreadable", cube, files[1], files[2]).returncode == 0
+    assert run("append", "--skip-unreadable", cube, files[1], files[3]).returncode == 0
+    left = [x["path"] for x in json.loads((cube / "virtualize.json").read_text()).get("left_out", [])]
+    assert len(left) == len(set(left)), left

@@ -162,3 +162,24 @@ def test_a_cube_keeps_few_source_files_open(case, tmp_path, monkeypatch):
             assert_same(g["tas"][t], want[t], f"step {t}")
     store = g.store._store
     assert 0 < len(store._fds) <= 2
+
+
+@pytest.mark.parametrize("name", ["zarr.json", "g/zarr.json", "virtualize.json"])
+def test_a_cube_directory_refuses_names_of_its_own_files(tmp_path, name):
+    """An array named as a file of the cube directory's layout (a group's `zarr.json`, the
+    root's `virtualize.json`) collided with it: a bare OSError (exit 3). Refused, located,
+    nothing written; the kerchunk JSON holds it."""
+    h5py = pytest.importorskip("h5py")
+    src = tmp_path / "names.h5"
+    with h5py.File(src, "w") as f:
+        f.create_dataset(name, data=np.arange(30, dtype="i4").reshape(5, 6) + 1, chunks=(2, 3))
+        f.create_dataset("v", data=np.arange(30, dtype="i4").reshape(5, 6), chunks=(2, 3))
+    with pytest.raises(VirtualizeError) as e:
+        virtualize.virtualize([src], tmp_path / "c.zarr")
+    (p,) = e.value.problems
+    assert p.kind == "cube-unsupported" and p.loc.variable == name
+    assert "-o cube.json" in p.message
+    assert [q.name for q in tmp_path.iterdir()] == ["names.h5"]  # nothing, no staging left
+    virtualize.virtualize([src], tmp_path / "c.json")
+    with h5py.File(src) as f:
+        np.testing.assert_array_equal(virtualize.open(tmp_path / "c.json")[name][...], f[name][...])

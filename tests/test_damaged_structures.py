@@ -18,7 +18,7 @@ from robustness._oracle import judge
 
 import virtualize
 from virtualize import storage
-from virtualize.formats import hdf5 as scan_hdf5
+from virtualize.formats.hdf5 import attrs as hdf5_attrs
 from virtualize.formats.hdf5 import index as hdf5_index
 from virtualize.formats.hdf5 import walk as hdf5_walk
 from virtualize.model import VirtualizeError
@@ -113,7 +113,7 @@ def _v2(monkeypatch, *nodes):
         return 10, found
 
     monkeypatch.setattr(hdf5_index, "v2_records", records)
-    return scan_hdf5._v2_btree(None, 1000, 0, (4, 4))
+    return hdf5_index._v2_btree(None, 1000, 0, (4, 4))
 
 
 def test_v2_btree_records_are_taken_in_the_trees_order(monkeypatch):
@@ -133,7 +133,7 @@ def test_a_v2_btree_of_many_nodes_reads_in_order_as_chunk_iter(tmp_path, monkeyp
         f.create_dataset("v", data=np.arange(40000, dtype="i4").reshape(20000, 2), chunks=(1, 2),
                          maxshape=(None, None), compression=compression)
     nodes = []
-    real = scan_hdf5._in_order
+    real = hdf5_index._in_order
     monkeypatch.setattr(hdf5_index, "_in_order", lambda found: nodes.append(len(found)) or
                         real(found))
     direct = virtualize.inventory(p)
@@ -151,7 +151,7 @@ def test_a_v2_btree_of_many_nodes_reads_in_order_as_chunk_iter(tmp_path, monkeyp
 def test_v2_btree_records_hdf5_would_misread_are_refused(monkeypatch, nodes, text, block):
     """Two records for one chunk, or records out of the tree's order (HDF5 searches it by
     key): `_Corrupt`, naming the chunk. (Sorting them, as before, hid both.)"""
-    with pytest.raises(scan_hdf5._Corrupt, match=text) as ei:
+    with pytest.raises(hdf5_index._Corrupt, match=text) as ei:
         _v2(monkeypatch, *nodes)
     assert ei.value.block == block
 
@@ -229,7 +229,7 @@ def test_values_read_for_inlining_start_initialised(monkeypatch):
     class Ds:
         dtype, shape, id = np.dtype("i4"), (5,), Id()
 
-    assert scan_hdf5._read_all(Ds()).tolist() == [7, 7, 0, 0, 0]
+    assert hdf5_attrs._read_all(Ds()).tolist() == [7, 7, 0, 0, 0]
 
 
 # -- objects HDF5 cannot open ----------------------------------------------------------------
@@ -382,4 +382,4 @@ def test_a_short_local_read_is_read_on_then_zero_filled():
         return len(chunk)
 
     buf = bytearray(b"\xff" * 8)
-    assert scan_hdf5._read_filled(readinto, buf) == 3 and bytes(buf) == b"abc" + bytes(5)
+    assert hdf5_index._read_filled(readinto, buf) == 3 and bytes(buf) == b"abc" + bytes(5)

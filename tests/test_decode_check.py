@@ -15,7 +15,7 @@ import tifffile
 import virtualize
 from virtualize.checks import decode as decode_module
 from virtualize.checks.decode import decode_check
-from virtualize.formats import hdf5 as scan_hdf5
+from virtualize.formats.hdf5 import codecs as hdf5_codecs
 from virtualize.formats.hdf5 import walk as hdf5_walk
 from virtualize.formats.tiff import scan as scan_tiff
 from virtualize.model import MATERIALIZED, VirtualizeError
@@ -110,7 +110,7 @@ def test_values_that_differ_are_caught(case, monkeypatch):
     element size) is a mismatch too, named with the first differing value."""
     files = case("filters_gzip_shuffle")
     assert virtualize.check(files).ok
-    right = scan_hdf5.hdf5_filter_codec
+    right = hdf5_codecs.hdf5_filter_codec
 
     def wrong_shuffle(code, values, dtype):
         codec = right(code, values, dtype)

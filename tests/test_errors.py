@@ -318,7 +318,7 @@ def test_nan_fill_on_an_integer_variable_checks_writes_and_reads(nan_fill_on_int
 def test_check_renders_every_document_as_the_write_does(odd_attrs, monkeypatch, tmp_path):
     """A value no JSON can hold, however it got into a plan, is a fatal located problem
     in `check`, and the write refuses before writing anything."""
-    from virtualize.api import checking as api
+    from virtualize.api import steps as api
 
     real = api.scan_or_problems
 

@@ -15,6 +15,8 @@ import virtualize
 from virtualize.api import AUTO_SERIAL, REMOTE_JOBS, scan_jobs
 from virtualize.cli import main
 from virtualize.run import workers as _worker
+from virtualize.run.executors import scan_on
+from virtualize.run.share import Sharer
 
 distributed = pytest.importorskip("distributed")
 
@@ -148,7 +150,7 @@ class _Failing(cf.ThreadPoolExecutor):
 def test_a_failed_task_is_run_again_file_by_file(stack):
     files = stack[0]
     with _Failing(files[5]) as ex:
-        results = list(_worker.scan_on(ex, files, None, batch=4))
+        results = list(scan_on(ex, files, None, batch=4))
     assert [i for i, r in enumerate(results) if not isinstance(r, virtualize.api.FileInventory)] == [5]
     [p] = results[5]
     assert (p.kind, p.loc.file) == ("scan-crashed", files[5]) and "worker lost" in p.message
@@ -219,7 +221,7 @@ def test_an_inventory_pickles_compactly(tmp_path):
 def test_shared_inventories_keep_their_values(stack):
     """The caller holds what files repeat once: equal attributes and block tables are one
     read-only object, per-file values stay each file's own."""
-    share = _worker.Sharer()
+    share = Sharer()
     a, b = (share(virtualize.inventory(f)) for f in stack[0][:2])
     assert a.variables["tas"].attrs is b.variables["tas"].attrs
     assert a.variables["tas"].blocks.refs is b.variables["tas"].blocks.refs

@@ -11,6 +11,8 @@ import pytest
 import virtualize
 from virtualize.cli import main
 
+from helpers import run_virtualize, scaled_month
+
 
 @pytest.mark.parametrize("form", ["file://", "file://localhost"])
 @pytest.mark.parametrize("out", ["x.zarr", "x.json"])
@@ -40,3 +42,14 @@ def test_file_url_of_a_directory_takes_its_files(case, tmp_path, monkeypatch):
     assert report.ok and report.files == [str(f) for f in sorted(files[0].parent.glob("*.nc"))]
     report = virtualize.check([f"file://{files[0].parent}/*.nc"])  # a glob, as a path's
     assert report.ok and len(report.files) == len(list(files[0].parent.glob("*.nc")))
+
+
+# Found by #20's review: `-o file:relative.zarr` (a file: URL without //) names the relative path, not
+# a directory called "file:relative.zarr" (documented: storage.local_path).
+def test_file_url_without_slashes_is_the_relative_path(tmp_path):
+    f = scaled_month(tmp_path / "m0.nc", 0)
+    r = run_virtualize(f, "-o", "file:rel.zarr", cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert (tmp_path / "rel.zarr" / "zarr.json").is_file()
+    assert not (tmp_path / "file:rel.zarr").exists()
+    assert virtualize.open(tmp_path / "rel.zarr")["tas"].shape == (3, 4, 5)

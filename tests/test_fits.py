@@ -4,6 +4,7 @@ engine="virtualize", the kerchunk JSON export read with fsspec + zarr) equals as
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +17,7 @@ from helpers import assert_same, kerchunk_group, kerchunk_xarray
 
 fits = pytest.importorskip("astropy.io.fits")
 xr = pytest.importorskip("xarray")
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
@@ -576,3 +578,67 @@ def test_without_astropy_check_reports_the_extra_to_install(fits_case, monkeypat
     assert not report.ok and fatal
     assert all(p.loc.file == str(path) and "pip install 'virtualize[fits]'" in p.message
                for p in fatal)
+
+
+def test_rice_tiles_kerchunk_export_reads_with_imagecodecs_registered_as_documented(tmp_path):
+    """A kerchunk export naming imagecodecs' codecs (a RICE_1 FITS image) read by plain
+    fsspec + zarr in a fresh interpreter that never imports virtualize: zarr finds the codec
+    through the entry points virtualize declares (imagecodecs registers them only by a
+    call), and imagecodecs' own registration call changes nothing; equal to astropy's."""
+    import os
+    import subprocess
+    import textwrap
+
+    fits = pytest.importorskip("astropy.io.fits")
+    pytest.importorskip("imagecodecs")
+    data = np.random.default_rng(23).integers(-3000, 3000, (37, 53)).astype(np.int16)
+    path, refs = tmp_path / "r.fits", tmp_path / "r.json"
+    fits.HDUList([fits.PrimaryHDU(), fits.CompImageHDU(data, compression_type="RICE_1",
+                                                       tile_shape=(10, 16), name="IMG")]
+                 ).writeto(path)
+    virtualize.virtualize([path], refs)
+    np.save(tmp_path / "want.npy", fits.getdata(path, 1))
+    script = textwrap.dedent("""
+        import sys
+        import fsspec, numpy as np, zarr
+        from zarr.storage import FsspecStore
+        if sys.argv[3] == "register":
+            import imagecodecs.zarr
+            imagecodecs.zarr.register_codecs()
+        zarr.config.set({"array.rectilinear_chunks": True})
+        fs = fsspec.filesystem("reference", fo=sys.argv[1], asynchronous=True)
+        g = zarr.open_group(FsspecStore(fs, read_only=True, path=""), mode="r", zarr_format=3)
+        got, want = g["IMG"][...], np.load(sys.argv[2])
+        assert np.array_equal(got, want) and got.dtype == want.dtype.newbyteorder("=")
+    """)
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+    run = [sys.executable, "-c", script, str(refs), str(tmp_path / "want.npy")]
+    script = script.replace("assert np.array_equal", "assert 'virtualize' not in sys.modules\n"
+                            "assert np.array_equal")
+    run[2] = script
+    bare = subprocess.run(run + ["bare"], env=env, capture_output=True, text=True)
+    assert bare.returncode == 0, bare.stderr[-3000:]
+    done = subprocess.run(run + ["register"], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_date_obs_with_fractional_seconds_are_dates(tmp_path):
+    """FITS writes DATE-OBS as `YYYY-MM-DDThh:mm:ss[.sss]` (FITS 4.0, 9.1.1); instruments
+    give the fraction. `--coord time=attr:DATE-OBS` made such exposures a text axis (the
+    dates were no dates): now they are dates to the microsecond, in time order."""
+    fits = pytest.importorskip("astropy.io.fits")
+    xr = pytest.importorskip("xarray")
+    stamps = ["2024-01-01T06:00:01.250", "2024-01-01T06:00:00.5", "2024-01-01T06:00:00.750"]
+    files = []
+    for k, stamp in enumerate(stamps):
+        hdu = fits.PrimaryHDU(np.full((3, 4), k, dtype=np.int16))
+        hdu.header["DATE-OBS"] = stamp
+        files.append(tmp_path / f"exp{k}.fits")
+        hdu.writeto(files[-1])
+    virtualize.virtualize(files, tmp_path / "c.zarr", concat_dims=["time"],
+                          coords={"time": "attr:DATE-OBS"})
+    ds = xr.open_dataset(tmp_path / "c.zarr", engine="virtualize")
+    want = np.array(["2024-01-01T06:00:00.500", "2024-01-01T06:00:00.750",
+                     "2024-01-01T06:00:01.250"], dtype="M8[ns]")
+    assert_same(ds["time"].values, want, "time: DATE-OBS to the microsecond")
+    assert_same(ds["hdu0"].values[:, 0, 0], np.array([1, 2, 0], dtype=np.int16), "order")

@@ -13,6 +13,8 @@ import virtualize
 from virtualize.formats.registry import formats
 from virtualize.outputs import registry
 
+from helpers import run_virtualize, scaled_month
+
 # the names of issue 24 and its review: the formats virtualize reads, and others
 NAMED = (".nc", ".nc3", ".nc4", ".h5", ".hdf5", ".he5", ".hdf", ".h4", ".he4", ".tif",
          ".tiff", ".gtiff", ".cog", ".grib", ".grib2", ".grb", ".grb2", ".fits", ".fit", ".cdf",
@@ -43,14 +45,14 @@ def made(case, tmp_path_factory):
 
 def _says_what_is_written(message: str, suffix: str) -> None:
     assert f"does not write {suffix} files" in message, message
-    for k in registry.KINDS:  # every kind, by its name and its suffixes
-        assert k.title in message, (k.kind, message)
-        assert all(f"OUT{s}" in message for s in k.suffixes if s), (k.kind, message)
+    for k in registry.kinds():  # every kind, by its name and its suffixes
+        assert k.title in message, (k.name, message)
+        assert all(f"OUT{s}" in message for s in k.suffixes if s), (k.name, message)
 
 
 def test_every_input_formats_suffix_is_foreign_and_no_kinds_is():
     foreign = registry.foreign_suffixes()
-    written = {s.lower() for k in registry.KINDS for s in k.suffixes}
+    written = {s.lower() for k in registry.kinds() for s in k.suffixes}
     read = {s.lower() for f in formats() for s in f.suffixes}
     assert read - written <= foreign  # a new format's suffixes without a change
     assert not foreign & written
@@ -135,3 +137,14 @@ def test_a_kind_under_another_kinds_name_is_a_usage_error(name, kind):
                        match=r"name is .*'s; the .* output is not one|promises kerchunk's parquet"):
         registry.kind_of(name, kind)
     assert registry.kind_of("out", kind) == kind
+
+
+# Found by #20's review (smaller): the output suffix is matched case-sensitively: `-o cube.JSON` writes
+# a cube *directory* named cube.JSON (exit 0), where `.json` writes a kerchunk file and
+# README says an unknown suffix is a usage error.
+@pytest.mark.parametrize("name", ["cube.JSON", "cube.Json"])
+def test_output_suffix_case(tmp_path, name):
+    f = scaled_month(tmp_path / "m0.nc", 0)
+    out = tmp_path / name
+    r = run_virtualize(f, "-o", out)
+    assert r.returncode == 2 or (r.returncode == 0 and out.is_file()), (r.returncode, out.is_dir())

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import virtualize
-from virtualize.formats import hdf5 as scan_hdf5
+from virtualize.formats.hdf5 import attrs as hdf5_attrs
 from virtualize.formats.hdf5 import header as _h5meta
 from virtualize.formats.hdf5 import walk as hdf5_walk
 
@@ -148,7 +148,7 @@ def _compare(path) -> dict:
                 continue
             how[name] = "direct"
             assert [k for k, _v in pairs] == list(obj.attrs.keys()), name
-            assert [k for k, _v in pairs] == scan_hdf5._attr_names(obj.id, obj), name
+            assert [k for k, _v in pairs] == hdf5_attrs._attr_names(obj.id, obj), name
             assert len(pairs) == info.num_attrs
             for key, value in pairs:
                 if value is _h5meta.ASK_H5PY:
@@ -229,7 +229,7 @@ def test_scan_is_the_same_with_h5py_attributes(case, name, monkeypatch):
     same when every attribute is read through h5py."""
     paths = case(name)
     direct = [_inventory_fields(virtualize.inventory(p)) for p in paths]
-    monkeypatch.setattr(scan_hdf5._Scanner, "_direct_attrs", lambda self, name, obj: None)
+    monkeypatch.setattr(hdf5_walk._Scanner, "_direct_attrs", lambda self, name, obj: None)
     assert direct == [_inventory_fields(virtualize.inventory(p)) for p in paths]
 
 
@@ -240,7 +240,7 @@ def test_scan_is_the_same_with_h5py_attributes_on_every_kind(tmp_path, monkeypat
     p = tmp_path / "a.h5"
     _write(p, libver, True, 40)
     direct = _inventory_fields(virtualize.inventory(p))
-    monkeypatch.setattr(scan_hdf5._Scanner, "_direct_attrs", lambda self, name, obj: None)
+    monkeypatch.setattr(hdf5_walk._Scanner, "_direct_attrs", lambda self, name, obj: None)
     assert direct == _inventory_fields(virtualize.inventory(p))
 
 
@@ -271,7 +271,7 @@ def test_damaged_attribute_storage_reads_as_h5py_reads_it(tmp_path, monkeypatch,
     _write(p, "latest", True, 400)
     _corrupt(p, signature, which)
     direct = _outcome(p)
-    monkeypatch.setattr(scan_hdf5._Scanner, "_direct_attrs", lambda self, name, obj: None)
+    monkeypatch.setattr(hdf5_walk._Scanner, "_direct_attrs", lambda self, name, obj: None)
     assert direct == _outcome(p)
 
 
@@ -291,8 +291,8 @@ def test_a_count_other_than_hdf5s_falls_back(tmp_path, monkeypatch):
     # and it was the count that turned the reader away (each object with attributes then
     # read by h5py)
     got = []
-    real_direct = scan_hdf5._Scanner._direct_attrs
-    monkeypatch.setattr(scan_hdf5._Scanner, "_direct_attrs",
+    real_direct = hdf5_walk._Scanner._direct_attrs
+    monkeypatch.setattr(hdf5_walk._Scanner, "_direct_attrs",
                         lambda self, name, obj: got.append(real_direct(self, name, obj)))
     virtualize.inventory(p)
     assert None in got and all(g is None or g == [] for g in got)
@@ -302,7 +302,7 @@ def test_direct_reader_is_used_on_netcdf4(case, monkeypatch):
     """The scan of a netCDF-4 file reads every object's attributes directly (else the
     tests above compare h5py with itself)."""
     used = []
-    real = scan_hdf5._Scanner._direct_attrs
+    real = hdf5_walk._Scanner._direct_attrs
 
     def spy(self, name, obj):
         got = real(self, name, obj)
@@ -310,14 +310,14 @@ def test_direct_reader_is_used_on_netcdf4(case, monkeypatch):
         return got
 
     storages = []
-    real_storage = scan_hdf5.dataset_storage
+    real_storage = _h5meta.dataset_storage
 
     def spy_storage(messages, itemsize):
         got = real_storage(messages, itemsize)
         storages.append(got)
         return got
 
-    monkeypatch.setattr(scan_hdf5._Scanner, "_direct_attrs", spy)
+    monkeypatch.setattr(hdf5_walk._Scanner, "_direct_attrs", spy)
     monkeypatch.setattr(hdf5_walk, "dataset_storage", spy_storage)
     inv = virtualize.inventory(case("months2024")[0])
     assert used and all(ok for _n, ok in used), used
@@ -364,7 +364,7 @@ def test_a_file_with_a_user_block_is_read_through_h5py(tmp_path, monkeypatch):
         _fill(f["x"], 20)
     assert _h5meta.superblock_sizes(lambda n, off: p.read_bytes()[off:off + n]) is None
     direct = _inventory_fields(virtualize.inventory(p))
-    monkeypatch.setattr(scan_hdf5._Scanner, "_direct_attrs", lambda self, name, obj: None)
+    monkeypatch.setattr(hdf5_walk._Scanner, "_direct_attrs", lambda self, name, obj: None)
     assert direct == _inventory_fields(virtualize.inventory(p))
     assert json.loads(direct["x"][3])["f4<"] == 7.0
 
@@ -412,7 +412,7 @@ def test_fill_value_of_a_type_that_is_not_standard_is_hdf5s(tmp_path, monkeypatc
     direct = _inventory_fields(virtualize.inventory(p))
     assert direct["i32_16at8"][4] == "np.int32(3)" and direct["u16be_6at4"][4] == "np.uint16(3)"
     assert direct["standard"][4] == "np.int32(3)"
-    monkeypatch.setattr(scan_hdf5._Scanner, "_direct_attrs", lambda self, name, obj: None)
+    monkeypatch.setattr(hdf5_walk._Scanner, "_direct_attrs", lambda self, name, obj: None)
     assert direct == _inventory_fields(virtualize.inventory(p))
 
 
@@ -458,5 +458,5 @@ def test_a_dataset_hdf5_cannot_describe_is_located_both_ways(tmp_path, monkeypat
     assert "ok" in direct and "s" not in direct
     assert any("/ s" in loc and kind == "unsupported-type" for loc, kind, _m, _f
                in direct["problems"]), direct["problems"]
-    monkeypatch.setattr(scan_hdf5._Scanner, "_direct_attrs", lambda self, name, obj: None)
+    monkeypatch.setattr(hdf5_walk._Scanner, "_direct_attrs", lambda self, name, obj: None)
     assert direct == _inventory_fields(virtualize.inventory(p))

@@ -384,7 +384,7 @@ def test_objects_hdf5_cannot_open_are_refused_alone(tmp_path, monkeypatch):
     """A link h5py cannot follow ("Unknown link type") is skipped, a dataset it cannot
     describe ("Insufficient precision") refused, each named; the rest of the file is
     virtualized (with --drop for the refused one)."""
-    from virtualize.formats import hdf5 as scan_hdf5
+    from virtualize.formats.hdf5 import attrs as hdf5_attrs
     from virtualize.formats.hdf5 import walk as hdf5_walk
 
     p = tmp_path / "odd.h5"
@@ -392,8 +392,8 @@ def test_objects_hdf5_cannot_open_are_refused_alone(tmp_path, monkeypatch):
         f["ok"] = np.arange(4.0)
         f["weird"] = np.arange(3)
         f["broken"] = np.arange(2)
-    real_get, real_dims = h5py.Group.get, scan_hdf5._Scanner._dims
-    real_links = scan_hdf5._hard_links
+    real_get, real_dims = h5py.Group.get, hdf5_walk._Scanner._dims
+    real_links = hdf5_attrs._hard_links
 
     def links(g):  # "weird" listed as a link of a type HDF5 cannot open (user-defined)
         return {k: hard and k != "weird" for k, hard in real_links(g).items()}
@@ -410,7 +410,7 @@ def test_objects_hdf5_cannot_open_are_refused_alone(tmp_path, monkeypatch):
 
     monkeypatch.setattr(h5py.Group, "get", get)
     monkeypatch.setattr(hdf5_walk, "_hard_links", links)
-    monkeypatch.setattr(scan_hdf5._Scanner, "_dims", dims)
+    monkeypatch.setattr(hdf5_walk._Scanner, "_dims", dims)
     report = virtualize.check([p], scan_timeout=None)
     found = {(q.loc.variable, q.kind, q.fatal) for q in report.problems}
     assert found == {("weird", "unsupported-object", False), ("broken", "corrupt", True)}
@@ -527,18 +527,18 @@ def test_block_table_equals_the_chunk_index_on_every_index_type(tmp_path, index,
 def _native_and_chunk_iter(path, name="x"):
     import os
 
-    from virtualize.formats import hdf5 as scan_hdf5
+    from virtualize.formats.hdf5 import index as hdf5_index
 
     with h5py.File(path, "r") as f:
         d = f[name]
         fd = os.open(path, os.O_RDONLY)
         try:
-            native = scan_hdf5._native_chunk_index(
+            native = hdf5_index._native_chunk_index(
                 lambda n, off: os.pread(fd, n, off), os.fstat(fd).st_size, d.id,
                 tuple(d.chunks), d.id.get_num_chunks)
         finally:
             os.close(fd)
-        return native, scan_hdf5._walk_chunk_index(d.id, d.ndim)
+        return native, hdf5_index._walk_chunk_index(d.id, d.ndim)
 
 
 @pytest.mark.parametrize("index", ["btree-v1", "fixed-array", "extensible-array", "btree-v2"])
@@ -584,7 +584,8 @@ def test_chunk_index_read_directly_equals_chunk_iter(tmp_path, index, shape, chu
 def test_chunk_index_reader_refuses_what_it_does_not_expect(tmp_path, monkeypatch):
     """A damaged node or a chunk count other than HDF5's is `_Unexpected` (the scan then
     asks chunk_iter); with the direct reader failing the scan's block table is the same."""
-    from virtualize.formats import hdf5 as scan_hdf5
+    from virtualize.formats.hdf5 import header as hdf5_header
+    from virtualize.formats.hdf5 import index as hdf5_index
     from virtualize.formats.hdf5 import walk as hdf5_walk
 
     p = tmp_path / "v1.h5"
@@ -594,11 +595,11 @@ def test_chunk_index_reader_refuses_what_it_does_not_expect(tmp_path, monkeypatc
     good = virtualize.inventory(p).variables["x"].blocks.refs.copy()
     with h5py.File(p, "r") as f:
         d = f["x"]
-        with pytest.raises(scan_hdf5._Unexpected, match="HDF5 counts"):
+        with pytest.raises(hdf5_header.Unexpected, match="HDF5 counts"):
             with open(p, "rb") as fh:
-                scan_hdf5._native_chunk_index(lambda n, off: (fh.seek(off), fh.read(n))[1],
+                hdf5_index._native_chunk_index(lambda n, off: (fh.seek(off), fh.read(n))[1],
                                               p.stat().st_size, d.id, (2, 3), lambda: 7)
-        body = scan_hdf5._layout_message(lambda n, off: p.read_bytes()[off:off + n],
+        body = hdf5_header.layout_message(lambda n, off: p.read_bytes()[off:off + n],
                                          h5py.h5g.get_objinfo(d.id, b".").objno[0], p.stat().st_size)
         root = int.from_bytes(body[3:11], "little")
     raw = bytearray(p.read_bytes())
@@ -606,12 +607,12 @@ def test_chunk_index_reader_refuses_what_it_does_not_expect(tmp_path, monkeypatc
     raw[root:root + 4] = b"TRE?"
     with h5py.File(p, "r") as f:
         d = f["x"]
-        with pytest.raises(scan_hdf5._Unexpected, match="no chunk B-tree node"):
-            scan_hdf5._native_chunk_index(lambda n, off: bytes(raw[off:off + n]), len(raw),
+        with pytest.raises(hdf5_header.Unexpected, match="no chunk B-tree node"):
+            hdf5_index._native_chunk_index(lambda n, off: bytes(raw[off:off + n]), len(raw),
                                           d.id, (2, 3), d.id.get_num_chunks)
 
     def unexpected(*a, **kw):
-        raise scan_hdf5._Unexpected("as if")
+        raise hdf5_header.Unexpected("as if")
     monkeypatch.setattr(hdf5_walk, "_native_chunk_index", unexpected)
     assert (virtualize.inventory(p).variables["x"].blocks.refs == good).all()
 
@@ -620,7 +621,7 @@ def test_damaged_fixed_array_is_refused_as_before(tmp_path):
     """A fixed array element damaged on disk fails HDF5's checksum in its own walk of the
     index (which the direct reader asks for its count): the dataset is refused as corrupt,
     as chunk_iter refuses it, never referenced from the damaged bytes."""
-    from virtualize.formats import hdf5 as scan_hdf5
+    from virtualize.formats.hdf5 import header as hdf5_header
 
     p = tmp_path / "fa.h5"
     with h5py.File(p, "w", libver="latest") as f:
@@ -628,7 +629,7 @@ def test_damaged_fixed_array_is_refused_as_before(tmp_path):
         f["ok"] = np.arange(3.0)
     raw = bytearray(p.read_bytes())
     with h5py.File(p, "r") as f:
-        body = scan_hdf5._layout_message(lambda n, off: bytes(raw[off:off + n]),
+        body = hdf5_header.layout_message(lambda n, off: bytes(raw[off:off + n]),
                                          h5py.h5g.get_objinfo(f["x"].id, b".").objno[0], len(raw))
     header = int.from_bytes(body[-8:], "little")
     block = int.from_bytes(raw[header + 16:header + 24], "little")
@@ -727,7 +728,7 @@ def test_extensible_array_read_directly_equals_chunk_iter(tmp_path, case, filter
     (`_chunk_iter_swizzles`) from which the scan puts them right."""
     import os
 
-    from virtualize.formats import hdf5 as scan_hdf5
+    from virtualize.formats.hdf5 import index as hdf5_index
 
     shape, chunks, maxshape, writes, structures = EARRAYS[case]
     p = tmp_path / "ea.h5"
@@ -743,19 +744,19 @@ def test_extensible_array_read_directly_equals_chunk_iter(tmp_path, case, filter
         d = f["x"]
         fd = os.open(p, os.O_RDONLY)
         try:
-            native = scan_hdf5._native_chunk_index(pread, os.fstat(fd).st_size, d.id,
+            native = hdf5_index._native_chunk_index(pread, os.fstat(fd).st_size, d.id,
                                                    tuple(d.chunks), d.id.get_num_chunks)
         finally:
             os.close(fd)
-        ref = scan_hdf5._walk_chunk_index(d.id, d.ndim)
+        ref = hdf5_index._walk_chunk_index(d.id, d.ndim)
     assert native is not None and seen - {b""} == structures
     _assert_chunks_are_there(p, native, cells)
     for a, b in zip(native[1:], ref[1:]):
         assert a.dtype == b.dtype and a.shape == b.shape and (a == b).all()
     k = maxshape.index(None)
-    if k and scan_hdf5._chunk_iter_swizzles():
+    if k and hdf5_index._chunk_iter_swizzles():
         grid = tuple(0 if a == k else -(-(m or 0) // c) for a, (m, c) in enumerate(zip(maxshape, chunks)))
-        assert (scan_hdf5._chunk_iter_renumbered(ref[0], chunks, k, grid) == native[0]).all()
+        assert (hdf5_index._chunk_iter_renumbered(ref[0], chunks, k, grid) == native[0]).all()
         assert (ref[0] != native[0]).any()  # what HDF5 lists is elsewhere
     else:
         assert native[0].dtype == ref[0].dtype and (native[0] == ref[0]).all()
@@ -794,7 +795,8 @@ def test_damaged_extensible_array_is_unexpected(earray_paged, damage, message):
     them (HDF5 reads the file, the reader a damaged copy): a signature, the owning header's
     address, a block's offset, the header's block counts, a page bitmap (fewer chunks
     than HDF5 counts), or a count other than HDF5's is `_Unexpected` (chunk_iter decides)."""
-    from virtualize.formats import hdf5 as scan_hdf5
+    from virtualize.formats.hdf5 import header as hdf5_header
+    from virtualize.formats.hdf5 import index as hdf5_index
 
     p, good, where = earray_paged
     raw = bytearray(good)
@@ -815,8 +817,8 @@ def test_damaged_extensible_array_is_unexpected(earray_paged, damage, message):
         count = 7
     with h5py.File(p, "r") as f:
         d = f["x"]
-        with pytest.raises(scan_hdf5._Unexpected, match=message):
-            scan_hdf5._native_chunk_index(lambda n, off: bytes(raw[off:off + n]), len(raw),
+        with pytest.raises(hdf5_header.Unexpected, match=message):
+            hdf5_index._native_chunk_index(lambda n, off: bytes(raw[off:off + n]), len(raw),
                                           d.id, tuple(d.chunks),
                                           d.id.get_num_chunks if count is None else lambda: count)
 
@@ -826,11 +828,12 @@ def test_damaged_extensible_array_falls_back_to_chunk_iter(earray_paged, tmp_pat
     chunk_iter: the same block table as a scan without the direct reader. Damaged on disk
     (an element), HDF5's own walk fails its checksum: refused as corrupt, as chunk_iter
     refuses it, never referenced from the damaged bytes."""
-    from virtualize.formats import hdf5 as scan_hdf5
+    from virtualize.formats.hdf5 import header as hdf5_header
+    from virtualize.formats.hdf5 import index as hdf5_index
     from virtualize.formats.hdf5 import walk as hdf5_walk
 
     p, good, where = earray_paged
-    real = scan_hdf5._native_chunk_index
+    real = hdf5_index._native_chunk_index
     raised = []
 
     def damaged(pread, size, *a):
@@ -839,7 +842,7 @@ def test_damaged_extensible_array_falls_back_to_chunk_iter(earray_paged, tmp_pat
             return data.replace(b"EASB", b"EASb") if data[:4] == b"EASB" else data
         try:
             return real(bad, size, *a)
-        except scan_hdf5._Unexpected as e:
+        except hdf5_header.Unexpected as e:
             raised.append(e)
             raise
 
@@ -893,7 +896,7 @@ def test_chunks_of_an_unlimited_axis_not_the_first_are_at_their_places(tmp_path,
     directly (a large grid) or listed by chunk_iter and put at their places (small
     grids, a dataset behind an external link, a file with a user block), and a v1 B-tree
     (libver "earliest"), which chunk_iter lists right: every cube reads as h5py."""
-    from virtualize.formats import hdf5 as scan_hdf5
+    from virtualize.formats.hdf5 import index as hdf5_index
     from virtualize.formats.hdf5 import walk as hdf5_walk
 
     (tmp_path / "sub").mkdir()
@@ -902,7 +905,7 @@ def test_chunks_of_an_unlimited_axis_not_the_first_are_at_their_places(tmp_path,
     with h5py.File(tmp_path / "m.h5", "a", libver=libver) as f:
         f["lnk"] = h5py.ExternalLink("sub/t.h5", "/a")
     read = []
-    real = scan_hdf5._native_chunk_index
+    real = hdf5_index._native_chunk_index
     monkeypatch.setattr(hdf5_walk, "_native_chunk_index",
                         lambda *a: read.append(len(real(*a)[0])) or real(*a))
     inv = virtualize.inventory(tmp_path / "m.h5")  # every dataset referenced, none inlined
@@ -935,7 +938,6 @@ def test_chunks_that_cannot_be_placed_are_refused(tmp_path, monkeypatch):
     refused (`chunk-coordinates`, inlined on request), never referenced at chunk_iter's
     places; datasets whose chunks chunk_iter places right (the unlimited axis first, one
     chunk before it) are not."""
-    from virtualize.formats import hdf5 as scan_hdf5
     from virtualize.formats.hdf5 import walk as hdf5_walk
 
     p = tmp_path / "u.h5"
@@ -944,7 +946,7 @@ def test_chunks_that_cannot_be_placed_are_refused(tmp_path, monkeypatch):
     def unreadable(*a):
         raise OSError("as if")
 
-    for i, patch in enumerate([(scan_hdf5._Scanner, "_layout_body", unreadable),
+    for i, patch in enumerate([(hdf5_walk._Scanner, "_layout_body", unreadable),
                                (hdf5_walk, "_chunk_iter_swizzles", lambda: None)]):
         with monkeypatch.context() as m:
             m.setattr(*patch)
@@ -1008,7 +1010,7 @@ def test_implicit_index_read_directly_equals_chunk_iter(tmp_path, shape, chunks,
 def test_scan_with_the_direct_reader_equals_the_scan_without(tmp_path, monkeypatch, index):
     """A whole scan (block tables, problems, bytes read) is the same whether the chunk
     index is read directly or through chunk_iter; the direct reader is used."""
-    from virtualize.formats import hdf5 as scan_hdf5
+    from virtualize.formats.hdf5 import index as hdf5_index
     from virtualize.formats.hdf5 import walk as hdf5_walk
 
     p = tmp_path / "a.h5"
@@ -1032,7 +1034,7 @@ def test_scan_with_the_direct_reader_equals_the_scan_without(tmp_path, monkeypat
                              ((None, 2) if index == "extensible-array" else (None, None)),
                              compression="gzip")
     got = []
-    real = scan_hdf5._native_chunk_index
+    real = hdf5_index._native_chunk_index
     monkeypatch.setattr(hdf5_walk, "_native_chunk_index",
                         lambda *a: got.append(real(*a)) or got[-1])
     direct = virtualize.inventory(p)

@@ -8,7 +8,6 @@ import os
 import shutil
 import subprocess
 import sys
-import warnings
 
 import numpy as np
 import pytest
@@ -321,16 +320,9 @@ def test_json_states_the_output_after_a_write(months, tmp_path):
     assert doc["arrays"]["tas"]["status"] == "virtual"
 
 
-def test_scan_subpackage_imports_and_errors_are_virtualize_errors(months, tmp_path):
-    import virtualize.scan.hdf5 as m
-
-    assert callable(m.scan_hdf5)
+def test_inventory_and_errors_are_virtualize_errors(months, tmp_path):
     f = data_files(months)[0]
     assert virtualize.inventory(f).variables["tas"].shape == (31, 3, 4)
-    with warnings.catch_warnings(record=True) as w:
-        warnings.simplefilter("always")
-        assert virtualize.scan(f).path == str(f)
-    assert any(issubclass(x.category, DeprecationWarning) for x in w)
     with pytest.raises(virtualize.UsageError) as e:
         virtualize.virtualize(data_files(months), tmp_path / "x", format="nope")
     assert isinstance(e.value, virtualize.VirtualizeError) and isinstance(e.value, ValueError)

@@ -6,6 +6,8 @@ under src/virtualize, at any depth (function-level lazy imports included), read 
 - No module imports another package's `_private` module or `_private` name (the few
   exceptions are listed with their reason).
 - No module is over 1,000 lines.
+- No import circle anywhere in the package (issue 29); no module outside an output kind's
+  package and `outputs/registry.py` imports the kind's package; `cli.py` names no kind.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ ROOT = Path(virtualize.__file__).resolve().parent
 # sits on formats and under plan; the planner uses neither (it is pure: docs/planning.md).
 # `outputs` sits above run (staleness re-scans a touched source on the workers).
 LAYERS = [
-    ("model", "_version", "codecs"),  # codecs: zarr codecs only (numpy, zarr, imagecodecs)
+    # codecs: zarr codecs only (numpy, zarr, imagecodecs); plugins: entry points only
+    ("model", "_version", "codecs", "plugins"),
     ("storage", "conventions"),
     ("formats",),
     ("run",),
@@ -35,10 +38,6 @@ LAYERS = [
     ("cli", "xarray_backend", "__init__"),
 ]
 LEVEL = {name: i for i, names in enumerate(LAYERS) for name in names}
-
-# Deprecated shims at the old public paths: they re-export the new places' names, so as
-# importers they are exempt; only the package root (virtualize.scan(path)) imports one.
-SHIMS = {"scan", "emit", "read", "verify"}
 
 # (importer, imported private thing) -> why. Keep this short.
 PRIVATE_EXCEPTIONS: dict[tuple[str, str], str] = {}
@@ -136,9 +135,6 @@ def ups_in(path: Path, parts: tuple[str, ...]) -> list[str]:
     ups = []
     for line, mod, _name in imports(path, parts):
         target = layer(mod)
-        if target in SHIMS:
-            assert parts == ("__init__",), f"{path}:{line} imports the deprecated shim {target}"
-            continue
         assert layer(parts) in LEVEL, f"{path}: place {layer(parts)} in LAYERS"
         assert target in LEVEL, f"{path}:{line}: place {target} in LAYERS"
         if LEVEL[target] > LEVEL[layer(parts)]:
@@ -168,14 +164,23 @@ def privates_in(path: Path, parts: tuple[str, ...]) -> list[str]:
 
 
 def test_imports_run_down_the_layers():
-    ups = [u for path, parts in modules() if layer(parts) not in SHIMS
-           for u in ups_in(path, parts)]
+    ups = [u for path, parts in modules() for u in ups_in(path, parts)]
     assert not ups, "\n".join(ups)
 
 
 def test_no_import_of_another_packages_private_names():
-    found = [f for path, parts in modules() if layer(parts) not in SHIMS
-             for f in privates_in(path, parts)]
+    found = [f for path, parts in modules() for f in privates_in(path, parts)]
+    assert not found, "\n".join(found)
+
+
+def test_api_modules_share_only_public_names():
+    """The API's jobs (checking, create, appending, cubes) are made of the shared steps
+    (api/steps.py) and the recipe (api/recipe.py) by their public names: no module of api/
+    takes another's `_private` name (docs/architecture.md)."""
+    found = [f"{path.name}:{line} imports {'.'.join(mod)}.{name}"
+             for path, parts in modules() if parts[0] == "api"
+             for line, mod, name in imports(path, parts)
+             if mod[:1] == ("api",) and mod != parts and name and private(name)]
     assert not found, "\n".join(found)
 
 
@@ -243,7 +248,7 @@ def test_a_format_is_named_in_its_plug_in_only():
     prefixes = {n.split("-")[0] + "-" for n in names if "-" in n}
     found = []
     for path, parts in modules():
-        if layer(parts) in SHIMS or layer(parts) == "formats":
+        if layer(parts) == "formats":
             continue
         tree = ast.parse(path.read_text())
         docs = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr)}
@@ -256,8 +261,10 @@ def test_a_format_is_named_in_its_plug_in_only():
 
 
 def test_every_plug_in_answers_its_protocol():
-    """Each format names its inventories (so `of_inventory` finds it); each output kind has
-    every method of `outputs.base.OutputKind` (what api/ asks of it)."""
+    """Each format names its inventories (so `of_inventory` finds it); each output kind is
+    an `outputs.base.OutputKind` answering what every kind must (its own `detect`,
+    `is_ours`, `write`, `open_store`, `recorded`, `refresh`), and one kind, the default,
+    claims names without a suffix."""
     from virtualize.formats import registry as formats
     from virtualize.outputs import registry as outputs
     from virtualize.outputs.base import OutputKind
@@ -265,8 +272,156 @@ def test_every_plug_in_answers_its_protocol():
     for fmt in formats.formats():
         assert fmt.inventory_formats, fmt
         assert all(formats.of_inventory(n) is fmt for n in fmt.inventory_formats)
-    wanted = [n for n, v in vars(OutputKind).items() if callable(v) and not n.startswith("_")]
-    assert {"recorded", "grow", "refresh", "write", "open_store"} <= set(wanted)
-    for kind in outputs.KINDS:
-        assert [n for n in wanted if not callable(getattr(kind, n, None))] == [], kind.kind
-        assert outputs.by_name(kind.kind) is kind
+    required = ("detect", "is_ours", "write", "open_store", "recorded", "refresh")
+    for kind in outputs.kinds():
+        assert isinstance(kind, OutputKind), kind
+        assert kind.name and kind.title and kind.suffixes, kind
+        assert [n for n in required if getattr(type(kind), n) is getattr(OutputKind, n)] == [], \
+            kind.name
+        assert outputs.by_name(kind.name) is kind
+    assert [k.name for k in outputs.kinds() if "" in k.suffixes] == [outputs.default().name]
+
+
+# -- the import graph (issue 29) --------------------------------------------------------
+
+def module_of(parts: tuple[str, ...]) -> tuple[str, ...] | None:
+    """The module file an import target names: a module, or a package's __init__ (None:
+    not a module of the package, e.g. a name inside one)."""
+    if ROOT.joinpath(*parts).with_suffix(".py").is_file():
+        return parts
+    if (ROOT.joinpath(*parts) / "__init__.py").is_file():
+        return parts + ("__init__",)
+    return None
+
+
+def import_graph() -> dict[tuple[str, ...], set[tuple[str, ...]]]:
+    """module -> the modules it imports (every import at any depth)."""
+    graph: dict[tuple[str, ...], set[tuple[str, ...]]] = {}
+    for path, parts in modules():
+        edges = graph.setdefault(parts, set())
+        for _line, mod, _name in imports(path, parts):
+            target = module_of(mod)
+            if target is not None and target != parts:
+                edges.add(target)
+    return graph
+
+
+def circles(graph: dict) -> list[list]:
+    """The strongly connected components of more than one module (Tarjan's algorithm)."""
+    index: dict = {}
+    low: dict = {}
+    stack: list = []
+    on: set = set()
+    found: list[list] = []
+
+    def visit(v) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_circles():
+    found = circles(import_graph())
+    assert not found, "\n".join(" <-> ".join(".".join(m) for m in c) for c in found)
+
+
+def test_the_circle_check_finds_a_circle():
+    graph = {("a",): {("b",)}, ("b",): {("c",)}, ("c",): {("a",), ("d",)}, ("d",): set()}
+    assert circles(graph) == [[("a",), ("b",), ("c",)]]
+    assert circles({("a",): {("b",)}, ("b",): set()}) == []
+
+
+def kind_imports(path: Path, parts: tuple[str, ...], kinds) -> list[str]:
+    """The imports of one module of an output kind's package (`kinds`: their names) made
+    outside that package and outputs/registry.py."""
+    if parts == ("outputs", "registry"):
+        return []
+    found = []
+    for line, mod, name in imports(path, parts):
+        target = mod + ((name,) if name else ())
+        if len(target) >= 2 and target[0] == "outputs" and target[1] in kinds \
+                and parts[:2] != target[:2]:
+            found.append(f"{'/'.join(parts)}.py:{line} imports {'.'.join(target)}")
+    return found
+
+
+def test_only_its_package_and_the_registry_import_an_output_kind():
+    """What differs between output kinds is asked of the kind (`outputs.registry.by_name`),
+    never imported from its package: a new kind is one package and one registry line."""
+    from virtualize.outputs import registry
+
+    found = [f for path, parts in modules()
+             for f in kind_imports(path, parts, registry.KINDS)]
+    assert not found, "\n".join(found)
+
+
+def test_the_kind_import_check_finds_one(tmp_path):
+    f = tmp_path / "m.py"
+    f.write_text("from ..cube.writer import SOURCES_NAME\nfrom ..base import load_json\n"
+                 "def f():\n    from .. import kerchunk\n")
+    assert [x.split(" imports ")[1] for x in kind_imports(f, ("outputs", "vrt", "reader"),
+                                                            ("cube", "kerchunk"))] == \
+        ["outputs.cube.writer.SOURCES_NAME", "outputs.kerchunk"]
+    assert kind_imports(f, ("outputs", "cube", "x"), ("cube",)) == []
+
+
+def test_no_output_kind_imports_the_registry():
+    """outputs/registry.py imports the kinds by name (`importlib`, unseen by the circle
+    check): a kind that imported it back would close a circle."""
+    from virtualize.outputs import registry
+
+    found = [f"{'/'.join(parts)}.py:{line}" for path, parts in modules()
+             if parts[0] == "outputs" and len(parts) > 2 and parts[1] in registry.KINDS
+             for line, mod, name in imports(path, parts)
+             if mod == ("outputs", "registry") or mod + ((name,) if name else ()) ==
+             ("outputs", "registry")]
+    assert not found, found
+
+
+def named_kinds(tree: ast.AST, names) -> list[tuple[int, str]]:
+    """String constants spelling an output kind's name (`names`), but a dictionary's keys
+    and an argument's name (`add_argument("cube", metavar="CUBE")`: what the user gives,
+    a cube of any kind)."""
+    skip = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Dict):
+            skip |= {id(k) for k in node.keys if k is not None}
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+                node.func.attr == "add_argument" and node.args:
+            skip.add(id(node.args[0]))
+    return [(node.lineno, node.value) for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and node.value in names and id(node) not in skip]
+
+
+def test_the_command_line_names_no_output_kind():
+    """`--format`'s choices and help come from the registry (a new kind needs no change
+    of cli.py)."""
+    from virtualize.outputs import registry
+
+    names = set(registry.names())
+    found = named_kinds(ast.parse((ROOT / "cli.py").read_text()), names)
+    assert not found, found
+    tree = ast.parse('p.add_argument("--format", choices=["cube", "kerchunk"])\n'
+                     'p.add_argument("cube", metavar="CUBE")\nx = {"cube": 1}\n')
+    assert named_kinds(tree, names) == [(1, "cube"), (1, "kerchunk")]

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 
+import netCDF4
 import numpy as np
 import pytest
 import xarray as xr
@@ -170,3 +171,68 @@ def test_lon_lat_tiles_with_ascending_latitude(tmp_path):
     assert_same(g["t2m"][...], (gy * 1000 + gx).astype("f4"), "lon/lat mosaic")
     np.testing.assert_allclose(g["lat"][...], -10 + (np.arange(64) + 0.5) * step)
     np.testing.assert_allclose(g["lon"][...], 20 + (np.arange(64) + 0.5) * step)
+
+
+# Found by #20's review (smaller): a mosaic of netCDF tiles whose leading `time` axis holds different
+# dates (0 and 5 days) is accepted: the `time` coordinate and the scalar `height` are left
+# out of the cube without a note (only `meta` is noted "not part of the mosaic") and the
+# tiles' times are never compared, so tiles of different dates become one array.
+def test_mosaic_tiles_of_different_times(tmp_path):
+    tiles = []
+    for i, (x0, tv) in enumerate([(0, 0.0), (10, 5.0)]):
+        p = tmp_path / f"t{i}.nc"
+        with netCDF4.Dataset(p, "w") as ds:
+            ds.createDimension("time", 1)
+            ds.createDimension("y", 4)
+            ds.createDimension("x", 10)
+            t = ds.createVariable("time", "f8", ("time",))
+            t.units = "days since 2000-01-01"
+            t[:] = [tv]
+            ds.createVariable("x", "f8", ("x",))[:] = np.arange(10) + x0 + 0.5
+            ds.createVariable("y", "f8", ("y",))[:] = np.arange(4)[::-1] + 0.5
+            ds.createVariable("height", "f8", ())[...] = 2.0
+            crs = ds.createVariable("crs", "i4", ())
+            crs.grid_mapping_name = "latitude_longitude"
+            v = ds.createVariable("band", "f4", ("time", "y", "x"))
+            v.grid_mapping = "crs"
+            v[:] = np.full((1, 4, 10), i, "f4")
+        tiles.append(str(p))
+    r = virtualize.check_mosaic(tiles)
+    said = " ".join([p.message for p in r.problems] + [str(n) for n in r.notes])
+    assert "time" in said and "height" in said, (r.verdict, said)
+
+
+def _time_tiles(tmp_path, times):
+    tiles = []
+    for i, (x0, tv) in enumerate(zip((0, 10), times)):
+        p = tmp_path / f"t{i}.nc"
+        with netCDF4.Dataset(p, "w") as ds:
+            ds.createDimension("time", 1)
+            ds.createDimension("y", 4)
+            ds.createDimension("x", 10)
+            t = ds.createVariable("time", "f8", ("time",))
+            t.units = "days since 2000-01-01"
+            t[:] = [tv]
+            ds.createVariable("x", "f8", ("x",))[:] = np.arange(10) + x0 + 0.5
+            ds.createVariable("y", "f8", ("y",))[:] = np.arange(4)[::-1] + 0.5
+            ds.createVariable("height", "f8", ())[...] = 2.0
+            v = ds.createVariable("band", "f4", ("time", "y", "x"))
+            v[:] = np.full((1, 4, 10), i, "f4")
+        tiles.append(str(p))
+    return tiles
+
+
+# Found by #20's review: tiles of one time: the time coordinate is kept in the mosaic (compared), the
+# scalar left out with a note naming it; of different times: refused at `time`, located.
+def test_mosaic_tiles_of_one_time_keep_it(tmp_path):
+    tiles = _time_tiles(tmp_path, (3.0, 3.0))
+    out = tmp_path / "m.zarr"
+    report = virtualize.mosaic(tiles, out)
+    assert report.ok and any("height" in str(n) for n in report.notes), report.notes
+    g = virtualize.open(out)
+    assert g["time"][...].tolist() == [3.0] and g["time"].attrs["units"] == "days since 2000-01-01"
+    assert g["band"].shape == (1, 4, 20)
+    (tmp_path / "b").mkdir()
+    bad = virtualize.check_mosaic(_time_tiles(tmp_path / "b", (3.0, 4.0)))
+    [p] = [p for p in bad.problems if p.fatal]
+    assert (p.kind, p.loc.variable) == ("differs-between-files", "time") and "not supported" in p.remedy

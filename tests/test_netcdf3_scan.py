@@ -588,7 +588,7 @@ def test_read_values_unknown_variable(tmp_path):
 
 
 def test_dispatch_through_scan(tmp_path):
-    from virtualize.scan import read_values, scan
+    from virtualize.formats import read_values, scan
     path = tmp_path / "t.nc"
     write_simple(str(path), "NETCDF3_64BIT_OFFSET")
     inv = scan(str(path))
@@ -597,7 +597,7 @@ def test_dispatch_through_scan(tmp_path):
 
 
 def test_region_reads(tmp_path):
-    from virtualize.scan import SourceReader
+    from virtualize.formats import SourceReader
 
     path = str(tmp_path / "r.nc")
     with netCDF4.Dataset(path, "w", format="NETCDF3_64BIT_OFFSET") as ds:

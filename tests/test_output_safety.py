@@ -19,6 +19,7 @@ import pytest
 import virtualize
 from virtualize.model import OutputExistsError, UnsafeOutputError, VirtualizeError
 from virtualize.outputs import staging as _staging
+from virtualize.outputs.kerchunk import KERCHUNK_HEAD
 
 from helpers import assert_same, source_values
 
@@ -211,7 +212,7 @@ def test_leftovers_of_killed_runs_are_cleaned_up(tree):
     (tmp / f".cube.zarr.staging-{pid}-abc_123" / _staging.STAGING_MARK).write_text(
         json.dumps({"host": socket.gethostname(), "pid": pid}))
     (tmp / f".cube.zarr.staging-{pid}-x1y2z3").write_bytes(  # half a kerchunk JSON of ours
-        _staging.KERCHUNK_HEAD + b', "sources": [')
+        KERCHUNK_HEAD + b', "sources": [')
     (tmp / f".cube.zarr.staging-{pid}-empty0").write_bytes(b"")  # killed before writing
     shutil.copytree(out, tmp / f".cube.zarr.replaced-{pid}")
     alive = tmp / f".cube.zarr.staging-{os.getppid()}-running"  # a run still going

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import sys
 
 import numpy as np
 import pytest
+import tifffile
 import xarray as xr
 import zarr
 
@@ -466,3 +468,46 @@ def test_a_zarr_v2_parquet_set_is_a_source_not_a_cube(case, tmp_path):
                if isinstance(v, list))
     assert_same(virtualize.open(tmp_path / "again.parq")["tas"][...],
                 netcdf_values(src, "tas"), "a v2 set's tas through the v3 parquet form")
+
+
+@pytest.mark.parametrize("name", [".zarray", ".zeta", "g/.zattrs", ".zmetadata", ".zgrp/t"])
+def test_parquet_refuses_names_fsspec_takes_for_metadata(tmp_path, name):
+    """fsspec's LazyReferenceMapper takes every key with a component beginning `.z` for
+    Zarr v2 metadata (`_is_meta`) and serves no chunk under it: such an array would read
+    as its fill value without virtualize (and `.zmetadata` collided with the set's own
+    file: a bare OSError). Refused, located, before anything is written; the kerchunk
+    JSON and the cube directory hold it."""
+    h5py = pytest.importorskip("h5py")
+    src = tmp_path / "names.h5"
+    with h5py.File(src, "w") as f:
+        f.create_dataset(name, data=np.arange(30, dtype="i4").reshape(5, 6) + 1, chunks=(2, 3))
+        f.create_dataset("v", data=np.arange(30, dtype="i4").reshape(5, 6), chunks=(2, 3))
+    with pytest.raises(VirtualizeError) as e:
+        virtualize.virtualize([src], tmp_path / "c.parq")
+    (p,) = e.value.problems
+    assert p.kind == "parquet-unsupported" and p.loc.variable == name
+    assert "-o cube.json" in p.message
+    assert not (tmp_path / "c.parq").exists()
+    assert [q.name for q in tmp_path.iterdir()] == ["names.h5"]  # no staging left
+    virtualize.virtualize([src], tmp_path / "c.json")
+    with h5py.File(src) as f:
+        np.testing.assert_array_equal(virtualize.open(tmp_path / "c.json")[name][...], f[name][...])
+
+
+@pytest.mark.skipif(os.name != "posix", reason="a file name of undecodable bytes (POSIX)")
+def test_a_source_path_that_is_not_utf8_is_refused_by_parquet_and_vrt(tmp_path):
+    """A file name of bytes that are not UTF-8 (undecodable, held as surrogates) cannot be
+    a parquet string or VRT XML text: a located refusal, not a UnicodeEncodeError
+    traceback; a cube directory and a kerchunk JSON hold it."""
+    src = tmp_path / os.fsdecode(b"t\xff.tif")
+    tifffile.imwrite(src, np.arange(64, dtype="u1").reshape(8, 8))
+    for out in ("c.parq", "c.vrt"):
+        with pytest.raises(VirtualizeError) as e:
+            virtualize.virtualize([src], tmp_path / out)
+        (p,) = e.value.problems
+        assert p.kind in ("parquet-unsupported", "vrt-unsupported") and p.loc.file == str(src)
+        assert "UTF-8" in p.message
+        assert not (tmp_path / out).exists()
+    virtualize.virtualize([src], tmp_path / "c.json")
+    np.testing.assert_array_equal(virtualize.open(tmp_path / "c.json")["image"][...],
+                                  tifffile.imread(src))

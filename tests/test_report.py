@@ -19,7 +19,7 @@ import virtualize
 from virtualize.report import format_text, to_html, verdict
 
 from conftest import chromium
-from helpers import read_pty
+from helpers import read_pty, scaled_month
 
 SCHEMA = json.loads(resources.files("virtualize").joinpath("schemas/report-v1.json").read_text())
 
@@ -93,7 +93,7 @@ def test_html_is_self_contained(case, tmp_path):
 
 def test_large_grids_are_summarized_not_drawn_chunk_by_chunk():
     from virtualize.model import OK, AxisFigure
-    from virtualize.report import _band
+    from virtualize.report.as_html import _band
 
     lengths = np.tile([3, 1], 500_000)  # a million chunks, alternating: the worst case
     axis = AxisFigure("t", int(lengths.sum()), lengths, np.full(len(lengths), OK, dtype=object))
@@ -118,7 +118,7 @@ def test_padded_stack_figure_draws_blocks_at_their_lengths_and_the_end_at_the_en
     December's data ends, and a caption whose numbers add up (366 + 64 = 430)."""
     import re
 
-    from virtualize.report import BAND_WIDTH, MARK_COLORS, _band
+    from virtualize.report.as_html import BAND_WIDTH, MARK_COLORS, _band
 
     report = virtualize.check(case("tenday_padded"))
     axis = report.plan.figures["tas"].axes[0]
@@ -326,3 +326,10 @@ def test_a_variable_inconsistent_across_files_is_counted_refused_with_drop_named
                          capture_output=True, text=True)
     assert cli.returncode == 1 and "1 refused: stn (--drop stn)" in cli.stdout
     assert virtualize.check(files, drop=["stn"]).ok
+
+
+# Found by #20's review: a "no" for a file's problem does not say "0 refused" alone.
+def test_no_for_a_file_problem_says_so(tmp_path):
+    r = virtualize.check([scaled_month(tmp_path / "m0.nc", 0), tmp_path / "gone.nc"])
+    text = r.to_text()
+    assert r.verdict == "no" and "the problems below are of files" in text, text

@@ -10,6 +10,7 @@ from importlib import resources
 
 import imagecodecs
 import jsonschema
+import numpy as np
 import pytest
 
 import virtualize
@@ -279,3 +280,31 @@ def test_layout_picture_renders_in_chromium(case, tmp_path):
     # the two are in different rows and columns of the grid, the r3 one lower
     a, b = sorted(shapes, key=lambda s: s["y"])
     assert b["y"] > a["y"] and b["x"] > a["x"]
+
+
+def test_a_refused_mosaic_over_time_shows_its_missing_tiles_as_absent(tmp_path):
+    # A missing tile of a mosaic over time is never refused (it reads as the fill value);
+    # when the mosaic is refused for another reason, the layout called its missing cells
+    # "refused", sending the user after the wrong problem.
+    import tifffile
+
+    from virtualize.report import format_text, to_html
+
+    import make_tiff
+
+    def tile(name, col, dtype):
+        data = np.arange(64 * 64, dtype=dtype).reshape(64, 64)
+        tags = make_tiff.geotags(32633, (500000.0 + col * 10, 4000000.0), 10.0)
+        tifffile.imwrite(tmp_path / name, data, tile=(32, 32), compression="zlib",
+                         extratags=tags)
+        return tmp_path / name
+
+    files = [tile("a_20240101.tif", 0, "u2"), tile("b_20240101.tif", 64, "u2"),
+             tile("a_20240102.tif", 0, "u1")]  # (another dtype: refused)
+    report = virtualize.check_mosaic(files, concat_dim="time")
+    assert not report.ok
+    assert any(c.path is None for c in report.plan.layout.cells)
+    text = format_text(report, verbose=True)
+    assert "missing cells (1, absent chunks, read as the fill value)" in text
+    assert "missing cells (1, refused)" not in text
+    assert "; refused" not in to_html(report)

@@ -11,6 +11,7 @@ import xarray as xr
 import zarr_metadata.model
 
 import virtualize
+from virtualize.formats.tiff.read import read_tiff_region
 
 from helpers import assert_same, kerchunk_group, kerchunk_xarray
 
@@ -265,7 +266,7 @@ def test_tifffile_warnings_land_in_the_report(tmp_path, capfd):
                                       ("rgb_planar_separate", "image"),
                                       ("tifffile_subifds", "overview/1/image")])
 def test_region_reads_for_materialize(case, name, var):
-    from virtualize.scan import SourceReader
+    from virtualize.formats import SourceReader
 
     (path,) = case(name)
     full = (tifffile_levels(path)[1] if var.startswith("overview") else tifffile_image(path))
@@ -299,7 +300,7 @@ def test_series_corners_read_like_tifffile_series(case, tmp_path, name):
         assert_same(g[key][...], want, f"{name} {key}")
     for key in expected:  # the region reader (decode check, materialize) agrees
         region = tuple((0, min(n, 3)) for n in expected[key].shape)
-        assert_same(virtualize.scan.tiff.read_tiff_region(str(path), key, region),
+        assert_same(read_tiff_region(str(path), key, region),
                     expected[key][tuple(slice(a, b) for a, b in region)], f"{name} {key} region")
 
 

@@ -19,6 +19,8 @@ import xarray as xr
 import virtualize
 from virtualize.formats import _planning
 
+from helpers import scaled_month
+
 FORMATS = ["NETCDF4", "NETCDF3_CLASSIC"]
 LAT, LON = 4, 5
 
@@ -426,3 +428,36 @@ def test_one_file_is_not_digested_and_its_cube_still_compares_on_append(tmp_path
         [("differs-between-files", bad2, "orog")]
     # lat, lon, their bounds, orog, height, crs: of the new file alone
     assert len(digested) == 7
+
+
+# Found by #20's review (smaller, not bit-exact): shared variables compared by recorded values use
+# numeric equality, so 0.0 in one file and -0.0 in another are "the same" and the cube
+# serves the first file's bits; the digest path (a variable without recorded values)
+# refuses exactly this change ("its stored bytes differ"). One rule should decide.
+def test_shared_values_compare_bitwise(tmp_path):
+    files = []
+    for m in range(2):
+        f = scaled_month(tmp_path / f"m{m}.nc", m)
+        with netCDF4.Dataset(f, "a") as ds:
+            ds["lat"].bounds = "lat_bnds"
+            ds.createDimension("bnds", 2)
+            b = ds.createVariable("lat_bnds", "f8", ("lat", "bnds"))
+            v = np.stack([np.arange(4) * 10.0 - 5, np.arange(4) * 10.0 + 5], 1)
+            v[0, 0] = -0.0 if m == 1 else 0.0
+            b[:] = v
+        files.append(f)
+    r = virtualize.check(files)
+    assert not r.ok and "lat_bnds" in {p.loc.variable for p in r.problems}, r.verdict
+
+
+# Found by #20's review: the same rule for NaN: equal only with the same bits.
+def test_first_difference_is_bitwise():
+    from virtualize.plan._common import first_difference
+    nan1 = np.array([1.0, np.nan])
+    nan2 = nan1.copy()
+    nan2.view("u8")[1] ^= 1  # another NaN payload
+    assert np.isnan(nan2[1])
+    assert first_difference(nan1, nan1.copy()) is None
+    assert first_difference(nan1, nan2) == (1,)
+    assert first_difference(np.array(0.0), np.array(-0.0)) == ()
+    assert first_difference(np.array([1, 2], "i4"), np.array([1, 2], "i4")) is None

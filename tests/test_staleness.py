@@ -19,7 +19,7 @@ import pytest
 import virtualize
 from virtualize import SourceTouchedWarning, VirtualizeError
 
-from helpers import assert_same, source_values
+from helpers import assert_same, scaled_month, source_values
 
 KINDS = {"cube": "c.zarr", "kerchunk": "c.json", "icechunk": "c.icechunk"}
 
@@ -204,7 +204,7 @@ def test_a_cube_without_fingerprints_keeps_a_touched_source_stale(stack, tmp_pat
 
 def test_fingerprints_are_recorded_for_every_source(built):
     kind, out, files = built
-    info = virtualize.api.cubes._recorded(out, virtualize.api.cubes._cube_kind(out))
+    info = virtualize.api.steps.recorded(*virtualize.api.steps.existing_output(out, "verify"))
     assert [s["path"] for s in info["sources"]] == [str(f) for f in files]
     fps = [s.get("fingerprint") for s in info["sources"]]
     assert all(isinstance(f, str) and f.startswith("v1:") for f in fps) and len(set(fps)) == 3
@@ -220,7 +220,7 @@ def test_appended_sources_get_fingerprints_and_can_be_touched(case, tmp_path, ki
     out = tmp_path / KINDS[kind]
     virtualize.virtualize(files[:2], out)
     virtualize.append(out, files[2:4])
-    info = virtualize.api.cubes._recorded(out, kind)
+    info = virtualize.api.steps.recorded(out, kind)
     assert all(str(s.get("fingerprint", "")).startswith("v1:") for s in info["sources"])
     later(files[3])
     [p] = virtualize.verify_cube(out, refresh=True)
@@ -316,3 +316,84 @@ def test_a_touched_file_is_rescanned_as_the_cube_scanned_it(tmp_path, how):
     with pytest.raises(VirtualizeError) as e:
         virtualize.open(out, strict=True)
     assert kinds(e) == ["source-touched"]
+
+
+# Found by #20's review (wrong data, exit 0): the staleness fingerprint (scan/_fingerprint.py) covers
+# block tables, digests and values but no attributes: a file whose `scale_factor` (or its
+# time `units`, or `_FillValue`) is changed in place keeps its size, so it is "touched,
+# unchanged"; `verify --refresh` records it and the cube then decodes with the old
+# attributes while netCDF4 reads the new ones.
+@pytest.mark.parametrize("fmt", ["NETCDF4", "NETCDF3_64BIT_OFFSET"])
+@pytest.mark.parametrize("out", ["c.zarr", "c.json"])
+def test_meaning_attribute_rewritten_in_place_is_not_touched(tmp_path, fmt, out):
+    files = [scaled_month(tmp_path / f"m{m}.nc", m, fmt) for m in range(2)]
+    cube = tmp_path / out
+    virtualize.virtualize(files, cube)
+    size = os.path.getsize(files[1])
+    with netCDF4.Dataset(files[1], "a") as ds:
+        ds["tas"].scale_factor = np.float32(3.0)  # same type, same size: rewritten in place
+    later(files[1])
+    assert os.path.getsize(files[1]) == size
+    kinds = [p.kind for p in virtualize.verify_cube(cube)]
+    assert "source-changed" in kinds, kinds
+
+
+# Found by #20's review (wrong data, exit 0): a variable inlined with `--inline VAR` (its values read
+# while planning and stored in the cube) is not in the source's fingerprint: rewritten in
+# place (same layout, new values) the file is "touched, unchanged", `verify --refresh`
+# records it, and the cube serves the old copy while netCDF4 reads the new values. The
+# documented exemption ("the cube reads what the file now holds at the recorded byte
+# ranges") does not hold for a copy.
+def test_inlined_variable_rewritten_in_place_is_not_touched(tmp_path):
+    files = [scaled_month(tmp_path / f"m{m}.nc", m) for m in range(2)]
+    cube = tmp_path / "c.zarr"
+    virtualize.virtualize(files, cube, inline=["tas"])
+    with netCDF4.Dataset(files[1], "a") as ds:
+        ds["tas"].set_auto_maskandscale(False)
+        ds["tas"][0, 0, 0] = 4242
+    later(files[1])
+    kinds = [p.kind for p in virtualize.verify_cube(cube)]
+    assert "source-changed" in kinds, kinds
+
+
+# Found by #20's review: chunks copied into the cube (`--materialize`) are held by value: a re-scan of
+# the source's block tables cannot prove their bytes unchanged, so a touched source the
+# cube copies from is refused (`source-changed`, located, saying why) and not refreshed.
+def test_materialized_source_touched_is_not_refreshed(case, tmp_path):
+    import json
+    import shutil
+    (tmp_path / "src").mkdir()
+    files = [shutil.copy2(f, tmp_path / "src" / f.name) for f in case("tenday_padded")[:2]]
+    cube = tmp_path / "c.zarr"
+    report = virtualize.virtualize(files, cube, materialize=True)
+    assert report.plan.remedies["materialize"].blocks > 0
+    sources = json.loads((cube / "virtualize.json").read_text())["sources"]
+    copied = [s["path"] for s in sources if s.get("copied")]
+    assert copied and len(copied) < len(sources) + 1
+    later(copied[0])
+    problems = virtualize.verify_cube(cube, refresh=True)
+    mine = [p for p in problems if p.loc.file == copied[0]]
+    assert [p.kind for p in mine] == ["source-changed"] and "--materialize" in mine[0].message
+    assert "source-changed" in [p.kind for p in virtualize.verify_cube(cube)]  # not refreshed
+
+
+# Found by #20's review: `verify --refresh` takes the output lock `append` takes: while another holds
+# it, the refresh waits (and then records the touched time).
+def test_refresh_waits_for_the_output_lock(tmp_path):
+    import threading
+    import time
+
+    from virtualize.outputs.staging import locked
+    files = [scaled_month(tmp_path / f"m{m}.nc", m) for m in range(2)]
+    cube = tmp_path / "c.zarr"
+    virtualize.virtualize(files, cube)
+    later(files[1])
+    done = []
+    with locked(cube):
+        t = threading.Thread(target=lambda: done.append(virtualize.verify_cube(cube, refresh=True)))
+        t.start()
+        time.sleep(1.0)
+        assert not done  # waiting for the lock
+    t.join(60)
+    assert done and [p.kind for p in done[0]] == ["source-touched"]
+    assert virtualize.verify_cube(cube) == []  # refreshed

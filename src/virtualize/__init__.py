@@ -29,10 +29,8 @@ called in the calling process after each file (`inventory` is None for a file th
 not be scanned). Every exception raised on purpose is a `VirtualizeError`.
 """
 
-# deprecated: `virtualize.scan(path)` and the scanners' old paths (`virtualize.scan.hdf5`...)
-from . import scan  # noqa: E402, F401
 from ._version import __version__  # noqa: F401 - re-exported
-from .api import (  # noqa: E402
+from .api import (
     append,
     check,
     check_mosaic,
@@ -44,7 +42,7 @@ from .api import (  # noqa: E402
     verify_cube,
     virtualize,
 )
-from .model import (  # noqa: E402
+from .model import (
     OutputExistsError,
     Problem,
     SourceTouchedWarning,
@@ -52,7 +50,7 @@ from .model import (  # noqa: E402
     UsageError,
     VirtualizeError,
 )
-from .report import Report  # noqa: E402
+from .report import Report
 
 __all__ = ["OutputExistsError", "Problem", "Report", "SourceTouchedWarning", "UnsafeOutputError",
            "UsageError",

@@ -19,8 +19,9 @@ import time
 
 from ._version import __version__
 from .api import (
-    DEFAULT_CHUNK_SIZE,
     DEFAULT_SCAN_TIMEOUT,
+    DEFAULTS,
+    Recipe,
     append,
     check,
     check_mosaic,
@@ -31,6 +32,7 @@ from .api import (
     virtualize,
 )
 from .model import OutputExistsError, UnsafeOutputError, UsageError, VirtualizeError
+from .outputs import registry as outputs
 from .plan.cut import cut_stack
 from .report import format_text, to_html, to_json
 
@@ -104,20 +106,21 @@ def _concat_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--inline", metavar="VAR", action="append", default=[],
                    help="store this variable's values in the cube instead of referencing them "
                         "(coordinates are inlined by default); repeatable")
-    p.add_argument("--inline-threshold", type=_bytes_arg, metavar="BYTES", default=64 * 1024,
+    p.add_argument("--inline-threshold", type=_bytes_arg, metavar="BYTES",
+                   default=DEFAULTS.inline_threshold,
                    help="inline variables that cannot be referenced when they take at most this "
                         "many decoded bytes per file (default 64K; 0: refuse them instead)")
     p.add_argument("--drop", metavar="VAR", action="append", default=[],
                    help="leave this variable out; repeatable")
     p.add_argument("--no-sort", action="store_true",
                    help="keep the files in the order given instead of sorting by coordinate")
-    p.add_argument("--join", choices=("exact", "outer"), default="exact",
+    p.add_argument("--join", choices=("exact", "outer"), default=DEFAULTS.join,
                    help="files holding different variables, and a hypercube's cells: every "
                         "variable must cover the same span of the concatenation axis and every "
                         "cell be filled (exact, the default), or the union is taken and the "
                         "steps and cells no file holds read as the fill value (outer)")
     p.add_argument("--combine-attrs", choices=("drop_conflicts", "override", "identical"),
-                   default="drop_conflicts",
+                   default=DEFAULTS.combine_attrs,
                    help="attributes that differ between files: left out and named "
                         "(drop_conflicts, the default), the first file's (override) or refused "
                         "(identical); units, scale_factor, _FillValue ... must agree whatever")
@@ -156,7 +159,7 @@ def _remedy_options(p: argparse.ArgumentParser) -> None:
 
 
 def _chunk_size_option(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--chunk-size", type=_bytes_arg, metavar="SIZE", default=DEFAULT_CHUNK_SIZE,
+    p.add_argument("--chunk-size", type=_bytes_arg, metavar="SIZE", default=DEFAULTS.chunk_size,
                    help="cut uncompressed blocks larger than SIZE (contiguous datasets, netCDF "
                         "classic variables, single-strip TIFFs) into chunks of at most SIZE at "
                         "whole rows (e.g. 16M, 16MiB, 1048576; default 16M; 0: never)")
@@ -201,14 +204,15 @@ def _verbosity(p: argparse.ArgumentParser) -> None:
 
 
 def _output_options(p: argparse.ArgumentParser, required: bool) -> None:
+    kinds, default = outputs.kinds(), outputs.default()
+    by_suffix = ", ".join(f"{' / '.join(s for s in k.suffixes if s)} {k.name}" for k in kinds
+                          if k is not default and any(k.suffixes))
     p.add_argument("-o", "--output", required=required, metavar="OUT",
-                   help="cube directory (e.g. cube.zarr), a kerchunk reference file (*.json), "
-                        "kerchunk parquet references (*.parq), an Icechunk repository "
-                        "(*.icechunk) or a GDAL VRT of a mosaic or TIFF stack (*.vrt)")
-    p.add_argument("--format", choices=["cube", "kerchunk", "parquet", "icechunk", "vrt"],
-                   help="output kind (default: by OUT's suffix: .json kerchunk, .parq / "
-                        ".parquet parquet, .icechunk icechunk, .vrt vrt, else cube; a suffix of "
-                        "another format, such as .nc or .tif, is refused)")
+                   help=outputs.written_names())
+    p.add_argument("--format", choices=outputs.names(),
+                   help=f"output kind (default: by OUT's suffix: {by_suffix}, else "
+                        f"{default.name}; a suffix of another format, such as .nc or .tif, is "
+                        "refused)")
     p.add_argument("--overwrite", action="store_true",
                    help="replace OUT if it exists (only an output virtualize wrote)")
     p.add_argument("--relative", action="store_true",
@@ -318,7 +322,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--overlap", choices=["last", "first"],
                    help="settle overlapping tiles block by block: the last (GDAL VRT's rule) "
                         "or the first listed tile wins; default: overlaps are problems")
-    p.add_argument("--tolerance", type=float, default=1e-3, metavar="PIXELS",
+    p.add_argument("--tolerance", type=float, default=DEFAULTS.tolerance, metavar="PIXELS",
                    help="how far from whole-pixel alignment tiles may be (default 0.001)")
     p.add_argument("--drop", metavar="VAR", action="append", default=[])
     p.add_argument("--concat-dim", metavar="DIM",
@@ -330,7 +334,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "scalar variable), name:REGEX (the first group on the file's name) or "
                         "v1,v2,... (one per tile, in order); dates become dates")
     p.add_argument("--combine-attrs", choices=("drop_conflicts", "override", "identical"),
-                   default="drop_conflicts",
+                   default=DEFAULTS.combine_attrs,
                    help="attributes that differ between tiles: left out and named "
                         "(drop_conflicts, the default), the first tile's (override) or refused "
                         "(identical); units, scale_factor, _FillValue ... must agree whatever")
@@ -530,23 +534,43 @@ def _executor(args):
 
 
 def _kw(args) -> dict:
-    """The remedy options and the scan's options, as keyword arguments."""
+    """The job's options (the scan's, --skip-unreadable, --strict), as keyword arguments."""
     kw = dict(jobs=args.jobs, scan_timeout=args.scan_timeout, progress=_progress(args),
               executor=getattr(args, "client", None))
-    if hasattr(args, "materialize"):
-        kw.update(split=not args.no_split, materialize=args.materialize,
-                  materialize_limit=args.materialize_limit, chunk_size=args.chunk_size)
-    for name in ("skip_unreadable", "no_gaps", "strict"):
+    for name in ("skip_unreadable", "strict"):
         if hasattr(args, name):
             kw[name] = getattr(args, name)
     return kw
 
 
-def _concat_kw(args) -> dict:
-    return dict(inline=args.inline, drop=args.drop, sort=not args.no_sort,
-                inline_threshold=args.inline_threshold, join=args.join,
-                combine_attrs=args.combine_attrs, variables=args.variables,
-                concat_dims=args.concat_dim, coords=args.coord)
+def recipe_options(args) -> dict:
+    """The recipe the options give (`_concat_options`, or mosaic's, and `_remedy_options`),
+    as the keyword arguments of `check` / `virtualize`, or `check_mosaic` / `mosaic` for
+    the mosaic command (`Recipe.from_options` takes them too)."""
+    kw = dict(drop=args.drop, split=not args.no_split, materialize=args.materialize,
+              materialize_limit=args.materialize_limit, chunk_size=args.chunk_size,
+              combine_attrs=args.combine_attrs)
+    if args.command == "mosaic":
+        coords = {}
+        for text in args.coord:
+            dim, eq, spec = text.partition("=")
+            if not eq or not dim or not spec:
+                raise UsageError(f"--coord {text}: give DIM=SPEC (e.g. time=name:(\\d{{8}}))")
+            coords[dim] = spec
+        kw.update(offsets=args.offsets, overlap=args.overlap, tolerance=args.tolerance,
+                  concat_dim=args.concat_dim, coords=coords or None)
+    else:
+        kw.update(inline=args.inline, sort=not args.no_sort,
+                  inline_threshold=args.inline_threshold, join=args.join,
+                  variables=args.variables, concat_dims=args.concat_dim, coords=args.coord,
+                  no_gaps=args.no_gaps)
+    return kw
+
+
+def recipe_from_args(args) -> Recipe:
+    """The `Recipe` the command line's options give (see `recipe_options`)."""
+    return Recipe.from_options("mosaic" if args.command == "mosaic" else "concat",
+                               **recipe_options(args))
 
 
 def _names_arg(text: str) -> list[str]:
@@ -560,25 +584,17 @@ def _create(args) -> int:
     return _write(args, lambda: virtualize(args.files, args.output, None,
                                            overwrite=args.overwrite, format=args.format,
                                            relative=args.relative,
-                                           **_concat_kw(args), **_kw(args)))
+                                           **recipe_options(args), **_kw(args)))
 
 
 def _check(args) -> int:
-    report = check(args.files, None, **_concat_kw(args), **_kw(args))
+    report = check(args.files, None, **recipe_options(args), **_kw(args))
     _show(report, args)
     return _outcome(report)
 
 
 def _mosaic(args) -> int:
-    coords = {}
-    for text in args.coord:
-        dim, eq, spec = text.partition("=")
-        if not eq or not dim or not spec:
-            raise UsageError(f"--coord {text}: give DIM=SPEC (e.g. time=name:(\\d{{8}}))")
-        coords[dim] = spec
-    kw = dict(overlap=args.overlap, drop=args.drop, tolerance=args.tolerance,
-              offsets=args.offsets, concat_dim=args.concat_dim, coords=coords or None,
-              combine_attrs=args.combine_attrs, **_kw(args))
+    kw = dict(recipe_options(args), **_kw(args))
     if args.offsets is not None and len(args.offsets) != len(args.files):
         raise UsageError(f"--offsets: {len(args.offsets)} offset(s) for {len(args.files)} "
                          "tile(s); give one ROW,COL per tile, in their order")
@@ -594,7 +610,7 @@ def _mosaic(args) -> int:
 
 def _append(args) -> int:
     return _write(args, lambda: append(args.output, args.files, coords=args.coord or None,
-                                       **_kw(args)))
+                                       no_gaps=args.no_gaps, **_kw(args)))
 
 
 def _export(args) -> int:

@@ -13,16 +13,14 @@ from zarr.abc.store import Store
 from .model import VirtualizeError
 from .outputs import registry
 from .outputs.access import Access, invalid
-from .outputs.base import ConsolidatedView, rectilinear_enabled
-from .outputs.cube.reader import CubeStore, RemoteFiles
-from .outputs.cube.writer import SOURCES_NAME
-from .outputs.kerchunk.reader import reference_store
+from .outputs.base import rectilinear_enabled
+from .outputs.references import reference_set, reference_store
 
 
 def open_cube(path: str | os.PathLike, *, check_sources: bool = True, allow=None,
               strict: bool = False) -> zarr.Group:
-    """Open a cube directory, a kerchunk reference JSON or an Icechunk repository written
-    by virtualize as a read-only zarr group. `allow`: more roots (paths, or URL prefixes)
+    """Open an output virtualize wrote (a cube directory, a kerchunk reference JSON, an
+    Icechunk repository, ...) as a read-only zarr group. `allow`: more roots (paths, or URL prefixes)
     the reader may open files in (docs/reading.md, Confinement). `strict`: a touched
     source (blocks unchanged: docs/reading.md, Staleness) is refused, not a warning."""
     with rectilinear_enabled(codecs=False):  # the store registers them when needed
@@ -38,21 +36,17 @@ def open_cube(path: str | os.PathLike, *, check_sources: bool = True, allow=None
 
 def open_store(path: str | os.PathLike, *, check_sources: bool = True, allow=None,
                base: str | None = None, strict: bool = False) -> Store:
-    """The read-only zarr store of a cube of any of the three kinds (checked and confined).
+    """The read-only zarr store of an output of any kind (checked and confined).
     `base`: where it really is (the URL of a downloaded copy), for relative sources."""
     from .storage import is_url, normalize
     if is_url(path):
         url = normalize(path).rstrip("/")
-        files = RemoteFiles(url)
-        try:
-            info = files.read(SOURCES_NAME)
-        except VirtualizeError:
-            info = None
-        if info is not None:  # a cube directory: read in place, nothing downloaded
-            files.cached[SOURCES_NAME] = info
-            return ConsolidatedView(CubeStore(url, check_sources=check_sources, allow=allow,
-                                              _files=files, strict=strict))
-        # a kerchunk JSON or an Icechunk repository: copied here first
+        for kind in registry.kinds():  # (a cube directory: read in place)
+            store = kind.open_remote(url, check_sources=check_sources, allow=allow,
+                                     strict=strict)
+            if store is not None:
+                return store
+        # any other (a kerchunk JSON, an Icechunk repository): copied here first
         import tempfile
 
         from .outputs.remote import download
@@ -80,10 +74,9 @@ def plan_store(plan, allow=None):
     """A read-only in-memory zarr store of a plan (nothing written): its metadata and
     inline values in memory, its chunks read from the sources by byte range, as the
     kerchunk export would serve them; confined to the sources' directories and `allow`."""
-    from .outputs.kerchunk.writer import kerchunk_refs
     from .outputs.record import source_roots
 
-    doc = kerchunk_refs(plan)
+    doc = reference_set(plan, None)
     sources = [s.to_dict() for s in plan.sources]
     access = Access("(in-memory plan)", source_roots([s["path"] for s in sources]), allow)
     return reference_store(doc, Path("(in-memory plan)"), access, sources)

@@ -12,8 +12,8 @@ import tifffile
 
 import virtualize
 from virtualize.cli import main
+from virtualize.formats import scan
 from virtualize.model import VirtualizeError
-from virtualize.scan import scan
 
 from ._oracle import judge
 

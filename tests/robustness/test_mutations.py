@@ -40,7 +40,7 @@ import pytest
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
-from virtualize.scan import scan
+from virtualize.formats import scan
 
 from ._oracle import judge
 from .conftest import OUTCOMES

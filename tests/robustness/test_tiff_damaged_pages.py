@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 import tifffile
 
-from virtualize.scan import scan
+from virtualize.formats import scan
 
 from ._oracle import judge
 

@@ -3,25 +3,34 @@ scanned and only what they add written (by the output kind's plug-in)."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Iterable
 from pathlib import Path
 
 from .. import storage
 from ..conventions import ScanHint
-from ..formats import read_values
 from ..formats import registry as _formats
 from ..model import Location, Plan, Problem, UsageError, VirtualizeError
 from ..outputs import registry
 from ..outputs.metadata import array_doc
 from ..outputs.staleness import check_sources
-from ..plan import DEFAULT_INLINE_THRESHOLD, ConcatOptions, plan_concat
-from ..plan.merge import merge_options, select, selected_files
+from ..plan import plan_concat
+from ..plan.merge import select, selected_files
 from ..report import Report
-from .checking import DEFAULT_SCAN_TIMEOUT, PathLike, _check, check
-from .create import _refuse_unless_ok, _write
-from .cubes import _cube_kind, _local_cube, _recorded
-from .paths import _paths, _unmatched
+from .recipe import Recipe
+from .steps import (
+    DEFAULT_SCAN_TIMEOUT,
+    PathLike,
+    check_recipe,
+    check_stack,
+    existing_output,
+    expand_paths,
+    recorded,
+    refuse_unless_ok,
+    unmatched_problems,
+    write_checked,
+)
 
 
 def _appending(fn):
@@ -74,14 +83,13 @@ def append(cube: PathLike, paths: Iterable[PathLike] | PathLike, *, jobs: int | 
     form must be the one recorded."""
     from ..outputs.staging import locked
 
-    cube = _local_cube(cube, "append")
+    cube, kind = existing_output(cube, "append")  # (not a cube: refused before locking)
     if not os.path.lexists(cube):  # append never creates a cube
         registry.refuse_foreign(cube)  # (-o x.nc: a usage error, as for virtualize)
         raise VirtualizeError([Problem(Location(str(cube)), "not-a-cube",
                                        "no such cube: append adds to a cube virtualize wrote "
                                        "(make it first: virtualize FILES -o CUBE)")],
                               "nothing appended")
-    kind = _cube_kind(cube)  # (not a cube: refused before anything is locked)
     with locked(cube):  # concurrent appends to one cube wait for each other
         return _append(cube, kind, paths, jobs=jobs, executor=executor, progress=progress,
                        scan_timeout=scan_timeout, strict=strict, skip_unreadable=skip_unreadable,
@@ -90,9 +98,9 @@ def append(cube: PathLike, paths: Iterable[PathLike] | PathLike, *, jobs: int | 
 
 def _append(cube: Path, kind: str, paths, *, jobs, executor, progress, scan_timeout,
             strict=False, skip_unreadable=False, no_gaps=False, coords=None) -> Report:
-    info = _recorded(cube, kind)
-    recipe = dict(info.get("recipe") or {})
-    if recipe.get("kind") != "concat":
+    info = recorded(cube, kind)
+    recipe = Recipe.from_dict(info.get("recipe"))
+    if recipe is None or recipe.kind != "concat":
         raise VirtualizeError([Problem(Location(str(cube)), "not-appendable",
                                        "this cube was not made by concatenation (or by an older "
                                        "virtualize): re-run virtualize with all the files")])
@@ -101,14 +109,15 @@ def _append(cube: Path, kind: str, paths, *, jobs, executor, progress, scan_time
                                        "this Icechunk repository is relocatable (--relative): "
                                        "appending to it is not supported yet; re-run virtualize "
                                        "--relative with all the files")])
+    recipe = dataclasses.replace(recipe, no_gaps=no_gaps)  # (each run's own)
     checked = check_sources(info["sources"], strict=strict, scan_timeout=scan_timeout)
     # the files given (data files found through reference sets are not inputs)
     old = [s["path"] for s in info["sources"] if not s.get("referenced_by")]
     empty: list[str] = []
     unmatched: list[str] = []
-    new = [storage.normalize(p) for p in _paths(paths, empty, unmatched=unmatched)]
+    new = [storage.normalize(p) for p in expand_paths(paths, empty, unmatched=unmatched)]
     if unmatched:
-        raise VirtualizeError(_unmatched(unmatched), "nothing appended")
+        raise VirtualizeError(unmatched_problems(unmatched), "nothing appended")
     if not new:
         raise VirtualizeError([Problem(Location(os.path.abspath(d)), "no-files",
                                        f"the directory {d} holds no files") for d in empty]
@@ -131,28 +140,18 @@ def _append(cube: Path, kind: str, paths, *, jobs, executor, progress, scan_time
     touched = [p for p in checked.problems if not p.fatal]
     new = [p for p in new if p not in old_set]
     if not new:
-        report = Report(files=again, problems=touched, plan=Plan([], {}, {}),
-                        notes=[f"nothing to append: 0 new, {len(again)} already in the cube"])
-        report.output = {"path": os.path.abspath(cube), "kind": kind}
-        report.already = again
-        return report
+        return _nothing_new(cube, kind, again, touched)
     try:
         report = _append_files(cube, kind, info, old, new, recipe, jobs=jobs, executor=executor,
                                progress=progress, scan_timeout=scan_timeout,
-                               skip_unreadable=skip_unreadable, no_gaps=no_gaps, coords=coords)
+                               skip_unreadable=skip_unreadable, coords=coords)
     except VirtualizeError as e:
         # every new file left out, the others already in (a cron job run again): nothing to do
         r = e.report
         if not (again and r is not None and r.left_out
                 and all(p.kind == "no-files" for p in e.problems)):
             raise
-        report = Report(files=again, problems=touched, plan=Plan([], {}, {}),
-                        notes=[n for n in r.notes if n.startswith("left out")]
-                        + [f"nothing to append: 0 new, {len(again)} already in the cube"],
-                        left_out=r.left_out)
-        report.output = {"path": os.path.abspath(cube), "kind": kind}
-        report.already = again
-        return report
+        return _nothing_new(cube, kind, again, touched, r)
     report.problems[:0] = touched
     if again:
         report.notes.insert(0, f"{len(new)} new, {len(again)} already in the cube (skipped: "
@@ -162,62 +161,69 @@ def _append(cube: Path, kind: str, paths, *, jobs, executor, progress, scan_time
     return report
 
 
+def _nothing_new(cube: Path, kind: str, again: list[str], touched: list[Problem],
+                 left: Report | None = None) -> Report:
+    """The report of an append with nothing to add: every file given is in the cube (or
+    was left out: `left`, the report that left them out)."""
+    report = Report(files=again, problems=touched, plan=Plan([], {}, {}),
+                    notes=[n for n in (left.notes if left else ()) if n.startswith("left out")]
+                    + [f"nothing to append: 0 new, {len(again)} already in the cube"],
+                    left_out=left.left_out if left else [])
+    report.output = {"path": os.path.abspath(cube), "kind": kind}
+    report.already = again
+    return report
+
+
 def _append_files(cube: Path, kind: str, info: dict, old: list[str], new: list[str],
-                  recipe: dict, *, jobs, executor, progress, scan_timeout, skip_unreadable,
-                  no_gaps, coords=None) -> Report:
+                  recipe: Recipe, *, jobs, executor, progress, scan_timeout, skip_unreadable,
+                  coords=None) -> Report:
     """Append the files `new` (none of them in the cube)."""
-    cube_axes = bool(recipe.get("concat_dims") or recipe.get("coords"))
-    if cube_axes:
+    if recipe.hypercube:
         recipe = _grown_coords(cube, recipe, old, new, coords)
     elif coords:
         raise UsageError(f"{cube} is a stack along one axis made without --coord: "
                          "coords= does not apply")
     # a hypercube grows by planning its recorded sources (scanned again: metadata) with
     # the new files, checked as a full build; a plain stack by scanning only the new files
-    report = None if cube_axes else _append_new(cube, kind, info, new, jobs=jobs, executor=executor,
-                         progress=progress, scan_timeout=scan_timeout,
-                         skip_unreadable=skip_unreadable, no_gaps=no_gaps)
+    report = None if recipe.hypercube else _append_new(
+        cube, kind, info, new, recipe, jobs=jobs, executor=executor, progress=progress,
+        scan_timeout=scan_timeout, skip_unreadable=skip_unreadable)
     if report is not None:
         return report
-    recipe.pop("kind")
-    recipe.setdefault("chunk_size", None)  # (a cube written before the cut: never cut)
-    report = check(old + new, jobs=jobs, executor=executor, progress=progress,
-                   scan_timeout=scan_timeout, skip_unreadable=skip_unreadable, no_gaps=no_gaps,
-                   **recipe)
+    report = check_recipe(old + new, recipe, jobs=jobs, executor=executor, progress=progress,
+                          scan_timeout=scan_timeout, skip_unreadable=skip_unreadable)
     if report.plan is not None:  # the files left out before, and now
         report.plan.left_out = list(info.get("left_out") or []) + report.plan.left_out
-    if report.plan is not None and not cube_axes and \
+    if report.plan is not None and not recipe.hypercube and \
             [s.path for s in report.plan.sources if not s.referenced_by][: len(old)] != old:
         report.problems.append(_not_at_end(cube, report.plan.concat_dim))
     plugin = registry.by_name(kind)
-    _refuse_unless_ok(report)
+    refuse_unless_ok(report)
     if plugin.commit_rebuild(report.plan, cube, added=len(new)):  # (a repository: a commit)
         return report
-    return _write(report, cube, kind, overwrite=True, relative=plugin.relative(cube, info))
+    return write_checked(report, cube, kind, overwrite=True, relative=plugin.relative(cube, info))
 
 
-def _grown_coords(cube: Path, recipe: dict, old: list[str], new: list[str],
-                  given: dict | None) -> dict:
+def _grown_coords(cube: Path, recipe: Recipe, old: list[str], new: list[str],
+                  given: dict | None) -> Recipe:
     """The recipe's `coords` for the old and new files together: a listed new axis' values
     (`--coord DIM=v1,v2,...`, each old file's recorded) followed by the new files' (given);
     every other form as recorded (given: the same)."""
     from ..plan.coords import label, parse_coord, parse_coords
 
-    recorded = dict(recipe.get("coords") or {})
     given = parse_coords(given)
     for d in given:
-        if d not in recorded:
+        if d not in recipe.coords:
             raise UsageError(f"coords: {d!r} is not a new axis of {cube} (its new axes: "
-                             f"{', '.join(recorded) or 'none'})")
-    out = dict(recipe, coords=dict(recorded))
-    for d, form in recorded.items():
-        spec = parse_coord(form)
+                             f"{', '.join(recipe.coords) or 'none'})")
+    coords = dict(recipe.coords)
+    for d, spec in recipe.coords.items():
         if spec.kind != "values":
             if d in given and given[d] != spec:
                 raise UsageError(f"coords: {d}={given[d].text()} is not how {cube} was made "
-                                 f"({d}={form})")
+                                 f"({d}={spec.text()})")
             continue
-        by_path = {p: v for p, v in (recipe.get("coord_values") or {}).get(d) or ()}
+        by_path = {p: v for p, v in (recipe.coord_values or {}).get(d) or ()}
         if d not in given or any(p not in by_path for p in old):
             raise VirtualizeError([Problem(
                 Location(str(cube), None, d), "not-appendable",
@@ -228,9 +234,9 @@ def _grown_coords(cube: Path, recipe: dict, old: list[str], new: list[str],
         values = list(given[d].values)
         if given[d].kind != "values" or len(values) != len(new):
             raise UsageError(f"coords: {d}: {len(values)} value(s) for {len(new)} new file(s)")
-        out["coords"][d] = ",".join(label(v) for v in [by_path[p] for p in old] + values)
-    out.pop("coord_values", None)  # (check records them again)
-    return out
+        coords[d] = parse_coord(",".join(label(v) for v in [by_path[p] for p in old] + values))
+    # (check_recipe records each file's value again)
+    return dataclasses.replace(recipe, coords=coords, coord_values=None)
 
 
 def _not_at_end(cube: Path, dim: str | None) -> Problem:
@@ -261,9 +267,9 @@ def _same_group_attrs(cube: Path, plan: Plan, last: dict) -> bool:
     return True
 
 
-def _append_new(cube: Path, kind: str, info: dict, new: list[str], *, jobs: int | str,
-                executor, progress, scan_timeout, skip_unreadable=False,
-                no_gaps=False) -> Report | None:
+def _append_new(cube: Path, kind: str, info: dict, new: list[str], recipe: Recipe, *,
+                jobs: int | str, executor, progress, scan_timeout,
+                skip_unreadable=False) -> Report | None:
     """Append by scanning only the new files (see `append`); None when the cube must be
     rebuilt instead (no recorded last step, or a grown cube that would differ from a full
     rebuild beyond its new chunks)."""
@@ -277,14 +283,7 @@ def _append_new(cube: Path, kind: str, info: dict, new: list[str], *, jobs: int 
     # (the recorded last step keeps its format's name: its plug-in says what it is)
     fmt = _formats.of_inventory(resume.last.format)
     resume.last.reference_set = fmt is not None and fmt.reference_set
-    recipe = dict(info.get("recipe") or {})
-    opts = ConcatOptions(concat_dim=recipe.get("concat_dim"),
-                         inline=frozenset(recipe.get("inline") or ()),
-                         drop=frozenset(recipe.get("drop") or ()), sort=recipe.get("sort", True),
-                         split=recipe.get("split", True),
-                         materialize=recipe.get("materialize", False),
-                         inline_threshold=recipe.get("inline_threshold", DEFAULT_INLINE_THRESHOLD),
-                         no_gaps=no_gaps, read=read_values, **merge_options(recipe))
+    opts = recipe.concat_options()
     last = resume.last.path
 
     def planner(invs):
@@ -296,22 +295,21 @@ def _append_new(cube: Path, kind: str, info: dict, new: list[str], *, jobs: int 
         plan.notes[:0] = notes
         return plan, problems
 
-    report = _check(new, planner, progress,
-                    recipe.get("materialize_limit"), jobs, scan_timeout, exclude=(last,),
-                    executor=executor, chunk_size=recipe.get("chunk_size"), like=resume.last,
-                    hint=ScanHint("append", resume.dim, inline=opts.inline),
-                    skip_unreadable=skip_unreadable)
+    report = check_stack(new, planner, progress, recipe.materialize_limit, jobs, scan_timeout,
+                         exclude=(last,), executor=executor, chunk_size=recipe.chunk_size,
+                         like=resume.last, hint=ScanHint("append", resume.dim, inline=opts.inline),
+                         skip_unreadable=skip_unreadable)
     plan = report.plan
     if plan is None:
-        _refuse_unless_ok(report)
+        refuse_unless_ok(report)
         return None
-    plan.recipe = recipe
+    plan.recipe = record = dict(info["recipe"])  # (the grown cube's, as recorded)
     if plan.sources[0].path != last:
         raise VirtualizeError([_not_at_end(cube, plan.concat_dim)], "nothing appended")
     if any(p.fatal and p.loc.file == last for p in report.problems):
         return None  # the cube's last file would change (e.g. a padded block, now inside)
     report.problems = [p for p in report.problems if p.loc.file != last]
-    _refuse_unless_ok(report)
+    refuse_unless_ok(report)
     old_sources = [Source(s["path"], s["size"], s["mtime_ns"], s.get("referenced_by"),
                           s.get("etag"), s.get("fingerprint"), bool(s.get("copied")))
                    for s in info["sources"]]
@@ -328,7 +326,7 @@ def _append_new(cube: Path, kind: str, info: dict, new: list[str], *, jobs: int 
         return None
     merged.plan.left_out = list(info.get("left_out") or []) + plan.left_out
     fresh = [s.path for s in merged.sources[len(old_sources):]]
-    report.notes.extend(plugin.grow(cube, merged, info, fresh, recipe=recipe, state=state))
+    report.notes.extend(plugin.grow(cube, merged, info, fresh, recipe=record, state=state))
     report.notes.append(f"appended {len(new) - len(report.left_out)} file(s) after the cube's "
                         "last step, scanning only "
                         f"them: {len(old_sources)} recorded source(s) checked unchanged, not "

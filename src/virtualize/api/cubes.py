@@ -1,104 +1,29 @@
 """What is done with an existing output: `export` (as another kind), `verify_cube`
-(staleness, the decode check, `--refresh`), `open`; what it recorded, and its stack
-planned again from its recorded inputs and recipe."""
+(staleness, the decode check, `--refresh`), `open`. What it recorded, and its stack
+planned again from its record, are shared steps (steps.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 
 import zarr
 
 from .. import storage
-from ..conventions import ScanHint
-from ..formats import read_values
 from ..model import Location, Plan, Problem, VirtualizeError
 from ..open import open_cube
 from ..outputs import registry
 from ..outputs.staleness import check_sources
-from ..plan import ConcatOptions, MosaicOptions, plan_mosaic
-from ..plan.merge import merge_options, plan_merge
 from ..report import Report
-from .checking import DEFAULT_SCAN_TIMEOUT, PathLike, _check, _storage
-from .create import _output_kind, _write
-
-
-def _local_cube(cube: PathLike, what: str) -> Path:
-    """`cube` as a local path (a file:// URL too); another URL is refused (not mangled
-    into a local path)."""
-    cube = storage.local_path(cube)
-    if storage.is_url(str(cube)):
-        raise VirtualizeError([Problem(Location(str(cube)), "remote-cube",
-                                       f"{what} works on a cube on this machine's file system; "
-                                       "copy the cube here first (virtualize.open reads it "
-                                       "where it is)")], f"{cube}: {what} needs a local cube")
-    return Path(cube)
-
-
-def _cube_kind(cube: Path) -> str:
-    """"icechunk", "kerchunk" (a file: a reference JSON) or "cube" (a directory)."""
-    return registry.kind_at(cube, by_name=False)
-
-
-def _recorded(cube: Path, kind: str) -> dict:
-    """What a cube recorded about how it was made: sources and recipe (a kerchunk JSON
-    written by virtualize: its `virtualize` section)."""
-    info = registry.by_name(kind).recorded(cube)
-    if not isinstance(info, dict) or not isinstance(info.get("sources"), list):
-        gdal = "; open a VRT virtualize did not write with GDAL" if kind == "vrt" else ""
-        raise VirtualizeError([Problem(Location(str(cube)), "not-a-cube",
-                                       "not a cube directory, GDAL VRT, kerchunk JSON or "
-                                       "parquet set, or Icechunk repository written by "
-                                       f"virtualize{gdal}")])
-    return info
-
-
-def _replan(cube: Path, info: dict, *, jobs: int | str = "auto", executor=None, progress=None,
-            decode: str = "groups",
-            extra: Sequence[str] = (),
-            scan_timeout: float | None = DEFAULT_SCAN_TIMEOUT) -> Report:
-    """The cube's stack planned again from its recorded inputs and recipe."""
-    recipe = dict(info.get("recipe") or {})
-    kind = recipe.pop("kind", None)
-    inputs = [s["path"] for s in info["sources"] if not s.get("referenced_by")] + list(extra)
-    if kind == "concat":
-        opts = ConcatOptions(concat_dim=recipe.get("concat_dim"),
-                             inline=frozenset(recipe.get("inline") or ()),
-                             drop=frozenset(recipe.get("drop") or ()), sort=recipe.get("sort", True),
-                             split=recipe.get("split", True),
-                             materialize=recipe.get("materialize", False),
-                             inline_threshold=recipe.get("inline_threshold", 0), read=read_values,
-                             **merge_options(recipe))
-        planner = lambda invs: plan_merge(invs, opts)  # noqa: E731
-        hint = ScanHint("concat", opts.concat_dim, inline=opts.inline)
-        dims = list(recipe.get("concat_dims") or ())
-        if dims or recipe.get("coords"):  # a hypercube (plan/hypercube.py)
-            from ..plan.coords import parse_coords
-            from ..plan.hypercube import HypercubeOptions, plan_hypercube
-            hyper = HypercubeOptions(dims, parse_coords(recipe.get("coords")), opts)
-            planner = lambda invs: plan_hypercube(invs, hyper)  # noqa: E731
-            hint = ScanHint("concat", dims[0] if len(dims) == 1 else None, inline=opts.inline,
-                            dims=tuple(dims))  # (as check scanned it)
-    elif kind == "mosaic":
-        offsets = recipe.get("offsets")
-        opts = MosaicOptions(offsets=[tuple(o) for o in offsets] if offsets else None,
-                             overlap=recipe.get("overlap"), tolerance=recipe.get("tolerance", 1e-3),
-                             drop=frozenset(recipe.get("drop") or ()), split=recipe.get("split", True),
-                             materialize=recipe.get("materialize", False),
-                             concat_dim=recipe.get("concat_dim"), coords=recipe.get("coords"),
-                             combine_attrs=recipe.get("combine_attrs", "drop_conflicts"))
-        planner = lambda invs: plan_mosaic(invs, opts)  # noqa: E731
-        hint = ScanHint("mosaic", opts.concat_dim)  # (as check_mosaic scanned it)
-    else:
-        raise VirtualizeError([Problem(Location(str(cube)), "not-appendable",
-                                       "the cube records no recipe (written by an older "
-                                       "virtualize): re-run virtualize with its files")])
-    report = _check(inputs, planner, progress, recipe.get("materialize_limit"), jobs,
-                    scan_timeout, decode=decode, executor=executor,
-                    chunk_size=recipe.get("chunk_size"), hint=hint)
-    if report.plan is not None:
-        report.plan.recipe = dict(info.get("recipe") or {})
-    return report
+from .steps import (
+    DEFAULT_SCAN_TIMEOUT,
+    PathLike,
+    existing_output,
+    output_kind,
+    recorded,
+    replan,
+    set_storage,
+    write_checked,
+)
 
 
 def verify_cube(cube: PathLike, *, decode: bool = False, refresh: bool = False,
@@ -115,10 +40,9 @@ def verify_cube(cube: PathLike, *, decode: bool = False, refresh: bool = False,
     fatal problems when the cube is stale (or broken)."""
     from ..outputs.staging import locked
 
-    cube = _local_cube(cube, "verify")
-    kind = _cube_kind(cube)
+    cube, kind = existing_output(cube, "verify")
     with locked(cube) if refresh else _nothing():  # (an append waits, as for appends)
-        info = _recorded(cube, kind)
+        info = recorded(cube, kind)
         checked = check_sources(info["sources"], strict=strict, scan_timeout=scan_timeout)
         problems = checked.problems
         if any(p.fatal for p in problems):
@@ -140,8 +64,8 @@ def verify_cube(cube: PathLike, *, decode: bool = False, refresh: bool = False,
         if not decode:
             return problems
         if report is None:
-            report = _replan(cube, info, jobs=jobs, executor=executor, progress=progress,
-                             decode="sources", scan_timeout=scan_timeout)
+            report = replan(cube, info, jobs=jobs, executor=executor, progress=progress,
+                            decode="sources", scan_timeout=scan_timeout)
         return problems + _rewritten(info, report) + [p for p in report.problems if p.fatal]
 
 
@@ -178,10 +102,10 @@ def _refresh(cube: Path, kind: str, info: dict, touched, *, jobs, executor, prog
     references, the touched files' block tables being as recorded) to stamp them again."""
     times = {t.index: t.mtime_ns for t in touched}
 
-    def replan() -> Report:
-        return _replan(cube, info, jobs=jobs, executor=executor, progress=progress,
-                       decode="sources" if decode else "groups", scan_timeout=scan_timeout)
-    report = registry.by_name(kind).refresh(cube, info, times, replan)
+    def planned_again() -> Report:
+        return replan(cube, info, jobs=jobs, executor=executor, progress=progress,
+                      decode="sources" if decode else "groups", scan_timeout=scan_timeout)
+    report = registry.by_name(kind).refresh(cube, info, times, planned_again)
     return report if report is not None else Report(files=[], problems=[], plan=Plan([], {}, {}))
 
 
@@ -194,15 +118,15 @@ def export(cube: PathLike, out: PathLike, *, format: str | None = None,
     recorded inputs are scanned and planned again with its recorded recipe (after
     checking that none changed; `strict`: a touched one refused too), so the export holds
     the same references (`relative`: recorded relative to `out`, as for `virtualize`)."""
-    cube = _local_cube(cube, "export")
-    info = _recorded(cube, _cube_kind(cube))
+    cube, have = existing_output(cube, "export")
+    info = recorded(cube, have)
     _refuse_stale(cube, info, strict)
-    kind = _output_kind(out, format, overwrite,
-                        [s["path"] for s in info["sources"] if not s.get("referenced_by")],
-                        relative)
-    return _write(_replan(cube, info, jobs=jobs, executor=executor, progress=progress,
-                          scan_timeout=scan_timeout),
-                  out, kind, overwrite, relative)
+    kind = output_kind(out, format, overwrite,
+                       [s["path"] for s in info["sources"] if not s.get("referenced_by")],
+                       relative)
+    return write_checked(replan(cube, info, jobs=jobs, executor=executor, progress=progress,
+                                scan_timeout=scan_timeout),
+                         out, kind, overwrite, relative)
 
 
 def open(path: PathLike, *, check_sources: bool = True, allow=None,  # noqa: A001
@@ -218,7 +142,7 @@ def open(path: PathLike, *, check_sources: bool = True, allow=None,  # noqa: A00
     A source that changed is refused (`check_sources`); one that was only touched (its
     modification time changed, a re-scan finds its blocks as recorded) is read with a
     `SourceTouchedWarning`, or refused when `strict` (docs/reading.md, Staleness)."""
-    _storage(storage_options)
+    set_storage(storage_options)
     return open_cube(storage.local_path(path), check_sources=check_sources, allow=allow,
                      strict=strict)
 

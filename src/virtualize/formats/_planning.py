@@ -75,12 +75,12 @@ def add_planning_data(inv: FileInventory, read=None, hint: ScanHint | None = Non
     """`hint`: what the caller will plan (which variables to digest). `read(name)`: a
     variable's values with the format's own library through the scanner's open file (the
     HDF5 scanner passes one: opening the file again costs more than reading a bounds
-    variable); by default `read_values(inv.path, name)`."""
+    variable); by default its format's `read_values(inv.path, name)`."""
     if read is None:
-        from . import read_values
+        from .registry import of_inventory
 
         def read(name):
-            return read_values(inv.path, name)
+            return of_inventory(inv.format).read_values(inv.path, name)
 
     refused = {p.loc.variable for p in inv.problems if p.fatal and p.loc.variable}
     inlinable = {p.loc.variable for p in inv.problems

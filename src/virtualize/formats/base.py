@@ -1,6 +1,8 @@
 """The Format protocol: what virtualize asks of an input format (docs/architecture.md,
-"Add a format"). A format is one module (or package) of `formats/` defining one
-`Format` instance, `FORMAT`, named once in `registry.FORMATS`.
+"Adding a format"). A format is one module (or package) of `formats/` defining one
+`Format` instance, `FORMAT`, named once in `registry.FORMATS`; another package's format
+is the same object named by an entry point of the group `virtualize.formats`
+(plugins.py).
 
 Detection, scanning, the scan workers' preload, path expansion (`suffixes`) and every read
 of source values (`--inline`, bounds, digests of chunks held by value, the materialize

@@ -1,7 +1,8 @@
 """The input formats: the one list. Detection (`formats.detect`), scanning
 (`formats.scan`), reading (`formats.read_values`, `formats.SourceReader`), the scan
-workers' preload (`run/workers.py`) and directory expansion (`api/paths.py` DATA_SUFFIXES) loop
-over it. Order is sniff order.
+workers' preload (`run/workers.py`) and directory expansion (`api/steps.py` DATA_SUFFIXES) loop
+over it. Order is sniff order: the built-ins (`FORMATS`), then the formats other packages
+add by the entry-point group `virtualize.formats` (plugins.py), loaded on first use.
 
 Adding a format:
 1. a module (or package) `formats/NAME.py` that imports cheaply (its library on first
@@ -12,7 +13,7 @@ Adding a format:
    bounds, the materialize remedy, the decode check); `reader(path)` when keeping the
    file open across reads pays;
 2. its module name in `FORMATS` below, before any format whose `sniff` would also claim
-   its files;
+   its files (a format of another package: one entry point, `virtualize.formats`);
 3. its tests (fixtures by the format's own writer; round trips compared with its library)
    and a docs/NAME.md.
 """
@@ -22,6 +23,7 @@ from __future__ import annotations
 import functools
 import importlib
 
+from .. import plugins
 from .base import Format
 
 # the modules defining each format's `FORMAT`, in the order their `sniff` is asked
@@ -39,8 +41,10 @@ FORMATS = (
 
 @functools.cache
 def formats() -> tuple[Format, ...]:
-    """Every format's plug-in object, in registry order."""
-    return tuple(importlib.import_module(f"{__package__}.{m}").FORMAT for m in FORMATS)
+    """Every format's plug-in object, in registry order: the built-ins, then those of the
+    entry points (a broken one reported and left out)."""
+    builtin = tuple(importlib.import_module(f"{__package__}.{m}").FORMAT for m in FORMATS)
+    return builtin + tuple(plugins.load(plugins.FORMATS, Format, [f.name for f in builtin]))
 
 
 def by_name(name: str) -> Format:

@@ -1,14 +1,15 @@
-"""What every output kind shares: the `OutputKind` protocol (registry.py holds the kinds)
-and the helpers their readers use (zarr's rectilinear switch, imagecodecs' codecs, the
-consolidated view of a hierarchy)."""
+"""What every output kind shares: the `OutputKind` base class (registry.py holds the
+kinds), the version of the record they keep, and the helpers their readers use (zarr's
+rectilinear switch, imagecodecs' codecs, the consolidated view of a hierarchy, a JSON
+document read as an object)."""
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import importlib.util
 import json
 from pathlib import Path
-from typing import Protocol
 
 import zarr
 from zarr.abc.buffer import Buffer, BufferPrototype
@@ -17,6 +18,11 @@ from zarr.buffer import default_buffer_prototype
 from zarr.storage import WrapperStore
 
 from .. import codecs as own_codecs
+from .access import invalid
+
+# the version of virtualize's record, in every kind that keeps one (a cube's
+# virtualize.json and its manifests, a kerchunk JSON's or parquet set's `virtualize`)
+CUBE_FORMAT_VERSION = 1
 
 # virtualize's own codecs (HDF5's lzf and bitshuffle): by entry point when installed, by
 # this call for a source tree that is not (cheap: no imagecodecs import until a decode)
@@ -106,62 +112,143 @@ class ConsolidatedView(WrapperStore):
                     groups.append(node)
 
 
-class OutputKind(Protocol):
-    """One output kind (a plug-in: outputs/cube, outputs/kerchunk, outputs/icechunk; the
-    list is registry.KINDS). Each package holds its writer and its reader together."""
+def load_json(what: Path, data: bytes | None, name: str) -> dict:
+    """The JSON object `data` (the document `name` of the output `what`), or the located
+    problem: missing, not JSON, not an object."""
+    if data is None:
+        raise invalid(what, f"{name} is missing")
+    try:
+        doc = json.loads(data)
+    except ValueError as e:
+        raise invalid(what, f"{name} is not JSON: {e}") from None
+    if not isinstance(doc, dict):
+        raise invalid(what, f"{name} is not a JSON object")
+    return doc
 
-    kind: str  # "cube", "kerchunk", "icechunk": the `format` a caller names
-    suffixes: tuple[str, ...]  # output names that choose this kind without `format`
-    title: str  # what it is, in messages ("a cube directory")
+
+class OutputKind:
+    """One output kind: a package of outputs/ holding its writer and its reader together,
+    whose `KIND` (an instance of a subclass) is named once in `registry.KINDS`; another
+    package's kind is named by an entry point of the group `virtualize.outputs`
+    (plugins.py). Nothing outside its package tells it apart from the others: what
+    differs between kinds is asked of this object.
+
+    Every kind sets `name`, `title` and `suffixes` and answers `detect`, `is_ours`,
+    `write`, `open_store`, `recorded` and `refresh`. What only some kinds can do has a
+    default saying it cannot (not recognised on object storage, not grown in place, ...)."""
+
+    name: str = ""  # the `format` a caller names (`--format`), the registry's key
+    title: str = ""  # what it is, in the usage errors naming what virtualize writes
+    # output names that choose it without `format`, lower case; "" (no suffix): the
+    # kind claiming it is the default one, of any name no kind claims and of any local
+    # path no other kind detects
+    suffixes: tuple[str, ...] = ()
+    # `detect` takes what the others leave (any file): asked after them
+    fallback: bool = False
+    package: str | None = None  # a package it needs, imported by this name ...
+    extra: str = ""  # ... and the extra that installs it (pip install 'virtualize[EXTRA]')
+    # on object storage: the object under OUT that says an output of this kind is there
+    # (a cube's "virtualize.json"); None: OUT is the one object (a file output)
+    remote_marker: str | None = None
+    # uploaded last to object storage, in this order: what makes a reader see the output
+    root_documents: tuple[str, ...] = ()
+    not_relocatable: str | None = None  # why --relative is refused, for a kind refusing it
+    foreign_hint: str = ""  # what to do with an output of this kind virtualize did not write
+
+    # -- what every kind answers -----------------------------------------------------
 
     def detect(self, path: Path, *, by_name: bool = True) -> bool:
         """`path` (local, existing or not) is to be opened as this kind: the lenient test
-        of readers (a file is a reference JSON whatever its content)."""
+        of readers (`by_name`: a name alone may say it, for a path not written yet)."""
+        raise NotImplementedError
 
-    def ours(self, path: Path) -> bool:
+    def is_ours(self, path: Path) -> bool:
         """`path` is an output of this kind virtualize wrote (the strict test of the
-        output guards: only such an output is replaced by --overwrite). May raise OSError."""
-
-    def ours_remote(self, fs, base: str) -> bool:
-        """The same for an output on object storage (`fs`, its path `base`)."""
-
-    def looks_like(self, path: str) -> bool:
-        """What xarray's `guess_can_open` goes by (cheap: no parse of the whole output)."""
+        output guards: only such an output is replaced by --overwrite, and a staging
+        leftover is removed only when empty or so; staging.py). May raise OSError."""
+        raise NotImplementedError
 
     def write(self, plan, dest, overwrite: bool = False, *, relative_to=None) -> Path:
-        """Write a plan as a new output at `dest` (staged, published when complete)."""
+        """Write a plan as a new output at `dest` (staged, published when complete);
+        `relative_to`: its final location, to record the sources relative to it."""
+        raise NotImplementedError
 
-    def open_store(self, path: Path, *, check_sources: bool, allow, base, strict: bool):
-        """The confined, checked, read-only zarr store of the output at `path`."""
-
-    # -- what `append`, `verify --refresh` and `export` ask of an existing local output --
+    def open_store(self, path: Path, *, check_sources: bool = True, allow=None, base=None,
+                   strict: bool = False):
+        """The confined, checked, read-only zarr store of the local output at `path`
+        (`base`: where it really is, the URL of a downloaded copy)."""
+        raise NotImplementedError
 
     def recorded(self, path: Path) -> dict | None:
         """Its provenance record (record.py): sources, recipe, roots, append state, relative
         paths resolved; None when it holds none."""
-
-    def refuses_growth(self, info: dict) -> bool:
-        """Appending to it / refreshing it is not supported (a relocatable Icechunk
-        repository)."""
-
-    def array_docs(self, path: Path, plan, along: list[str]):
-        """(each array's zarr.json or None, the values of the inline arrays `along` the
-        concatenation axis or None when they cannot be had from the output itself, what
-        `grow` needs of what was read: the kind's own state)."""
-
-    def grow(self, path: Path, merged, info: dict, new_sources: list[str], *, recipe: dict,
-             state) -> list[str]:
-        """Add an append's new part (`plan.merge_append`'s result) to the output; the notes
-        the report gains."""
-
-    def commit_rebuild(self, plan, path: Path, added: int) -> bool:
-        """Take the stack planned again whole in place (an Icechunk commit): True; False
-        when the kind is written again as a new output instead."""
-
-    def relative(self, path: Path, info: dict) -> bool:
-        """Whether it records its sources relative to itself (kept when written again)."""
+        raise NotImplementedError
 
     def refresh(self, path: Path, info: dict, times: dict[int, int], replan):
         """Record touched sources' new times (`times`: source index -> mtime_ns);
         `replan()` plans the stack again when the kind needs its references restamped:
         then its report, else None."""
+        raise NotImplementedError
+
+    # -- what some kinds can do (the defaults: they cannot) --------------------------
+
+    def is_ours_remote(self, fs, base: str) -> bool:
+        """`is_ours` for an output on object storage (`fs`, its path `base`), asked when
+        its `remote_marker` is there; by default none is recognised (never replaced)."""
+        return False
+
+    def guess_can_open(self, path: str) -> bool:
+        """What xarray's `guess_can_open` goes by (cheap: no parse of the whole output)."""
+        return False
+
+    def open_remote(self, url: str, *, check_sources: bool = True, allow=None,
+                    strict: bool = False):
+        """The store of an output on object storage read where it is, when `url` holds
+        one of this kind that can be; None: it is downloaded and opened locally."""
+        return None
+
+    def missing(self) -> str | None:
+        """Why this kind cannot be written or read here (its package is not installed),
+        or None."""
+        if self.package is None or importlib.util.find_spec(self.package) is not None:
+            return None
+        needs = f"the {self.package} package" if self.package == self.name else self.package
+        return f"the {self.name} output needs {needs}: pip install 'virtualize[{self.extra}]'"
+
+    def refuse_name(self, out, suffix: str, kind: str) -> str:
+        """The usage error of writing another kind (`kind`) under a name ending in one of
+        this kind's suffixes (readers go by the name: -o x.json a cube would mislead)."""
+        return (f"{out}: a {suffix} name is {self.title}'s; the {kind} output is not one "
+                f"(name it otherwise, or --format {self.name})")
+
+    # -- what `append` asks of an existing local output -------------------------------
+
+    def refuses_growth(self, info: dict) -> str | None:
+        """Why appending to it / refreshing it is not supported, or None."""
+        return None
+
+    def array_docs(self, path: Path, plan, along: list[str]):
+        """(each array's zarr.json or None, the values of the inline arrays `along` the
+        concatenation axis or None when they cannot be had from the output itself, what
+        `grow` needs of what was read: the kind's own state). By default nothing: the
+        output is not grown in place, `append` plans the stack again whole and writes it
+        anew (its sources, old and new, as recorded)."""
+        return {}, None, None
+
+    def grow(self, path: Path, merged, info: dict, new_sources: list[str], *, recipe: dict,
+             state) -> list[str]:
+        """Add an append's new part (`plan.merge_append`'s result) to the output; the notes
+        the report gains. Asked only of a kind whose `array_docs` gave the values."""
+        raise NotImplementedError(f"{self.title} is written again whole")
+
+    def commit_rebuild(self, plan, path: Path, added: int) -> bool:
+        """Take the stack planned again whole in place (an Icechunk commit): True; False
+        (the default) when the kind is written again as a new output instead."""
+        return False
+
+    def relative(self, path: Path, info: dict) -> bool:
+        """Whether it records its sources relative to itself (kept when written again)."""
+        return False
+
+    def __repr__(self) -> str:
+        return f"<output kind {self.name}>"

@@ -3,23 +3,39 @@ the name or `format` a caller gives (`kind_of`), by what is at a local path (`ki
 lenient: how to open it), by whether virtualize wrote it (`written_kind`, strict: what
 --overwrite may replace; `remote_written_kind` on object storage), and xarray's guess
 (`guess_can_open`). Names that promise a format virtualize does not write are refused
-here too (`refuse_foreign`)."""
+here too (`refuse_foreign`). Each is a loop over the kinds, asking each its own rule
+(`base.OutputKind`): no kind is named here but in `KINDS`.
+
+The kinds are the built-ins (`KINDS`, imported with this module: staging.py learns what
+each writes from here) and, after them, those other packages add by the entry-point group
+`virtualize.outputs` (plugins.py), loaded on first use; a broken one is reported and left
+out.
+"""
 
 from __future__ import annotations
 
-import importlib.util
+import functools
+import importlib
 import os
 from pathlib import Path
 
+from .. import plugins
 from ..model import UsageError
-from .cube import KIND as CUBE
-from .icechunk import KIND as ICECHUNK
-from .kerchunk import KIND as KERCHUNK
-from .parquet import KIND as PARQUET
-from .vrt import KIND as VRT
+from . import staging
+from .base import OutputKind
 
-KINDS = (CUBE, VRT, KERCHUNK, PARQUET, ICECHUNK)
-BY_NAME = {k.kind: k for k in KINDS}
+# the packages defining each kind's `KIND`, in the order they are listed to users
+KINDS = (
+    "cube",      # the cube directory (zarr.json + manifests): any name no other kind claims
+    "vrt",       # a GDAL VRT of a mosaic or TIFF stack
+    "kerchunk",  # kerchunk reference JSON
+    "parquet",   # kerchunk parquet references (pyarrow: the optional extra [parquet])
+    "icechunk",  # an Icechunk repository (the optional extra [icechunk])
+)
+BUILTIN = tuple(importlib.import_module(f"{__package__}.{m}").KIND for m in KINDS)
+for _kind in BUILTIN:  # what each writes, for the output guards and the leftovers' cleanup
+    staging.recognise(_kind.is_ours)
+del _kind
 
 # output names whose suffix says a format virtualize does not write (whatever `format`
 # says): writing a cube directory or JSON under such a name would mislead every reader.
@@ -49,12 +65,47 @@ FOREIGN_SUFFIXES = frozenset({
     ".ovr", ".msk", ".aux", ".tfw", ".tifw", ".wld", ".prj"})
 
 
+@functools.cache
+def kinds() -> tuple[OutputKind, ...]:
+    """Every output kind, in registry order: the built-ins, then those of the entry
+    points (staging.py told what each of those writes too)."""
+    found = tuple(plugins.load(plugins.OUTPUTS, OutputKind, [k.name for k in BUILTIN]))
+    for kind in found:
+        staging.recognise(kind.is_ours)
+    return BUILTIN + found
+
+
+def names() -> list[str]:
+    """The kinds' names: what `format` (`--format`) takes."""
+    return [k.name for k in kinds()]
+
+
+def by_name(kind: str) -> OutputKind:
+    """The plug-in of a kind's name ("cube", "kerchunk", ...; KeyError for none)."""
+    found = next((k for k in kinds() if k.name == kind), None)
+    if found is None:
+        raise KeyError(kind)
+    return found
+
+
+def default() -> OutputKind:
+    """The kind of a name no kind claims (the one claiming names without a suffix), and
+    of a local path no other kind detects."""
+    return next(k for k in kinds() if "" in k.suffixes)
+
+
+def owner(suffix: str) -> OutputKind | None:
+    """The kind whose output names end in `suffix` (any case), or None."""
+    suffix = suffix.lower()
+    return next((k for k in kinds() if suffix in k.suffixes), None)
+
+
 def foreign_suffixes() -> frozenset[str]:
     """FOREIGN_SUFFIXES, every input format's suffixes, less every suffix a kind writes."""
     from ..formats.registry import formats
 
     read = {s.lower() for f in formats() for s in f.suffixes}
-    written = {s.lower() for k in KINDS for s in k.suffixes}
+    written = {s.lower() for k in kinds() for s in k.suffixes}
     return (FOREIGN_SUFFIXES | read) - written
 
 
@@ -62,14 +113,9 @@ def written_names() -> str:
     """What virtualize writes, by the names choosing each kind (the usage errors say it)."""
     def one(k) -> str:
         names = [f"OUT{s}" for s in k.suffixes if s] + (["no suffix"] if "" in k.suffixes else [])
-        return f"{getattr(k, 'title', f'a {k.kind} output')} ({' or '.join(names)})"
-    kinds = [one(k) for k in KINDS]
-    return ", ".join(kinds[:-1]) + f" or {kinds[-1]}" if len(kinds) > 1 else kinds[0]
-
-
-def by_name(kind: str):
-    """The plug-in of a kind's name ("cube", "kerchunk", "parquet", "icechunk")."""
-    return BY_NAME[kind]
+        return f"{k.title or f'a {k.name} output'} ({' or '.join(names)})"
+    listed = [one(k) for k in kinds()]
+    return ", ".join(listed[:-1]) + f" or {listed[-1]}" if len(listed) > 1 else listed[0]
 
 
 def suffix_of(out) -> str:
@@ -77,37 +123,30 @@ def suffix_of(out) -> str:
 
 
 def kind_of(out, format: str | None = None) -> str:
-    """The kind of an output to write at `out`: `format`, else by its suffix (a cube
-    directory for any other name). Refuses an unknown format, and Icechunk without its
-    package."""
+    """The kind of an output to write at `out`: `format`, else by its suffix (the default
+    kind, a cube directory, for any other name). Refuses an unknown format, a kind under
+    a name another kind's suffix claims, and a kind whose package is missing."""
     suffix = suffix_of(out)
-    kind = format or next((k.kind for k in KINDS if k is not CUBE and suffix.lower() in k.suffixes),
-                          CUBE.kind)
-    if kind not in BY_NAME:
-        raise UsageError(f"unknown output format {kind!r} (cube, kerchunk, parquet, icechunk or vrt)")
-    if kind != PARQUET.kind and suffix.lower() in PARQUET.suffixes:
-        # (kerchunk's readers take a .parq / .parquet name for its parquet form)
-        raise UsageError(f"{out}: virtualize does not write {suffix} files as {kind}: the "
-                         f"name promises kerchunk's parquet form (--format parquet), or name "
-                         "it otherwise")
-    if kind != VRT.kind and suffix.lower() in VRT.suffixes:  # GDAL would take it for a VRT
-        raise UsageError(f"{out}: a {suffix} name is a GDAL VRT's; the {kind} output is not one "
-                         f"(name it otherwise, or --format vrt)")
-    owner = next((k for k in KINDS if suffix and suffix.lower() in k.suffixes), None)
-    if owner is not None and owner.kind != kind:  # (readers go by the name: -o x.json a cube)
-        raise UsageError(f"{out}: a {suffix} name is {owner.title}'s; the {kind} output is not "
-                         f"one (name it otherwise, or --format {owner.kind})")
-    if kind == ICECHUNK.kind and importlib.util.find_spec("icechunk") is None:
-        raise UsageError("the icechunk output needs the icechunk package: "
-                         "pip install 'virtualize[icechunk]'")
-    if kind == PARQUET.kind and importlib.util.find_spec("pyarrow") is None:
-        raise UsageError("the parquet output needs pyarrow: pip install 'virtualize[parquet]'")
-    return kind
+    claimed = owner(suffix) if suffix else None
+    if format is None:
+        kind = claimed or default()
+    elif format in names():
+        kind = by_name(format)
+    else:
+        listed = names()
+        raise UsageError(f"unknown output format {format!r} ({', '.join(listed[:-1])} or "
+                         f"{listed[-1]})")
+    if claimed is not None and claimed is not kind:
+        raise UsageError(claimed.refuse_name(out, suffix, kind.name))
+    why = kind.missing()
+    if why is not None:
+        raise UsageError(why)
+    return kind.name
 
 
 def refuse_relative(kind: str) -> None:
     """Refuse `--relative` for a kind that cannot record its sources relative to itself."""
-    why = getattr(BY_NAME[kind], "not_relocatable", None)
+    why = by_name(kind).not_relocatable
     if why:
         raise UsageError(why)
 
@@ -121,47 +160,44 @@ def refuse_foreign(out) -> None:
 
 
 def kind_at(path: str | os.PathLike, *, by_name: bool = True) -> str:
-    """How to open the local output at `path`: "vrt" (a `.vrt` file), "kerchunk" (any
-    other file: a reference JSON; `by_name`: a missing `.json` too), "parquet" (a directory
-    holding `.zmetadata`; `by_name`: a missing `.parq` / `.parquet` too), "icechunk" (a
-    repository) or "cube" (anything else: checked as it is read)."""
+    """How to open the local output at `path`: the first kind whose `detect` claims it
+    (those taking whatever the others leave, `fallback`, asked last: kerchunk any file),
+    else the default kind (a cube directory: checked as it is read)."""
     p = Path(path)
-    for k in (VRT, KERCHUNK, PARQUET, ICECHUNK):
-        if k.detect(p, by_name=by_name):
-            return k.kind
-    return CUBE.kind
+    last = default()
+    asked = [k for k in kinds() if not k.fallback and k is not last] + \
+        [k for k in kinds() if k.fallback and k is not last]
+    return next((k.name for k in asked if k.detect(p, by_name=by_name)), last.name)
 
 
 def written_kind(path: str | os.PathLike) -> str | None:
-    """"cube", "vrt", "kerchunk", "parquet" or "icechunk" when `path` (following a symlink) is an output
-    virtualize wrote, else None."""
+    """The name of the kind whose output virtualize wrote is at `path` (following a
+    symlink), else None."""
     p = Path(path)
     try:
-        return next((k.kind for k in KINDS if k.ours(p)), None)
+        return next((k.name for k in kinds() if k.is_ours(p)), None)
     except OSError:
         return None
 
 
 def remote_written_kind(fs, base: str) -> str | None:
-    """As `written_kind` on object storage: "other" when something else is there; None
-    when nothing is."""
+    """As `written_kind` on object storage (`fs`, the output's path `base`): asked of each
+    kind whose `remote_marker` is there (a file kind's: `base` is one object); "other"
+    when something else is there; None when nothing is."""
     try:
-        if fs.isfile(base):
-            return next((k.kind for k in (VRT, KERCHUNK) if k.ours_remote(fs, base)), "other")
-        if fs.exists(base + "/virtualize.json"):
-            return CUBE.kind if CUBE.ours_remote(fs, base) else "other"
-        if fs.exists(base + "/.zmetadata"):
-            return PARQUET.kind if PARQUET.ours_remote(fs, base) else "other"
-        if ICECHUNK.ours_remote(fs, base):
-            return ICECHUNK.kind
-        return "other" if fs.find(base, maxdepth=1) else None
+        file = fs.isfile(base)
+        marked = False
+        for k in kinds():
+            marker = k.remote_marker
+            if file if marker is None else not file and fs.exists(f"{base}/{marker}"):
+                if k.is_ours_remote(fs, base):
+                    return k.name
+                marked = True
+        return "other" if file or marked or fs.find(base, maxdepth=1) else None
     except (FileNotFoundError, ValueError):
         return None
 
 
 def guess_can_open(path: str) -> bool:
-    """A local output of any kind, by a cheap look (xarray's `guess_can_open`): a cube
-    directory (it holds virtualize.json), an Icechunk repository by its name, a file that
-    begins as virtualize's kerchunk JSON does."""
-    return CUBE.looks_like(path) or ICECHUNK.looks_like(path) or PARQUET.looks_like(path) or (
-        os.path.isfile(path) and (KERCHUNK.looks_like(path) or VRT.looks_like(path)))
+    """A local output of any kind, by a cheap look (xarray's `guess_can_open`)."""
+    return any(k.guess_can_open(path) for k in kinds())

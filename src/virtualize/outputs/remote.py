@@ -1,13 +1,14 @@
-"""Outputs on object storage (OUT is a URL): a cube directory, kerchunk JSON or Icechunk
-repository written where the data is.
+"""Outputs on object storage (OUT is a URL): an output of any kind written where the
+data is.
 
 Object stores have no rename, so publishing is ordered instead: the output is built
 locally (by the same writers, in a temporary directory), its objects are uploaded data
-first and root documents last (`virtualize.json` then the root `zarr.json` of a cube; the
-JSON itself, one PUT, for kerchunk; `repo` of an Icechunk repository), so a reader finds
-either no output or a complete one. Replacing (`overwrite`) an existing OUT is allowed
-only when it is virtualize's own; objects of the old output that the new one does not
-have are deleted after the new root documents are in place.
+first and its kind's root documents last (`OutputKind.root_documents`: `virtualize.json`
+then the root `zarr.json` of a cube, `repo` of an Icechunk repository; a file output, a
+kerchunk JSON, is one PUT), so a reader finds either no output or a complete one.
+Replacing (`overwrite`) an existing OUT is allowed only when it is virtualize's own;
+objects of the old output that the new one does not have are deleted after the new root
+documents are in place.
 """
 
 from __future__ import annotations
@@ -19,9 +20,8 @@ from pathlib import Path
 
 from .. import storage
 from ..model import Location, OutputExistsError, Problem, UnsafeOutputError, VirtualizeError
-
-# uploaded last, in this order: what makes a reader see the output
-ROOT_DOCUMENTS = ("virtualize.json", "zarr.json", ".zmetadata", "repo")
+from . import registry
+from .staging import refuse_sources
 
 
 def _fs(url: str):
@@ -59,18 +59,14 @@ def reaching(url: str, writing: bool = True):
 
 
 def remote_kind(url: str) -> str | None:
-    """"cube", "kerchunk" or "icechunk" when `url` holds an output virtualize wrote;
-    "other" when it holds something else; None when nothing is there."""
+    """The kind's name ("cube", "kerchunk", ...) when `url` holds an output virtualize
+    wrote; "other" when it holds something else; None when nothing is there."""
     fs, base = _fs(url)
     with reaching(url):
-        from .registry import remote_written_kind
-
-        return remote_written_kind(fs, base)
+        return registry.remote_written_kind(fs, base)
 
 
 def guard_remote(url: str, overwrite: bool, sources=()) -> None:
-    from .staging import refuse_sources
-
     refuse_sources(url, sources)
     kind = remote_kind(url)
     if kind is None:
@@ -99,17 +95,17 @@ def write_remote(write, plan, url: str, kind: str, overwrite: bool) -> str:
 
 def _upload(fs, base: str, local: Path, url: str, kind: str, overwrite: bool) -> str:
     """Upload the output built at `local` to `base` on `fs`, root documents last."""
+    if local.is_file():  # one object: replaced whole by its PUT
+        fs.put_file(str(local), base)
+        return url
     old = set()
-    if overwrite and kind != "kerchunk":
+    if overwrite:
         try:
             old = {p for p in fs.find(base)}
         except FileNotFoundError:
             old = set()
-    if local.is_file():
-        fs.put_file(str(local), base)
-        return url
     files = sorted(p.relative_to(local).as_posix() for p in local.rglob("*") if p.is_file())
-    rank = {name: i for i, name in enumerate(ROOT_DOCUMENTS)}
+    rank = {name: i for i, name in enumerate(registry.by_name(kind).root_documents)}
     files.sort(key=lambda f: (rank.get(f, -1), f))  # root documents last, in order
     for f in files:
         fs.put_file(str(local / f), f"{base}/{f}")

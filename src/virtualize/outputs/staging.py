@@ -2,12 +2,13 @@
 
 An output is staged beside its destination (`.OUT.staging-PID-xxxx`) and published in
 one step. Replacing an existing output (`overwrite`) is allowed only when it is one of
-virtualize's own (a cube directory, a kerchunk JSON with its `virtualize` section, an
-Icechunk repository) and when the destination neither is, contains, nor sits inside a
-source of the new output. On Linux the new output and the old one are swapped with one
-`renameat2(RENAME_EXCHANGE)`: the destination is always a complete output, old or new.
-Elsewhere the old output is first renamed to `.OUT.replaced-PID`; a run killed between
-the two renames leaves it there, and the next run for the same destination puts it back.
+virtualize's own (what an output kind's `is_ours` claims: a cube directory, a kerchunk
+JSON with its `virtualize` section, an Icechunk repository, ...) and when the destination
+neither is, contains, nor sits inside a source of the new output. On Linux the new
+output and the old one are swapped with one `renameat2(RENAME_EXCHANGE)`: the
+destination is always a complete output, old or new. Elsewhere the old output is first
+renamed to `.OUT.replaced-PID`; a run killed between the two renames leaves it there, and
+the next run for the same destination puts it back.
 Leftovers of killed runs (their process is gone) are recognised by name and removed.
 
 Published outputs follow the umask like any other file (staging dirs start private).
@@ -25,13 +26,34 @@ import shutil
 import socket
 import stat
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from ..model import Location, OutputExistsError, Problem, UnsafeOutputError
-from .kerchunk import KERCHUNK_HEAD
 
 STAGING_MARK = ".virtualize-staging"  # inside a staging directory until it is published
+
+# What virtualize writes: each output kind's strict test (`OutputKind.is_ours`), given by
+# the registry as it loads the kinds (staging imports none of them)
+_OURS: list[Callable[[Path], bool]] = []
+
+
+def recognise(is_ours: Callable[[Path], bool]) -> None:
+    """Take an output kind's `is_ours`: what it claims may be replaced (--overwrite) and
+    is removed as a killed run's leftover."""
+    if is_ours not in _OURS:
+        _OURS.append(is_ours)
+
+
+def written(path: str | os.PathLike) -> bool:
+    """Whether `path` (following a symlink) is an output virtualize wrote: one an output
+    kind claims."""
+    p = Path(path)
+    try:
+        return any(is_ours(p) for is_ours in _OURS)
+    except OSError:
+        return False
+
 
 # -- the guards ---------------------------------------------------------------------------
 
@@ -90,9 +112,7 @@ def guard_output(dest: str | os.PathLike, overwrite: bool,
     if not overwrite:
         raise OutputExistsError(Problem(Location(str(dest)), "output-exists",
                                         "exists; pass overwrite=True (--overwrite) to replace it"))
-    from .registry import written_kind
-
-    if written_kind(dest) is None:
+    if not written(dest):
         raise UnsafeOutputError(Problem(
             Location(str(dest)), "output-not-ours",
             "exists and was not written by virtualize (not a cube directory, kerchunk JSON, "
@@ -284,9 +304,9 @@ def recover(dest: str | os.PathLike, sources: Iterable[str | os.PathLike] = ()) 
     an old output whose replacement never arrived (`.OUT.replaced-PID` while OUT is
     missing), remove replaced outputs and staging leftovers. Only what virtualize itself
     left is touched: a replaced output is one of its outputs, a staging directory holds
-    its mark (written by this host) or is a whole output, a staging file is empty or a
-    kerchunk JSON of its own; a file merely named like a leftover, or a source of this
-    run, is never moved or removed. Returns what was done."""
+    its mark (written by this host) or is a whole output, a staging file is empty or
+    begins as an output of its own (a kerchunk JSON, a VRT); a file merely named like a
+    leftover, or a source of this run, is never moved or removed. Returns what was done."""
     dest = Path(os.path.abspath(os.fspath(dest)))
     keep = {_real(s) for s in sources}
     try:
@@ -300,8 +320,7 @@ def recover(dest: str | os.PathLike, sources: Iterable[str | os.PathLike] = ()) 
     for n in sorted(names):
         m = replaced.fullmatch(n)
         p = dest.parent / n
-        if m and not _alive(int(m.group(1))) and _real(p) not in keep and \
-                _written_kind(p) is not None:
+        if m and not _alive(int(m.group(1))) and _real(p) not in keep and written(p):
             if not os.path.lexists(dest):
                 if _rename_noreplace(p, dest):
                     done.append(f"restored {dest} from {p}")
@@ -317,12 +336,6 @@ def recover(dest: str | os.PathLike, sources: Iterable[str | os.PathLike] = ()) 
     return done
 
 
-def _written_kind(p: Path) -> str | None:
-    from .registry import written_kind
-
-    return written_kind(p)
-
-
 def _our_stage(p: Path) -> bool:
     """A staging leftover virtualize made on this host (see `recover`)."""
     try:
@@ -332,14 +345,9 @@ def _our_stage(p: Path) -> bool:
             mark = p / STAGING_MARK
             if mark.is_file():
                 return json.loads(mark.read_text()).get("host") == socket.gethostname()
-            return _written_kind(p) is not None
-        if p.is_file():
-            if os.path.getsize(p) == 0:
-                return True
-            with open(p, "rb") as f:
-                head = f.read(4096)
-            from .vrt.writer import is_ours  # (a VRT's)
-            return head.startswith(KERCHUNK_HEAD) or is_ours(head.decode("utf-8", "replace"))
+            return written(p)
+        if p.is_file():  # (a file output's, killed before its end: begun as one of ours)
+            return os.path.getsize(p) == 0 or written(p)
     except (OSError, ValueError, AttributeError):
         return False
     return False

@@ -3,7 +3,7 @@
 Each file is one tile on one date. Its date comes from `--coord DIM=...` (plan/coords.py),
 else from its own `DIM` coordinate of length 1 or scalar `DIM` variable, else from the
 date in its name (as concat's new axes). The tiles are placed in one pixel grid (one CRS,
-pixel size and phase over every date: plan/mosaic.py `_place`), and every date is cut
+pixel size and phase over every date: plan/tiles.py `place_tiles`), and every date is cut
 into ONE spatial grid: the union of every date's tile edges and block boundaries, less the
 cuts that fall inside one block of one tile (or between gaps) on every date. Each date is
 then a mosaic of its own tiles on that grid (a tile missing on a date leaves a gap that
@@ -23,31 +23,29 @@ import numpy as np
 
 from ..model import ArrayPlan, FileInventory, Layout, LayoutAxis, LayoutCell, Plan, Problem
 from ._common import (
-    carry_scan_problems,
     consistent,
     figure_of,
     groups_for,
     inline_plan,
-    settle_unknown_fills,
-    source_table,
 )
 from .coords import coordinate_attrs, coordinate_plan, parse_coords, resolve
-from .mosaic import (
+from .tiles import (
     MosaicOptions,
-    _block_index,
-    _cells,
-    _coordinates,
-    _Ctx,
-    _cuts,
-    _last_stored,
-    _mosaic_variable,
-    _others,
-    _paint,
-    _place_tiles,
-    _report_overlaps,
-    _Tile,
-    _who_cuts,
+    Tile,
+    TileContext,
+    axis_cells,
+    block_index,
     combined_attrs,
+    cut_by,
+    last_stored,
+    mosaic_coordinates,
+    mosaic_variable,
+    other_variables,
+    paint,
+    place_tiles,
+    report_overlaps,
+    tile_context,
+    tile_cuts,
 )
 
 
@@ -55,16 +53,12 @@ def plan_mosaic_over_time(inventories: Sequence[FileInventory], opts: MosaicOpti
                           ) -> tuple[Plan, list[Problem]]:
     """Plan one `(DIM, y, x)` mosaic: each date's tiles placed, the dates stacked."""
     dim = opts.concat_dim
-    invs = [replace(inv, variables=dict(inv.variables)) for inv in inventories]
-    drop = opts.drop | {dim}  # the dates' own coordinate is replaced by the stacked one
-    ctx = _Ctx(invs, drop=drop, opts=opts)
-    ctx.tiles = [_Tile(i, inv) for i, inv in enumerate(invs)]
-    carry_scan_problems(ctx)
-    settle_unknown_fills(ctx)
-    sources, ctx.source_maps = source_table(invs)
+    # (the dates' own coordinate is replaced by the stacked one)
+    ctx, sources = tile_context(inventories, opts, opts.drop | {dim})
+    invs = ctx.invs
     empty = Plan(sources, groups_for(invs[0], {}), {})
     dates, coord = _dates(ctx, dim)
-    placed = _place_tiles(ctx)
+    placed = place_tiles(ctx)
     if placed is None or dates is None:
         return empty, ctx.problems
     ydim, xdim, names = placed.ydim, placed.xdim, placed.names
@@ -79,9 +73,9 @@ def plan_mosaic_over_time(inventories: Sequence[FileInventory], opts: MosaicOpti
         array = _stacked_variable(ctx, subs, name, dim, ydim, xdim, height, width)
         if array is not None:
             arrays[name] = array
-    arrays.update(_others(ctx, names, ydim, xdim))
+    arrays.update(other_variables(ctx, names, ydim, xdim))
     if placed.georef is not None:
-        coords = _coordinates(ctx, placed.georef, placed.r0, placed.c0, height, width)
+        coords = mosaic_coordinates(ctx, placed.georef, placed.r0, placed.c0, height, width)
         arrays.update(coords)
         ctx.figures.update({n: figure_of(a) for n, a in coords.items()})
     time = coord.plan(dim, keys)
@@ -109,31 +103,30 @@ def plan_mosaic_over_time(inventories: Sequence[FileInventory], opts: MosaicOpti
 
 # -- each date's mosaic on the shared grid ---------------------------------------------
 
-def _date_ctx(ctx: _Ctx, members: list[int], ydim: str, xdim: str) -> _Ctx:
+def _date_ctx(ctx: TileContext, members: list[int], ydim: str, xdim: str) -> TileContext:
     """One date's tiles as a mosaic of their own (problems, remedies shared with `ctx`)."""
-    sub = _Ctx([ctx.invs[i] for i in members], drop=ctx.drop, opts=ctx.opts,
-               problems=ctx.problems, reported=ctx.reported, remedies=ctx.remedies)
-    sub.tiles = [_Tile(k, t.inv, t.row0, t.col0, t.height, t.width)
+    sub = TileContext([ctx.invs[i] for i in members], drop=ctx.drop, opts=ctx.opts,
+                      problems=ctx.problems, reported=ctx.reported, remedies=ctx.remedies)
+    sub.tiles = [Tile(k, t.inv, t.row0, t.col0, t.height, t.width)
                  for k, t in enumerate(ctx.tiles[i] for i in members)]
     sub.source_maps = [ctx.source_maps[i] for i in members]
 
-    def who_cuts(name: str, p: int, axis: int, victim: _Tile) -> str:
+    def who_cuts(name: str, p: int, axis: int, victim: Tile) -> str:
         # the cut may come from a tile of another date: every date's are asked
         tiles = [t for t in ctx.tiles if t.inv is not victim.inv]
         v0 = victim.inv.variables[name]
         a = v0.dims.index(ydim if axis == 0 else xdim)
         block = np.array([t.inv.variables[name].blocks.block_shape[a] for t in tiles])
-        return _who_cuts([replace(t, index=k) for k, t in enumerate(tiles)], block, p, axis,
-                         None)
+        return cut_by([replace(t, index=k) for k, t in enumerate(tiles)], block, p, axis, None)
     sub.who_cuts = who_cuts
     if ctx.opts.overlap is None:
-        _report_overlaps(sub)
+        report_overlaps(sub)
     return sub
 
 
-def _repeated(ctx: _Ctx, sub: _Ctx, when: str) -> None:
+def _repeated(ctx: TileContext, sub: TileContext, when: str) -> None:
     """Two files of one date in one place: the same tile given twice (or a date twice)."""
-    seen: dict[tuple[int, int, int, int], _Tile] = {}
+    seen: dict[tuple[int, int, int, int], Tile] = {}
     for t in sub.tiles:
         key = (t.row0, t.col0, t.height, t.width)
         if key in seen:
@@ -146,8 +139,8 @@ def _repeated(ctx: _Ctx, sub: _Ctx, when: str) -> None:
             seen[key] = t
 
 
-def _stacked_variable(ctx: _Ctx, subs: list[_Ctx], name: str, dim: str, ydim: str, xdim: str,
-                      height: int, width: int) -> ArrayPlan | None:
+def _stacked_variable(ctx: TileContext, subs: list[TileContext], name: str, dim: str,
+                      ydim: str, xdim: str, height: int, width: int) -> ArrayPlan | None:
     vs = [inv.variables[name] for inv in ctx.invs]
     if any(v.blocks is None for v in vs):
         return None  # the scanner reported why
@@ -163,7 +156,7 @@ def _stacked_variable(ctx: _Ctx, subs: list[_Ctx], name: str, dim: str, ydim: st
         return None
     grid = _shared_grid(subs, name, ydim, xdim, height, width)
     before = len(ctx.problems)
-    planned = [_mosaic_variable(sub, name, ydim, xdim, height, width, grid) for sub in subs]
+    planned = [mosaic_variable(sub, name, ydim, xdim, height, width, grid) for sub in subs]
     ctx.figures[name] = subs[0].figures[name]
     if len(ctx.problems) > before or any(a is None for a in planned):
         return None
@@ -189,7 +182,7 @@ def _stacked_variable(ctx: _Ctx, subs: list[_Ctx], name: str, dim: str, ydim: st
     return out
 
 
-def _shared_grid(subs: list[_Ctx], name: str, ydim: str, xdim: str, height: int, width: int):
+def _shared_grid(subs: list[TileContext], name: str, ydim: str, xdim: str, height: int, width: int):
     """The cuts every date is cut at: every date's tile edges and block boundaries, less
     those that on every date separate two parts of one block of one tile (or two gaps);
     and per axis the stored lengths of the whole last blocks over every date."""
@@ -200,17 +193,17 @@ def _shared_grid(subs: list[_Ctx], name: str, ydim: str, xdim: str, height: int,
         per.append((sub, np.array([v.blocks.block_shape[iy] for v in vs]),
                     np.array([v.blocks.block_shape[ix] for v in vs]),
                     np.array([v.blocks.padded for v in vs])))
-    ycuts = _cuts(height, [(t.row0, t.height, int(b)) for sub, bh, _, _ in per
-                           for t, b in zip(sub.tiles, bh)])
-    xcuts = _cuts(width, [(t.col0, t.width, int(b)) for sub, _, bw, _ in per
-                          for t, b in zip(sub.tiles, bw)])
+    ycuts = tile_cuts(height, [(t.row0, t.height, int(b)) for sub, bh, _, _ in per
+                               for t, b in zip(sub.tiles, bh)])
+    xcuts = tile_cuts(width, [(t.col0, t.width, int(b)) for sub, _, bw, _ in per
+                              for t, b in zip(sub.tiles, bw)])
     ykeep = np.zeros(len(ycuts) - 2, bool)
     xkeep = np.zeros(len(xcuts) - 2, bool)
     for sub, bh, bw, _ in per:
-        owner = _paint(sub, ycuts, xcuts)
+        owner = paint(sub, ycuts, xcuts)
         for axis, cuts, block, start, keep in ((0, ycuts, bh, "row0", ykeep),
                                                (1, xcuts, bw, "col0", xkeep)):
-            idx = _block_index(cuts, owner, sub.tiles, block, axis, start)
+            idx = block_index(cuts, owner, sub.tiles, block, axis, start)
             o, b = np.moveaxis(owner, axis, 0), np.moveaxis(idx, axis, 0)
             keep |= ~((o[:-1] == o[1:]) & (b[:-1] == b[1:])).all(axis=1)
     ycuts = ycuts[np.concatenate([[True], ykeep, [True]])]
@@ -218,13 +211,13 @@ def _shared_grid(subs: list[_Ctx], name: str, ydim: str, xdim: str, height: int,
     ylast: set[int] = set()
     xlast: set[int] = set()
     for sub, bh, bw, padded in per:
-        owner = _paint(sub, ycuts, xcuts)
-        ylast |= _last_stored(_cells(ycuts, owner, sub.tiles, bh, padded, axis=0), owner, 0)
-        xlast |= _last_stored(_cells(xcuts, owner, sub.tiles, bw, padded, axis=1), owner, 1)
+        owner = paint(sub, ycuts, xcuts)
+        ylast |= last_stored(axis_cells(ycuts, owner, sub.tiles, bh, padded, axis=0), owner, 0)
+        xlast |= last_stored(axis_cells(xcuts, owner, sub.tiles, bw, padded, axis=1), owner, 1)
     return ycuts, xcuts, ylast, xlast
 
 
-def _layout(subs: list[_Ctx], shown: list[str], dim: str, new: bool, names: tuple[str, ...]
+def _layout(subs: list[TileContext], shown: list[str], dim: str, new: bool, names: tuple[str, ...]
             ) -> Layout:
     """The file grid for the report: dates x tile places (a tile's upper-left pixel), the
     places a date has no tile at as missing cells."""
@@ -240,7 +233,7 @@ def _layout(subs: list[_Ctx], shown: list[str], dim: str, new: bool, names: tupl
     return Layout([LayoutAxis(dim, shown, new), LayoutAxis("tile", labels, True)], cells)
 
 
-def _missing_tiles(ctx: _Ctx, subs: list[_Ctx], shown: list[str], height: int,
+def _missing_tiles(ctx: TileContext, subs: list[TileContext], shown: list[str], height: int,
                    width: int) -> None:
     """A note per date whose tiles leave uncovered a place a tile of another date covers
     (there the date reads as the fill value), and one naming the other dates with gaps."""
@@ -265,7 +258,7 @@ def _missing_tiles(ctx: _Ctx, subs: list[_Ctx], shown: list[str], height: int,
                          "the fill value")
 
 
-def _covered(place: tuple[int, int, int, int], tiles: list[_Tile]) -> bool:
+def _covered(place: tuple[int, int, int, int], tiles: list[Tile]) -> bool:
     """Whether one date's tiles (not overlapping each other) cover the whole rectangle."""
     r, c, h, w = place
     area = 0
@@ -325,7 +318,7 @@ def _date_plan(dim: str, dates: list[datetime.datetime]) -> ArrayPlan:
     return inline_plan(dim, values, (dim,), attrs)
 
 
-def _dates(ctx: _Ctx, dim: str) -> tuple[list | None, _Coord]:
+def _dates(ctx: TileContext, dim: str) -> tuple[list | None, _Coord]:
     """Each file's date (a sortable key) and how they were found; None after problems."""
     invs = ctx.invs
     given = parse_coords({k: v for k, v in (ctx.opts.coords or {}).items() if k == dim})
@@ -355,7 +348,7 @@ def _dates(ctx: _Ctx, dim: str) -> tuple[list | None, _Coord]:
     return dates, _Coord("the dates in the file names")
 
 
-def _checked(ctx: _Ctx, dim: str, values: list) -> list | None:
+def _checked(ctx: TileContext, dim: str, values: list) -> list | None:
     kinds = {type(v) for v in values}
     if len(kinds) > 1 and not kinds <= {int, float}:
         what = ", ".join(sorted(k.__name__ for k in kinds))
@@ -366,7 +359,7 @@ def _checked(ctx: _Ctx, dim: str, values: list) -> list | None:
     return values
 
 
-def _from_variables(ctx: _Ctx, dim: str, held: list) -> tuple[list | None, _Coord]:
+def _from_variables(ctx: TileContext, dim: str, held: list) -> tuple[list | None, _Coord]:
     """From each tile's own `dim` coordinate (length 1) or scalar: its value, re-expressed
     in the first tile's units when tiles count time from different origins."""
     invs, out, ok, converted = ctx.invs, [], True, False

@@ -6,19 +6,16 @@ from __future__ import annotations
 import os
 from collections import deque
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING
 
+from .. import storage
 from ..model import Location, Problem, UsageError
-
-if TYPE_CHECKING:
-    from .workers import Result
+from . import workers
+from .workers import Result
 
 
 def scan_task(paths: list[str], settings: tuple, timeout: float | None) -> list[Result]:
     """One task on an executor: scan `paths` where the task runs, each file bounded as
     locally (a worker process of this one, `timeout`; in this process when None)."""
-    from .. import storage
-    from . import workers
     storage.set_options(settings[0])
     storage.set_environment(settings[1])
     if not timeout:
@@ -74,7 +71,6 @@ def scan_on(executor, paths: Iterable[str], timeout: float | None,
     workers return the inventories (FileInventory pickles compactly: its block tables
     are numpy arrays); the caller plans. A task that fails as a whole (its worker died) is
     run again one file a task, so the file at fault is named (`scan-crashed`)."""
-    from .. import storage
     paths = [storage.normalize(p) for p in paths]
     settings = (storage.get_options(), storage.environment(), hint)
     slots = executor_slots(executor)

@@ -391,8 +391,3 @@ def scan_bounded(paths: Iterable[str], timeout: float | None, jobs: int = 1,
                 w.kill()
             else:
                 _give_back(w)
-
-
-# the pool's users' other names, here too (tests and older callers import them from here)
-from .executors import dask_client, executor_slots, scan_on, scan_task  # noqa: E402, F401
-from .share import Sharer  # noqa: E402, F401

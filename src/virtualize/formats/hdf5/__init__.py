@@ -31,8 +31,6 @@ h5py) on first use.
 
 from __future__ import annotations
 
-import importlib
-
 from ... import storage
 from .._planning import finish
 from ..base import Format, Reader
@@ -115,28 +113,3 @@ class _Hdf5Reader(Reader):
 
 
 FORMAT = Hdf5()
-
-# the scanner's parts by the names they had in one module (scan/hdf5.py, before 0.3),
-# imported when first asked for
-_PARTS = {
-    "walk": ("scan_hdf5", "_Scanner", "NC_DIM_ONLY", "DIRECT_MIN_CHUNKS", "h5py"),
-    "index": ("MAX_BLOCKS", "_Recorder", "_read_filled", "_native_chunk_index", "_v1_btree",
-              "_v2_btree", "_in_order", "_fixed_array", "_extensible_array", "_implicit",
-              "_Corrupt", "_walk_chunk_index", "_check_listed", "_chunk_iter_swizzles",
-              "_chunk_iter_renumbered", "v2_records"),
-    "codecs": ("NO_EXACT_CODEC", "hdf5_filter_codec", "stored_type_differs", "_fill_value",
-               "_numeric_dtype", "_type_words"),
-    "attrs": ("HIDDEN_ATTRS", "read_attrs", "_Attrs", "_attr_names", "_hard_links", "_read_all",
-              "_open", "_Dataset"),
-    "header": ("dataset_storage", "ASK_H5PY", "AttrReader", "DimensionList", "Storage"),
-}
-_WHERE = {name: part for part, names in _PARTS.items() for name in names}
-_WHERE.update(_Unexpected="header", _layout_message="header", struct_dtype="walk")
-_ALIASES = {"_Unexpected": "Unexpected", "_layout_message": "layout_message"}
-
-
-def __getattr__(name: str):
-    part = _WHERE.get(name)
-    if part is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{part}"), _ALIASES.get(name, name))

@@ -38,13 +38,3 @@ class Tiff(Format):
 
 
 FORMAT = Tiff()
-
-
-def __getattr__(name: str):  # the scanner's and readers' names, as in one module before 0.3
-    import importlib
-
-    for part in ("scan", "read"):
-        module = importlib.import_module(f"{__name__}.{part}")
-        if hasattr(module, name):
-            return getattr(module, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -7,26 +7,29 @@ import os
 import re
 from pathlib import Path
 
+from ..base import OutputKind
+
 CUBE_FILES = {"zarr.json", "virtualize.json", "manifest.npy"}
 
 
-class Cube:
-    kind = "cube"
+class Cube(OutputKind):
+    name = "cube"
     suffixes = (".zarr", "")  # and any other name: the default kind
     title = "a cube directory"  # in the usage errors naming what virtualize writes
+    remote_marker = "virtualize.json"
+    root_documents = ("virtualize.json", "zarr.json")  # (the root group's, last)
 
     def detect(self, path: Path, *, by_name: bool = True) -> bool:
         return not path.is_file()  # what no other kind takes: checked when read
 
-    def ours(self, path: Path) -> bool:
+    def is_ours(self, path: Path) -> bool:
         return path.is_dir() and (path / "virtualize.json").is_file() and _is_cube_dir(path)
 
-    def ours_remote(self, fs, base: str) -> bool:
-        # (registry.remote_written_kind asks only when base/virtualize.json exists)
+    def is_ours_remote(self, fs, base: str) -> bool:
         info = json.loads(fs.cat_file(base + "/virtualize.json"))
         return isinstance(info, dict) and info.get("format") == "virtualize-cube"
 
-    def looks_like(self, path: str) -> bool:
+    def guess_can_open(self, path: str) -> bool:
         return os.path.isfile(os.path.join(path, "virtualize.json"))
 
     def write(self, plan, dest, overwrite: bool = False, *, relative_to=None) -> Path:
@@ -42,9 +45,6 @@ class Cube:
         if isinstance(info, dict) and isinstance(info.get("sources"), list):
             resolved(info, os.path.abspath(path), roots=False, append=True)
         return info
-
-    def refuses_growth(self, info: dict) -> bool:
-        return False
 
     def array_docs(self, path: Path, plan, along: list[str]):
         import zarr
@@ -68,9 +68,6 @@ class Cube:
         append_cube(path, merged, raw, new_sources, relative_to=relative_location(path))
         return []
 
-    def commit_rebuild(self, plan, path: Path, added: int) -> bool:
-        return False
-
     def relative(self, path: Path, info: dict) -> bool:
         return relative_location(path) is not None
 
@@ -84,6 +81,25 @@ class Cube:
         from .reader import CubeStore
         return ConsolidatedView(CubeStore(path, check_sources=check_sources, allow=allow,
                                           base=base, strict=strict))
+
+    def open_remote(self, url: str, *, check_sources: bool = True, allow=None,
+                    strict: bool = False):
+        # read in place, nothing downloaded: its manifests by byte range
+        from ...model import VirtualizeError
+        from ..base import ConsolidatedView
+        from .reader import CubeStore, RemoteFiles
+        from .writer import SOURCES_NAME
+
+        files = RemoteFiles(url)
+        try:
+            info = files.read(SOURCES_NAME)
+        except VirtualizeError:
+            return None
+        if info is None:
+            return None
+        files.cached[SOURCES_NAME] = info
+        return ConsolidatedView(CubeStore(url, check_sources=check_sources, allow=allow,
+                                          _files=files, strict=strict))
 
 
 def relative_location(cube: Path) -> str | None:

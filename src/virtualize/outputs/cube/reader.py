@@ -40,6 +40,7 @@ from ..access import (
     read_inside,
     stored_bytes_of_rows,
 )
+from ..base import load_json
 from ..metadata import MANIFEST_FIELD
 from ..readonly import ReadOnlyStore
 from ..record import recorded_roots, resolve_roots, resolve_sources, source_table
@@ -501,15 +502,3 @@ def _check_key(root, key: str) -> None:
     """A key zarr asks for stays inside the cube (no '..' or absolute path)."""
     if key.startswith("/") or any(seg in (".", "..") for seg in key.split("/")):
         raise not_allowed(root, f"the key {key!r:.200} leads outside the cube")
-
-
-def load_json(what: Path, data: bytes | None, name: str) -> dict:
-    if data is None:
-        raise invalid(what, f"{name} is missing")
-    try:
-        doc = json.loads(data)
-    except ValueError as e:
-        raise invalid(what, f"{name} is not JSON: {e}") from None
-    if not isinstance(doc, dict):
-        raise invalid(what, f"{name} is not a JSON object")
-    return doc

@@ -22,12 +22,12 @@ from pathlib import Path
 import numpy as np
 
 from ...model import REF_DTYPE, ArrayPlan, Location, Plan, Problem, VirtualizeError
+from ..base import CUBE_FORMAT_VERSION
 from ..metadata import MANIFEST_FIELD, array_doc, chunk_grid, group_doc
 from ..record import finish_growth, grow_record, record, set_times
 from ..staging import replace_atomically, staged_dir
 from ..walk import walk, walk_append
 
-CUBE_FORMAT_VERSION = 1
 # the fields of virtualize.json, in order (record.record)
 RECORD_LAYOUT = ("format", "version", "created_by", "created", "concat_dim", "recipe", "sources",
                  "roots", "arrays", "groups", "remedies", "notes", "append")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from ..base import OutputKind
 from .reader import open_icechunk
 from .writer import (
     MANIFEST_SPLIT,
@@ -20,25 +21,28 @@ ICECHUNK_ENTRIES = {"repo", "config.yaml", "snapshots", "manifests", "transactio
                     "refs", "overwritten", "attributes"}
 
 
-class Icechunk:
-    kind = "icechunk"
+class Icechunk(OutputKind):
+    name = "icechunk"
     suffixes = (".icechunk",)
     title = "an Icechunk repository"  # in the usage errors naming what virtualize writes
+    package, extra = "icechunk", "icechunk"
+    remote_marker = "repo"
+    root_documents = ("repo",)
 
     def detect(self, path: Path, *, by_name: bool = True) -> bool:
         return path.is_dir() and (path / "repo").exists() and \
             not (path / "virtualize.json").exists()
 
-    def ours(self, path: Path) -> bool:
+    def is_ours(self, path: Path) -> bool:
         if not path.is_dir() or (path / "virtualize.json").is_file():
             return False
         entries = set(os.listdir(path))
         return "repo" in entries and entries <= ICECHUNK_ENTRIES
 
-    def ours_remote(self, fs, base: str) -> bool:
-        return fs.exists(base + "/repo")
+    def is_ours_remote(self, fs, base: str) -> bool:
+        return True  # (asked when its `repo` is there)
 
-    def looks_like(self, path: str) -> bool:
+    def guess_can_open(self, path: str) -> bool:
         return path.rstrip("/").endswith(".icechunk")  # as xarray's zarr backend goes by .zarr
 
     def write(self, plan, dest, overwrite: bool = False, *, relative_to=None) -> Path:
@@ -47,8 +51,11 @@ class Icechunk:
     def recorded(self, path: Path) -> dict | None:
         return recorded(path)
 
-    def refuses_growth(self, info: dict) -> bool:
-        return bool(info.get("containers"))  # relocatable (--relative): not supported yet
+    def refuses_growth(self, info: dict) -> str | None:
+        if info.get("containers"):  # relocatable (--relative): not supported yet
+            return ("this Icechunk repository is relocatable (--relative): appending to it "
+                    "is not supported yet; re-run virtualize --relative with all the files")
+        return None
 
     def array_docs(self, path: Path, plan, along: list[str]):
         import json
@@ -73,9 +80,6 @@ class Icechunk:
     def commit_rebuild(self, plan, path: Path, added: int) -> bool:
         append_icechunk(plan, path, added=added)
         return True
-
-    def relative(self, path: Path, info: dict) -> bool:
-        return False  # (never asked: a rebuild is committed to the repository)
 
     def refresh(self, path: Path, info: dict, times: dict[int, int], replan):
         # the references carry the times too: the stack is planned again (the same

@@ -6,31 +6,34 @@ import json
 import os
 from pathlib import Path
 
+from ..base import OutputKind
+
 # a kerchunk JSON written by virtualize begins with this (its `virtualize` section first)
 KERCHUNK_HEAD = b'{"version":1,"virtualize":{"format":"virtualize-kerchunk"'
 # ... and, whatever the version of its section, with this
 KERCHUNK_PREFIX = KERCHUNK_HEAD[:KERCHUNK_HEAD.index(b"{", 1)]
 
 
-class Kerchunk:
-    kind = "kerchunk"
+class Kerchunk(OutputKind):
+    name = "kerchunk"
     suffixes = (".json",)
     title = "a kerchunk reference file"  # in the usage errors naming what virtualize writes
+    fallback = True  # any file is opened as a reference JSON (after the other kinds')
 
     def detect(self, path: Path, *, by_name: bool = True) -> bool:
         # a file is a reference JSON, whatever its name (`--format kerchunk -o refs`)
         return path.is_file() or (by_name and path.suffix.lower() == ".json" and not path.is_dir())
 
-    def ours(self, path: Path) -> bool:
+    def is_ours(self, path: Path) -> bool:
         if not path.is_file():
             return False
         with open(path, "rb") as f:
             return f.read(len(KERCHUNK_HEAD)) == KERCHUNK_HEAD
 
-    def ours_remote(self, fs, base: str) -> bool:
+    def is_ours_remote(self, fs, base: str) -> bool:
         return fs.cat_file(base, start=0, end=200).startswith(KERCHUNK_PREFIX)
 
-    def looks_like(self, path: str) -> bool:
+    def guess_can_open(self, path: str) -> bool:
         try:
             with open(path, "rb") as f:
                 head = f.read(64)
@@ -47,9 +50,6 @@ class Kerchunk:
 
         # (relative sources: against its directory)
         return recorded_in(path, os.path.dirname(os.path.abspath(path)))
-
-    def refuses_growth(self, info: dict) -> bool:
-        return False
 
     def array_docs(self, path: Path, plan, along: list[str]):
         import base64
@@ -86,9 +86,6 @@ class Kerchunk:
                 f"template names ({outside[0]}, ...) are referenced by absolute path: the "
                 "JSON is no longer relocatable as a whole (re-run virtualize --relative with "
                 "all the files to make it so)"]
-
-    def commit_rebuild(self, plan, path: Path, added: int) -> bool:
-        return False
 
     def relative(self, path: Path, info: dict) -> bool:
         return bool(info.get("templates"))

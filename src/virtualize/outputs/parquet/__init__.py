@@ -8,19 +8,12 @@ import os
 import re
 from pathlib import Path
 
+from ..base import OutputKind
+
 # a .zmetadata written by virtualize begins with this (its `virtualize` section first)
 PARQUET_HEAD = b'{"virtualize":{"format":"virtualize-parquet"'
 ZMETADATA = ".zmetadata"
 RECORD = re.compile(r"refs\.[0-9]+\.parq")
-
-
-def needs_pyarrow() -> str | None:
-    """Why the parquet form cannot be written or read here (pyarrow missing), or None."""
-    from importlib.util import find_spec
-
-    if find_spec("pyarrow") is None:
-        return "the parquet output needs pyarrow: pip install 'virtualize[parquet]'"
-    return None
 
 
 def _has_record_size(meta: Path) -> bool:
@@ -32,21 +25,29 @@ def _has_record_size(meta: Path) -> bool:
     return isinstance(doc, dict) and "record_size" in doc
 
 
-class Parquet:
-    kind = "parquet"
+class Parquet(OutputKind):
+    name = "parquet"
     suffixes = (".parq", ".parquet")
     title = "kerchunk parquet references"  # in the usage errors naming what virtualize writes
+    package, extra = "pyarrow", "parquet"
+    remote_marker = ZMETADATA
+    root_documents = (ZMETADATA,)
     # (registry.refuse_relative: --relative is refused before anything is scanned)
     not_relocatable = ("the parquet form cannot record its sources relative to it (fsspec's "
                        "parquet records have no templates): use --relative with a cube "
                        "directory or a kerchunk JSON")
 
+    def refuse_name(self, out, suffix: str, kind: str) -> str:
+        # (kerchunk's readers take a .parq / .parquet name for its parquet form)
+        return (f"{out}: virtualize does not write {suffix} files as {kind}: the name "
+                "promises kerchunk's parquet form (--format parquet), or name it otherwise")
+
     def detect(self, path: Path, *, by_name: bool = True) -> bool:
         if path.is_dir():  # (a Zarr v2 store's consolidated .zmetadata has no record_size)
-            return self.looks_like(str(path)) or _has_record_size(path / ZMETADATA)
+            return self.guess_can_open(str(path)) or _has_record_size(path / ZMETADATA)
         return by_name and not path.exists() and path.suffix.lower() in self.suffixes
 
-    def ours(self, path: Path) -> bool:
+    def is_ours(self, path: Path) -> bool:
         if not path.is_dir() or not (path / ZMETADATA).is_file():
             return False
         with open(path / ZMETADATA, "rb") as f:
@@ -62,13 +63,13 @@ class Parquet:
                 return False
         return True
 
-    def ours_remote(self, fs, base: str) -> bool:
+    def is_ours_remote(self, fs, base: str) -> bool:
         try:
             return fs.cat_file(f"{base}/{ZMETADATA}", start=0, end=200).startswith(PARQUET_HEAD)
         except FileNotFoundError:
             return False
 
-    def looks_like(self, path: str) -> bool:
+    def guess_can_open(self, path: str) -> bool:
         try:
             with open(os.path.join(path, ZMETADATA), "rb") as f:
                 return f.read(len(PARQUET_HEAD)) == PARQUET_HEAD
@@ -87,9 +88,6 @@ class Parquet:
         from ..record import recorded_in
 
         return recorded_in(Path(path) / ZMETADATA, os.path.dirname(os.path.abspath(path)))
-
-    def refuses_growth(self, info: dict) -> bool:
-        return False
 
     def array_docs(self, path: Path, plan, along: list[str]):
         from ..metadata import CHUNK_KEY_ENCODING
@@ -123,12 +121,6 @@ class Parquet:
         append_parquet(path, merged, state, new_sources)
         return []
 
-    def commit_rebuild(self, plan, path: Path, added: int) -> bool:
-        return False
-
-    def relative(self, path: Path, info: dict) -> bool:
-        return False
-
     def refresh(self, path: Path, info: dict, times: dict[int, int], replan):
         from .writer import refresh_parquet
         refresh_parquet(path, times)
@@ -139,7 +131,7 @@ class Parquet:
         from ..base import ConsolidatedView, register_codecs
         from .reader import ParquetStore
 
-        why = needs_pyarrow()
+        why = self.missing()
         if why is not None:
             raise VirtualizeError([Problem(Location(str(path)), "unreadable", why)])
         register_codecs()

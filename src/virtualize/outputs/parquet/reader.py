@@ -29,7 +29,7 @@ from ..access import (
     read_inside,
     stored_bytes_of_rows,
 )
-from ..cube.reader import load_json
+from ..base import load_json
 from ..readonly import ReadOnlyStore
 from ..record import recorded_roots, resolve_roots, resolve_sources, source_table
 

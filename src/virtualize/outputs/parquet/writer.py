@@ -39,7 +39,7 @@ import numpy as np
 
 from ...model import MATERIALIZED, Location, Plan, Problem, VirtualizeError
 from ..access import grid_shape
-from ..cube.writer import CUBE_FORMAT_VERSION
+from ..base import CUBE_FORMAT_VERSION
 from ..metadata import array_doc, group_doc
 from ..record import finish_growth, grow_record, record
 from ..staging import replace_atomically, staged_dir
@@ -63,13 +63,6 @@ def stub(doc: dict) -> dict:
     """The `.zarray` stub fsspec sizes the records of the array `doc` by."""
     counts = grid_shape(doc)
     return {"shape": list(counts), "chunks": [1] * len(counts), "note": STUB_NOTE}
-
-
-def parquet_key(key: str) -> str:
-    """A chunk key as the walk names it (`c/0/3/1`, `c`) in the v2 encoding (`0.3.1`,
-    `0`)."""
-    parts = key.split("/")[1:]
-    return ".".join(parts) if parts else "0"
 
 
 class _Tables:

@@ -5,22 +5,31 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..base import OutputKind
 
-class Vrt:
-    kind = "vrt"
+
+class Vrt(OutputKind):
+    # not grown in place (`array_docs`' default): `append` plans the stack again whole
+    # and writes the VRT anew (its sources, old and new, as recorded)
+    name = "vrt"
     title = "a GDAL VRT of a mosaic or TIFF stack"  # in the usage errors naming what virtualize writes
     suffixes = (".vrt",)
+    foreign_hint = "open a VRT virtualize did not write with GDAL"
+
+    def refuse_name(self, out, suffix: str, kind: str) -> str:  # (GDAL would take it for one)
+        return (f"{out}: a {suffix} name is a GDAL VRT's; the {kind} output is not one (name "
+                "it otherwise, or --format vrt)")
 
     def detect(self, path: Path, *, by_name: bool = True) -> bool:
         # by its name, or a file of another name that virtualize wrote as a VRT
         if path.suffix.lower() == ".vrt" and not path.is_dir():
             return by_name or path.is_file()
         try:
-            return self.ours(path)
+            return self.is_ours(path)
         except OSError:
             return False
 
-    def ours(self, path: Path) -> bool:
+    def is_ours(self, path: Path) -> bool:
         from .writer import is_ours
 
         if not path.is_file():
@@ -28,14 +37,14 @@ class Vrt:
         with open(path, "rb") as f:
             return is_ours(f.read(4096).decode("utf-8", "replace"))
 
-    def ours_remote(self, fs, base: str) -> bool:
+    def is_ours_remote(self, fs, base: str) -> bool:
         from .writer import is_ours
 
         return is_ours(fs.cat_file(base, start=0, end=4096).decode("utf-8", "replace"))
 
-    def looks_like(self, path: str) -> bool:
+    def guess_can_open(self, path: str) -> bool:
         try:
-            return self.ours(Path(path))
+            return self.is_ours(Path(path))
         except OSError:
             return False
 
@@ -58,21 +67,6 @@ class Vrt:
             resolved(info, os.path.dirname(os.path.abspath(path)), roots=False, append=True)
             return info
         return None
-
-    def refuses_growth(self, info: dict) -> bool:
-        return False
-
-    def array_docs(self, path: Path, plan, along: list[str]):
-        # nothing to grow in place: `append` plans the stack again whole and writes the
-        # VRT anew (its sources, old and new, as recorded)
-        return {}, None, None
-
-    def grow(self, path: Path, merged, info: dict, new_sources: list[str], *, recipe: dict,
-             state) -> list[str]:
-        raise NotImplementedError("a VRT is written again whole")  # (array_docs says so)
-
-    def commit_rebuild(self, plan, path: Path, added: int) -> bool:
-        return False
 
     def relative(self, path: Path, info: dict) -> bool:
         return bool(info.get("templates"))

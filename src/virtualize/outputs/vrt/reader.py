@@ -17,6 +17,7 @@ from pathlib import Path
 from ...model import Location, Problem, VirtualizeError
 from ..access import Access, invalid
 from ..record import recorded_roots, resolve_roots, resolve_sources, source_table
+from ..references import reference_store
 from .writer import META_END, VRT_FORMAT, digest, is_ours
 
 _MDI = re.compile(r'    <MDI key="([a-z]+)">([^<]*)</MDI>\n')
@@ -72,7 +73,6 @@ def vrt_store(path: str | os.PathLike, *, check_sources: bool = True, allow=None
     """A read-only zarr store of our VRT (see the module): its recorded references,
     confined to its recorded roots, its sources checked for changes."""
     from ...storage import resolve
-    from ..kerchunk.reader import reference_store
 
     path = Path(path)
     base = base or os.path.dirname(os.path.abspath(path))

@@ -18,6 +18,7 @@ from xml.sax.saxutils import escape
 
 from ...model import Location, Plan, Problem, VirtualizeError
 from ...storage import is_url, protocol
+from ..references import record_section, reference_set
 from ..staging import staged_file
 from .layout import INSTEAD, KIND, SAMPLES, VrtLayout, vrt_layout
 
@@ -47,15 +48,10 @@ def write_vrt(plan: Plan, dest: str | Path, overwrite: bool = False, *,
 
 def vrt_text(plan: Plan, relative_to: str | None = None) -> str:
     """The VRT document of `plan` (raises VirtualizeError with every problem found)."""
-    from ..kerchunk.writer import kerchunk_refs
-
     layout = vrt_layout(plan)
     names = _source_names(plan, layout, relative_to)
     first, body = _raster(plan, layout, names, _scaling(plan, layout))
-    refs = kerchunk_refs(plan, relative_to)
-    section = refs["virtualize"]
-    section["format"] = VRT_FORMAT
-    section["version"] = VRT_VERSION
+    refs = reference_set(plan, record_section(plan, VRT_FORMAT, VRT_VERSION), relative_to)
     packed = base64.b64encode(zlib.compress(
         json.dumps(refs, allow_nan=False, separators=(",", ":")).encode(), 6)).decode()
     meta = [VRT_HEAD,

@@ -1,0 +1,448 @@
+"""The steps every job of the API shares, by their public names: inputs expanded
+(`expand_paths`), files scanned (`scan_all`), a stack checked (`check_stack`: scanned,
+cut, planned, every zarr.json rendered, a few chunks decoded; `check_recipe`: planned by a
+`Recipe`), a checked plan written (`output_kind` before scanning, `write_checked`), and
+what an existing output recorded (`existing_output`, `recorded`, `replan`: its
+stack planned again from its record). The jobs (checking, create, appending, cubes) are
+made of these; none takes another's private name."""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import json
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from .. import storage
+from ..checks.decode import decode_check
+from ..conventions import ScanHint
+from ..formats import registry as _formats
+from ..model import FileInventory, Location, Plan, Problem, VirtualizeError
+from ..outputs import registry
+from ..outputs.metadata import array_doc, group_doc, omitted_attrs
+from ..outputs.staging import guard_output
+from ..plan.cut import cut_stack
+from ..plan.merge import unknown_variables
+from ..report import Report
+from ..run.executors import scan_on
+from ..run.policy import check_jobs, scan_jobs
+from ..run.share import Sharer
+from ..run.workers import scan_bounded, scan_or_problems
+from .recipe import Planner, Recipe
+
+PathLike = str | os.PathLike
+# Seconds one file's scan may take before it is stopped and reported (`scan-timeout`).
+DEFAULT_SCAN_TIMEOUT = 60.0
+
+
+def set_storage(options: dict | None) -> None:
+    """Storage options of remote sources and outputs: {protocol: {key: value}} or one flat
+    {key: value} for every protocol (storage.py)."""
+    if options is not None:
+        storage.set_options(options)
+
+
+
+# -- inputs ---------------------------------------------------------------------
+
+# names of files a directory argument takes without looking inside (a damaged one is then
+# reported, not skipped); any other file is taken when its first bytes are of a format read
+DATA_SUFFIXES = _formats.suffixes()  # (every format's: formats/registry.py)
+
+
+def expand_paths(paths, empty: list[str] | None = None,
+           skipped: dict[str, list[str]] | None = None,
+           unmatched: list[str] | None = None) -> list[str]:
+    """Files as given; a pattern with * ? [ that names no file is expanded (sorted, as a
+    shell would; one that matches nothing is added to `unmatched`); a directory stands for
+    the files in it (sorted, not hidden, not recursive) of formats virtualize reads
+    (others, such as .aux.xml side-cars and checksums, are added to `skipped` by
+    directory), unless it is a kerchunk parquet reference set (one input); directories
+    that hold none are added to `empty`."""
+    from ..formats import is_input_directory
+
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    out: list[str] = []
+    for p in map(os.fspath, paths):
+        p = os.fspath(storage.local_path(p))  # file:///abs: a local path (a directory, a glob)
+        if storage.is_url(p):
+            storage.normalize(p)  # an unknown scheme is refused here
+            if storage.has_magic(p):
+                matched = storage.glob(p)
+                if not matched and unmatched is not None:
+                    unmatched.append(p)
+                out += matched
+            elif p.endswith("/") and storage.isdir(p):
+                inside = storage.listdir(p)
+                if not inside and empty is not None:
+                    empty.append(p)
+                out += inside
+            else:
+                out.append(p)
+            continue
+        if glob.has_magic(p) and not os.path.exists(p):
+            matched = sorted(glob.glob(p))
+            if matched:
+                out += expand_paths(matched, empty, skipped)
+                continue
+            if unmatched is not None:  # not a file named with * either: nothing matches
+                unmatched.append(p)
+                continue
+        if os.path.isdir(p) and not is_input_directory(p):
+            inside = sorted(os.path.join(p, f) for f in os.listdir(p)
+                            if not f.startswith(".") and os.path.isfile(os.path.join(p, f)))
+            taken = [f for f in inside if _readable_format(f)]
+            if len(taken) < len(inside) and skipped is not None:
+                skipped[p] = [os.path.basename(f) for f in inside if f not in taken]
+            if not taken and empty is not None:
+                empty.append(p)
+            out += taken
+        else:
+            out.append(p)
+    return out
+
+
+def unmatched_problems(patterns: list[str]) -> list[Problem]:
+    """A pattern that matches nothing: fatal, as a missing file is (a stack without the
+    files it names would be silently shorter)."""
+    return [Problem(Location(p if storage.is_url(p) else os.path.abspath(p)), "no-files",
+                    f"no file matches {p!r}") for p in patterns]
+
+
+def _readable_format(path: str) -> bool:
+    from ..formats import detect_format
+
+    if path.lower().endswith(DATA_SUFFIXES):
+        return True
+    try:
+        return detect_format(path) is not None
+    except OSError:
+        return True  # unreadable: reported by the scan
+
+
+# -- scanning and checking -------------------------------------------------------
+
+# what leaves a file out with `skip_unreadable`: a scan that failed so (the file is not a
+# readable file of a format virtualize reads; missing or forbidden, a URL's 404 or 403 too),
+# or a damaged object in it (fatal corrupt)
+UNSCANNABLE = frozenset({"unreadable", "unknown-format", "corrupt", "truncated",
+                         "scan-timeout", "scan-crashed", "source-missing", "source-forbidden"})
+DAMAGED = frozenset({"corrupt", "truncated"})
+
+
+def unscannable(result: FileInventory | list[Problem]) -> Problem | None:
+    """The problem that makes this file one `skip_unreadable` leaves out, or None."""
+    if isinstance(result, FileInventory):
+        return next((p for p in result.problems if p.fatal and p.kind in DAMAGED), None)
+    return next((p for p in result if p.fatal and p.kind in UNSCANNABLE), None)
+
+
+def check_stack(paths, planner: Planner, progress, materialize_limit: int | None = None,
+                jobs: int | str = "auto", scan_timeout: float | None = DEFAULT_SCAN_TIMEOUT,
+                names=None, decode: str = "groups", exclude: Sequence[str] = (), executor=None,
+                chunk_size: int | None = None, like: FileInventory | None = None,
+                hint: ScanHint | None = None, skip_unreadable: bool = False) -> Report:
+    """Scan `paths`, plan them, check the plan (`exclude`: files whose chunks the decode
+    check does not read: an append's recorded last step; `chunk_size`: large uncompressed
+    blocks cut first, for the plan and the decode check alike; `like`: an append's
+    recorded last step, whose cuts the new files keep; `hint`: how `planner` plans;
+    `skip_unreadable`: files that cannot be scanned are left out, listed in the report's
+    `left_out`)."""
+    check_jobs(jobs, executor)
+    empty: list[str] = []
+    skipped: dict[str, list[str]] = {}
+    unmatched: list[str] = []
+    files = expand_paths(paths, empty, skipped, unmatched)
+    problems: list[Problem] = unmatched_problems(unmatched)
+    invs: list[FileInventory] = []
+    bytes_read: dict[str, int] = {}
+    requests: dict[str, int] = {}
+    for d in empty:
+        problems.append(Problem(Location(os.path.abspath(d)), "no-files",
+                                f"the directory {d} holds no files (hidden files and "
+                                "subdirectories are not read)", fatal=not files))
+    if not files and not empty and not unmatched:
+        problems.append(Problem(Location(), "no-files", "no input files were given"))
+    if hint is not None and hint.planner != "append" and len(files) == 1:
+        # one file is compared with no other: its shared variables need no digests (an
+        # append to its cube, finding none recorded, rebuilds it: plan/_state.py)
+        hint = dataclasses.replace(hint, alone=True)
+    share = Sharer()  # what the files repeat is held once (flat memory for large stacks)
+    listed: list[str] = []  # the files as the report names them
+    left_out: list[dict[str, str]] = []
+    for i, result in enumerate(scan_all(files, jobs, scan_timeout, executor, hint)):
+        listed.append(storage.normalize(files[i]))
+        why = unscannable(result) if skip_unreadable else None
+        if why is not None:
+            left_out.append({"path": listed.pop(), "kind": why.kind, "message": why.message})
+        elif isinstance(result, FileInventory):
+            if result.path == listed[-1]:
+                result.path = listed[-1]  # one string for the report, the plan and the check
+            invs.append(share(result))
+            bytes_read[result.path] = result.bytes_read
+            requests[result.path] = result.requests
+        else:
+            problems.extend(result)
+        if progress is not None:
+            progress(i + 1, len(files), result if isinstance(result, FileInventory) else None)
+    if left_out and not invs and not any(p.fatal for p in problems):
+        problems.append(Problem(Location(), "no-files",
+                                f"every file was left out: none of the {len(left_out)} file(s) "
+                                f"can be scanned (first: {left_out[0]['path']}: "
+                                f"{left_out[0]['kind']} {left_out[0]['message']})"))
+    plan = None
+    notes: list[str] = [f"skipped {len(fs)} file(s) in {d} of no format virtualize reads: "
+                        + ", ".join(fs[:5]) + (", ..." if len(fs) > 5 else "")
+                        for d, fs in skipped.items()]
+    unknown = names(invs) if names is not None and invs else []
+    problems.extend(unknown)
+    if invs and not unknown:
+        invs, cut_notes, cut_problems = cut_stack(invs, chunk_size, like)
+        notes.extend(cut_notes)
+        problems.extend(cut_problems)
+        plan, plan_problems = planner(invs)
+        problems.extend(plan_problems)
+        # the sources the cube copies chunks from (--materialize): no re-scan proves a touch
+        for k in {c.source for a in plan.arrays.values() for c in a.materialize.values()}:
+            plan.sources[k].copied = True
+        notes.extend(plan.notes)
+        copied = plan.remedies.get("materialize")
+        if copied and materialize_limit is not None and copied.bytes > materialize_limit:
+            problems.append(Problem(Location(), "materialize-limit",
+                                    f"the plan would copy {copied.bytes} bytes in {copied.blocks} "
+                                    f"block(s), more than the limit of {materialize_limit}"))
+        if not plan.arrays and not any(p.fatal for p in problems):
+            skipped = sorted({p.loc.variable for p in problems if p.loc.variable})
+            one = len(invs) == 1  # then the file is named
+            problems.append(Problem(
+                Location(invs[0].path) if one else Location(), "no-arrays",
+                f"no variable of {'this file' if one else 'these files'} can be virtualized, "
+                "so a cube would be empty"
+                + (f" (skipped: {', '.join(skipped)})" if skipped else "")))
+        # every zarr.json rendered as the write renders it (check and write agree)
+        problems.extend(render_problems(plan))
+        # a few stored chunks decoded through the cube's codecs, compared with the sources
+        checked = decode_check(plan, invs, select=decode,
+                               skip={(p.loc.file, p.loc.variable) for p in problems if p.fatal}
+                               | {(f, None) for f in exclude})
+        problems.extend(checked.problems)
+        notes.extend(checked.notes)
+    if len(invs) + len(left_out) < len(files) and plan is not None:
+        notes.append(f"{len(files) - len(invs) - len(left_out)} file(s) could not be scanned")
+    if left_out:
+        notes.insert(0, f"left out {len(left_out)} file(s) that cannot be scanned "
+                        "(--skip-unreadable): " + ", ".join(
+                            f"{os.path.basename(d['path'])} ({d['kind']})" for d in left_out[:5])
+                     + (", ..." if len(left_out) > 5 else ""))
+        if plan is not None:
+            plan.left_out = left_out
+    if len(listed) + len(left_out) != len(files):
+        listed = [storage.normalize(f) for f in files]
+    return Report(files=listed, problems=problems, plan=plan, notes=notes,
+                  bytes_read=bytes_read, requests=requests, left_out=left_out)
+
+
+def render_problems(plan: Plan) -> list[Problem]:
+    """Every zarr.json document of the plan rendered as the emitters render it (the same
+    functions, strict JSON), so that `check` refuses what the write could not write; each
+    failure is located at the file the metadata comes from (the first) and the node."""
+    first = plan.sources[0].path if plan.sources else None
+    out: list[Problem] = []
+    nodes = [(g or "/", lambda attrs=attrs: group_doc(attrs)) for g, attrs in plan.groups.items()]
+    nodes += [(name, lambda a=a: array_doc(a)) for name, a in plan.arrays.items()]
+    for name, a in plan.arrays.items():
+        for key, why in omitted_attrs(a.attrs, a.dtype):
+            out.append(Problem(Location(first, name), "attribute-omitted",
+                               f"attribute {key!r} is left out of the cube: {why}", fatal=False))
+    for name, render in nodes:
+        try:
+            json.dumps(render(), allow_nan=False)
+        except (ValueError, TypeError, OverflowError) as e:
+            out.append(Problem(Location(first, name), "metadata-unrenderable",
+                               f"its zarr.json cannot be written: {e}"))
+    return out
+
+
+def scan_all(files: list[str], jobs: int | str, scan_timeout: float | None,
+              executor=None, hint: ScanHint | None = None
+              ) -> Iterator[FileInventory | list[Problem]]:
+    """Scan in file order: as tasks of `executor` when given, else with a time limit (or
+    jobs > 1; 0: one per core; "auto": by the stack) in worker processes, each file within
+    `scan_timeout` seconds (see run/workers.py and docs/scale.md). `hint`: how the files
+    will be planned (the scan digests what that planner compares across files)."""
+    if scan_timeout is not None and scan_timeout < 0:
+        raise ValueError(f"scan_timeout must be positive (or None / 0 for no limit), not {scan_timeout}")
+    if executor is not None:
+        yield from scan_on(executor, files, scan_timeout or None, hint=hint)
+        return
+    jobs = scan_jobs(jobs, files)
+    if not scan_timeout and jobs <= 1:
+        yield from (scan_or_problems(f, hint) for f in files)
+        return
+    yield from scan_bounded(files, scan_timeout or None, jobs, hint)
+
+
+def unknown_names(invs: list[FileInventory], recipe: Recipe) -> list[Problem]:
+    """The recipe's --drop / --inline / --variables names no file has, and an axis no file
+    has where a new axis makes no sense (some file has an unlimited dimension, or a
+    dimension spelled almost alike): problems listing the names that exist."""
+    import difflib
+
+    # and those a scanner could not take (named by its problems: --drop is their remedy)
+    variables = {n for inv in invs for n in inv.variables}
+    variables |= {p.loc.variable for inv in invs for p in inv.problems if p.loc.variable}
+    variables |= {n.rpartition("/")[2] for n in variables}
+    dims = {d for inv in invs for v in inv.variables.values() for d in v.dims}
+    dims |= {d.rpartition("/")[2] for inv in invs for d in inv.dimensions}  # unused ones too
+    out = []
+    for option, wanted in (("--drop", recipe.drop), ("--inline", recipe.inline)):
+        for name in sorted(set(wanted) - variables):
+            out.append(Problem(Location(None, name), "unknown-name",
+                               f"{option} {name}: no file has a variable {name!r}; the variables "
+                               f"are: {', '.join(sorted(variables)) or '(none)'}"))
+    for name in unknown_variables(invs, recipe.variables or ()):
+        out.append(Problem(Location(None, name), "unknown-name",
+                           f"--variables {name}: no file has a variable {name!r}; the "
+                           f"variables are: {', '.join(sorted(variables)) or '(none)'}"))
+    for dim in (d for d in recipe.named_dims if d not in dims):
+        unlimited = any(d.unlimited for inv in invs for d in inv.dimensions.values())
+        close = difflib.get_close_matches(dim, sorted(dims), n=3, cutoff=0.6)
+        if unlimited or close:
+            out.append(Problem(Location(None, None, dim), "unknown-name",
+                               f"--concat-dim {dim}: no file has a dimension "
+                               f"{dim!r}; the dimensions are: {', '.join(sorted(dims))}"
+                               + (f" (did you mean {close[0]!r}?)" if close else "")
+                               + f"; a new axis takes each file's value from --coord "
+                                 f"{dim}=attr:NAME, var:NAME, name:REGEX or v1,v2,..."))
+    return out
+
+
+def check_recipe(paths, recipe: Recipe, *, jobs: int | str = "auto", executor=None,
+                 progress=None, scan_timeout: float | None = DEFAULT_SCAN_TIMEOUT,
+                 skip_unreadable: bool = False, decode: str = "groups") -> Report:
+    """`paths` checked as `recipe` plans them (`check_stack`; its --drop, --inline and
+    axis names checked against the files first): the report of `check` and
+    `check_mosaic`, of an output's stack planned again and of an append's rebuild. Its
+    plan records the recipe (with each file's listed value of a new axis)."""
+    planner, hint = recipe.planner(), recipe.hint()
+    report = check_stack(paths, planner, progress, recipe.materialize_limit, jobs,
+                         scan_timeout, decode=decode, executor=executor,
+                         chunk_size=recipe.chunk_size, hint=hint,
+                         names=lambda invs: unknown_names(invs, recipe),
+                         skip_unreadable=skip_unreadable)
+    if report.plan is not None:
+        report.plan.recipe = recipe.record(report.files)
+    return report
+
+
+# -- writing, and what an output recorded -------------------------------------------------
+
+def output_kind(out: PathLike, format: str | None, overwrite: bool, paths=None,
+                relative: bool = False) -> str:
+    """The output's kind; refuses early (before any scanning) an output named with a
+    suffix of a format virtualize does not write (outputs/registry.py FOREIGN_SUFFIXES), one that exists
+    without `overwrite`, that virtualize did not write, or that is, holds or sits in one
+    of `paths` (when given as a path or a list: an iterator is checked at writing)."""
+    out = storage.local_path(out)  # (file:///abs/x.zarr is /abs/x.zarr)
+    remote = storage.is_url(out)
+    if remote:
+        storage.normalize(out)  # an unknown scheme is refused before anything is scanned
+    out = os.fspath(out) if remote else Path(out)
+    kind = registry.kind_of(out, format)
+    if relative:
+        registry.refuse_relative(kind)
+    sources = expand_paths(paths) if isinstance(paths, (str, os.PathLike, list, tuple)) else []
+    if remote:
+        from ..outputs.remote import guard_remote
+        guard_remote(out, overwrite, sources)
+    else:
+        guard_output(out, overwrite, sources)  # before any scanning: fail fast, lose nothing
+    # (after the guards: a source named as the output is refused as that)
+    registry.refuse_foreign(out)  # a name that promises a format not written
+    return kind
+
+
+def refuse_unless_ok(report: Report) -> None:
+    if not report.ok:
+        raise VirtualizeError([p for p in report.problems if p.fatal],
+                              f"cannot virtualize: {sum(p.fatal for p in report.problems)} "
+                              "problem(s); nothing was written", report=report)
+
+
+def write_checked(report: Report, out: PathLike, kind: str, overwrite: bool,
+                  relative: bool = False) -> Report:
+    """Write a checked stack's plan to `out` (its `kind`: `output_kind`), locally or to
+    object storage, through the kind's plug-in; refused (nothing written) unless the
+    report is ok."""
+    refuse_unless_ok(report)
+    out = storage.local_path(out)
+    plugin = registry.by_name(kind)
+    # every file named, scanned or not, is protected (the writers check their plan's too)
+    if storage.is_url(out):  # object storage: built here, uploaded root documents last
+        from ..outputs.remote import write_remote
+        url = storage.normalize(out)
+
+        def write(plan, local, over):
+            return plugin.write(plan, local, over, relative_to=url if relative else None)
+        write_remote(write, report.plan, url, kind, overwrite)
+        report.output = {"path": url, "kind": kind}
+        return report
+    guard_output(out, overwrite, report.files)
+    plugin.write(report.plan, out, overwrite,
+                 relative_to=os.path.abspath(out) if relative else None)
+    report.output = {"path": os.path.abspath(out), "kind": kind}
+    return report
+
+
+def existing_output(cube: PathLike, what: str) -> tuple[Path, str]:
+    """An output on this machine's file system (a file:// URL too; another URL is
+    refused, not mangled into a local path) and its kind (outputs/registry.py `kind_at`:
+    by what is there; nothing there reads as a cube directory, refused with its record)."""
+    cube = storage.local_path(cube)
+    if storage.is_url(str(cube)):
+        raise VirtualizeError([Problem(Location(str(cube)), "remote-cube",
+                                       f"{what} works on a cube on this machine's file system; "
+                                       "copy the cube here first (virtualize.open reads it "
+                                       "where it is)")], f"{cube}: {what} needs a local cube")
+    return Path(cube), registry.kind_at(cube, by_name=False)
+
+
+def recorded(cube: Path, kind: str) -> dict:
+    """What a cube recorded about how it was made: sources and recipe (a kerchunk JSON
+    written by virtualize: its `virtualize` section)."""
+    plugin = registry.by_name(kind)
+    info = plugin.recorded(cube)
+    if not isinstance(info, dict) or not isinstance(info.get("sources"), list):
+        gdal = f"; {plugin.foreign_hint}" if plugin.foreign_hint else ""
+        raise VirtualizeError([Problem(Location(str(cube)), "not-a-cube",
+                                       "not a cube directory, GDAL VRT, kerchunk JSON or "
+                                       "parquet set, or Icechunk repository written by "
+                                       f"virtualize{gdal}")])
+    return info
+
+
+def recipe_of(cube: Path, info: dict) -> Recipe:
+    """The recipe `cube` recorded (`info`: `recorded`); refused when it records none."""
+    recipe = Recipe.from_dict(info.get("recipe"))
+    if recipe is None:
+        raise VirtualizeError([Problem(Location(str(cube)), "not-appendable",
+                                       "the cube records no recipe (written by an older "
+                                       "virtualize): re-run virtualize with its files")])
+    return recipe
+
+
+def replan(cube: Path, info: dict, *, jobs: int | str = "auto", executor=None, progress=None,
+           decode: str = "groups",
+           scan_timeout: float | None = DEFAULT_SCAN_TIMEOUT) -> Report:
+    """The cube's stack planned again from its recorded inputs and recipe (its plan
+    keeps the record's recipe as it was written)."""
+    recipe = recipe_of(cube, info)
+    inputs = [s["path"] for s in info["sources"] if not s.get("referenced_by")]
+    report = check_recipe(inputs, recipe, jobs=jobs, executor=executor, progress=progress,
+                          scan_timeout=scan_timeout, decode=decode)
+    if report.plan is not None:
+        report.plan.recipe = dict(info["recipe"])
+    return report
