@@ -68,9 +68,9 @@ FIXED_SIZE = frozenset({"bytes", "transpose", "numcodecs.shuffle", "numcodecs.de
 # more decoded bytes than its stored bytes times these cannot be what they hold (a damaged
 # header's tile geometry, ZNAXISn, chunk lengths). Codecs not named have no such bound.
 MAX_RATIO = {"numcodecs.zlib": 1032, "numcodecs.gzip": 1032, "gzip": 1032,
-             "imagecodecs_deflate": 1032, "imagecodecs_zlib": 1032, "imagecodecs_lzw": 4096,
-             "imagecodecs_packbits": 64, "virtualize.lzf": 90, "imagecodecs_rcomp": 256,
-             "numcodecs.fixedscaleoffset": 8, "virtualize.fitsscale": 8}
+             "imagecodecs_lzw": 4096, "imagecodecs_packbits": 64, "virtualize.lzf": 90,
+             "imagecodecs_rcomp": 256, "numcodecs.fixedscaleoffset": 8,
+             "virtualize.fitsscale": 8}
 
 
 @dataclass
