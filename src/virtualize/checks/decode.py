@@ -383,7 +383,11 @@ class _ArrayCheck:
         off = frefs["offset"]
         file_extents = job.extents[job.new_axis:]
         bs = v.blocks.block_shape
-        for h in hit.tolist():  # blocks sharing bytes decode alike: prefer one that fits
+        # a block starting where the chunk does first (blocks that overlap, a damaged
+        # offset's, hold other values): then blocks sharing bytes decode alike, prefer
+        # one that fits
+        hit = hit[np.argsort(off[hit] != s.offset, kind="stable")]
+        for h in hit.tolist():
             block = tuple(int(b) for b in np.unravel_index(h, v.blocks.refs.shape))
             start = [b * n for b, n in zip(block, bs)]
             skip = s.offset - int(off[h])
