@@ -280,3 +280,28 @@ def test_a_small_array_has_every_chunk_decoded(tmp_path):
     assert [(p.kind, p.loc.file) for p in e.value.problems] == [
         ("decode-mismatch", str(files[1]))]
     assert not (tmp_path / "c.zarr").exists()
+
+
+def test_the_smallest_chunk_proves_an_array_whose_others_are_too_large(tmp_path, monkeypatch):
+    """An array whose chunks the groups take are all too large to decode is proven on its
+    smallest stored chunk. Three LZW TIFFs along a new axis, the limits made small so that a
+    strip is over the decode limit and one shape group is taken: the first
+    and third files' short last strips are sparse, so the groups take full strips only; the
+    second's (stored at full height: it decodes to more than its chunk) is the smallest stored
+    chunk, decoded and refused, where before the array was written unchecked (a note)."""
+    monkeypatch.setattr(decode_module, "EVERY_CHUNKS", 0)
+    monkeypatch.setattr(decode_module, "MAX_GROUPS", 1)
+    monkeypatch.setattr(decode_module, "DECODE_LIMIT", 2000)  # a strip: 2880, the last 1080
+    data = np.arange(H * W, dtype="u2").reshape(H, W)
+    files = [tmp_path / f"2024-01-0{day}.tif" for day in (1, 2, 3)]
+    for path in files[::2]:
+        tifffile.imwrite(path, data, compression="lzw", rowsperstrip=RPS,
+                         photometric="minisblack")
+        with tifffile.TiffFile(path, mode="r+b") as tif:  # its last strip never written
+            page = tif.pages[0]
+            page.tags["StripOffsets"].overwrite([*page.tags["StripOffsets"].value[:-1], 0])
+            page.tags["StripByteCounts"].overwrite([*page.tags["StripByteCounts"].value[:-1], 0])
+    full_height_last_strip(files[1], data + 1)
+    report = virtualize.check(files, concat_dim="time")
+    assert [(p.kind, p.loc.file, p.loc.block) for p in report.problems if p.fatal] == [
+        ("decode-mismatch", str(files[1]), ((H - 1) // RPS, 0))]
