@@ -9,12 +9,8 @@ from __future__ import annotations
 import os
 
 import pytest
-from hypothesis import HealthCheck, given, seed, settings
-from hypothesis import strategies as st
 
-from . import _oracle
-from .conftest import OUTCOMES
-from .test_mutations import SEED, Source, mutate
+from .test_mutations import Source, file_mutant, judge_mutants
 
 pytest.importorskip("pyhdf.SD")
 import make_hdf4  # noqa: E402  (fixtures/ is on sys.path: tests/conftest.py)
@@ -28,21 +24,5 @@ EXAMPLES = max(1, int(os.environ.get("VIRTUALIZE_MUTATIONS", "60")) // 3)
 @pytest.mark.parametrize("case", ["hdf4_sds", "hdf4_codecs", "hdf4_eos", "hdf4_eos_grids"])
 def test_mutated_hdf4_files_are_read_exactly_or_refused(case, tmp_path_factory):
     work = tmp_path_factory.mktemp(f"mut-{case}")
-    path = make_hdf4.make(case, work)[0]
-    src = Source(case, path)
-
-    @settings(max_examples=EXAMPLES, derandomize=SEED is None, deadline=None, database=None,
-              suppress_health_check=list(HealthCheck))
-    @seed(int(SEED or 0))
-    @given(st.data())
-    def run(data):
-        mutated, what = mutate(src, data)
-        target = work / "mutated.hdf"
-        target.write_bytes(mutated)
-        try:
-            outcome = _oracle.judge(target, work / "cube.zarr")
-        except AssertionError as e:
-            raise AssertionError(f"{case} {what}: {e}") from None
-        OUTCOMES.append((case, outcome))
-
-    run()
+    src = Source(case, make_hdf4.make(case, work)[0])
+    judge_mutants(case, EXAMPLES, file_mutant(src, work / "mutated.hdf"), work)

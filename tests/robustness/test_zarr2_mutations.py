@@ -18,12 +18,10 @@ import numcodecs
 import numpy as np
 import pytest
 import zarr
-from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
 from . import _oracle
-from .conftest import OUTCOMES
-from .test_mutations import SEED
+from .test_mutations import judge_mutants
 
 EXAMPLES = max(1, int(os.environ.get("VIRTUALIZE_MUTATIONS", "60")) // 3)
 ABSURD = ("0", "-1", "2147483647", "4611686018427387904", "1e308", "0.5")
@@ -122,17 +120,7 @@ def test_mutated_zarr2_stores_are_read_exactly_or_refused(consolidated, tmp_path
     label = f"zarr2-{'consolidated' if consolidated else 'walked'}"
     assert _oracle.judge(src, work / "cube.zarr") == "accepted"  # (the source itself)
 
-    @settings(max_examples=EXAMPLES, derandomize=SEED is None, deadline=None, database=None,
-              suppress_health_check=list(HealthCheck))
-    @seed(int(SEED or 0))
-    @given(st.data())
-    def run(data):
-        target = work / "mutated.zarr"
-        what = mutate_store(src, target, data)
-        try:
-            outcome = _oracle.judge(target, work / "cube.zarr")
-        except AssertionError as e:
-            raise AssertionError(f"{label} {what}: {e}") from None
-        OUTCOMES.append((label, outcome))
+    def mutant(data):
+        return work / "mutated.zarr", mutate_store(src, work / "mutated.zarr", data)
 
-    run()
+    judge_mutants(label, EXAMPLES, mutant, work)

@@ -119,11 +119,11 @@ def _int(path: str, header, key: str, at: int, default=None) -> int:
     return int(value)
 
 
-def _read_header(f, path: str, size: int, at: int, fits, notes: list[Problem]
-                 ) -> tuple[Any, int]:
+def _read_header(f, path: str, size: int, at: int, fits, notes: list[Problem],
+                 max_blocks: int = MAX_HEADER_BLOCKS) -> tuple[Any, int]:
     """The header starting at byte `at` (astropy's parse) and its length in bytes."""
     raw = bytearray()
-    for k in range(MAX_HEADER_BLOCKS):
+    for k in range(max_blocks):
         f.seek(at + k * BLOCK)
         block = f.read(BLOCK)
         if len(block) < BLOCK:
@@ -169,6 +169,11 @@ def walk(f, path: str, size: int) -> list[Hdu]:
         if hdus:
             f.seek(at)
             head = f.read(9)
+            if head != b"XTENSION=" and _a_header(f, path, size, at, fits):
+                # (a damaged XTENSION card: astropy reads on past it, into the HDUs after)
+                raise corrupt(path, f"the header at byte offset {at} does not start with "
+                                    f"an XTENSION card ({bytes(head)!r}): a damaged extension, "
+                                    "the HDUs after it unknown")
             if head != b"XTENSION=":  # (astropy too stops at what is no extension)
                 notes.append(Problem(
                     Location(path), "trailing-bytes",
@@ -190,6 +195,15 @@ def walk(f, path: str, size: int) -> list[Hdu]:
             f"byte {at}): a truncated file? Its data are whole; HDUs after it, if it had "
             "any, are lost", fatal=False))
     return hdus
+
+
+def _a_header(f, path: str, size: int, at: int, fits) -> bool:
+    """Whether the bytes at `at` are a header's cards up to an END card (in a few blocks)."""
+    try:
+        _read_header(f, path, size, at, fits, [], max_blocks=16)
+    except VirtualizeError:
+        return False
+    return True
 
 
 def _layout(path: str, header, index: int, at: int, data_offset: int) -> Hdu:
