@@ -23,6 +23,13 @@ Cases (each tool does the nearest equivalent of the same job):
   job    the file to an output on disk:
            virtualize           virtualize.virtualize(path, "cube.zarr")
            virtualize-json      virtualize.virtualize(path, "refs.json")  (kerchunk JSON)
+           virtualize-cut       virtualize.virtualize(huge, "cut.zarr"): another file, a
+                                sparse CDF-2 one whose fixed variable claims 4 TiB
+                                (2**20 x 2**20 float32), cut at --chunk-size (16 MiB) into
+                                262,144 references (no peer cuts blocks: its `x virt.` is
+                                against virtualize's job on the record file, a floor
+                                measured in the same run); skipped where the file system
+                                holds no sparse file
            virtualizarr         open_virtual_dataset + .vz.to_kerchunk(json)
            kerchunk             translate() + JSON dump
 
@@ -53,10 +60,12 @@ import _harness
 from _harness import MB, log
 
 CASES = ("scan", "job")
-TOOLS = ("virtualize", "virtualize-json", "virtualizarr-parser", "virtualizarr", "kerchunk")
+TOOLS = ("virtualize", "virtualize-json", "virtualize-cut", "virtualizarr-parser", "virtualizarr",
+         "kerchunk")
 PLAN = {
     "virtualize": CASES,
     "virtualize-json": ("job",),
+    "virtualize-cut": ("job",),
     "virtualizarr-parser": ("scan",),
     "virtualizarr": CASES,
     "kerchunk": CASES,
@@ -83,8 +92,25 @@ def write_file(path: Path, n_records: int) -> None:
         count[:] = rng.integers(0, 1000, (n_records, NY, NX)).astype("i2")
 
 
+def write_sparse(path: Path) -> bool:
+    """A CDF-2 file claiming v(2**20, 2**20) float32 (4 TiB), written without fill: netCDF-C
+    extends it sparsely. False (and no file) where the file system does not hold it so."""
+    import netCDF4
+
+    with netCDF4.Dataset(path, "w", format="NETCDF3_64BIT_OFFSET") as nc:
+        nc.set_fill_off()
+        nc.createDimension("y", 2**20)
+        nc.createDimension("x", 2**20)
+        nc.createVariable("v", "f4", ("y", "x"))
+    if os.path.getsize(path) < 2**42 or os.stat(path).st_blocks * 512 > 2**20:
+        path.unlink()
+        return False
+    return True
+
+
 def make_files(workdir: Path, n_records: int) -> dict:
-    """The big file and a small warm-up file; reused when the parameters match."""
+    """The big file and a small warm-up file (and the sparse one the cut is timed on);
+    reused when the parameters match."""
     workdir.mkdir(parents=True, exist_ok=True)
     stamp = workdir / "params.json"
     params = {"records": n_records, "grid": [NY, NX], "v": 1}
@@ -95,7 +121,11 @@ def make_files(workdir: Path, n_records: int) -> dict:
         write_file(big, n_records)
         write_file(small, 100)
         stamp.write_text(json.dumps(params))
-    return {"big": str(big), "small": str(small)}
+    huge = workdir / "sparse_4tib.nc"
+    if not huge.exists():
+        write_sparse(huge)
+    return {"big": str(big), "small": str(small),
+            "huge": str(huge) if huge.exists() else None}
 
 
 # -- the jobs each tool does -------------------------------------------------------------
@@ -105,6 +135,19 @@ def tool_ops(tool: str, case: str, files: dict, out: Path):
     `summarize(result)` says in a few words what came out."""
     big, small = files["big"], files["small"]
     url, small_url = Path(big).resolve().as_uri(), Path(small).resolve().as_uri()
+
+    if tool == "virtualize-cut":
+        import virtualize
+
+        if files["huge"] is None:
+            raise RuntimeError("this file system does not hold a sparse 4 TiB file")
+
+        def summarize(rep):
+            a = rep.plan.arrays["v"]
+            return f"ok={rep.ok}, v{a.shape} cut into {a.refs.size} chunks"
+        return (lambda: virtualize.virtualize(small, out / "warm-cut.zarr", overwrite=True)), \
+            (lambda: virtualize.virtualize(files["huge"], out / "cut.zarr", overwrite=True)), \
+            summarize
 
     if tool in ("virtualize", "virtualize-json"):
         import virtualize

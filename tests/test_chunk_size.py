@@ -10,7 +10,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 import h5py
 import netCDF4
@@ -314,15 +313,12 @@ def test_sparse_4tib_netcdf_classic_is_many_references_and_reads(tmp_path):
     with open(src, "r+b") as f:  # a few values near the end (still sparse)
         f.seek(size - 4 * 2**20 + 8)
         f.write(np.array([1.5, 2.5, 3.5], ">f4").tobytes())
-    try:
-        t0 = time.monotonic()
+    try:  # (how long it takes: benchmarks/bench_netcdf3.py, virtualize-cut)
         cube = tmp_path / "cube.zarr"
         report = virtualize.virtualize(src, cube)
-        took = time.monotonic() - t0
         a = report.plan.arrays["v"]
         assert a.refs.shape == (262144, 1) and int(a.refs["length"].max()) == 16 * 2**20
         assert lengths(report, "v")[1] == (2**20,)
-        assert took < 20, f"planning and writing took {took:.1f} s"
         z = virtualize.open(cube)["v"]
         with netCDF4.Dataset(src) as d:
             want = d["v"][2**20 - 1, 0:6]

@@ -426,3 +426,250 @@ def test_an_uncompressed_chunk_of_the_wrong_length_is_refused(case, tmp_path):
         virtualize.open(out)["tas"][...]
     assert e.value.problems[0].kind == "invalid-reference"
     assert "uncompressed" in e.value.problems[0].message
+
+
+# -- links leading out of a source: refused at check / create, and at open -----------------
+#
+# A source names a place: a Zarr v2 store (its chunk and metadata files), a directory given
+# as input (its files), a kerchunk reference set (each data file, in the directory the set
+# names it in). Whatever lies there is followed only if, its links followed (the file
+# itself, a chain of links, a directory one passes through), it is still there.
+
+def v2_store(path: Path) -> Path:
+    """A Zarr v2 group written by zarr-python: `v` (4, 4) int32 in (2, 2) chunks, uncompressed,
+    its chunk files in nested directories (`v/1/0`)."""
+    g = zarr.open_group(str(path), mode="w", zarr_format=2)
+    a = g.create_array("v", shape=(4, 4), chunks=(2, 2), dtype="<i4", fill_value=-1,
+                       compressors=None,
+                       chunk_key_encoding={"name": "v2", "separator": "/"})
+    a.attrs["_ARRAY_DIMENSIONS"] = ["y", "x"]
+    a[...] = np.arange(16, dtype="<i4").reshape(4, 4)
+    return path
+
+
+def zarr_v2(path: Path) -> np.ndarray:
+    return zarr.open(str(path), mode="r", zarr_format=2)["v"][...]
+
+
+def link_out(kind: str, place: Path, name: str, outside: Path) -> Path:
+    """Make `place/name` lead to a file or directory of the same name in `outside` (moved
+    there): `file` a link to it, `chain` a link to a link to it, `directory` a link to it
+    through a directory link (`place/.via` -> `outside`)."""
+    target = place / name
+    outside.mkdir(exist_ok=True)
+    moved = outside / name
+    shutil.move(target, moved)
+    if kind == "file":
+        target.symlink_to(moved)
+    elif kind == "chain":
+        (place / f".{name}-hop").symlink_to(moved)
+        target.symlink_to(place / f".{name}-hop")
+    else:
+        (place / ".via").symlink_to(outside, target_is_directory=True)
+        target.symlink_to(place / ".via" / name)
+    return moved
+
+
+def link_in(kind: str, place: Path, name: str) -> None:
+    """The same links, leading to a place inside `place` (`place/.kept`)."""
+    kept = place / ".kept"
+    kept.mkdir(exist_ok=True)
+    moved = kept / name
+    shutil.move(place / name, moved)
+    if kind == "file":
+        (place / name).symlink_to(moved)
+    elif kind == "chain":
+        (place / f".{name}-hop").symlink_to(moved)
+        (place / name).symlink_to(place / f".{name}-hop")
+    else:
+        (place / ".via").symlink_to(kept, target_is_directory=True)
+        (place / name).symlink_to(place / ".via" / name)
+
+
+def refused_at(problems):
+    return [(p.kind, p.loc.file, p.loc.variable, p.loc.block) for p in problems if p.fatal]
+
+
+LINKS = ["file", "chain", "directory"]
+
+
+@pytest.mark.parametrize("how", LINKS)
+def test_a_store_chunk_leading_out_of_the_store_is_refused(tmp_path, how):
+    """A chunk file (or, `directory`, the chunk directory `v/1`) of a Zarr v2 store linked
+    to a copy outside it: zarr-python would read the outside bytes; `check` and `create`
+    refuse the chunk, naming it and where the link leads."""
+    store = v2_store(tmp_path / "s.zarr")
+    if how == "directory":  # the directory holding chunks (1, 0) and (1, 1)
+        moved = link_out("file", store / "v", "1", tmp_path / "elsewhere")
+        where = str(moved / "0")
+    else:
+        where = str(link_out(how, store / "v" / "1", "0", tmp_path / "elsewhere"))
+    np.testing.assert_array_equal(zarr_v2(store), np.arange(16).reshape(4, 4))  # zarr reads it
+    report = virtualize.check([store])
+    assert refused_at(report.problems) == [("reference-not-allowed", str(store), "v", (1, 0))]
+    (p,) = [p for p in report.problems if p.fatal]
+    assert "'v/1/0'" in p.message and where in p.message and "outside the store" in p.message
+    with pytest.raises(VirtualizeError):
+        virtualize.virtualize([store], tmp_path / "c.zarr")
+    assert not (tmp_path / "c.zarr").exists()
+
+
+def test_store_metadata_leading_out_of_the_store_is_refused(tmp_path):
+    """`.zattrs` linked to a file outside the store would become the cube's attributes."""
+    store = v2_store(tmp_path / "s.zarr")
+    link_out("file", store / "v", ".zattrs", tmp_path / "elsewhere")
+    (p,) = [p for p in virtualize.check([store]).problems if p.fatal]
+    assert (p.kind, p.loc.file, p.loc.variable) == ("reference-not-allowed", str(store), "v")
+    assert str(tmp_path / "elsewhere" / ".zattrs") in p.message
+
+
+@pytest.mark.parametrize("how", LINKS)
+def test_store_links_that_stay_inside_are_followed(tmp_path, how):
+    store = v2_store(tmp_path / "s.zarr")
+    if how == "directory":
+        link_in("file", store / "v", "1")
+    else:
+        link_in(how, store / "v" / "1", "0")
+    out = tmp_path / "c.zarr"
+    virtualize.virtualize([store], out)
+    assert_same(virtualize.open(out)["v"][...], zarr_v2(store), f"store, {how} link inside")
+    (tmp_path / "s2.zarr").symlink_to(store, target_is_directory=True)  # the store itself
+    virtualize.virtualize([tmp_path / "s2.zarr"], tmp_path / "c2.zarr")
+    assert_same(virtualize.open(tmp_path / "c2.zarr")["v"][...], zarr_v2(store), "via link")
+
+
+def batch_dir(case, tmp_path) -> tuple[Path, list[Path]]:
+    d = tmp_path / "in"
+    d.mkdir()
+    return d, [Path(shutil.copy2(f, d / Path(f).name)) for f in case("appended_batches")[:3]]
+
+
+@pytest.mark.parametrize("how", LINKS)
+def test_a_directorys_file_leading_out_of_it_is_refused(case, tmp_path, how):
+    """A directory given as input stands for its files: one that is a link leading out of it
+    (to a file the cube would then reference and serve) is refused, located at the link and
+    naming where it leads; named itself, the file is taken."""
+    d, files = batch_dir(case, tmp_path)
+    where = link_out(how, d, files[1].name, tmp_path / "elsewhere")
+    report = virtualize.check([d])
+    assert refused_at(report.problems) == [("reference-not-allowed", str(files[1]), None, None)]
+    assert str(where) in report.problems[0].message
+    with pytest.raises(VirtualizeError):
+        virtualize.virtualize([d], tmp_path / "c.zarr")
+    with pytest.raises(VirtualizeError) as e:  # nor appended
+        virtualize.virtualize(files[:1], tmp_path / "a.zarr")
+        virtualize.append(tmp_path / "a.zarr", [d])
+    assert refused_at(e.value.problems) == [("reference-not-allowed", str(files[1]), None, None)]
+    out = tmp_path / "named.zarr"  # the link named itself: the caller's choice
+    virtualize.virtualize(files, out)
+    assert_same(virtualize.open(out)["tas"][...], source_values(files, "tas", "time", DIMS),
+                "the files named")
+
+
+@pytest.mark.parametrize("how", LINKS)
+def test_a_directorys_links_that_stay_inside_are_taken(case, tmp_path, how):
+    d, files = batch_dir(case, tmp_path)
+    link_in(how, d, files[1].name)
+    out = tmp_path / "c.zarr"
+    report = virtualize.virtualize([d], out)
+    assert [s.path for s in report.plan.sources] == [str(f) for f in files]
+    assert_same(virtualize.open(out)["tas"][...], source_values(files, "tas", "time", DIMS),
+                f"directory, {how} link inside")
+
+
+def reference_set(tmp_path, name: str, data: Path) -> Path:
+    """kerchunk's own references (SingleHdf5ToZarr) of the netCDF-4 file `data`, naming it
+    as `data` (a link, maybe)."""
+    import kerchunk.hdf
+
+    refs = kerchunk.hdf.SingleHdf5ToZarr(str(data.resolve())).translate()
+    for k, v in refs["refs"].items():
+        if isinstance(v, list):
+            v[0] = str(data)
+    out = tmp_path / name
+    out.write_text(json.dumps(refs))
+    return out
+
+
+@pytest.mark.parametrize("how", LINKS)
+def test_a_reference_sets_data_file_leading_out_is_refused(case, tmp_path, how):
+    """A kerchunk reference set naming `in/x.nc`, which a link makes another file (outside
+    `in`): refused, at the set's first chunk referring to it, naming where the link leads
+    (the set is where the cube's reader would be told to look)."""
+    d, files = batch_dir(case, tmp_path)
+    where = link_out(how, d, files[1].name, tmp_path / "elsewhere")
+    refs = reference_set(tmp_path, "r.json", files[1])
+    report = virtualize.check([refs])
+    # (kerchunk inlines tas and the small coordinates: time's chunk is the one reference)
+    assert refused_at(report.problems) == [("reference-not-allowed", str(refs), "time", (0,))]
+    (p,) = [p for p in report.problems if p.fatal]
+    assert str(where) in p.message and str(files[1]) in p.message and "'time/0'" in p.message
+    with pytest.raises(VirtualizeError):
+        virtualize.virtualize([refs], tmp_path / "c.zarr")
+
+
+@pytest.mark.parametrize("how", [*LINKS, "named directory"])
+def test_a_reference_sets_links_that_stay_inside_are_followed(case, tmp_path, how):
+    """Links inside the directory the set names a file in are followed; so is that
+    directory itself when it is a link (`named directory`: the set names it)."""
+    d, files = batch_dir(case, tmp_path)
+    if how == "named directory":
+        (tmp_path / "alias").symlink_to(d, target_is_directory=True)
+        named = tmp_path / "alias" / files[1].name
+    else:
+        link_in(how, d, files[1].name)
+        named = files[1]
+    refs = reference_set(tmp_path, "r.json", named)
+    out = tmp_path / "c.zarr"
+    virtualize.virtualize([refs], out)  # (time's chunk read through the link, inlined)
+    g = virtualize.open(out)
+    for name, dims in (("time", ("time",)), ("tas", DIMS)):
+        assert_same(g[name][...], source_values(files[1:2], name, "time", dims),
+                    f"reference set, {how}: {name}")
+
+
+OPENED = {"cube": "c.zarr", "kerchunk": "c.json", "parquet": "c.parq",
+          "icechunk": "c.icechunk"}
+
+
+@pytest.mark.parametrize("kind", list(OPENED))
+def test_a_chunk_linked_out_after_the_cube_was_written_is_refused_at_open(tmp_path, kind):
+    """A store's chunk replaced by a link to an equal copy outside the store, and (as
+    virtualize recorded them before links were checked) the copy's directory among the
+    recorded roots: every kind refuses to open the cube, naming the chunk file and where
+    it leads, even without the staleness check; the caller's `allow` reaches it."""
+    if kind == "icechunk":
+        pytest.importorskip("icechunk")
+    store = v2_store(tmp_path / "s.zarr")
+    out = tmp_path / OPENED[kind]
+    virtualize.virtualize([store], out)
+    want = zarr_v2(store)
+    chunk = store / "v" / "1" / "0"
+    (tmp_path / "elsewhere").mkdir()
+    copy = Path(shutil.copy2(chunk, tmp_path / "elsewhere" / "0"))
+    chunk.unlink()
+    chunk.symlink_to(copy)
+    if kind == "cube":
+        edit_json(out / "virtualize.json",
+                  lambda d: d["roots"].append(str(tmp_path / "elsewhere")))
+    with pytest.raises(VirtualizeError) as e:
+        virtualize.open(out, check_sources=False)
+    (p,) = e.value.problems
+    assert p.kind == "reference-not-allowed" and str(chunk) in p.message
+    assert str(copy) in p.message and str(store) in p.message
+    with pytest.raises(VirtualizeError, match="reference-not-allowed"):
+        virtualize.open(out)
+    g = virtualize.open(out, check_sources=False, allow=[tmp_path / "elsewhere"])
+    assert_same(g["v"][...], want, "allowed by the caller")
+
+
+def test_a_data_file_linked_out_after_the_cube_was_written_is_refused_at_open(case, tmp_path):
+    d, files = batch_dir(case, tmp_path)
+    refs = reference_set(tmp_path, "r.json", files[1])
+    out = tmp_path / "c.json"
+    virtualize.virtualize([refs], out)
+    link_out("file", d, files[1].name, tmp_path / "elsewhere")
+    with pytest.raises(VirtualizeError) as e:
+        virtualize.open(out, check_sources=False)
+    assert kinds(e) == ["reference-not-allowed"]
+    assert str(tmp_path / "elsewhere" / files[1].name) in e.value.problems[0].message

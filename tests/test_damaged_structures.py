@@ -14,7 +14,7 @@ import h5py
 import numpy as np
 import pytest
 import tifffile
-from robustness._oracle import judge
+from robustness._oracle import SCAN_TIMEOUT, judge
 
 import virtualize
 from virtualize import storage
@@ -365,7 +365,7 @@ def test_a_short_read_of_a_remote_file_is_zero_filled(tmp_path):
             f.seek(size - 4)
             buf = bytearray(b"\xff" * 16)
             assert f.readinto(buf) == 4 and buf[4:] == bytes(12)
-        verdicts = {virtualize.check([url], scan_timeout=20).ok for _ in range(3)}
+        verdicts = {virtualize.check([url], scan_timeout=SCAN_TIMEOUT).ok for _ in range(3)}
         assert verdicts == {True}
     finally:
         srv.stop()

@@ -57,24 +57,88 @@ def test_mosaic_with_materialized_cells_to_icechunk(case, tmp_path):
     assert_same(g["image"][...], expected.astype(g["image"].dtype), "mosaic via icechunk")
 
 
-def test_icechunk_refuses_a_changed_source(case, tmp_path):
-    files = case("appended_batches")
+def test_icechunk_reads_a_touched_source_and_refuses_a_changed_one(case, tmp_path):
+    """A touched source (its time alone changed) is read with a note, as for every kind
+    (its references carry no time for Icechunk to compare); one whose size changed is
+    refused at open."""
+    import shutil
+
+    d = tmp_path / "src"
+    d.mkdir()
+    files = [shutil.copy2(f, d / f.name) for f in case("appended_batches")]
     out = tmp_path / "b.icechunk"
     virtualize.virtualize(files, out)
+    want = source_values(files, "tas", "time", ("time", "lat", "lon"))
     st = os.stat(files[2])
-    later = max(time.time_ns(), st.st_mtime_ns) + 5 * 10**9
+    os.utime(files[2], ns=(st.st_atime_ns, st.st_mtime_ns + 5 * 10**9))
+    with pytest.warns(virtualize.SourceTouchedWarning):
+        g = virtualize.open(out)
+    assert_same(g["tas"][...], want, "a touched source")
+    with rectilinear():
+        assert_same(zarr.open_group(plain_icechunk_store(out), mode="r")["tas"][...], want,
+                    "a touched source, by Icechunk alone")
+    with open(files[2], "ab") as f:
+        f.write(b"x")
+    with pytest.raises(virtualize.VirtualizeError, match="source-changed"):
+        virtualize.open(out)
+
+
+def test_an_older_repository_refuses_a_touched_source_until_refreshed(case, tmp_path):
+    """A repository written before (its references stamped with their files' times, no
+    `checksums` in its record): Icechunk refuses a touched file's chunks, so `open` refuses
+    it, saying to run `verify --refresh`, which stamps every reference again without a
+    time; a later touch is then read with a note."""
+    import datetime
+    import shutil
+
+    from virtualize.model import MATERIALIZED
+
+    d = tmp_path / "src"
+    d.mkdir()
+    files = [shutil.copy2(f, d / f.name) for f in case("appended_batches")]
+    out = tmp_path / "old.icechunk"
+    report = virtualize.virtualize(files, out)
+    want = source_values(files, "tas", "time", ("time", "lat", "lon"))
+    storage = ic.local_filesystem_storage(str(out))
+    prefixes = list(ic.Repository.fetch_config(storage).virtual_chunk_containers)
+    repo = ic.Repository.open(storage, authorize_virtual_chunk_access=ic.containers_credentials(
+        {p: ic.Credentials.LocalFileSystemAccess() for p in prefixes}))
+    info = next(iter(repo.ancestry(branch="main"))).metadata["virtualize"]
+    assert info.pop("checksums") == "etag"
+    session = repo.writable_session("main")
+    stamped = 0
+    for name, a in report.plan.arrays.items():  # as an older virtualize stamped them
+        if a.inline is not None or a.refs is None:
+            continue
+        for idx in zip(*np.nonzero((a.refs["length"] > 0) & (a.refs["path"] != MATERIALIZED))):
+            r = a.refs[idx]
+            src = report.plan.sources[int(r["path"])]
+            when = datetime.datetime.fromtimestamp(-(-src.mtime_ns // 10**9), tz=datetime.UTC)
+            session.store.set_virtual_ref(f"{name}/c/" + "/".join(map(str, idx)),
+                                          "file://" + src.path, offset=int(r["offset"]),
+                                          length=int(r["length"]), checksum=when)
+            stamped += 1
+    assert stamped
+    session.commit("as written by an older virtualize", metadata={"virtualize": info})
+    st = os.stat(files[2])
+    later = max(time.time_ns(), st.st_mtime_ns) + 5 * 10**9  # (Icechunk compares seconds)
     os.utime(files[2], ns=(st.st_atime_ns, later))
-    try:
-        # virtualize.open refuses at open, as for cube directories (Icechunk itself, at read,
-        # compares whole seconds only); without the check, Icechunk refuses the chunk
-        with pytest.raises(virtualize.VirtualizeError, match="changed"):
-            virtualize.open(out)
-        g = virtualize.open(out, check_sources=False)
-        with pytest.raises(Exception, match="checksum|changed|modified"):
-            g["tas"][...]
-    finally:
-        os.utime(files[2], ns=(st.st_atime_ns, st.st_mtime_ns))
-    assert np.asarray(virtualize.open(out)["tas"][...]).shape == (28, 3, 4)
+    with pytest.raises(virtualize.VirtualizeError) as e:
+        virtualize.open(out)
+    assert [p.kind for p in e.value.problems] == ["source-touched"]
+    assert "older virtualize" in e.value.problems[0].message
+    assert "verify --refresh" in e.value.problems[0].message
+    g = virtualize.open(out, check_sources=False)
+    with pytest.raises(Exception, match="checksum|changed|modified"):
+        g["tas"][...]  # Icechunk itself refuses the chunk
+    [p] = virtualize.verify_cube(out, refresh=True)
+    assert (p.kind, p.fatal) == ("source-touched", False)
+    assert_same(virtualize.open(out, strict=True)["tas"][...], want, "refreshed")
+    st = os.stat(files[1])
+    os.utime(files[1], ns=(st.st_atime_ns, max(time.time_ns(), st.st_mtime_ns) + 5 * 10**9))
+    with pytest.warns(virtualize.SourceTouchedWarning):
+        g = virtualize.open(out)
+    assert_same(g["tas"][...], want, "touched after the refresh")
 
 
 def test_existing_icechunk_destination_is_refused(case, tmp_path):

@@ -20,53 +20,63 @@ import zarr
 import virtualize
 from virtualize.model import UsageError, VirtualizeError
 
+from conftest import needs
 from helpers import assert_same, source_values
 
 pytest.importorskip("pyarrow")
 
-# A fresh interpreter: fsspec's LazyReferenceMapper (pyarrow engine) under the reference
-# filesystem, zarr and xarray; every array of the hierarchy hashed. argv: the set, then
-# "strings" to read with pandas' object strings (fsspec's absent rows need it, pandas >= 3)
+# A fresh interpreter: fsspec's reference filesystem over the set, zarr and xarray, with
+# each parquet engine: fsspec's default (`fo` the directory: fastparquet) and pyarrow (`fo` a
+# LazyReferenceMapper naming it); every array of the hierarchy hashed. argv: the set.
 PLAIN = r"""
-import sys, json, hashlib, warnings
-if "strings" in sys.argv[2:]:
-    import pandas as pd
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        pd.set_option("future.infer_string", False)
-import fsspec, zarr, xarray as xr
+import sys, json, hashlib
+import fsspec, pandas, zarr, xarray as xr
 from fsspec.implementations.reference import LazyReferenceMapper
 assert "virtualize" not in sys.modules
 zarr.config.set({"array.rectilinear_chunks": True})
+ENGINES = ("fastparquet", "pyarrow")
 
-def refs():
-    return LazyReferenceMapper(sys.argv[1], engine="pyarrow")
+def refs(engine):
+    if engine == "fastparquet":  # fsspec's default engine
+        return sys.argv[1]
+    return LazyReferenceMapper(sys.argv[1], engine=engine)
 
-fs = fsspec.filesystem("reference", fo=refs(), remote_protocol="file", asynchronous=True)
-g = zarr.open_group(zarr.storage.FsspecStore(fs, read_only=True), mode="r")
-out = {"zarr": {}, "xarray": {}, "grids": {}}
-for path, a in g.members(max_depth=None):
-    if isinstance(a, zarr.Array):
-        out["zarr"][path] = hashlib.sha256(a[...].tobytes()).hexdigest()
-        out["grids"][path] = a.metadata.chunk_grid.to_dict()["name"]
-groups = [""] + [p for p, m in g.members(max_depth=None) if isinstance(m, zarr.Group)]
-for grp in groups:
-    ds = xr.open_dataset("reference://", engine="zarr", group=grp or None,
-                         storage_options={"fo": refs(), "remote_protocol": "file"},
-                         mask_and_scale=False, decode_times=False)
-    for name in ds.variables:
-        key = f"{grp}/{name}" if grp else name
-        out["xarray"][key] = hashlib.sha256(ds[name].values.tobytes()).hexdigest()
+result = {"pandas": pandas.__version__}
+for engine in ENGINES:
+    fs = fsspec.filesystem("reference", fo=refs(engine), remote_protocol="file",
+                           asynchronous=True)
+    g = zarr.open_group(zarr.storage.FsspecStore(fs, read_only=True), mode="r")
+    out = result[engine] = {"zarr": {}, "xarray": {}, "grids": {}}
+    for path, a in g.members(max_depth=None):
+        if isinstance(a, zarr.Array):
+            out["zarr"][path] = hashlib.sha256(a[...].tobytes()).hexdigest()
+            out["grids"][path] = a.metadata.chunk_grid.to_dict()["name"]
+    groups = [""] + [p for p, m in g.members(max_depth=None) if isinstance(m, zarr.Group)]
+    for grp in groups:
+        ds = xr.open_dataset("reference://", engine="zarr", group=grp or None,
+                             storage_options={"fo": refs(engine), "remote_protocol": "file"},
+                             mask_and_scale=False, decode_times=False)
+        for name in ds.variables:
+            key = f"{grp}/{name}" if grp else name
+            out["xarray"][key] = hashlib.sha256(ds[name].values.tobytes()).hexdigest()
 assert "virtualize" not in sys.modules
-print(json.dumps(out))
+print(json.dumps(result))
 """
 
 
-def plain(path, *extra) -> dict:
-    r = subprocess.run([sys.executable, "-c", PLAIN, str(path), *extra], capture_output=True,
-                       text=True)
+def plain_run(path, env=None) -> dict:
+    r = subprocess.run([sys.executable, "-W", "ignore", "-c", PLAIN, str(path)],
+                       capture_output=True, text=True, env=env)
     assert r.returncode == 0, r.stderr[-3000:]
     return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def plain(path) -> dict:
+    """What fsspec + zarr + xarray read of the set without virtualize: the same with
+    fastparquet (fsspec's default) as with pyarrow."""
+    got = plain_run(path)
+    assert got["fastparquet"] == got["pyarrow"], (got["fastparquet"], got["pyarrow"])
+    return got["pyarrow"]
 
 
 def sha(a) -> str:
@@ -162,9 +172,8 @@ def test_tiff_stack(case, tmp_path):
 
 def test_absent_chunks_read_as_fill(case, tmp_path):
     """A mosaic with a missing tile and a TIFF with empty tiles: absent rows (path and raw
-    null) read as the fill value, by virtualize and by fsspec (with pandas' object strings:
-    fsspec's LazyReferenceMapper takes pandas 3's NaN for a path; without them, it fails,
-    never reads other values)."""
+    null) read as the fill value, by virtualize and by fsspec with either engine (pyarrow
+    under pandas 3 gave the null path as NaN, which fsspec followed as a URL: TypeError)."""
     import make_mosaic as mm
 
     files = case("mosaic_gap")
@@ -175,18 +184,80 @@ def test_absent_chunks_read_as_fill(case, tmp_path):
     expected = mm.expected("mosaic_gap")
     g = virtualize.open(out)
     assert_same(g[name][...], expected.astype(g[name].dtype), "mosaic via virtualize")
-    got = plain(out, "strings")
-    assert got["zarr"][name] == sha(expected.astype(g[name].dtype))
-    r = subprocess.run([sys.executable, "-c", PLAIN, str(out)], capture_output=True, text=True)
-    if r.returncode == 0:  # (fsspec fixed, or pandas < 3): then exactly
-        assert json.loads(r.stdout.strip().splitlines()[-1])["zarr"][name] == got["zarr"][name]
-    else:
-        assert "TypeError" in r.stderr
+    got = plain(out)
+    assert got["zarr"][name] == got["xarray"][name] == sha(expected.astype(g[name].dtype))
 
     (path,) = case("sparse_tiles")
     virtualize.virtualize([path], tmp_path / "t.parq")
     assert_same(virtualize.open(tmp_path / "t.parq")["image"][...], tiff(path), "sparse")
-    assert plain(tmp_path / "t.parq", "strings")["zarr"]["image"] == sha(tiff(path))
+    assert plain(tmp_path / "t.parq")["zarr"]["image"] == sha(tiff(path))
+
+
+def test_records_are_typed_as_kerchunk_writes_them(case, tmp_path):
+    """The columns as kerchunk's writer (fsspec's LazyReferenceMapper) stores them: path
+    UTF-8 and raw bytes, optional; offset and size required int64, with a null count of 0
+    (fastparquet reads an integer column it cannot prove null-free as floats: every read
+    failed, "'numpy.float64' object cannot be interpreted as an integer"). Each engine
+    gives pandas integers and, for an absent row, None."""
+    import fastparquet
+    import pandas as pd
+    import pyarrow.parquet as pq
+
+    files = case("mosaic_gap")
+    out = tmp_path / "m.parq"
+    virtualize.mosaic(files, out)
+    record = out / "image" / "refs.0.parq"
+    schema = pq.ParquetFile(record).schema  # parquet's own types, as any reader sees them
+    assert [(c.name, c.physical_type, c.logical_type.type, c.max_definition_level)
+            for c in schema] == [("path", "BYTE_ARRAY", "STRING", 1),
+                                 ("offset", "INT64", "NONE", 0), ("size", "INT64", "NONE", 0),
+                                 ("raw", "BYTE_ARRAY", "NONE", 1)]
+    stats = pq.ParquetFile(record).metadata.row_group(0)
+    assert [stats.column(i).statistics.null_count for i in (1, 2)] == [0, 0]
+    assert fastparquet.ParquetFile(str(record)).dtypes["offset"] == np.int64
+    for engine in ("fastparquet", "pyarrow"):
+        df = pd.read_parquet(record, engine=engine)
+        cols = {c: df[c].to_numpy(copy=True) for c in df.columns}  # as fsspec reads them
+        assert cols["offset"].dtype == cols["size"].dtype == np.int64, engine
+        absent = [i for i, p in enumerate(cols["path"]) if p is None]
+        assert absent and all(cols["raw"][i] is None and cols["size"][i] == 0
+                              for i in absent), engine
+        assert all(isinstance(p, str) for p in cols["path"] if p is not None), engine
+
+
+@pytest.fixture(scope="session")
+def pandas2(tmp_path_factory):
+    """A directory holding pandas 2 (and pytz, which it needs), put before the test
+    environment's pandas 3 on PYTHONPATH: the plain reader under pandas 2."""
+    import os
+
+    target = tmp_path_factory.mktemp("pandas2")
+    r = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
+                        "--disable-pip-version-check", "--target", str(target),
+                        "pandas>=2.2,<3", "pytz"], capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"pandas 2 could not be installed beside the tests: {r.stderr[-300:]}")
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(target), *filter(None, [os.environ.get("PYTHONPATH")])]))
+
+
+@needs("pip")
+def test_plain_readers_under_pandas_2_and_3(case, tmp_path, pandas2):
+    """The same set read without virtualize under pandas 2 and pandas 3, with fastparquet
+    and pyarrow: absent rows (a missing tile), inline rows (the coordinates) and references
+    alike, all four equal to virtualize's read."""
+    files = case("mosaic_gap")
+    out = tmp_path / "m.parq"
+    virtualize.mosaic(files, out)
+    want = hashes(virtualize.open(out))
+    got = {}
+    for env in (None, pandas2):
+        run = plain_run(out, env)
+        for engine in ("fastparquet", "pyarrow"):
+            got[run["pandas"].split(".")[0], engine] = run[engine]["zarr"]
+    assert sorted(got) == [("2", "fastparquet"), ("2", "pyarrow"), ("3", "fastparquet"),
+                           ("3", "pyarrow")]
+    assert all(g == want for g in got.values()), got
 
 
 def test_records_are_loaded_lazily(tmp_path, monkeypatch):
@@ -213,16 +284,20 @@ def test_records_are_loaded_lazily(tmp_path, monkeypatch):
     assert g["v"][n - 1].tolist() == [(2 * n - 2) % 30000, (2 * n - 1) % 30000]
     assert loads == [("v", 9)]
     rows = [0, 9_999, 10_000, 54_321, n - 1]  # (records 0, 0, 1, 5, 9)
-    script = PLAIN.split("fs = fsspec")[0] + (
-        "fs = fsspec.filesystem('reference', fo=refs(), remote_protocol='file', "
-        "asynchronous=True)\n"
-        "g = zarr.open_group(zarr.storage.FsspecStore(fs, read_only=True), mode='r')\n"
-        f"print(json.dumps([g['v'][i].tolist() for i in {rows}]))\n")
-    r = subprocess.run([sys.executable, "-c", script, str(tmp_path / "big.parq")],
-                       capture_output=True, text=True)
+    script = PLAIN.split("result = ")[0] + (
+        "out = []\n"
+        "for engine in ENGINES:\n"
+        "    fs = fsspec.filesystem('reference', fo=refs(engine), remote_protocol='file',\n"
+        "                           asynchronous=True)\n"
+        "    g = zarr.open_group(zarr.storage.FsspecStore(fs, read_only=True), mode='r')\n"
+        f"    out.append([g['v'][i].tolist() for i in {rows}])\n"
+        "print(json.dumps(out))\n")
+    r = subprocess.run([sys.executable, "-W", "ignore", "-c", script,
+                        str(tmp_path / "big.parq")], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-2000:]
-    assert json.loads(r.stdout) == [g["v"][i].tolist() for i in rows] == \
-        [[(2 * i) % 30000, (2 * i + 1) % 30000] for i in rows]
+    want = [g["v"][i].tolist() for i in rows]
+    assert json.loads(r.stdout) == [want, want]  # fastparquet's, pyarrow's
+    assert want == [[(2 * i) % 30000, (2 * i + 1) % 30000] for i in rows]
     assert sorted(set(loads)) == [("v", 0), ("v", 1), ("v", 5), ("v", 9)]
 
 
@@ -511,3 +586,34 @@ def test_a_source_path_that_is_not_utf8_is_refused_by_parquet_and_vrt(tmp_path):
     virtualize.virtualize([src], tmp_path / "c.json")
     np.testing.assert_array_equal(virtualize.open(tmp_path / "c.json")["image"][...],
                                   tifffile.imread(src))
+
+
+@pytest.mark.parametrize("engine", ["fastparquet", "pyarrow"])
+def test_a_zarr_v2_parquet_set_with_absent_chunks_is_a_source(tmp_path, engine):
+    """kerchunk's own writer (refs_to_dataframe: fsspec's LazyReferenceMapper) over an HDF5
+    dataset with chunks never written: its absent rows read as the fill value, as h5py
+    reads them (pandas 3 gave their null paths as NaN, which fsspec took for a URL: the
+    scan failed with "TypeError: argument of type 'float' is not iterable")."""
+    import fsspec
+    import h5py
+    import kerchunk.hdf
+    from fsspec.implementations.reference import LazyReferenceMapper
+
+    src = tmp_path / "s.h5"
+    with h5py.File(src, "w") as f:
+        d = f.create_dataset("v", shape=(4, 6), chunks=(2, 2), dtype="<i2", fillvalue=-9)
+        d[0:2, 0:2] = 1
+        d[2:4, 4:6] = 2
+    refs = kerchunk.hdf.SingleHdf5ToZarr(str(src)).translate()
+    assert sum(k.startswith("v/") and ".z" not in k for k in refs["refs"]) == 2  # of 6
+    root = tmp_path / "v2.parq"
+    m = LazyReferenceMapper.create(root=str(root), fs=fsspec.filesystem("file"),
+                                   record_size=10, engine=engine)
+    for k, v in sorted(refs["refs"].items()):
+        m[k] = v
+    m.flush()
+    virtualize.virtualize([root], tmp_path / "c.zarr")
+    with h5py.File(src) as f:
+        want = f["v"][...]
+    assert (want == -9).sum() == 16
+    assert_same(virtualize.open(tmp_path / "c.zarr")["v"][...], want, "absent chunks")

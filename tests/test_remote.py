@@ -798,7 +798,7 @@ def test_reading_remote_references_leaves_no_session_open(case, tmp_path, monkey
                 "print('read')\n")
         r = subprocess.run([sys.executable, "-c", code, str(tmp_path / "want.npy"),
                             str(over_http), str(over_s3)], capture_output=True, text=True,
-                           timeout=120)
+                           timeout=600)
         assert r.returncode == 0 and r.stdout == "read\n", r.stderr
         assert "Unclosed" not in r.stderr and r.stderr == "", r.stderr
     finally:

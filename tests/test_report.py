@@ -174,7 +174,7 @@ def run_chromium(*args, tmp_path, height: int = 1600):
            "--no-first-run", "--disable-background-networking", "--disable-component-update",
            "--disable-sync", f"--user-data-dir={tmp_path / 'profile'}", "--hide-scrollbars",
            "--force-device-scale-factor=1", f"--window-size={WIDTH},{height}", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=600)
 
 
 WIDTH = 1100  # the window's width: the page's layout (its height only adds rows below)
@@ -282,7 +282,7 @@ def test_progress_bar_only_on_a_terminal(case):
     master, slave = pty.openpty()
     try:
         r = subprocess.run([exe, "check", *files], stdout=subprocess.PIPE, stderr=slave,
-                           text=True, timeout=120)
+                           text=True, timeout=600)
         os.close(slave)
         seen = read_pty(master)
     finally:

@@ -62,7 +62,7 @@ def _run(script: Path, method: str, thread: str, tmp: Path, files: list[str]):
     src = str(Path(virtualize.__file__).parents[1])
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([src, os.environ.get("PYTHONPATH", "")]))
     proc = subprocess.run([sys.executable, str(script), method, thread, str(ran), str(out), *files],
-                          capture_output=True, text=True, timeout=240, env=env, cwd=tmp)
+                          capture_output=True, text=True, timeout=600, env=env, cwd=tmp)
     return proc, ran, out
 
 
@@ -93,12 +93,15 @@ def test_started_worker_is_bounded_and_replaced(stack, tmp_path, monkeypatch):
     loop = _heap_loop(tmp_path / "heap.h5")  # libhdf5 loops forever on it (test_hangs.py)
     _worker._shutdown()
     monkeypatch.setattr(_worker, "_threads", lambda: 2)  # as with a second thread
-    results = list(_worker.scan_bounded([str(loop), *files], 5, 1))
+    results = list(_worker.scan_bounded([str(loop), *files], 15, 1))  # (the sound files too)
     assert [p.kind for p in results[0]] == ["scan-timeout"]
     assert [r.path for r in results[1:]] == files
     [w] = _worker._idle
     assert isinstance(w.proc, _worker._Started) and w.proc.is_alive()
-    _worker._shutdown()
+    _worker._idle.clear()
+    w.conn.send(None)  # told to stop (as `_shutdown` tells it, which waits 1 s then kills:
+    w.proc.join(600)   # a loaded machine may take longer), it exits by itself
+    w.conn.close()
     assert not w.proc.is_alive() and w.proc.exitcode == 0
 
 

@@ -124,6 +124,11 @@ def _concat_options(p: argparse.ArgumentParser) -> None:
                    help="attributes that differ between files: left out and named "
                         "(drop_conflicts, the default), the first file's (override) or refused "
                         "(identical); units, scale_factor, _FillValue ... must agree whatever")
+    p.add_argument("--compat", choices=("identical", "override"), default=DEFAULTS.compat,
+                   help="a variable without the concatenation axes that no coordinate needs "
+                        "(a grid's area, a constant, a label) and that differs between files "
+                        "or cells: refused (identical, the default) or the first's taken, "
+                        "named in a note (override, as xarray's compat='override')")
     p.add_argument("--variables", metavar="A,B", type=_names_arg, default=None,
                    help="keep only these variables and the coordinates they need (their "
                         "dimensions' coordinates, bounds, coordinates / grid_mapping / "
@@ -563,7 +568,7 @@ def recipe_options(args) -> dict:
         kw.update(inline=args.inline, sort=not args.no_sort,
                   inline_threshold=args.inline_threshold, join=args.join,
                   variables=args.variables, concat_dims=args.concat_dim, coords=args.coord,
-                  no_gaps=args.no_gaps)
+                  no_gaps=args.no_gaps, compat=args.compat)
     return kw
 
 

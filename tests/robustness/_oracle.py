@@ -18,8 +18,10 @@ import virtualize
 from virtualize.model import VirtualizeError
 
 # A mutated file's scan runs in a worker and is stopped after this many seconds (every
-# scan here takes well under a second; a stuck one is reported as scan-timeout).
-SCAN_TIMEOUT = 20.0
+# scan here takes well under a second; a stuck one is reported as scan-timeout). Generous:
+# on a loaded machine (2 cores at load 25) a sound scan must not be taken for a stuck one,
+# which would turn an "accepted" verdict into "refused" (issue 28).
+SCAN_TIMEOUT = 120.0
 
 
 HDF4_MAGIC = b"\x0e\x03\x13\x01"
@@ -429,7 +431,7 @@ def _hdf4_child(path, names) -> dict | None:
 
     out = f"{path}.npz"
     proc = subprocess.run([sys.executable, "-c", HDF4_READ, str(path), out, *names],
-                          capture_output=True, timeout=120)
+                          capture_output=True, timeout=600)
     if proc.returncode:
         return None
     try:

@@ -17,6 +17,12 @@ from virtualize.model import VirtualizeError
 
 from ._oracle import judge
 
+# A scan that must finish is given minutes, not seconds: these tests assert what a scan
+# says (a located refusal, a scan-timeout of a file that hangs), never how long it took,
+# and hold on a loaded machine (issue 28: 2 cores at load 12-25). A hanging file is given
+# a short limit: it times out whatever the machine's speed.
+GENEROUS = 300.0
+
 
 def _refused(path, kind: str, text: str = "") -> None:
     with pytest.raises(VirtualizeError) as ei:
@@ -159,7 +165,7 @@ def test_global_heap_loop_is_a_located_timeout(global_heap_loop):
     [p] = report.problems
     assert p.kind == "scan-timeout" and p.loc.file == str(global_heap_loop) and p.fatal
     # and the next scan gets a fresh worker (slow to start on a loaded machine)
-    report = virtualize.check([global_heap_loop.parent / "none.nc"], scan_timeout=60)
+    report = virtualize.check([global_heap_loop.parent / "none.nc"], scan_timeout=GENEROUS)
     assert [p.kind for p in report.problems] == ["unreadable"]
 
 
@@ -171,10 +177,9 @@ def test_scan_timeout_on_the_command_line(global_heap_loop, capsys):
 
 def test_inspect_is_bounded_as_check_is(global_heap_loop, capsys):
     """`virtualize inspect` scans in a worker within --scan-timeout (it used to scan in its
-    own process and hang on this file); so does `inventory(path, scan_timeout=...)`."""
-    import time
-
-    start = time.monotonic()
+    own process and hang on this file); so does `inventory(path, scan_timeout=...)`. The
+    outcome says so: a scan-timeout of the file (in its own process the scan would never
+    return), however long the machine takes to start the workers."""
     assert main(["inspect", "--scan-timeout", "2", str(global_heap_loop)]) == 1
     err = capsys.readouterr().err
     assert "scan-timeout" in err and str(global_heap_loop) in err
@@ -182,14 +187,13 @@ def test_inspect_is_bounded_as_check_is(global_heap_loop, capsys):
         virtualize.inventory(global_heap_loop, scan_timeout=2)
     [p] = ei.value.problems
     assert p.kind == "scan-timeout" and p.loc.file == str(global_heap_loop)
-    assert time.monotonic() - start < 60
     # a sound file inspects through the worker as in process
     good = global_heap_loop.parent / "good.h5"
     with h5py.File(good, "w") as f:
         f.create_dataset("x", data=np.arange(100, dtype="f4"), chunks=(10,))
     assert main(["inspect", "--json", str(good)]) == 0
     assert '"stored": 10' in capsys.readouterr().out
-    inv = virtualize.inventory(good, scan_timeout=30)
+    inv = virtualize.inventory(good, scan_timeout=GENEROUS)
     assert inv.variables["x"].blocks.refs.size == 10
 
 
@@ -213,27 +217,26 @@ def _special_files(tmp_path):
 def test_special_files_are_refused_up_front_as_unreadable(tmp_path, how, capsys):
     """A FIFO, device or socket (and a directory where inspect wants a file) is refused
     as not a regular file, at once: not opened, not blamed on a corrupt index after the
-    scan timeout."""
-    import time
-
+    scan timeout. The outcome says so: `unreadable` (opening the FIFO, reading the device
+    would end in `scan-timeout` after the limit, which is generous: the machine may be
+    slow, the refusal does not wait for it)."""
     special, sock = _special_files(tmp_path)
     special["directory"] = tmp_path / "fifo"  # (check and create take a directory's files)
     try:
         for what, path in special.items():
             if what == "directory" and how in ("check", "create"):
                 continue
-            start = time.monotonic()
             if how == "inventory":
                 with pytest.raises(VirtualizeError) as ei:
                     virtualize.inventory(path)  # in this process
                 problems = list(ei.value.problems)
             elif how == "inspect":
-                assert main(["inspect", "--scan-timeout", "30", str(path)]) == 1
+                assert main(["inspect", "--scan-timeout", str(GENEROUS), str(path)]) == 1
                 err = capsys.readouterr().err
                 assert f"{path}: unreadable: not a regular file: " in err, err
                 problems = None
             else:
-                kw = {"scan_timeout": 30}
+                kw = {"scan_timeout": GENEROUS}
                 if how == "check":
                     report = virtualize.check([path], **kw)
                 else:
@@ -246,7 +249,6 @@ def test_special_files_are_refused_up_front_as_unreadable(tmp_path, how, capsys)
                 [p] = [p for p in problems if p.fatal]
                 assert p.kind == "unreadable" and p.loc.file == str(path), p
                 assert p.message.startswith(f"not a regular file: a {what}"), p
-            assert time.monotonic() - start < 20, what  # refused, not timed out
     finally:
         sock.close()
 
@@ -276,9 +278,9 @@ def test_h5repack_many_layouts(tmp_path):
                     "-l", "d:CHUNK=40x50", "-f", "d:SHUF", "-f", "d:GZIP=5",
                     "-l", "e:CHUNK=1x50", "-f", "e:FLET", "-f", "f:GZIP=1", str(src), str(out)],
                    check=True)
-    report = virtualize.check([out], scan_timeout=30, inline_threshold=0)
+    report = virtualize.check([out], scan_timeout=GENEROUS, inline_threshold=0)
     assert {(p.loc.variable, p.kind) for p in report.problems} == {("c", "compact-layout")}
-    virtualize.virtualize([out], tmp_path / "cube.zarr", scan_timeout=30)
+    virtualize.virtualize([out], tmp_path / "cube.zarr", scan_timeout=GENEROUS)
     cube = virtualize.open(tmp_path / "cube.zarr")
     with h5py.File(out) as f:
         for name in "abcdef":
@@ -445,12 +447,12 @@ def test_a_crashing_scan_is_a_located_problem(tmp_path, monkeypatch):
     monkeypatch.setattr(_worker, "_threads", lambda: 1)
     monkeypatch.setattr(_worker, "scan_or_problems", lambda path, hint=None: os._exit(3))
     path = str(tmp_path / "x.nc")
-    [result] = list(_worker.scan_bounded([path], 10))
+    [result] = list(_worker.scan_bounded([path], GENEROUS))
     monkeypatch.undo()
     [p] = result
     assert (p.kind, p.loc.file, p.fatal) == ("scan-crashed", path, True)
     assert "exit code 3" in p.message
-    report = virtualize.check([path], scan_timeout=10)
+    report = virtualize.check([path], scan_timeout=GENEROUS)
     assert [p.kind for p in report.problems] == ["unreadable"]
 
 

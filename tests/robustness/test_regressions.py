@@ -5,6 +5,7 @@ once wrong in the refusal named here."""
 
 from __future__ import annotations
 
+import os
 import tarfile
 from pathlib import Path
 
@@ -13,7 +14,7 @@ import pytest
 import virtualize
 from virtualize.model import VirtualizeError
 
-from ._oracle import cube_arrays, judge, library_read, same
+from ._oracle import SCAN_TIMEOUT, cube_arrays, judge, library_read, same
 
 HERE = Path(__file__).parent / "regressions"
 FILES = sorted(p.name for p in HERE.iterdir() if p.name != "README.md")
@@ -67,8 +68,16 @@ def source(name: str, tmp_path: Path) -> Path:
     return store
 
 
+# Zarr v2 stores kept as tar files (a store is a directory): tar -> (store inside it,
+# variable, block) of the `reference-not-allowed` problem it must be refused with
+STORES = {
+    "accepted_zarr2_chunk_symlink_outside_store.tar": ("z2/chunk_symlink_outside_rel.zarr",
+                                                       "a", (0, 0)),
+}
+
+
 def test_every_regression_input_is_listed():
-    assert set(FILES) == set(REFUSED) | ACCEPTED | {"hang_hdf5_gcol_bitflip.nc"}
+    assert set(FILES) == set(REFUSED) | ACCEPTED | set(STORES) | {"hang_hdf5_gcol_bitflip.nc"}
     readme = (HERE / "README.md").read_text()
     assert all(f"`{name}`" in readme for name in FILES)
 
@@ -80,7 +89,7 @@ def test_once_wrong_is_refused_located(tmp_path, name):
     path = source(name, tmp_path)
     assert judge(path, tmp_path / "c.zarr") == "refused"
     with pytest.raises(VirtualizeError) as ei:
-        virtualize.virtualize([path], tmp_path / "d.zarr", scan_timeout=20)
+        virtualize.virtualize([path], tmp_path / "d.zarr", scan_timeout=SCAN_TIMEOUT)
     fatal = [p for p in ei.value.problems if p.fatal]
     assert [(p.kind, p.loc.file, p.loc.variable, p.loc.block) for p in fatal] == \
         [(kind, str(path), variable, block) for kind, variable, block in REFUSED[name]], fatal
@@ -88,7 +97,7 @@ def test_once_wrong_is_refused_located(tmp_path, name):
         assert f"--drop {variable}" in p.message
     assert SAYS.get(name, "") in fatal[0].message
     # `check` says what `create` does
-    report = virtualize.check([path], scan_timeout=20)
+    report = virtualize.check([path], scan_timeout=SCAN_TIMEOUT)
     assert not report.ok and [(p.kind, p.loc.variable) for p in report.problems if p.fatal] == \
         [(p.kind, p.loc.variable) for p in fatal]
     assert not (tmp_path / "d.zarr").exists()
@@ -107,7 +116,7 @@ def test_an_hdfeos2_grid_is_read_where_the_sd_library_reads_it(tmp_path):
     from pyhdf.SD import SD
 
     path = HERE / "wrong_hdfeos2_ndg_length0_cube_reads_fill.hdf"
-    virtualize.virtualize([path], tmp_path / "c.zarr", scan_timeout=20)
+    virtualize.virtualize([path], tmp_path / "c.zarr", scan_timeout=SCAN_TIMEOUT)
     band = virtualize.open(tmp_path / "c.zarr")["Band"][...]
     assert same(band, SD(str(path)).select("Band").get())
     assert band.ravel()[:4].tolist() == [0, 1, 2, 3]
@@ -121,7 +130,7 @@ def test_a_dataset_listed_twice_is_one_array_by_its_name(tmp_path):
     from pyhdf.SD import SD
 
     path = HERE / "missing_hdf4_sdg_length0_dataset_dropped_exit0.hdf"
-    report = virtualize.virtualize([path], tmp_path / "c.zarr", scan_timeout=20)
+    report = virtualize.virtualize([path], tmp_path / "c.zarr", scan_timeout=SCAN_TIMEOUT)
     cube = virtualize.open(tmp_path / "c.zarr")
     names = [n for n, _ in cube_arrays(cube)]
     assert "Data-Set-2" in names and not any(n.startswith("sds") for n in names)
@@ -129,11 +138,31 @@ def test_a_dataset_listed_twice_is_one_array_by_its_name(tmp_path):
     assert [p.loc.variable for p in report.problems if p.kind == "hdf4-layout"] == ["Data-Set-2"]
 
 
+@pytest.mark.parametrize("name", sorted(STORES))
+def test_a_store_chunk_linked_out_of_the_store_is_refused(tmp_path, name):
+    """Chunk `a/0.0` is a relative symlink to a file beside the store: the cube served
+    that file's bytes (exit 0). Now `check` and `create` refuse it, located at the chunk
+    and naming where the link leads; nothing is written."""
+    with tarfile.open(HERE / name) as t:
+        t.extractall(tmp_path, filter="data")
+    store, variable, block = STORES[name]
+    store = tmp_path / store
+    outside = os.path.realpath(store / "a" / "0.0")
+    assert not outside.startswith(str(store) + "/")  # (the link leads out of the store)
+    report = virtualize.check([store], scan_timeout=SCAN_TIMEOUT)
+    fatal = [p for p in report.problems if p.fatal]
+    assert [(p.kind, p.loc.file, p.loc.variable, p.loc.block) for p in fatal] == \
+        [("reference-not-allowed", str(store), variable, block)], fatal
+    assert outside in fatal[0].message and "'a/0.0'" in fatal[0].message
+    assert judge(store, tmp_path / "c.zarr") == "refused"
+    assert not (tmp_path / "c.zarr").exists()
+
+
 def test_a_damaged_group_dropped_leaves_the_rest_exact(tmp_path):
     """--drop NS (the group failing its checksum) virtualizes the rest, equal to h5py."""
     path = HERE / "dropped_hdf5_damaged_group_skipped.HDF5"
     out = tmp_path / "c.zarr"
-    virtualize.virtualize([path], out, drop=["NS"], scan_timeout=20)
+    virtualize.virtualize([path], out, drop=["NS"], scan_timeout=SCAN_TIMEOUT)
     arrays = dict(cube_arrays(virtualize.open(out)))
     assert list(arrays) == ["AlgorithmRuntimeInfo"]
     assert same(arrays["AlgorithmRuntimeInfo"][...], library_read(path, "AlgorithmRuntimeInfo"))
@@ -146,7 +175,7 @@ def test_a_short_read_past_the_end_gives_one_verdict(tmp_path):
     path = HERE / "flaky_hdf5_driver_block_past_eof.nc"
     verdicts = {judge(path, tmp_path / f"c{i}.zarr") for i in range(4)}
     assert verdicts == {"accepted"}
-    assert len({virtualize.check([path], scan_timeout=20).ok for _ in range(3)}) == 1
+    assert len({virtualize.check([path], scan_timeout=SCAN_TIMEOUT).ok for _ in range(3)}) == 1
 
 
 def test_a_global_heap_that_spins_is_stopped():

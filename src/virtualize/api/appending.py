@@ -115,9 +115,11 @@ def _append(cube: Path, kind: str, paths, *, jobs, executor, progress, scan_time
     old = [s["path"] for s in info["sources"] if not s.get("referenced_by")]
     empty: list[str] = []
     unmatched: list[str] = []
-    new = [storage.normalize(p) for p in expand_paths(paths, empty, unmatched=unmatched)]
-    if unmatched:
-        raise VirtualizeError(unmatched_problems(unmatched), "nothing appended")
+    refused: list[Problem] = []  # a directory's links leading out of it
+    new = [storage.normalize(p) for p in expand_paths(paths, empty, unmatched=unmatched,
+                                                      refused=refused)]
+    if unmatched or refused:
+        raise VirtualizeError(unmatched_problems(unmatched) + refused, "nothing appended")
     if not new:
         raise VirtualizeError([Problem(Location(os.path.abspath(d)), "no-files",
                                        f"the directory {d} holds no files") for d in empty]

@@ -67,7 +67,8 @@ def check(paths: Iterable[PathLike] | PathLike, concat_dim: str | None = None, *
           no_gaps: bool = DEFAULTS.no_gaps, join: str = DEFAULTS.join,
           combine_attrs: str = DEFAULTS.combine_attrs,
           variables: Iterable[str] | None = None, concat_dims: Sequence[str] | None = None,
-          coords: dict | Sequence[str] | None = None) -> Report:
+          coords: dict | Sequence[str] | None = None,
+          compat: str = DEFAULTS.compat) -> Report:
     """Can this stack be virtualized (concatenated along `concat_dim`)? Scans every file
     and plans the cube, collecting every problem of every file. Writes nothing.
 
@@ -95,7 +96,10 @@ def check(paths: Iterable[PathLike] | PathLike, concat_dim: str | None = None, *
     variable holds read as its fill value). `combine_attrs`: attributes that differ
     between files, "drop_conflicts" (left out, named in a note), "override" (the first
     file's) or "identical" (refused); those that change what the values mean are refused
-    whatever it is. `variables`: keep only these and the coordinates they need.
+    whatever it is. `variables`: keep only these and the coordinates they need. `compat`:
+    a variable without the concatenation axes that no coordinate needs (a grid's area, a
+    constant) differing between files or a hypercube's cells, "identical" (refused) or
+    "override" (the first's, named in a note; xarray's `compat="override"`).
 
     A hypercube: `concat_dims` (several axes, outermost first; `concat_dim` is one) and
     `coords` ({dim: "attr:NAME" | "var:NAME" | "name:REGEX" | "v1,v2,..." or a list of
@@ -108,7 +112,7 @@ def check(paths: Iterable[PathLike] | PathLike, concat_dim: str | None = None, *
         drop=drop, sort=sort, split=split, materialize=materialize,
         materialize_limit=materialize_limit, inline_threshold=inline_threshold,
         chunk_size=chunk_size, no_gaps=no_gaps, join=join, combine_attrs=combine_attrs,
-        variables=variables)
+        variables=variables, compat=compat)
     return check_recipe(paths, recipe, jobs=jobs, executor=executor, progress=progress,
                         scan_timeout=scan_timeout, skip_unreadable=skip_unreadable)
 

@@ -25,7 +25,8 @@ def virtualize(paths: Iterable[PathLike] | PathLike, out: PathLike, concat_dim: 
                no_gaps: bool = DEFAULTS.no_gaps, join: str = DEFAULTS.join,
                combine_attrs: str = DEFAULTS.combine_attrs,
                variables: Iterable[str] | None = None, concat_dims: Sequence[str] | None = None,
-               coords: dict | Sequence[str] | None = None) -> Report:
+               coords: dict | Sequence[str] | None = None,
+               compat: str = DEFAULTS.compat) -> Report:
     """Virtualize a stack into `out`: a cube directory, a kerchunk reference JSON
     (`format="kerchunk"` or `out` ending in `.json`) or an Icechunk repository
     (`format="icechunk"` or `.icechunk`). Nothing is written unless every file
@@ -33,8 +34,8 @@ def virtualize(paths: Iterable[PathLike] | PathLike, out: PathLike, concat_dim: 
     `relative`: record the sources relative to the output (a relocatable cube, to be moved
     or mirrored together with its files: a cube directory's source table, a kerchunk
     JSON's template, an Icechunk repository's named virtual chunk container).
-    `skip_unreadable`, `no_gaps`, `join`, `combine_attrs`, `variables`, and a hypercube's
-    `concat_dims`, `coords`: as for `check`."""
+    `skip_unreadable`, `no_gaps`, `join`, `combine_attrs`, `variables`, `compat`, and a
+    hypercube's `concat_dims`, `coords`: as for `check`."""
     set_storage(storage_options)
     kind = output_kind(out, format, overwrite, paths, relative)
     report = check(paths, concat_dim, inline=inline, drop=drop, sort=sort, split=split,
@@ -43,7 +44,7 @@ def virtualize(paths: Iterable[PathLike] | PathLike, out: PathLike, concat_dim: 
                    inline_threshold=inline_threshold, chunk_size=chunk_size,
                    skip_unreadable=skip_unreadable, no_gaps=no_gaps, join=join,
                    combine_attrs=combine_attrs, variables=variables, concat_dims=concat_dims,
-                   coords=coords)
+                   coords=coords, compat=compat)
     return write_checked(report, out, kind, overwrite, relative)
 
 

@@ -26,7 +26,7 @@ from ..plan.attrs import COMBINE_ATTRS
 from ..plan.coords import CoordSpec, label, parse_coords
 from ..plan.cut import DEFAULT_CHUNK_SIZE, chunk_bytes
 from ..plan.hypercube import HypercubeOptions, plan_hypercube
-from ..plan.merge import JOINS
+from ..plan.merge import COMPATS, JOINS
 
 Planner = Callable[[list[FileInventory]], tuple[Plan, list[Problem]]]
 KINDS = ("concat", "mosaic")
@@ -79,6 +79,9 @@ class Recipe:
     # attributes differing between files (plan/attrs.py)
     combine_attrs: str = _option("drop_conflicts", record="set")
     variables: frozenset[str] | None = _option(None, kinds=STACK, record="set")  # kept
+    # a variable no coordinate needs that differs between files or cells: "identical"
+    # refuses, "override" takes the first's (named in a note; xarray's compat="override")
+    compat: str = _option("identical", kinds=STACK, record="set")
     # what a check found, recorded for `append`: each file's value of a listed new axis
     coord_values: Mapping[str, list] | None = field(
         default=None, hash=False, metadata={"kinds": STACK, "record": "found"})
@@ -139,6 +142,9 @@ class Recipe:
         if given.get("join", cls.join) not in JOINS:
             raise UsageError(f"join must be one of {', '.join(JOINS)}, not {given['join']!r}")
         _check_combine_attrs(given.get("combine_attrs", cls.combine_attrs))
+        if given.get("compat", cls.compat) not in COMPATS:
+            raise UsageError(f"compat must be one of {', '.join(COMPATS)}, "
+                             f"not {given['compat']!r}")
         dims = _concat_dims(concat_dim, options.get("concat_dims"))
         return cls("concat", tuple(dims), **given)  # (coords parsed: __post_init__)
 

@@ -54,13 +54,16 @@ DATA_SUFFIXES = _formats.suffixes()  # (every format's: formats/registry.py)
 
 def expand_paths(paths, empty: list[str] | None = None,
            skipped: dict[str, list[str]] | None = None,
-           unmatched: list[str] | None = None) -> list[str]:
+           unmatched: list[str] | None = None,
+           refused: list[Problem] | None = None) -> list[str]:
     """Files as given; a pattern with * ? [ that names no file is expanded (sorted, as a
     shell would; one that matches nothing is added to `unmatched`); a directory stands for
     the files in it (sorted, not hidden, not recursive) of formats virtualize reads
     (others, such as .aux.xml side-cars and checksums, are added to `skipped` by
     directory), unless it is a kerchunk parquet reference set (one input); directories
-    that hold none are added to `empty`."""
+    that hold none are added to `empty`. A directory's entry that is a link leading out of
+    it (itself, a chain of links, or through a directory link) is not taken: a located
+    `reference-not-allowed` in `refused` (a file named itself is taken wherever it is)."""
     from ..formats import is_input_directory
 
     if isinstance(paths, (str, os.PathLike)):
@@ -86,7 +89,7 @@ def expand_paths(paths, empty: list[str] | None = None,
         if glob.has_magic(p) and not os.path.exists(p):
             matched = sorted(glob.glob(p))
             if matched:
-                out += expand_paths(matched, empty, skipped)
+                out += expand_paths(matched, empty, skipped, refused=refused)
                 continue
             if unmatched is not None:  # not a file named with * either: nothing matches
                 unmatched.append(p)
@@ -99,9 +102,27 @@ def expand_paths(paths, empty: list[str] | None = None,
                 skipped[p] = [os.path.basename(f) for f in inside if f not in taken]
             if not taken and empty is not None:
                 empty.append(p)
-            out += taken
+            out += _inside_directory(p, taken, refused)
         else:
             out.append(p)
+    return out
+
+
+def _inside_directory(d: str, files: list[str], refused: list[Problem] | None) -> list[str]:
+    """The entries of directory `d` that lie inside it once their links are followed (a
+    directory given is a place: a link in it must not make the cube reference a file
+    elsewhere, which its reader would then serve); the others as problems in `refused`."""
+    real_dir = os.path.realpath(d)
+    out = []
+    for f in files:
+        real = os.path.realpath(f) if os.path.islink(f) else None
+        if real is None or real.startswith(real_dir.rstrip("/") + "/"):
+            out.append(f)
+        elif refused is not None:
+            refused.append(Problem(Location(os.path.abspath(f)), "reference-not-allowed",
+                                   f"{f} is a link leading outside the directory {d} given as "
+                                   f"input, to {real}: not taken (name the file itself to "
+                                   "take it)"))
     return out
 
 
@@ -155,8 +176,9 @@ def check_stack(paths, planner: Planner, progress, materialize_limit: int | None
     empty: list[str] = []
     skipped: dict[str, list[str]] = {}
     unmatched: list[str] = []
-    files = expand_paths(paths, empty, skipped, unmatched)
-    problems: list[Problem] = unmatched_problems(unmatched)
+    refused: list[Problem] = []  # a directory's links leading out of it
+    files = expand_paths(paths, empty, skipped, unmatched, refused)
+    problems: list[Problem] = unmatched_problems(unmatched) + refused
     invs: list[FileInventory] = []
     bytes_read: dict[str, int] = {}
     requests: dict[str, int] = {}

@@ -112,14 +112,18 @@ def system_locations() -> list[str]:
     return sorted(out)
 
 
+def inside(real: str, root: str) -> bool:
+    """Is the resolved path `real` the resolved directory `root` or within it?"""
+    return real == root or real.startswith(root.rstrip("/") + "/")
+
+
 def system_location(path: str) -> str | None:
     """The system location (`/etc`, `~/.ssh`, ...) `path` lies in, symlinks resolved, or
     None. Nothing there is read on a file's say-so: not through a cube's references, and
     not through a kerchunk reference set given as an input (which would copy it into the
     cube)."""
     real = os.path.realpath(path)
-    return next((s for s in _system_cache() if real == s or real.startswith(s.rstrip('/') + '/')),
-                None)
+    return next((s for s in _system_cache() if inside(real, s)), None)
 
 
 @functools.cache

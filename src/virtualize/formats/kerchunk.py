@@ -22,6 +22,7 @@ reference set (fsspec `reference://`), which is what any reader of the set gets.
 from __future__ import annotations
 
 import base64
+import functools
 import itertools
 import json
 import math
@@ -43,7 +44,7 @@ from ..model import (
     VirtualizeError,
     empty_refs,
 )
-from ._io import system_location
+from ._io import inside, system_location
 from ._planning import finish
 from ._values import COORD_VALUES_LIMIT, bytes_codec, plain
 from .base import Format
@@ -174,7 +175,27 @@ def parquet_mapper(path: str):
         raise VirtualizeError([Problem(Location(path), "unreadable",
                                        "kerchunk parquet references need pyarrow or "
                                        "fastparquet installed")], f"{path}: cannot be read")
-    return LazyReferenceMapper(path, engine=engine)
+    class Mapper(LazyReferenceMapper):
+        """fsspec's mapper with the records' null paths as None, whatever pandas makes of
+        them (pandas ≥ 3 gives NaN for a null string, which fsspec takes for a URL: an
+        absent chunk would fail to read instead of reading as the fill value)."""
+
+        def setup(self):
+            super().setup()
+            load = getattr(self.open_refs, "__wrapped__", self.open_refs)
+
+            @functools.lru_cache(maxsize=self.cache_size)
+            def open_refs(field, record):
+                refs = load(field, record)
+                if refs is not None and "path" in refs:
+                    path = np.asarray(refs["path"], dtype=object)
+                    path[[not isinstance(u, str) for u in path]] = None
+                    refs["path"] = path
+                return refs
+
+            self.open_refs = open_refs
+
+    return Mapper(path, engine=engine)
 
 
 def _not_refs(path: str, what: str) -> VirtualizeError:
@@ -509,6 +530,12 @@ class _Scanner:
                                   "set may not point into")
             self._refused.add(url)
             return None
+        outside = _leads_out(path)
+        if outside is not None:  # ... nor a file it does not name, through a link
+            self._missing[url] = (f"it is a link leading outside {os.path.dirname(path)}, the "
+                                  f"directory the reference set names it in, to {outside}")
+            self._refused.add(url)
+            return None
         try:
             st = os.stat(path)
         except OSError as e:
@@ -522,6 +549,16 @@ class _Scanner:
         self.data_files.append(Source(path, st.st_size, st.st_mtime_ns, referenced_by=self.path))
         k = self._file_index[url] = len(self.data_files)
         return k
+
+
+def _leads_out(path: str) -> str | None:
+    """Where a data file named by a reference set really is, when links (the file itself,
+    a chain of them, a directory one passes through) lead it out of the directory the set
+    names it in (that directory is taken as named, itself through links or not); None when
+    it stays inside. The cube records that directory as a root (docs/reading.md,
+    Confinement): a data file must be where its set says."""
+    real = os.path.realpath(path)
+    return None if inside(real, os.path.realpath(os.path.dirname(path))) else real
 
 
 # netCDF-C's default fill values (what an HDF5 dataset of a netCDF-4 file without

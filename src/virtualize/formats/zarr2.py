@@ -35,7 +35,7 @@ import numpy as np
 
 from .. import storage
 from ..model import MATERIALIZED, FileInventory, Location, Problem, Source, VirtualizeError
-from ._io import MAX_BLOCKS, _system_cache
+from ._io import MAX_BLOCKS, _system_cache, inside
 from ._planning import finish
 from .base import Format
 from .kerchunk import _Scanner, is_parquet_references
@@ -82,20 +82,28 @@ class _StoreRefs:
     """The reference mapping of `kerchunk._Scanner` over a directory store: `meta` (zarr
     key -> JSON text) and `get(key)`: None for an absent chunk file, else (path, 0, size),
     size None when the path is there but cannot be referenced (`why[path]` says why: no
-    regular file, or in a system location)."""
+    regular file, in a system location, or a link leading out of the store).
+
+    Confinement: every file read or referenced (metadata and chunks) must lie inside the
+    store once its links are followed (realpath: a chunk that is a link, a chunk directory
+    that is one, a chain of them); one leading out is refused (`reference-not-allowed`),
+    never read nor referenced: a store must not make the cube serve another file's bytes.
+    The store itself may be reached through a link (it is what the caller named)."""
 
     kind = "directory"
     gen: list = []
 
     def __init__(self, path: str):
         self.path = path
+        self.real = os.path.realpath(path)
         self.bytes_read = 0
         self.meta: dict[str, str] = {}
         self.why: dict[str, str] = {}
         self.stats: dict[str, os.stat_result] = {}
-        self.refused: set[str] = set()  # chunk paths that lie in a system location
+        self.refused: set[str] = set()  # chunk paths in a system location or out of the store
         self._real_dirs: dict[str, tuple[str, str | None]] = {}
-        doc = _consolidated(path) if os.path.isfile(os.path.join(path, ".zmetadata")) else None
+        zmeta = os.path.join(path, ".zmetadata")
+        doc = _consolidated(path) if os.path.isfile(zmeta) and self._confined(zmeta) else None
         if doc is not None:
             self.bytes_read += os.path.getsize(os.path.join(path, ".zmetadata"))
             self.meta = {k: (v if isinstance(v, str) else json.dumps(v))
@@ -108,7 +116,7 @@ class _StoreRefs:
         d = os.path.join(self.path, *node.split("/")) if node else self.path
         for leaf in V2_KEYS:
             f = os.path.join(d, leaf)
-            if os.path.isfile(f):
+            if os.path.isfile(f) and self._confined(f, node):
                 with open(f, "rb") as fh:
                     raw = fh.read()
                 self.bytes_read += len(raw)
@@ -126,7 +134,8 @@ class _StoreRefs:
         try:
             st = os.lstat(p)
             if stat.S_ISLNK(st.st_mode):
-                where = _system_location(os.path.realpath(p))
+                real = os.path.realpath(p)
+                where = _system_location(real)
                 st = os.stat(p)
             else:  # in its directory: where that is (a file itself a system location: named)
                 real_dir, where = self._real_dir(os.path.dirname(p))
@@ -142,11 +151,29 @@ class _StoreRefs:
                           "point into"
             self.refused.add(p)
             return (p, 0, None)
+        if not inside(real, self.real):  # ... nor any file outside the store
+            self.why[p] = (f"it is a link leading outside the store ({self.path}), to "
+                           f"{real}: a chunk is referenced only inside its store")
+            self.refused.add(p)
+            return (p, 0, None)
         if not stat.S_ISREG(st.st_mode):
             self.why[p] = "is not a regular file"
             return (p, 0, None)
         self.stats[p] = st
         return (p, 0, st.st_size)
+
+    def _confined(self, f: str, node: str = "") -> bool:
+        """Raise a located `reference-not-allowed` when the metadata file `f` (of the group
+        or array at `node`) is a link leading out of the store (its content would become
+        the cube's metadata and attributes); True when it is inside."""
+        real = os.path.realpath(f)
+        if inside(real, self.real):
+            return True
+        rel = os.path.relpath(f, self.path)
+        raise VirtualizeError([Problem(Location(self.path, node or None), "reference-not-allowed",
+                                       f"{rel} is a link leading outside the store, to {real}: "
+                                       "a store's metadata is read only inside it")],
+                              f"{self.path}: a link leads outside the store")
 
     def _real_dir(self, d: str) -> tuple[str, str | None]:
         """A chunk directory with symlinks resolved, and the system location it lies in
@@ -282,8 +309,7 @@ def _forget_listing(fs, base: str) -> None:
 def _system_location(real: str) -> str | None:
     """The system location a resolved path lies in (`_io.system_location` without its
     `realpath`), or None."""
-    return next((s for s in _system_cache() if real == s or real.startswith(s.rstrip("/") + "/")),
-                None)
+    return next((s for s in _system_cache() if inside(real, s)), None)
 
 
 @functools.cache

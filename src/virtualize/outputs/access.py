@@ -9,6 +9,11 @@ policy (docs/reading.md, "Confinement"):
 - a recorded root of `/` or inside a system location (/etc, /proc, ~/.ssh, ...) is never
   honoured, and no file inside a system location is opened, unless the caller allows it;
 - relative paths and `..` are normalised (symlinks resolved) before the check;
+- a source found through another (a zarr v2 store's chunk file, a kerchunk reference
+  set's data file, an HDF5 link's target: recorded with `referenced_by`) must, its links
+  followed, lie where that source names it: inside the store, or in the directory the
+  set names it in (`check_source`), whatever roots the cube records (a cube written
+  before this was checked recorded a link's target directory as a root);
 - URLs other than `file://` (http, s3, ...) are refused unless the caller allows a prefix
   of them (`allow=["s3://bucket/data/"]`).
 
@@ -98,6 +103,33 @@ class Access:
         why = self.refusal(ref)
         if why is not None:
             raise not_allowed(self.what, why, variable)
+
+    def check_source(self, source: dict) -> None:
+        """Raise unless the reader may open the recorded source `source` ({path, ...,
+        referenced_by}): `check` of its path, and `linked_out`."""
+        self.check(source.get("path"))
+        why = self.linked_out(source)
+        if why is not None:
+            raise not_allowed(self.what, why)
+
+    def linked_out(self, source: dict) -> str | None:
+        """Why a source found through another (`referenced_by`: a store, a reference set, a
+        linking file) may not be opened: links lead it out of the place that names it (the
+        store it lies in, else the directory it is named in), unless the caller allows
+        where it leads. None when it may (or is not such a source)."""
+        path, by = source.get("path"), source.get("referenced_by")
+        if not (isinstance(path, str) and isinstance(by, str)) or _URL.match(path) or \
+                not os.path.isabs(path):
+            return None
+        named = os.path.normpath(path)
+        place = by if os.path.isabs(by) and _under(named, os.path.normpath(by)) \
+            else os.path.dirname(named)
+        real = os.path.realpath(named)
+        if _under(real, os.path.realpath(place)) or any(_under(real, a) for a in self.allowed):
+            return None
+        return (f"source {path} (found through {by}) is a link leading outside {place}, to "
+                f"{real}: not followed unless the caller allows it "
+                f"(allow=[{os.path.dirname(real)!r}])")
 
     def refusal(self, ref: object) -> str | None:
         key = ref if isinstance(ref, str) else repr(ref)

@@ -9,7 +9,16 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from ..conventions import DIGEST_LIMIT, INLINE_VALUES_LIMIT, REFERENCE_KINDS, bytes_codec, py
+from ..conventions import (
+    DIGEST_LIMIT,
+    INLINE_VALUES_LIMIT,
+    REFERENCE_KINDS,
+    bytes_codec,
+    coordinate_bounds,
+    grid_mappings,
+    named_coordinates,
+    py,
+)
 from ..model import (
     MATERIALIZED,
     OK,
@@ -297,7 +306,8 @@ def consistent(ctx: Context, name: str, vs: list[Variable], free: frozenset[str]
 
 
 def compare_shared(ctx: Context, name: str, vs: list[Variable], why: str,
-                   values: list[np.ndarray | None] | None = None, attrs: bool = False) -> bool:
+                   values: list[np.ndarray | None] | None = None, attrs: bool = False,
+                   override: bool = False) -> bool:
     """The one place that decides whether a variable that must be the same in every file
     (`conventions.must_agree`) is: every planner calls it for each such variable
     (concat and append: off the concatenation axis, or not stacked along a new one, the
@@ -308,7 +318,10 @@ def compare_shared(ctx: Context, name: str, vs: list[Variable], why: str,
     refused (`not-comparable`): nothing is taken from the first file unseen. `attrs`: every
     attribute must agree too (a grid mapping's are what it means). Files whose scanner
     already refused the variable are left out. Each difference is a located problem
-    (`differs-between-files`); True when every file agrees. `why`: why it must agree."""
+    (`differs-between-files`); True when every file agrees. `why`: why it must agree.
+    `override` (`--compat override`, for a variable no coordinate needs: `coordinate_like`):
+    a difference, or files that cannot be compared, is a note instead, and the first
+    file's is taken (True), as xarray's `compat="override"` takes the first dataset's."""
     picked = [i for i, inv in enumerate(ctx.invs) if (inv.path, name) not in ctx.reported]
     if len(picked) < 2:
         return True
@@ -389,7 +402,54 @@ def compare_shared(ctx: Context, name: str, vs: list[Variable], why: str,
                         remedy=f"--drop {name}")
             if j == i0:
                 break
+    if override and len(ctx.problems) > before:
+        overridden(ctx.notes, name, ctx.problems[before], path0)
+        del ctx.problems[before:]
     return len(ctx.problems) == before
+
+
+def overridden(notes: list[str], name: str, p: Problem, first: str) -> None:
+    """The note `--compat override` leaves for a variable taken from the first file (or
+    cell) although it differs: what differs, where, and whose is taken."""
+    why = p.message.split(", but ", 1)[-1]
+    notes.append(f"{name!r} differs between the files ({p.loc.file}: {why}): the first's, "
+                 f"{first}, is taken (--compat override)")
+
+
+def scalar_clashes(plan) -> list[Problem]:
+    """A scalar named like a dimension of another array of its group (a char label `type`
+    beside a `type` axis): xarray cannot open such a cube ("dimension 'type' already
+    exists as a scalar variable"), nor merge such files. Refused before anything is
+    written, the remedy dropping the scalar."""
+    out = []
+    for group in plan.groups:
+        def base(name: str) -> str:
+            return name[len(group) + 1:] if group and name.startswith(group + "/") else name
+        mine = {n: a for n, a in plan.arrays.items() if n.rpartition("/")[0] == group}
+        users: dict[str, str] = {}
+        for n, a in mine.items():
+            for d in a.dims:
+                users.setdefault(d, n)
+        for n, a in mine.items():
+            if not a.dims and base(n) in users:
+                out.append(Problem(Location(None, n), "dimension-clash",
+                                   f"{n!r} is a scalar, and {users[base(n)]!r} has a dimension "
+                                   f"{base(n)!r}: xarray cannot open a dataset holding both "
+                                   f"(\"dimension {base(n)!r} already exists as a scalar "
+                                   "variable\"), nor merge such files", remedy=f"--drop {n}"))
+    return out
+
+
+def coordinate_like(inv: FileInventory) -> set[str]:
+    """What `--compat override` never overrides, as xarray's `compat` does not override
+    indexes: dimension coordinates, the variables a `coordinates` attribute names, bounds
+    of coordinates and grid mappings (by name and basename). A variable that must agree
+    and is none of these is data (ANGLE, TAREA, a constant)."""
+    out = {n for n, v in inv.variables.items() if v.is_coordinate} | \
+        named_coordinates(inv) | coordinate_bounds(inv) | grid_mappings(inv)
+    out |= {n for n, v in inv.variables.items() if v.basename in out or
+            "grid_mapping_name" in v.attrs}
+    return out
 
 
 def first_difference(a: np.ndarray, b: np.ndarray) -> tuple[int, ...] | None:

@@ -51,6 +51,7 @@ from ._common import (
     carry_scan_problems,
     compare_shared,
     consistent,
+    coordinate_like,
     figure,
     figure_of,
     groups_for,
@@ -97,6 +98,12 @@ class ConcatOptions:
     new_values: Sequence[Any] | None = None
     # and the attributes its coordinate keeps (plan/coords.py `coordinate_attrs`)
     new_attrs: dict | None = None
+    # the CF time units the concatenation coordinate is re-expressed in (a hypercube's
+    # cells all in one, plan/hypercube.py); None: the first file's
+    units: str | None = None
+    # a variable without the concatenation axis, that no coordinate needs, differing
+    # between files: "identical" (refused) or "override" (the first file's, a note)
+    compat: str = "identical"
 
 
 @dataclass
@@ -136,7 +143,7 @@ def plan_concat(inventories: Sequence[FileInventory], options: ConcatOptions | N
     carry_scan_problems(ctx, materialize=opts.materialize)
     settle_unknown_fills(ctx)
     ctx.dim = _choose_concat_dim(ctx)
-    if ctx.dim is not None and len(invs) > 1:
+    if ctx.dim is not None and (len(invs) > 1 or opts.units is not None):
         _harmonize_time_units(ctx)
     if ctx.dim is not None:
         _order_by_coordinate(ctx)
@@ -290,16 +297,18 @@ def _harmonize_time_units(ctx: _Context) -> None:
 
     The coordinate's bounds (CF `bounds` / `climatology`, which carry no units of their
     own and so escape the drift check) are re-expressed with it and stored inline; where
-    that is not exact, they are a problem: referenced as they are, they would be wrong."""
+    that is not exact, they are a problem: referenced as they are, they would be wrong.
+    `ConcatOptions.units`: the units to re-express in (a hypercube's), the first file's too."""
     dim = ctx.dim
     coords = [inv.variables.get(dim) for inv in ctx.invs]
     if any(c is None or c.values is None for c in coords):
         return
-    units0 = coords[0].attrs.get("units")
+    units0 = ctx.opts.units or coords[0].attrs.get("units")
     cal0 = coords[0].attrs.get("calendar", "standard")
     if not isinstance(units0, str) or " since " not in units0:
         return
-    for i, c in enumerate(coords[1:], start=1):
+    first = 1 if ctx.opts.units is None else 0
+    for i, c in enumerate(coords[first:], start=first):
         inv = ctx.invs[i]
         units = c.attrs.get("units")
         if units == units0 or not isinstance(units, str) or " since " not in units or \
@@ -565,9 +574,9 @@ def _scalar_differs(ctx: _Context, name: str, vs: list[Variable]) -> bool:
     stacks data variables; equal in every file, it stays shared. Decided by the one
     comparison (`compare_shared`), its findings kept only to decide."""
     inv0 = ctx.invs[0]
-    if len(vs) < 2 or not scalar_data(vs[0], grid_mappings(inv0), coordinate_bounds(inv0),
-                                      named_coordinates(inv0)):
-        return False
+    if len(vs) < 2 or ctx.opts.compat == "override" or not scalar_data(
+            vs[0], grid_mappings(inv0), coordinate_bounds(inv0), named_coordinates(inv0)):
+        return False  # (override: the first file's, `_shared_array`)
     before = len(ctx.problems)
     same = compare_shared(ctx, name, vs, _why_shared(ctx))
     found = ctx.problems[before:]
@@ -582,6 +591,11 @@ def _scalar_differs(ctx: _Context, name: str, vs: list[Variable]) -> bool:
 def _why_shared(ctx: _Context) -> str:
     return (f"is not stacked along the new {ctx.dim!r} axis" if ctx.new_axis else
             f"has no {ctx.dim!r} axis" if ctx.dim is not None else "is in every file")
+
+
+def _overrides(ctx: _Context, name: str) -> bool:
+    """`--compat override` applies to `name`: no coordinate needs it (`coordinate_like`)."""
+    return ctx.opts.compat == "override" and name not in coordinate_like(ctx.invs[0])
 
 
 def _is_mapping(ctx: _Context, v: Variable) -> bool:
@@ -738,7 +752,8 @@ def _shared_array(ctx: _Context, name: str, vs: list[Variable]) -> ArrayPlan | N
     first = vs[0]
     # compared by the values or per-block digests the scan recorded (planning reads
     # nothing): differing files, or files that cannot be compared, are refused
-    if not compare_shared(ctx, name, vs, _why_shared(ctx), attrs=_is_mapping(ctx, first)):
+    if not compare_shared(ctx, name, vs, _why_shared(ctx), attrs=_is_mapping(ctx, first),
+                          override=_overrides(ctx, name)):
         return None
     refs = first.blocks.refs.copy()
     held = refs["path"] == MATERIALIZED
@@ -788,7 +803,7 @@ def _inline_array(ctx: _Context, name: str, vs: list[Variable], k: int | None) -
     else:
         data = values[0]
         if not compare_shared(ctx, name, vs, _why_shared(ctx), values=values,
-                              attrs=_is_mapping(ctx, first)):
+                              attrs=_is_mapping(ctx, first), override=_overrides(ctx, name)):
             return None
     return inline_plan(name, np.asarray(data, dtype=first.dtype), first.dims, first.attrs,
                        first.fill_value)

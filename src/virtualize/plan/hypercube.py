@@ -2,14 +2,19 @@
 outermost first), new axes given their coordinate (`--coord`, plan/coords.py).
 
 Each file's position along every axis is resolved (a new axis: its `--coord` value; an
-axis the files have: the first value of its coordinate), the files are put into the cells
-of the grid those positions span (a missing cell, or two files in one, is refused naming
-the cell's coordinates), the files along the innermost axis are planned by the one-axis
-planner, and those sub-plans are stacked along the outer axes, innermost first: data
-variables get a new axis (or are joined along an axis they have), what does not vary
-along an axis (coordinates of the other axes, bounds, grid mappings, scalars) is compared
-across the cells, bit for bit (`compare_shared`), never taken from the first unseen; every
-stacked variable's chunks on the other axes must be the same in every cell.
+axis the files have: the first value of its coordinate, in one CF time unit however each
+file counts it), the files are put into the cells of the grid those positions span (a
+missing cell, or two files in one, is refused naming the cell's coordinates; along an
+axis the files have a cell is not a file: a member's files there are one stack, split
+anywhere), the files along the innermost axis are planned by the one-axis planner, and
+those sub-plans are stacked along the outer axes, innermost first, after their axes the
+files have are made one (plan/align.py: one coordinate, the union under `--join outer`;
+one chunk grid, cut at every cell's edges): data variables get a new axis (or are joined
+along an axis they have), what does not vary along an axis (coordinates of the other
+axes, bounds, grid mappings, scalars, data without an axis the files have) is compared
+across the cells, bit for bit (`compare_shared`), never taken from the first unseen
+(`--compat override`: the first cell's, named); every stacked variable's chunks on the
+other axes must be the same in every cell.
 """
 
 from __future__ import annotations
@@ -47,19 +52,24 @@ from ..model import (
 from ._common import (
     MEANING_ATTRS,
     Context,
+    calendar_of,
     codec_key,
     compare_shared,
+    coordinate_like,
     declares_fill,
     figure_of,
     first_difference,
     inline_plan,
+    overridden,
     same_meaning,
     same_value,
+    scalar_clashes,
 )
+from .align import align, value_label
 from .attrs import combine, dropped_note
 from .concat import ConcatOptions
 from .coords import CoordSpec, coordinate_attrs, coordinate_plan, label, resolve
-from .merge import plan_merge
+from .merge import plan_merge, select, selected_files
 
 
 @dataclass
@@ -72,8 +82,16 @@ class HypercubeOptions:
 def plan_hypercube(inventories: Sequence[FileInventory], options: HypercubeOptions | None = None
                    ) -> tuple[Plan, list[Problem]]:
     """Plan one cube from files stacked along `options.dims` (outermost first). One axis
-    without a `--coord` is the one-axis planner's stack (`plan_merge`)."""
-    opts = options or HypercubeOptions()
+    without a `--coord` is the one-axis planner's stack (`plan_merge`). A cube xarray
+    could not open (a scalar named like a dimension: `scalar_clashes`) is refused."""
+    plan, problems = _plan(inventories, options or HypercubeOptions())
+    if not any(p.fatal for p in problems):
+        problems.extend(scalar_clashes(plan))
+    return plan, problems
+
+
+def _plan(inventories: Sequence[FileInventory], opts: HypercubeOptions
+          ) -> tuple[Plan, list[Problem]]:
     dims = list(opts.dims) or ([opts.concat.concat_dim] if opts.concat.concat_dim else [])
     invs = list(inventories)
     if len(set(dims)) != len(dims):
@@ -87,11 +105,15 @@ def plan_hypercube(inventories: Sequence[FileInventory], options: HypercubeOptio
         return _inner(opts, invs, dims[0] if dims else None, None)
     problems: list[Problem] = []
     notes: list[str] = []
+    if opts.concat.variables is not None:  # (files holding none of them are left out)
+        invs, notes = selected_files(invs, replace(select(invs, opts.concat),
+                                                   concat_dim=dims[-1] if dims else None))
     drop = set(opts.concat.drop)
     keys: dict[str, list] = {}  # per axis, each file's position
     spans: dict[str, list] = {}  # per axis the files have, each file's (first, last)
     new: dict[str, bool] = {}
     coord_attrs: dict[str, dict] = {}  # per new axis, what its coordinate keeps (var:)
+    units: dict[str, str | None] = {}  # per axis the files have, the CF units keys are in
     for d in dims:
         has = [any(d in v.dims for v in inv.variables.values()) for inv in invs]
         new[d] = not any(has)
@@ -137,7 +159,7 @@ def plan_hypercube(inventories: Sequence[FileInventory], options: HypercubeOptio
                 continue
             ks.append(py(vals[0]))
             sp.append((py(vals[0]), py(vals[-1]), c.attrs))
-        keys[d], spans[d] = ks, sp
+        keys[d], spans[d], units[d] = _in_one_unit(ks, sp)
     if any(p.fatal for p in problems) or len(keys) != len(dims):
         return Plan([], {}, {}, dims[-1] if dims else None, notes), problems
     # the grid: every axis' positions in order, every file's cell
@@ -156,7 +178,8 @@ def plan_hypercube(inventories: Sequence[FileInventory], options: HypercubeOptio
 
     # files holding different variables (a merge along the inner axis: tas in yearly
     # files, pr in 5-year ones) each fill their own grid: one cell holds one file of each
-    held = [_data_vars(inv) for inv in invs]
+    drop |= set(select(invs, replace(opts.concat, drop=frozenset(drop))).drop)
+    held = [tuple(n for n in _data_vars(inv) if n not in drop) for inv in invs]
     kinds = list(dict.fromkeys(held))
     for index, fs in cells.items():
         first: dict[tuple[str, ...], int] = {}
@@ -170,21 +193,31 @@ def plan_hypercube(inventories: Sequence[FileInventory], options: HypercubeOptio
                                     + (f" (steps of another axis? name it too: --concat-dim "
                                        f"{dims[0]} --concat-dim DIM)" if len(dims) == 1
                                        else "")))
+    # a cell no file of a kind fills: along a new inner axis, every cell is a file; along
+    # an axis the files have (time), a cell is not a file: a row (the cells of one outer
+    # position) holding the kind anywhere is one stack, its steps compared with the other
+    # rows' when stacked (plan/align.py: a member may be split anywhere, start later); a
+    # row holding none of it is missing (drawn in the layout either way)
     missing: list[tuple[tuple[int, ...], tuple[str, ...]]] = []
+    empty: list[tuple[tuple[int, ...], tuple[str, ...]]] = []  # cells of rows without it
     outer = opts.concat.join == "outer"
     if opts.concat.join not in ("exact", "outer"):
         raise UsageError(f"join must be 'exact' or 'outer', not {opts.concat.join!r}")
+    inner_new = new[dims[-1]]
     for kind in kinds:
         mine = [f for f in range(len(invs)) if held[f] == kind]
         inner = sorted({where[dims[-1]][_k(keys[dims[-1]][f])] for f in mine})
+        rows = {i[:-1] for i, fs in cells.items() if any(held[f] == kind for f in fs)}
         for index in itertools.product(*(range(len(axis_values[d])) for d in dims[:-1]),
                                        inner):
             if any(held[f] == kind for f in cells.get(index, ())):
                 continue
-            if not new[dims[-1]] and _covered(index, cells, dims, spans, axis_values,
-                                              set(mine)):
-                continue  # split differently along the inner axis: found when stacked
+            if not inner_new and index[:-1] in rows:
+                if not _covered(index, cells, dims, spans, axis_values, set(mine)):
+                    missing.append((index, kind))
+                continue
             missing.append((index, kind))
+            empty.append((index, kind))
             if not outer:
                 of = f" for {', '.join(kind)}" if len(kinds) > 1 else ""
                 problems.append(Problem(Location(None, None, dims[-1]), "missing-cell",
@@ -200,15 +233,17 @@ def plan_hypercube(inventories: Sequence[FileInventory], options: HypercubeOptio
         plan = Plan([], {}, {}, dims[-1], notes)
         plan.layout = layout
         return plan, problems
-    concat = replace(opts.concat, drop=frozenset(drop))
+    concat = replace(opts.concat, drop=frozenset(drop),
+                     units=None if inner_new else units.get(dims[-1]))
+    if outer and not inner_new:  # (the cells' bounds are merged over their union: by value)
+        concat = replace(concat, inline=concat.inline | _bounds_of(invs, dims[-1]))
+    static = _static(invs, dims, new)
     real = len(invs)  # (the stand-ins are appended after the files)
-    for index, kind in missing:  # (--join outer) a stand-in whose data are absent chunks:
-        # of a file holding the same variables at the same place along every axis the files
-        # have (its steps, coordinates); of those, the nearest (along the inner axes first)
-        near = sorted((tuple(i[a] != index[a] for a in reversed(range(len(dims)))), i, f)
-                      for i, fs in cells.items() for f in fs if f < real and held[f] == kind
-                      if all(i[a] == index[a] for a, d in enumerate(dims) if not new[d]))
-        f = near[0][2] if near else None
+    for index, kind, f in _stand_ins(empty, cells, held, dims, new, real):
+        # (--join outer) a stand-in whose data are absent chunks: of a file holding the
+        # same variables at the same place along every axis the files have (its steps,
+        # coordinates), the nearest; for a row holding none of them, each file of the
+        # nearest row that does
         if f is None:
             problems.append(Problem(Location(None, None, dims[-1]), "missing-cell",
                                     f"no file for the cell {cell_name(index)}, and none at its "
@@ -227,13 +262,14 @@ def plan_hypercube(inventories: Sequence[FileInventory], options: HypercubeOptio
                                         f"{cell_name(index)} that no file fills is unknown "
                                         f"(--join outer; --drop {n})"))
         invs.append(_absent(invs[f], problems, cell_name(index), dims, new,
-                            {n: invs[g] for n, g in scalars.items() if g is not None}))
+                            {n: invs[g] for n, g in scalars.items() if g is not None},
+                            keep=static | drop))
         cells.setdefault(index, []).append(len(invs) - 1)
         held.append(kind)
-    if missing:
-        notes.append(f"--join outer: {len(missing)} cell(s) no file fills read as the fill "
-                     "value: " + "; ".join(cell_name(i) for i, _ in missing[:5])
-                     + ("; ..." if len(missing) > 5 else ""))
+    if empty:
+        notes.append(f"--join outer: {len(empty)} cell(s) no file fills read as the fill "
+                     "value: " + "; ".join(cell_name(i) for i, _ in empty[:5])
+                     + ("; ..." if len(empty) > 5 else ""))
     if any(p.fatal for p in problems):
         plan = Plan([], {}, {}, dims[-1], notes)
         plan.layout = layout
@@ -246,7 +282,9 @@ def plan_hypercube(inventories: Sequence[FileInventory], options: HypercubeOptio
                  coord_attrs=coord_attrs, how=opts.concat.combine_attrs,
                  leave=frozenset(attrs),
                  kept={n for inv in invs for n in _kept(inv)},
-                 scalars={n for inv in invs for n in _scalars(inv)})
+                 scalars={n for inv in invs for n in _scalars(inv)}, static=static, real=real,
+                 join=opts.concat.join, compat=opts.concat.compat,
+                 coordinates={n for inv in invs[:real] for n in coordinate_like(inv)})
     plan, _ = _build(ctx, concat, sorted(cells), cells, 0)
     problems.extend(ctx.problems)
     note = dropped_note(ctx.dropped)
@@ -263,13 +301,16 @@ def plan_hypercube(inventories: Sequence[FileInventory], options: HypercubeOptio
 
 
 def _absent(inv: FileInventory, problems: list[Problem], where: str, dims, new,
-            scalars: dict[str, FileInventory] | None = None) -> FileInventory:
+            scalars: dict[str, FileInventory] | None = None,
+            keep: set[str] | frozenset[str] = frozenset()) -> FileInventory:
     """A missing cell's stand-in (`--join outer`): the inventory of a file at the same
     inner position, its data variables' chunks absent (they read as the fill value); what
     does not vary along the outer axes (coordinates, bounds) stays, as it must be the same
     in every cell. A data variable without a fill value cannot be absent: refused.
     `scalars`: the file each scalar data variable is taken from (`_scalar_source`),
-    referenced there (one of the stand-in's data files)."""
+    referenced there (one of the stand-in's data files). `keep`: left as they are (what is
+    dropped; the variables without an axis the files have, `_static`: held once when the
+    same in every cell, made absent where stacked, `_stand_in_parts`)."""
     variables = dict(inv.variables)
     data_files = list(inv.data_files)
     for name, other in (scalars or {}).items():
@@ -282,7 +323,7 @@ def _absent(inv: FileInventory, problems: list[Problem], where: str, dims, new,
         moved = refs["path"] != MATERIALIZED
         refs["path"][moved] += at
         variables[name] = replace(v, blocks=replace(v.blocks, refs=refs))
-    keep = _kept(inv)
+    keep = _kept(inv) | set(keep)
     any_new = any(new[d] for d in dims)
     for name, v in inv.variables.items():
         # what varies from cell to cell: data along a new axis, or along an axis it has
@@ -303,6 +344,92 @@ def _absent(inv: FileInventory, problems: list[Problem], where: str, dims, new,
         variables[name] = replace(v, blocks=replace(v.blocks, refs=refs), values=None,
                                   digest=None, block_digests=None)
     return replace(inv, variables=variables, problems=[], data_files=data_files)
+
+
+def _stand_ins(empty, cells, held, dims, new, real: int):
+    """(cell, kind, template file or None) for each missing cell that gets a stand-in
+    (`--join outer`). Along a new inner axis, a file at the cell's place along every axis
+    the files have, the nearest (along the inner axes first); a row holding none of a kind
+    along an axis the files have takes the files of the nearest row that holds it, each
+    at its place (one row's files: steps that do not overlap)."""
+    def nearest(index, candidates):
+        return sorted((tuple(i[a] != index[a] for a in reversed(range(len(index)))), i, f)
+                      for i, f in candidates)
+
+    files = [(i, f) for i, fs in cells.items() for f in fs if f < real]
+    if new[dims[-1]]:
+        for index, kind in empty:
+            near = nearest(index, [(i, f) for i, f in files if held[f] == kind and all(
+                i[a] == index[a] for a, d in enumerate(dims) if not new[d])])
+            yield index, kind, near[0][2] if near else None
+        return
+    seen: set[tuple] = set()
+    for index, kind in empty:
+        row = index[:-1]
+        if (row, kind) in seen:
+            continue
+        seen.add((row, kind))
+        near = nearest(row, [(i[:-1], f) for i, f in files if held[f] == kind and all(
+            i[a] == row[a] for a, d in enumerate(dims[:-1]) if not new[d])])
+        if not near:
+            yield index, kind, None
+            continue
+        template = near[0][1]
+        for i, f in files:
+            if i[:-1] == template and held[f] == kind:
+                yield (*row, i[-1]), kind, f
+
+
+def _bounds_of(invs: list[FileInventory], dim: str) -> set[str]:
+    """The names the files' `dim` coordinate gives as its bounds (or climatology)."""
+    out = set()
+    for inv in invs:
+        c = inv.variables.get(dim)
+        for key in ("bounds", "climatology"):
+            b = c.attrs.get(key) if c is not None else None
+            if isinstance(b, str) and b in inv.variables:
+                out.add(b)
+    return out
+
+
+def _static(invs: list[FileInventory], dims: list[str], new: dict[str, bool]) -> set[str]:
+    """Data variables without any axis the files have (a grid's ANGLE, TAREA, TLAT; char
+    labels such as moc_components), in a hypercube that has one (time): held once when the
+    same in every cell (compared bit for bit, as shared coordinates are), never needing a
+    fill under `--join outer`; stacked along a new axis only when they differ (as scalars
+    are). Empty when every axis is new (a member's data without time are data)."""
+    axes = [d for d in dims if not new[d]]
+    if not axes:
+        return set()
+    return {n for inv in invs for n, v in inv.variables.items()
+            if v.shape and n not in _kept(inv) and not any(d in v.dims for d in axes)}
+
+
+def _in_one_unit(keys: list, spans: list) -> tuple[list, list, str | None]:
+    """An axis' positions (each file's first value) and spans in one CF time unit when the
+    files count time in several ("hours since <the file's own start>"): the unit of the
+    file that starts first, in which the cells are placed and the inner stacks planned
+    (their coordinates re-expressed, ConcatOptions.units). As they are (None) when the
+    units agree, are not CF time, or the calendars differ (refused when planned)."""
+    import cftime
+
+    attrs = [s[2] if s is not None else None for s in spans]
+    found = {(a.get("units"), calendar_of(a)) for a in attrs if a is not None}
+    if len(found) < 2 or None in attrs or len({c for _, c in found}) > 1 or \
+            not all(isinstance(u, str) and " since " in u for u, _ in found):
+        return keys, spans, None
+    cal = attrs[0].get("calendar", "standard")
+    try:
+        starts = [cftime.num2date(k, a["units"], cal) for k, a in zip(keys, attrs)]
+        ref = attrs[min(range(len(keys)), key=lambda i: starts[i])]["units"]
+
+        def num(v, a):
+            return py(cftime.date2num(cftime.num2date(v, a["units"], cal), ref, cal))
+
+        out = [(num(s[0], a), num(s[1], a), dict(a, units=ref)) for s, a in zip(spans, attrs)]
+    except Exception:  # (a date the calendar cannot hold: as they are)
+        return keys, spans, None
+    return [s[0] for s in out], out, ref
 
 
 def _scalar_source(index, name: str, cells, invs, real: int) -> int | None:
@@ -374,24 +501,11 @@ def _ordered(values: list, sort: bool = True) -> list:
 
 def _label(d, v, spans, keys, invs, attrs=None) -> str:
     if d not in spans:
-        return _value_label(v, attrs) if attrs and not isinstance(v, str) else label(v)
+        return value_label(v, attrs) if attrs and not isinstance(v, str) else label(v)
     f = next(i for i, k in enumerate(keys[d]) if _k(k) == _k(v))
     first, last, attrs = spans[d][f]
-    return f"{_value_label(first, attrs)} .. {_value_label(last, attrs)}" if first != last \
-        else _value_label(first, attrs)
-
-
-def _value_label(v, attrs) -> str:
-    units = attrs.get("units")
-    if isinstance(units, str) and " since " in units and isinstance(v, (int, float)):
-        try:
-            import cftime
-            d = cftime.num2date(v, units, attrs.get("calendar", "standard"))
-            text = d.isoformat()
-            return text[:10] if text.endswith("00:00:00") else text
-        except Exception:
-            pass
-    return str(v)
+    return f"{value_label(first, attrs)} .. {value_label(last, attrs)}" if first != last \
+        else value_label(first, attrs)
 
 
 def _covered(index, cells, dims, spans, axis_values, files: set[int]) -> bool:
@@ -430,6 +544,12 @@ class _Stack:
     dropped: dict[str, list[str]] = field(default_factory=dict)  # what drop_conflicts left out
     problems: list[Problem] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    static: set[str] = field(default_factory=set)  # without an axis the files have (`_static`)
+    real: int = 0  # files before it in `invs` are files, the others stand-ins
+    join: str = "exact"  # --join: the cells' steps along an axis the files have (`align`)
+    compat: str = "identical"  # --compat: a shared variable no coordinate needs that differs
+    coordinates: set[str] = field(default_factory=set)  # what --compat never overrides
+    refused: set[str] = field(default_factory=set)  # arrays refused at a level (not stacked)
 
 
 def _build(ctx: _Stack, concat: ConcatOptions, indices: list[tuple[int, ...]],
@@ -457,15 +577,20 @@ def _build(ctx: _Stack, concat: ConcatOptions, indices: list[tuple[int, ...]],
     built = [_build(ctx, concat, groups[p], cells, level + 1) for p in positions]
     subs = [p for p, _ in built]
     files = [f for _, f in built]
-    return _stack(ctx, subs, files, d, positions), [f for fs in files for f in fs]
+    return _stack(ctx, subs, files, d, positions, indices[0][:level]), \
+        [f for fs in files for f in fs]
 
 
 def _stack(ctx: _Stack, subs: list[Plan], members: list[list[int]], d: str,
-           positions: list[int]) -> Plan:
+           positions: list[int], prefix: tuple[int, ...] = ()) -> Plan:
     """Sub-plans (one per position along `d`; `members`: each one's files in order,
-    indices into `ctx.invs`) stacked along `d` into one plan."""
+    indices into `ctx.invs`) stacked along `d` into one plan. `prefix`: their positions
+    along the axes before `d`. Along a new axis, their axes the files have are made one
+    first (`align`: one coordinate, one chunk grid)."""
     files = [[ctx.invs[f].path for f in fs] for fs in members]
     new = ctx.new[d]
+    if new:
+        subs = align(ctx, subs, members, d, positions, prefix)
     sources, maps = [], []
     index: dict[str, int] = {}
     for p in subs:
@@ -483,6 +608,8 @@ def _stack(ctx: _Stack, subs: list[Plan], members: list[list[int]], d: str,
     if new:
         names = [n for n in names if n != d]
     for name in names:
+        if name in ctx.refused:
+            continue  # (refused where the cells were made one: said there)
         have = [p.arrays.get(name) for p in subs]
         lacking = [i for i, a in enumerate(have) if a is None]
         if lacking:
@@ -498,8 +625,13 @@ def _stack(ctx: _Stack, subs: list[Plan], members: list[list[int]], d: str,
         varies = _varies(ctx, subs[0], name, a0, d)
         if not _alike(ctx, files, have, name, d, where, varies):
             continue
-        if not varies and new and name in ctx.scalars and not a0.shape:
+        if not varies and new and (name in ctx.scalars and not a0.shape or
+                                   name in ctx.static):
             varies = _scalar_differs(ctx, members, have, name, d, where)
+            if varies and name in ctx.static:
+                have = _stand_in_parts(ctx, members, have, name, d, where)
+                if have is None:
+                    continue
         if not varies:
             if _shared(ctx, members, have, name, d, where):
                 arrays[name] = _remapped(a0, maps[0], None, 0)
@@ -543,16 +675,21 @@ def _varies(ctx: _Stack, sub: Plan, name: str, a: ArrayPlan, d: str) -> bool:
     scalars: the scan's rule, conventions.stacks)."""
     if not ctx.new[d]:
         return d in a.dims
-    if name in ctx.scalars:  # stacked along an inner new axis already: along this one too
+    if name in ctx.scalars or name in ctx.static:
+        # (stacked along an inner new axis already: along this one too)
         return bool(a.dims) and a.dims[0] in ctx.dims
     return bool(a.dims) and name not in ctx.dims and name not in ctx.kept
 
 
 def _scalar_differs(ctx: _Stack, members, have: list[ArrayPlan], name: str, d: str,
                     where) -> bool:
-    """A scalar data variable that differs between the cells of the new axis `d`: stacked
-    along it (`realization(member)`); the same in every cell, shared. Decided by the one
-    comparison (`_shared`), its findings kept only to decide."""
+    """A scalar data variable (or one without an axis the files have, `_static`) that
+    differs between the cells of the new axis `d`: stacked along it (`realization(member)`);
+    the same in every cell, shared. Decided by the one comparison (`_shared`), its findings
+    kept only to decide. `--compat override`: never stacked (the first cell's, `_shared`),
+    unless a coordinate needs it (TLAT: never overridden)."""
+    if ctx.compat == "override" and name not in ctx.coordinates:
+        return False
     before = len(ctx.problems)
     same = _shared(ctx, members, have, name, d, where)
     found = ctx.problems[before:]
@@ -565,6 +702,28 @@ def _scalar_differs(ctx: _Stack, members, have: list[ArrayPlan], name: str, d: s
     return True
 
 
+def _stand_in_parts(ctx: _Stack, members, have: list[ArrayPlan], name: str, d: str,
+                    where) -> list[ArrayPlan] | None:
+    """A variable without an axis the files have (`_static`), stacked along `d` because it
+    differs between the cells: a stand-in's part (`--join outer`, a row no file fills) is
+    absent chunks, not the template's values; refused (None) when it declares no fill
+    value or is stored in the cube."""
+    out = list(have)
+    for i, (fs, a) in enumerate(zip(members, have)):
+        if not fs or any(f < ctx.real for f in fs):
+            continue
+        if a.refs is None or not declares_fill(a.fill_value, a.dtype, a.attrs):
+            why = "is stored in the cube" if a.refs is None else "declares no fill value"
+            ctx.problems.append(Problem(Location(ctx.invs[fs[0]].path, name), "no-fill-value",
+                                        f"{name!r} differs between the cells, so it is stacked "
+                                        f"along {d!r}, and {why}: at {d}={where[i]}, which no "
+                                        "file fills, it cannot read as absent chunks "
+                                        f"(--join outer; --drop {name})"))
+            return None
+        out[i] = replace(a, refs=np.zeros_like(a.refs), materialize={})
+    return out
+
+
 def _alike(ctx: _Stack, files, have: list[ArrayPlan], name: str, d: str, where, varies) -> bool:
     """Every cell's `name` like the first's: dims, data type, codecs, fill value, the
     attributes that give the values their meaning, and (stacked) the chunks on every
@@ -574,26 +733,28 @@ def _alike(ctx: _Stack, files, have: list[ArrayPlan], name: str, d: str, where, 
     k = a0.dims.index(d) if d in a0.dims else None
     for i, a in list(enumerate(have))[1:]:
         f = files[i][0]
-        here = f"at {d}={where[i]} than at {d}={where[0]}"
+        at, at0 = f"at {d}={where[i]}", f"at {d}={where[0]}"
         if a.dims != a0.dims:
-            msg = f"dimensions {a.dims} differ from {a0.dims} {here}"
+            msg = f"its dimensions {a.dims} {at} differ from {a0.dims} {at0}"
             kind = "dims-differ"
         elif a.dtype != a0.dtype:
-            msg, kind = f"data type {a.dtype} differs from {a0.dtype} {here}", "dtype-differs"
+            msg = f"its data type {a.dtype} {at} differs from {a0.dtype} {at0}"
+            kind = "dtype-differs"
         elif codec_key(a.codecs) != codec_key(a0.codecs):
-            msg, kind = f"codecs differ {here}", "codecs-differ"
+            msg, kind = f"its codecs {at} differ from those {at0}", "codecs-differ"
         elif not same_value(a.fill_value, a0.fill_value):
-            msg = f"fill value {py(a.fill_value)!r} differs from {py(a0.fill_value)!r} {here}"
+            msg = (f"its fill value {py(a.fill_value)!r} {at} differs from "
+                   f"{py(a0.fill_value)!r} {at0}")
             kind = "fill-value-differs"
         elif (key := next((m for m in MEANING_ATTRS
                            if not same_meaning(m, a.attrs.get(m), a0.attrs.get(m))), None)):
-            msg = (f"attribute {key!r} is {py(a.attrs.get(key))!r} {here}, where it is "
-                   f"{py(a0.attrs.get(key))!r}: the values would mean different things")
+            msg = (f"attribute {key!r} is {py(a.attrs.get(key))!r} {at}, where it is "
+                   f"{py(a0.attrs.get(key))!r} {at0}: the values would mean different things")
             kind = "attribute-drift"
         elif (axis := next((j for j in range(len(a.dims)) if j != k and
                             a.shape[j] != a0.shape[j]), None)) is not None:
-            msg = (f"length {a.shape[axis]} along {a.dims[axis]!r} differs {here} "
-                   f"({a0.shape[axis]})")
+            msg = (f"length {a.shape[axis]} along {a.dims[axis]!r} {at} differs from the "
+                   f"length {a0.shape[axis]} {at0}")
             kind = "shape-differs"
         elif varies:
             axis = next((j for j in range(len(a.dims)) if j != k and
@@ -601,10 +762,10 @@ def _alike(ctx: _Stack, files, have: list[ArrayPlan], name: str, d: str, where, 
             if axis is None:
                 continue
             other = a.dims[axis]
-            msg = (f"its chunks along {other!r} differ {here} ({_lens(a.chunk_lengths[axis])} "
-                   f"vs {_lens(a0.chunk_lengths[axis])}): stacked along {d!r}, every cell "
-                   f"must be split alike along {other!r} (the files split "
-                   f"{other!r} differently?)")
+            msg = (f"its chunks along {other!r} {at} differ from those {at0} "
+                   f"({_lens(a.chunk_lengths[axis])} vs {_lens(a0.chunk_lengths[axis])}): "
+                   f"stacked along {d!r}, every cell must be split alike along {other!r} "
+                   f"(the files split {other!r} differently?)")
             kind = "blocks-differ"
         else:
             continue
@@ -627,30 +788,53 @@ def _shared(ctx: _Stack, members: list[list[int]], have: list[ArrayPlan], name: 
     a0 = have[0]
     why = f"is not stacked along {d!r}"
     before = len(ctx.problems)
+    override = ctx.compat == "override" and name not in ctx.coordinates
+    # the same file position of every cell (along the inner axis, its j-th file); by index,
+    # not path: a --join outer stand-in has its template's path, not its variables
+    rows = [[ctx.invs[f] for f in fs if name in ctx.invs[f].variables] for fs in members]
+    values = None
     if a0.inline is not None:
-        for i, a in list(enumerate(have))[1:]:
-            if a.inline is None:
+        values = [None if a.inline is None else np.asarray(a.inline) for a in have]
+    elif (t := next((t for t in ctx.dims if not ctx.new[t] and t in a0.dims), None)) and \
+            len({tuple(inv.variables[name].shape for inv in r) for r in rows}) > 1:
+        # (cells split into files otherwise along it: compared as joined, by value)
+        k = a0.dims.index(t)
+        values = [np.concatenate([np.asarray(inv.variables[name].values) for inv in r], axis=k)
+                  if r and all(inv.variables[name].values is not None for inv in r) else None
+                  for r in rows]
+        if any(v is None for v in values):
+            i = next(i for i, v in enumerate(values) if v is None)
+            ctx.problems.append(Problem(
+                Location(files[i][0], name, d), "not-comparable",
+                f"{name!r} {why}, so it must be the same at every {d}, but the cells are "
+                f"split into files otherwise along {t!r} and the scan recorded no values of "
+                "it to compare them by", remedy=f"--drop {name}"))
+            return False
+    if values is not None:
+        for i, a in list(enumerate(values))[1:]:
+            if a is None or values[0] is None:
                 continue
-            index = first_difference(np.asarray(a.inline), np.asarray(a0.inline))
+            index = first_difference(a, values[0])
             if index is None:
                 continue
-            at = (f"its values have shape {np.shape(a.inline)} there and "
-                  f"{np.shape(a0.inline)} here" if np.shape(a.inline) != np.shape(a0.inline)
+            at = (f"its values have shape {np.shape(a)} there and {np.shape(values[0])} "
+                  "here" if np.shape(a) != np.shape(values[0])
                   else f"its values differ at index {index}")
             ctx.problems.append(Problem(
                 Location(files[i][0], name, d), "differs-between-files",
                 f"{name!r} {why}, so it must be the same at every {d}, but at {d}={where[i]} "
                 f"{at} from {d}={where[0]} ({files[0][0]})"))
+        if override and len(ctx.problems) > before:
+            overridden(ctx.notes, name, ctx.problems[before], files[0][0])
+            del ctx.problems[before:]
         return len(ctx.problems) == before
-    # the same file position of every cell (along the inner axis, its j-th file); by index,
-    # not path: a --join outer stand-in has its template's path, not its variables
-    rows = [[ctx.invs[f] for f in fs if name in ctx.invs[f].variables] for fs in members]
     for j in range(max(len(r) for r in rows)):
         col = [r[j] for r in rows if j < len(r)]
         if len(col) < 2:
             continue
         c = Context(col)
-        compare_shared(c, name, [inv.variables[name] for inv in col], why)
+        compare_shared(c, name, [inv.variables[name] for inv in col], why, override=override)
+        ctx.notes.extend(n for n in c.notes if n not in ctx.notes)
         ctx.problems.extend(replace(p, remedy=f"--drop {name}" + (
             f", or --coord {d}=var:{name} if it is the {d} value" if ctx.new[d] and
             not a0.shape else "")) if p.remedy is None else p for p in c.problems)

@@ -37,6 +37,7 @@ from ._common import (
     Context,
     calendar_of,
     compare_shared,
+    coordinate_like,
     declares_fill,
     figure_of,
     first_difference,
@@ -44,8 +45,12 @@ from ._common import (
 )
 from .attrs import combine, dropped_note
 from .concat import ConcatOptions, _reexpress, plan_concat
+from .union import Misfit, as_first, place
 
 JOINS = ("exact", "outer")
+# a shared variable no coordinate needs that differs between files (or cells): refused, or
+# the first's taken with a note (xarray's compat="override")
+COMPATS = ("identical", "override")
 # attributes naming the variables a variable needs (CF; formula_terms: a parametric
 # vertical coordinate's terms, "p0: p0 a: a b: b ps: ps")
 _NAMING_ATTRS = ("coordinates", "bounds", "climatology", "grid_mapping", "ancillary_variables",
@@ -89,24 +94,6 @@ def selected_files(invs: Sequence[FileInventory], opts: ConcatOptions
     return [inv for inv, h in zip(invs, held) if h], [
         f"left out {len(out)} file(s) holding none of the variables asked for (--variables): "
         + ", ".join(out[:5]) + (", ..." if len(out) > 5 else "")]
-
-
-def merge_options(recipe: dict) -> dict:
-    """The merge's options (`ConcatOptions` fields) a cube's recipe recorded (a cube
-    written before them: the defaults)."""
-    variables = recipe.get("variables")
-    return {"join": recipe.get("join", "exact"),
-            "combine_attrs": recipe.get("combine_attrs", "drop_conflicts"),
-            "variables": frozenset(variables) if variables is not None else None}
-
-
-def _as_first(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
-    """`values` in `dtype` (the first group's) when that keeps every value, else as they are."""
-    cast = np.asarray(values).astype(dtype)
-    with np.errstate(invalid="ignore"):
-        same = np.array_equal(cast.astype(values.dtype), values,
-                              equal_nan=values.dtype.kind in "fc")
-    return cast if same else np.asarray(values)
 
 
 # -- selection -----------------------------------------------------------------------------
@@ -395,7 +382,7 @@ class _Merge:
                 union = np.union1d(union, c)
             # (in the first group's dtype unless that would change a step: whole days in
             # int32 and a group's noon steps in float64 keep float64)
-            union = _as_first(union, coords[0].dtype)
+            union = as_first(union, coords[0].dtype)
             positions = [np.searchsorted(union, c) for c in coords]
             return union, positions
         ok = True
@@ -505,8 +492,12 @@ class _Merge:
         firsts = [self.ordered[g][0] for g in owners]
         ctx = Context(firsts, reported=set())
         vs = [inv.variables[name] for inv in firsts]
-        ok = compare_shared(ctx, name, vs, "is shared by files holding different variables")
-        self.problems.extend(ctx.problems)
+        ok = compare_shared(ctx, name, vs, "is shared by files holding different variables",
+                            override=self.opts.compat == "override" and
+                            name not in coordinate_like(firsts[0]))
+        self.problems.extend(p if p.remedy else replace(p, remedy=f"--drop {name}")
+                             for p in ctx.problems)
+        self.notes.extend(ctx.notes)
         return ok
 
     def _values_along(self, g: int, name: str) -> np.ndarray | None:
@@ -584,7 +575,7 @@ class _Merge:
             return a
         data = np.moveaxis(merged, 0, k)
         first = arrays[0]
-        return inline_plan(name, _as_first(data, first.dtype), first.dims, attrs,
+        return inline_plan(name, as_first(data, first.dtype), first.dims, attrs,
                            first.fill_value)
 
     def _onto_union(self, a: ArrayPlan, g: int) -> ArrayPlan | None:
@@ -617,57 +608,23 @@ class _Merge:
                          "do not take as missing: give the files a _FillValue, or leave "
                          "--join outer out", axis=dim)
             return None
-        if a.inline is not None:
-            data = np.moveaxis(np.asarray(a.inline), k, 0)
-            out = np.full((union, *data.shape[1:]), a.fill_value, dtype=data.dtype)
-            out[pos] = data
-            return inline_plan(a.name, np.moveaxis(out, 0, k), a.dims, a.attrs, a.fill_value)
-        lens = list(a.chunk_lengths[k])
-        starts = np.cumsum([0, *lens[:-1]])
-        new_lens: list[int] = []
-        index: list[int] = []  # per new chunk: the old chunk (-1: absent)
-        cursor = 0
-        for j, (s, m) in enumerate(zip(starts.tolist(), lens)):
-            e = min(s + m, n)
-            if e <= s:
-                continue
-            if pos[e - 1] - pos[s] != e - 1 - s:
-                i = s + int(np.flatnonzero(np.diff(pos[s:e]) != 1)[0])
+        placed = place(a, k, pos, union)
+        if isinstance(placed, Misfit):
+            j, i = placed.chunk, placed.step
+            if placed.kind == "span-interleaved":
                 self.problem(self._file_at(g, i), a.name, "span-interleaved",
                              f"{dim} steps of other variables fall inside chunk {j} of "
                              f"{a.name} (between its steps {i} and {i + 1}): an absent chunk "
                              "cannot be cut there (--join outer)", axis=dim, block=(j,))
-                return None
-            if s + m > n and pos[e - 1] != union - 1:
+            else:
                 self.problem(self._file_at(g, n - 1), a.name, "padded-block",
                              f"the last chunk of {a.name} along {dim!r} is stored padded "
                              f"and other variables' {dim} steps follow it (--join outer)",
                              axis=dim, block=(j,))
-                return None
-            if pos[s] > cursor:
-                new_lens.append(int(pos[s] - cursor))
-                index.append(-1)
-            new_lens.append(m)
-            index.append(j)
-            cursor = int(pos[s]) + m
-        if cursor < union:
-            new_lens.append(union - cursor)
-            index.append(-1)
-        idx = np.asarray(index)
-        refs = np.take(a.refs, np.where(idx < 0, 0, idx), axis=k).copy()
-        gap = (slice(None),) * k + (idx < 0,)
-        refs[gap] = np.zeros((), dtype=refs.dtype)
-        old_to_new = {int(j): i for i, j in enumerate(index) if j >= 0}
-        cells = {tuple(old_to_new[c] if ax == k else c for ax, c in enumerate(key)): cell
-                 for key, cell in a.materialize.items()}
-        chunk_lengths = list(a.chunk_lengths)
-        chunk_lengths[k] = tuple(new_lens)
-        shape = list(a.shape)
-        shape[k] = union
+            return None
         self.notes.append(f"{a.name}: {union - n} {dim} step(s) no file of it holds read as its "
                           f"fill value {py(a.fill_value)!r} (--join outer)")
-        return replace(a, shape=tuple(shape), chunk_lengths=tuple(chunk_lengths), refs=refs,
-                       materialize=cells)
+        return placed
 
     # -- the plan --------------------------------------------------------------------------
 

@@ -304,8 +304,8 @@ class CubeStore(ReadOnlyStore):
         roots = recorded_roots(self.root, info) if not self.files.remote or "roots" in info \
             else [self.base.rsplit("/", 1)[0] + "/"]
         self.access = Access(self.root, roots, allow)
-        for s in self.sources:  # before anything is opened
-            self.access.check(s)
+        for s in sources:  # before anything is opened
+            self.access.check_source(s)
         if check_sources:
             from ..staleness import refuse_stale
             refuse_stale(sources, self.root, strict=strict)

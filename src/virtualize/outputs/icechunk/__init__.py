@@ -9,6 +9,7 @@ from pathlib import Path
 from ..base import OutputKind
 from .reader import open_icechunk
 from .writer import (
+    CHECKSUMS,
     MANIFEST_SPLIT,
     append_icechunk,
     append_icechunk_new,
@@ -74,7 +75,8 @@ class Icechunk(OutputKind):
 
     def grow(self, path: Path, merged, info: dict, new_sources: list[str], *, recipe: dict,
              state) -> list[str]:
-        append_icechunk_new(path, merged, recipe, info.get("roots") or [])
+        append_icechunk_new(path, merged, recipe, info.get("roots") or [],
+                            checksums=info.get("checksums"))
         return []
 
     def commit_rebuild(self, plan, path: Path, added: int) -> bool:
@@ -82,8 +84,12 @@ class Icechunk(OutputKind):
         return True
 
     def refresh(self, path: Path, info: dict, times: dict[int, int], replan):
-        # the references carry the times too: the stack is planned again (the same
-        # references, the touched files' block tables being as recorded) to stamp them again
+        if info.get("checksums") == CHECKSUMS:  # references without times: a new record
+            refresh_icechunk(path, None, info, times)
+            return None
+        # an older repository's references carry the times too: the stack is planned
+        # again (the same references, the touched files' block tables being as recorded)
+        # to stamp them again, without times
         report = replan()
         if report.ok:
             refresh_icechunk(path, report.plan, info, times)
@@ -96,11 +102,14 @@ class Icechunk(OutputKind):
         if check_sources:  # as for cube directories: refused at open, not at a chunk's read
             from ..staleness import refuse_stale
             info = recorded(path, base) or {}
-            # Icechunk compares each reference's recorded time itself: a touched source's
-            # chunks are refused at read until the new times are recorded
+            # a touched source is read with a note, as for every kind; but an older
+            # repository's references carry their files' times, which Icechunk compares
+            # itself: its chunks are refused at read until `verify --refresh`
             refuse_stale(info.get("sources") or [], path, strict=strict,
-                         touched_fatal="Icechunk refuses its chunks until `virtualize verify "
-                         "--refresh` records the new time")
+                         touched_fatal=None if info.get("checksums") == CHECKSUMS else
+                         "this repository was written by an older virtualize, whose references "
+                         "carry their files' modification times: Icechunk refuses its chunks "
+                         "until `virtualize verify --refresh` stamps them again")
         return ConsolidatedView(store)
 
 

@@ -31,6 +31,10 @@ def open_icechunk(path: str | os.PathLike, allow=None, base: str | None = None):
     if not isinstance(roots, list):
         roots = [os.path.dirname(os.path.realpath(path))]
     access = Access(path, roots, allow)
+    for s in (info or {}).get("sources") or []:  # a store's chunk linked out of it, ...
+        why = access.linked_out(s) if isinstance(s, dict) else None
+        if why is not None:
+            raise not_allowed(path, why)
     broad = False  # a container wider than the roots (sources in several directories)
     for prefix in prefixes:
         why = access.container(prefix)

@@ -1,11 +1,17 @@
 """An Icechunk repository (2.x): the same hierarchy, with virtual chunk references.
 
 Virtual chunks point at `file://` URLs of the sources, under one virtual chunk container
-whose prefix is the sources' common directory. Each source's references carry its
-modification time as the checksum, so Icechunk refuses a chunk whose file changed since
-(as `virtualize.open` does for cubes). Inline coordinates and materialized chunks are
-native chunks of the repository. Readers authorize the container: `virtualize.open`
-does it for them; see docs/reading.md for plain Icechunk.
+whose prefix is the sources' common directory. A remote source's references carry its
+ETag as the checksum (Icechunk refuses a chunk whose object changed, as `virtualize.open`
+refuses such a source); a local file's carry none: whether it changed is the staleness
+check's to say when the repository is opened, as for every kind (a touched file, its
+blocks as recorded, is read with a note; docs/reading.md, Staleness). Repositories
+written before (no `checksums` in their record) stamped every reference with its file's
+modification time, which Icechunk compares itself: a touched source of one is refused at
+open until `verify --refresh` stamps its references anew (`CHECKSUMS`). Inline
+coordinates and materialized chunks are native chunks of the repository. Readers
+authorize the container: `virtualize.open` does it for them; see docs/reading.md for
+plain Icechunk.
 
 A relocatable repository (`relative_to`): the sources that can be named relative to it
 are referenced as `vcc://relative/<path>` through a container named `relative`, whose
@@ -16,7 +22,6 @@ metadata; a reader re-points that container at the repository's new location
 
 from __future__ import annotations
 
-import datetime
 import json
 import os
 from pathlib import Path
@@ -53,6 +58,10 @@ def container_prefixes(plan: Plan, skip=frozenset()) -> list[str]:
 
 # the fields of a commit's `virtualize` metadata, in order (record.record)
 RECORD_LAYOUT = ("concat_dim", "recipe", "sources", "roots", "append")
+# what a repository's references carry as checksums, recorded in its commits: "etag" (a
+# remote object's ETag, nothing for a local file). Absent: an older repository, whose
+# references all carry their file's modification time.
+CHECKSUMS = "etag"
 
 RELATIVE = "relative"  # the container of a relocatable repository's movable sources
 
@@ -145,11 +154,12 @@ def _open_to_append(dest: str | Path, plan: Plan, sources):
     return repo
 
 
-def append_icechunk_new(dest: str | Path, merged, recipe: dict, old_roots=()) -> Path:
+def append_icechunk_new(dest: str | Path, merged, recipe: dict, old_roots=(),
+                        checksums: str | None = CHECKSUMS) -> Path:
     """A commit on `main` touching only what an append adds (plan/_state.py `Merged`):
     each grown array's zarr.json (shape, chunk grid), the virtual references of its new
     chunks (and materialized ones), inline arrays' chunk; the commit records the grown
-    source list and the new last step."""
+    source list and the new last step (`checksums`: the repository's, as recorded)."""
     import zarr
 
     plan = merged.plan
@@ -159,33 +169,40 @@ def append_icechunk_new(dest: str | Path, merged, recipe: dict, old_roots=()) ->
     with zarr.config.set({"array.rectilinear_chunks": True}):
         walk_append(merged, _Session(store, plan, {}))
     added = len(merged.sources) - len(merged.old_sources)
-    session.commit(f"virtualize append: {added} file(s)", metadata={"virtualize": record(
-        plan, RECORD_LAYOUT, recipe=recipe, sources=[s.to_dict() for s in merged.sources],
-        roots=grow_roots(list(old_roots), [s.path for s in merged.sources
-                                           [len(merged.old_sources):]]))})
+    new = [s.path for s in merged.sources[len(merged.old_sources):]]
+    info = record(plan, RECORD_LAYOUT, recipe=recipe,
+                  sources=[s.to_dict() for s in merged.sources],
+                  roots=grow_roots(list(old_roots), new))
+    if checksums is not None:  # (an older repository's old references keep their times)
+        info["checksums"] = checksums
+    session.commit(f"virtualize append: {added} file(s)", metadata={"virtualize": info})
     return Path(dest)
 
 
-def refresh_icechunk(dest: str | Path, plan: Plan, info: dict, times: dict[int, int]) -> None:
+def refresh_icechunk(dest: str | Path, plan: Plan | None, info: dict,
+                     times: dict[int, int]) -> None:
     """A commit on `main` recording new modification times (recorded source index ->
-    mtime_ns) of touched sources: their virtual references stamped again (Icechunk
-    compares each reference's time itself) from `plan`, the stack planned again (the
-    same references: the touched files' block tables are as recorded), and the commit's
-    record with the new times."""
+    mtime_ns) of touched sources. A repository whose references carry no time
+    (`CHECKSUMS` recorded) needs nothing else (`plan` None); an older one's references are
+    all stamped again from `plan` (the stack planned again: the same references, the
+    touched files' block tables being as recorded), without times, and `CHECKSUMS` is
+    recorded: a later touch is read with a note, as for every kind."""
+    import icechunk as ic
+
     from ..record import set_times
 
-    paths = {info["sources"][i]["path"] for i in times}
-    session = _open_to_append(dest, plan, plan.sources).writable_session("main")
-    mine = [i for i, s in enumerate(plan.sources) if s.path in paths]
-    for name, a in plan.arrays.items():
-        if a.inline is not None or a.refs is None:
-            continue
-        refs = a.refs.copy()
-        refs["length"][~np.isin(refs["path"], mine)] = 0  # only the touched files' chunks
-        _virtual_refs(session.store, plan, name, refs, {})
+    if plan is None:
+        storage_ = ic.local_filesystem_storage(str(dest))
+        session = ic.Repository.open(storage_).writable_session("main")
+    else:
+        session = _open_to_append(dest, plan, plan.sources).writable_session("main")
+        for name, a in plan.arrays.items():
+            if a.inline is None and a.refs is not None:
+                _virtual_refs(session.store, plan, name, a.refs, {})
     set_times(info["sources"], times)
+    info["checksums"] = CHECKSUMS
     session.commit(f"virtualize verify --refresh: {len(times)} touched source(s)",
-                   metadata={"virtualize": info})
+                   metadata={"virtualize": info}, allow_empty=True)
 
 
 def recorded(path: str | os.PathLike, base: str | None = None) -> dict | None:
@@ -217,6 +234,7 @@ def _commit(repo, plan: Plan, message: str, locations: dict | None = None,
     with zarr.config.set({"array.rectilinear_chunks": True}):
         walk(plan, _Session(store, plan, locations or {}))
     info = record(plan, RECORD_LAYOUT)
+    info["checksums"] = CHECKSUMS
     if relative_to is not None and moving is not None:
         rel = lambda p: storage.relative(p, relative_to)  # noqa: E731
         info["sources"] = [dict(d, path=rel(d["path"])) for d in info["sources"]]
@@ -291,8 +309,9 @@ def _credentials(prefixes: list[str]) -> dict:
 def _virtual_refs(store, plan: Plan, name: str, refs: np.ndarray, moved: dict,
                   origin: tuple[int, ...] | None = None) -> None:
     """One call per source over the box of chunks it holds (a file's chunks in a
-    concatenation, a tile's in a mosaic), stamped with that file's modification time.
-    `origin`: the chunk index of refs[0, 0, ...] in the array (an append's new chunks)."""
+    concatenation, a tile's in a mosaic), stamped with the object's ETag when it is a
+    remote one with an ETag (`CHECKSUMS`), else with nothing. `origin`: the chunk index of
+    refs[0, 0, ...] in the array (an append's new chunks)."""
     scalar = refs.ndim == 0
     if scalar:
         refs = refs.reshape(1)
@@ -309,21 +328,20 @@ def _virtual_refs(store, plan: Plan, name: str, refs: np.ndarray, moved: dict,
         sub, sel = refs[box], mine[box]
         url = moved.get(src.path) or (src.path if is_url(src.path) else "file://" + src.path)
         locations = np.where(sel.reshape(-1), url, "").tolist()
-        # Icechunk refuses a chunk whose object was modified after this time, compared at
-        # whole seconds (an If-Unmodified-Since date): round the mtime up to the second;
-        # an object's ETag when it has one (If-Match)
-        mtime = datetime.datetime.fromtimestamp(-(-src.mtime_ns // 10**9), tz=datetime.UTC)
-        if is_url(src.path) and src.etag:
-            mtime = src.etag
+        # Icechunk refuses a chunk whose object's ETag changed (If-Match), as the
+        # staleness check refuses the source; a time would make it refuse a touched file
+        # the staleness check reads with a note
+        checksum = src.etag if is_url(src.path) and src.etag else None
         if scalar:  # a 0-d array's one chunk is at key "c", not at index (0,)
             store.set_virtual_ref(f"{name}/c", url, offset=int(sub["offset"][0]),
-                                  length=int(sub["length"][0]), checksum=mtime)
+                                  length=int(sub["length"][0]), checksum=checksum)
             continue
         failed = store.set_virtual_refs_arr(
             name, tuple(b - a for a, b in zip(lo, hi)), locations,
             np.array(sub["offset"], dtype=np.uint64).reshape(-1),  # aligned copies of packed fields
             np.array(sub["length"], dtype=np.uint64).reshape(-1),
-            arr_offset=tuple(a + b for a, b in zip(lo, origin or [0] * len(lo))), checksum=mtime)
+            arr_offset=tuple(a + b for a, b in zip(lo, origin or [0] * len(lo))),
+            checksum=checksum)
         if failed:
             raise ValueError(f"Icechunk refused {len(failed)} reference(s) of {name} to {src.path}")
 

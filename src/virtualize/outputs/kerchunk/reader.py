@@ -46,7 +46,7 @@ def kerchunk_store(path: str | os.PathLike, *, check_sources: bool = True, allow
         sources = []
         access = Access(path, [os.path.dirname(os.path.realpath(path))], allow)
     for s in sources:
-        access.check(s["path"])
+        access.check_source(s)
     if section is not None and check_sources:
         from ..staleness import refuse_stale
         refuse_stale(sources, path, strict=strict)

@@ -83,7 +83,7 @@ class ParquetStore(ReadOnlyStore):
             self.sources, self.sizes, self.index = None, [], {}
         self.access = Access(self.root, roots, allow)
         for s in sources:
-            self.access.check(s["path"])
+            self.access.check_source(s)
         if section is not None and check_sources:
             from ..staleness import refuse_stale
             refuse_stale(sources, self.root, strict=strict)

@@ -22,9 +22,11 @@ Zarr v2 (docs/reading.md, "The parquet form"):
 
 Every chunk of an array's grid has a row: a reference [path, offset, size], inline bytes
 (`raw`: an inline array's chunk, a materialized one), or nothing (path and raw null: an
-absent chunk, read as the fill value). The records are written with pyarrow straight
-from the plan's reference tables (vectorized; fsspec's writer files v3 `zarr.json` keys
-as chunk references and sizes its records by `.zarray` only). The provenance record (the
+absent chunk, read as the fill value), typed as kerchunk's writer types them, so fsspec
+reads them with fastparquet and pyarrow under pandas 2 and 3 (`record_schema`). The
+records are written with pyarrow straight from the plan's reference tables (vectorized;
+fsspec's writer files v3 `zarr.json` keys as chunk references and sizes its records by
+`.zarray` only). The provenance record (the
 kerchunk JSON's `virtualize` section) is `.zmetadata`'s first member: fsspec reads only
 `metadata` and `record_size`."""
 
@@ -52,6 +54,34 @@ RECORD_SIZE = 100_000  # rows per parquet file (kerchunk's refs_to_dataframe def
 CHUNK_KEY_ENCODING = {"name": "v2", "configuration": {"separator": "."}}
 STUB_NOTE = ("the chunk counts of zarr.json's grid, for fsspec's LazyReferenceMapper; not a "
              "Zarr v2 array")
+
+
+def record_schema():
+    """The columns of a record as kerchunk's own writer (fsspec's
+    `LazyReferenceMapper.write`) stores them, so that fsspec reads them with either
+    engine (fastparquet, its default, and pyarrow) under pandas 2 and 3:
+
+    - `offset`, `size`: required int64, 0 where a row has no reference, written with
+      statistics (a null count of 0): fastparquet reads an integer column it cannot prove
+      null-free as floats, which fsspec cannot take for a byte range (kerchunk's writer
+      proves it by its pandas metadata);
+    - `path`: optional UTF-8, null for an absent or inline row. pyarrow under pandas ≥ 3
+      turns a null string into NaN, which fsspec follows as a URL (it tests `is None`);
+      the column is therefore marked in its Arrow schema as Arrow's canonical `opaque`
+      extension over `string` (vendor "virtualize"), which pyarrow gives pandas as
+      Python strings and None. Parquet's own type is the plain UTF-8 column kerchunk
+      writes (fastparquet and other readers see just that);
+    - `raw`: optional bytes, the inline chunks."""
+    import pyarrow as pa
+
+    return pa.schema([pa.field("path", path_type()), pa.field("offset", pa.int64(), False),
+                      pa.field("size", pa.int64(), False), pa.field("raw", pa.binary())])
+
+
+def path_type():
+    import pyarrow as pa
+
+    return pa.opaque(pa.string(), type_name="path", vendor_name="virtualize")
 
 
 def parquet_doc(a) -> dict:
@@ -124,7 +154,7 @@ def write_records(out: Path, name: str, doc: dict, refs: np.ndarray | None,
     d = out / name
     d.mkdir(parents=True, exist_ok=True)
     flat = refs.reshape(-1) if refs is not None else None
-    names = pa.array(paths, type=pa.large_string())
+    names = pa.array(paths, type=pa.string())
     raw_at = np.array(sorted(raw), dtype=np.int64)
     for k in range(-(-total // record_size)):
         start, stop = k * record_size, min((k + 1) * record_size, total)
@@ -143,11 +173,12 @@ def write_records(out: Path, name: str, doc: dict, refs: np.ndarray | None,
         for i in here.tolist():
             raws[i - start] = raw[i]
             idx[i - start], offset[i - start], size[i - start] = -1, 0, 0
-        path = names.take(pa.array(idx, mask=idx < 0))
-        table = pa.table({"path": path, "offset": offset, "size": size,
-                          "raw": pa.array(raws, type=pa.binary())})
+        path = pa.ExtensionArray.from_storage(path_type(),
+                                              names.take(pa.array(idx, mask=idx < 0)))
+        table = pa.Table.from_arrays([path, pa.array(offset), pa.array(size),
+                                      pa.array(raws, type=pa.binary())], schema=record_schema())
         pq.write_table(table, d / f"refs.{k}.parq", compression="zstd",
-                       write_statistics=False)
+                       write_statistics=["offset", "size"])
 
 
 def write_zmetadata(out: Path, section: dict, meta: dict, record_size: int) -> None:

@@ -85,7 +85,7 @@ def vrt_store(path: str | os.PathLike, *, check_sources: bool = True, allow=None
     templates = {k: resolve(v, base).rstrip("/") or "/" for k, v in moved.items()} \
         if isinstance(moved, dict) and all(isinstance(v, str) for v in moved.values()) else None
     for s in sources:
-        access.check(s["path"])
+        access.check_source(s)
     if check_sources:
         from ..staleness import refuse_stale
         refuse_stale(sources, path, strict=strict)
