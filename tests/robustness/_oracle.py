@@ -265,7 +265,10 @@ def judge(path: Path, out: Path) -> str:
     names = set()
     for name, arr in cube_arrays(cube):
         names.add(name)
-        names.update(str(arr.attrs.get(k)) for k in ("HDF4_NAME", "FITS_HDU") if k in arr.attrs)
+        if "HDF4_NAME" in arr.attrs:  # (an SDS the cube names `sds<index>`)
+            names.add(str(arr.attrs["HDF4_NAME"]))
+        if "FITS_HDU" in arr.attrs:  # (an image by its HDU's index, as notes name it)
+            names.add(f"hdu{arr.attrs['FITS_HDU']}")
         if tiff and name.rpartition("/")[2] in DERIVED:
             continue
         if grib and "GRIB_shortName" not in arr.attrs:  # (coordinates from the keys)
@@ -334,9 +337,9 @@ def _stored_keys(arr) -> list[str]:
 
 
 def library_arrays(path: Path) -> list[str]:
-    """The arrays of the new formats the library reads (the cube's names for them; for a
-    FITS image its HDU index, as the cube's `FITS_HDU`, for an HDF4 SDS its name): what
-    a written cube must hold. The older formats (HDF5, netCDF, TIFF) are not listed."""
+    """The arrays of the new formats the library reads (the cube's names for them; a FITS
+    image as `hdu<k>`, its HDU's index, the cube's `FITS_HDU`; an HDF4 SDS by its name):
+    what a written cube must hold. The older formats (HDF5, netCDF, TIFF) are not listed."""
     if Path(path).is_dir():
         try:
             node = zarr.open(str(path), mode="r", zarr_format=2)
@@ -352,7 +355,7 @@ def library_arrays(path: Path) -> list[str]:
 
         try:
             with fits.open(path) as hdul:
-                return [str(k) for k, h in enumerate(hdul)
+                return [f"hdu{k}" for k, h in enumerate(hdul)
                         if isinstance(h, (fits.PrimaryHDU, fits.ImageHDU, fits.CompImageHDU))
                         and _reads(lambda h=h: h.data) and h.data is not None and h.data.size]
         except Exception:  # noqa: BLE001 - astropy cannot open it: nothing it reads
