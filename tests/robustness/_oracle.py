@@ -97,7 +97,7 @@ def _grib_read(path: Path, name: str) -> np.ndarray:
     rules: messages grouped by shortName, paramId, typeOfLevel, stepType and grid (ecCodes'
     `md5GridSection`), named shortName (+ `_<typeOfLevel>`, `_<stepType>` where groups of
     one name differ in them, then `_<k>`);
-    their values (bit-map points NaN) placed along the distinct member, reference time,
+    their values (the points ecCodes gives no value NaN) placed along the distinct member, reference time,
     step and level values (time always an axis, the others when there are several;
     pressure decreasing), NaN where no message is. Raises when ecCodes cannot decode one
     of its messages."""
@@ -132,9 +132,12 @@ def _grib_groups(path: Path) -> dict[tuple, list]:
             try:
                 short, tol = ec.codes_get(h, "shortName"), ec.codes_get(h, "typeOfLevel")
                 try:
+                    # the points ecCodes gives no value (a bit-map's, or all of a field it
+                    # cannot scale): those that follow its missingValue, NaN
                     values = ec.codes_get_values(h).astype(np.float64)
-                    if ec.codes_get(h, "bitmapPresent"):
-                        values[ec.codes_get_array(h, "bitmap") == 0] = np.nan
+                    ec.codes_set(h, "missingValue", 1.25e300)
+                    other = ec.codes_get_values(h).astype(np.float64)
+                    values[(values != other) & ~(np.isnan(values) & np.isnan(other))] = np.nan
                     points = values.size
                 except Exception as e:  # noqa: BLE001 - this message does not decode
                     values, points = e, ec.codes_get(h, "numberOfPoints")
@@ -142,7 +145,7 @@ def _grib_groups(path: Path) -> dict[tuple, list]:
                 ec.codes_set(h, "stepUnits", "m")
                 key = (ec.codes_get(h, "number") if ec.codes_is_defined(h, "number") else 0,
                        dt.datetime(date // 10000, date // 100 % 100, date % 100, time // 100,
-                                   time % 100), ec.codes_get(h, "endStep"),
+                                   time % 100), ec.codes_get(h, "endStep", int),
                        ec.codes_get(h, "level", float))
                 ni = ec.codes_get(h, "Ni") if ec.codes_is_defined(h, "Ni") else 0
                 nj = ec.codes_get(h, "Nj") if ec.codes_is_defined(h, "Nj") else 0
