@@ -192,11 +192,12 @@ def test_every_option_reaches_its_planner():
 
     stack = Recipe.from_options(concat_dim="t", inline=["a"], drop=["b"], sort=False,
                                 split=False, materialize=True, inline_threshold=5, no_gaps=True,
-                                join="outer", combine_attrs="override", variables=["v"])
+                                join="outer", combine_attrs="override", variables=["v"],
+                                compat="override")
     opts = stack.concat_options()
     shared = {f.name for f in dataclasses.fields(ConcatOptions)} & set(Recipe.__dataclass_fields__)
     assert shared >= {"inline", "drop", "sort", "split", "materialize", "inline_threshold",
-                      "no_gaps", "join", "combine_attrs", "variables"}
+                      "no_gaps", "join", "combine_attrs", "variables", "compat"}
     for name in shared:
         assert getattr(opts, name) == getattr(stack, name) != getattr(DEFAULTS, name), name
     assert opts.concat_dim == "t" and opts.read is read_values
