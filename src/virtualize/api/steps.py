@@ -270,6 +270,8 @@ def check_stack(paths, planner: Planner, progress, materialize_limit: int | None
     # whatever their order; the rest planned without them
     odd, apart = odd_files(invs)
     problems.extend(odd)
+    # (their own problems too, which the planner would have reported)
+    problems.extend(p for inv in invs if inv.path in apart for p in inv.problems)
     data = data_variables(invs)
     invs = [inv for inv in invs if inv.path not in apart]
     if invs and not unknown:

@@ -70,9 +70,9 @@ def odd_files(invs: Sequence[FileInventory]) -> tuple[list[Problem], set[str]]:
     variable with the largest group, when they are of another format than it or share no
     dimension name with it either (files holding different variables on one grid, tas
     and pr with no coordinate variables, are a merge: left to the planner). Each is a
-    fatal `odd-file-out` located at it; when no group is the largest, one problem of the
-    stack names the groups. Returns the problems and the paths not to plan (every file,
-    for a tie)."""
+    fatal `odd-file-out` located at it (a file with a fatal problem of its own is left to
+    it); when no group is the largest, one problem of the stack names the groups.
+    Returns the problems and the paths not to plan (every file, for a tie)."""
     if len(invs) < 2:
         return [], set()
     groups = _groups(invs)
@@ -81,9 +81,11 @@ def odd_files(invs: Sequence[FileInventory]) -> tuple[list[Problem], set[str]]:
     main = groups[0]
     main_formats = {_format(invs[i]) for i in main}
     main_dims = set().union(*(_dims(invs[i]) for i in main))
+    # (a file whose scan failed is its problems' to explain, not an odd one)
     apart = [g for g in groups[1:]
-             if not {_format(invs[i]) for i in g} & main_formats
-             or not set().union(*(_dims(invs[i]) for i in g)) & main_dims]
+             if not any(p.fatal for i in g for p in invs[i].problems)
+             and (not {_format(invs[i]) for i in g} & main_formats
+                  or not set().union(*(_dims(invs[i]) for i in g)) & main_dims)]
     if not apart:
         return [], set()
     if len(groups[1]) == len(main) and groups[1] in apart:  # no group is the stack

@@ -323,8 +323,8 @@ def _problem_table(problems, color: bool, verbose: bool = False,
             out.extend(f"  {name}" for name in shared[f])
         rows = [("variable", "axis", "block", "kind", "problem")]
         for p in ps:
-            msg = p.message + (f" [remedy: {remedy_shown(p.remedy, appending)}]"
-                               if p.remedy else "")
+            msg = (p.message if verbose else short_paths(p.message)) + (
+                f" [remedy: {remedy_shown(p.remedy, appending)}]" if p.remedy else "")
             rows.append((p.loc.variable or "-", p.loc.axis or "-",
                          ",".join(map(str, p.loc.block)) if p.loc.block is not None else "-",
                          p.kind + ("" if p.fatal else " (skipped)"), msg))
