@@ -444,3 +444,25 @@ def test_many_kinds_of_problem_stay_on_one_screen():
     assert lines[-1].endswith("kind-29 (30) (-v)")
     full = Report(files=[], problems=problems, plan=None).to_text(verbose=True)
     assert all(p.message in full for p in problems)
+
+
+def test_a_large_file_grid_of_a_refusal_is_its_summary_and_missing_cells(tmp_path):
+    """12 members x 4 years with 3 member-years missing: the grid alone took more than a
+    screen; by default the layout is its summary line and the missing cells (-v: all)."""
+    import make_hypercube as mh
+
+    members = [f"r{i}i1p1f1" for i in range(1, 13)]
+    gone = [("r3i1p1f1", 2017), ("r7i1p1f1", 2015), ("r11i1p1f1", 2018)]
+    paths = mh.cmip(tmp_path / "c", members=members, pr_spans=None, drop=gone)
+    report = virtualize.check(paths, concat_dims=["member", "time"], drop=["realization"],
+                              coords={"member": "attr:variant_label"}, scan_timeout=None)
+    assert not report.ok and report.plan.layout is not None
+    text = report.to_text()
+    lines = text.splitlines()
+    assert len(lines) <= 40, text
+    assert "layout (member 12 × time 4 = 48 cell(s), 45 file(s), 3 missing):" in lines
+    assert "  (-v shows every axis and the grid)" in lines
+    for member, year in gone:
+        assert any(f"member={member!r}, time='{year}" in line for line in lines), text
+    full = report.to_text(verbose=True)
+    assert all(f"    {m} " in full for m in members)  # the grid's rows, one per member

@@ -216,10 +216,10 @@ def _shorten(parts: list[list[str]], room: int) -> list[list[str]]:
     """The parts after the problems within `room` lines, when they are longer: the file
     grid as its summary and missing cells, then the notes and files left out as their
     first few (each shortened part says -v has it all)."""
+    parts = [list(p) for p in parts]
+
     def size() -> int:
         return sum(len(p) + 1 for p in parts)
-    out = [list(p) for p in parts]
-    parts = out
     for i, part in enumerate(parts):
         if size() <= room:
             break
