@@ -289,6 +289,9 @@ def test_gzip_tiles_read_like_astropy(fits_case, tmp_path):
                 assert a[var].codecs[-1] == {"name": "virtualize.fitsgzip", "configuration": {
                     "bitpix": 8 if var == "OLD8" else 16, "shuffle": var == "OLD8"}}
             assert a["OLDU16"].dtype == np.dtype("u2")
+            assert [c["name"] for c in a["ZBLANK"].codecs] == ["virtualize.fitsscale",
+                                                               *GZIP_PLAIN]
+            assert np.isnan(g["ZBLANK"][...]).any() and "ZBLANK" not in a["ZBLANK"].attrs
             continue
         referenced = {v for v in a if a[v].inline is None}
         assert referenced == {"I16", "I32", "I64", "U8", "I8", "U16", "U32", "ROWS", "CUBE",
