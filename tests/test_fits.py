@@ -263,9 +263,10 @@ GZIP_SHUFFLED = ["bytes", "numcodecs.shuffle", "gzip"]
 
 def test_gzip_tiles_read_like_astropy(fits_case, tmp_path):
     """GZIP_1 / GZIP_2 images of every integer type, tiles that do not divide the image or
-    exceed it, scaled and blanked integers, lossless floats; tiles of 4-byte integers in
-    16- and 8-bit images (`virtualize.fitsgzip`: before it, `decode-mismatch ... [bytes,
-    gzip] fails`); quantized floats inlined (small), never approximated."""
+    exceed it, scaled and blanked integers (RICE_1 and HCOMPRESS_1 tiles too), lossless
+    floats; tiles of 4-byte integers in 16- and 8-bit images (`virtualize.fitsgzip`:
+    before it, `decode-mismatch ... [bytes, gzip] fails`); quantized floats inlined
+    (small), never approximated."""
     path, old = fits_case("gzip")
     for src in (path, old):
         out = tmp_path / src.stem
@@ -295,7 +296,7 @@ def test_gzip_tiles_read_like_astropy(fits_case, tmp_path):
             continue
         referenced = {v for v in a if a[v].inline is None}
         assert referenced == {"I16", "I32", "I64", "U8", "I8", "U16", "U32", "ROWS", "CUBE",
-                              "SCALED", "BLANK", "F32", "F64"}
+                              "SCALED", "BLANK", "RSCALED", "HBLANK", "F32", "F64"}
         names = {v: [c["name"] for c in a[v].codecs] for v in referenced}
         assert names["I16"] == names["I32"] == names["U8"] == names["ROWS"] == GZIP_PLAIN
         assert names["I64"] == names["CUBE"] == names["F64"] == GZIP_SHUFFLED
@@ -303,6 +304,8 @@ def test_gzip_tiles_read_like_astropy(fits_case, tmp_path):
         assert names["I8"] == ["numcodecs.fixedscaleoffset", *GZIP_PLAIN]  # (1 byte: no shuffle)
         assert names["SCALED"] == ["virtualize.fitsscale", *GZIP_PLAIN]
         assert names["BLANK"] == ["virtualize.fitsscale", *GZIP_SHUFFLED]
+        assert names["RSCALED"] == ["virtualize.fitsscale", "imagecodecs_rcomp"]
+        assert names["HBLANK"] == ["virtualize.fitsscale", "imagecodecs_hcomp"]
         assert a["I32"].chunk_lengths == ((7,) * 7 + (1,), (13,) * 5 + (5,))
         assert a["U8"].chunk_lengths == ((40,), (30,))  # (a tile larger than the image)
         assert a["ROWS"].chunk_lengths == ((1,) * 20, (300,))
