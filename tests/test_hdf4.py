@@ -807,24 +807,26 @@ def test_hdfeos2_dimension_maps_parse_and_the_ones_not_applied():
     from virtualize.formats.hdf4 import eos
     from virtualize.model import Variable
 
-    text = make_hdf4.swath_struct("S", {"G": 3, "D": 9, "H": 4, "E": 2},
-                                  [("G", "D", 1, 3), ("H", "E", 0, -2)], [], [])
+    text = make_hdf4.swath_struct("S", {"G": 3, "D": 9, "H": 4, "E": 2, "K": 3},
+                                  [("G", "D", 1, 3), ("H", "E", 0, -2), ("K", "D", 0, 2**30)],
+                                  [], [])
     text = text.replace("\t\tGROUP=IndexDimensionMap\n", "\t\tGROUP=IndexDimensionMap\n"
                         "\t\t\tOBJECT=IndexDimensionMap_1\n\t\t\t\tGeoDimension=\"G\"\n"
                         "\t\t\t\tDataDimension=\"E\"\n\t\t\tEND_OBJECT=IndexDimensionMap_1\n")
     (s,) = eos.parse(text)
     assert [(m.geo, m.data, m.offset, m.increment) for m in s.maps] == [
-        ("G", "D", 1, 3), ("H", "E", 0, -2)]
+        ("G", "D", 1, 3), ("H", "E", 0, -2), ("K", "D", 0, 2**30)]
     assert s.index_maps == [("G", "E")]
 
     def var(name, dims, shape):
         return Variable(name=name, dtype=np.dtype("i2"), shape=shape, dims=dims,
                         attrs={"HDFEOS_SWATH": "S"}, fill_value=None, codecs=[], blocks=None)
 
-    variables = {"a": var("a", ("G", "H"), (3, 4)), "b": var("b", ("D", "E"), (9, 2))}
+    variables = {"a": var("a", ("G", "H", "K"), (3, 4, 3)), "b": var("b", ("D", "E"), (9, 2))}
     notes = eos.dimension_maps([s], variables, "f.hdf")
     np.testing.assert_array_equal(variables["G"].values, [1, 4, 7])
-    assert "H" not in variables
+    assert "H" not in variables and "K" not in variables  # (K: 2**30 past int32)
     assert sorted(n.message.split(": ")[1] for n in notes) == [
-        "dimension map H/E (offset 0, increment -2)", "the index map G/E (SWdefidxmap) is "
-        "not applied"]
+        "dimension map H/E (offset 0, increment -2)",
+        "dimension map K/D (offset 0, increment 1073741824)",
+        "the index map G/E (SWdefidxmap) is not applied"]

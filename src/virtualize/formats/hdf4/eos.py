@@ -256,6 +256,9 @@ def dimension_maps(structures: list[Structure], variables: dict, path: str) -> l
                     "of the data for each geolocation element)"
             elif lengths[m.geo][0] in variables:
                 why = f"an SDS is named {lengths[m.geo][0]!r}"
+            elif not -2**31 <= m.offset + m.increment * (lengths[m.geo][1] - 1) < 2**31 or \
+                    not -2**31 <= m.offset < 2**31:
+                why = "indices past int32 (HDF-EOS2's own type for them): damaged metadata?"
             if why:
                 notes.append(Problem(Location(path, axis=m.geo), "hdfeos-metadata",
                                      f"swath {s.name!r}: dimension map {m.geo}/{m.data} "
