@@ -729,6 +729,7 @@ def test_modis_granules_read_like_pyhdf(hdf4_case, tmp_path, product):
         assert ev.dims == ("Band_1KM_RefSB", "10*nscans", "Max_EV_frames")
         assert ev.attrs["_FillValue"] == 65535 and list(ev.attrs["valid_range"]) == [0, 32767]
         assert len(ev.attrs["radiance_scales"]) == 15
+        assert ev.Band_1KM_RefSB.values[6] == 13.5  # (the band numbers: a coordinate)
     if product == "MOD04_L2":  # (geolocation on the data's own dimensions: coordinates)
         assert {"Latitude", "Longitude"} <= set(ds["Optical_Depth_Land_And_Ocean"].coords)
         assert "HDFEOS_DIMENSION_MAP" not in ds["Optical_Depth_Land_And_Ocean"].attrs
