@@ -783,6 +783,14 @@ def test_modis_swath_dimension_maps(hdf4_case, tmp_path, product, data, along, a
         rows.values, int(gdal["LINE_OFFSET"]) + int(gdal["LINE_STEP"]) * np.arange(rows.size))
     np.testing.assert_array_equal(
         cols.values, int(gdal["PIXEL_OFFSET"]) + int(gdal["PIXEL_STEP"]) * np.arange(cols.size))
+    # GDAL's geolocation array (the HDF-EOS2 library's SWreadfield): the cube's Latitude
+    import subprocess
+
+    import tifffile
+
+    tif = tmp_path / "lat.tif"
+    subprocess.run(["gdal_translate", "-q", gdal["Y_DATASET"], str(tif)], check=True)
+    assert_same(tifffile.imread(tif), lat.values, "GDAL's Latitude")
 
 
 def test_modis_sinusoidal_tile_coordinates_are_gdals(hdf4_case, tmp_path):
