@@ -652,14 +652,33 @@ def read_fits_region(path: str, name: str,
 
 
 def _read(fits, path: str, h: Hdu, how: str, sel, kw) -> np.ndarray:
+    if h.kind == "compressed":
+        # (the HDUs before it read as the binary tables they are, and this one made the
+        # CompImageHDU astropy's `fits.open` makes of it, with its arguments: a file of
+        # many tile-compressed extensions is not made into images up to this one for
+        # each region the decode check reads)
+        kw = {**kw, "disable_image_compression": True}
     if storage.is_url(path):
         with storage.open_source(path) as fobj, \
                 fits.open(fobj, memmap=False, lazy_load_hdus=True, **kw) as hdul:
-            return _checked(h, how, np.array(hdul[h.index].data[sel]))
+            return _checked(h, how, np.array(_hdu(fits, hdul, h)[sel]))
     # (astropy maps only images it neither scales nor blanks; those are read whole)
     with fits.open(os.fspath(path), memmap=how == "raw", lazy_load_hdus=True,
                    **kw) as hdul:
-        return _checked(h, how, np.array(hdul[h.index].data[sel]))
+        return _checked(h, how, np.array(_hdu(fits, hdul, h)[sel]))
+
+
+def _hdu(fits, hdul, h: Hdu):
+    """HDU `h`'s data as `fits.open` gives them: a tile-compressed image opened with
+    `disable_image_compression` made the CompImageHDU astropy's HDUList makes (its
+    `_read_next_hdu`: `CompImageHDU(bintable=hdu, uint=...)`, uint as `fits.open`'s
+    default, `conf.enable_uint`)."""
+    hdu = hdul[h.index]
+    if h.kind == "compressed" and not isinstance(hdu, fits.CompImageHDU):
+        if not fits.CompImageHDU.match_header(hdu.header):
+            raise ValueError(f"HDU {h.index} is no tile-compressed image to astropy")
+        hdu = fits.CompImageHDU(bintable=hdu, uint=fits.conf.enable_uint)
+    return hdu.data
 
 
 def _checked(h: Hdu, how: str, values: np.ndarray) -> np.ndarray:
