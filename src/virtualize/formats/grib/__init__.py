@@ -1,4 +1,4 @@
-"""GRIB 1 and 2 files as sources: every message one chunk (docs/grib.md).
+"""GRIB 1 and 2 files as sources: every field one chunk (docs/grib.md).
 
 - `messages.py`: messages found by their own length fields (no library), headers only.
 - `scan.py`: each message's keys by ecCodes (headers only; the [grib] extra), messages
@@ -36,12 +36,15 @@ def scan_grib(path: str, promote: frozenset[str] = frozenset()) -> FileInventory
         found, notes = _messages.walk(f, path, st.st_size)
         bytes_read, requests = f.bytes_read, f.requests
     if local:  # (ecCodes reads the headers through a file of its own)
-        with open(path, "rb") as raw:
+        with open(path, "rb", buffering=0) as raw:  # (its seeks move the fd ecCodes reads)
             fields = _scan.fields(ec, path, raw, found, True)
+            fields, once = _scan.held_once(path, raw, fields)
     else:
         with storage.open_source(path, st.st_size) as f:
             fields = _scan.fields(ec, path, f, found, False)
+            fields, once = _scan.held_once(path, f, fields)
             bytes_read, requests = bytes_read + f.bytes_read, requests + f.requests
+    notes += once
     inv = _scan.inventory(path, st, fields, notes, promote)
     inv.bytes_read, inv.requests = bytes_read, requests
     return inv
@@ -64,13 +67,18 @@ def read_grib_region(path: str, name: str,
     grid = v.shape[nlead:]
     out = np.full(tuple(b - a for a, b in region[:nlead]) + grid, np.nan, dtype=v.dtype)
     refs = v.blocks.refs.reshape(v.blocks.refs.shape[:nlead])
+    config = v.codecs[-1].get("configuration", {})  # (the field, the scanning order)
     with storage.open_source(path, inv.size) as f:
         for cell in np.ndindex(*out.shape[:nlead]):
             at = tuple(c + r[0] for c, r in zip(cell, region))
             ref = refs[at]
             if ref["length"]:
                 f.seek(int(ref["offset"]))
-                values = grib_decode(f.read(int(ref["length"])), int(np.prod(grid)))
+                values = grib_decode(f.read(int(ref["length"])), int(np.prod(grid)),
+                                     config.get("field", 0),
+                                     config.get("jPointsAreConsecutive", False),
+                                     config.get("alternativeRowScanning", False),
+                                     grid if len(grid) == 2 else None)
                 out[cell] = values.reshape(grid)
     return out[(slice(None),) * nlead + sel[nlead:]]
 
@@ -128,10 +136,9 @@ def _installed(name: str) -> bool:
         return False
 
 
-LEAD = 512  # bytes before the first "GRIB" a file may have (a WMO bulletin header)
-# what such a header is made of: printable ASCII, NUL, SOH, ETX, tab, LF, CR (not HDF4's
-# magic \x0e\x03\x13\x01, nor other binary formats' bytes)
-_BULLETIN = bytes([0, 1, 3, 9, 10, 13, *range(0x20, 0x7f)])
+# bytes before the first "GRIB" a file may have: ecCodes skips any (a WMO bulletin header,
+# a Fortran record marker, a producer's description); looked for within the first 64 KiB
+LEAD = 1 << 16
 
 
 class Grib(Format):
@@ -147,17 +154,24 @@ class Grib(Format):
             return True
         if f is None:
             return False
-        # GRIB as the GTS sends it: behind a WMO bulletin header (ASCII, a few dozen
-        # bytes), or NUL padding; ecCodes skips those bytes, so does the message walk
+        # GRIB behind leading bytes (a WMO bulletin header as the GTS sends it, a record
+        # marker, a description): ecCodes skips them, so does the message walk. Claimed
+        # only where a whole message follows (its length fields lead to its 7777), so no
+        # other format's bytes that happen to hold "GRIB" are taken for it
         at = f.tell()
         try:
+            size = storage.file_size(f)
             f.seek(0)
-            lead = f.read(LEAD)
+            lead = f.read(LEAD + 8)
+            k = lead.find(_messages.MAGIC)
+            while 0 < k <= LEAD:
+                if len(lead) >= k + 8 and lead[k + 7] in (1, 2) and \
+                        _messages.is_message(f, k, size):
+                    return True
+                k = lead.find(_messages.MAGIC, k + 1)
+            return False
         finally:
             f.seek(at)
-        k = lead.find(_messages.MAGIC)
-        return k > 0 and len(lead) >= k + 8 and lead[k + 7] in (1, 2) and \
-            not lead[:k].translate(None, _BULLETIN)
 
     def scan(self, path: str, hint=None) -> FileInventory:
         return finish(scan_grib(path, promoted(hint)), hint)

@@ -41,6 +41,14 @@ class Message:
     bitmap: int  # GRIB2 section 6's indicator (0 present, 254 the previous one's, 255 none);
     #             GRIB1: 0 when a BMS is present, else 255
     fields: int = 1  # GRIB2: data sections (7) in the message (> 1: a multi-field message)
+    field: int = 0  # which of them (scan.fields gives each field of a message its own copy)
+
+    @property
+    def where(self) -> str:
+        """How a problem names it: "message 6 (at byte offset 36181)", with ", field 1"
+        after the number for a message of several fields."""
+        return (f"message {self.index}" + (f", field {self.field}" if self.fields > 1 else "")
+                + f" (at byte offset {self.offset})")
 
 
 def corrupt(path: str, message: str, kind: str = "corrupt") -> VirtualizeError:
@@ -61,6 +69,8 @@ def walk(f, path: str, size: int) -> tuple[list[Message], list[Problem]]:
         f.seek(at)
         if f.read(4) != MAGIC:
             start, at = at, _find(f, at, size)
+            while not messages and at < size and not _edition(f, at):
+                at = _find(f, at + 1, size)  # (a header's text naming GRIB: "GRIB data")
             skipped.append((start, min(at, size) - start))
             if at >= size:
                 break
@@ -78,6 +88,23 @@ def walk(f, path: str, size: int) -> tuple[list[Message], list[Problem]]:
             + (f", the last after the last message at byte offset {skipped[-1][0]}" if after
                else "") + ") hold no GRIB message: ignored"), fatal=False))
     return messages, notes
+
+
+def _edition(f, at: int) -> bool:
+    """Whether the "GRIB" at `at` is followed by an edition number GRIB has (1 or 2)."""
+    f.seek(at)
+    b = f.read(8)
+    return len(b) == 8 and b[7] in (1, 2)
+
+
+def is_message(f, at: int, size: int) -> bool:
+    """Whether a whole GRIB message starts at byte `at` of the open file `f` (`size`
+    bytes): its length fields and sections add up, its end marker where they say."""
+    try:
+        _message(f, "", size, at, 0)
+    except VirtualizeError:
+        return False
+    return True
 
 
 def _find(f, at: int, size: int) -> int:

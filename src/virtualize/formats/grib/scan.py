@@ -9,19 +9,21 @@ array's axes are those cfgrib gives: `number` (ensemble member), `time` (referen
 for regular grids, `y`, `x` for other Ni x Nj grids, `values` for reduced and other
 grids). `time` is always an axis (length 1 for one reference time: a stack of forecast
 files joins along it); `number`, `step` and the level are axes when the file holds more
-than one value, else scalar coordinates. Every message is one chunk (decoded by the
-`virtualize.grib` codec); a cell no message fills reads as NaN (cfgrib's fill), two
-messages for one cell are refused.
+than one value, else scalar coordinates. Every field is one chunk (decoded by the
+`virtualize.grib` codec: a message of several fields gives each its own, `_fields_of`;
+points along columns or in alternating rows are read into (y, x)); a cell no message
+fills reads as NaN (cfgrib's fill); a field repeated byte for byte is held once
+(`held_once`), two differing ones for one cell are refused.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from ...codecs import GRIB, load_eccodes
+from ...codecs import GRIB, grib2_fields, grib_codec_config, grib_field_message, load_eccodes
 from ...model import REF_DTYPE as REF
 from ...model import (
     BlockTable,
@@ -82,6 +84,15 @@ class Field:
     shape: tuple[int, ...]  # the grid's shape (Nj, Ni) or (numberOfPoints,)
     geo: dict = field(default_factory=dict)  # the grid's keys (ecCodes' geography namespace)
     problem: str | None = None  # why its values cannot be a chunk
+    # the points' order, read into (y, x) by the codec: (jPointsAreConsecutive,
+    # alternativeRowScanning) of a 2-D grid
+    order: tuple[bool, bool] = (False, False)
+
+    @property
+    def codec(self) -> dict:
+        """Its `virtualize.grib` codec (one per array: every chunk's must be the same)."""
+        config = grib_codec_config(self.message.field, *self.order)
+        return {"name": GRIB, **({"configuration": config} if config else {})}
 
 
 def _get(ec, h, key, kind=None, default=None):
@@ -112,11 +123,15 @@ def _geography(ec, h) -> dict:
 
 
 def fields(ec, path: str, f, messages: list[Message], local: bool) -> list[Field]:
-    """Every message's keys, read by ecCodes from its headers."""
+    """Every field's keys, read by ecCodes from its message's headers; each field of a
+    message of several its own (`_fields_of`)."""
     out = []
     known: dict[tuple, dict] = {}
     for m in messages:
-        where = f"message {m.index} (at byte offset {m.offset})"
+        where = m.where
+        if m.fields > 1:
+            out += _fields_of(ec, path, f, m, known)
+            continue
         try:
             if local:
                 f.seek(m.offset)
@@ -125,9 +140,7 @@ def fields(ec, path: str, f, messages: list[Message], local: bool) -> list[Field
                 f.seek(m.offset)
                 h = ec.codes_new_from_message(f.read(m.length))
         except Exception as e:
-            raise VirtualizeError([Problem(Location(path), "corrupt",
-                                           f"{where}: ecCodes cannot read its headers ({e})")],
-                                  f"{path}: not a valid GRIB file") from None
+            raise _unreadable(path, where, e) from None
         if h is None:
             raise VirtualizeError([Problem(Location(path), "corrupt",
                                            f"{where}: ecCodes finds no message there")])
@@ -136,6 +149,109 @@ def fields(ec, path: str, f, messages: list[Message], local: bool) -> list[Field
         finally:
             ec.codes_release(h)
     return out
+
+
+def _unreadable(path: str, where: str, e: Exception) -> VirtualizeError:
+    return VirtualizeError([Problem(Location(path), "corrupt",
+                                    f"{where}: ecCodes cannot read its headers ({e})")],
+                           f"{path}: not a valid GRIB file")
+
+
+def _fields_of(ec, path: str, f, m: Message, known: dict) -> list[Field]:
+    """The fields of a GRIB2 message of several (NCEP packs u and v of a level in one),
+    as ecCodes' multi-field support iterates them: field k read from the message ecCodes
+    would build of the sections in force for it (`codecs.grib_field_message`, what the
+    codec decodes). The message is read whole (its data sections are in between)."""
+    f.seek(m.offset)
+    data = f.read(m.length)
+    try:
+        layout = grib2_fields(data)
+    except ValueError as e:
+        raise VirtualizeError([Problem(Location(path), "corrupt", f"{m.where}: {e}")],
+                              f"{path}: not a valid GRIB file") from None
+    out = []
+    for k, (sections, why) in enumerate(layout):
+        at = {data[p + 4]: (p, n) for p, n in sections}
+        p3, n3 = at.get(3, (0, 0))
+        p6 = at[6][0] if 6 in at else None
+        fm = replace(m, fields=len(layout), field=k, grid=bytes(data[p3:p3 + n3]),
+                     bitmap=data[p6 + 5] if p6 is not None else 255)
+        try:
+            h = ec.codes_new_from_message(grib_field_message(data, k, strict=False))
+        except Exception as e:
+            raise _unreadable(path, fm.where, e) from None
+        try:
+            one = _field(ec, h, fm, path, fm.where, False, known)
+        finally:
+            ec.codes_release(h)
+        if why:
+            one.problem = why
+        out.append(one)
+    return out
+
+
+def held_once(path: str, f, fs: list[Field]) -> tuple[list[Field], list[Problem]]:
+    """`fs` without the fields that repeat an earlier one byte for byte (a message written
+    twice): the cube holds each once, with a note naming them. Fields for one cell that
+    differ stay, and are refused as duplicates (`duplicate-message`). Only fields for
+    the same cell are compared, by reading their bytes from the open file `f`."""
+    cells: dict[tuple, list[int]] = {}
+    for i, x in enumerate(fs):
+        cells.setdefault((tuple(sorted(x.keys.items(), key=lambda kv: kv[0])), x.message.grid,
+                          x.shape, x.order, x.number, x.time, x.step, x.level), []).append(i)
+    dropped: list[tuple[Field, Field]] = []
+    for group in (g for g in cells.values() if len(g) > 1):
+        seen: dict[bytes, Field] = {}
+        for i in group:
+            data = _field_bytes(f, fs[i].message)
+            if data in seen:
+                dropped.append((fs[i], seen[data]))
+            else:
+                seen[data] = fs[i]
+    if not dropped:
+        return fs, []
+    gone = {id(x) for x, _ in dropped}
+    note = Problem(Location(path), "duplicate-held-once", (
+        f"{len(dropped)} field(s) repeat an earlier one byte for byte, held once: "
+        + "; ".join(f"{x.message.where} is {y.message.where}" for x, y in dropped)),
+        fatal=False)
+    return [x for x in fs if id(x) not in gone], [note]
+
+
+def _field_bytes(f, m: Message) -> bytes:
+    f.seek(m.offset)
+    data = f.read(m.length)
+    return grib_field_message(data, m.field, strict=False) if m.fields > 1 else data
+
+
+def refused(path: str, name: str, fs: list[Field]) -> Problem | None:
+    """Why the array `name` of the fields `fs` cannot be referenced, naming every field
+    that keeps it out (by message, field and byte offset), or None. A field whose
+    values cannot be a chunk keeps it out, and so do fields decoded otherwise than the
+    first (another field of their message, another scanning order): a chunk's codec is
+    its array's."""
+    bad = [(f, f.problem) for f in fs if f.problem]
+    if not bad:
+        first = fs[0]
+        bad = [(f, f"decoded as {_decoding(f)}, the array's first field ({first.message.where}) "
+                   f"as {_decoding(first)}: one codec reads all of an array's chunks")
+               for f in fs if f.codec != first.codec]
+    if not bad:
+        return None
+    reasons: dict[str, list[str]] = {}
+    for f, why in bad:
+        reasons.setdefault(why, []).append(f.message.where)
+    return Problem(Location(path, name), "unsupported-grib", (
+        f"{len(bad)} of its {len(fs)} field(s) cannot be chunks: "
+        + "; ".join(f"{', '.join(where)}: {why}" for why, where in reasons.items())
+        + f". Every one of the {len(fs)} field(s) of {name} is left out"))
+
+
+def _decoding(f: Field) -> str:
+    columns, alternate = f.order
+    return ", ".join([f"field {f.message.field} of its message"]
+                     + (["points along columns"] if columns else [])
+                     + (["alternating rows"] if alternate else []))
 
 
 def _field(ec, h, m: Message, path: str, where: str, local: bool, known: dict) -> Field:
@@ -160,19 +276,26 @@ def _field(ec, h, m: Message, path: str, where: str, local: bool, known: dict) -
     except ValueError:
         raise VirtualizeError([Problem(Location(path), "corrupt", (
             f"{where}: dataDate {date}, dataTime {time} is no date"))]) from None
-    ec.codes_set(h, "stepUnits", "m")
-    step = _get(ec, h, "endStep", int)
+    if ec.codes_is_defined(h, "stepUnits"):
+        try:
+            ec.codes_set(h, "stepUnits", "m")
+            step = _get(ec, h, "endStep", int)
+        except Exception:  # (a step ecCodes cannot give in minutes)
+            step = None
+    else:  # no forecast time in its template (a satellite image, 4.31): absent, step 0
+        step = 0
     geo = _geography(ec, h)
     gt = keys["gridType"] or ""
     ni, nj = _get(ec, h, "Ni", int), _get(ec, h, "Nj", int)
     points = _get(ec, h, "numberOfPoints", int, 0)
-    problem = None
+    problem, order = None, (False, False)
     if gt not in ("reduced_gg", "reduced_ll", "sh") and ni and nj and ni > 0 and nj > 0 and \
             ni * nj == points:
         shape = (nj, ni)
-        if geo.get("jPointsAreConsecutive") or _get(ec, h, "alternativeRowScanning", int):
-            problem = ("its points run along columns (jPointsAreConsecutive) or alternate "
-                       "row directions: no (y, x) reading of ecCodes' values is proven")
+        # (points along columns, or every second row the other way: the codec reads
+        # them into (y, x), codecs.grib_to_yx)
+        order = (bool(_get(ec, h, "jPointsAreConsecutive", int, 0)),
+                 bool(_get(ec, h, "alternativeRowScanning", int, 0)))
     else:
         shape = (points,)
     if gt == "sh" or not points:
@@ -182,11 +305,9 @@ def _field(ec, h, m: Message, path: str, where: str, local: bool, known: dict) -
         step = 0
     if m.bitmap == 254:
         problem = "its bit-map is the previous message's (bit-map indicator 254)"
-    if m.fields > 1:
-        problem = f"a message of {m.fields} fields (only single-field messages are chunks)"
     return Field(m, keys, _get(ec, h, "number", int, 0) or 0,
                  int((ref - EPOCH).total_seconds()), int(step),
-                 float(_get(ec, h, "level", float, 0.0)), shape, geo, problem)
+                 float(_get(ec, h, "level", float, 0.0)), shape, geo, problem, order)
 
 
 # -- arrays ---------------------------------------------------------------------------------
@@ -416,12 +537,9 @@ def inventory(path: str, st, fs: list[Field], notes: list[Problem],
 def _variable(path: str, a: Array, coords: _Coords, problems: list[Problem],
               promote: frozenset[str] = frozenset()) -> Variable | None:
     f0 = a.fields[0]
-    bad = [f for f in a.fields if f.problem]
-    if bad:
-        f = bad[0]
-        problems.append(Problem(Location(path, a.name), "unsupported-grib", (
-            f"message {f.message.index} (at byte offset {f.message.offset}): {f.problem}"
-            + (f"; and {len(bad) - 1} more message(s)" if len(bad) > 1 else ""))))
+    refusal = refused(path, a.name, a.fields)
+    if refusal is not None:
+        problems.append(refusal)
         return None
     names: dict[str, str] = {}  # axis key -> its coordinate variable's name
     scalars: list[str] = []
@@ -509,6 +627,6 @@ def _variable(path: str, a: Array, coords: _Coords, problems: list[Problem],
     shape = grid + f0.shape
     dims = tuple(lead_dims) + grid_dims
     return Variable(name=a.name, dtype=DTYPE, shape=shape, dims=dims, attrs=attrs,
-                    fill_value=np.float64(np.nan), codecs=[bytes_codec(DTYPE), {"name": GRIB}],
+                    fill_value=np.float64(np.nan), codecs=[bytes_codec(DTYPE), f0.codec],
                     blocks=BlockTable((1,) * len(grid) + f0.shape, padded=False, refs=refs))
 
