@@ -290,3 +290,85 @@ def test_multi_support_is_left_off(files):
             n += 1
             ec.codes_release(h)
     assert n == 9  # (6 u / v messages, 10u / 10v, t on two grids, 2t)
+
+
+# -- remote files with an inventory sidecar (.idx) ------------------------------------------
+
+def _inventory(path) -> list[str]:
+    """wgrib2's inventory of `path` (`n[.k]:offset:d=...:VAR:level:forecast:`), written
+    from ecCodes' multi-field reading (each field's message offset)."""
+    lines, numbers = [], {}
+    with open(path, "rb") as f, _multi_support(f):
+        while (h := ec.codes_grib_new_from_file(f)) is not None:
+            at = int(ec.codes_get(h, "offset"))
+            numbers.setdefault(at, []).append(ec.codes_get(h, "shortName"))
+            ec.codes_release(h)
+    for n, (at, names) in enumerate(numbers.items(), 1):
+        for k, name in enumerate(names, 1):
+            lines.append(f"{n}{f'.{k}' if len(names) > 1 else ''}:{at}:d=2007032312:"
+                         f"{name.upper()}:500 mb:anl:")
+    return lines
+
+
+@pytest.fixture
+def served(files, tmp_path):
+    import shutil
+
+    from servers import RangeHTTPServer
+
+    pytest.importorskip("aiohttp")
+    root = tmp_path / "served"
+    root.mkdir()
+    path = files["uv.grib2"]
+    shutil.copy2(path, root / path.name)
+    srv = RangeHTTPServer(root)
+    yield path, root, f"{srv.url}/{path.name}", srv
+    srv.stop()
+
+
+def test_an_idx_sidecar_finds_the_messages_without_the_walk(served, tmp_path, monkeypatch):
+    from virtualize.formats import scan
+    from virtualize.formats.grib import messages
+
+    path, root, url, srv = served
+    lines = _inventory(path)
+    assert any(".2:" in ln for ln in lines)  # (the u / v messages: n.1, n.2 at one offset)
+    (root / (path.name + ".idx")).write_text("\n".join(lines) + "\n")
+    walked = scan(url)  # (its messages cached: the next scan is a fresh one)
+    monkeypatch.setattr(messages, "walk", lambda *a: pytest.fail("walked despite the sidecar"))
+    got = scan(url)
+    assert not [p for p in got.problems if p.kind == "grib-index-ignored"]
+    for name, v in walked.variables.items():
+        if v.blocks is not None:
+            assert np.array_equal(got.variables[name].blocks.refs, v.blocks.refs), name
+    virtualize.virtualize([url], tmp_path / "c.zarr")
+    ds = xr.open_dataset(tmp_path / "c.zarr", engine="virtualize")
+    for var, w in expected(ds, path).items():
+        assert_same(ds[var].values, w, f"{var} through the sidecar")
+
+
+@pytest.mark.parametrize("edit", ["an entry dropped", "an offset inside a message",
+                                  "an offset past the end", "not an inventory", "shifted"])
+def test_a_sidecar_that_disagrees_is_ignored_with_a_note(served, tmp_path, edit):
+    path, root, url, srv = served
+    lines = _inventory(path)
+    n, at = lines[3].split(":")[:2]
+    if edit == "an entry dropped":
+        lines = [ln for ln in lines if not ln.startswith(n.split(".")[0] + ":")
+                 and not ln.startswith(n.split(".")[0] + ".")]
+    elif edit == "an offset inside a message":
+        lines[3] = lines[3].replace(f":{at}:", f":{int(at) + 100}:", 1)
+    elif edit == "an offset past the end":
+        lines.append(f"99:{path.stat().st_size + 10}:d=2007032312:T:500 mb:anl:")
+    elif edit == "not an inventory":
+        lines = ["<html>not found</html>"]
+    else:  # (the file grew at its start: every offset stale)
+        lines = [ln.replace(f":{a}:", f":{int(a) + 1171}:", 1)
+                 for ln in lines for a in [ln.split(":")[1]]]
+    (root / (path.name + ".idx")).write_text("\n".join(lines) + "\n")
+    report = virtualize.virtualize([url], tmp_path / "c.zarr")
+    [note] = [p for p in report.problems if p.kind == "grib-index-ignored"]
+    assert not note.fatal and path.name + ".idx" in note.message
+    ds = xr.open_dataset(tmp_path / "c.zarr", engine="virtualize")
+    for var, w in expected(ds, path).items():
+        assert_same(ds[var].values, w, f"{var} with a sidecar that disagrees ({edit})")

@@ -255,22 +255,40 @@ def grib2_fields(data: bytes) -> list[tuple[list[tuple[int, int]], str | None]]:
     defines a bit-map (indicator 0-253): after "no bit-map" (255), or with none before
     it, the field is not read (ecCodes would read it as having no bit-map). Raises
     ValueError for a message whose sections do not chain to its end marker."""
+    return grib2_in_force(grib2_sections(data))
+
+
+def grib2_sections(data: bytes) -> list[tuple[int, int, int, int | None]]:
+    """A GRIB2 message's sections 1-7 in order: (number, offset, length, bit-map
+    indicator for section 6, else None). Raises ValueError where they do not chain from
+    section 0 to the end marker."""
     if data[:4] != b"GRIB" or len(data) < 20 or data[7] != 2:
         raise ValueError(f"{GRIB}: not a GRIB2 message")
     end = int.from_bytes(data[8:16], "big") - 4
     if end + 4 > len(data) or data[end:end + 4] != b"7777":
         raise ValueError(f"{GRIB}: the message's length does not lead to its end marker")
-    pos, last, now, bitmap, why, out = 16, 0, {}, None, None, []
+    pos, last, out = 16, 0, []
     while pos < end:
         n, number = int.from_bytes(data[pos:pos + 4], "big"), data[pos + 4]
         if n < 5 or pos + n > end or number not in range(1, 8) or \
                 (number <= last and not (number in (2, 3, 4) and last == 7)):
             raise ValueError(f"{GRIB}: a damaged section header at byte {pos} of the message")
+        out.append((number, pos, n, data[pos + 5] if number == 6 and n >= 6 else None))
+        last, pos = number, pos + n
+    if pos != end or last != 7:
+        raise ValueError(f"{GRIB}: the message's sections do not end at its end marker")
+    return out
+
+
+def grib2_in_force(sections) -> list[tuple[list[tuple[int, int]], str | None]]:
+    """`grib2_fields` of a message's `grib2_sections`."""
+    now, bitmap, why, out = {}, None, None, []
+    for number, pos, n, indicator in sections:
         now[number] = (pos, n)
-        if number == 6 and n >= 6:
+        if indicator is not None:
             why = None
-            if data[pos + 5] != 254:
-                bitmap = (pos, n) if data[pos + 5] != 255 else None
+            if indicator != 254:
+                bitmap = (pos, n) if indicator != 255 else None
             elif bitmap is not None:
                 now[6] = bitmap
             else:
@@ -278,9 +296,6 @@ def grib2_fields(data: bytes) -> list[tuple[list[tuple[int, int]], str | None]]:
                        "field before it in the message defines one")
         if number == 7:
             out.append(([now[k] for k in sorted(now)], why))
-        last, pos = number, pos + n
-    if pos != end or last != 7:
-        raise ValueError(f"{GRIB}: the message's sections do not end at its end marker")
     return out
 
 
@@ -508,5 +523,6 @@ def register() -> None:
 
 __all__ = ["BITSHUFFLE", "CODECS", "FITSSCALE", "GRIB", "LZF", "BitshuffleCodec",
            "FitsScaleCodec", "GribCodec", "LZFCodec", "bitshuffle_decode", "bitshuffle_encode",
-           "fits_scale", "grib2_fields", "grib_codec_config", "grib_decode",
+           "fits_scale", "grib2_fields", "grib2_in_force", "grib2_sections", "grib_codec_config",
+           "grib_decode",
            "grib_field_message", "grib_to_yx", "lzf_decode", "lzf_encode", "register"]

@@ -16,7 +16,7 @@ import numpy as np
 
 from ... import storage
 from ...codecs import grib_decode
-from ...model import FileInventory
+from ...model import FileInventory, Location, Problem
 from .._planning import finish
 from ..base import Format
 from . import messages as _messages
@@ -33,13 +33,19 @@ def scan_grib(path: str, promote: frozenset[str] = frozenset()) -> FileInventory
     st = storage.stat(path)
     local = not storage.is_url(path)
     with storage.open_source(path, st.st_size) as f:
-        found, notes = _messages.walk(f, path, st.st_size)
+        found, notes, reader = (None, [], None) if local else _indexed(f, path, st.st_size)
+        if found is None:
+            found, walked = _messages.walk(f, path, st.st_size)
+            notes += walked
+        if reader is not None:  # (the messages' keys from the ranges the sidecar's check read)
+            fields = _scan.fields(ec, path, reader, found, False)
+            fields, once = _scan.held_once(path, reader, fields)
         bytes_read, requests = f.bytes_read, f.requests
     if local:  # (ecCodes reads the headers through a file of its own)
         with open(path, "rb", buffering=0) as raw:  # (its seeks move the fd ecCodes reads)
             fields = _scan.fields(ec, path, raw, found, True)
             fields, once = _scan.held_once(path, raw, fields)
-    else:
+    elif reader is None:
         with storage.open_source(path, st.st_size) as f:
             fields = _scan.fields(ec, path, f, found, False)
             fields, once = _scan.held_once(path, f, fields)
@@ -48,6 +54,30 @@ def scan_grib(path: str, promote: frozenset[str] = frozenset()) -> FileInventory
     inv = _scan.inventory(path, st, fields, notes, promote)
     inv.bytes_read, inv.requests = bytes_read, requests
     return inv
+
+
+def _indexed(f, path: str, size: int) -> tuple[list | None, list[Problem], object]:
+    """The messages a remote file's inventory sidecar (`<path>.idx`, NOAA's) gives, each
+    checked against the file (`messages.walk_index`), and the reader holding the ranges
+    read; (None, [], None) without a sidecar, (None, [a note], None) when it disagrees:
+    the messages are then walked."""
+    idx = path + ".idx"
+    try:
+        n = storage.stat(idx).st_size
+        if not 0 < n <= 64 << 20:
+            return None, [], None
+        text = storage.read_range(idx, 0, n).decode("ascii")
+    except Exception:  # noqa: BLE001 - no sidecar (or none readable): walk the messages
+        return None, [], None
+    offsets = _messages.read_index(text)
+    reader = _messages.index_reader(f, size)
+    found, why = _messages.walk_index(f, path, size, offsets, reader) if offsets else \
+        (None, "it is no wgrib2 inventory (`n:offset:...` lines)")
+    if found is None:
+        return None, [Problem(Location(path), "grib-index-ignored", (
+            f"the inventory sidecar {idx} disagrees with the file ({why}): not used, the "
+            "messages found by their length fields"), fatal=False)], None
+    return found, [], reader
 
 
 def read_grib_region(path: str, name: str,

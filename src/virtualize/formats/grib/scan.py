@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from ...codecs import GRIB, grib2_fields, grib_codec_config, grib_field_message, load_eccodes
+from ...codecs import GRIB, grib2_in_force, grib_codec_config, grib_field_message, load_eccodes
 from ...model import REF_DTYPE as REF
 from ...model import (
     BlockTable,
@@ -136,6 +136,8 @@ def fields(ec, path: str, f, messages: list[Message], local: bool) -> list[Field
             if local:
                 f.seek(m.offset)
                 h = ec.codes_grib_new_from_file(f, headers_only=True)
+            elif m.edition == 2:  # (its keys are all in sections 1-4: no data read)
+                h = ec.codes_new_from_message(m.head, partial=True)
             else:
                 f.seek(m.offset)
                 h = ec.codes_new_from_message(f.read(m.length))
@@ -159,25 +161,27 @@ def _unreadable(path: str, where: str, e: Exception) -> VirtualizeError:
 
 def _fields_of(ec, path: str, f, m: Message, known: dict) -> list[Field]:
     """The fields of a GRIB2 message of several (NCEP packs u and v of a level in one),
-    as ecCodes' multi-field support iterates them: field k read from the message ecCodes
-    would build of the sections in force for it (`codecs.grib_field_message`, what the
-    codec decodes). The message is read whole (its data sections are in between)."""
-    f.seek(m.offset)
-    data = f.read(m.length)
-    try:
-        layout = grib2_fields(data)
-    except ValueError as e:
-        raise VirtualizeError([Problem(Location(path), "corrupt", f"{m.where}: {e}")],
-                              f"{path}: not a valid GRIB file") from None
+    as ecCodes' multi-field support iterates them: field k's keys read from the headers
+    of the message ecCodes would build of the sections in force for it (section 0 and
+    sections 1-4: `codecs.grib2_in_force`, what `grib_field_message` builds and the codec
+    decodes), not its data."""
     out = []
-    for k, (sections, why) in enumerate(layout):
-        at = {data[p + 4]: (p, n) for p, n in sections}
-        p3, n3 = at.get(3, (0, 0))
-        p6 = at[6][0] if 6 in at else None
-        fm = replace(m, fields=len(layout), field=k, grid=bytes(data[p3:p3 + n3]),
-                     bitmap=data[p6 + 5] if p6 is not None else 255)
+    f.seek(m.offset)
+    s0 = f.read(16)
+    number = {p: (no, indicator) for no, p, _, indicator in m.sections}
+    for k, (sections, why) in enumerate(grib2_in_force(m.sections)):
+        got, bitmap = {}, 255
+        for p, n in sections:
+            no, indicator = number[p]
+            if no <= 4:
+                f.seek(m.offset + p)
+                got[no] = f.read(n)
+            elif no == 6:
+                bitmap = indicator
+        fm = replace(m, field=k, grid=got.get(3, b""), bitmap=bitmap)
+        head = [got[no] for no in sorted(got)]
         try:
-            h = ec.codes_new_from_message(grib_field_message(data, k, strict=False))
+            h = ec.codes_new_from_message(s0 + b"".join(head), partial=True)
         except Exception as e:
             raise _unreadable(path, fm.where, e) from None
         try:
