@@ -84,6 +84,7 @@ class Field:
     shape: tuple[int, ...]  # the grid's shape (Nj, Ni) or (numberOfPoints,)
     geo: dict = field(default_factory=dict)  # the grid's keys (ecCodes' geography namespace)
     problem: str | None = None  # why its values cannot be a chunk
+    damage: str | None = None  # how its headers contradict each other or its bytes
     # the points' order, read into (y, x) by the codec: (jPointsAreConsecutive,
     # alternativeRowScanning) of a 2-D grid
     order: tuple[bool, bool] = (False, False)
@@ -136,8 +137,8 @@ def fields(ec, path: str, f, messages: list[Message], local: bool) -> list[Field
             if local:
                 f.seek(m.offset)
                 h = ec.codes_grib_new_from_file(f, headers_only=True)
-            elif m.edition == 2:  # (its keys are all in sections 1-4: no data read)
-                h = ec.codes_new_from_message(m.head, partial=True)
+            elif m.edition == 2:  # (its keys are all in sections 1-5: no data read)
+                h = ec.codes_new_from_message(m.head + _section5(f, m), partial=True)
             else:
                 f.seek(m.offset)
                 h = ec.codes_new_from_message(f.read(m.length))
@@ -153,6 +154,13 @@ def fields(ec, path: str, f, messages: list[Message], local: bool) -> list[Field
     return out
 
 
+def _section5(f, m: Message) -> bytes:
+    """A GRIB2 message's first data representation section (what its head lacks)."""
+    p, n = next(((p, n) for no, p, n, _ in m.sections if no == 5), (0, 0))
+    f.seek(m.offset + p)
+    return f.read(n) if n else b""
+
+
 def _unreadable(path: str, where: str, e: Exception) -> VirtualizeError:
     return VirtualizeError([Problem(Location(path), "corrupt",
                                     f"{where}: ecCodes cannot read its headers ({e})")],
@@ -163,22 +171,25 @@ def _fields_of(ec, path: str, f, m: Message, known: dict) -> list[Field]:
     """The fields of a GRIB2 message of several (NCEP packs u and v of a level in one),
     as ecCodes' multi-field support iterates them: field k's keys read from the headers
     of the message ecCodes would build of the sections in force for it (section 0 and
-    sections 1-4: `codecs.grib2_in_force`, what `grib_field_message` builds and the codec
+    sections 1-5: `codecs.grib2_in_force`, what `grib_field_message` builds and the codec
     decodes), not its data."""
     out = []
     f.seek(m.offset)
     s0 = f.read(16)
     number = {p: (no, indicator) for no, p, _, indicator in m.sections}
     for k, (sections, why) in enumerate(grib2_in_force(m.sections)):
-        got, bitmap = {}, 255
+        got, bitmap, bits, data = {}, 255, None, 0
         for p, n in sections:
             no, indicator = number[p]
-            if no <= 4:
+            if no <= 5:
                 f.seek(m.offset + p)
                 got[no] = f.read(n)
             elif no == 6:
-                bitmap = indicator
-        fm = replace(m, field=k, grid=got.get(3, b""), bitmap=bitmap)
+                bitmap, bits = indicator, (n - 6) * 8 if indicator == 0 else None
+            else:
+                data = n - 5
+        fm = replace(m, field=k, grid=got.get(3, b""), bitmap=bitmap, bitmap_bits=bits,
+                     data_bytes=data)
         head = [got[no] for no in sorted(got)]
         try:
             h = ec.codes_new_from_message(s0 + b"".join(head), partial=True)
@@ -293,8 +304,10 @@ def _field(ec, h, m: Message, path: str, where: str, local: bool, known: dict) -
     ni, nj = _get(ec, h, "Ni", int), _get(ec, h, "Nj", int)
     points = _get(ec, h, "numberOfPoints", int, 0)
     problem, order = None, (False, False)
-    if gt not in ("reduced_gg", "reduced_ll", "sh") and ni and nj and ni > 0 and nj > 0 and \
-            ni * nj == points:
+    rows = gt not in ("reduced_gg", "reduced_ll", "sh") and not gt.startswith("reduced") and \
+        ni and nj and 0 < ni < MISSING and 0 < nj < MISSING
+    damage = _damage(ec, h, m, gt, points, (nj, ni) if rows else None)
+    if rows and ni * nj == points:
         shape = (nj, ni)
         # (points along columns, or every second row the other way: the codec reads
         # them into (y, x), codecs.grib_to_yx)
@@ -311,7 +324,40 @@ def _field(ec, h, m: Message, path: str, where: str, local: bool, known: dict) -
         problem = "its bit-map is the previous message's (bit-map indicator 254)"
     return Field(m, keys, _get(ec, h, "number", int, 0) or 0,
                  int((ref - EPOCH).total_seconds()), int(step),
-                 float(_get(ec, h, "level", float, 0.0)), shape, geo, problem, order)
+                 float(_get(ec, h, "level", float, 0.0)), shape, geo, problem, damage,
+                 order)
+
+
+MISSING = 0x7FFFFFFF  # (ecCodes' missing Ni / Nj of reduced grids read as ints past this)
+SIMPLE_PACKINGS = ("grid_simple", "grid_simple_matrix")
+
+
+def _damage(ec, h, m: Message, gt: str, points: int, rows: tuple[int, int] | None
+            ) -> str | None:
+    """How the message's size fields contradict each other or what its bytes can hold, or
+    None: every header value that sizes its values is checked before a cube is written
+    (an edited Ni gave an array whose every read failed; numberOfDataPoints = 2**32 - 1 one
+    whose every read needed 32 GiB, where ecCodes decodes 51,200 values)."""
+    if rows is not None and rows[0] * rows[1] != points:
+        return (f"its grid is Ni x Nj = {rows[1]} x {rows[0]} = {rows[0] * rows[1]} points, but "
+                f"it says it holds {points}")
+    coded = _get(ec, h, "numberOfCodedValues", int)
+    if coded is None or coded < 0:
+        return None
+    if m.bitmap == 255 and coded != points:  # no bit-map: a value per point
+        return (f"it codes {coded} values for {points} points and has no bit-map (ecCodes "
+                "cannot decode it)")
+    if m.bitmap == 0 and m.bitmap_bits is not None and m.bitmap_bits < points:
+        return f"its bit-map covers {m.bitmap_bits} points, not its {points}"
+    if m.bitmap == 0 and coded > points:
+        return f"it codes {coded} values for {points} points"
+    bpv = _get(ec, h, "bitsPerValue", int)
+    packing = _get(ec, h, "packingType", str)
+    if packing in SIMPLE_PACKINGS and bpv is not None and 0 <= bpv <= 64 and \
+            -(-coded * bpv // 8) > m.data_bytes:
+        return (f"it codes {coded} values of {bpv} bits in {m.data_bytes} bytes of packed "
+                "data (ecCodes cannot decode it)")
+    return None
 
 
 # -- arrays ---------------------------------------------------------------------------------
@@ -544,6 +590,14 @@ def _variable(path: str, a: Array, coords: _Coords, problems: list[Problem],
     refusal = refused(path, a.name, a.fields)
     if refusal is not None:
         problems.append(refusal)
+        return None
+    hurt = [f for f in a.fields if f.damage]
+    if hurt:
+        f = hurt[0]
+        problems.append(Problem(Location(path, a.name), "corrupt", (
+            f"{f.message.where}: {f.damage}"
+            + (f"; and {len(hurt) - 1} more message(s)" if len(hurt) > 1 else "")
+            + f"; --drop {a.name} virtualizes the rest")))
         return None
     names: dict[str, str] = {}  # axis key -> its coordinate variable's name
     scalars: list[str] = []
