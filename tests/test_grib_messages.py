@@ -361,3 +361,26 @@ def test_a_sidecar_that_disagrees_is_ignored_with_a_note(served, tmp_path, edit)
     ds = xr.open_dataset(tmp_path / "c.zarr", engine="virtualize")
     for var, w in expected(ds, path).items():
         assert_same(ds[var].values, w, f"{var} with a sidecar that disagrees ({edit})")
+
+
+def test_a_first_message_with_a_damaged_start_is_no_leading_bytes(tmp_path):
+    """"FRIB" for "GRIB": the rest of that message (its 7777) before the next one's start
+    is not a header ecCodes may skip; the file is not read as one without it."""
+    import make_grib
+
+    data = make_grib.message("GRIB2") + make_grib.message("GRIB2", shortName="2t")
+    path = tmp_path / "x.grib2"
+    path.write_bytes(b"F" + data[1:])
+    assert virtualize.formats.detect_format(str(path)) is None
+
+
+def test_a_scanning_mode_with_offset_rows_is_refused_naming_its_bits(tmp_path):
+    """Code table 3.4's bits 5-8 (rows offset, or Nj x Ni rows) have no (y, x) reading
+    here: refused, not read as a plain grid."""
+    import make_grib
+
+    path = tmp_path / "offset.grib2"
+    path.write_bytes(make_grib.message("regular_ll_sfc_grib2", scanningMode=0x48))
+    report = virtualize.check([path])
+    [p] = [p for p in report.problems if p.fatal]
+    assert p.kind == "unsupported-grib" and "scanningMode5" in p.message

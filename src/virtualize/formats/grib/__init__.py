@@ -37,19 +37,15 @@ def scan_grib(path: str, promote: frozenset[str] = frozenset()) -> FileInventory
         if found is None:
             found, walked = _messages.walk(f, path, st.st_size)
             notes += walked
-        if reader is not None:  # (the messages' keys from the ranges the sidecar's check read)
-            fields = _scan.fields(ec, path, reader, found, False)
-            fields, once = _scan.held_once(path, reader, fields)
+        if not local:  # (the keys from the blocks, or the sidecar's ranges, read so far)
+            src = reader if reader is not None else f
+            fields = _scan.fields(ec, path, src, found, False)
+            fields, once = _scan.held_once(path, src, fields)
         bytes_read, requests = f.bytes_read, f.requests
     if local:  # (ecCodes reads the headers through a file of its own)
         with open(path, "rb", buffering=0) as raw:  # (its seeks move the fd ecCodes reads)
             fields = _scan.fields(ec, path, raw, found, True)
             fields, once = _scan.held_once(path, raw, fields)
-    elif reader is None:
-        with storage.open_source(path, st.st_size) as f:
-            fields = _scan.fields(ec, path, f, found, False)
-            fields, once = _scan.held_once(path, f, fields)
-            bytes_read, requests = bytes_read + f.bytes_read, requests + f.requests
     notes += once
     inv = _scan.inventory(path, st, fields, notes, promote)
     inv.bytes_read, inv.requests = bytes_read, requests
@@ -187,7 +183,9 @@ class Grib(Format):
         # GRIB behind leading bytes (a WMO bulletin header as the GTS sends it, a record
         # marker, a description): ecCodes skips them, so does the message walk. Claimed
         # only where a whole message follows (its length fields lead to its 7777), so no
-        # other format's bytes that happen to hold "GRIB" are taken for it
+        # other format's bytes that happen to hold "GRIB" are taken for it, and not where
+        # the leading bytes hold a 7777 (a first message whose "GRIB" is damaged: the file
+        # would read as one without it)
         at = f.tell()
         try:
             size = storage.file_size(f)
@@ -195,6 +193,8 @@ class Grib(Format):
             lead = f.read(LEAD + 8)
             k = lead.find(_messages.MAGIC)
             while 0 < k <= LEAD:
+                if _messages.END in lead[:k]:  # (the rest of a message whose start is
+                    return False               # damaged: not bytes ecCodes may skip)
                 if len(lead) >= k + 8 and lead[k + 7] in (1, 2) and \
                         _messages.is_message(f, k, size):
                     return True

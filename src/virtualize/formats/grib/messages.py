@@ -297,8 +297,15 @@ class _Ranges:
         return out
 
     def prefetch(self, ranges: list[tuple[int, int]]) -> None:
-        ranges = [(a, min(b, self.size)) for a, b in ranges if a < min(b, self.size)]
-        for (a, _), data in zip(ranges, self._fetch(ranges)):
+        """`ranges` read at once, those that touch or overlap merged (a message's last 4
+        bytes and the next one's headers are one range)."""
+        merged: list[list[int]] = []
+        for a, b in sorted((a, min(b, self.size)) for a, b in ranges if a < min(b, self.size)):
+            if merged and a <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], b)
+            else:
+                merged.append([a, b])
+        for (a, _), data in zip(merged, self._fetch([(a, b) for a, b in merged])):
             self._keep(a, data)
 
     def seek(self, at: int, whence: int = 0) -> int:

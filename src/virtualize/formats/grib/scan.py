@@ -313,6 +313,10 @@ def _field(ec, h, m: Message, path: str, where: str, local: bool, known: dict) -
         # them into (y, x), codecs.grib_to_yx)
         order = (bool(_get(ec, h, "jPointsAreConsecutive", int, 0)),
                  bool(_get(ec, h, "alternativeRowScanning", int, 0)))
+        odd = [k for k in SCANNING_OTHER if _get(ec, h, k, int, 0)]
+        if odd:  # (rows offset, or of other lengths: code table 3.4's bits 5-8)
+            problem = (f"its scanning mode sets {', '.join(odd)} (rows offset or of other "
+                       "lengths): no (y, x) reading of ecCodes' values is proven")
     else:
         shape = (points,)
     if gt == "sh" or not points:
@@ -328,6 +332,8 @@ def _field(ec, h, m: Message, path: str, where: str, local: bool, known: dict) -
                  order)
 
 
+SCANNING_OTHER = ("scanningMode4", "scanningMode5", "scanningMode6", "scanningMode7",
+                  "scanningMode8")  # (GRIB1: reserved; GRIB2: offset rows, Nj x Ni rows)
 MISSING = 0x7FFFFFFF  # (ecCodes' missing Ni / Nj of reduced grids read as ints past this)
 SIMPLE_PACKINGS = ("grid_simple", "grid_simple_matrix")
 
