@@ -649,6 +649,7 @@ def _installed(name: str) -> bool:
 
 class Fits(Format):
     name = "fits"
+    title = "FITS"
     suffixes = (".fits", ".fit", ".fts")
     inventory_formats = ("fits",)
     # (astropy preloaded by a new scan worker when installed: 0.3 s not in a scan's time)

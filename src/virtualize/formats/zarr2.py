@@ -497,6 +497,7 @@ def read_zarr2_values(path: str, variable: str, region=None) -> np.ndarray:
 
 class Zarr2(Format):
     name = "zarr2"
+    title = "Zarr v2 stores"
     suffixes = ()  # a store is a directory: given by name (a directory is not expanded to it)
     inventory_formats = ("zarr2",)
     modules = (__name__,)

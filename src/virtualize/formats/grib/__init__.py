@@ -169,6 +169,7 @@ LEAD = 1 << 16
 
 class Grib(Format):
     name = "grib"
+    title = "GRIB 1 and 2"
     suffixes = (".grib", ".grb", ".grib1", ".grib2", ".grb1", ".grb2")
     inventory_formats = ("grib",)
     # (pyproj before ecCodes, as codecs.load_eccodes imports them: see there why)

@@ -468,6 +468,7 @@ def _installed(name: str) -> bool:
 
 class Hdf4(Format):
     name = "hdf4"
+    title = "HDF4 / HDF-EOS2"
     suffixes = (".hdf", ".hdf4", ".h4", ".he2", ".he4")
     inventory_formats = ("hdf4",)
     modules = (__name__, *(("pyhdf.SD",) if _installed("pyhdf") else ()))
