@@ -70,7 +70,8 @@ FIXED_SIZE = frozenset({"bytes", "transpose", "numcodecs.shuffle", "numcodecs.de
 MAX_RATIO = {"numcodecs.zlib": 1032, "numcodecs.gzip": 1032, "gzip": 1032,
              "imagecodecs_lzw": 4096, "imagecodecs_packbits": 64, "virtualize.lzf": 90,
              "imagecodecs_rcomp": 256, "numcodecs.fixedscaleoffset": 8,
-             "virtualize.fitsscale": 8}
+             "virtualize.fitsscale": 8,
+             "virtualize.fitsgzip": 1032 * 8}  # (gunzip; 1-byte values widened to 8)
 
 
 @dataclass
