@@ -776,10 +776,12 @@ class _Scanner:
         # The filter mask: bit i set says filter i was skipped for that chunk (an optional
         # filter that could not shrink it). The pipeline is the one most chunks were
         # stored with; chunks stored otherwise are odd (copied by --materialize).
-        mask = 0
+        mask, kinds = 0, [0]  # (kinds: the filter masks the chunks have)
         if masks.any():
             values, counts = np.unique(masks, return_counts=True)
-            mask = int(values[np.argmax(counts)])
+            mask, kinds = int(values[np.argmax(counts)]), values.tolist()
+        elif not len(masks):
+            kinds = []
         used = [(i, f) for i, f in enumerate(pipeline) if not mask >> i & 1]
         missing = [(code, label, why) for _i, (code, label, codec, why) in used if codec is None]
         for code, label, why in missing:
@@ -799,7 +801,7 @@ class _Scanner:
         # 0x7fffffff on a deflated chunk: its compressed bytes, then memory that changes
         # from run to run), so h5py's read is no reading to inline or copy either
         odd, raw = sizes == 0, np.zeros(len(sizes), bool)
-        for m in np.unique(masks).tolist():
+        for m in kinds:
             left = [code for i, (code, *_rest) in enumerate(pipeline) if not m >> i & 1]
             if set(left) <= {2, 3}:  # shuffle keeps the size, fletcher32 adds 4 bytes
                 wrong = (masks == m) & (sizes != full + 4 * left.count(3))
