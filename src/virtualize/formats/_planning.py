@@ -69,12 +69,15 @@ def agreeing(inv: FileInventory, hint: ScanHint | None) -> set[str]:
     return out
 
 
-def add_planning_data(inv: FileInventory, read=None, hint: ScanHint | None = None
-                      ) -> FileInventory:
+def add_planning_data(inv: FileInventory, read=None, hint: ScanHint | None = None,
+                      pread=None) -> FileInventory:
     """`hint`: what the caller will plan (which variables to digest). `read(name)`: a
     variable's values with the format's own library through the scanner's open file (the
     HDF5 scanner passes one: opening the file again costs more than reading a bounds
-    variable); by default its format's `read_values(inv.path, name)`."""
+    variable); by default its format's `read_values(inv.path, name)`. `pread(n, offset)`:
+    the file's bytes through the scanner's open file (the HDF5 scanner passes its record
+    of what HDF5 read: a digest of a coordinate read is made from those bytes), else
+    digests open the file again."""
     if read is None:
         from .registry import of_inventory
 
@@ -133,14 +136,14 @@ def add_planning_data(inv: FileInventory, read=None, hint: ScanHint | None = Non
                 continue
             v.digest, v.block_digests = digest_values(data, v.blocks.block_shape)
             continue
-        v.digest, v.block_digests = digest_blocks([s.path for s in inv.sources()], refs)
+        v.digest, v.block_digests = digest_blocks([s.path for s in inv.sources()], refs, pread)
     return inv
 
 
-def digest_blocks(paths: list[str], refs):
+def digest_blocks(paths: list[str], refs, pread=None):
     from ._io import digest_blocks as digest
 
-    return digest(paths, refs)
+    return digest(paths, refs) if pread is None else digest(paths, refs, pread=pread)
 
 
 def digest_values(values, block_shape):
@@ -173,7 +176,8 @@ def _check_extent(inv: FileInventory) -> FileInventory:
 
 
 def finish(inv: FileInventory, hint: ScanHint | None = None, read=None,
-           extent: bool = True) -> FileInventory:
+           extent: bool = True, pread=None) -> FileInventory:
     """What every scan adds after its format's scanner: the extent check (`extent`: a format
-    whose blocks lie in other files checks them itself) and the planning data."""
-    return add_planning_data(_check_extent(inv) if extent else inv, read, hint)
+    whose blocks lie in other files checks them itself) and the planning data (`read`,
+    `pread`: the scanner's open file, `add_planning_data`)."""
+    return add_planning_data(_check_extent(inv) if extent else inv, read, hint, pread)

@@ -11,6 +11,7 @@ import io
 import itertools
 import math
 import os
+import struct
 from array import array
 
 import h5py
@@ -311,6 +312,8 @@ def _v1_btree(pread, file_size: int, body: bytes, ndim: int):
             if used:
                 _v1_level(blobs, used, nodes, lo, hi, entry, body, ndim)
             raise
+        if level == 0 and lo is None and used[0] <= 64:  # one leaf, the root: most datasets
+            return _v1_leaf(blobs[0], used[0], nodes[0], body, ndim)
         entries, last = _v1_level(blobs, used, nodes, lo, hi, entry, body, ndim)
         inner = np.ones(len(entries), bool)
         inner[last] = False  # each node's entries, without its last key
@@ -341,6 +344,28 @@ def _v1_btree(pread, file_size: int, body: bytes, ndim: int):
         raise _Corrupt(_key_order(keys, bad, ndim), _scaled_key(keys[bad + 1], body, ndim))
     return (keys[:, :ndim].astype(np.int64), e["child"].astype(np.uint64),
             e["size"].astype(np.uint64), e["mask"].astype(np.uint32))
+
+
+def _v1_leaf(blob, used: int, node: int, body: bytes, ndim: int):
+    """A v1 B-tree that is one leaf (its root), read and checked as `_v1_btree` reads and
+    checks a tree (the same results, the same refusals), in Python: for a few chunks
+    numpy's cost per call is more than the work."""
+    dimensionality = ndim + 1
+    row = struct.Struct(f"<II{dimensionality}QQ")  # size, mask, the key's offsets, child
+    rows = [row.unpack_from(blob, i * row.size) for i in range(used)]
+    keys = [r[2:2 + dimensionality] for r in rows]
+    keys.append(struct.unpack_from(f"<{dimensionality}Q", blob, used * row.size + 8))
+    if any(not a < b for a, b in zip(keys, keys[1:])):
+        _v1_node(node, np.array(keys, dtype=np.uint64), used, None, None, body, ndim)
+    typed = next((k for k in keys[:used] if k[ndim] != 0), None)
+    if typed is not None:
+        raise _Corrupt(f"the key of chunk {_shown_key(typed, ndim)} has a datatype offset of "
+                       f"{int(typed[ndim])}, not 0: HDF5 finds no chunk there (it reads the "
+                       "fill value) while its index lists one", _scaled_key(typed, body, ndim))
+    offsets = np.array([k[:ndim] for k in keys[:used]], dtype=np.uint64).reshape(used, ndim)
+    return (offsets.astype(np.int64), np.array([r[-1] for r in rows], dtype=np.uint64),
+            np.array([r[0] for r in rows], dtype=np.uint64),
+            np.array([r[1] for r in rows], dtype=np.uint32))
 
 
 def _v1_level(blobs: list, used: list[int], nodes: list[int], lo, hi, entry: np.dtype,

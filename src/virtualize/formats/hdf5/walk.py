@@ -92,8 +92,10 @@ DIRECT_MIN_CHUNKS = 256
 
 def scan_hdf5(path: str, finish=None) -> FileInventory:
     """Scan one HDF5 / netCDF-4 file. Never raises for content problems: they are returned.
-    `finish(inv, read)`, if given, is applied to the inventory before the file is closed,
-    `read(name)` reading a variable's values through it (`scan` adds the planning data)."""
+    `finish(inv, read, pread)`, if given, is applied to the inventory before the file is
+    closed, `read(name)` reading a variable's values through it, `pread(n, offset)` its
+    bytes (a local file: what HDF5 has read served from memory; else None) (`scan` adds the
+    planning data)."""
     st = storage.stat(path)
     with storage.open_source(path, st.st_size) as fobj:
         # what HDF5 reads of a local file is kept (its superblock, object headers...): the
@@ -112,7 +114,8 @@ def scan_hdf5(path: str, finish=None) -> FileInventory:
                 inv = scanner.run(st.st_size, st.st_mtime_ns)
                 scanner.link_targets(inv)
                 if finish is not None:
-                    inv = finish(inv, scanner.values)
+                    inv = finish(inv, scanner.values,
+                                 recorder.pread if recorder is not None else None)
             finally:
                 scanner.close_targets()
         inv.bytes_read, inv.requests, inv.etag = fobj.bytes_read, fobj.requests, st.etag
