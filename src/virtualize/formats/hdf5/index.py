@@ -78,6 +78,17 @@ class _Recorder:
         self.fobj.requests += 1
         return data
 
+    def read(self, n: int, offset: int) -> bytes:
+        """`pread`, what it read from the file then kept as HDF5's reads are (a dataset's
+        values read by the scanner: the digests of its blocks are made from them)."""
+        data = self.pread(n, offset)
+        if isinstance(data, bytes) and 0 < len(data) <= self.LIMIT and \
+                self.kept + len(data) <= self.BUDGET and offset not in self.reads:
+            self.reads[offset] = data
+            self.kept += len(data)
+            self._starts = None
+        return data
+
     def forget(self, keep: int) -> None:
         """Forget the reads recorded after the first `keep` (in order of recording)."""
         new = len(self.reads) - keep

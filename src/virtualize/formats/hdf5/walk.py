@@ -139,6 +139,7 @@ class _Scanner:
         self._fileno = None
         self._addr: dict[str, int] = {}  # object header address of main-file objects walked
         self._messages: dict[str, dict] = {}  # their dataset messages (`_storage`)
+        self._header_storage: dict[str, Storage | None] = {}  # (`header_storage`)
         self._by_name: dict[str, h5py.Dataset] | None = None
         if recorder is not None:
             if superblock_sizes(recorder.pread) == (8, 8):  # and no user block before it
@@ -459,12 +460,34 @@ class _Scanner:
         is_coord = len(shape) == 1 and dims[0] == name.rpartition("/")[2]
         values = None
         if is_coord and shape[0] <= COORD_VALUES_LIMIT:
-            values = _read_all(ds)
+            values = self._stored_values(name, ds, st, shape)
+            if values is None:
+                values = _read_all(ds)
         if name in self._nc_shapes and self._nc_shapes[name] != shape:
             shape, blocks, values = self._netcdf_shape(name, shape, blocks, values, fill)
         return Variable(name=name, dtype=dtype, shape=shape, dims=dims, attrs=attrs,
                         fill_value=fill, codecs=codecs, blocks=blocks, values=values,
                         is_coordinate=is_coord)
+
+    def _stored_values(self, name: str, ds: h5py.Dataset, st: Storage,
+                       shape: tuple[int, ...]) -> np.ndarray | None:
+        """The values of a contiguous dataset of this local file stored as they read (plain
+        numbers in a standard type, allocated, no filters, no external storage) from its
+        bytes, as `_read_all` reads them (h5py's type is the stored one: `_direct_attrs`);
+        None for any other (h5py reads it)."""
+        rec, dt = self.recorder, ds.dtype
+        if rec is None or name in self._origin or st.layout != h5py.h5d.CONTIGUOUS \
+                or st.external or st.filters or not st.standard_type or st.contiguous is None \
+                or dt.kind not in "iuf" or dt.metadata is not None or dt.names is not None:
+            return None
+        addr, size = st.contiguous
+        n = math.prod(shape) * dt.itemsize
+        if addr is None or not n or size != n or addr + n > self.size:
+            return None
+        raw = rec.read(n, addr)
+        if len(raw) != n:
+            return None
+        return np.frombuffer(raw, dtype=dt).reshape(shape).copy()
 
     def _unwritten_undefined(self, name: str, ds: h5py.Dataset, blocks: BlockTable, fill,
                              dtype: np.dtype) -> bool:
@@ -683,15 +706,22 @@ class _Scanner:
         # when a file's length changes, and give two same-length axes one name).
         return f"{name.rpartition('/')[2]}_dim{axis}"
 
+    def header_storage(self, name: str, ds: h5py.Dataset) -> Storage | None:
+        """The dataset's `Storage` as its header messages read by the attribute reader
+        say it (`header.dataset_storage`: never a virtual dataset), or None (h5py is asked)."""
+        if name not in self._header_storage:
+            messages = self._messages.get(name)
+            self._header_storage[name] = None if messages is None else \
+                dataset_storage(messages, ds.dtype.itemsize)
+        return self._header_storage[name]
+
     def _storage(self, name: str, ds: h5py.Dataset) -> Storage:
         """The dataset's layout, chunk shape, filters and fill value: from the header
         messages the attribute reader read (`header.dataset_storage`), else from h5py's
         creation property list."""
-        messages = self._messages.get(name)
-        if messages is not None:
-            st = dataset_storage(messages, ds.dtype.itemsize)
-            if st is not None:
-                return st
+        st = self.header_storage(name, ds)
+        if st is not None:
+            return st
         dcpl = ds._dcpl
         layout = dcpl.get_layout()
         contiguous = (ds.id.get_offset(), ds.id.get_storage_size()) \
