@@ -162,17 +162,35 @@ def _check_extent(inv: FileInventory) -> FileInventory:
         if v.blocks is None or name in told:
             continue
         refs = v.blocks.refs.reshape(-1)
-        end = refs["offset"] + refs["length"]
-        size = sizes[np.minimum(refs["path"], len(sizes) - 1)]
-        bad = (refs["length"] > 0) & (refs["path"] < len(sizes) - 1) & (end > size)
-        if bad.any():
-            i = int(np.flatnonzero(bad)[0])
+        i = _past_end(refs, sizes)
+        if i is not None:
             block = tuple(int(b) for b in np.unravel_index(i, v.blocks.refs.shape))
+            end = refs["offset"] + refs["length"]
+            size = sizes[np.minimum(refs["path"], len(sizes) - 1)]
+            bad = (refs["length"] > 0) & (refs["path"] < len(sizes) - 1) & (end > size)
             inv.problems.append(Problem(
                 Location(inv.path, name, None, block), "truncated",
                 f"{int(bad.sum())} block(s) end past the end of the file ({inv.size} bytes), "
                 f"the first at byte {int(end[i])}"))
     return inv
+
+
+def _past_end(refs, sizes) -> int | None:
+    """The first block (flat index) of `refs` that ends past the end of its file (`sizes`:
+    per source, then 0 for blocks held by value), or None. A few blocks (most variables of
+    small files) in Python, the same sums as numpy's (64-bit, wrapping)."""
+    if len(refs) > 16:
+        end = refs["offset"] + refs["length"]
+        size = sizes[np.minimum(refs["path"], len(sizes) - 1)]
+        bad = np.flatnonzero((refs["length"] > 0) & (refs["path"] < len(sizes) - 1) & (end > size))
+        return int(bad[0]) if bad.size else None
+    limit = sizes.tolist()
+    last = len(limit) - 1
+    for i, (path, offset, length) in enumerate(zip(refs["path"].tolist(), refs["offset"].tolist(),
+                                                   refs["length"].tolist())):
+        if length > 0 and path < last and (offset + length) & 0xFFFFFFFFFFFFFFFF > limit[path]:
+            return i
+    return None
 
 
 def finish(inv: FileInventory, hint: ScanHint | None = None, read=None,
