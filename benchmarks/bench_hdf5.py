@@ -414,37 +414,11 @@ def _bare_floor(path: str) -> None:
                 ds.id.chunk_iter(noop)
 
 
-def make_small_files(workdir: Path, n: int) -> list[str]:
-    """`n` small netCDF-4 files as an archive of hourly output holds them (written by
-    netCDF4-python; reused when present): one step of tas(time, lat=4, lon=4) f4 chunked
-    (1, 4, 4), shuffle + deflate 1, with CF coordinates (time unlimited)."""
-    import netCDF4
-    import numpy as np
-
-    workdir.mkdir(parents=True, exist_ok=True)
-    out = []
-    for i in range(n):
-        path = workdir / f"tas_1hr_{i:05d}.nc"
-        out.append(str(path))
-        if path.exists():
-            continue
-        tmp = path.with_suffix(".part")
-        with netCDF4.Dataset(tmp, "w", format="NETCDF4") as nc:
-            t, lat, lon, tas = _harness.define_hourly(
-                nc, "virtualize benchmark: hourly", 4, 4, chunksizes=(1, 4, 4), zlib=True,
-                complevel=1, shuffle=True)
-            _harness.write_coords(t, lat, lon, 1)
-            t[:] = [float(i)]
-            rng = np.random.default_rng(i)
-            tas[:] = (280 + rng.normal(0, 0.5, (1, 4, 4))).astype("f4")
-        tmp.rename(path)
-    return out
-
-
-def make_tiled_files(workdir: Path, n_files: int, side: int) -> list[str]:
-    """`n_files` netCDF-4 files (netCDF4-python; reused when present), each one step of
-    tas(time, lat=4*side, lon=4*side) f4 in (1, 4, 4) chunks, shuffle + deflate 1: side**2
-    chunks a file (316**2 = 99,856) in a 2-D grid, a v1 B-tree of many leaves."""
+def make_one_step_files(workdir: Path, n_files: int, side: int) -> list[str]:
+    """`n_files` netCDF-4 files (netCDF4-python; reused when present), file i one step
+    (hour i) of tas(time, lat=4*side, lon=4*side) f4 in (1, 4, 4) chunks, shuffle +
+    deflate 1, with CF coordinates (time unlimited): side**2 chunks a file. side 1: an
+    archive's hourly files; 316: 99,856 chunks in a 2-D grid, a v1 B-tree of ~2,000 nodes."""
     import netCDF4
     import numpy as np
 
@@ -452,16 +426,19 @@ def make_tiled_files(workdir: Path, n_files: int, side: int) -> list[str]:
     n = 4 * side
     out = []
     for i in range(n_files):
-        path = workdir / f"tas_{side * side}chunks_{i}.nc"
+        path = workdir / f"tas_{side * side}chunks_{i:05d}.nc"
         out.append(str(path))
         if path.exists():
             continue
         tmp = path.with_suffix(".part")
         with netCDF4.Dataset(tmp, "w", format="NETCDF4") as nc:
             t, lat, lon, tas = _harness.define_hourly(
-                nc, "virtualize benchmark: a large grid", n, n, chunksizes=(1, 4, 4),
-                zlib=True, complevel=1, shuffle=True)
-            lat[:], lon[:] = np.linspace(-89.5, 89.5, n), np.linspace(0, 359.5, n)
+                nc, "virtualize benchmark: one step", n, n, chunksizes=(1, 4, 4), zlib=True,
+                complevel=1, shuffle=True)
+            if side == 1:
+                _harness.write_coords(t, lat, lon, 1)
+            else:
+                lat[:], lon[:] = np.linspace(-89.5, 89.5, n), np.linspace(0, 359.5, n)
             t[:] = [float(i)]
             tas[0] = np.random.default_rng(i).normal(280, 5, (n, n)).astype("f4")
         tmp.rename(path)
@@ -583,10 +560,10 @@ def main(argv=None) -> int:
             inputs = {k: [v] for k, v in index_files.items()}
             inputs["netcdf4 v1 B-tree+coords"] = [files["big"]]
             inputs[f"netcdf4 small x{len(files['stack'])}"] = files["stack"]
-            small = make_small_files(workdir / "inputs" / "small", args.small_files)
+            small = make_one_step_files(workdir / "inputs" / "small", args.small_files, 1)
             inputs[f"netcdf4 1-step x{len(small)}"] = small
             side = 100 if args.quick else 316
-            tiled = make_tiled_files(workdir / "inputs" / "tiled", 3, side)
+            tiled = make_one_step_files(workdir / "inputs" / "tiled", 3, side)
             inputs[f"netcdf4 {side * side} chunks x3"] = tiled
             floor = floor_rows(inputs, 3 if args.quick else args.floor_repeats)
         doc = {"environment": environment(),
