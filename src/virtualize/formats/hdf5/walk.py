@@ -48,6 +48,7 @@ from .attrs import (
     _open,
     _read_all,
     _stop,
+    _stored_values,
     _unknown_kind,
     read_attrs,
 )
@@ -460,7 +461,9 @@ class _Scanner:
         is_coord = len(shape) == 1 and dims[0] == name.rpartition("/")[2]
         values = None
         if is_coord and shape[0] <= COORD_VALUES_LIMIT:
-            values = self._stored_values(name, ds, st, shape)
+            # (this local file's: from its bytes, as HDF5 would read them)
+            values = _stored_values(self.recorder, st, ds.dtype, shape, self.size) \
+                if name not in self._origin else None
             if values is None:
                 values = _read_all(ds)
         if name in self._nc_shapes and self._nc_shapes[name] != shape:
@@ -468,26 +471,6 @@ class _Scanner:
         return Variable(name=name, dtype=dtype, shape=shape, dims=dims, attrs=attrs,
                         fill_value=fill, codecs=codecs, blocks=blocks, values=values,
                         is_coordinate=is_coord)
-
-    def _stored_values(self, name: str, ds: h5py.Dataset, st: Storage,
-                       shape: tuple[int, ...]) -> np.ndarray | None:
-        """The values of a contiguous dataset of this local file stored as they read (plain
-        numbers in a standard type, allocated, no filters, no external storage) from its
-        bytes, as `_read_all` reads them (h5py's type is the stored one: `_direct_attrs`);
-        None for any other (h5py reads it)."""
-        rec, dt = self.recorder, ds.dtype
-        if rec is None or name in self._origin or st.layout != h5py.h5d.CONTIGUOUS \
-                or st.external or st.filters or not st.standard_type or st.contiguous is None \
-                or dt.kind not in "iuf" or dt.metadata is not None or dt.names is not None:
-            return None
-        addr, size = st.contiguous
-        n = math.prod(shape) * dt.itemsize
-        if addr is None or not n or size != n or addr + n > self.size:
-            return None
-        raw = rec.read(n, addr)
-        if len(raw) != n:
-            return None
-        return np.frombuffer(raw, dtype=dt).reshape(shape).copy()
 
     def _unwritten_undefined(self, name: str, ds: h5py.Dataset, blocks: BlockTable, fill,
                              dtype: np.dtype) -> bool:
