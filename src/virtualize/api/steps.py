@@ -400,7 +400,26 @@ def _scan_all(files: list[str], jobs: int | str, scan_timeout: float | None,
     if not scan_timeout and jobs <= 1:
         yield from (scan_or_problems(f, hint) for f in files)
         return
+    preload_format(files)
     yield from scan_bounded(files, scan_timeout or None, jobs, hint)
+
+
+def preload_format(files: list[str]) -> None:
+    """The library of the first local file's format imported here, before scan workers
+    are forked: they inherit it, and the decode check that follows, which reads through
+    the same library here, does not import it again (a one-file check of a GRIB, FITS or
+    HDF4 file paid for ecCodes, astropy or pyhdf twice: in its worker and in itself)."""
+    import importlib
+
+    from ..formats import detect
+
+    first = next((f for f in files if not storage.is_url(f)), None)
+    try:
+        fmt = detect(first) if first is not None and os.path.isfile(first) else None
+        for module in fmt.modules if fmt is not None else ():
+            importlib.import_module(module)
+    except Exception:  # unreadable, or its library broken: the worker's scan reports it
+        pass
 
 
 def unknown_names(invs: list[FileInventory], recipe: Recipe) -> list[Problem]:
