@@ -15,6 +15,7 @@ from .outputs import registry
 from .outputs.access import Access, invalid
 from .outputs.base import rectilinear_enabled
 from .outputs.references import reference_set, reference_store
+from .outputs.sparse import open_group
 
 
 def open_cube(path: str | os.PathLike, *, check_sources: bool = True, allow=None,
@@ -26,7 +27,7 @@ def open_cube(path: str | os.PathLike, *, check_sources: bool = True, allow=None
     with rectilinear_enabled(codecs=False):  # the store registers them when needed
         store = open_store(path, check_sources=check_sources, allow=allow, strict=strict)
         try:
-            return zarr.open_group(store, mode="r", zarr_format=3)
+            return open_group(store)
         except VirtualizeError:
             raise
         except (ValueError, TypeError, KeyError) as e:  # metadata zarr cannot take (edited)

@@ -152,6 +152,23 @@ class Manifest:
         local = tuple(i - self.starts[k] if ax == self.axis else i for ax, i in enumerate(idx))
         return self.parts[k].record(local)
 
+    def present(self, axes: list[np.ndarray]) -> np.ndarray:
+        """Which chunks of the outer product of `axes` (ascending chunk indices per axis,
+        inside the grid) exist: `CubeStore.chunks_present`."""
+        if len(self.parts) == 1:
+            return self.parts[0].present(axes)
+        out = np.zeros(tuple(len(a) for a in axes), dtype=bool)
+        along = axes[self.axis]
+        k = np.searchsorted(self.starts, along, side="right") - 1
+        for part in np.unique(k).tolist():
+            sel = k == part
+            local = list(axes)
+            local[self.axis] = along[sel] - self.starts[part]
+            where = [slice(None)] * len(axes)
+            where[self.axis] = sel
+            out[tuple(where)] = self.parts[part].present(local)
+        return out
+
 
 class _Segment:
     """One manifest file, read and checked block by block (`MANIFEST_BLOCK_ROWS`
@@ -245,9 +262,40 @@ class _Segment:
 
     def record(self, idx: tuple[int, ...]) -> tuple[int, int, int]:
         """(path, offset, length) of chunk `idx` (in the grid: the caller checks)."""
-        flat = int(np.ravel_multi_index(idx, self.shape)) if self.shape else 0
+        flat = 0
+        for i, n in zip(idx, self.shape):
+            flat = flat * n + i
         rec = self._rows(flat // MANIFEST_BLOCK_ROWS)[flat % MANIFEST_BLOCK_ROWS]
         return int(rec["path"]), int(rec["offset"]), int(rec["length"])
+
+    def present(self, axes: list[np.ndarray]) -> np.ndarray:
+        """Which chunks of the outer product of `axes` exist (a row of length 0 is none; a
+        materialized chunk is one): every block of rows they fall in fetched and checked,
+        as reading them would; chunks beyond the manifest's shape (an empty axis) do not."""
+        out = np.zeros(tuple(len(a) for a in axes), dtype=bool)
+        inside = [a < n for a, n in zip(axes, self.shape)]
+        local = [a[ok] for a, ok in zip(axes, inside)]
+        if out.size == 0 or any(not len(a) for a in local):
+            return out
+        flat = np.ravel_multi_index(np.ix_(*local), self.shape).ravel()
+        rows = self._gather(flat)
+        found = (rows["length"] != 0) | (rows["path"] == MATERIALIZED)
+        out[np.ix_(*inside)] = found.reshape(tuple(len(a) for a in local))
+        return out
+
+    def _gather(self, flat: np.ndarray) -> np.ndarray:
+        """The rows at the ascending flat indices `flat`, each block of them checked."""
+        blocks = flat // MANIFEST_BLOCK_ROWS
+        starts = np.flatnonzero(np.diff(blocks, prepend=-1))  # where each block's run begins
+        if self._mm is not None:
+            for b in blocks[starts].tolist():
+                self._rows(b)  # (checked once, then a set lookup)
+            return self._mm.reshape(-1)[flat]
+        out = np.empty(len(flat), dtype=REF_DTYPE)
+        for s, e in zip(starts.tolist(), [*starts[1:].tolist(), len(flat)]):
+            b = int(blocks[s])
+            out[s:e] = self._rows(b)[flat[s:e] - b * MANIFEST_BLOCK_ROWS]
+        return out
 
 
 class CubeStore(ReadOnlyStore):
@@ -412,6 +460,13 @@ class CubeStore(ReadOnlyStore):
                                                f"cannot be opened: {e.strerror}")]) from None
             self._fds[i] = fd
         return fd
+
+    async def chunks_present(self, array: str, axes: list[np.ndarray]) -> np.ndarray | None:
+        """Which chunks of `array` exist, over the outer product of `axes` (outputs/
+        sparse.py): from its manifest, never by asking for each chunk."""
+        if self.arrays.get(array) != "virtual":
+            return None
+        return self._manifest(array).present(axes)
 
     # -- the hierarchy: from virtualize.json, never by listing chunks --------------------
 
