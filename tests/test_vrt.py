@@ -20,9 +20,7 @@ from virtualize.model import OutputExistsError, UnsafeOutputError, VirtualizeErr
 import make_mosaic as mm
 from make_tiff import geotags
 
-pytestmark = pytest.mark.skipif(shutil.which("gdal_translate") is None,
-                                reason="gdal_translate not installed (Debian: apt-get install "
-                                       "gdal-bin)")
+pytestmark = pytest.mark.needs("gdal_translate")
 
 
 def gdal_read(vrt, tmp_path) -> np.ndarray:
@@ -378,10 +376,9 @@ def test_int8_is_int8_for_gdal(tmp_path):
         np.testing.assert_array_equal(tifffile.imread(out), a)
 
 
-def test_a_winners_nodata_pixels_stay_nodata_over_the_loser(tmp_path):
-    """GDAL's transparency of source nodata (ComplexSource <NODATA>, gdalbuildvrt's) would
-    show the losing tile through the winner's nodata pixels; the VRT's SimpleSources are
-    opaque, so GDAL shows the winner's nodata there, as the cube does."""
+def winner_with_nodata(tmp_path) -> list:
+    """Two 64 x 64 GeoTIFFs (nodata 0), tile 1 over tile 0's columns 32..64 holding its
+    nodata exactly there."""
     d = tmp_path / "t"
     d.mkdir()
     tiles = []
@@ -393,8 +390,15 @@ def test_a_winners_nodata_pixels_stay_nodata_over_the_loser(tmp_path):
         tifffile.imwrite(p, a, tile=(32, 32), extratags=geotags(
             32633, (500000.0 + x, 4000000.0), 10.0, nodata="0"))
         tiles.append(p)
+    return tiles
+
+
+def test_a_winners_nodata_pixels_stay_nodata_over_the_loser(tmp_path):
+    """GDAL's transparency of source nodata (ComplexSource <NODATA>, gdalbuildvrt's) would
+    show the losing tile through the winner's nodata pixels; the VRT's SimpleSources are
+    opaque, so GDAL shows the winner's nodata there, as the cube does."""
     vrt = tmp_path / "m.vrt"
-    virtualize.mosaic(tiles, vrt, overlap="last")
+    virtualize.mosaic(winner_with_nodata(tmp_path), vrt, overlap="last")
     cube = virtualize.open(vrt)["image"][...]
     assert (cube[:, 32:64] == 0).all() and (cube[:, :32] == 100).all()
     np.testing.assert_array_equal(gdal_read(vrt, tmp_path), cube)
@@ -549,7 +553,10 @@ def test_a_stacks_bands_are_named_by_their_dates(tmp_path):
     vrt = tmp_path / "s.vrt"
     virtualize.virtualize(paths, vrt, concat_dim="time")
     bands = gdalinfo(vrt)["bands"]
-    assert [b["description"] for b in bands] == [f"time={i} days since 2024-01-01" for i in range(3)]
+    assert [b["description"] for b in bands] == [f"time=2024-01-0{i + 1}" for i in range(3)]
+    assert [b["metadata"][""] for b in bands] == [
+        {"time": f"2024-01-0{i + 1}", "time_value": str(i), "time_units": "days since 2024-01-01"}
+        for i in range(3)]
     np.testing.assert_array_equal(gdal_read(vrt, tmp_path),
                                   np.stack([tifffile.imread(p) for p in paths], axis=-1))
 
@@ -731,3 +738,236 @@ def test_a_vrt_keeps_the_scale_gdal_takes_from_a_pam_sidecar(tmp_path):
     vrt = tmp_path / "m.vrt"
     virtualize.mosaic(files, vrt)
     assert band(vrt) == (2.0, 3.0) == band(files[1])
+
+
+# -- tiles whose internal blocks are padded or cut: GDAL reads the tiles whole ----------
+
+def copied_chunks(vrt, name="image") -> list[str]:
+    """The chunk keys of the raster whose bytes the VRT's recorded references hold (copied
+    into it; the inline coordinates' are, as in any reference set)."""
+    from virtualize.outputs.vrt.reader import load
+
+    return [k for k, v in load(vrt)["refs"].items()
+            if k.startswith(f"{name}/c/") and isinstance(v, str) and v.startswith("base64:")]
+
+
+def windows_of(vrt) -> dict:
+    from pathlib import Path
+
+    from virtualize.outputs.vrt.reader import _load
+
+    return _load(Path(vrt))[1]
+
+
+@pytest.mark.parametrize("name", ["mosaic_blocks128_2x2", "mosaic_blocks128_gdal",
+                                  "mosaic_blocks128_staggered"])
+def test_tiles_with_padded_128_blocks_are_a_vrt_gdal_reads_as_the_tiles(case, tmp_path, name):
+    """2 x 2 GeoTIFFs with 128 x 128 internal blocks whose edges are not tile edges
+    (tifffile's and gdal_translate -srcwin's), and staggered bricks cut inside blocks: the
+    VRT's sources are the whole tiles; GDAL reads it equal to the tiles read by tifffile,
+    virtualize too (its cells no block fits decoded from windows of the tiles), and
+    nothing is copied into it. The same tiles as a cube stay refused, naming the block and
+    --materialize."""
+    files = case(name)
+    vrt = tmp_path / "m.vrt"
+    report = virtualize.mosaic(files, vrt)
+    want = mm.expected(name)
+    got = gdal_read(vrt, tmp_path)
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
+    check_tiles(got, name, files)
+    np.testing.assert_array_equal(virtualize.open(vrt)["image"][...], want)
+    import xarray as xr
+    ds = xr.open_dataset(vrt, engine="virtualize", mask_and_scale=False)  # (999999: raw)
+    np.testing.assert_array_equal(ds["image"].values, want)
+    assert vrt.read_text().count("<SimpleSource>") == len(files)
+    windows = windows_of(vrt)["image"]
+    assert windows and copied_chunks(vrt) == []
+    assert "materialize" not in report.plan.remedies
+    assert any("read as windows of their tiles" in n for n in report.notes)
+    assert {p["path"] for p in load_sources(vrt)} == {str(f) for f in files}
+    assert not any(p.get("copied") for p in load_sources(vrt))
+    if name in mm.NODATA:  # the gaps read as the tiles' nodata, 999999, in GDAL and the cube
+        assert gdalinfo(vrt)["bands"][0]["noDataValue"] == 999999
+        assert (got[200:, :100] == 999999).all() and (got[:200, 600:] == 999999).all()
+    with pytest.raises(VirtualizeError) as e:
+        virtualize.mosaic(files, tmp_path / "m.zarr")
+    kinds = {p.kind for p in e.value.problems}
+    assert kinds <= {"padded-block", "cut-through-block"} and kinds
+    assert all("--materialize" in (p.remedy or "") for p in e.value.problems
+               if not p.message.startswith("..."))
+    assert not (tmp_path / "m.zarr").exists()
+
+
+def load_sources(vrt) -> list[dict]:
+    from virtualize.outputs.vrt.reader import load
+
+    return load(vrt)["virtualize"]["sources"]
+
+
+@pytest.mark.parametrize("overlap", ["last", "first"])
+def test_overlapping_tiles_cut_inside_their_blocks_paint_as_gdal_does(case, tmp_path, overlap):
+    """Two tiles overlapping by 50 columns, inside 128-pixel blocks of both: the winner
+    (GDAL's rule: the source painted last) shows there, in GDAL and in virtualize's read;
+    without --overlap the overlap stays a choice to make (refused, naming --overlap)."""
+    name = "mosaic_blocks128_overlap"
+    files = case(name)
+    vrt = tmp_path / "m.vrt"
+    virtualize.mosaic(files, vrt, overlap=overlap)
+    want = mm.expected(name, overlap=overlap)
+    np.testing.assert_array_equal(gdal_read(vrt, tmp_path), want)
+    np.testing.assert_array_equal(virtualize.open(vrt)["image"][...], want)
+    winner = tifffile.imread(files[1 if overlap == "last" else 0])
+    col0 = mm.LAYOUT[name][1 if overlap == "last" else 0][1]
+    np.testing.assert_array_equal(want[:, 250:300], winner[:, 250 - col0:300 - col0])
+    with pytest.raises(VirtualizeError) as e:
+        virtualize.mosaic(files, tmp_path / "n.vrt")
+    assert {p.kind for p in e.value.problems} == {"overlap"}
+    assert "--overlap last" in e.value.problems[0].message
+
+
+def test_materialize_copies_nothing_into_a_vrt(case, tmp_path):
+    """--materialize with a VRT: the mosaic's cells are windows of the tiles all the same
+    (a note says --materialize copies nothing); a stack's copied cells (concatenated
+    along y: the first file's padded last block row inside the stack) are recorded as
+    windows too: no chunk's bytes in the VRT, which GDAL would never read."""
+    files = case("mosaic_blocks128_2x2")
+    vrt = tmp_path / "m.vrt"
+    report = virtualize.mosaic(files, vrt, materialize=True)
+    assert copied_chunks(vrt) == [] and windows_of(vrt)["image"]
+    assert "materialize" not in report.plan.remedies
+    assert any("--materialize copies nothing" in n for n in report.notes)
+    np.testing.assert_array_equal(gdal_read(vrt, tmp_path), mm.expected("mosaic_blocks128_2x2"))
+    np.testing.assert_array_equal(virtualize.open(vrt)["image"][...],
+                                  mm.expected("mosaic_blocks128_2x2"))
+    plain = []
+    for i in range(2):
+        p = tmp_path / f"p{i}.tif"
+        tifffile.imwrite(p, (np.arange(200 * 300).reshape(200, 300) + i * 100000).astype("u4"),
+                         tile=(128, 128), compression="zlib")
+        plain.append(p)
+    with pytest.raises(VirtualizeError) as e:
+        virtualize.virtualize(plain, tmp_path / "s.vrt", concat_dim="y")
+    assert {p.kind for p in e.value.problems} == {"padded-block"}
+    stack = tmp_path / "s.vrt"
+    virtualize.virtualize(plain, stack, concat_dim="y", materialize=True)
+    want = np.vstack([tifffile.imread(p) for p in plain])
+    assert copied_chunks(stack) == [] and len(windows_of(stack)["image"]) == 3
+    assert not any(s.get("copied") for s in load_sources(stack))
+    np.testing.assert_array_equal(gdal_read(stack, tmp_path), want)
+    np.testing.assert_array_equal(virtualize.open(stack)["image"][...], want)
+
+
+def test_a_mosaic_over_dates_of_padded_tiles_is_one_band_per_date(case, tmp_path):
+    """`mosaic --concat-dim time` over 2 x 2 tiles with 128-pixel blocks on 3 dates (one
+    tile missing on a date): one band per date, named by its date (description and
+    metadata), GDAL's band k equal to that date's tiles (the missing tile's place reads
+    0), virtualize's read too; --materialize is not needed (and copies nothing)."""
+    name = "mosaic_dates_blocks128"
+    files = case(name)
+    vrt = tmp_path / "t.vrt"
+    virtualize.mosaic(files, vrt, concat_dim="time", materialize=True)
+    want = mm.expected_dates(name)
+    got = gdal_read(vrt, tmp_path)
+    np.testing.assert_array_equal(np.moveaxis(got, -1, 0), want)
+    for path, (row0, col0, h, w), when in zip(files, mm.LAYOUT[name], mm.DATED[name]):
+        k = sorted(set(mm.DATED[name])).index(when)
+        np.testing.assert_array_equal(got[row0:row0 + h, col0:col0 + w, k], tifffile.imread(path))
+    assert (got[200:, 300:, 1] == 0).all()  # tile 3 is missing on 2024-01-02
+    np.testing.assert_array_equal(virtualize.open(vrt)["image"][...], want)
+    bands = gdalinfo(vrt)["bands"]
+    assert [b["description"] for b in bands] == ["time=2024-01-01", "time=2024-01-02",
+                                                 "time=2024-01-03"]
+    assert [b["metadata"][""]["time"] for b in bands] == ["2024-01-01", "2024-01-02",
+                                                          "2024-01-03"]
+    assert windows_of(vrt)["image"] and copied_chunks(vrt) == []
+    with pytest.raises(VirtualizeError) as e:  # as a cube: the padded blocks refused
+        virtualize.mosaic(files, tmp_path / "t.zarr", concat_dim="time")
+    assert {p.kind for p in e.value.problems} == {"padded-block"}
+
+
+def test_a_stack_of_dates_is_a_band_per_date_as_gdalbuildvrt_separate(case, tmp_path):
+    """One tile on 3 dates (128-pixel blocks, padded last ones), stacked along a new time
+    axis: a band per date, as `gdalbuildvrt -separate` makes, each GDAL band equal to its
+    date's file read by tifffile, named by its date."""
+    name = "mosaic_dates_blocks128"
+    files = [f for f in case(name) if f.name.startswith("tile_0_")]
+    vrt = tmp_path / "s.vrt"
+    virtualize.virtualize(files, vrt, concat_dim="time")
+    got = gdal_read(vrt, tmp_path)
+    assert got.shape == (200, 300, 3)
+    for k, path in enumerate(files):
+        np.testing.assert_array_equal(got[..., k], tifffile.imread(path))
+    np.testing.assert_array_equal(virtualize.open(vrt)["image"][...], np.moveaxis(got, -1, 0))
+    assert [b["description"] for b in gdalinfo(vrt)["bands"]] == [
+        "time=2024-01-01", "time=2024-01-02", "time=2024-01-03"]
+    theirs = tmp_path / "theirs.vrt"
+    r = subprocess.run(["gdalbuildvrt", "-q", "-separate", str(theirs), *map(str, files)],
+                       capture_output=True, text=True)
+    if r.returncode == 0:  # (gdalbuildvrt is in gdal-bin too)
+        np.testing.assert_array_equal(gdal_read(theirs, tmp_path), got)
+
+
+def test_a_windowed_vrt_verifies_moves_and_exports(case, tmp_path):
+    """verify --decode plans it again as a VRT (windows, not refused blocks); moved with
+    its tiles (--relative) its windows are read from the tiles' new place; exported as a
+    cube it is refused as the cube would be, as a VRT it is written again."""
+    files = case("mosaic_blocks128_2x2")
+    d = tmp_path / "here"
+    shutil.copytree(files[0].parent, d / "tiles")
+    vrt = d / "m.vrt"
+    virtualize.mosaic(sorted((d / "tiles").glob("tile_*.tif")), vrt, relative=True)
+    assert virtualize.verify_cube(vrt, decode=True) == []
+    moved = tmp_path / "moved"
+    d.rename(moved)
+    want = mm.expected("mosaic_blocks128_2x2")
+    np.testing.assert_array_equal(virtualize.open(moved / "m.vrt")["image"][...], want)
+    np.testing.assert_array_equal(gdal_read(moved / "m.vrt", tmp_path), want)
+    with pytest.raises(VirtualizeError) as e:
+        virtualize.export(moved / "m.vrt", tmp_path / "c.zarr")
+    assert {p.kind for p in e.value.problems} == {"padded-block"}
+    virtualize.export(moved / "m.vrt", tmp_path / "again.vrt")
+    np.testing.assert_array_equal(gdal_read(tmp_path / "again.vrt", tmp_path), want)
+    os.utime(moved / "tiles" / "tile_0.tif")  # touched only: re-scanned, refreshed
+    assert [p.kind for p in virtualize.verify_cube(moved / "m.vrt", refresh=True)] == \
+        ["source-touched"]
+    np.testing.assert_array_equal(virtualize.open(moved / "m.vrt", strict=True)["image"][...],
+                                  want)
+    # its windows are covered by the digest: one pointing at another tile is refused
+    import base64
+    import re
+    import zlib
+
+    text = (moved / "m.vrt").read_text()
+    packed = re.search(r'<MDI key="windows">([^<]*)</MDI>', text).group(1)
+    cells = json.loads(zlib.decompress(base64.b64decode(packed)))
+    cells["image"][0][1] = 3
+    edited = moved / "e.vrt"
+    edited.write_text(text.replace(packed, base64.b64encode(zlib.compress(
+        json.dumps(cells).encode())).decode()))
+    with pytest.raises(VirtualizeError) as e:
+        virtualize.open(edited)
+    assert e.value.problems[0].kind == "vrt-edited"
+    tifffile.imwrite(moved / "tiles" / "tile_3.tif", np.zeros((150, 170), np.uint32))
+    with pytest.raises(VirtualizeError):  # a rewritten tile: stale, not read
+        virtualize.open(moved / "m.vrt")
+
+
+def test_windows_whose_codec_cannot_encode_are_refused_before_writing(case, tmp_path,
+                                                                      monkeypatch):
+    """virtualize reads a window by encoding it again with the array's codecs: one window
+    per array is tried when the VRT is written, and a failure is refused, located, with
+    nothing written (never a VRT virtualize cannot read back)."""
+    from virtualize.outputs import materialize
+
+    def fails(*_a, **_k):
+        raise ValueError("no encoder")
+    monkeypatch.setattr(materialize, "encode_chunk", fails)
+    files = case("mosaic_blocks128_2x2")
+    vrt = tmp_path / "m.vrt"
+    with pytest.raises(VirtualizeError) as e:
+        virtualize.mosaic(files, vrt)
+    (p,) = e.value.problems
+    assert p.kind == "vrt-unsupported" and p.loc.variable == "image"
+    assert p.loc.file == str(files[0]) and "no encoder" in p.message
+    assert not vrt.exists()

@@ -128,7 +128,8 @@ def check_mosaic(paths: Iterable[PathLike] | PathLike, *,
                  chunk_size: int | str | None = DEFAULTS.chunk_size,
                  skip_unreadable: bool = False, concat_dim: str | None = None,
                  coords: dict[str, str] | None = None,
-                 combine_attrs: str = DEFAULTS.combine_attrs) -> Report:
+                 combine_attrs: str = DEFAULTS.combine_attrs,
+                 windows: bool = DEFAULTS.windows) -> Report:
     """Can these tiles be placed into one mosaic? By georeferencing (GeoTIFF transform,
     or 1-D x/y / lon/lat coordinates), or by explicit `offsets` [(row, col), ...] in pixels.
     `overlap`: None (overlaps are problems), "last" or "first" (which tile wins).
@@ -139,11 +140,12 @@ def check_mosaic(paths: Iterable[PathLike] | PathLike, *,
     stacked along `concat_dim` (docs/mosaic.md, Mosaics over time); each file's date from
     `coords` ({"time": "name:REGEX" | "attr:NAME" ...}), else its own `concat_dim`
     variable, else the date in its name. `combine_attrs`: attributes that differ between
-    tiles, as in `check` (drop_conflicts, the default, with a note; override; identical)."""
+    tiles, as in `check` (drop_conflicts, the default, with a note; override; identical).
+    `windows`: for an output that reads whole tiles (a GDAL VRT, `OutputKind.reads_windows`)."""
     set_storage(storage_options)
     recipe = Recipe.from_options(
         "mosaic", offsets=offsets, overlap=overlap, drop=drop, tolerance=tolerance, split=split,
         materialize=materialize, materialize_limit=materialize_limit, chunk_size=chunk_size,
-        concat_dim=concat_dim, coords=coords, combine_attrs=combine_attrs)
+        concat_dim=concat_dim, coords=coords, combine_attrs=combine_attrs, windows=windows)
     return check_recipe(paths, recipe, jobs=jobs, executor=executor, progress=progress,
                         scan_timeout=scan_timeout, skip_unreadable=skip_unreadable)

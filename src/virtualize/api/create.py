@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from ..outputs import registry
 from ..report import Report
 from .checking import check, check_mosaic
 from .recipe import DEFAULTS
@@ -71,5 +72,6 @@ def mosaic(paths: Iterable[PathLike] | PathLike, out: PathLike, *,
                           materialize_limit=materialize_limit, jobs=jobs, executor=executor,
                           progress=progress, scan_timeout=scan_timeout, chunk_size=chunk_size,
                           skip_unreadable=skip_unreadable, concat_dim=concat_dim,
-                          coords=coords, combine_attrs=combine_attrs)
+                          coords=coords, combine_attrs=combine_attrs,
+                          windows=registry.by_name(kind).reads_windows)
     return write_checked(report, out, kind, overwrite, relative)

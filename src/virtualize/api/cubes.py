@@ -65,7 +65,8 @@ def verify_cube(cube: PathLike, *, decode: bool = False, refresh: bool = False,
             return problems
         if report is None:
             report = replan(cube, info, jobs=jobs, executor=executor, progress=progress,
-                            decode="sources", scan_timeout=scan_timeout)
+                            decode="sources", scan_timeout=scan_timeout,
+                            windows=registry.by_name(kind).reads_windows)
         return problems + _rewritten(info, report) + [p for p in report.problems if p.fatal]
 
 
@@ -125,7 +126,8 @@ def export(cube: PathLike, out: PathLike, *, format: str | None = None,
                        [s["path"] for s in info["sources"] if not s.get("referenced_by")],
                        relative)
     return write_checked(replan(cube, info, jobs=jobs, executor=executor, progress=progress,
-                                scan_timeout=scan_timeout),
+                                scan_timeout=scan_timeout,
+                                windows=registry.by_name(kind).reads_windows),
                          out, kind, overwrite, relative)
 
 

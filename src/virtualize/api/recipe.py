@@ -90,6 +90,9 @@ class Recipe:
     offsets: tuple[tuple[int, int], ...] | None = _option(None, kinds=TILES)
     overlap: str | None = _option(None, kinds=TILES)
     tolerance: float = _option(1e-3, kinds=TILES)
+    # the output reads whole tiles (`OutputKind.reads_windows`, a GDAL VRT): a mosaic's
+    # cells no block fits are windows of their tiles; each run's own (its output's)
+    windows: bool = _option(False, kinds=TILES, record="never")
 
     def __post_init__(self) -> None:
         # (each field in its one form, however it was given: names without a leading
@@ -133,7 +136,7 @@ class Recipe:
         if kind == "mosaic":
             given["coords"] = _mosaic_coords(concat_dim, options.get("coords"))
             _check_combine_attrs(given.get("combine_attrs", cls.combine_attrs))
-            if concat_dim is not None and given.get("materialize"):
+            if concat_dim is not None and given.get("materialize") and not given.get("windows"):
                 raise UsageError("--materialize is not supported for a mosaic over time yet")
             if given.get("overlap") not in (None, "last", "first"):
                 raise UsageError(f"overlap must be None, 'last' or 'first', not "

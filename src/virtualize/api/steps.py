@@ -458,10 +458,13 @@ def recipe_of(cube: Path, info: dict) -> Recipe:
 
 def replan(cube: Path, info: dict, *, jobs: int | str = "auto", executor=None, progress=None,
            decode: str = "groups",
-           scan_timeout: float | None = DEFAULT_SCAN_TIMEOUT) -> Report:
+           scan_timeout: float | None = DEFAULT_SCAN_TIMEOUT, windows: bool = False) -> Report:
     """The cube's stack planned again from its recorded inputs and recipe (its plan
-    keeps the record's recipe as it was written)."""
+    keeps the record's recipe as it was written); `windows`: for an output kind that
+    `reads_windows` (Recipe.windows)."""
     recipe = recipe_of(cube, info)
+    if windows and recipe.kind == "mosaic":
+        recipe = dataclasses.replace(recipe, windows=True)
     inputs = [s["path"] for s in info["sources"] if not s.get("referenced_by")]
     report = check_recipe(inputs, recipe, jobs=jobs, executor=executor, progress=progress,
                           scan_timeout=scan_timeout, decode=decode)

@@ -178,6 +178,9 @@ class OutputKind:
     root_documents: tuple[str, ...] = ()
     not_relocatable: str | None = None  # why --relative is refused, for a kind refusing it
     foreign_hint: str = ""  # what to do with an output of this kind virtualize did not write
+    # it reads the chunks of a mosaic no stored block fits as windows of their tiles (a GDAL
+    # VRT, whose sources are whole files): planned so (plan/tiles.py MosaicOptions.windows)
+    reads_windows: bool = False
 
     # -- what every kind answers -----------------------------------------------------
 

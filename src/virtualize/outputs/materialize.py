@@ -42,30 +42,41 @@ def materialized_chunks(plan: Plan, a: ArrayPlan) -> Iterator[tuple[str, bytes]]
 class _Encoder:
     def __init__(self, a: ArrayPlan):
         self.a = a
-        self.doc = array_doc(a)
+        self.doc = dict(array_doc(a), data_type=data_type(a.dtype),
+                        fill_value=fill_json(a.fill_value, a.dtype))
 
     def encode(self, index, values: np.ndarray, path: str) -> bytes | None:
         a = self.a
-        shape = a.chunk_shape(index)
-        chunk = np.full(shape, a.fill_value if a.fill_value is not None else 0,
-                        dtype=a.dtype.newbyteorder("="))
-        chunk[tuple(slice(0, n) for n in values.shape)] = values
-        doc = dict(self.doc, shape=list(shape), chunk_key_encoding=CHUNK_KEY_ENCODING,
-                   chunk_grid={"name": "regular", "configuration": {"chunk_shape": list(shape)}},
-                   data_type=data_type(a.dtype), fill_value=fill_json(a.fill_value, a.dtype))
-        store_dict = {"zarr.json": cpu.Buffer.from_bytes(json.dumps(doc).encode())}
-        arr = zarr.open_array(MemoryStore(store_dict), mode="r+",
-                              config={"write_empty_chunks": True})
-        arr[...] = chunk
-        key = chunk_key((0,) * len(shape))
-        data = store_dict[key].to_bytes()
-        back = arr[...]
-        if not _identical(back, chunk):
-            raise VirtualizeError([Problem(Location(path, a.name, None, tuple(index)),
-                                           "materialize-inexact",
-                                           "encoding this chunk again with the array's codecs "
-                                           "does not give back the same values")])
-        return data
+        return encode_chunk(self.doc, a.chunk_shape(index), values,
+                            Location(path, a.name, None, tuple(index)),
+                            a.fill_value if a.fill_value is not None else 0,
+                            a.dtype.newbyteorder("="))
+
+
+def encode_chunk(doc: dict, shape, values: np.ndarray, where: Location, fill=None,
+                 dtype=None) -> bytes:
+    """One chunk of `shape` of the array whose zarr.json is `doc`, holding `values` from its
+    start (a source's region with fewer axes than the chunk: its last ones; the rest, past
+    the array's end, `fill`: by default the array's fill value), encoded with the array's
+    codecs; refused (`materialize-inexact`, at `where`) unless it decodes back identical."""
+    shape = tuple(int(n) for n in shape)
+    doc = dict(doc, shape=list(shape), chunk_key_encoding=CHUNK_KEY_ENCODING,
+               chunk_grid={"name": "regular", "configuration": {"chunk_shape": list(shape)}})
+    store_dict = {"zarr.json": cpu.Buffer.from_bytes(json.dumps(doc).encode())}
+    arr = zarr.open_array(MemoryStore(store_dict), mode="r+",
+                          config={"write_empty_chunks": True})
+    if fill is None:
+        fill = arr.fill_value if arr.fill_value is not None else 0
+    chunk = np.full(shape, fill, dtype=dtype if dtype is not None else arr.dtype)
+    values = values.reshape((1,) * (len(shape) - values.ndim) + values.shape)
+    chunk[tuple(slice(0, n) for n in values.shape)] = values
+    arr[...] = chunk
+    data = store_dict[chunk_key((0,) * len(shape))].to_bytes()
+    if not _identical(arr[...], chunk):
+        raise VirtualizeError([Problem(where, "materialize-inexact",
+                                       "encoding this chunk again with the array's codecs "
+                                       "does not give back the same values")])
+    return data
 
 
 def _identical(x: np.ndarray, y: np.ndarray) -> bool:

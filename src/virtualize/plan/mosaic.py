@@ -2,7 +2,8 @@
 
 A chunk grid is one list of lengths per axis and every cut runs across the whole array, so
 the grid is cut at every tile edge and every tile's own block boundary; every grid cell
-must then be exactly one stored block of one tile, or a gap (tiles.py: the placing and
+must then be exactly one stored block of one tile, or a gap, or (for an output that reads
+whole tiles, a GDAL VRT) a window of one tile (tiles.py: the placing and
 cutting a mosaic over time, mosaic_time.py, shares). `plan_mosaic` plans one mosaic of
 the tiles given, or, with `concat_dim`, a mosaic over time.
 """
@@ -23,6 +24,7 @@ from .tiles import (
     place_tiles,
     report_overlaps,
     tile_context,
+    windows_note,
 )
 
 
@@ -48,6 +50,7 @@ def plan_mosaic(inventories: Sequence[FileInventory], options: MosaicOptions | N
         array = mosaic_variable(ctx, name, ydim, xdim, height, width)
         if array is not None:
             arrays[name] = array
+    windows_note(ctx, arrays)
     arrays.update(other_variables(ctx, names, ydim, xdim))
     if placed.georef is not None:
         coords = mosaic_coordinates(ctx, placed.georef, placed.r0, placed.c0, height, width)

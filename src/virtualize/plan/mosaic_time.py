@@ -46,6 +46,7 @@ from .tiles import (
     report_overlaps,
     tile_context,
     tile_cuts,
+    windows_note,
 )
 
 
@@ -73,6 +74,7 @@ def plan_mosaic_over_time(inventories: Sequence[FileInventory], opts: MosaicOpti
         array = _stacked_variable(ctx, subs, name, dim, ydim, xdim, height, width)
         if array is not None:
             arrays[name] = array
+    windows_note(ctx, arrays)
     arrays.update(other_variables(ctx, names, ydim, xdim))
     if placed.georef is not None:
         coords = mosaic_coordinates(ctx, placed.georef, placed.r0, placed.c0, height, width)
@@ -168,6 +170,10 @@ def _stacked_variable(ctx: TileContext, subs: list[TileContext], name: str, dim:
     else:  # a new leading axis
         axis, dims = 0, (dim, *a.dims)
         refs = np.stack([p.refs for p in planned], axis=0)
+    # each date's windows of its tiles (an output reading whole tiles), at its date's chunk
+    # (a tile without the `dim` axis: its region has one axis fewer than the chunk)
+    cells = {(*index[:axis], d, *index[axis + (dim in a.dims):]): cell
+             for d, p in enumerate(planned) for index, cell in p.materialize.items()}
     shape = list(a.shape)
     lengths = list(a.chunk_lengths)
     if dim in a.dims:
@@ -177,7 +183,7 @@ def _stacked_variable(ctx: TileContext, subs: list[TileContext], name: str, dim:
         shape.insert(0, len(planned))
         lengths.insert(0, (1,) * len(planned))
     out = replace(a, shape=tuple(shape), dims=tuple(dims), chunk_lengths=tuple(lengths),
-                  refs=refs, materialize={})
+                  refs=refs, materialize=cells)
     ctx.figures[name] = figure_of(out)
     return out
 

@@ -7,7 +7,10 @@ one tile, or a gap (no tile: reads as the fill value) (`mosaic_variable`). A cut
 the inside of a block, a padded block that is not the last chunk of the mosaic,
 misaligned pixels and overlapping tiles are located problems; `overlap="last"` or
 `"first"` settles overlaps block by block (GDAL VRT's rule: the last input wins) where the
-winner's blocks cover the overlapped cells exactly. The mosaic's x/y coordinates
+winner's blocks cover the overlapped cells exactly. For an output that reads whole tiles
+(`MosaicOptions.windows`: a GDAL VRT) a cell that is no whole stored block is no problem:
+it is held as a window of its tile (a `Cell`, as --materialize's, read from the tile by
+the format's library when the output is read, never copied). The mosaic's x/y coordinates
 (`mosaic_coordinates`) and attributes (`combined_attrs`) are made here too.
 """
 
@@ -62,6 +65,10 @@ class MosaicOptions:
     drop: frozenset[str] = frozenset()
     split: bool = True  # cut uncompressed blocks into row ranges (exact, nothing copied)
     materialize: bool = False  # copy the cells no block fits exactly into the cube
+    # the output reads whole tiles (a GDAL VRT: SimpleSources are files, painted in order):
+    # cells no block fits exactly are windows of their tile (`ArrayPlan.materialize` cells
+    # the output reads from the tile, not copies), not padded-block / cut-through-block
+    windows: bool = False
     # a mosaic over time (plan/mosaic_time.py): each date's tiles placed, the dates stacked
     concat_dim: str | None = None
     coords: dict[str, str] | None = None  # DIM -> a --coord form (plan/coords.py)
@@ -469,7 +476,9 @@ def mosaic_variable(ctx: TileContext, name: str, ydim: str, xdim: str, height: i
     # every cell must be one whole block of its tile, stored at the cell's chunk length
     splittable_tile = np.array([ctx.opts.split and iy == 0 and is_uncompressed(v.codecs)
                                 for v in vs])
-    copyable_tile = np.array([ctx.opts.materialize and can_materialize(v.codecs) for v in vs])
+    # (a window is decoded and encoded again at reading, as a copy is at writing)
+    copyable_tile = np.array([(ctx.opts.materialize or ctx.opts.windows)
+                              and can_materialize(v.codecs) for v in vs])
     need_y, ylens = _needs(ya, owner, ycuts, axis=0, last=ylast)
     need_x, xlens = _needs(xa, owner, xcuts, axis=1, last=xlast)
     safe = np.where(owner >= 0, owner, 0)
@@ -506,8 +515,9 @@ def mosaic_variable(ctx: TileContext, name: str, ydim: str, xdim: str, height: i
     others = int(np.prod([len(c) for a, c in enumerate(chunk_lengths) if a not in (iy, ix)]))
     if split.any():
         ctx.use_remedy("split", int(split.sum()) * others, 0)
-    cells = _copied_cells(ctx, name, vs, copy, ycuts, xcuts, iy, ix, chunk_lengths, owner)
-    if not ctx.opts.materialize:  # what --materialize would copy, as the concat report says
+    cells = _copied_cells(ctx, name, vs, copy, ycuts, xcuts, iy, ix, chunk_lengths, owner,
+                          counted=not ctx.opts.windows)
+    if not (ctx.opts.materialize or ctx.opts.windows):  # what --materialize would copy
         could = bad & np.array([can_materialize(v.codecs) for v in vs])[safe]
         _copied_cells(ctx, name, vs, could, ycuts, xcuts, iy, ix, chunk_lengths, owner,
                       enabled=False)
@@ -634,8 +644,9 @@ def _report_cells(ctx, name, dim, bad, c: AxisCells, owner, cuts, tiles, block, 
 
 
 def _copied_cells(ctx, name, vs, copy, ycuts, xcuts, iy, ix, chunk_lengths, owner,
-                  enabled: bool = True):
-    """Cells to materialize: chunk index -> the tile region that fills it."""
+                  enabled: bool = True, counted: bool = True):
+    """Cells to materialize (or windows: not `counted` as a copy): chunk index -> the tile
+    region that fills it."""
     cells: dict[tuple[int, ...], Cell] = {}
     if not copy.any():
         return cells
@@ -654,8 +665,26 @@ def _copied_cells(ctx, name, vs, copy, ycuts, xcuts, iy, ix, chunk_lengths, owne
                 index[a], region[a] = m, (m * b, min((m + 1) * b, v.shape[a]))
             cells[tuple(index)] = Cell(int(ctx.source_maps[t.index][0]), name, tuple(region))
             nbytes += int(np.prod([hi - lo for lo, hi in region])) * v.dtype.itemsize
-    ctx.use_remedy("materialize", len(cells), nbytes, enabled)
+    if counted:
+        ctx.use_remedy("materialize", len(cells), nbytes, enabled)
     return cells
+
+
+def windows_note(ctx: TileContext, arrays: dict[str, ArrayPlan]) -> None:
+    """The note of a mosaic for an output that reads whole tiles (`MosaicOptions.windows`):
+    how many chunks are windows of their tiles, and that --materialize copies nothing."""
+    if not ctx.opts.windows:
+        return
+    held = {n: len(a.materialize) for n, a in arrays.items() if a.materialize}
+    if held:
+        ctx.notes.append(
+            "not whole stored blocks of one tile (padded or cut blocks), read as windows of "
+            "their tiles (GDAL reads the tiles whole; virtualize decodes these chunks from "
+            "them with the format's library, nothing copied): "
+            + ", ".join(f"{n} {k} chunk(s)" for n, k in held.items()))
+    if ctx.opts.materialize:
+        ctx.notes.append("--materialize copies nothing into this output: it reads the tiles "
+                         "whole")
 
 
 def tile_cuts(extent: int, spans: list[tuple[int, int, int]]) -> np.ndarray:

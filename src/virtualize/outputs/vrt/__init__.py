@@ -15,6 +15,7 @@ class Vrt(OutputKind):
     title = "a GDAL VRT of a mosaic or TIFF stack"  # in the usage errors naming what virtualize writes
     suffixes = (".vrt",)
     foreign_hint = "open a VRT virtualize did not write with GDAL"
+    reads_windows = True  # GDAL paints whole tiles: a mosaic's padded blocks are no problem
 
     def refuse_name(self, out, suffix: str, kind: str) -> str:  # (GDAL would take it for one)
         return (f"{out}: a {suffix} name is a GDAL VRT's; the {kind} output is not one (name "

@@ -6,8 +6,9 @@ GDAL's rules (VRT driver, SimpleSource): sources are painted in order, the later
 each opaque (a SimpleSource copies the source's values, its nodata included); what no
 source covers reads as the band's NoDataValue, or 0 without one. The layout is checked
 against the plan's own references chunk by chunk: the source GDAL shows last over a chunk
-must cover the whole chunk and be the file the chunk references, and a chunk no file
-holds (a gap) must read as the cube's fill value. Pure: reads no source bytes."""
+must cover the whole chunk and be the file the chunk references (or whose window it is:
+a padded or cut block, `ArrayPlan.materialize`), and a chunk no file holds (a gap) must
+read as the cube's fill value. Pure: reads no source bytes."""
 
 from __future__ import annotations
 
@@ -125,7 +126,8 @@ def _layout(plan: Plan, problems: list[Problem]) -> VrtLayout | None:
 
 
 def _owners(a: ArrayPlan) -> np.ndarray:
-    """Per chunk: the source whose values it holds (referenced or copied), -1 for none."""
+    """Per chunk: the source whose values it holds (referenced, or a window of it), -1 for
+    none."""
     refs = a.refs
     held = (refs["length"] > 0) & (refs["path"] != MATERIALIZED)
     owner = np.where(held, refs["path"].astype(np.int64), -1)

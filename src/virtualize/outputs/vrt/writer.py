@@ -4,7 +4,10 @@ by SrcRect/DstRect), NoDataValue, SRS and GeoTransform; readable by gdalinfo,
 gdal_translate and QGIS. What GDAL would read differently from the cube is refused
 (layout.py). The provenance (kerchunk references of the same plan, with the source
 table and roots) rides along in `<Metadata domain="virtualize">`, with a digest of the
-raster part, for virtualize to read the VRT back exactly (reader.py)."""
+raster part, for virtualize to read the VRT back exactly (reader.py). Chunks no stored
+block fits (a mosaic's padded or cut blocks, or --materialize's cells) are recorded as
+windows of their source (file, variable, region), which virtualize decodes from it when it
+reads the VRT: GDAL reads the files whole, so nothing is copied into the VRT."""
 
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ import hashlib
 import json
 import os
 import zlib
+from dataclasses import replace
 from pathlib import Path
 from xml.sax.saxutils import escape
 
@@ -24,6 +28,9 @@ from .layout import INSTEAD, KIND, SAMPLES, VrtLayout, vrt_layout
 
 VRT_FORMAT = "virtualize-vrt"
 VRT_VERSION = 1
+# a VRT recording windows: its digest covers them too, so a virtualize that does not know
+# windows (it would read those chunks as the fill value) refuses it as edited
+WINDOWS_VERSION = 2
 # a VRT written by virtualize begins with its first line, then this
 VRT_HEAD = '  <Metadata domain="virtualize">\n    <MDI key="format">virtualize-vrt</MDI>\n'
 META_END = "  </Metadata>\n"
@@ -51,21 +58,74 @@ def vrt_text(plan: Plan, relative_to: str | None = None) -> str:
     layout = vrt_layout(plan)
     names = _source_names(plan, layout, relative_to)
     first, body = _raster(plan, layout, names, _scaling(plan, layout))
-    refs = reference_set(plan, record_section(plan, VRT_FORMAT, VRT_VERSION), relative_to)
-    packed = base64.b64encode(zlib.compress(
-        json.dumps(refs, allow_nan=False, separators=(",", ":")).encode(), 6)).decode()
+    _readable_windows(plan)
+    plan, windows = _windows(plan)
+    version = WINDOWS_VERSION if windows else VRT_VERSION
+    refs = reference_set(plan, record_section(plan, VRT_FORMAT, version), relative_to)
+    held = pack(windows) if windows else None
     meta = [VRT_HEAD,
-            f'    <MDI key="version">{VRT_VERSION}</MDI>\n',
+            f'    <MDI key="version">{version}</MDI>\n',
             f"    <MDI key=\"array\">{escape(layout.name)}</MDI>\n",
-            f'    <MDI key="digest">{digest(first, body)}</MDI>\n',
-            f'    <MDI key="references">{packed}</MDI>\n',
+            f'    <MDI key="digest">{digest(first, body, held)}</MDI>\n',
+            f'    <MDI key="references">{pack(refs)}</MDI>\n',
+            *([f'    <MDI key="windows">{held}</MDI>\n'] if held else ()),
             META_END]
     return first + "".join(meta) + body
 
 
-def digest(first: str, body: str) -> str:
-    """What a reader checks the VRT's raster part (all but the virtualize metadata) by."""
-    return "sha256:" + hashlib.sha256((first + body).encode()).hexdigest()
+def pack(doc) -> str:
+    """A JSON document as the VRT's metadata holds it: compressed, base64."""
+    return base64.b64encode(zlib.compress(
+        json.dumps(doc, allow_nan=False, separators=(",", ":")).encode(), 6)).decode()
+
+
+def _readable_windows(plan: Plan) -> None:
+    """One window of each array decoded from its source and encoded again with the array's
+    codecs, as virtualize's read of the VRT does it: what cannot be is refused here, not
+    met when the VRT is read."""
+    from ..materialize import materialized_chunks
+
+    problems: list[Problem] = []
+    for name, a in plan.arrays.items():
+        if not a.materialize:
+            continue
+        index, cell = min(a.materialize.items())
+        try:
+            list(materialized_chunks(plan, replace(a, materialize={index: cell})))
+        except VirtualizeError as e:
+            problems.extend(e.problems)
+        except Exception as e:  # noqa: BLE001 - a codec that decodes but cannot encode
+            problems.append(Problem(
+                Location(plan.sources[cell.source].path, name, None, index), KIND,
+                "its chunks that are windows of its tiles cannot be encoded again with its "
+                f"codecs ({type(e).__name__}: {e}), as virtualize's read of the VRT needs: "
+                + INSTEAD))
+    if problems:
+        raise VirtualizeError(problems, f"cannot write a GDAL VRT: {len(problems)} problem(s); "
+                              "nothing was written")
+
+
+def _windows(plan: Plan) -> tuple[Plan, dict[str, list]]:
+    """The plan with no chunk to copy, and the chunks it would copy as windows of their
+    sources: per array, [chunk key, source index, variable, region, chunk shape] each. The
+    sources are recorded as not copied from (a touched one is re-scanned as any other)."""
+    from ..materialize import chunk_key
+
+    windows = {name: [[chunk_key(index), c.source, c.variable, [list(r) for r in c.region],
+                       list(a.chunk_shape(index))]
+                      for index, c in sorted(a.materialize.items())]
+               for name, a in plan.arrays.items() if a.materialize}
+    if not windows and not any(s.copied for s in plan.sources):
+        return plan, {}
+    return replace(plan, sources=[replace(s, copied=False) for s in plan.sources],
+                   arrays={n: replace(a, materialize={}) if a.materialize else a
+                           for n, a in plan.arrays.items()}), windows
+
+
+def digest(first: str, body: str, windows: str | None = None) -> str:
+    """What a reader checks the VRT's raster part (all but the virtualize metadata) by,
+    and its recorded windows (packed) when it has them."""
+    return "sha256:" + hashlib.sha256((first + body + (windows or "")).encode()).hexdigest()
 
 
 def _raster(plan: Plan, layout: VrtLayout, names: list[str],
@@ -83,9 +143,13 @@ def _raster(plan: Plan, layout: VrtLayout, names: list[str],
     rgb = layout.array.attrs.get("tiff_photometric") == "rgb" and SAMPLES in layout.array.dims
     for b, sources in enumerate(layout.bands, start=1):
         out.append(f'  <VRTRasterBand dataType="{layout.gdal_type}" band="{b}">\n')
-        label = _label(plan, layout, b - 1, sources)
+        label, step = _label(plan, layout, b - 1, sources)
         if label:
             out.append(f"    <Description>{escape(label)}</Description>\n")
+        if step:  # (GDAL's band metadata: gdalinfo, rasterio's tags(b), QGIS' band info)
+            out.append("    <Metadata>\n" + "".join(
+                f'      <MDI key="{escape(k)}">{escape(v)}</MDI>\n' for k, v in step.items())
+                + "    </Metadata>\n")
         if rgb and b <= 3:
             out.append(f"    <ColorInterp>{('Red', 'Green', 'Blue')[b - 1]}</ColorInterp>\n")
         if layout.nodata is not None:
@@ -186,25 +250,46 @@ def _number_into(found: dict, role: str, text) -> None:
         pass
 
 
-def _label(plan: Plan, layout: VrtLayout, b: int, sources) -> str | None:
-    """A band of a stack or of a mosaic over time, named by its step of the band axis'
-    coordinate (with its units: "time=17532.0 days since 1970-01-01"), else, when one
-    file makes it, by the file's name; a tile's samples are not named."""
+def _label(plan: Plan, layout: VrtLayout, b: int, sources) -> tuple[str | None, dict]:
+    """(its description, its metadata items) of band `b` of a stack or of a mosaic over
+    time: named by its step of the band axis' coordinate, a date as a date ("time=
+    2024-01-02", items {"time": "2024-01-02", "time_value": "1", "time_units": "days
+    since 2024-01-01"}), else its value with its units; without a coordinate, when one
+    file makes it, by the file's name. A tile's samples are not named."""
     a = layout.array
     dims = [d for d in a.dims if d not in ("y", "x", "lat", "lon", "latitude", "longitude")]
     if len(dims) != 1 or dims[0] == SAMPLES:
-        return None
+        return None, {}
     dim = dims[0]
     c = plan.arrays.get(dim)
     values = c.inline if c is not None else None
     if values is not None and values.ndim == 1 and values.size == len(layout.bands):
         units = c.attrs.get("units")
         v = values[b]
-        return f"{dim}={v.item() if hasattr(v, 'item') else v}" + \
-            (f" {units}" if isinstance(units, str) else "")
+        v = v.item() if hasattr(v, "item") else v
+        units = units if isinstance(units, str) else None
+        when = _date(v, units, c.attrs.get("calendar"))
+        items = {dim: when or str(v)}
+        if when is not None or units:
+            items.update({f"{dim}_value": str(v), f"{dim}_units": units or ""})
+        return f"{dim}={when or v}" + ("" if when or not units else f" {units}"), items
     if len(sources) == 1:
-        return os.path.basename(plan.sources[sources[0].source].path)
-    return None
+        return os.path.basename(plan.sources[sources[0].source].path), {}
+    return None, {}
+
+
+def _date(value, units: str | None, calendar) -> str | None:
+    """A CF time value as an ISO date ("2024-01-02", "2024-01-02T06:00:00"), or None."""
+    if not units or " since " not in units or isinstance(value, (str, bool)):
+        return None
+    try:
+        import cftime
+
+        d = cftime.num2date(value, units, calendar if isinstance(calendar, str) else "standard")
+    except (ValueError, TypeError, OverflowError):
+        return None
+    text = d.isoformat()
+    return text[:-len("T00:00:00")] if text.endswith("T00:00:00") else text
 
 
 def _number(v) -> str:
