@@ -88,14 +88,14 @@ class ConsolidatedView(WrapperStore):
             register_codecs()
         return prototype.buffer.from_bytes(text.encode())
 
-    async def chunks_present(self, array: str, axes: list):
+    async def chunks_present(self, array: str, axes: list, metadata):
         """Which chunks of `array` exist (outputs/sparse.py): the wrapped store's answer;
         for an Icechunk store, from its snapshot's chunk coordinates (those of the array's
         initialized chunks, listed once per array: O(the chunks that exist)). None: the
         store cannot say."""
         ask = getattr(self._store, "chunks_present", None)
         if ask is not None:
-            return await ask(array, axes)
+            return await ask(array, axes, metadata)
         listing = getattr(getattr(self._store, "session", None), "chunk_coordinates", None)
         if listing is None:
             return None

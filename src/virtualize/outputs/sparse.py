@@ -21,10 +21,14 @@ of a store that cannot say, or of a kind zarr's dimension-wise indexers do not g
 `open_group` opens a store's root as one: `virtualize.open` and the xarray engine both
 read through it.
 
-The store protocol: `async chunks_present(array, axes) -> ndarray[bool] | None`, where
-`axes` are, per dimension, the ascending chunk indices a selection touches; the answer
-is a boolean array over their outer product (`present[i, j, ...]`: chunk
-(axes[0][i], axes[1][j], ...) exists), or None when the store cannot say cheaply.
+The store protocol: `async chunks_present(array, axes, metadata) -> ndarray[bool] | None`,
+where `array` is the array's path in the store, `axes` are, per dimension, the ascending
+chunk indices a selection touches and `metadata` the array's zarr metadata (its chunk key
+encoding); the answer is a boolean array over their outer product (`present[i, j, ...]`:
+chunk (axes[0][i], axes[1][j], ...) exists), or None when the store cannot say cheaply.
+A chunk said to exist that does not is read as zarr reads it (the fill value); a chunk
+said to be absent is never read: a store answers False only for chunks its `get` would
+answer None.
 """
 
 from __future__ import annotations
@@ -52,7 +56,7 @@ class Array(AsyncArray):
 
     async def _get_selection(self, indexer, *, prototype, out=None, fields=None):
         present = None
-        if fields is None and self.config.read_missing_chunks:
+        if not fields and self.config.read_missing_chunks:  # (xarray passes fields=[])
             present = await self._present_chunks(indexer)
         if present is None:  # zarr's own way: every chunk asked for
             return await super()._get_selection(indexer, prototype=prototype, out=out,
@@ -94,7 +98,7 @@ class Array(AsyncArray):
             return None  # (zarr's indexers touch chunks in ascending order)
         found = []
         for lead, part in _slabs(axes):
-            present = await ask(self.store_path.path, part)
+            present = await ask(self.store_path.path, part, self.metadata)
             if present is None or present.shape != tuple(len(a) for a in part):
                 return None
             where = np.nonzero(present)
@@ -160,6 +164,30 @@ def open_group(store: Store) -> zarr.Group:
     """The root group of `store` (zarr format 3, read-only) handing out `Array`s."""
     root = zarr.open_group(store, mode="r", zarr_format=3)
     return zarr.Group(_ours(root._async_group))
+
+
+def present_in_table(axes: list[np.ndarray], shape: tuple[int, ...], rows_present
+                     ) -> np.ndarray:
+    """`chunks_present`'s answer from a table of rows in C order over the grid `shape` (a
+    cube's manifest, a parquet set's records): `rows_present(flat)` says which of the
+    ascending flat indices `flat` hold a chunk; chunks beyond `shape` hold none."""
+    out = np.zeros(tuple(len(a) for a in axes), dtype=bool)
+    inside = [a < n for a, n in zip(axes, shape)]
+    local = [a[ok] for a, ok in zip(axes, inside)]
+    if out.size == 0 or any(not len(a) for a in local):
+        return out
+    flat = np.ravel_multi_index(np.ix_(*local), shape).ravel()
+    out[np.ix_(*inside)] = rows_present(flat).reshape(tuple(len(a) for a in local))
+    return out
+
+
+def blocks(flat: np.ndarray, size: int):
+    """(start, stop, block) of the runs of ascending flat indices `flat` falling in one
+    block of `size` rows (block k: rows k*size .. (k+1)*size - 1)."""
+    which = flat // size
+    starts = np.flatnonzero(np.diff(which, prepend=-1)).tolist()
+    for s, e in zip(starts, [*starts[1:], len(flat)]):
+        yield s, e, int(which[s])
 
 
 def present_among(coords: np.ndarray, axes: list[np.ndarray]) -> np.ndarray:

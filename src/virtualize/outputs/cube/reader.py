@@ -272,30 +272,16 @@ class _Segment:
         """Which chunks of the outer product of `axes` exist (a row of length 0 is none; a
         materialized chunk is one): every block of rows they fall in fetched and checked,
         as reading them would; chunks beyond the manifest's shape (an empty axis) do not."""
-        out = np.zeros(tuple(len(a) for a in axes), dtype=bool)
-        inside = [a < n for a, n in zip(axes, self.shape)]
-        local = [a[ok] for a, ok in zip(axes, inside)]
-        if out.size == 0 or any(not len(a) for a in local):
-            return out
-        flat = np.ravel_multi_index(np.ix_(*local), self.shape).ravel()
-        rows = self._gather(flat)
-        found = (rows["length"] != 0) | (rows["path"] == MATERIALIZED)
-        out[np.ix_(*inside)] = found.reshape(tuple(len(a) for a in local))
-        return out
+        from ..sparse import blocks, present_in_table
 
-    def _gather(self, flat: np.ndarray) -> np.ndarray:
-        """The rows at the ascending flat indices `flat`, each block of them checked."""
-        blocks = flat // MANIFEST_BLOCK_ROWS
-        starts = np.flatnonzero(np.diff(blocks, prepend=-1))  # where each block's run begins
-        if self._mm is not None:
-            for b in blocks[starts].tolist():
-                self._rows(b)  # (checked once, then a set lookup)
-            return self._mm.reshape(-1)[flat]
-        out = np.empty(len(flat), dtype=REF_DTYPE)
-        for s, e in zip(starts.tolist(), [*starts[1:].tolist(), len(flat)]):
-            b = int(blocks[s])
-            out[s:e] = self._rows(b)[flat[s:e] - b * MANIFEST_BLOCK_ROWS]
-        return out
+        def rows_present(flat):
+            found = np.empty(len(flat), dtype=bool)
+            for s, e, b in blocks(flat, MANIFEST_BLOCK_ROWS):
+                rows = self._rows(b)[flat[s:e] - b * MANIFEST_BLOCK_ROWS]
+                found[s:e] = (rows["length"] != 0) | (rows["path"] == MATERIALIZED)
+            return found
+
+        return present_in_table(axes, self.shape, rows_present)
 
 
 class CubeStore(ReadOnlyStore):
@@ -461,7 +447,8 @@ class CubeStore(ReadOnlyStore):
             self._fds[i] = fd
         return fd
 
-    async def chunks_present(self, array: str, axes: list[np.ndarray]) -> np.ndarray | None:
+    async def chunks_present(self, array: str, axes: list[np.ndarray],
+                             metadata=None) -> np.ndarray | None:
         """Which chunks of `array` exist, over the outer product of `axes` (outputs/
         sparse.py): from its manifest, never by asking for each chunk."""
         if self.arrays.get(array) != "virtual":
