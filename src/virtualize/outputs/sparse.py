@@ -184,10 +184,13 @@ def present_in_table(axes: list[np.ndarray], shape: tuple[int, ...], rows_presen
 def blocks(flat: np.ndarray, size: int):
     """(start, stop, block) of the runs of ascending flat indices `flat` falling in one
     block of `size` rows (block k: rows k*size .. (k+1)*size - 1)."""
-    which = flat // size
-    starts = np.flatnonzero(np.diff(which, prepend=-1)).tolist()
-    for s, e in zip(starts, [*starts[1:], len(flat)]):
-        yield s, e, int(which[s])
+    if not len(flat):
+        return
+    first, last = int(flat[0]) // size, int(flat[-1]) // size
+    bounds = np.searchsorted(flat, np.arange(first, last + 2) * size).tolist()
+    for k, (s, e) in enumerate(zip(bounds, bounds[1:])):
+        if e > s:
+            yield s, e, first + k
 
 
 def present_among(coords: np.ndarray, axes: list[np.ndarray]) -> np.ndarray:
