@@ -4,13 +4,15 @@ cube as a DataTree (`xr.open_datatree`, `xr.open_groups`)."""
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
-import zarr
 from xarray.backends import BackendEntrypoint
 from xarray.core.treenode import NodePath
 
 from .open import open_cube
-from .outputs.base import rectilinear_enabled
+
+if TYPE_CHECKING:  # (xarray loads every engine's module to list them: zarr where used)
+    import zarr
 
 
 class VirtualizeBackendEntrypoint(BackendEntrypoint):
@@ -103,6 +105,8 @@ def _root(filename_or_obj, check_sources, allow, storage_options, strict) -> zar
 
 
 def _group(root: zarr.Group, group: str | None) -> zarr.Group:
+    import zarr
+
     name = (group or "").strip("/")
     if not name:
         return root
@@ -127,6 +131,8 @@ def _dataset(group: zarr.Group, **decode):
     xarray's zarr engine builds from a store: zarr format 3, the fill value not a mask)."""
     from xarray.backends.store import StoreBackendEntrypoint
     from xarray.backends.zarr import ZarrStore
+
+    from .outputs.base import rectilinear_enabled
 
     with rectilinear_enabled(codecs=False):  # its arrays' documents parsed in here
         store = ZarrStore(group, mode="r", use_zarr_fill_value_as_mask=False)
