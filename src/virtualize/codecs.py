@@ -1,9 +1,11 @@
 """Zarr v3 codecs that decode two HDF5 filters' chunks exactly: h5py's LZF filter (32000)
 and the bitshuffle filter (32008, as hdf5plugin / bitshuffle's `bshuf_h5filter.c` writes
-it: plain, LZ4 or zstd), one GRIB message (`virtualize.grib`, decoded by ecCodes), and
-a FITS image's BSCALE / BZERO / BLANK as astropy applies them (`virtualize.fitsscale`).
-Registered with zarr by entry point (`zarr.codecs`: `virtualize.lzf`,
-`virtualize.bitshuffle`, `virtualize.grib`, `virtualize.fitsscale`), so any zarr reader
+it: plain, LZ4 or zstd), one GRIB message (`virtualize.grib`, decoded by ecCodes),
+a FITS image's BSCALE / BZERO / BLANK as astropy applies them (`virtualize.fitsscale`),
+and a FITS GZIP_1 / GZIP_2 tile whose stored integers are not of the image's ZBITPIX size
+(`virtualize.fitsgzip`, astropy's reading of such tiles). Registered with zarr by entry
+point (`zarr.codecs`: `virtualize.lzf`, `virtualize.bitshuffle`, `virtualize.grib`,
+`virtualize.fitsscale`, `virtualize.fitsgzip`), so any zarr reader
 with virtualize installed finds them; `register()` does the same by a call. Encoding is
 for `--materialize`'s copied chunks (not GRIB's: a message is never re-encoded).
 
@@ -26,6 +28,7 @@ LZF = "virtualize.lzf"
 BITSHUFFLE = "virtualize.bitshuffle"
 GRIB = "virtualize.grib"
 FITSSCALE = "virtualize.fitsscale"
+FITSGZIP = "virtualize.fitsgzip"
 BITSHUFFLE_COMPRESSION = ("none", "lz4", "zstd")  # bshuf_h5filter.c's cd_values[4]: 0, 2, 3
 _BLOCKED_MULT = 8  # bitshuffle blocks hold a multiple of 8 elements
 
@@ -39,20 +42,40 @@ def _out(chunk_spec, data: bytes):
     return chunk_spec.prototype.buffer.from_bytes(data)
 
 
+LZF_MAX_RATIO = 90  # an LZF stream decodes to at most ~88 times its length (3 bytes -> 264)
+
+
 def lzf_decode(data: bytes, nbytes: int) -> bytes:
-    """One chunk of h5py's LZF filter: a raw LZF stream (no size header) of `nbytes`
-    decoded bytes. Decoded into a buffer of exactly that size, as the filter does when
-    it is given the chunk size (cd_values[2]); any other length is an error, never padding
-    or truncation."""
+    """One chunk of h5py's LZF filter (lzf_filter.c, also hdf5plugin's): a raw LZF stream
+    (no size header) of `nbytes` decoded bytes, decoded as that filter decodes it:
+
+    - the whole stream is decoded (the filter starts with a buffer of the chunk's size and
+      grows it while liblzf says E2BIG), and a stream liblzf finds invalid is an error
+      (EINVAL: HDF5's read fails);
+    - a stream decoding to more bytes than the chunk: its first `nbytes` (HDF5 copies one
+      chunk's bytes out of the filter's larger buffer);
+    - a stream decoding to fewer: an error. The filter returns the short length and HDF5
+      leaves the rest of the chunk's buffer uninitialised (what h5py reads there changes
+      from run to run), so there is no value to be exact to: never padded."""
     import imagecodecs
 
-    try:
-        out = imagecodecs.lzf_decode(data, header=False, out=nbytes)
-    except Exception as e:
-        raise ValueError(f"{LZF}: the chunk does not decode to {nbytes} bytes ({e})") from e
-    if len(out) != nbytes:
-        raise ValueError(f"{LZF}: the chunk decodes to {len(out)} bytes, not {nbytes}")
-    return bytes(out)
+    data = bytes(data)
+    size, limit = max(nbytes, 1), max(nbytes, len(data) * LZF_MAX_RATIO + 64)
+    while True:
+        try:
+            out = imagecodecs.lzf_decode(data, header=False, out=size)
+            break
+        except Exception as e:  # (imagecodecs.LzfError: E2BIG or EINVAL, by its message)
+            if "not large enough" in str(e) and size < limit:
+                size = min(2 * size, limit)
+                continue
+            raise ValueError(f"{LZF}: the chunk is no valid LZF stream of at least {nbytes} "
+                             f"bytes ({e}); HDF5's lzf filter fails on it too") from e
+    if len(out) < nbytes:
+        raise ValueError(f"{LZF}: the chunk decodes to {len(out)} bytes, fewer than a chunk's "
+                         f"{nbytes}: HDF5's lzf filter leaves the rest of the chunk "
+                         "uninitialised (no value to be exact to)")
+    return bytes(out[:nbytes])
 
 
 def lzf_encode(data: bytes) -> bytes:
@@ -373,7 +396,94 @@ class FitsScaleCodec(ArrayArrayCodec):
             np.dtype(self.astype).itemsize
 
 
-CODECS = {LZF: LZFCodec, BITSHUFFLE: BitshuffleCodec, GRIB: GribCodec, FITSSCALE: FitsScaleCodec}
+# FITS ZBITPIX -> the stored type of a tile's values (big-endian, as the standard stores them)
+_ZBITPIX = {8: ">u1", 16: ">i2", 32: ">i4", 64: ">i8", -32: ">f4", -64: ">f8"}
+
+
+def fits_gzip_decode(data: bytes, pixels: int, bitpix: int, shuffle: bool) -> bytes:
+    """One GZIP_1 (`shuffle` False) or GZIP_2 tile of a FITS tile-compressed image (not
+    quantized), decoded as astropy decodes it (astropy 6-8 `_tiled_compression`, after
+    cfitsio's `imcomp_decompress_tile`): gunzipped (Python's `gzip.decompress`); for GZIP_2
+    unshuffled with the item size the decoded length gives (bytes // pixels); the values'
+    type taken from that length, not from ZBITPIX: 2 bytes a pixel big-endian int16, 4
+    int32 (float32 for a floating-point ZBITPIX), 8 int64 (float64), else uint8 (older
+    writers stored 16-bit images' tiles as 4-byte integers); then converted to ZBITPIX's
+    type as numpy's assignment into astropy's image array converts (C casts: integers
+    wrap, floats truncate). Returns the tile as ZBITPIX's big-endian bytes (for the `bytes`
+    codec, endian "big"). A tile of any other length than its pixels' is an error, as in
+    astropy."""
+    import gzip
+
+    if bitpix not in _ZBITPIX or pixels < 1:
+        raise ValueError(f"{FITSGZIP}: bitpix {bitpix}, {pixels} pixels")
+    try:
+        raw = gzip.decompress(bytes(data))
+    except Exception as e:  # noqa: BLE001 - zlib.error, EOFError, BadGzipFile
+        raise ValueError(f"{FITSGZIP}: the tile does not gunzip ({e})") from e
+    size = len(raw)
+    if shuffle:
+        itemsize = size // pixels
+        if itemsize < 1 or size % itemsize:
+            raise ValueError(f"{FITSGZIP}: the tile decodes to {size} bytes for {pixels} pixels")
+        raw = np.frombuffer(raw, np.uint8).reshape(itemsize, -1).T.tobytes()
+    f = bitpix < 0  # (astropy's tests, in this order: 2, 4, 8 bytes a pixel, else bytes)
+    kind = next((t for n, t in ((2, ">i2"), (4, ">f4" if f else ">i4"), (8, ">f8" if f else ">i8"))
+                 if size == n * pixels), ">u1")
+    values = np.frombuffer(raw, kind)
+    if values.size != pixels:
+        raise ValueError(f"{FITSGZIP}: the tile decodes to {size} bytes, not {pixels} pixels")
+    return values.astype(_ZBITPIX[bitpix]).tobytes()
+
+
+def fits_gzip_encode(data: bytes, bitpix: int, shuffle: bool) -> bytes:
+    """A tile as GZIP_1 / GZIP_2 stores it (ZBITPIX's big-endian bytes, gzipped; GZIP_2
+    shuffled first): what `--materialize` writes; `fits_gzip_decode` reverses it."""
+    import gzip
+
+    itemsize = abs(bitpix) // 8
+    if shuffle and itemsize > 1:
+        data = np.frombuffer(data, np.uint8).reshape(-1, itemsize).T.tobytes()
+    return gzip.compress(bytes(data), mtime=0)
+
+
+@dataclass(frozen=True)
+class FitsGzipCodec(_Codec):
+    """A FITS GZIP_1 / GZIP_2 tile (`shuffle`) of an image of ZBITPIX `bitpix`, decoded to
+    ZBITPIX's big-endian bytes (followed by the `bytes` codec, endian "big"):
+    `fits_gzip_decode`, whatever the size of the integers the tile stores."""
+
+    bitpix: int = 16
+    shuffle: bool = False
+
+    def __init__(self, *, bitpix: int, shuffle: bool = False):
+        if isinstance(bitpix, bool) or bitpix not in _ZBITPIX:
+            raise ValueError(f"{FITSGZIP}: bitpix must be one of {sorted(_ZBITPIX)}")
+        if not isinstance(shuffle, bool):
+            raise ValueError(f"{FITSGZIP}: shuffle must be true or false")
+        object.__setattr__(self, "bitpix", bitpix)
+        object.__setattr__(self, "shuffle", shuffle)
+
+    @classmethod
+    def from_dict(cls, data):
+        _, config = parse_named_configuration(data, FITSGZIP)
+        return cls(**config)
+
+    def to_dict(self):
+        return {"name": FITSGZIP, "configuration": {"bitpix": self.bitpix,
+                                                    "shuffle": self.shuffle}}
+
+    def _decode_sync(self, chunk_bytes, chunk_spec):
+        return _out(chunk_spec, fits_gzip_decode(chunk_bytes.to_bytes(),
+                                                 math.prod(chunk_spec.shape), self.bitpix,
+                                                 self.shuffle))
+
+    def _encode_sync(self, chunk_bytes, chunk_spec):
+        return _out(chunk_spec, fits_gzip_encode(chunk_bytes.to_bytes(), self.bitpix,
+                                                 self.shuffle))
+
+
+CODECS = {LZF: LZFCodec, BITSHUFFLE: BitshuffleCodec, GRIB: GribCodec, FITSSCALE: FitsScaleCodec,
+          FITSGZIP: FitsGzipCodec}
 
 
 def register() -> None:
@@ -385,6 +495,7 @@ def register() -> None:
         register_codec(name, cls)
 
 
-__all__ = ["BITSHUFFLE", "CODECS", "FITSSCALE", "GRIB", "LZF", "BitshuffleCodec",
-           "FitsScaleCodec", "GribCodec", "LZFCodec", "bitshuffle_decode", "bitshuffle_encode",
-           "fits_scale", "grib_decode", "lzf_decode", "lzf_encode", "register"]
+__all__ = ["BITSHUFFLE", "CODECS", "FITSGZIP", "FITSSCALE", "GRIB", "LZF", "BitshuffleCodec",
+           "FitsGzipCodec", "FitsScaleCodec", "GribCodec", "LZFCodec", "bitshuffle_decode",
+           "bitshuffle_encode", "fits_gzip_decode", "fits_gzip_encode", "fits_scale",
+           "grib_decode", "lzf_decode", "lzf_encode", "register"]
