@@ -104,6 +104,7 @@ def log(*a) -> None:
 def run(how: str, target: str, check: str, save: str = "-") -> dict:
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src") + os.pathsep
                + os.environ.get("PYTHONPATH", ""))
+    env.setdefault("ICECHUNK_LOG", "error")  # (its local-storage warnings)
     r = subprocess.run([sys.executable, "-c", MEASURE, how, target, check, save],
                        capture_output=True, text=True, env=env)
     if r.returncode != 0:
@@ -127,6 +128,7 @@ def main() -> None:
         sys.exit(f"{grib}: not found (cfgrib's repository, tests/sample-data/{SAMPLE}; "
                  "--grib PATH)")
     sys.path.insert(0, str(ROOT / "src"))
+    os.environ.setdefault("ICECHUNK_LOG", "error")
     import virtualize
 
     with tempfile.TemporaryDirectory(prefix="bench-sparse-") as tmp:
