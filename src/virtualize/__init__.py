@@ -17,6 +17,9 @@ The Python API (the CLI is a thin layer over it):
   `mosaic(tiles, out, ...)`: map tiles placed side by side by their georeferencing (or
   explicit pixel offsets) into one array, cut at every tile edge and block boundary.
 - `append(cube, files)`: add files to the end of a cube, planned as before.
+- `catalog(roots, out, drs="cmip6")`: an archive's trees into one cube per dataset and an
+  intake-esm catalog of them (`out/catalog.json`), kept current by re-runs; returns a
+  `CatalogReport` (docs/catalog.md).
 - `verify_cube(cube, decode=False) -> [Problem]`: have the cube's sources changed?
 - `export(cube, out)`: the same cube as another kind (directory, kerchunk, Icechunk).
 - `open(path) -> zarr.Group`: a read-only zarr group over a cube.
@@ -35,8 +38,8 @@ from ._version import __version__  # noqa: F401 - re-exported
 # `import virtualize` loads nothing else: each public name is imported on first use (PEP
 # 562), and with it only what it needs (zarr, h5py, ecCodes, ... where first used).
 _PUBLIC = {
-    "api": ("append", "check", "check_mosaic", "export", "inventories", "inventory", "mosaic",
-            "open", "verify_cube", "virtualize"),
+    "api": ("append", "catalog", "check", "check_mosaic", "export", "inventories",
+            "inventory", "mosaic", "open", "verify_cube", "virtualize"),
     "model": ("OutputExistsError", "Problem", "SourceTouchedWarning", "UnsafeOutputError",
               "UsageError", "VirtualizeError"),
     "report": ("Report",),

@@ -310,27 +310,6 @@ def _shutdown() -> None:
             w.close()
 
 
-def _preload(path: str) -> None:
-    """Before workers are forked: the modules the format of `path` (a regular local file)
-    scans with, imported here, so that the children start with them (a one-file check
-    would else import ecCodes or astropy twice: in its worker to scan, here to read a
-    chunk back). Nothing is opened but the file's first bytes; any failure is left to the
-    worker's scan to report."""
-    import importlib
-    import stat
-
-    try:
-        if not stat.S_ISREG(os.stat(path).st_mode):
-            return  # (a FIFO could block this read: the worker refuses it)
-        from ..formats import detect
-
-        fmt = detect(path)
-        for module in fmt.modules if fmt is not None else ():
-            importlib.import_module(module)
-    except Exception:  # noqa: BLE001 - unreadable, unknown, a broken library: the scan says
-        return
-
-
 def timed_out(path: str, timeout: float) -> list[Problem]:
     return [Problem(Location(path), "scan-timeout",
                     f"scanning did not finish within {timeout:g} s and was stopped (a corrupt "
@@ -361,8 +340,6 @@ def scan_bounded(paths: Iterable[str], timeout: float | None, jobs: int = 1,
     from .. import storage
     paths = [storage.normalize(p) for p in paths]
     settings = (storage.get_options(), storage.environment(), hint)
-    if paths and not _idle and _threads() == 1:
-        _preload(paths[0])
     results: dict[int, Result] = {}
     todo = deque(range(len(paths)))
     workers: list[_Worker] = []
