@@ -32,33 +32,36 @@ called in the calling process after each file (`inventory` is None for a file th
 not be scanned). Every exception raised on purpose is a `VirtualizeError`.
 """
 
+from . import open as _open_module  # noqa: F401 - the submodule (light), before the function
 from ._version import __version__  # noqa: F401 - re-exported
-from .api import (
-    append,
-    catalog,
-    check,
-    check_mosaic,
-    export,
-    inventories,
-    inventory,
-    mosaic,
-    open,
-    verify_cube,
-    virtualize,
-)
-from .model import (
-    OutputExistsError,
-    Problem,
-    SourceTouchedWarning,
-    UnsafeOutputError,
-    UsageError,
-    VirtualizeError,
-)
-from .report import Report
 
-__all__ = ["OutputExistsError", "Problem", "Report", "SourceTouchedWarning", "UnsafeOutputError",
-           "UsageError",
-           "VirtualizeError", "append", "catalog", "check", "check_mosaic", "export", "inventories",
-           "inventory",
-           "mosaic",
-           "open", "verify_cube", "virtualize"]
+# `import virtualize` loads nothing else: each public name is imported on first use (PEP
+# 562), and with it only what it needs (zarr, h5py, ecCodes, ... where first used).
+_PUBLIC = {
+    "api": ("append", "catalog", "check", "check_mosaic", "export", "inventories",
+            "inventory", "mosaic", "open", "verify_cube", "virtualize"),
+    "model": ("OutputExistsError", "Problem", "SourceTouchedWarning", "UnsafeOutputError",
+              "UsageError", "VirtualizeError"),
+    "report": ("Report",),
+}
+_WHERE = {name: module for module, names in _PUBLIC.items() for name in names}
+# (the submodule `virtualize.open`, imported above, bound its name here: the name is the
+# function's, found by __getattr__ like every other)
+del open
+
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str):
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_WHERE))

@@ -16,27 +16,14 @@ import json
 import os
 import sys
 import time
+from typing import TYPE_CHECKING
 
 from ._version import __version__
-from .api import (
-    CATALOG_KINDS,
-    DEFAULT_SCAN_TIMEOUT,
-    DEFAULTS,
-    Recipe,
-    append,
-    catalog,
-    check,
-    check_mosaic,
-    export,
-    inventory,
-    mosaic,
-    verify_cube,
-    virtualize,
-)
-from .model import OutputExistsError, UnsafeOutputError, UsageError, VirtualizeError
-from .outputs import registry as outputs
-from .plan.cut import cut_stack
-from .report import format_text, to_html, to_json
+
+# The rest of the package is imported where a command needs it (`virtualize --version`
+# imports nothing more; the parser only the defaults and the output kinds).
+if TYPE_CHECKING:
+    from .api import Recipe
 
 DONE, REFUSED, USAGE, ERROR = 0, 1, 2, 3
 # problems that mean the arguments were wrong, not the files: a usage error (exit 2); a
@@ -107,6 +94,8 @@ def _formats_read() -> str:
 
 
 def _concat_options(p: argparse.ArgumentParser) -> None:
+    from .api.recipe import DEFAULTS
+
     p.add_argument("--concat-dim", metavar="DIM", action="append",
                    help="dimension to concatenate along (default: the unlimited dimension, else "
                         "time); repeated: the axes of a hypercube, outermost first")
@@ -176,6 +165,8 @@ def _remedy_options(p: argparse.ArgumentParser) -> None:
 
 
 def _chunk_size_option(p: argparse.ArgumentParser) -> None:
+    from .api.recipe import DEFAULTS
+
     p.add_argument("--chunk-size", type=_bytes_arg, metavar="SIZE", default=DEFAULTS.chunk_size,
                    help="cut uncompressed blocks larger than SIZE (contiguous datasets, netCDF "
                         "classic variables, single-strip TIFFs) into chunks of at most SIZE at "
@@ -184,6 +175,8 @@ def _chunk_size_option(p: argparse.ArgumentParser) -> None:
 
 def _scan_options(p: argparse.ArgumentParser) -> None:
     """Options of the scan itself (the one place to add another)."""
+    from .api.steps import DEFAULT_SCAN_TIMEOUT
+
     p.add_argument("-j", "--jobs", type=_jobs_arg, default="auto", metavar="N",
                    help="scan files in N worker processes (default auto: 1 for fewer than "
                         "200 local files, else one per core; up to 8 for remote files; "
@@ -221,6 +214,8 @@ def _verbosity(p: argparse.ArgumentParser) -> None:
 
 
 def _output_options(p: argparse.ArgumentParser, required: bool) -> None:
+    from .outputs import registry as outputs
+
     kinds, default = outputs.kinds(), outputs.default()
     by_suffix = ", ".join(f"{' / '.join(s for s in k.suffixes if s)} {k.name}" for k in kinds
                           if k is not default and any(k.suffixes))
@@ -293,6 +288,9 @@ class _StorageOption(argparse.Action):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .api.recipe import DEFAULTS
+    from .api.steps import DEFAULT_SCAN_TIMEOUT
+
     top = _Parser(
         prog="virtualize",
         description=f"Turn a stack of files ({_formats_read()}) into one virtual Zarr v3 "
@@ -407,6 +405,9 @@ def build_parser() -> argparse.ArgumentParser:
     _strict_option(p)
     _report_options(p, html=False)
 
+    from .api import CATALOG_KINDS
+    from .outputs import registry as outputs
+
     p = cmd("catalog", "Walk the archive's trees (local directories, s3:// or http(s):// "
                        "prefixes), group the files into datasets (by a path template, or by "
                        "what they hold), and write one cube per dataset under OUT plus an "
@@ -487,6 +488,11 @@ def main(argv: list[str] | None = None) -> int:
 def _main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     _Parser.empty_lists.clear()
+    if argv == ["--version"]:  # (nothing more imported, no parser built)
+        print(f"virtualize {__version__}")
+        return DONE
+    from .model import OutputExistsError, UnsafeOutputError, UsageError, VirtualizeError
+
     parser = build_parser()
     if not argv:
         parser.print_usage(sys.stderr)
@@ -610,6 +616,8 @@ def recipe_options(args) -> dict:
     """The recipe the options give (`_concat_options`, or mosaic's, and `_remedy_options`),
     as the keyword arguments of `check` / `virtualize`, or `check_mosaic` / `mosaic` for
     the mosaic command (`Recipe.from_options` takes them too)."""
+    from .model import UsageError
+
     kw = dict(drop=args.drop, split=not args.no_split, materialize=args.materialize,
               materialize_limit=args.materialize_limit, chunk_size=args.chunk_size,
               combine_attrs=args.combine_attrs)
@@ -632,6 +640,8 @@ def recipe_options(args) -> dict:
 
 def recipe_from_args(args) -> Recipe:
     """The `Recipe` the command line's options give (see `recipe_options`)."""
+    from .api import Recipe
+
     return Recipe.from_options("mosaic" if args.command == "mosaic" else "concat",
                                **recipe_options(args))
 
@@ -644,6 +654,8 @@ def _names_arg(text: str) -> list[str]:
 
 
 def _create(args) -> int:
+    from .api import virtualize
+
     return _write(args, lambda: virtualize(args.files, args.output, None,
                                            overwrite=args.overwrite, format=args.format,
                                            relative=args.relative,
@@ -651,12 +663,17 @@ def _create(args) -> int:
 
 
 def _check(args) -> int:
+    from .api import check
+
     report = check(args.files, None, **recipe_options(args), **_kw(args))
     _show(report, args)
     return _outcome(report)
 
 
 def _mosaic(args) -> int:
+    from .api import check_mosaic, mosaic
+    from .model import UsageError
+
     kw = dict(recipe_options(args), **_kw(args))
     if args.offsets is not None and len(args.offsets) != len(args.files):
         raise UsageError(f"--offsets: {len(args.offsets)} offset(s) for {len(args.files)} "
@@ -672,17 +689,23 @@ def _mosaic(args) -> int:
 
 
 def _append(args) -> int:
+    from .api import append
+
     return _write(args, lambda: append(args.output, args.files, coords=args.coord or None,
                                        no_gaps=args.no_gaps, **_kw(args)))
 
 
 def _export(args) -> int:
+    from .api import export
+
     return _write(args, lambda: export(args.cube, args.output, format=args.format,
                                        overwrite=args.overwrite, relative=args.relative,
                                        **_kw(args)))
 
 
 def _verify(args) -> int:
+    from .api import verify_cube
+
     problems = verify_cube(args.cube, decode=args.decode, refresh=args.refresh, **_kw(args))
     fatal = [p for p in problems if p.fatal]
     if args.json:
@@ -706,6 +729,9 @@ def _verify(args) -> int:
 
 
 def _inspect(args) -> int:
+    from .api import inventory
+    from .plan.cut import cut_stack
+
     # the block tables as a cube would cut them (--chunk-size), said in a note; scanned in
     # a bounded worker, as check scans (a damaged heap can make libhdf5 loop forever)
     (inv,), notes, cut_problems = cut_stack([inventory(args.file, scan_timeout=args.scan_timeout)],
@@ -780,6 +806,8 @@ def _guides() -> dict[str, object]:
 
 
 def _docs(args) -> int:
+    from .model import UsageError
+
     guides = _guides()
     topic = args.topic[:-3] if args.topic and args.topic.endswith(".md") else args.topic
     if topic is None:
@@ -799,6 +827,8 @@ def _docs(args) -> int:
 def _catalog(args) -> int:
     """`virtualize catalog`: the archive's report (text, --json, --html); exit 1 when a
     dataset is refused or a root cannot be walked."""
+    from .api import catalog
+
     report = catalog(args.roots, args.output, drs=args.drs, path_template=args.path_template,
                      group_by=args.group_by, concat_dims=args.concat_dim,
                      all_versions=args.all_versions, format=args.format,
@@ -824,6 +854,8 @@ COMMAND_RUNNERS = {"create": _create, "check": _check, "mosaic": _mosaic, "appen
 
 def _write(args, job) -> int:
     """Run a writing job; show its report, or why nothing was written."""
+    from .model import OutputExistsError, UnsafeOutputError, UsageError, VirtualizeError
+
     try:
         report = job()
     except VirtualizeError as e:
@@ -851,6 +883,8 @@ def _outcome(report, failed: bool = False) -> int:
 def _show(report, args, wrote: dict | None = None, failed: bool = False) -> None:
     """The report: JSON, or text (accepted: one line unless -v; -q: only a refusal's
     problems); and the HTML page when asked."""
+    from .report import format_text, to_html, to_json
+
     _OUTCOME.append(_outcome(report, failed))
     if getattr(args, "html", None):
         with open(args.html, "w", encoding="utf-8") as f:

@@ -6,15 +6,11 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import zarr
-from zarr.abc.store import Store
-
-from .model import VirtualizeError
-from .outputs import registry
-from .outputs.access import Access, invalid
-from .outputs.base import rectilinear_enabled
-from .outputs.references import reference_set, reference_store
+if TYPE_CHECKING:  # (imported where used: `import virtualize` imports this module)
+    import zarr
+    from zarr.abc.store import Store
 
 
 def open_cube(path: str | os.PathLike, *, check_sources: bool = True, allow=None,
@@ -23,10 +19,15 @@ def open_cube(path: str | os.PathLike, *, check_sources: bool = True, allow=None
     Icechunk repository, ...) as a read-only zarr group. `allow`: more roots (paths, or URL prefixes)
     the reader may open files in (docs/reading.md, Confinement). `strict`: a touched
     source (blocks unchanged: docs/reading.md, Staleness) is refused, not a warning."""
+    from .model import VirtualizeError
+    from .outputs.access import invalid
+    from .outputs.base import rectilinear_enabled
+    from .outputs.sparse import open_group
+
     with rectilinear_enabled(codecs=False):  # the store registers them when needed
         store = open_store(path, check_sources=check_sources, allow=allow, strict=strict)
         try:
-            return zarr.open_group(store, mode="r", zarr_format=3)
+            return open_group(store)
         except VirtualizeError:
             raise
         except (ValueError, TypeError, KeyError) as e:  # metadata zarr cannot take (edited)
@@ -38,6 +39,7 @@ def open_store(path: str | os.PathLike, *, check_sources: bool = True, allow=Non
                base: str | None = None, strict: bool = False) -> Store:
     """The read-only zarr store of an output of any kind (checked and confined).
     `base`: where it really is (the URL of a downloaded copy), for relative sources."""
+    from .outputs import registry
     from .storage import is_url, normalize
     if is_url(path):
         url = normalize(path).rstrip("/")
@@ -74,7 +76,9 @@ def plan_store(plan, allow=None):
     """A read-only in-memory zarr store of a plan (nothing written): its metadata and
     inline values in memory, its chunks read from the sources by byte range, as the
     kerchunk export would serve them; confined to the sources' directories and `allow`."""
+    from .outputs.access import Access
     from .outputs.record import source_roots
+    from .outputs.references import reference_set, reference_store
 
     doc = reference_set(plan, None)
     sources = [s.to_dict() for s in plan.sources]

@@ -11,6 +11,7 @@ import importlib.util
 import json
 from pathlib import Path
 
+import numpy as np
 import zarr
 from zarr.abc.buffer import Buffer, BufferPrototype
 from zarr.abc.store import ByteRequest
@@ -64,6 +65,10 @@ class ConsolidatedView(WrapperStore):
     `list_dir` from the root, one call per group (Icechunk answers it from its snapshot's
     node list, never from the chunk manifests), reading each child's `zarr.json`."""
 
+    def __init__(self, store) -> None:
+        super().__init__(store)
+        self._coordinates: dict[str, np.ndarray] = {}  # an Icechunk array's chunks
+
     async def get(self, key: str, prototype: BufferPrototype | None = None,
                   byte_range: ByteRequest | None = None) -> Buffer | None:
         prototype = prototype or default_buffer_prototype()
@@ -82,6 +87,25 @@ class ConsolidatedView(WrapperStore):
         if '"imagecodecs_' in text:  # before zarr parses the documents
             register_codecs()
         return prototype.buffer.from_bytes(text.encode())
+
+    async def chunks_present(self, array: str, axes: list, metadata):
+        """Which chunks of `array` exist (outputs/sparse.py): the wrapped store's answer;
+        for an Icechunk store, from its snapshot's chunk coordinates (those of the array's
+        initialized chunks, listed once per array: O(the chunks that exist)). None: the
+        store cannot say."""
+        ask = getattr(self._store, "chunks_present", None)
+        if ask is not None:
+            return await ask(array, axes, metadata)
+        listing = getattr(getattr(self._store, "session", None), "chunk_coordinates", None)
+        if listing is None:
+            return None
+        from .sparse import present_among
+
+        if array not in self._coordinates:
+            coords = [c async for c in listing("/" + array.lstrip("/"))]
+            self._coordinates[array] = np.array(coords, dtype=np.int64).reshape(
+                len(coords), len(axes))
+        return present_among(self._coordinates[array], axes)
 
     async def _doc(self, node: str, prototype: BufferPrototype) -> dict | None:
         buf = await self._store.get(f"{node}/zarr.json", prototype)

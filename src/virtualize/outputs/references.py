@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+from zarr.storage import FsspecStore
 
 from ..model import Location, Plan, Problem, VirtualizeError
 from ..storage import common_dir, dirname, relative
@@ -18,6 +19,7 @@ from .access import Access, invalid
 from .base import register_codecs
 from .metadata import array_doc, chunk_grid, group_doc
 from .record import record, relative_state
+from .sparse import coordinates, present_among
 from .walk import walk
 
 # the fields of the `virtualize` section, in order (record.record)
@@ -135,7 +137,6 @@ def reference_store(doc: dict, path: Path, access: Access, sources, templates=No
     from fsspec.implementations.asyn_wrapper import AsyncFileSystemWrapper
     from fsspec.implementations.local import LocalFileSystem
     from fsspec.implementations.reference import ReferenceFileSystem
-    from zarr.storage import FsspecStore
 
     register_codecs()  # its arrays' documents are parsed as they are reached
     local = AsyncFileSystemWrapper(LocalFileSystem(), asynchronous=True)
@@ -152,7 +153,23 @@ def reference_store(doc: dict, path: Path, access: Access, sources, templates=No
         fss = {None: local, "file": local, **storage.async_filesystems(remote)}
         fs = ReferenceFileSystem(doc, fs=fss, asynchronous=True, skip_instance_cache=True,
                                  template_overrides=templates)
-    return FsspecStore(fs, read_only=True, path="")
+    return ReferenceStore(fs, read_only=True, path="")
+
+
+class ReferenceStore(FsspecStore):
+    """zarr's `FsspecStore` over a reference set, saying which chunks exist from its keys
+    (outputs/sparse.py)."""
+
+    async def chunks_present(self, array: str, axes: list, metadata):
+        """Which chunks of `array` exist: its chunk keys among the references (listed once
+        per array: O(the references))."""
+        known = self.__dict__.setdefault("_coordinates", {})
+        if array not in known:
+            prefix = f"{array}/" if array else ""
+            keys = [k[len(prefix):] for k in self.fs.references if k.startswith(prefix)]
+            known[array] = coordinates(keys, len(axes),
+                                       metadata.chunk_key_encoding.decode_chunk_key)
+        return present_among(known[array], axes)
 
 
 def _check_references(path: Path, refs, access: Access, sources) -> bool:

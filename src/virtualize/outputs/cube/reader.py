@@ -152,6 +152,23 @@ class Manifest:
         local = tuple(i - self.starts[k] if ax == self.axis else i for ax, i in enumerate(idx))
         return self.parts[k].record(local)
 
+    def present(self, axes: list[np.ndarray]) -> np.ndarray:
+        """Which chunks of the outer product of `axes` (ascending chunk indices per axis,
+        inside the grid) exist: `CubeStore.chunks_present`."""
+        if len(self.parts) == 1:
+            return self.parts[0].present(axes)
+        out = np.zeros(tuple(len(a) for a in axes), dtype=bool)
+        along = axes[self.axis]
+        k = np.searchsorted(self.starts, along, side="right") - 1
+        for part in np.unique(k).tolist():
+            sel = k == part
+            local = list(axes)
+            local[self.axis] = along[sel] - self.starts[part]
+            where = [slice(None)] * len(axes)
+            where[self.axis] = sel
+            out[tuple(where)] = self.parts[part].present(local)
+        return out
+
 
 class _Segment:
     """One manifest file, read and checked block by block (`MANIFEST_BLOCK_ROWS`
@@ -245,9 +262,26 @@ class _Segment:
 
     def record(self, idx: tuple[int, ...]) -> tuple[int, int, int]:
         """(path, offset, length) of chunk `idx` (in the grid: the caller checks)."""
-        flat = int(np.ravel_multi_index(idx, self.shape)) if self.shape else 0
+        flat = 0
+        for i, n in zip(idx, self.shape):
+            flat = flat * n + i
         rec = self._rows(flat // MANIFEST_BLOCK_ROWS)[flat % MANIFEST_BLOCK_ROWS]
         return int(rec["path"]), int(rec["offset"]), int(rec["length"])
+
+    def present(self, axes: list[np.ndarray]) -> np.ndarray:
+        """Which chunks of the outer product of `axes` exist (a row of length 0 is none; a
+        materialized chunk is one): every block of rows they fall in fetched and checked,
+        as reading them would; chunks beyond the manifest's shape (an empty axis) do not."""
+        from ..sparse import blocks, present_in_table
+
+        def rows_present(flat):
+            found = np.empty(len(flat), dtype=bool)
+            for s, e, b in blocks(flat, MANIFEST_BLOCK_ROWS):
+                rows = self._rows(b)[flat[s:e] - b * MANIFEST_BLOCK_ROWS]
+                found[s:e] = (rows["length"] != 0) | (rows["path"] == MATERIALIZED)
+            return found
+
+        return present_in_table(axes, self.shape, rows_present)
 
 
 class CubeStore(ReadOnlyStore):
@@ -412,6 +446,14 @@ class CubeStore(ReadOnlyStore):
                                                f"cannot be opened: {e.strerror}")]) from None
             self._fds[i] = fd
         return fd
+
+    async def chunks_present(self, array: str, axes: list[np.ndarray],
+                             metadata=None) -> np.ndarray | None:
+        """Which chunks of `array` exist, over the outer product of `axes` (outputs/
+        sparse.py): from its manifest, never by asking for each chunk."""
+        if self.arrays.get(array) != "virtual":
+            return None
+        return self._manifest(array).present(axes)
 
     # -- the hierarchy: from virtualize.json, never by listing chunks --------------------
 

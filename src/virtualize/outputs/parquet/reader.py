@@ -39,10 +39,12 @@ CACHED_RECORDS = 8  # records kept in memory (each at most record_size rows)
 
 class _Record:
     """One loaded and checked parquet record: per row the index of its path in `urls`
-    (-1: none), offset, size and inline bytes (`raw`, a pyarrow array or None)."""
+    (-1: none), offset, size and inline bytes (`raw`, a pyarrow array or None); `present`:
+    the rows that are a chunk (a reference or inline bytes)."""
 
-    def __init__(self, urls, ui, offset, size, raw):
+    def __init__(self, urls, ui, offset, size, raw, present):
         self.urls, self.ui, self.offset, self.size, self.raw = urls, ui, offset, size, raw
+        self.present = present
 
 
 class ParquetStore(ReadOnlyStore):
@@ -232,8 +234,11 @@ class ParquetStore(ReadOnlyStore):
         urls = path.dictionary.to_pylist()
         ui = path.indices.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
         ui = np.where(path.is_null().to_numpy(zero_copy_only=False), -1, ui).astype(np.int64)
+        present = ui >= 0
         if raw is not None:  # an inline row is not a reference
-            ui = np.where(raw.is_valid().to_numpy(zero_copy_only=False), -1, ui)
+            inline = raw.is_valid().to_numpy(zero_copy_only=False)
+            ui = np.where(inline, -1, ui)
+            present = present | inline
         used = np.unique(ui[ui >= 0])
         for u in used.tolist():
             url = urls[u]
@@ -257,7 +262,26 @@ class ParquetStore(ReadOnlyStore):
             check_rows(self.root, name, rows, start, grid, self.sources, self.sizes,
                        stored_bytes_of_rows(chunk_lengths(doc), grid, start, start + need)
                        if "zarr_format" in doc and doc.get("node_type") == "array" else None)
-        return _Record(urls, ui, offset, size, raw)
+        return _Record(urls, ui, offset, size, raw, present)
+
+    async def chunks_present(self, array: str, axes: list[np.ndarray],
+                             metadata=None) -> np.ndarray | None:
+        """Which chunks of `array` exist, over the outer product of `axes` (outputs/
+        sparse.py): from the records they fall in, each loaded and checked as reading its
+        chunks would."""
+        from ..sparse import blocks, present_in_table
+
+        grid = self.arrays[array][0] if array in self.arrays else ()
+        if not grid or len(axes) != len(grid):
+            return None
+
+        def rows_present(flat):
+            found = np.empty(len(flat), dtype=bool)
+            for s, e, k in blocks(flat, self.record_size):
+                found[s:e] = self._record(array, k).present[flat[s:e] - k * self.record_size]
+            return found
+
+        return present_in_table(axes, grid, rows_present)
 
     # -- the hierarchy: from .zmetadata, never by listing records ----------------------
 

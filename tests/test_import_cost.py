@@ -1,0 +1,53 @@
+"""Import cost (issue #32): `import virtualize` and `virtualize --version` load none of
+the heavy libraries; each is imported where it is first needed. Module presence, never
+a time."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+HEAVY = {"zarr", "h5py", "xarray", "dask", "distributed", "eccodes", "gribapi", "astropy",
+         "pyhdf", "pyproj", "imagecodecs", "tifffile", "fsspec", "numcodecs", "pyarrow",
+         "icechunk", "netCDF4", "cftime", "ujson"}
+
+PROBE = """
+import json, sys
+{code}
+print(json.dumps(sorted({{m.split(".")[0] for m in sys.modules}})))
+"""
+
+
+def _loaded(code: str) -> set[str]:
+    r = subprocess.run([sys.executable, "-c", PROBE.format(code=code)], capture_output=True,
+                       text=True, check=True, env=dict(os.environ, PYTHONWARNINGS="ignore"))
+    return set(json.loads(r.stdout.strip().splitlines()[-1]))
+
+
+def test_import_virtualize_loads_no_heavy_library():
+    loaded = _loaded("import virtualize\nassert virtualize.__version__")
+    assert "virtualize" in loaded
+    assert not loaded & HEAVY, sorted(loaded & HEAVY)
+    assert "numpy" not in loaded  # (not even numpy: the version needs none)
+
+
+def test_version_loads_no_heavy_library_and_names_are_found_on_use():
+    loaded = _loaded("import sys\nfrom virtualize.cli import main\n"
+                     "assert main(['--version']) == 0")
+    assert not loaded & (HEAVY | {"numpy"}), sorted(loaded & HEAVY)
+    # each public name on first use, the function (not the submodule `virtualize.open`)
+    loaded = _loaded("import virtualize, virtualize.xarray_backend\n"
+                     "assert callable(virtualize.open) and callable(virtualize.check)\n"
+                     "assert virtualize.Report.__name__ == 'Report'\n"
+                     "assert set(virtualize.__all__) <= set(dir(virtualize))")
+    assert {"zarr", "xarray"} <= loaded
+
+
+def test_version_on_the_command_line():
+    exe = os.path.join(os.path.dirname(sys.executable), "virtualize")
+    r = subprocess.run([exe, "--version"], capture_output=True, text=True)
+    from virtualize import __version__
+
+    assert r.returncode == 0 and r.stdout.strip() == f"virtualize {__version__}"
