@@ -274,7 +274,9 @@ def _variable(path: str, a: Array, group: str, coords: Coords, problems: list[Pr
         listed.append(got)
     grid_dims, grid_coords = _scan.grid_coords(f0, path, name, problems)
     shape = f0.shape
-    if grid_dims == ("y", "x") and f0.keys["gridType"] not in GRIDS_2D:  # (cfgrib's `values`)
+    if grid_dims == ("y", "x") and f0.keys["gridType"] in _scan.REGULAR:
+        grid_dims = ("latitude", "longitude")  # (its increments inconsistent: no coordinates)
+    elif grid_dims == ("y", "x") and f0.keys["gridType"] not in GRIDS_2D:  # (cfgrib's `values`)
         grid_dims, shape = ("values",), (int(np.prod(f0.shape)),)
         grid_coords = [(c, grid_dims, v.reshape(-1), attrs) for c, _, v, attrs in grid_coords]
     for cname, dims, v, attrs in grid_coords:
