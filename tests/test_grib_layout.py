@@ -75,10 +75,16 @@ def _members(ds) -> list:
                   for n, v in ds.data_vars.items())
 
 
-def assert_cfgribs_layout(cube, path, extra_coords=frozenset()) -> dict:
+MAPPINGS = {"lambert_conformal_conic", "polar_stereographic", "mercator",
+            "rotated_latitude_longitude"}
+
+
+def assert_cfgribs_layout(cube, path) -> dict:
     """The cube (one file's) opened as a DataTree holds cfgrib's datasets of `path`, one
     node each: names, dims, sizes, coordinates (equal), attributes; every data variable
-    equal to ecCodes' values. The nodes by path."""
+    equal to ecCodes' values. What cfgrib does not give: a projected or rotated grid's x,
+    y and grid mapping (GDAL's: `test_projected_grids_have_gdals_x_y_and_a_grid_mapping`).
+    The nodes by path."""
     tree = xr.open_datatree(cube, engine="virtualize")
     nodes = {n.path: n.to_dataset(inherit=False) for n in tree.subtree
              if n.to_dataset(inherit=False).variables}
@@ -92,12 +98,17 @@ def assert_cfgribs_layout(cube, path, extra_coords=frozenset()) -> dict:
         assert len(match) == 1, (path.name, list(ds.data_vars), list(nodes))
         ours, where = nodes[match[0]], f"{path.name} {match[0]}"
         assert _attrs(tree[match[0]].attrs) == _attrs(ds.attrs), where
-        assert set(ours.coords) - set(ds.coords) <= set(extra_coords), where
+        extra = set(ours.coords) - set(ds.coords)
+        mapping = extra & MAPPINGS
+        assert extra <= {"x", "y"} | MAPPINGS and len(mapping) <= 1, where
         assert set(ds.coords) <= set(ours.coords), where
         for name, v in ds.variables.items():
             o = ours[name]
             assert o.dims == v.dims, (where, name)
-            assert _attrs(o.attrs) == _attrs(v.attrs), (where, name)
+            mine = _attrs(o.attrs)
+            if mapping and name in ds.data_vars:
+                assert mine.pop("grid_mapping") == next(iter(mapping)), (where, name)
+            assert mine == _attrs(v.attrs), (where, name)
             if name in ds.coords:
                 assert o.dtype == v.dtype, (where, name)
                 assert_same(o.values, v.values, f"{where} {name}: cfgrib's")
@@ -277,3 +288,61 @@ def test_a_grouped_cube_verifies_and_reads_regions_like_ecCodes(grids, tmp_path)
     want = expected(node.to_dataset(inherit=False), path)["t2m"]
     assert_same(fmt.read_region(str(path), "heightAboveGround_2/t2m", ((1, 2), (3, 9), (0, 5))),
                 want[1:2, 3:9, :5], "a region")
+
+
+PROJECTED = ["lambert", "polar_stereographic", "polar_stereographic_grib1", "mercator"]
+
+
+@pytest.mark.parametrize("grid", PROJECTED + ["rotated_ll", "rotated_ll_grib1"])
+def test_projected_grids_have_gdals_x_y_and_a_grid_mapping(grids, tmp_path, grid):
+    """x / y in metres (rotated grids: rotated degrees) along the grid's axes and a CF grid
+    mapping (pyproj's description): the mapping takes x / y to ecCodes' latitude /
+    longitude of every point (PROJ), and x / y are GDAL's pixel centres (rasterio; GDAL
+    shows the rows north up: ours reversed). cfgrib's layout gives Mercator as cfgrib
+    does (one `values` axis: its grid mapping, no x / y); virtualize's keeps (y, x)."""
+    pyproj = pytest.importorskip("pyproj")
+    (path,) = grids(grid)
+    virtualize.virtualize([path], tmp_path / "c.zarr", grib_layout="virtualize")
+    ds = xr.open_dataset(tmp_path / "c.zarr", engine="virtualize")
+    (mapping,) = set(ds.coords) & MAPPINGS
+    assert ds["sp"].attrs["grid_mapping"] == mapping and ds["sp"].dims[-2:] == ("y", "x")
+    assert ds.x.dims == ("x",) and ds.y.dims == ("y",)
+    m = eccodes_messages(path)[0]
+    lat, lon = (m[k].reshape(m["Nj"], m["Ni"]) for k in ("latitudes", "longitudes"))
+    assert_same(ds.latitude.values, lat, "latitude: ecCodes'")
+    assert_same(ds.longitude.values, lon, "longitude: ecCodes'")
+    gm = ds[mapping].attrs
+    X, Y = np.meshgrid(ds.x.values, ds.y.values)
+    if mapping == "rotated_latitude_longitude":
+        assert ds.x.attrs["standard_name"] == "grid_longitude"
+        rotation = ("+proj=pipeline +step +proj=unitconvert +xy_in=deg +xy_out=rad +step +inv "
+                    f"+proj=ob_tran +o_proj=longlat +o_lat_p={gm['grid_north_pole_latitude']} "
+                    f"+o_lon_p={gm['north_pole_grid_longitude']} "
+                    f"+lon_0={gm['grid_north_pole_longitude'] + 180} +R=1 "
+                    "+step +proj=unitconvert +xy_in=rad +xy_out=deg")
+        got_lon, got_lat = pyproj.Transformer.from_pipeline(rotation).transform(X, Y)
+        tolerance = 1e-5  # (ecCodes rounds rotated coordinates to 1e-6 degrees)
+    else:
+        assert ds.x.attrs["units"] == "m" and gm["grid_mapping_name"] == mapping
+        crs = pyproj.CRS.from_cf(gm)
+        got_lon, got_lat = pyproj.Transformer.from_crs(crs, crs.geodetic_crs,
+                                                       always_xy=True).transform(X, Y)
+        tolerance = 1e-7
+        rasterio = pytest.importorskip("rasterio")
+        with rasterio.open(path) as r:
+            t = r.transform
+            gdal_x = t.c + (np.arange(r.width) + 0.5) * t.a
+            gdal_y = t.f + (np.arange(r.height) + 0.5) * t.e
+            gdal = pyproj.CRS(r.crs.to_wkt())
+        gdal_lon, gdal_lat = pyproj.Transformer.from_crs(gdal, gdal.geodetic_crs,
+                                                         always_xy=True).transform(X, Y)
+        assert np.abs(gdal_lat - lat).max() < tolerance  # (GDAL's projection: the same)
+        assert np.abs((gdal_lon - lon + 180) % 360 - 180).max() < tolerance
+        np.testing.assert_allclose(ds.x.values, gdal_x, rtol=0, atol=1e-3)
+        np.testing.assert_allclose(ds.y.values[::-1], gdal_y, rtol=0, atol=1e-3)
+    assert np.abs(got_lat - lat).max() < tolerance
+    assert np.abs((got_lon - lon + 180) % 360 - 180).max() < tolerance
+    virtualize.virtualize([path], tmp_path / "d.zarr")  # (cfgrib's layout)
+    node = xr.open_datatree(tmp_path / "d.zarr", engine="virtualize")["surface"]
+    assert node["sp"].attrs["grid_mapping"] == mapping and mapping in node.coords
+    assert ("x" in node.coords) == (grid != "mercator")

@@ -278,12 +278,16 @@ def _variable(path: str, a: Array, group: str, coords: Coords, problems: list[Pr
         grid_dims = ("latitude", "longitude")  # (its increments inconsistent: no coordinates)
     elif grid_dims == ("y", "x") and f0.keys["gridType"] not in GRIDS_2D:  # (cfgrib's `values`)
         grid_dims, shape = ("values",), (int(np.prod(f0.shape)),)
-        grid_coords = [(c, grid_dims, v.reshape(-1), attrs) for c, _, v, attrs in grid_coords]
+        grid_coords = [(c, grid_dims if d else d, v.reshape(-1) if d else v, attrs)
+                       for c, d, v, attrs in grid_coords if d in (("y", "x"), ())]
+    mapping = None
     for cname, dims, v, attrs in grid_coords:
         attrs = dict(attrs)
         if dims == ("latitude",) and len(v) > 1 and v[0] > v[-1]:
             attrs["stored_direction"] = "decreasing"
         listed.append(coords.add(cname, dims, v, attrs, {}))
+        if "grid_mapping_name" in attrs:
+            mapping = listed[-1]
     # valid_time: time + step on the axes of those two (cfgrib's build_valid_time)
     seconds = steps * (3600 if step_units == "hours" else 60)
     t, s = values["time"], seconds
@@ -309,4 +313,6 @@ def _variable(path: str, a: Array, group: str, coords: Coords, problems: list[Pr
     if "GRIB_units" in attrs:
         attrs["units"] = attrs["GRIB_units"]
     attrs["coordinates"] = " ".join(listed)
+    if mapping is not None:  # (and a coordinate: xarray keeps it with the array)
+        attrs["grid_mapping"] = mapping
     return _scan.array(name, f0, cells, refs, tuple(lead_dims) + grid_dims, attrs, shape)

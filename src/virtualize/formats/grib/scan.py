@@ -34,6 +34,7 @@ from ...model import (
 )
 from .._io import missing_library
 from .._values import bytes_codec, plain
+from . import projection
 from .messages import Message
 
 EXTRA = "pip install 'virtualize[grib]'"
@@ -328,7 +329,11 @@ def grid_coords(f: Field, path: str, name: str, notes: list[Problem]
     if f.points is not None:  # (ecCodes' grid iterator: every other grid cfgrib reads)
         lat, lon = f.points
         dims = ("y", "x") if len(f.shape) == 2 else ("values",)
-        return dims, [("latitude", dims, lat, lat_attrs), ("longitude", dims, lon, lon_attrs)]
+        out = [("latitude", dims, lat, lat_attrs), ("longitude", dims, lon, lon_attrs)]
+        if len(f.shape) == 2:  # (x / y and the grid mapping, where the projection is known)
+            out += projection.coordinates(f, f.shape, lambda ni, nj: _rotated_axes(g, ni, nj)) \
+                or []
+        return dims, out
     if len(f.shape) == 2:
         notes.append(Problem(Location(path, name), "grib-grid", (
             f"a {gt} grid ecCodes gives no latitudes / longitudes of: none (its definition is "
@@ -339,6 +344,23 @@ def grid_coords(f: Field, path: str, name: str, notes: list[Problem]
             f"a {gt} grid: no latitude / longitude coordinates (its definition is in the "
             "array's attributes)"), fatal=False))
     return ("values",), []
+
+
+def _rotated_axes(g: dict, ni: int, nj: int):
+    """A rotated lat/lon grid's rotated longitudes and latitudes, as ecCodes steps them
+    (regular_ll's arithmetic in the rotated frame); None where its keys lack them."""
+    la1, la2 = g.get("latitudeOfFirstGridPointInDegrees"), g.get("latitudeOfLastGridPointInDegrees")
+    lo1, lo2 = g.get("longitudeOfFirstGridPointInDegrees"), g.get("longitudeOfLastGridPointInDegrees")
+    di, dj = g.get("iDirectionIncrementInDegrees"), g.get("jDirectionIncrementInDegrees")
+    if None in (la1, la2, lo1, lo2, di, dj) or di <= 0 or dj <= 0:
+        return None, None
+    return (_longitudes(lo1, lo2, di, ni, bool(g.get("iScansNegatively"))),
+            _stepped(la1, dj if g.get("jScansPositively") else -dj, nj, la2))
+
+
+def grid_mapping(coords: list[tuple]) -> str | None:
+    """The name of the grid mapping variable among a grid's coordinates (None: none)."""
+    return next((c[0] for c in coords if "grid_mapping_name" in c[3]), None)
 
 
 def _stepped(first: float, step: float, n: int, last: float) -> np.ndarray:
@@ -507,6 +529,7 @@ def _variable(path: str, a: Array, coords: Coords, problems: list[Problem],
         else:
             scalars.append(coords.add(cname, (), values.reshape(()), attrs, {}))
     grid_dims, on_grid = grid_coords(f0, path, a.name, problems)
+    mapping = grid_mapping(on_grid)
     rename: dict[str, str] = {}
     for cname, dims, values, attrs in on_grid:
         got = coords.add(cname, dims, values, attrs, rename)
@@ -534,6 +557,8 @@ def _variable(path: str, a: Array, coords: Coords, problems: list[Problem],
     attrs.update(_grid_attrs(f0))
     if scalars:
         attrs["coordinates"] = " ".join(scalars)
+    if mapping is not None:
+        attrs["grid_mapping"] = next(s for s in scalars if s.startswith(mapping))
     attrs = {k: v for k, v in attrs.items() if v is not None}
     return array(a.name, f0, grid, refs, tuple(lead_dims) + grid_dims, attrs)
 
