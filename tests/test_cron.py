@@ -189,7 +189,7 @@ def test_every_file_left_out_is_refused(with_truncated, tmp_path):
     bad = with_truncated[2]
     with pytest.raises(VirtualizeError) as e:
         virtualize.virtualize([bad], tmp_path / "c.zarr", skip_unreadable=True)
-    assert [p.kind for p in e.value.problems] == ["no-files"]
+    assert [p.kind for p in e.value.problems] == ["all-left-out"]
     assert str(bad) in e.value.problems[0].message
 
 
@@ -312,7 +312,7 @@ def test_skip_unreadable_leaves_out_missing_url(tmp_path):
 
 
 # Found by #20's review (cron jobs): re-running `append --skip-unreadable` with yesterday's batch (one
-# file already in the cube, one still unreadable) is not a no-op: exit 1, "no-files: every
+# file already in the cube, one still unreadable) is not a no-op: exit 1, "all-left-out: every
 # file was left out", since the file already in is set aside before the left-out one is
 # counted. And each run that leaves a file out adds it to the cube's `left_out` record
 # again (the same path twice).

@@ -13,11 +13,12 @@ import pytest
 import tifffile
 
 import virtualize
+from virtualize.checks import decode as decode_module
 from virtualize.checks.decode import decode_check
 from virtualize.formats.hdf5 import codecs as hdf5_codecs
 from virtualize.formats.hdf5 import walk as hdf5_walk
 from virtualize.formats.tiff import scan as scan_tiff
-from virtualize.model import MATERIALIZED
+from virtualize.model import MATERIALIZED, VirtualizeError
 
 H, W, RPS = 70, 90, 16
 
@@ -130,7 +131,9 @@ def _stored(a):
     return int(((a.refs["length"] > 0) & (a.refs["path"] != MATERIALIZED)).sum())
 
 
-def test_a_handful_per_stack_not_one_per_file(case):
+def test_a_handful_per_stack_not_one_per_file(case, monkeypatch):
+    # (as a large stack is sampled: a small array has every chunk decoded, below)
+    monkeypatch.setattr(decode_module, "EVERY_CHUNKS", 0)
     files = case("months2024")  # 12 monthly files: chunk lengths 29, 30, 31 along time
     report = virtualize.check(files)
     assert report.ok
@@ -251,12 +254,54 @@ def test_in_a_stack_the_problem_names_the_file(tmp_path):
     assert report.plan.figures["image"].refused
 
 
-def test_a_file_in_the_middle_needs_a_check_per_source(tmp_path):
-    """The sample is a handful per stack, not one per file: a bad file in the middle is
-    found by `select="sources"` (what `virtualize verify --decode` is for)."""
+def test_a_file_in_the_middle_needs_a_check_per_source(tmp_path, monkeypatch):
+    """The sample of a large stack is a handful, not one per file: a bad file in the middle
+    is found by `select="sources"` (what `virtualize verify --decode` is for)."""
+    monkeypatch.setattr(decode_module, "EVERY_CHUNKS", 0)  # (sampled as a large stack is)
     files = _stack(tmp_path / "middle", bad_day=2)
     report = virtualize.check(files, concat_dim="time")
     assert report.ok
     per_source = decode_check(report.plan, [virtualize.inventory(f) for f in files],
                               select="sources")
     assert [(p.loc.file, p.loc.block) for p in per_source.problems] == [(str(files[1]), (4, 0))]
+
+
+def test_a_small_array_has_every_chunk_decoded(tmp_path):
+    """An array of few stored chunks (`EVERY_CHUNKS`, `EVERY_BYTES`) has each decoded before
+    anything is written: the bad file in the middle of a small stack is refused by `check`
+    and `virtualize` alike, located (round 4: a damaged LZW tile in the middle of one file,
+    decoding to 1,025 bytes for 1,024, was written, and every read of it failed)."""
+    files = _stack(tmp_path / "middle", bad_day=2)
+    report = virtualize.check(files, concat_dim="time")
+    assert [(p.kind, p.loc.file, p.loc.block) for p in report.problems if p.fatal] == [
+        ("decode-mismatch", str(files[1]), (4, 0))]
+    with pytest.raises(VirtualizeError) as e:
+        virtualize.virtualize(files, tmp_path / "c.zarr", concat_dim="time")
+    assert [(p.kind, p.loc.file) for p in e.value.problems] == [
+        ("decode-mismatch", str(files[1]))]
+    assert not (tmp_path / "c.zarr").exists()
+
+
+def test_the_smallest_chunk_proves_an_array_whose_others_are_too_large(tmp_path, monkeypatch):
+    """An array whose chunks the groups take are all too large to decode is proven on its
+    smallest stored chunk. Three LZW TIFFs along a new axis, the limits made small so that a
+    strip is over the decode limit and one shape group is taken: the first
+    and third files' short last strips are sparse, so the groups take full strips only; the
+    second's (stored at full height: it decodes to more than its chunk) is the smallest stored
+    chunk, decoded and refused, where before the array was written unchecked (a note)."""
+    monkeypatch.setattr(decode_module, "EVERY_CHUNKS", 0)
+    monkeypatch.setattr(decode_module, "MAX_GROUPS", 1)
+    monkeypatch.setattr(decode_module, "DECODE_LIMIT", 2000)  # a strip: 2880, the last 1080
+    data = np.arange(H * W, dtype="u2").reshape(H, W)
+    files = [tmp_path / f"2024-01-0{day}.tif" for day in (1, 2, 3)]
+    for path in files[::2]:
+        tifffile.imwrite(path, data, compression="lzw", rowsperstrip=RPS,
+                         photometric="minisblack")
+        with tifffile.TiffFile(path, mode="r+b") as tif:  # its last strip never written
+            page = tif.pages[0]
+            page.tags["StripOffsets"].overwrite([*page.tags["StripOffsets"].value[:-1], 0])
+            page.tags["StripByteCounts"].overwrite([*page.tags["StripByteCounts"].value[:-1], 0])
+    full_height_last_strip(files[1], data + 1)
+    report = virtualize.check(files, concat_dim="time")
+    assert [(p.kind, p.loc.file, p.loc.block) for p in report.problems if p.fatal] == [
+        ("decode-mismatch", str(files[1]), ((H - 1) // RPS, 0))]

@@ -383,7 +383,7 @@ def test_an_empty_directory_is_named(tmp_path, how):
     else:
         p = _cli("check", empty, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         out, err = p.communicate()
-        assert p.returncode == 1
+        assert p.returncode == 2  # the arguments name no file: a usage error
         assert str(empty) in out and "holds no files" in out
 
 
@@ -396,7 +396,7 @@ def test_a_pattern_matching_nothing_is_named(tmp_path):
     out = tmp_path / "c.zarr"
     p = _cli(pattern, "-o", out, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     stdout, stderr = p.communicate()
-    assert p.returncode == 1 and not out.exists()
+    assert p.returncode == 2 and not out.exists()  # a usage error, as a missing -o is
     assert f"no file matches {pattern!r}" in stdout and "unreadable" not in stdout + stderr
     (p,) = virtualize.check(pattern).problems
     assert (p.kind, p.loc.file, p.fatal, p.message) == \

@@ -8,6 +8,7 @@ found by their `zarr.codecs` entry points)."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import subprocess
@@ -235,3 +236,100 @@ def test_unknown_bitshuffle_variants_stay_refused(tmp_path):
     assert hdf5_filter_codec(32008, (0, 4, 4, 0, 9), np.dtype("f4")) is None  # compressor 9
     assert hdf5_filter_codec(32008, (0, 4, 2, 0, 0), np.dtype("f4")) is None  # item size
     assert hdf5_filter_codec(32000, (4, 261, 400), np.dtype("f4")) == {"name": vcodecs.LZF}
+
+
+def _liblzf(data: bytes) -> bytes:
+    """liblzf's lzf_decompress (lzf_d.c, the copy h5py's and hdf5plugin's lzf filter
+    build), with an output buffer as large as the stream needs: the bytes a raw stream
+    decodes to; ValueError where liblzf says EINVAL (h5py's filter fails)."""
+    out, ip, n = bytearray(), 0, len(data)
+    while ip < n:
+        ctrl = data[ip]
+        ip += 1
+        if ctrl < 32:  # a literal run of ctrl + 1 bytes
+            if ip + ctrl + 1 > n:
+                raise ValueError("EINVAL: a literal run past the end")
+            out += data[ip:ip + ctrl + 1]
+            ip += ctrl + 1
+            continue
+        length, back = ctrl >> 5, (ctrl & 0x1F) << 8
+        if ip >= n:
+            raise ValueError("EINVAL: a back reference past the end")
+        if length == 7:
+            length += data[ip]
+            ip += 1
+            if ip >= n:
+                raise ValueError("EINVAL: a back reference past the end")
+        ref = len(out) - back - 1 - data[ip]
+        ip += 1
+        if ref < 0:
+            raise ValueError("EINVAL: a back reference before the start")
+        for k in range(length + 2):  # (overlapping copies repeat what they copy)
+            out.append(out[ref + k])
+    return bytes(out)
+
+
+def test_damaged_lzf_chunks_decode_as_hdf5s_filter_or_raise(tmp_path):
+    """Hundreds of damaged LZF chunks (bytes flipped, 8 bytes zeroed, cut short, bytes
+    added) written with h5py's write_direct_chunk and read by h5py: where liblzf finds the
+    stream invalid both h5py and `virtualize.lzf` fail; where it decodes to at least a
+    chunk, virtualize.lzf reads exactly h5py's values (the first chunk's bytes of a longer
+    stream); where it decodes to fewer, h5py's chunk holds uninitialised memory after them
+    and virtualize.lzf raises (round 4: 8 zeroed bytes read 0 where h5py read 21911)."""
+    import random
+
+    import h5py
+    import imagecodecs
+
+    shape, dtype = (16, 16), np.dtype("<i4")
+    nbytes = math.prod(shape) * dtype.itemsize
+    values = (np.arange(256).reshape(shape) // 7 * 3 + np.arange(16) % 5).astype(dtype)
+    good = bytes(imagecodecs.lzf_encode(values.tobytes(), header=False))
+    assert _liblzf(good) == values.tobytes()
+    pick = random.Random(28)
+    damaged = []
+    for k in range(400):
+        b = bytearray(good)
+        how = k % 4
+        at = pick.randrange(len(b))
+        if how == 0:
+            b[at] ^= 1 << pick.randrange(8)
+        elif how == 1:
+            b[at:at + 8] = bytes(len(b[at:at + 8]))
+        elif how == 2:
+            del b[at:]
+        else:
+            b[at:at] = bytes(pick.randrange(256) for _ in range(pick.randrange(1, 6)))
+        if b:
+            damaged.append(bytes(b))
+    path = tmp_path / "damaged.h5"
+    with h5py.File(path, "w") as f:
+        for k, b in enumerate(damaged):
+            d = f.create_dataset(f"d{k}", shape=shape, chunks=shape, dtype=dtype,
+                                 compression="lzf")
+            d.id.write_direct_chunk((0, 0), b, 0)
+    seen = {"invalid": 0, "exact": 0, "longer": 0, "short": 0}
+    with h5py.File(path, "r") as f:
+        for k, b in enumerate(damaged):
+            try:
+                want = _liblzf(b)
+            except ValueError:
+                with pytest.raises(OSError):
+                    f[f"d{k}"][()]
+                with pytest.raises(ValueError):
+                    vcodecs.lzf_decode(b, nbytes)
+                seen["invalid"] += 1
+                continue
+            if len(want) < nbytes:
+                with pytest.raises(ValueError, match="uninitialised"):
+                    vcodecs.lzf_decode(b, nbytes)
+                # (h5py's first bytes are the stream's; the rest is whatever memory held)
+                got = f[f"d{k}"][()].tobytes()
+                assert got[:len(want)] == want, k
+                seen["short"] += 1
+                continue
+            got = f[f"d{k}"][()].tobytes()
+            assert got == want[:nbytes], k
+            assert vcodecs.lzf_decode(b, nbytes) == got, k
+            seen["longer" if len(want) > nbytes else "exact"] += 1
+    assert all(seen.values()), seen  # every case met

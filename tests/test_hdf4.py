@@ -638,3 +638,47 @@ def test_the_hdf_groups_test_files_stack_along_a_new_axis(tmp_path):
     assert_same(g[var][...], want, f"{var} stack")
     assert_same(k[var][...], want, f"{var} stack: kerchunk export")
     assert_same(g["fakeDim0"][...], pyhdf_read(files[0], "fakeDim0"), "shared coordinate")
+
+
+def test_a_failed_open_does_not_stand_in_for_the_next_file_at_its_path(tmp_path):
+    """The HDF4 library keeps a failed open's record of a file (and its descriptor) and
+    hands it to the next open of the same path: after a damaged file (a vdata header's
+    sizes edited: SDstart fails), the good file written in place at that path could not be
+    read in the same process (a scan worker reused across files read the damaged one's
+    structure, and the mutation suite saw values made up). Every open now has a path of its
+    own, and the failed open's descriptor is closed."""
+    import os
+
+    from virtualize.formats.hdf4 import layout, read_hdf4_region
+
+    good = tmp_path / "good.hdf"
+    sd = SD.SD(str(good), SD.SDC.WRITE | SD.SDC.CREATE | SD.SDC.TRUNC)
+    v = sd.create("x", SD.SDC.INT32, (4, 3))
+    v.dim(0).setname("rows")
+    v.dim(0).setscale(SD.SDC.INT32, list(range(4)))
+    v[:] = np.arange(12, dtype="i4").reshape(4, 3) + 7
+    v.endaccess()
+    sd.end()
+    raw = good.read_bytes()
+    sd = SD.SD(str(good))
+    want = sd.select(0).get()
+    sd.end()
+
+    class File:
+        def pread(self, n, at):
+            return raw[at:at + n]
+
+    headers = [off for (tag, _), (_, off, _) in layout.descriptors(File(), len(raw)).items()
+               if tag == layout.VH]
+    path = tmp_path / "in_place.hdf"
+    fds = len(os.listdir("/proc/self/fd")) if os.path.isdir("/proc/self/fd") else None
+    for off in headers:
+        b = bytearray(raw)
+        b[off + 6:off + 10] = b"\x7f\xff\xff\xff"  # (its record size and field count)
+        path.write_bytes(bytes(b))
+        with pytest.raises(VirtualizeError, match="the HDF4 library cannot open it"):
+            read_hdf4_region(str(path), "x")
+        path.write_bytes(raw)
+        assert_same(read_hdf4_region(str(path), "x"), want, f"after a failed open ({off})")
+    if fds is not None:
+        assert len(os.listdir("/proc/self/fd")) == fds  # (none left open)

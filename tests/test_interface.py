@@ -148,7 +148,7 @@ def test_lists_stdin_globs_and_directories(months, tmp_path):
     # a directory: its data files, the side-cars skipped with one note
     doc = json.loads(run("check", "--json", months).stdout)
     assert doc["ok"] and len(doc["files"]) == 12
-    notes = [n for n in doc["notes"] if n.startswith("skipped 2 file(s)")]
+    notes = [n for n in doc["notes"] if n.startswith("skipped 2 entries")]
     assert len(notes) == 1 and "SHA256SUMS.md5" in notes[0] and ".aux.xml" in notes[0]
 
 

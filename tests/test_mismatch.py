@@ -60,12 +60,13 @@ def test_blocks_differing_along_a_non_concat_axis_are_located(files, tmp_path, w
                                                                  "tas", axis)
     assert f"block length {here} along {axis!r} differs from {there}" in p.message
     assert "re-chunk this file like it" in p.message
-    assert report.refused_variables == {"tas": ["--drop tas"]}
+    # tas is the only data variable: dropping it is no way through (#30)
+    assert report.refused_variables == {"tas": []} and report.data_variables == ["tas"]
     with pytest.raises(VirtualizeError) as e:
         virtualize.virtualize([files["a"], files[which]], tmp_path / "c.zarr")
     assert [q.kind for q in e.value.problems] == ["blocks-differ"]
     assert not (tmp_path / "c.zarr").exists()
-    # the way through named works: the rest of the stack without tas
+    # (the rest of the stack without tas: coordinates alone, no data)
     out = virtualize.virtualize([files["a"], files[which]], tmp_path / "d.zarr", drop=["tas"])
     assert out.ok and "tas" not in virtualize.open(tmp_path / "d.zarr")
     # appended to a cube of the first file: the same located refusal, the cube unchanged
@@ -90,7 +91,8 @@ def test_cli_check_of_differently_chunked_files_has_no_traceback(files):
     r = subprocess.run([exe, "check", files["a"], files["y"]], capture_output=True, text=True)
     assert r.returncode == 1, r.stderr
     assert "Traceback" not in r.stderr and "blocks-differ" in r.stdout
-    assert "refused: tas (--drop tas)" in r.stdout
+    assert "refused: tas (the only data variable: dropping it leaves no data)" in r.stdout
+    assert "--drop tas" not in r.stdout
 
 
 def test_append_names_ways_through_it_can_take(files, tmp_path):
@@ -98,16 +100,13 @@ def test_append_names_ways_through_it_can_take(files, tmp_path):
     virtualize.virtualize([files["a"]], cube)
     with pytest.raises(VirtualizeError) as e:
         virtualize.append(cube, [files["y"]])
-    assert e.value.report.refused_variables == {
-        "tas": ["re-run virtualize with all the files and --drop tas"]}
+    # (tas, the only data variable: no --drop is a way through, #30)
+    assert e.value.report.refused_variables == {"tas": []}
     exe = os.path.join(os.path.dirname(sys.executable), "virtualize")
     r = subprocess.run([exe, "append", cube, files["y"]], capture_output=True, text=True)
     assert r.returncode == 1
-    assert "refused: tas (re-run virtualize with all the files and --drop tas)" in r.stdout
-    assert "(--drop tas)" not in r.stdout
-    # what it names works
-    report = virtualize.virtualize([files["a"], files["y"]], tmp_path / "d.zarr", drop=["tas"])
-    assert report.ok
+    assert "refused: tas (the only data variable: dropping it leaves no data)" in r.stdout
+    assert "--drop tas" not in r.stdout
 
 
 def test_append_names_materialize_as_a_rerun(case, tmp_path):
@@ -121,9 +120,8 @@ def test_append_names_materialize_as_a_rerun(case, tmp_path):
     assert "pass --materialize" not in text
     assert "(--materialize), by re-running virtualize with all the files]" in text
     assert "re-run virtualize with all the files and --materialize" in e.value.report.to_html()
-    assert e.value.report.refused_variables["tas"] == [
-        "re-run virtualize with all the files and --materialize",
-        "re-run virtualize with all the files and --drop tas"]
+    assert e.value.report.refused_variables["tas"] == [  # (no --drop: the only data variable)
+        "re-run virtualize with all the files and --materialize"]
     # the re-run named works
     assert virtualize.virtualize(files[:2], tmp_path / "d.zarr", materialize=True).ok
 

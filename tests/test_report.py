@@ -333,3 +333,136 @@ def test_no_for_a_file_problem_says_so(tmp_path):
     r = virtualize.check([scaled_month(tmp_path / "m0.nc", 0), tmp_path / "gone.nc"])
     text = r.to_text()
     assert r.verdict == "no" and "the problems below are of files" in text, text
+
+
+# -- #30: reports somebody reads ----------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def two_models(tmp_path_factory):
+    """Two CMIP6-like models' yearly Amon files in one directory (fixtures/make_models.py):
+    the same 40 years each, other grids; ta the only data variable."""
+    import make_models
+
+    return make_models.models(tmp_path_factory.mktemp("models"), years=range(1850, 1890))
+
+
+def paths_on_a_line(line: str) -> int:
+    return line.count(".nc")
+
+
+def test_two_models_refused_on_one_screen(two_models):
+    """Two models given together printed 208 lines / 41 KB: the same duplicate-coordinate
+    block once per file, every path on one line, and `ta (--drop ta)` (dropping the only
+    data variable). Now: grouped by kind (count, first, last), within one screen, paths
+    counted, no remedy that leaves no data variable; -v and the JSON keep everything."""
+    report = virtualize.check(two_models, scan_timeout=None)
+    dups = [p for p in report.problems if p.kind == "duplicate-coordinate"]
+    assert not report.ok and len(dups) == 40
+    text = report.to_text()
+    lines = text.splitlines()
+    assert len(lines) <= 40, text
+    assert max(map(paths_on_a_line, lines)) <= 6, text
+    assert text.count("duplicate-coordinate") == 1
+    assert "duplicate-coordinate: 40 problem(s) in 40 file(s), variable(s) time" in text
+    first, last = (next(line for line in lines if line.startswith(f"    {w}"))
+                   for w in ("first", "last"))
+    assert dups[0].loc.file in first and dups[-1].loc.file in last
+    assert "--coord NEW=attr:source_id" in first  # the useful hint, on the screen
+    assert "... 38 more of this kind (-v)" in text
+    # the remedies: never `--drop ta`, the only data variable
+    assert report.data_variables == ["ta"]
+    assert "--drop ta" not in text and "ta (the only data variable" in lines[1]
+    assert "--drop ta" not in report.refused_variables["ta"]
+    assert "--drop lat" in report.refused_variables["lat"]  # (a coordinate: ta remains)
+    note = next(line for line in lines if "out of time order" in line)
+    assert "80 files: " in note and paths_on_a_line(note) == 4
+    # -v: every problem, every path, one a line at most a few
+    verbose = report.to_text(verbose=True).splitlines()
+    assert sum("duplicate-coordinate" in line for line in verbose) == 40
+    assert max(map(paths_on_a_line, verbose)) <= 6
+    assert all(str(f) in "\n".join(verbose) for f in two_models)
+    doc = json.loads(report.to_json())
+    jsonschema.validate(doc, SCHEMA)
+    assert len(doc["problems"]) == len(report.problems) > 40
+    assert "--drop ta" not in doc["arrays"]["ta"]["ways_through"]
+    page = report.to_html()
+    assert "--drop ta" not in page and page.count('data-kind="duplicate-coordinate"') == 40
+
+
+def test_the_cli_refusal_of_two_models_fits_a_screen(two_models):
+    r = subprocess.run([os.path.join(os.path.dirname(sys.executable), "virtualize"), "check",
+                        *map(str, two_models)], capture_output=True, text=True)
+    assert r.returncode == 1
+    assert len(r.stdout.splitlines()) <= 40 and len(r.stdout) < 8000, r.stdout
+    assert "--drop ta" not in r.stdout
+
+
+def test_a_drop_is_offered_while_another_data_variable_remains(tmp_path):
+    """`--drop VAR` stays a way through when a data variable is left: tas refused, pr
+    not; both refused, neither is offered it."""
+    import netCDF4
+
+    def pile(bad: tuple[str, ...]) -> list:
+        out = []
+        for i in range(2):
+            path = tmp_path / f"{'_'.join(bad)}{i}.nc"
+            with netCDF4.Dataset(path, "w") as d:
+                d.createDimension("time", None)
+                d.createDimension("x", 3)
+                d.createDimension("y", 2 + i)  # a length that differs per file
+                t = d.createVariable("time", "f8", ("time",))
+                t.units = "days since 2000-01-01"
+                t[:] = [2 * i, 2 * i + 1]
+                for name in ("tas", "pr"):
+                    dims = ("time", "y") if name in bad else ("time", "x")
+                    d.createVariable(name, "f4", dims)[:] = np.ones((2, 2 + i if name in bad
+                                                                     else 3), "f4")
+            out.append(path)
+        return out
+
+    one = virtualize.check(pile(("tas",)), scan_timeout=None)
+    assert one.refused_variables == {"tas": ["--drop tas"]}
+    both = virtualize.check(pile(("tas", "pr")), scan_timeout=None)
+    assert both.refused_variables == {"tas": [], "pr": []}
+    text = both.to_text()
+    assert "--drop" not in text
+    assert "every data variable is refused: dropping them leaves no data" in text
+
+
+def test_many_kinds_of_problem_stay_on_one_screen():
+    """Past one screen every kind is grouped; kinds past the screen are counted."""
+    from virtualize.model import Location, Problem
+    from virtualize.report import Report
+
+    problems = [Problem(Location(f"/d/f{i:03d}.nc", f"v{k}"), f"kind-{k}", f"problem {i} of {k}")
+                for k in range(30) for i in range(k + 1)]
+    text = Report(files=[f"/d/f{i:03d}.nc" for i in range(30)], problems=problems,
+                  plan=None).to_text()
+    lines = text.splitlines()
+    assert len(lines) <= 40 and lines[0].startswith(f"no: {len(problems)} problem(s)")
+    assert "kind-0: 1 problem(s)" in text and lines[-1].startswith("  ... and kind-")
+    assert lines[-1].endswith("kind-29 (30) (-v)")
+    full = Report(files=[], problems=problems, plan=None).to_text(verbose=True)
+    assert all(p.message in full for p in problems)
+
+
+def test_a_large_file_grid_of_a_refusal_is_its_summary_and_missing_cells(tmp_path):
+    """12 members x 4 years with 3 member-years missing: the grid alone took more than a
+    screen; by default the layout is its summary line and the missing cells (-v: all)."""
+    import make_hypercube as mh
+
+    members = [f"r{i}i1p1f1" for i in range(1, 13)]
+    gone = [("r3i1p1f1", 2017), ("r7i1p1f1", 2015), ("r11i1p1f1", 2018)]
+    paths = mh.cmip(tmp_path / "c", members=members, pr_spans=None, drop=gone)
+    report = virtualize.check(paths, concat_dims=["member", "time"], drop=["realization"],
+                              coords={"member": "attr:variant_label"}, scan_timeout=None)
+    assert not report.ok and report.plan.layout is not None
+    text = report.to_text()
+    lines = text.splitlines()
+    assert len(lines) <= 40, text
+    assert "layout (member 12 × time 4 = 48 cell(s), 45 file(s), 3 missing):" in lines
+    assert "  (-v shows every axis and the grid)" in lines
+    for member, year in gone:
+        assert any(f"member={member!r}, time='{year}" in line for line in lines), text
+    full = report.to_text(verbose=True)
+    assert all(f"    {m} " in full for m in members)  # the grid's rows, one per member

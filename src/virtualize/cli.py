@@ -37,8 +37,9 @@ from .plan.cut import cut_stack
 from .report import format_text, to_html, to_json
 
 DONE, REFUSED, USAGE, ERROR = 0, 1, 2, 3
-# problems that mean the arguments were wrong, not the files: a usage error (exit 2)
-USAGE_KINDS = {"unknown-name", "usage"}
+# problems that mean the arguments were wrong, not the files: a usage error (exit 2); a
+# glob or directory that names no file is one (`no-files`), every file left out is not
+USAGE_KINDS = {"unknown-name", "usage", "no-files"}
 
 COMMANDS = {
     "create": "write a cube from FILES (the short form: virtualize FILES -o OUT)",
@@ -88,10 +89,18 @@ class _Parser(argparse.ArgumentParser):
 
 def _files(p: argparse.ArgumentParser, metavar: str = "FILE") -> None:
     p.add_argument("files", nargs="+", metavar=metavar,
-                   help="netCDF-4 / HDF5 / netCDF classic / TIFF files, kerchunk reference sets "
-                        "(JSON, parquet directories), directories of them (other files skipped), "
-                        "quoted globs ('data/*.nc'), @LIST (a file naming one path per line; "
-                        "blank lines and # comments skipped) or - (paths read from stdin)")
+                   help=f"files of the formats read ({_formats_read()}), directories of them "
+                        "(other entries skipped, each named in a note), quoted globs "
+                        "('data/*.nc'), @LIST (a file naming one path per line; blank lines "
+                        "and # comments skipped) or - (paths read from stdin)")
+
+
+def _formats_read() -> str:
+    """The formats read, from the formats' registry (a plug-in's too): "netCDF-4 / HDF5,
+    netCDF classic, ..."."""
+    from .formats.registry import titles
+
+    return ", ".join(titles())
 
 
 def _concat_options(p: argparse.ArgumentParser) -> None:
@@ -289,9 +298,9 @@ class _StorageOption(argparse.Action):
 def build_parser() -> argparse.ArgumentParser:
     top = _Parser(
         prog="virtualize",
-        description="Turn a stack of netCDF / HDF5 / TIFF files into one virtual Zarr v3 cube "
-                    "(chunks are byte ranges in the files). `virtualize FILES -o OUT` is short "
-                    "for `virtualize create FILES -o OUT`.",
+        description=f"Turn a stack of files ({_formats_read()}) into one virtual Zarr v3 "
+                    "cube (chunks are byte ranges in the files). `virtualize FILES -o OUT` is "
+                    "short for `virtualize create FILES -o OUT`.",
         epilog="exit codes: 0 done, 1 refused (problems; check: cannot be virtualized; "
                "verify: a source changed), 2 usage error, 3 other error (I/O, existing output, "
                "not a cube). The guides (the report, reading a cube, every problem kind, "
@@ -477,6 +486,9 @@ def _main(argv: list[str] | None = None) -> int:
         return ERROR
     except VirtualizeError as e:
         _err(str(e))
+        kinds = {p.kind for p in e.problems if p.fatal}
+        if kinds and kinds <= USAGE_KINDS - {"usage"}:  # (append: a glob that names no file)
+            return USAGE
         # (an output that cannot be reached is an I/O error, as a full disk is)
         return ERROR if {p.kind for p in e.problems} <= {"not-a-cube", "usage",
                                                           "output-unreachable"} else REFUSED
@@ -793,7 +805,7 @@ def _show(report, args, wrote: dict | None = None, failed: bool = False) -> None
     if args.quiet:  # nothing but the problems that keep it from being written
         text = "\n".join(line for line in text.splitlines() if line)
     print(text)
-    if wrote:
+    if wrote and wrote.get("written", True) is not False:  # (not an append of nothing new)
         print(f"wrote {wrote['kind']} {args.output}")
 
 

@@ -39,20 +39,40 @@ def _out(chunk_spec, data: bytes):
     return chunk_spec.prototype.buffer.from_bytes(data)
 
 
+LZF_MAX_RATIO = 90  # an LZF stream decodes to at most ~88 times its length (3 bytes -> 264)
+
+
 def lzf_decode(data: bytes, nbytes: int) -> bytes:
-    """One chunk of h5py's LZF filter: a raw LZF stream (no size header) of `nbytes`
-    decoded bytes. Decoded into a buffer of exactly that size, as the filter does when
-    it is given the chunk size (cd_values[2]); any other length is an error, never padding
-    or truncation."""
+    """One chunk of h5py's LZF filter (lzf_filter.c, also hdf5plugin's): a raw LZF stream
+    (no size header) of `nbytes` decoded bytes, decoded as that filter decodes it:
+
+    - the whole stream is decoded (the filter starts with a buffer of the chunk's size and
+      grows it while liblzf says E2BIG), and a stream liblzf finds invalid is an error
+      (EINVAL: HDF5's read fails);
+    - a stream decoding to more bytes than the chunk: its first `nbytes` (HDF5 copies one
+      chunk's bytes out of the filter's larger buffer);
+    - a stream decoding to fewer: an error. The filter returns the short length and HDF5
+      leaves the rest of the chunk's buffer uninitialised (what h5py reads there changes
+      from run to run), so there is no value to be exact to: never padded."""
     import imagecodecs
 
-    try:
-        out = imagecodecs.lzf_decode(data, header=False, out=nbytes)
-    except Exception as e:
-        raise ValueError(f"{LZF}: the chunk does not decode to {nbytes} bytes ({e})") from e
-    if len(out) != nbytes:
-        raise ValueError(f"{LZF}: the chunk decodes to {len(out)} bytes, not {nbytes}")
-    return bytes(out)
+    data = bytes(data)
+    size, limit = max(nbytes, 1), max(nbytes, len(data) * LZF_MAX_RATIO + 64)
+    while True:
+        try:
+            out = imagecodecs.lzf_decode(data, header=False, out=size)
+            break
+        except Exception as e:  # (imagecodecs.LzfError: E2BIG or EINVAL, by its message)
+            if "not large enough" in str(e) and size < limit:
+                size = min(2 * size, limit)
+                continue
+            raise ValueError(f"{LZF}: the chunk is no valid LZF stream of at least {nbytes} "
+                             f"bytes ({e}); HDF5's lzf filter fails on it too") from e
+    if len(out) < nbytes:
+        raise ValueError(f"{LZF}: the chunk decodes to {len(out)} bytes, fewer than a chunk's "
+                         f"{nbytes}: HDF5's lzf filter leaves the rest of the chunk "
+                         "uninitialised (no value to be exact to)")
+    return bytes(out[:nbytes])
 
 
 def lzf_encode(data: bytes) -> bytes:

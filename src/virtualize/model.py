@@ -467,6 +467,12 @@ class Report:
     left_out: list[dict[str, str]] = field(default_factory=list)
     # `append`: the files given that are already in the cube (skipped)
     already: list[str] = field(default_factory=list)
+    # the stack's data variables (not coordinates, bounds, ...: plan/pile.py), so that no
+    # way through drops them all
+    data_variables: list[str] = field(default_factory=list)
+    # one-line facts about the whole stack, shown under the verdict (text, HTML, JSON
+    # `hints`): what a reader needs before the problems, such as "these are 2 datasets"
+    hints: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -484,6 +490,7 @@ class Report:
             "requests": dict(self.requests),
             "left_out": [dict(d) for d in self.left_out],
             "already_in_cube": list(self.already),
+            "hints": list(self.hints),
             "layout": plan.layout.to_dict() if plan is not None and plan.layout else None,
             "arrays": {
                 name: {

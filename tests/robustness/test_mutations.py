@@ -163,24 +163,37 @@ def mutate(src: Source, data) -> tuple[bytes, str]:
     return bytes(b), f"{width} bytes at {pos} = {value} ({order}-endian)"
 
 
-@pytest.mark.parametrize("label", [s[0] for s in SOURCES])
-def test_mutated_files_are_read_exactly_or_refused(sources, label, tmp_path_factory):
-    src = sources(label)
-    work = tmp_path_factory.mktemp(f"mut-{label}")
-    suffix = src.path.suffix
+def judge_mutants(label: str, examples: int, mutant, work) -> None:
+    """Judge `examples` derandomized mutants (`VIRTUALIZE_MUTATIONS_SEED`: others), each made
+    by `mutant(data) -> (path, what was done)`, the cube written to `work`; every outcome
+    counted in the session's summary."""
 
-    @settings(max_examples=EXAMPLES, derandomize=SEED is None, deadline=None, database=None,
+    @settings(max_examples=examples, derandomize=SEED is None, deadline=None, database=None,
               suppress_health_check=list(HealthCheck))
     @seed(int(SEED or 0))
     @given(st.data())
     def run(data):
-        mutated, what = mutate(src, data)
-        path = work / f"mutated{suffix}"
-        path.write_bytes(mutated)
+        path, what = mutant(data)
         try:
             outcome = judge(path, work / "cube.zarr")
         except AssertionError as e:
-            raise AssertionError(f"{label} ({src.path.name}) {what}: {e}") from None
+            raise AssertionError(f"{label} {what}: {e}") from None
         OUTCOMES.append((label, outcome))
 
     run()
+
+
+def file_mutant(src: Source, path):
+    """Mutants of `src` written to `path` (`mutate`)."""
+    def mutant(data):
+        mutated, what = mutate(src, data)
+        path.write_bytes(mutated)
+        return path, f"({src.path.name}) {what}"
+    return mutant
+
+
+@pytest.mark.parametrize("label", [s[0] for s in SOURCES])
+def test_mutated_files_are_read_exactly_or_refused(sources, label, tmp_path_factory):
+    src = sources(label)
+    work = tmp_path_factory.mktemp(f"mut-{label}")
+    judge_mutants(label, EXAMPLES, file_mutant(src, work / f"mutated{src.path.suffix}"), work)

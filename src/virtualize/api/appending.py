@@ -28,6 +28,7 @@ from .steps import (
     expand_paths,
     recorded,
     refuse_unless_ok,
+    skipped_note,
     unmatched_problems,
     write_checked,
 )
@@ -116,8 +117,9 @@ def _append(cube: Path, kind: str, paths, *, jobs, executor, progress, scan_time
     empty: list[str] = []
     unmatched: list[str] = []
     refused: list[Problem] = []  # a directory's links leading out of it
-    new = [storage.normalize(p) for p in expand_paths(paths, empty, unmatched=unmatched,
-                                                      refused=refused)]
+    skipped: dict[str, list[tuple[str, str]]] = {}  # a directory's entries not taken
+    new = [storage.normalize(p) for p in expand_paths(paths, empty, skipped, unmatched,
+                                                      refused)]
     if unmatched or refused:
         raise VirtualizeError(unmatched_problems(unmatched) + refused, "nothing appended")
     if not new:
@@ -151,10 +153,11 @@ def _append(cube: Path, kind: str, paths, *, jobs, executor, progress, scan_time
         # every new file left out, the others already in (a cron job run again): nothing to do
         r = e.report
         if not (again and r is not None and r.left_out
-                and all(p.kind == "no-files" for p in e.problems)):
+                and all(p.kind == "all-left-out" for p in e.problems)):
             raise
         return _nothing_new(cube, kind, again, touched, r)
     report.problems[:0] = touched
+    report.notes[:0] = [skipped_note(d, entries) for d, entries in skipped.items()]
     if again:
         report.notes.insert(0, f"{len(new)} new, {len(again)} already in the cube (skipped: "
                             + ", ".join(os.path.basename(p) for p in again[:3])
@@ -171,7 +174,8 @@ def _nothing_new(cube: Path, kind: str, again: list[str], touched: list[Problem]
                     notes=[n for n in (left.notes if left else ()) if n.startswith("left out")]
                     + [f"nothing to append: 0 new, {len(again)} already in the cube"],
                     left_out=left.left_out if left else [])
-    report.output = {"path": os.path.abspath(cube), "kind": kind}
+    # the cube as it was: not written (report.facts `wrote`)
+    report.output = {"path": os.path.abspath(cube), "kind": kind, "written": False}
     report.already = again
     return report
 

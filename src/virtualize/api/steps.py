@@ -19,12 +19,21 @@ from .. import storage
 from ..checks.decode import decode_check
 from ..conventions import ScanHint
 from ..formats import registry as _formats
-from ..model import FileInventory, Location, Plan, Problem, VirtualizeError
+from ..model import (
+    FileInventory,
+    Location,
+    Plan,
+    Problem,
+    UnsafeOutputError,
+    UsageError,
+    VirtualizeError,
+)
 from ..outputs import registry
 from ..outputs.metadata import array_doc, group_doc, omitted_attrs
-from ..outputs.staging import guard_output
+from ..outputs.staging import guard_output, refuse_sources
 from ..plan.cut import cut_stack
 from ..plan.merge import unknown_variables
+from ..plan.pile import data_variables, odd_files
 from ..report import Report
 from ..run.executors import scan_on
 from ..run.policy import check_jobs, scan_jobs
@@ -53,17 +62,19 @@ DATA_SUFFIXES = _formats.suffixes()  # (every format's: formats/registry.py)
 
 
 def expand_paths(paths, empty: list[str] | None = None,
-           skipped: dict[str, list[str]] | None = None,
+           skipped: dict[str, list[tuple[str, str]]] | None = None,
            unmatched: list[str] | None = None,
            refused: list[Problem] | None = None) -> list[str]:
     """Files as given; a pattern with * ? [ that names no file is expanded (sorted, as a
     shell would; one that matches nothing is added to `unmatched`); a directory stands for
-    the files in it (sorted, not hidden, not recursive) of formats virtualize reads
-    (others, such as .aux.xml side-cars and checksums, are added to `skipped` by
-    directory), unless it is a kerchunk parquet reference set (one input); directories
-    that hold none are added to `empty`. A directory's entry that is a link leading out of
-    it (itself, a chain of links, or through a directory link) is not taken: a located
-    `reference-not-allowed` in `refused` (a file named itself is taken wherever it is)."""
+    the files in it (sorted, not recursive) of formats virtualize reads, unless it is one
+    input (a kerchunk parquet reference set, a zarr v2 store); every entry of it not
+    taken (a file of no format read, such as .aux.xml side-cars and checksums, a hidden
+    file, a subdirectory, a broken link) is added to `skipped` by directory, with why
+    (`skipped_note`); directories that hold none are added to `empty`. A directory's
+    entry that is a link leading out of it (itself, a chain of links, or through a
+    directory link) is not taken: a located `reference-not-allowed` in `refused` (a file
+    named itself is taken wherever it is)."""
     from ..formats import is_input_directory
 
     if isinstance(paths, (str, os.PathLike)):
@@ -95,11 +106,16 @@ def expand_paths(paths, empty: list[str] | None = None,
                 unmatched.append(p)
                 continue
         if os.path.isdir(p) and not is_input_directory(p):
-            inside = sorted(os.path.join(p, f) for f in os.listdir(p)
-                            if not f.startswith(".") and os.path.isfile(os.path.join(p, f)))
-            taken = [f for f in inside if _readable_format(f)]
-            if len(taken) < len(inside) and skipped is not None:
-                skipped[p] = [os.path.basename(f) for f in inside if f not in taken]
+            taken, left = [], []
+            for name in sorted(os.listdir(p)):
+                f = os.path.join(p, name)
+                why = _not_taken(name, f)
+                if why is None:
+                    taken.append(f)
+                else:
+                    left.append((name, why))
+            if left and skipped is not None:
+                skipped[p] = left
             if not taken and empty is not None:
                 empty.append(p)
             out += _inside_directory(p, taken, refused)
@@ -124,6 +140,37 @@ def _inside_directory(d: str, files: list[str], refused: list[Problem] | None) -
                                    f"input, to {real}: not taken (name the file itself to "
                                    "take it)"))
     return out
+
+
+# why an entry of a directory given as input is not one of its inputs (`expand_paths`)
+NO_FORMAT, HIDDEN, SUBDIRECTORY, BROKEN_LINK, SPECIAL = (
+    "of no format virtualize reads", "hidden", "a subdirectory: not read, give it as an "
+    "input too", "a broken symbolic link", "not a regular file")
+
+
+def _not_taken(name: str, path: str) -> str | None:
+    if name.startswith("."):
+        return HIDDEN
+    if os.path.isdir(path):
+        return SUBDIRECTORY
+    if not os.path.exists(path):
+        return BROKEN_LINK if os.path.islink(path) else "gone while listed"
+    if not os.path.isfile(path):
+        return SPECIAL
+    return None if _readable_format(path) else NO_FORMAT
+
+
+def skipped_note(directory: str, entries: list[tuple[str, str]], shown: int = 5) -> str:
+    """One note for the entries of `directory` not taken, grouped by why: "skipped 3
+    entries in D: SHA256SUMS, a.aux.xml (of no format virtualize reads); gone.nc (a broken
+    symbolic link)"."""
+    by_why: dict[str, list[str]] = {}
+    for name, why in entries:
+        by_why.setdefault(why, []).append(name)
+    parts = [", ".join(names[:shown]) + (f" and {len(names) - shown} more" if len(names) > shown
+                                         else "") + f" ({why})" for why, names in by_why.items()]
+    n = len(entries)
+    return f"skipped {n} entr{'y' if n == 1 else 'ies'} in {directory}: " + "; ".join(parts)
 
 
 def unmatched_problems(patterns: list[str]) -> list[Problem]:
@@ -174,7 +221,7 @@ def check_stack(paths, planner: Planner, progress, materialize_limit: int | None
     `left_out`)."""
     check_jobs(jobs, executor)
     empty: list[str] = []
-    skipped: dict[str, list[str]] = {}
+    skipped: dict[str, list[tuple[str, str]]] = {}
     unmatched: list[str] = []
     refused: list[Problem] = []  # a directory's links leading out of it
     files = expand_paths(paths, empty, skipped, unmatched, refused)
@@ -211,16 +258,22 @@ def check_stack(paths, planner: Planner, progress, materialize_limit: int | None
         if progress is not None:
             progress(i + 1, len(files), result if isinstance(result, FileInventory) else None)
     if left_out and not invs and not any(p.fatal for p in problems):
-        problems.append(Problem(Location(), "no-files",
+        problems.append(Problem(Location(), "all-left-out",
                                 f"every file was left out: none of the {len(left_out)} file(s) "
                                 f"can be scanned (first: {left_out[0]['path']}: "
                                 f"{left_out[0]['kind']} {left_out[0]['message']})"))
     plan = None
-    notes: list[str] = [f"skipped {len(fs)} file(s) in {d} of no format virtualize reads: "
-                        + ", ".join(fs[:5]) + (", ..." if len(fs) > 5 else "")
-                        for d, fs in skipped.items()]
+    notes: list[str] = [skipped_note(d, entries) for d, entries in skipped.items()]
     unknown = names(invs) if names is not None and invs else []
     problems.extend(unknown)
+    # files that do not belong with the rest (a stray TIFF among netCDF files), named
+    # whatever their order; the rest planned without them
+    odd, apart = odd_files(invs)
+    problems.extend(odd)
+    # (their own problems too, which the planner would have reported)
+    problems.extend(p for inv in invs if inv.path in apart for p in inv.problems)
+    data = data_variables(invs)
+    invs = [inv for inv in invs if inv.path not in apart]
     if invs and not unknown:
         invs, cut_notes, cut_problems = cut_stack(invs, chunk_size, like)
         notes.extend(cut_notes)
@@ -237,13 +290,13 @@ def check_stack(paths, planner: Planner, progress, materialize_limit: int | None
                                     f"the plan would copy {copied.bytes} bytes in {copied.blocks} "
                                     f"block(s), more than the limit of {materialize_limit}"))
         if not plan.arrays and not any(p.fatal for p in problems):
-            skipped = sorted({p.loc.variable for p in problems if p.loc.variable})
+            unsupported = sorted({p.loc.variable for p in problems if p.loc.variable})
             one = len(invs) == 1  # then the file is named
             problems.append(Problem(
                 Location(invs[0].path) if one else Location(), "no-arrays",
                 f"no variable of {'this file' if one else 'these files'} can be virtualized, "
                 "so a cube would be empty"
-                + (f" (skipped: {', '.join(skipped)})" if skipped else "")))
+                + (f" (skipped: {', '.join(unsupported)})" if unsupported else "")))
         # every zarr.json rendered as the write renders it (check and write agree)
         problems.extend(render_problems(plan))
         # a few stored chunks decoded through the cube's codecs, compared with the sources
@@ -252,8 +305,9 @@ def check_stack(paths, planner: Planner, progress, materialize_limit: int | None
                                | {(f, None) for f in exclude})
         problems.extend(checked.problems)
         notes.extend(checked.notes)
-    if len(invs) + len(left_out) < len(files) and plan is not None:
-        notes.append(f"{len(files) - len(invs) - len(left_out)} file(s) could not be scanned")
+    scanned = len(invs) + len(apart)
+    if scanned + len(left_out) < len(files) and plan is not None:
+        notes.append(f"{len(files) - scanned - len(left_out)} file(s) could not be scanned")
     if left_out:
         notes.insert(0, f"left out {len(left_out)} file(s) that cannot be scanned "
                         "(--skip-unreadable): " + ", ".join(
@@ -264,7 +318,8 @@ def check_stack(paths, planner: Planner, progress, materialize_limit: int | None
     if len(listed) + len(left_out) != len(files):
         listed = [storage.normalize(f) for f in files]
     return Report(files=listed, problems=problems, plan=plan, notes=notes,
-                  bytes_read=bytes_read, requests=requests, left_out=left_out)
+                  bytes_read=bytes_read, requests=requests, left_out=left_out,
+                  data_variables=data)
 
 
 def render_problems(plan: Plan) -> list[Problem]:
@@ -377,14 +432,34 @@ def output_kind(out: PathLike, format: str | None, overwrite: bool, paths=None,
     if relative:
         registry.refuse_relative(kind)
     sources = expand_paths(paths) if isinstance(paths, (str, os.PathLike, list, tuple)) else []
+    refuse_foreign(out, sources)  # a name that promises a format not written: usage
     if remote:
         from ..outputs.remote import guard_remote
         guard_remote(out, overwrite, sources)
     else:
         guard_output(out, overwrite, sources)  # before any scanning: fail fast, lose nothing
-    # (after the guards: a source named as the output is refused as that)
-    registry.refuse_foreign(out)  # a name that promises a format not written
     return kind
+
+
+def refuse_foreign(out: str | Path, sources: list[str]) -> None:
+    """An output named with a suffix of a format virtualize does not write (a `.nc`, a
+    `.tif`) is a usage error, whatever is there: a source given as the output
+    (`output-is-source`), or a file that exists under that name (`output-exists`), is
+    named as such, never offered --overwrite."""
+    try:
+        registry.refuse_foreign(out)
+    except UsageError as e:
+        try:
+            refuse_sources(out, sources)
+        except UnsafeOutputError:
+            kind, there = "output-is-source", "is one of the files given: a source is never " \
+                "written over"
+        else:
+            if storage.is_url(str(out)) or not os.path.lexists(out):
+                raise
+            kind, there = "output-exists", "exists, and is left as it is"
+        message = f"{e}; {out} {there}"
+        raise UsageError(message, [Problem(Location(str(out)), kind, message)]) from None
 
 
 def refuse_unless_ok(report: Report) -> None:

@@ -51,6 +51,26 @@ BATCH_CHUNKS = 512
 BATCH_BYTES = 256 * 2**20
 # Codecs whose decoding can fail on one chunk and not on another of the same shape.
 CONTENT_DEPENDENT = frozenset({"imagecodecs_jpeg", "imagecodecs_webp", "imagecodecs_lerc"})
+# An array of at most this many stored chunks, decoding to at most this many bytes in all,
+# has every stored chunk decoded ("groups"): a small file's damaged block (an LZW tile
+# decoding to 1,025 bytes for 1,024) is found before anything is written, whatever its place.
+EVERY_CHUNKS = 64
+EVERY_BYTES = 8 * 2**20
+# Codecs whose decoded size follows from the chunk's by construction (they lay out or
+# transform values one for one): a chain of only these needs no proof that it decodes to
+# the chunk's shape. Every other codec (compressors, GRIB messages, FITS scaling, image
+# codecs) is proven on at least one chunk of each array: its smallest, if the chunks the
+# groups take are too large to decode.
+FIXED_SIZE = frozenset({"bytes", "transpose", "numcodecs.shuffle", "numcodecs.delta",
+                        "numcodecs.astype", "numcodecs.fixedscaleoffset", "imagecodecs_delta",
+                        "imagecodecs_floatpred", "crc32c"})
+# The most a codec's output can be over its input (its compression ratio's bound): a chunk of
+# more decoded bytes than its stored bytes times these cannot be what they hold (a damaged
+# header's tile geometry, ZNAXISn, chunk lengths). Codecs not named have no such bound.
+MAX_RATIO = {"numcodecs.zlib": 1032, "numcodecs.gzip": 1032, "gzip": 1032,
+             "imagecodecs_lzw": 4096, "imagecodecs_packbits": 64, "virtualize.lzf": 90,
+             "imagecodecs_rcomp": 256, "numcodecs.fixedscaleoffset": 8,
+             "virtualize.fitsscale": 8}
 
 
 @dataclass
@@ -131,11 +151,30 @@ def decode_check(plan: Plan, inventories: Iterable[FileInventory], *, select: st
                     jobs, held = [], 0
     _decode(jobs)
     _compare(jobs)
+    out.problems = _first_per_array(out.problems)
     refused = {p.loc.variable for p in out.problems}
     for name in refused & set(plan.figures):
         plan.figures[name].refused = True  # the report counts the array refused
     out.seconds = time.perf_counter() - t0
     return out
+
+
+def _first_per_array(problems: list[Problem]) -> list[Problem]:
+    """One problem per array and source file (its first chunk's), saying how many more of
+    its chunks failed: a damaged store's every chunk is one reason, not dozens."""
+    from dataclasses import replace
+
+    first: dict[tuple, int] = {}
+    more: dict[tuple, int] = defaultdict(int)
+    for i, p in enumerate(problems):
+        key = (p.loc.file, p.loc.variable)
+        if key in first:
+            more[key] += 1
+        else:
+            first[key] = i
+    return [replace(problems[i], message=problems[i].message + (
+        f" ({more[key]} more chunk(s) of {key[1]!r} in this file fail too)" if more[key] else ""))
+        for key, i in first.items()]
 
 
 # -- which chunks --------------------------------------------------------------------
@@ -153,6 +192,10 @@ def _choose(a: ArrayPlan, lengths: list[np.ndarray], select: str, out: DecodeChe
     classes = [_axis_classes(lens, n) for lens, n in zip(lengths, a.shape)]
     if select == "all":
         chosen = flat
+    elif select == "groups" and flat.size <= EVERY_CHUNKS and \
+            flat.size * math.prod(a.chunk_shape(tuple(int(i) for i in np.unravel_index(
+                int(flat[0]), refs.shape)))) * a.dtype.itemsize <= EVERY_BYTES:
+        chosen = flat  # a small array: every stored chunk
     elif select == "groups":
         # image codecs fail by content (an all-opaque WebP tile loses its alpha): each
         # group's last chunk too; the array's last chunk when another file holds it
@@ -163,6 +206,7 @@ def _choose(a: ArrayPlan, lengths: list[np.ndarray], select: str, out: DecodeChe
         paths = refs["path"].reshape(-1)
         ends = flat[[0, -1]] if both or paths[flat[0]] != paths[flat[-1]] else flat[:1]
         chosen = np.unique(np.concatenate([chosen, ends]))
+        chosen = _with_proof(a, lengths, flat, chosen)
     else:
         chosen = np.unique(np.concatenate([_by_key(a, classes, flat, refs["path"], out),
                                            flat[[0, -1]]]))
@@ -170,6 +214,42 @@ def _choose(a: ArrayPlan, lengths: list[np.ndarray], select: str, out: DecodeChe
     return [_Sample(tuple(int(i) for i in np.unravel_index(int(f), refs.shape)),
                     int(view["path"][f]), int(view["offset"][f]), int(view["length"][f]))
             for f in chosen]
+
+
+def needs_proof(codecs) -> bool:
+    """Whether a codec chain's decoded size is not fixed by construction (`FIXED_SIZE`)."""
+    return any(c["name"] not in FIXED_SIZE for c in codecs)
+
+
+def _decoded_bytes(a: ArrayPlan, lengths: list[np.ndarray], flat: np.ndarray) -> np.ndarray:
+    """Per flat chunk index, the bytes its chunk decodes to."""
+    idx = np.unravel_index(flat, a.refs.shape)
+    size = np.full(flat.size, a.dtype.itemsize, dtype=np.float64)  # (no overflow)
+    for axis, lens in enumerate(lengths):
+        size *= lens[idx[axis]]
+    return size
+
+
+def _with_proof(a: ArrayPlan, lengths, flat: np.ndarray, chosen: np.ndarray) -> np.ndarray:
+    """`chosen`, and the array's smallest stored chunk when its codecs need a proof that they
+    decode to the chunk's shape and every chosen chunk is too large to be decoded."""
+    if not needs_proof(a.codecs) or (_decoded_bytes(a, lengths, chosen) <= DECODE_LIMIT).any():
+        return chosen
+    smallest = flat[int(np.argmin(_decoded_bytes(a, lengths, flat)))]
+    return np.unique(np.concatenate([chosen, [smallest]]))
+
+
+def _ratio(codecs) -> float | None:
+    """The most a codec chain's output can be over its input, or None (no bound known)."""
+    out = 1.0
+    for c in codecs:
+        if c["name"] in FIXED_SIZE and c["name"] not in MAX_RATIO:
+            continue
+        r = MAX_RATIO.get(c["name"])
+        if r is None:
+            return None
+        out *= r
+    return out
 
 
 def _axis_classes(lens: np.ndarray, n: int) -> np.ndarray:
@@ -303,7 +383,11 @@ class _ArrayCheck:
         off = frefs["offset"]
         file_extents = job.extents[job.new_axis:]
         bs = v.blocks.block_shape
-        for h in hit.tolist():  # blocks sharing bytes decode alike: prefer one that fits
+        # a block starting where the chunk does first (blocks that overlap, a damaged
+        # offset's, hold other values): then blocks sharing bytes decode alike, prefer
+        # one that fits
+        hit = hit[np.argsort(off[hit] != s.offset, kind="stable")]
+        for h in hit.tolist():
             block = tuple(int(b) for b in np.unravel_index(h, v.blocks.refs.shape))
             start = [b * n for b, n in zip(block, bs)]
             skip = s.offset - int(off[h])
@@ -328,6 +412,14 @@ class _ArrayCheck:
         job.key = chunk_key(s.index)
         if math.prod(shape) * a.dtype.itemsize > DECODE_LIMIT:
             if not is_uncompressed(a.codecs) or not shape:
+                ratio = _ratio(a.codecs)
+                want = math.prod(shape) * a.dtype.itemsize
+                if ratio is not None and want > ratio * s.length + 4096:
+                    # (a damaged header's sizes: tile geometry, ZNAXISn, chunk lengths)
+                    return self._problem(job, (
+                        f"its {s.length} stored bytes cannot decode to the {want} bytes of its "
+                        f"chunk {tuple(shape)}: its codecs {self.names} decode to at most "
+                        f"{ratio:g} times their input"))
                 self.out.notes.append(f"{a.name}: chunk {s.index} decodes to more than "
                                       f"{DECODE_LIMIT} bytes: not decode-checked")
                 return None
@@ -418,7 +510,7 @@ class _ArrayCheck:
             Location(job.path, self.a.name, None, job.block), "decode-mismatch",
             f"chunk {s.index} of {self.a.name!r} (bytes {s.offset}..{s.offset + s.length - 1} "
             f"of this file): {why}; a cube that reads differently from its sources is not "
-            "written"))
+            f"written (--drop {self.a.name} virtualizes the rest)"))
         return None
 
 

@@ -13,6 +13,9 @@ from ..model import Location, Problem, VirtualizeError
 
 BLOCK_DIGEST = np.dtype("V16")  # one block's digest: 16 bytes of BLAKE2b
 OPEN_FILES = 64  # data files digest_blocks keeps open at once
+# A block table of more blocks is not built (a damaged header's sizes, or just huge): the
+# variable is refused as `too-many-blocks` before anything is allocated (as HDF5's).
+MAX_BLOCKS = 1 << 27
 
 
 def digest_blocks(paths: str | list[str], refs) -> tuple[str, np.ndarray]:

@@ -42,6 +42,7 @@ from ..conventions import (  # noqa: F401 (the planning conventions, read here b
     unlimited_dims,
 )
 from ..model import MATERIALIZED, FileInventory, Location, Problem
+from ._decode import checked_values
 from ._values import COORD_VALUES_LIMIT
 
 SCALAR_VALUE_LIMIT = 256  # bytes: scalars up to this size have their value recorded
@@ -107,9 +108,20 @@ def add_planning_data(inv: FileInventory, read=None, hint: ScanHint | None = Non
             (name in inlinable and size * v.dtype.itemsize <= INLINE_VALUES_LIMIT))
         if wants_values:
             try:
-                v.values = at_shape(read(name), v)
+                values = at_shape(read(name), v)
             except Exception:  # reported by the planner, if it needs them
-                pass
+                values = None
+            # values that stand in for references: the blocks the codecs decode must read
+            # as the library's values (a damaged chunk the library fills with memory that
+            # changes from run to run is refused, not inlined)
+            bad = checked_values(inv, v, values) if values is not None and \
+                name in inlinable else None
+            if bad is not None:  # (what inlining would have resolved is moot: replaced)
+                inv.problems[:] = [p for p in inv.problems if not (
+                    p.fatal and p.loc.variable == name and p.kind in INLINABLE_KINDS)]
+                inv.problems.append(bad)
+            elif values is not None:
+                v.values = values
         if name in refused and name in agree and v.digest is None and v.values is None \
                 and (hint and (name in hint.inline or v.basename in hint.inline)) \
                 and size * v.dtype.itemsize <= DIGEST_LIMIT:

@@ -24,6 +24,7 @@ class Format:
     and `read_region`; `read_values` and `reader` have defaults in terms of those."""
 
     name: str = ""  # FileInventory.format's family, the registry's key
+    title: str = ""  # what users call it ("netCDF-4 / HDF5"): the help's list of formats read
     # file name endings expanded from a directory (`virtualize check DIR`), lower case
     suffixes: tuple[str, ...] = ()
     modules: tuple[str, ...] = ()  # what a new scan worker imports before its first scan

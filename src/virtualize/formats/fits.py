@@ -102,6 +102,7 @@ class Hdu:
     shape: tuple[int, ...] = ()  # numpy order
     name: str = ""
     problems: list[Problem] = field(default_factory=list)
+    past_end: bool = False  # its data run past the end of the file
 
 
 def _int(path: str, header, key: str, at: int, default=None) -> int:
@@ -168,6 +169,11 @@ def walk(f, path: str, size: int) -> list[Hdu]:
         if hdus:
             f.seek(at)
             head = f.read(9)
+            if head != b"XTENSION=" and _a_header(f, at):
+                # (a damaged XTENSION card: astropy reads on past it, into the HDUs after)
+                raise corrupt(path, f"the header at byte offset {at} does not start with "
+                                    f"an XTENSION card ({bytes(head)!r}): a damaged extension, "
+                                    "the HDUs after it unknown")
             if head != b"XTENSION=":  # (astropy too stops at what is no extension)
                 notes.append(Problem(
                     Location(path), "trailing-bytes",
@@ -177,6 +183,9 @@ def walk(f, path: str, size: int) -> list[Hdu]:
         header, hlen = _read_header(f, path, size, at, fits, notes)
         hdus.append(_layout(path, header, len(hdus), at, at + hlen))
         at = hdus[-1].data_offset + -(-hdus[-1].nbytes // BLOCK) * BLOCK
+        # (the sizes the NAXISn, BITPIX, PCOUNT and GCOUNT cards give, checked against the
+        # file before anything is allocated: NAXIS1 = 2**62 is no block to reference)
+        hdus[-1].past_end = hdus[-1].data_offset + hdus[-1].nbytes > size
     hdus[0].problems += notes
     last = hdus[-1]
     if last.data_offset + last.nbytes <= size < at:  # (data cut short: `finish` says so)
@@ -186,6 +195,14 @@ def walk(f, path: str, size: int) -> list[Hdu]:
             f"byte {at}): a truncated file? Its data are whole; HDUs after it, if it had "
             "any, are lost", fatal=False))
     return hdus
+
+
+def _a_header(f, at: int, blocks: int = 16) -> bool:
+    """Whether the bytes at `at` hold an END card at a card's place within a few blocks: a
+    header (astropy reads one whatever its first card, non-ASCII bytes replaced by "?")."""
+    f.seek(at)
+    raw = f.read(blocks * BLOCK)
+    return any(raw[c:c + CARD] == END_CARD for c in range(0, len(raw) - CARD + 1, CARD))
 
 
 def _layout(path: str, header, index: int, at: int, data_offset: int) -> Hdu:
@@ -323,6 +340,14 @@ def _scaling(h: Hdu) -> tuple[str, Any, Any, Any]:
 def _variable(path: str, h: Hdu, dims: tuple[str, ...], problems: list[Problem], f=None
               ) -> Variable | None:
     loc = Location(path, h.name)
+    if h.past_end:
+        cards = ", ".join(f"NAXIS{n} = {x}" for n, x in enumerate(reversed(h.shape), 1))
+        problems.append(Problem(loc, "truncated", (
+            f"HDU {h.index}'s data ({h.nbytes} bytes from byte offset {h.data_offset}, as "
+            f"its header at byte offset {h.header_offset} sizes them: BITPIX = {h.bitpix}, "
+            f"{cards}) end past the end of the file: a truncated file, or damaged cards; "
+            f"--drop {h.name} virtualizes the rest")))
+        return None
     how = _scaling(h)[0] if h.kind == "image" else "compressed"
     # the keywords the array's codecs apply (astropy ignores BLANK in
     # unsigned images: so does the cube, and the card stays)
@@ -402,8 +427,9 @@ def _tiles(h: Hdu, f, problems, path: str):
     if not n or not all(axes) or not all(t > 0 for t in tile):
         return None
     grid = [-(-a // t) for a, t in zip(axes, tile)]
-    if math.prod(grid) != rows:
-        return None
+    if math.prod(grid) != rows:  # (damaged ZNAXISn / ZTILEn: each tile is a row)
+        raise ValueError(f"ZNAXISn {axes} in tiles of ZTILEn {tile} are {math.prod(grid)} "
+                         f"tiles, but its table holds {rows} rows (one per tile)")
     if rows * width > h.nbytes:
         return None
     f.seek(h.data_offset)
@@ -623,6 +649,7 @@ def _installed(name: str) -> bool:
 
 class Fits(Format):
     name = "fits"
+    title = "FITS"
     suffixes = (".fits", ".fit", ".fts")
     inventory_formats = ("fits",)
     # (astropy preloaded by a new scan worker when installed: 0.3 s not in a scan's time)

@@ -676,6 +676,7 @@ def read_kerchunk_values(path: str, variable: str, region=None) -> np.ndarray:
 
 class Kerchunk(Format):
     name = "kerchunk"
+    title = "kerchunk reference sets (JSON, parquet)"
     suffixes = (".json",)
     inventory_formats = ("kerchunk-json", "kerchunk-parquet")
     reference_set = True

@@ -645,6 +645,7 @@ def _read_remote_values(path: str, variable: str,
 
 class NetCDF3(Format):
     name = "netcdf3"
+    title = "netCDF classic"
     suffixes = (".nc", ".nc3", ".cdf", ".netcdf")  # (a .nc may be netCDF-4: HDF5 sniffs it)
     inventory_formats = tuple(FORMATS.values())
     modules = (__name__,)

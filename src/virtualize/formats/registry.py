@@ -61,6 +61,12 @@ def of_inventory(fmt: str) -> Format | None:
     return next((f for f in formats() if fmt in f.inventory_formats), None)
 
 
+def titles() -> list[str]:
+    """Every format by the name users know it by (its `title`, else its `name`), in
+    registry order: what the command line's help lists as read."""
+    return [fmt.title or fmt.name for fmt in formats()]
+
+
 def suffixes() -> tuple[str, ...]:
     """Every format's file name endings (what a directory is expanded to)."""
     return tuple(s for fmt in formats() for s in fmt.suffixes)

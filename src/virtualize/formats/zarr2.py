@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import os
 import stat
 from typing import Any
@@ -33,8 +34,8 @@ from typing import Any
 import numpy as np
 
 from .. import storage
-from ..model import FileInventory, Location, Problem, Source, VirtualizeError
-from ._io import _system_cache, inside
+from ..model import MATERIALIZED, FileInventory, Location, Problem, Source, VirtualizeError
+from ._io import MAX_BLOCKS, _system_cache, inside
 from ._planning import finish
 from .base import Format
 from .kerchunk import _Scanner, is_parquet_references
@@ -66,6 +67,15 @@ def _consolidated(path: str) -> dict | None:
             "zarr_consolidated_format" in doc:
         return doc
     return None
+
+
+def _text(raw: bytes) -> str:
+    """A metadata document's text; "" (no JSON: refused as corrupt, located) when it is no
+    UTF-8, which zarr-python refuses to read."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return ""
 
 
 class _StoreRefs:
@@ -110,7 +120,7 @@ class _StoreRefs:
                 with open(f, "rb") as fh:
                     raw = fh.read()
                 self.bytes_read += len(raw)
-                self.meta[f"{node}/{leaf}" if node else leaf] = raw.decode("utf-8", "replace")
+                self.meta[f"{node}/{leaf}" if node else leaf] = _text(raw)
         here = {k.rpartition("/")[2] for k in self.meta if k.rpartition("/")[0] == node}
         if ".zarray" in here or ".zgroup" not in here:
             return  # an array's directory holds its chunks; no group, no members
@@ -204,7 +214,7 @@ class _RemoteStoreRefs:
             for leaf in V2_KEYS:
                 raw = self._read(leaf)
                 if raw is not None:
-                    self.meta[leaf] = raw.decode("utf-8", "replace")
+                    self.meta[leaf] = _text(raw)
             if ".zgroup" in self.meta:
                 raise VirtualizeError([Problem(Location(root), "unreadable",
                                                "a zarr v2 group over http(s) without consolidated "
@@ -258,7 +268,7 @@ class _RemoteStoreRefs:
         for leaf in V2_KEYS:
             raw = self._read(prefix + leaf)
             if raw is not None:
-                self.meta[prefix + leaf] = raw.decode("utf-8", "replace")
+                self.meta[prefix + leaf] = _text(raw)
         if prefix + ".zarray" in self.meta or prefix + ".zgroup" not in self.meta:
             return
         subdirs = sorted({k[len(prefix):].split("/", 1)[0] for k in self.listing
@@ -307,6 +317,36 @@ def _system_set() -> frozenset[str]:
     return frozenset(_system_cache())
 
 
+def invalid_zarray(doc) -> str | None:
+    """Why zarr-python refuses (or reads only as it repairs) an array's `.zarray`, or None:
+    its own parse (`ArrayV2Metadata.from_dict`: the separator, the data type, the codecs,
+    the fill value), whose shape and chunks must be the stored ones (zarr reads a chunk
+    length of 0 as 1, and the chunk files, written otherwise, then do not decode); and the
+    chunk grid must fit a block table (`MAX_BLOCKS`), checked before it is allocated."""
+    import warnings
+
+    from zarr.core.metadata.v2 import ArrayV2Metadata
+
+    if not isinstance(doc, dict):
+        return "it is no JSON object"
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        try:
+            meta = ArrayV2Metadata.from_dict(dict(doc))
+        except Exception as e:  # noqa: BLE001 - whatever zarr-python raises on it
+            return f"zarr-python refuses it ({type(e).__name__}: {e})"
+    shape, chunks = doc.get("shape"), doc.get("chunks")
+    if list(meta.shape) != shape or list(meta.chunks) != chunks:
+        why = str(said[0].message).split(". ")[0] if said else "read otherwise"
+        return (f"zarr-python reads shape {shape}, chunks {chunks} as {list(meta.shape)}, "
+                f"{list(meta.chunks)} ({why}): no reading of the stored chunks")
+    cells = math.prod(-(-n // c) for n, c in zip(meta.shape, meta.chunks))
+    if cells > MAX_BLOCKS:
+        return (f"shape {shape} in chunks of {chunks} is {cells} chunks, more than a block "
+                f"table holds ({MAX_BLOCKS})")
+    return None
+
+
 class _StoreScanner(_Scanner):
     root_array = ROOT_ARRAY
 
@@ -314,7 +354,23 @@ class _StoreScanner(_Scanner):
         return read_zarr2_values(self.path, node or ROOT_ARRAY)
 
     def _variable(self, name, node, doc, attrs, zf):
+        why = invalid_zarray(doc) if zf == 2 else None
+        if why is not None:  # (refused where zarr-python refuses: never read as zeros)
+            self.problem(name, "corrupt", f"its .zarray: {why}; --drop {name} virtualizes "
+                         "the rest")
+            return None
         var = super()._variable(name, node, doc, attrs, zf)
+        refs = var.blocks.refs if var is not None and var.blocks is not None else None
+        empty = None if refs is None else \
+            (refs["path"] > 0) & (refs["path"] != MATERIALIZED) & (refs["length"] == 0)
+        if empty is not None and empty.any():  # (a chunk file, not an absent chunk)
+            block = tuple(int(i) for i in np.unravel_index(int(np.flatnonzero(empty)[0]),
+                                                           refs.shape))
+            self.problem(name, "corrupt", f"{int(empty.sum())} chunk file(s) are empty (0 "
+                         f"bytes), the first chunk {block}: zarr-python cannot decode them "
+                         f"(an absent chunk reads as the fill value, an empty one fails); "
+                         f"--drop {name} virtualizes the rest", block=block)
+            return None
         if var is not None and var.fill_value is not None and "_FillValue" not in var.attrs:
             # xarray reads a zarr v2 fill_value as _FillValue, whatever it is (0 too: the
             # reference-set scanner leaves netCDF's defaults out, a store's are its own)
@@ -441,6 +497,7 @@ def read_zarr2_values(path: str, variable: str, region=None) -> np.ndarray:
 
 class Zarr2(Format):
     name = "zarr2"
+    title = "Zarr v2 stores"
     suffixes = ()  # a store is a directory: given by name (a directory is not expanded to it)
     inventory_formats = ("zarr2",)
     modules = (__name__,)

@@ -21,7 +21,7 @@ from pathlib import Path
 from .. import storage
 from ..model import Location, OutputExistsError, Problem, UnsafeOutputError, VirtualizeError
 from . import registry
-from .staging import refuse_sources
+from .staging import EXISTS_NOT_OURS, EXISTS_OURS, refuse_sources
 
 
 def _fs(url: str):
@@ -71,9 +71,9 @@ def guard_remote(url: str, overwrite: bool, sources=()) -> None:
     kind = remote_kind(url)
     if kind is None:
         return
-    if not overwrite:
-        raise OutputExistsError(Problem(Location(url), "output-exists",
-                                        "exists; pass overwrite=True (--overwrite) to replace it"))
+    if not overwrite:  # (--overwrite advised only where it would replace the output)
+        raise OutputExistsError(Problem(Location(url), "output-exists", EXISTS_NOT_OURS
+                                        if kind == "other" else EXISTS_OURS))
     if kind == "other":
         raise UnsafeOutputError(Problem(
             Location(url), "output-not-ours",

@@ -99,6 +99,11 @@ def refuse_sources(dest: str | os.PathLike, sources: Iterable[str | os.PathLike]
                                                 f"{why}; choose another output path"))
 
 
+EXISTS_OURS = "exists; pass overwrite=True (--overwrite) to replace it"
+EXISTS_NOT_OURS = ("exists and was not written by virtualize: it is never replaced, not even "
+                   "with --overwrite; choose another output path")
+
+
 def guard_output(dest: str | os.PathLike, overwrite: bool,
                  sources: Iterable[str | os.PathLike] = ()) -> None:
     """Raise unless writing `dest` is safe: it must not exist, or (with `overwrite`) be an
@@ -109,10 +114,11 @@ def guard_output(dest: str | os.PathLike, overwrite: bool,
     refuse_sources(dest, sources)
     if not os.path.lexists(dest):
         return
-    if not overwrite:
-        raise OutputExistsError(Problem(Location(str(dest)), "output-exists",
-                                        "exists; pass overwrite=True (--overwrite) to replace it"))
-    if not written(dest):
+    ours = written(dest)
+    if not overwrite:  # (--overwrite advised only where it would replace the output)
+        raise OutputExistsError(Problem(Location(str(dest)), "output-exists", EXISTS_OURS
+                                        if ours else EXISTS_NOT_OURS))
+    if not ours:
         raise UnsafeOutputError(Problem(
             Location(str(dest)), "output-not-ours",
             "exists and was not written by virtualize (not a cube directory, kerchunk JSON, "

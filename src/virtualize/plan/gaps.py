@@ -15,6 +15,7 @@ from ..model import FileInventory, Location, Problem
 # regular (monthly steps of 28-31 days: 31 is most of them)
 REGULAR_SHARE = 0.5
 GAP_FACTOR = 1.5  # a join this many usual steps long or more is a gap
+SPAN_END = ", before this file "  # what ends a gap's span in its message (the report's summary)
 
 
 def coordinate_gaps(invs: Sequence[FileInventory], dim: str, *, fatal: bool = False
@@ -46,7 +47,7 @@ def coordinate_gaps(invs: Sequence[FileInventory], dim: str, *, fatal: bool = Fa
         missing = int(round((b - a) / step)) - 1
         what = _missing(coords[k].attrs, dim, missing, step, a, b)
         out.append(Problem(Location(invs[k].path, dim, dim), "coordinate-gap",
-                           f"{what}, before this file (after {invs[k - 1].path}; elsewhere "
+                           f"{what}{SPAN_END}(after {invs[k - 1].path}; elsewhere "
                            f"{dim!r} steps by {step:g}): the missing files can later go in "
                            "only by a full rebuild, not by append", fatal=fatal))
     return out

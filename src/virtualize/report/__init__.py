@@ -25,7 +25,7 @@ from .as_html import (
 )
 from .as_json import JSON_SCHEMA_VERSION, to_dict, to_json
 from .as_text import COLORS, format_text, summary_line
-from .facts import NO, REMEDIES, YES, refused_variables, summary, verdict
+from .facts import NO, REMEDIES, YES, refused_variables, summary, verdict, wrote
 
 __all__ = ["BAND_WIDTH", "COLORS", "CSS", "JSON_SCHEMA_VERSION", "MARK_COLORS", "MARK_NAMES",
            "MAX_PADDED_DRAWN", "MAX_RUNS", "NO", "PAD_FILL", "REMEDIES", "YES", "Report",
@@ -52,7 +52,10 @@ class Report(model.Report):
 
     def __repr__(self) -> str:
         s = summary(self)
-        out = f", wrote {self.output['kind']} {self.output['path']}" if self.output else ""
+        out = f", wrote {self.output['kind']} {self.output['path']}" if wrote(self) else ""
+        if self.output and not wrote(self):
+            out = (f", nothing appended to {self.output['kind']} {self.output['path']} "
+                   f"({len(self.already)} file(s) already in it)")
         return (f"<virtualize.Report {verdict(self)}: {s['files']} file(s), {s['variables']} "
                 f"variable(s), {s['problems']} problem(s), {s['warnings']} warning(s){out}>")
 

@@ -16,6 +16,7 @@ from .facts import (
     NO,
     REMEDIES,
     YES,
+    every_data_variable_refused,
     missing_refused,
     refused_variables,
     remedy_shown,
@@ -23,6 +24,7 @@ from .facts import (
     size_text,
     summary,
     verdict,
+    ways_words,
 )
 
 MARK_COLORS = {OK: "#4c78a8", SHORT: "#9ecae9", OVERHANG: "#9c6ade", REFUSED: "#d62728",
@@ -73,11 +75,13 @@ def to_html(report: model.Report) -> str:
                      f"block(s), {cost}{state}</p>")
     # why a refused stack is refused, above the pictures
     refused = refused_variables(report)
+    every = every_data_variable_refused(report)
     if refused and not report.ok:
         parts.append('<p class="refused-variables"><b>refused variables</b>: '
                      + ", ".join(f'<span data-variable="{html.escape(n)}">{html.escape(n)} '
-                                 f"({html.escape(' or '.join(w))})</span>"
+                                 f"({html.escape(ways_words(w, every))})</span>"
                                  for n, w in refused.items()) + "</p>")
+    parts += [f'<p class="hint">{html.escape(h)}</p>' for h in getattr(report, "hints", ())]
     parts.append(_problems_html(report))
     plan = report.plan
     if plan is not None and plan.layout is not None:
@@ -117,14 +121,25 @@ def to_html(report: model.Report) -> str:
 
 
 def _problems_html(report: model.Report) -> str:
-    if not report.problems:
-        return "<h2>Problems</h2><p id=no-problems>None.</p>"
-    rows = ["<h2>Problems</h2>", '<table class="problems" id="problems"><tr><th>file</th>'
+    """The problems (fatal: what keeps the stack from being virtualized) and, apart, the
+    warnings (variables skipped, gaps in the axis, attributes left out: the cube is built
+    with them)."""
+    appending = getattr(report, "appending", False)
+    fatal = [p for p in report.problems if p.fatal]
+    warnings = [p for p in report.problems if not p.fatal]
+    out = ["<h2>Problems</h2>", _problem_rows(fatal, "problems", appending) if fatal else
+           "<p id=no-problems>None.</p>"]
+    if warnings:
+        out += ["<h2>Warnings</h2>", _problem_rows(warnings, "warnings", appending)]
+    return "\n".join(out)
+
+
+def _problem_rows(problems: list[model.Problem], table_id: str, appending: bool) -> str:
+    rows = [f'<table class="problems" id="{table_id}"><tr><th>file</th>'
             "<th>variable</th><th>axis</th><th>block</th><th>kind</th><th>problem</th></tr>"]
-    for p in sorted(report.problems, key=lambda p: not p.fatal):
+    for p in problems:
         block = ",".join(map(str, p.loc.block)) if p.loc.block is not None else ""
-        remedy = (f"<br><b>remedy:</b> "
-                  f"{html.escape(remedy_shown(p.remedy, getattr(report, 'appending', False)))}"
+        remedy = (f"<br><b>remedy:</b> {html.escape(remedy_shown(p.remedy, appending))}"
                   if p.remedy else "")
         rows.append(f'<tr class="problem {"fatal" if p.fatal else "warning"}" '
                     f'data-kind="{html.escape(p.kind)}"><td>{html.escape(p.loc.file or "")}</td>'

@@ -4,6 +4,8 @@ HTML renderers share (remedies, sizes, re-runs under `append`)."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from .. import model
@@ -69,10 +71,15 @@ def refused_variables(report: model.Report) -> dict[str, list[str]]:
                 if option and p.remedy and option in p.remedy and option not in ways:
                     ways.append(option)
     dim = plan.concat_dim if plan else None
+    # a way through that leaves no data variable is none: `--drop` is not offered for
+    # the data variables when every one of them is refused (ta, the only one)
+    data = set(getattr(report, "data_variables", None) or ())
+    keep_none = bool(data) and data <= set(out)
     for name, ways in out.items():
         kinds = {p.kind for p in report.problems if p.fatal and p.loc.variable == name}
         if name != dim or not kinds & _ORDER_KINDS:
-            ways.append(f"--drop {name}")
+            if not (keep_none and name in data):
+                ways.append(f"--drop {name}")
             continue
         if "duplicate-coordinate" in kinds:
             ways.append("leave out the file given twice")
@@ -86,6 +93,30 @@ def refused_variables(report: model.Report) -> dict[str, list[str]]:
         for ways in out.values():
             ways[:] = [rerun(w) if w.startswith("--") else w for w in ways]
     return out
+
+
+def every_data_variable_refused(report: model.Report) -> list[str]:
+    """The data variables, when every one is refused (no `--drop` is then a way
+    through: dropping them leaves no data); else []."""
+    data = list(getattr(report, "data_variables", None) or ())
+    refused = refused_variables(report)
+    return data if data and all(d in refused for d in data) else []
+
+
+def ways_words(ways: list[str], every: list[str]) -> str:
+    """A refused variable's ways through in words; none said so (`every`: the data
+    variables, every one refused)."""
+    if ways:
+        return " or ".join(ways)
+    if every:
+        return ("the only data variable: dropping it leaves no data" if len(every) == 1 else
+                "every data variable is refused: dropping them leaves no data")
+    return "no way through"
+
+
+def wrote(report: model.Report) -> bool:
+    """Did the job write (or grow) its output? Not an `append` that found nothing new."""
+    return bool(report.output) and report.output.get("written", True) is not False
 
 
 # problems of the concatenation coordinate's order: `--drop` does not remove them
@@ -131,3 +162,49 @@ def size_text(n: int) -> str:
             return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return str(n)
+
+
+def gap_words(problems) -> str | None:
+    """The gaps in a regular concatenation coordinate (`coordinate-gap` problems) as the
+    one-line summary names them: "1 gap: 12 step(s) of 31 days missing between
+    1986-12-16 and 1988-01-16" (the first two; more: counted)."""
+    gaps = [p for p in problems if p.kind == "coordinate-gap"]
+    if not gaps:
+        return None
+    spans = [gap_span(p.message) for p in gaps]
+    return (f"{len(gaps)} gap{'s' if len(gaps) > 1 else ''}: " + ", ".join(spans[:2])
+            + (f", ... ({len(gaps) - 2} more; -v lists them)" if len(gaps) > 2 else ""))
+
+
+def gap_span(message: str) -> str:
+    """What a `coordinate-gap` message says is missing, without where (plan/gaps.py)."""
+    from ..plan.gaps import SPAN_END
+
+    return message.split(SPAN_END)[0]
+
+
+# a run of this many comma-separated paths or more in a note or message is shortened
+PATH_RUN = 6
+_PATH = r"[^\s,;()]*/[^\s,;()]+"
+_PATHS = re.compile(rf"{_PATH}(?:, {_PATH}){{{PATH_RUN - 1},}}")
+
+
+def short_paths(text: str, shown: int = 3) -> str:
+    """`text` with each long list of paths ("a/1.nc, a/2.nc, ... a/130.nc") as its count,
+    first few and last: "130 files: a/1.nc, a/2.nc, a/3.nc, ..., a/130.nc"."""
+    def short(m: re.Match) -> str:
+        paths = m.group(0).split(", ")
+        return (f"{len(paths)} files: " + ", ".join(paths[:shown]) + f", ..., {paths[-1]}")
+    return _PATHS.sub(short, text)
+
+
+def path_lines(text: str) -> tuple[str, list[str]]:
+    """`text` with its long lists of paths taken out, and the paths, one each (for a
+    report that lists everything: never hundreds of paths on one line)."""
+    found: list[str] = []
+
+    def out(m: re.Match) -> str:
+        paths = m.group(0).split(", ")
+        found.extend(paths)
+        return f"{len(paths)} files (below)"
+    return _PATHS.sub(out, text), found

@@ -179,6 +179,7 @@ _BULLETIN = bytes([0, 1, 3, 9, 10, 13, *range(0x20, 0x7f)])
 
 class Grib(Format):
     name = "grib"
+    title = "GRIB 1 and 2"
     suffixes = (".grib", ".grb", ".grib1", ".grib2", ".grb1", ".grb2")
     inventory_formats = ("grib",)
     # (pyproj before ecCodes, as codecs.load_eccodes imports them: see there why)

@@ -41,6 +41,10 @@ class Message:
     bitmap: int  # GRIB2 section 6's indicator (0 present, 254 the previous one's, 255 none);
     #             GRIB1: 0 when a BMS is present, else 255
     fields: int = 1  # GRIB2: data sections (7) in the message (> 1: a multi-field message)
+    bitmap_bits: int | None = None  # the points its own bit-map covers (None: no bit-map
+    #                                 of its own, or a predefined one)
+    data_bytes: int = 0  # the packed values' bytes (GRIB1 section 4 past its 11-byte
+    #                      header, GRIB2 section 7 past its 5)
 
 
 def corrupt(path: str, message: str, kind: str = "corrupt") -> VirtualizeError:
@@ -142,10 +146,14 @@ def _grib1(f, path, size, at, index, s0, where) -> Message:
             raise corrupt(path, f"{where}: its grid description section is {n} bytes long")
         grid = _read(f, path, size, pos, n, where, "grid description section")
         pos += n
+    bits = None
     if flags & 0x40:  # a bit-map section
-        n = _u(_read(f, path, size, pos, 3, where, "bit-map section"), 0, 3)
+        bms = _read(f, path, size, pos, 6, where, "bit-map section")
+        n = _u(bms, 0, 3)
         if n < 6:
             raise corrupt(path, f"{where}: its bit-map section is {n} bytes long")
+        if _u(bms, 4, 2) == 0:  # (else a predefined bit-map of the centre's)
+            bits = (n - 6) * 8 - bms[3]
         bitmap, pos = 0, pos + n
     s4 = _read(f, path, size, pos, 11, where, "binary data section")
     l4 = _u(s4, 0, 3)
@@ -160,7 +168,8 @@ def _grib1(f, path, size, at, index, s0, where) -> Message:
         raise corrupt(path, f"{where}: {total} bytes long but the file ends {size - at} bytes "
                             "after its start (a truncated file?)", "truncated")
     head = _read(f, path, size, at, pos + 11 - at, where, "headers")
-    return Message(index, at, total, 1, head, grid, bitmap)
+    return Message(index, at, total, 1, head, grid, bitmap, bitmap_bits=bits,
+                   data_bytes=max(at + total - 4 - pos - 11, 0))  # (l4 - 11 but large)
 
 
 def _grib2(f, path, size, at, index, s0, where) -> Message:
@@ -172,6 +181,7 @@ def _grib2(f, path, size, at, index, s0, where) -> Message:
                             "after its start (a truncated file?)", "truncated")
     end = at + total - 4
     pos, last, grid, bitmap, fields, head_end = at + 16, 0, b"", 255, 0, 0
+    bits, data = None, 0
     while pos < end:
         h = _read(f, path, size, pos, 5, where, "sections")
         n, number = _u(h, 0, 4), h[4]
@@ -183,8 +193,10 @@ def _grib2(f, path, size, at, index, s0, where) -> Message:
             grid = _read(f, path, size, pos, n, where, "grid definition section")
         elif number == 6:
             bitmap = _read(f, path, size, pos, 6, where, "bit-map section")[5]
+            bits = (n - 6) * 8 if bitmap == 0 else None
         elif number == 7:
             fields += 1
+            data = n - 5
         if number == 4 and not head_end:
             head_end = pos + n
         last, pos = number, pos + n
@@ -192,4 +204,4 @@ def _grib2(f, path, size, at, index, s0, where) -> Message:
         raise corrupt(path, f"{where}: its sections do not end at its end marker (byte offset "
                             f"{end})")
     head = _read(f, path, size, at, head_end - at, where, "headers")
-    return Message(index, at, total, 2, head, grid, bitmap, max(fields, 1))
+    return Message(index, at, total, 2, head, grid, bitmap, max(fields, 1), bits, data)

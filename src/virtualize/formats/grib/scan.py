@@ -88,6 +88,7 @@ class Field:
     shape: tuple[int, ...]  # the grid's shape (Nj, Ni) or (numberOfPoints,)
     geo: dict = field(default_factory=dict)  # the grid's keys (ecCodes' geography namespace)
     problem: str | None = None  # why its values cannot be a chunk
+    damage: str | None = None  # how its headers contradict each other or its bytes
     # ecCodes' `latitudes`, `longitudes` of a grid not regular_ll / regular_gg (None: none)
     points: tuple[np.ndarray, np.ndarray] | None = None
 
@@ -178,8 +179,10 @@ def _field(ec, h, m: Message, path: str, where: str, local: bool, known: dict) -
     ni, nj = _get(ec, h, "Ni", int), _get(ec, h, "Nj", int)
     points = _get(ec, h, "numberOfPoints", int, 0)
     problem = None
-    if gt not in ("reduced_gg", "reduced_ll", "sh") and ni and nj and ni > 0 and nj > 0 and \
-            ni * nj == points:
+    rows = gt not in ("reduced_gg", "reduced_ll", "sh") and not gt.startswith("reduced") and \
+        ni and nj and 0 < ni < MISSING and 0 < nj < MISSING
+    damage = _damage(ec, h, m, gt, points, (nj, ni) if rows else None)
+    if rows and ni * nj == points:
         shape = (nj, ni)
         if geo.get("jPointsAreConsecutive") or _get(ec, h, "alternativeRowScanning", int):
             problem = ("its points run along columns (jPointsAreConsecutive) or alternate "
@@ -197,7 +200,39 @@ def _field(ec, h, m: Message, path: str, where: str, local: bool, known: dict) -
         problem = f"a message of {m.fields} fields (only single-field messages are chunks)"
     return Field(m, keys, _get(ec, h, "number", int, 0) or 0,
                  int((ref - EPOCH).total_seconds()), int(step),
-                 float(_get(ec, h, "level", float, 0.0)), shape, geo, problem)
+                 float(_get(ec, h, "level", float, 0.0)), shape, geo, problem, damage)
+
+
+MISSING = 0x7FFFFFFF  # (ecCodes' missing Ni / Nj of reduced grids read as ints past this)
+SIMPLE_PACKINGS = ("grid_simple", "grid_simple_matrix")
+
+
+def _damage(ec, h, m: Message, gt: str, points: int, rows: tuple[int, int] | None
+            ) -> str | None:
+    """How the message's size fields contradict each other or what its bytes can hold, or
+    None: every header value that sizes its values is checked before a cube is written
+    (an edited Ni gave an array whose every read failed; numberOfDataPoints = 2**32 - 1 one
+    whose every read needed 32 GiB, where ecCodes decodes 51,200 values)."""
+    if rows is not None and rows[0] * rows[1] != points:
+        return (f"its grid is Ni x Nj = {rows[1]} x {rows[0]} = {rows[0] * rows[1]} points, but "
+                f"it says it holds {points}")
+    coded = _get(ec, h, "numberOfCodedValues", int)
+    if coded is None or coded < 0:
+        return None
+    if m.bitmap == 255 and coded != points:  # no bit-map: a value per point
+        return (f"it codes {coded} values for {points} points and has no bit-map (ecCodes "
+                "cannot decode it)")
+    if m.bitmap == 0 and m.bitmap_bits is not None and m.bitmap_bits < points:
+        return f"its bit-map covers {m.bitmap_bits} points, not its {points}"
+    if m.bitmap == 0 and coded > points:
+        return f"it codes {coded} values for {points} points"
+    bpv = _get(ec, h, "bitsPerValue", int)
+    packing = _get(ec, h, "packingType", str)
+    if packing in SIMPLE_PACKINGS and bpv is not None and 0 <= bpv <= 64 and \
+            -(-coded * bpv // 8) > m.data_bytes:
+        return (f"it codes {coded} values of {bpv} bits in {m.data_bytes} bytes of packed "
+                "data (ecCodes cannot decode it)")
+    return None
 
 
 def _points(ec, h, f: Field, grids: dict) -> tuple[np.ndarray, np.ndarray] | None:
@@ -564,14 +599,23 @@ def _variable(path: str, a: Array, coords: Coords, problems: list[Problem],
 
 
 def refused(path: str, a: Array, name: str, problems: list[Problem]) -> bool:
-    """Whether a message of `a` cannot be a chunk (the first one named in a problem)."""
+    """Whether a message of `a` cannot be a chunk, or its headers are damaged (the first
+    one named in a problem)."""
     bad = [f for f in a.fields if f.problem]
     if bad:
         f = bad[0]
         problems.append(Problem(Location(path, name), "unsupported-grib", (
             f"message {f.message.index} (at byte offset {f.message.offset}): {f.problem}"
             + (f"; and {len(bad) - 1} more message(s)" if len(bad) > 1 else ""))))
-    return bool(bad)
+        return True
+    hurt = [f for f in a.fields if f.damage]
+    if hurt:
+        f = hurt[0]
+        problems.append(Problem(Location(path, name), "corrupt", (
+            f"message {f.message.index} (at byte offset {f.message.offset}): {f.damage}"
+            + (f"; and {len(hurt) - 1} more message(s)" if len(hurt) > 1 else "")
+            + f"; --drop {name} virtualizes the rest")))
+    return bool(hurt)
 
 
 def array(name: str, f0: Field, cells: tuple[int, ...], refs: np.ndarray,

@@ -83,21 +83,95 @@ def _open(path: str):
         raise VirtualizeError([Problem(Location(path), "unsupported-object",
                                        "HDF4 files are read from local paths only (pyhdf)")],
                               f"{path}: HDF4 over a URL is not supported")
+    real = os.path.realpath(path)
+    alias = _alias(real)
+    before = _fds_to(real)
     try:
-        return SD.SD(os.fspath(path))
+        return SD.SD(alias)
     except Exception as e:  # pyhdf's HDF4Error: a file the library cannot open
+        _close_leaked(real, before)
         raise corrupt(path, f"the HDF4 library cannot open it ({type(e).__name__}: {e})") \
             from None
+    finally:
+        os.unlink(alias)
 
 
-def _names(sd) -> list[tuple[int, str, Any]]:
+# The HDF4 library keeps a record of every file it opens, by the path it was given, and
+# hands that record to the next open of the same path while it is held. A failed open
+# (SDstart on a damaged file) never lets go of its record (nor of its file descriptor), so
+# the next open of that path, in the same process, read the damaged file's structure again
+# (a scan worker reused across files: a file rewritten in place read as the one before,
+# values made up). Each open is therefore by a path of its own (a symlink made for it, gone
+# once the file is open), and the descriptor a failed open leaves is closed.
+_ALIASES: dict[str, Any] = {}
+
+
+def _alias(real: str) -> str:
+    """A new path to `real` (a symlink in this process's own temporary directory)."""
+    import itertools
+    import tempfile
+
+    if "dir" not in _ALIASES:
+        _ALIASES["dir"] = tempfile.mkdtemp(prefix="virtualize-hdf4-")
+        _ALIASES["count"] = itertools.count()
+        import atexit
+        import shutil
+
+        atexit.register(shutil.rmtree, _ALIASES["dir"], True)
+    alias = os.path.join(_ALIASES["dir"], f"{next(_ALIASES['count'])}.hdf")
+    os.symlink(real, alias)
+    return alias
+
+
+def _fds_to(real: str) -> set[int]:
+    """This process's file descriptors open on `real` (Linux; none known elsewhere)."""
+    out = set()
+    try:
+        fds = os.listdir("/proc/self/fd")
+    except OSError:
+        return out
+    for fd in fds:
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}") == real:
+                out.add(int(fd))
+        except OSError:
+            continue
+    return out
+
+
+def _close_leaked(real: str, before: set[int]) -> None:
+    for fd in _fds_to(real) - before:  # (only descriptors on this very file, opened now)
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
+def _names(sd, aliases: list | None = None) -> list[tuple[int, str, Any]]:
     """(index, cube name, SDS) of every SDS (each selected: the caller ends its access):
     its own name, `sds<index>` when it repeats (without case), is empty, is `sds<k>`, or
-    is no zarr node name."""
-    items = []
-    for index in range(sd.info()[0]):
-        v = sd.select(index)
-        items.append((index, v.info(), v))
+    is no zarr node name. An SDS the library lists a second time (the same ref, name,
+    shape and type: an old DFSD file whose SDG and NDG the library no longer sees as one,
+    its link damaged) is one dataset: listed once, the repeat in `aliases` as (index, name,
+    index of the first)."""
+    items, seen = [], {}
+    try:
+        for index in range(sd.info()[0]):
+            v = sd.select(index)
+            items.append((index, None, v))
+            info = v.info()
+            key = (v.ref(), info[0], info[1], str(info[2]), info[3])
+            if key in seen:
+                if aliases is not None:
+                    aliases.append((index, info[0], seen[key]))
+                items.pop()
+                _end(v)
+                continue
+            seen[key] = index
+            items[-1] = (index, info, v)
+    except BaseException:
+        _end_all(items)
+        raise
     counts: dict[str, int] = {}
     for _, info, _ in items:
         counts[info[0].lower()] = counts.get(info[0].lower(), 0) + 1
@@ -108,6 +182,22 @@ def _names(sd) -> list[tuple[int, str, Any]]:
             counts[n.lower()] > 1 or re.fullmatch(r"sds\d+", n.lower()) is not None
         out.append((index, f"sds{index}" if bad else n, v))
     return out
+
+
+def _end(v) -> None:
+    """End an SDS's access (again, or after a failure: quietly). An SDS left selected keeps
+    the HDF4 library from closing its file, and the library hands the next open of that path
+    the file it still holds: a later scan of a file rewritten in place would read the old
+    one's structure."""
+    try:
+        v.endaccess()
+    except Exception:  # noqa: BLE001 - (ended already)
+        pass
+
+
+def _end_all(items) -> None:
+    for _, _, v in items:
+        _end(v)
 
 
 def _attrs(d: dict, path: str, var: str | None, problems: list[Problem]) -> dict[str, Any]:
@@ -141,31 +231,43 @@ def scan_hdf4(path: str) -> FileInventory:
         f = _Counted(raw)
         try:
             dds = layout.descriptors(f, st.st_size)
+            vgroups = layout.variable_groups(f, dds, st.st_size)
         except layout.Corrupt as e:
             raise corrupt(path, str(e)) from None
         sd = _open(path)
         try:
-            inv = _inventory(path, st, f, dds, sd)
+            inv = _inventory(path, st, f, dds, vgroups, sd)
         finally:
             sd.end()
         inv.bytes_read, inv.requests = f.bytes_read, f.requests
     return inv
 
 
-def _inventory(path: str, st, f, dds, sd) -> FileInventory:
+def _inventory(path: str, st, f, dds, vgroups, sd) -> FileInventory:
     problems: list[Problem] = []
     variables: dict[str, Variable] = {}
     dimensions: dict[str, Dimension] = {}
-    for index, name, v in _names(sd):
-        try:
-            var = _variable(path, st.st_size, f, dds, index, name, v, problems)
-        except layout.Corrupt as e:
-            problems.append(Problem(Location(path, name), "corrupt", str(e)))
-            var = None
-        finally:
-            v.endaccess()
-        if var is not None:
-            variables[name] = var
+    aliases: list = []
+    selected = _names(sd, aliases)
+    try:
+        for index, name, v in selected:
+            try:
+                var = _variable(path, st.st_size, f, dds, vgroups, index, name, v, problems)
+            except layout.Corrupt as e:
+                problems.append(Problem(Location(path, name), "corrupt",
+                                        f"{e}; --drop {name} virtualizes the rest"))
+                var = None
+            finally:
+                _end(v)
+            if var is not None:
+                variables[name] = var
+    finally:
+        _end_all(selected)
+    for index, sds_name, first in aliases:
+        problems.append(Problem(Location(path, sds_name), "hdf4-layout", (
+            f"SDS {index} is SDS {first} listed again by the HDF4 library (the same ref, name, "
+            "shape and type: a file of the older DFSD interface whose SDG and NDG it no longer "
+            "joins, their link damaged?): one array"), fatal=False))
     gattrs = _attrs(sd.attributes(), path, None, problems)
     _hdfeos(path, gattrs, variables, problems)
     _own_record_lengths(variables)
@@ -244,7 +346,7 @@ def _skipped(path: str, f, dds, size: int) -> list[Problem]:
     return notes
 
 
-def _variable(path, size, f, dds, index, name, v, problems) -> Variable | None:
+def _variable(path, size, f, dds, vgroups, index, name, v, problems) -> Variable | None:
     loc = Location(path, name)
     sds_name, rank, dims_, typ, _nattrs = v.info()
     shape = tuple(int(n) for n in (dims_ if isinstance(dims_, list) else [dims_]))
@@ -255,8 +357,11 @@ def _variable(path, size, f, dds, index, name, v, problems) -> Variable | None:
                                 f"{index}) has HDF4 number type {typ} ({what}): skipped",
                                 fatal=False))
         return None
+    # the SD library's own record of the SDS (its vgroup) names its data and number type;
+    # files of the older DFSD interface have only the NDG
+    group = vgroups.get(v.ref())
     try:
-        group = layout.ndg(f, dds, v.ref(), size)
+        group = layout.ndg(f, dds, v.ref(), size) if group is None else group
     except layout.Corrupt:
         if not (v.iscoordvar() and rank == 1):
             raise
@@ -335,25 +440,23 @@ def read_hdf4_region(path: str, name: str,
     """Values of SDS `name` (the cube's name) as pyhdf reads them."""
     sd = _open(path)
     try:
-        for index, cube_name, v in _names(sd):
-            try:
-                if cube_name != name:
-                    continue
-                if region is None:
-                    return np.asarray(v.get())
-                if not region:
-                    return np.asarray(v.get())
-                start = [a for a, _ in region]
-                count = [b - a for a, b in region]
-                if any(c == 0 for c in count):
-                    dtype = np.asarray(v.get(start=[0] * len(region), count=[1] * len(region))).dtype
-                    return np.zeros(count, dtype)
-                return np.asarray(v.get(start=start, count=count)).reshape(count)
-            finally:
-                v.endaccess()
+        selected = _names(sd)
+        try:
+            v = next((v for _, cube_name, v in selected if cube_name == name), None)
+            if v is None:
+                raise KeyError(f"{path}: no SDS {name!r}")
+            if not region:
+                return np.asarray(v.get())
+            start = [a for a, _ in region]
+            count = [b - a for a, b in region]
+            if any(c == 0 for c in count):
+                dtype = np.asarray(v.get(start=[0] * len(region), count=[1] * len(region))).dtype
+                return np.zeros(count, dtype)
+            return np.asarray(v.get(start=start, count=count)).reshape(count)
+        finally:
+            _end_all(selected)  # (every one: an SDS left selected keeps the file open)
     finally:
         sd.end()
-    raise KeyError(f"{path}: no SDS {name!r}")
 
 
 def _installed(name: str) -> bool:
@@ -365,6 +468,7 @@ def _installed(name: str) -> bool:
 
 class Hdf4(Format):
     name = "hdf4"
+    title = "HDF4 / HDF-EOS2"
     suffixes = (".hdf", ".hdf4", ".h4", ".he2", ".he4")
     inventory_formats = ("hdf4",)
     modules = (__name__, *(("pyhdf.SD",) if _installed("pyhdf") else ()))

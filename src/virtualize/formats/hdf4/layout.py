@@ -21,10 +21,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .._io import MAX_BLOCKS
+
 MAGIC = b"\x0e\x03\x13\x01"
 SPECIAL = 0x4000
-NULL, LINKED, COMPRESSED, CHUNK, NT, SDD, SD, NDG, VH, VS = (
-    1, 20, 40, 61, 106, 701, 702, 720, 1962, 1963)
+NULL, LINKED, COMPRESSED, CHUNK, NT, SDG, SDD, SD, NDG, VH, VS, VG = (
+    1, 20, 40, 61, 106, 700, 701, 702, 720, 1962, 1963, 1965)
 SP_LINKED, SP_COMP, SP_CHUNKED = 1, 3, 5
 COMP_NAMES = {0: "none", 1: "RLE", 2: "N-bit", 3: "skipping Huffman", 4: "deflate",
               5: "szip", 7: "JPEG"}
@@ -151,12 +153,42 @@ def element_bytes(f, dds, key, size: int, what: str) -> bytes:
 
 def ndg(f, dds, ref: int, size: int) -> dict[int, int]:
     """The tags of an SDS's numeric data group (NDG or SDG): tag -> ref."""
-    for tag in (NDG, 700):
+    for tag in (NDG, SDG):
         if (tag, ref) in dds:
             raw = element_bytes(f, dds, (tag, ref), size, f"the NDG of ref {ref}")
             pairs = np.frombuffer(raw[:len(raw) // 4 * 4], dtype=">u2").reshape(-1, 2)
             return {int(t): int(r) for t, r in pairs.tolist()}
     raise Corrupt(f"the SDS of ref {ref} has no NDG")
+
+
+def variable_groups(f, dds, size: int) -> dict[int, dict[int, int]]:
+    """The SD interface's own record of each SDS: the vgroups of class `Var0.0`, by the ref
+    of the NDG (or SDG) they hold -> their members (tag -> ref). The HDF4 library reads an
+    SDS's data element (DFTAG_SD) and number type from this vgroup (mfhdf's
+    `hdf_read_vars`); the NDG is written beside it for the older DFSD interface."""
+    out: dict[int, dict[int, int]] = {}
+    for (tag, ref), (special, off, ln) in dds.items():
+        if tag != VG or special or ln < 2 or (off, ln) == (UNWRITTEN, UNWRITTEN):
+            continue
+        raw = _read(f, ln, off, size, f"vgroup {ref}")
+        (n,) = struct.unpack(">H", raw[:2])
+        at = 2 + 4 * n
+        if at + 2 > len(raw):
+            raise Corrupt(f"vgroup {ref} (byte offset {off}) lists {n} members in {ln} bytes")
+        tags = struct.unpack(f">{n}H", raw[2:2 + 2 * n])
+        refs = struct.unpack(f">{n}H", raw[2 + 2 * n:at])
+        (k,) = struct.unpack(">H", raw[at:at + 2])
+        at += 2 + k
+        if at + 2 > len(raw):
+            raise Corrupt(f"vgroup {ref} (byte offset {off}): its name runs past its {ln} bytes")
+        (k,) = struct.unpack(">H", raw[at:at + 2])
+        if raw[at + 2:at + 2 + k] != b"Var0.0":
+            continue
+        members = dict(zip(tags, refs))  # (the last of a tag, as the library takes it)
+        group = members.get(NDG, members.get(SDG))
+        if group is not None:
+            out.setdefault(group, members)
+    return out
 
 
 def number_type(f, dds, ref: int, size: int) -> tuple[int, int, int]:
@@ -192,8 +224,12 @@ def sds_layout(f, dds, sd_ref: int | None, shape: tuple[int, ...], itemsize: int
     nbytes = math.prod(shape) * itemsize
     one = np.zeros((1,) * len(shape), np.int64)
     whole = tuple(max(n, 1) for n in shape)
-    if sd_ref is None or (SD, sd_ref) not in dds or dds[(SD, sd_ref)][1:] == (
-            UNWRITTEN, UNWRITTEN) or nbytes == 0:
+    if sd_ref is not None and (SD, sd_ref) not in dds and nbytes:
+        # named as the SDS's data but not in the file: the HDF4 library cannot read it
+        # (SDreaddata fails); never read as never written
+        raise Corrupt(f"the data element of {what} (tag {SD}, ref {sd_ref}) has no data "
+                      "descriptor: the HDF4 library cannot read it")
+    if sd_ref is None or dds[(SD, sd_ref)][1:] == (UNWRITTEN, UNWRITTEN) or nbytes == 0:
         return Layout(whole, one, one.copy())
     special, off, ln = dds[(SD, sd_ref)]
     if not special:
@@ -256,6 +292,9 @@ def _chunked(f, dds, off: int, shape, itemsize: int, size: int, what: str) -> La
         return Layout(held=("hdf4-layout", f"chunk flags {flag} (N-bit or another "
                             "chunk coding)"))
     grid = tuple(-(-n // c) for n, c in zip(shape, chunk))
+    if math.prod(grid) > MAX_BLOCKS:  # (before allocating: a damaged header's sizes)
+        raise Corrupt(f"{what} of shape {shape} in chunks of {chunk} is {math.prod(grid)} "
+                      f"chunks, more than a block table holds ({MAX_BLOCKS})")
     vh = element_bytes(f, dds, (VH, tbl_ref), size, f"the chunk table header of {what}")
     nvert, ivsize, fields = _vh(vh, what)
     table = element_bytes(f, dds, (VS, tbl_ref), size, f"the chunk table of {what}")

@@ -62,6 +62,7 @@ def _h5py():
 
 class Hdf5(Format):
     name = "hdf5"
+    title = "netCDF-4 / HDF5"
     suffixes = (".h5", ".hdf5", ".he5", ".hdf", ".nc4")
     modules = (f"{__name__}.walk",)
     inventory_formats = ("hdf5", "netcdf4")

@@ -12,6 +12,7 @@ MAGIC = (b"II*\x00", b"MM\x00*", b"II+\x00", b"MM\x00+")  # TIFF, BigTIFF; eithe
 
 class Tiff(Format):
     name = "tiff"
+    title = "TIFF / GeoTIFF"
     suffixes = (".tif", ".tiff", ".gtiff")
     inventory_formats = ("tiff", "bigtiff", "geotiff", "geobigtiff")
     modules = (f"{__name__}.scan", f"{__name__}.read")
