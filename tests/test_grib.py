@@ -7,6 +7,7 @@ one group), whose names they use; cfgrib's, the default, is tests/test_grib_layo
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import os
 import subprocess
@@ -41,10 +42,11 @@ def grib_case(case):
 
 
 def eccodes_messages(path) -> list[dict]:
-    """Every message of the file as ecCodes reads it: its keys and values (the points its
-    bit-map marks missing NaN), in file order."""
+    """Every field of the file as ecCodes reads it (its multi-field support on, as cfgrib
+    reads: each field of a message of several its own handle): its keys and values (the
+    points its bit-map marks missing NaN) in (y, x) order, in file order."""
     out = []
-    with open(path, "rb") as f:
+    with open(path, "rb") as f, _multi_support(f):
         while (h := ec.codes_grib_new_from_file(f)) is not None:
             try:
                 values = ec.codes_get_values(h).astype(np.float64)
@@ -65,13 +67,46 @@ def eccodes_messages(path) -> list[dict]:
                     "gridType": ec.codes_get(h, "gridType"),
                     "Ni": ec.codes_get(h, "Ni") if ec.codes_is_defined(h, "Ni") else None,
                     "Nj": ec.codes_get(h, "Nj") if ec.codes_is_defined(h, "Nj") else None,
-                    "values": values,
-                    "latitudes": _geo(h, "latitudes"),
-                    "longitudes": _geo(h, "longitudes"),
+                    "values": _yx(h, values),
+                    "latitudes": _yx(h, _geo(h, "latitudes"), rows=False),
+                    "longitudes": _yx(h, _geo(h, "longitudes"), rows=False),
+                    "message": ec.codes_get_message(h),
                 })
             finally:
                 ec.codes_release(h)
     return out
+
+
+@contextlib.contextmanager
+def _multi_support(f):
+    ec.codes_grib_multi_support_on()
+    ec.codes_grib_multi_support_reset_file(f)  # (its state outlives a file: cfgrib's note)
+    try:
+        yield
+    finally:
+        ec.codes_grib_multi_support_reset_file(f)
+        ec.codes_grib_multi_support_off()
+
+
+def _yx(h, values, rows=True):
+    """ecCodes' values (in the message's scanning order) in (y, x) order: points along
+    columns (jPointsAreConsecutive) transposed, as ecCodes' own latitudes and longitudes
+    place them; every second row of an alternating scan reversed (cfgrib's
+    `get_values_in_order`; ecCodes' geo-iterator gives every row in the first row's
+    direction, so its coordinates are not: `rows` False). Done here by ecCodes' keys
+    alone, not virtualize's code."""
+    if values is None or not ec.codes_is_defined(h, "Ni") or ec.codes_get(h, "Ni") in (0, None) \
+            or ec.codes_get(h, "Ni") * ec.codes_get(h, "Nj") != values.size:
+        return values
+    ni, nj = ec.codes_get(h, "Ni"), ec.codes_get(h, "Nj")
+    columns = ec.codes_is_defined(h, "jPointsAreConsecutive") and \
+        ec.codes_get(h, "jPointsAreConsecutive")
+    alternate = ec.codes_is_defined(h, "alternativeRowScanning") and \
+        ec.codes_get(h, "alternativeRowScanning")
+    grid = values.reshape((ni, nj) if columns else (nj, ni)).copy()
+    if alternate and rows:
+        grid[1::2, :] = grid[1::2, ::-1]
+    return (grid.T if columns else grid).reshape(-1).copy()
 
 
 def _geo(h, key):

@@ -195,7 +195,8 @@ def test_entry_points_name_the_codecs():
         module, _colon, attr = target.partition(":")
         assert module == "virtualize.codecs" and getattr(vcodecs, attr) is vcodecs.CODECS[name]
         config = {vcodecs.BITSHUFFLE: {"elementsize": 4},
-                  vcodecs.FITSSCALE: {"dtype": "<f4", "astype": "<i2"}}.get(name)
+                  vcodecs.FITSSCALE: {"dtype": "<f4", "astype": "<i2"},
+                  vcodecs.FITSGZIP: {"bitpix": 16}}.get(name)
         assert vcodecs.CODECS[name].from_dict(
             {"name": name, "configuration": config} if config else {"name": name}
         ).to_dict()["name"] == name

@@ -682,3 +682,160 @@ def test_a_failed_open_does_not_stand_in_for_the_next_file_at_its_path(tmp_path)
         assert_same(read_hdf4_region(str(path), "x"), want, f"after a failed open ({off})")
     if fds is not None:
         assert len(os.listdir("/proc/self/fd")) == fds  # (none left open)
+
+
+# -- MODIS granules (fixtures/make_hdf4.py `hdf4_modis`: HDF-EOS2 swaths and grids in
+# their real structure, which GDAL's HDF4_EOS driver, the HDF-EOS2 library, reads) -------
+
+MODIS = {"MOD021KM": "MODIS_SWATH_Type_L1B", "MOD06_L2": "mod06", "MOD04_L2": "mod04",
+         "MOD08_D3": "mod08", "MCD43A4": "MOD_Grid_BRDF"}
+
+
+def modis(hdf4_case, product: str) -> Path:
+    return next(p for p in hdf4_case("modis") if p.name.startswith(product + "."))
+
+
+def _gdal_geolocation(path, swath, field) -> dict:
+    import json
+    import subprocess
+
+    out = subprocess.run(["gdalinfo", "-json", f'HDF4_EOS:EOS_SWATH:"{path}":{swath}:{field}'],
+                         capture_output=True, text=True, check=True).stdout
+    return json.loads(out)["metadata"]["GEOLOCATION"]
+
+
+@pytest.mark.parametrize("product", list(MODIS))
+def test_modis_granules_read_like_pyhdf(hdf4_case, tmp_path, product):
+    """Every SDS of each MODIS granule (L1B and L2 swaths, L3 grids) equals pyhdf's read,
+    through virtualize.open and the kerchunk export; all referenced; each field its
+    HDF-EOS2 structure's dimension names and attributes as MODIS writes them."""
+    path = modis(hdf4_case, product)
+    report, g, k = roundtrip([path], tmp_path)
+    assert report.ok, [p.message for p in report.problems if p.fatal]
+    names = pyhdf_names(path)
+    for var in names:
+        want = pyhdf_read(path, var)
+        assert_same(g[var][...], want, var)
+        assert_same(k[var][...], want, f"{var}: kerchunk export")
+        assert report.plan.arrays[var].inline is None, var
+    ds = xr.open_dataset(tmp_path / "cube.zarr", engine="virtualize", mask_and_scale=False)
+    kind = "GRID" if product in ("MOD08_D3", "MCD43A4") else "SWATH"
+    for var in names:
+        if var not in ("XDim", "YDim"):
+            assert ds[var].attrs[f"HDFEOS_{kind}"] == MODIS[product], var
+        assert not any(":" in d for d in ds[var].dims), (var, ds[var].dims)
+    if product == "MOD021KM":
+        ev = ds["EV_1KM_RefSB"]
+        assert ev.dims == ("Band_1KM_RefSB", "10*nscans", "Max_EV_frames")
+        assert ev.attrs["_FillValue"] == 65535 and list(ev.attrs["valid_range"]) == [0, 32767]
+        assert len(ev.attrs["radiance_scales"]) == 15
+        assert ev.Band_1KM_RefSB.values[6] == 13.5  # (the band numbers: a coordinate)
+    if product == "MOD04_L2":  # (geolocation on the data's own dimensions: coordinates)
+        assert {"Latitude", "Longitude"} <= set(ds["Optical_Depth_Land_And_Ocean"].coords)
+        assert "HDFEOS_DIMENSION_MAP" not in ds["Optical_Depth_Land_And_Ocean"].attrs
+    if product == "MOD08_D3":  # (its own XDim / YDim SDS are the coordinates)
+        assert_same(ds["Cloud_Fraction_Mean"].XDim.values, pyhdf_read(path, "XDim"), "XDim")
+        assert any("an SDS is named 'XDim'" in p.message for p in report.problems)
+
+
+@pytest.mark.parametrize("product,data,along,across", [
+    ("MOD021KM", "EV_1KM_RefSB", ("2*nscans", "10*nscans"), ("1KM_geo_dim", "Max_EV_frames")),
+    ("MOD06_L2", "Cloud_Optical_Thickness", ("Cell_Along_Swath_5km", "Cell_Along_Swath_1km"),
+     ("Cell_Across_Swath_5km", "Cell_Across_Swath_1km"))])
+def test_modis_swath_dimension_maps(hdf4_case, tmp_path, product, data, along, across):
+    """Dimension maps (offset 2, increment 5) as the HDF-EOS2 library reads a swath:
+    geolocation at its own resolution, never interpolated (pyhdf's values); the maps as
+    attributes; each geolocation dimension a coordinate of the data indices its elements
+    stand at, equal to GDAL's GEOLOCATION metadata (LINE_ / PIXEL_ OFFSET and STEP, from
+    SWinqmaps); `isel` by them picks the data at the geolocation points."""
+    import shutil
+
+    path = modis(hdf4_case, product)
+    report, g, k = roundtrip([path], tmp_path)
+    assert report.ok
+    ds = xr.open_dataset(tmp_path / "cube.zarr", engine="virtualize", mask_and_scale=False)
+    lat = ds["Latitude"]
+    assert lat.dims == (along[0], across[0])  # (its own resolution)
+    assert_same(lat.values, pyhdf_read(path, "Latitude"), "Latitude")
+    field = ds[data]
+    assert field.attrs["HDFEOS_DIMENSION_MAP"] == [f"{along[0]}/{along[1]}",
+                                                   f"{across[0]}/{across[1]}"]
+    assert field.attrs["HDFEOS_DIMENSION_MAP_OFFSET"] == [2, 2]
+    assert field.attrs["HDFEOS_DIMENSION_MAP_INCREMENT"] == [5, 5]
+    assert field.attrs["HDFEOS_GEOLOCATION"] == "Latitude Longitude"
+    assert "coordinates" not in field.attrs  # (CF: not on the data's dimensions)
+    assert lat.attrs["HDFEOS_DIMENSION_MAP"] == field.attrs["HDFEOS_DIMENSION_MAP"]
+    rows, cols = ds[along[0]], ds[across[0]]
+    np.testing.assert_array_equal(rows.values, 2 + 5 * np.arange(lat.shape[0]))
+    np.testing.assert_array_equal(cols.values, 2 + 5 * np.arange(lat.shape[1]))
+    np.testing.assert_array_equal(k[along[0]][...], rows.values)  # (kerchunk export)
+    assert rows.attrs["HDFEOS_DATA_DIMENSION"] == along[1] and rows.dtype == np.int32
+    at_geo = field.isel({along[1]: rows, across[1]: cols})
+    want = pyhdf_read(path, data)
+    axis = field.dims.index(along[1])
+    want = np.take(np.take(want, rows.values, axis), cols.values, axis + 1)
+    assert_same(at_geo.values, want, "the data at the geolocation points")
+    if shutil.which("gdalinfo") is None:
+        pytest.skip("gdalinfo is not installed: GDAL's geolocation not compared")
+    gdal = _gdal_geolocation(path, MODIS[product], data)
+    assert gdal["Y_DATASET"].endswith(":Latitude")
+    np.testing.assert_array_equal(
+        rows.values, int(gdal["LINE_OFFSET"]) + int(gdal["LINE_STEP"]) * np.arange(rows.size))
+    np.testing.assert_array_equal(
+        cols.values, int(gdal["PIXEL_OFFSET"]) + int(gdal["PIXEL_STEP"]) * np.arange(cols.size))
+    # GDAL's geolocation array (the HDF-EOS2 library's SWreadfield): the cube's Latitude
+    import subprocess
+
+    import tifffile
+
+    tif = tmp_path / "lat.tif"
+    subprocess.run(["gdal_translate", "-q", gdal["Y_DATASET"], str(tif)], check=True)
+    assert_same(tifffile.imread(tif), lat.values, "GDAL's Latitude")
+
+
+def test_modis_sinusoidal_tile_coordinates_are_gdals(hdf4_case, tmp_path):
+    """MCD43A4 (a sinusoidal tile, chunked and deflated): projection x / y from its
+    corners, equal to GDAL's geotransform (the HDF-EOS2 library's GDij2ll)."""
+    import shutil
+
+    path = modis(hdf4_case, "MCD43A4")
+    report, g, _ = roundtrip([path], tmp_path)
+    assert report.ok and len(report.plan.arrays["Nadir_Reflectance_Band1"].chunk_lengths[0]) == 2
+    ds = xr.open_dataset(tmp_path / "cube.zarr", engine="virtualize")
+    assert ds.XDim.attrs["standard_name"] == "projection_x_coordinate"
+    if shutil.which("gdalinfo") is None:
+        pytest.skip("gdalinfo is not installed: GDAL's geotransform not compared")
+    x0, dx, _, y0, _, dy = _gdal_geotransform(path, MODIS["MCD43A4"], "Nadir_Reflectance_Band1")
+    np.testing.assert_allclose(ds.XDim.values, x0 + (np.arange(240) + 0.5) * dx, rtol=1e-12)
+    np.testing.assert_allclose(ds.YDim.values, y0 + (np.arange(240) + 0.5) * dy, rtol=1e-12)
+
+
+def test_hdfeos2_dimension_maps_parse_and_the_ones_not_applied():
+    """DimensionMap / IndexDimensionMap objects parsed; a negative increment (finer
+    geolocation), an index map and an SDS named as the dimension get notes, no index."""
+    from virtualize.formats.hdf4 import eos
+    from virtualize.model import Variable
+
+    text = make_hdf4.swath_struct("S", {"G": 3, "D": 9, "H": 4, "E": 2, "K": 3},
+                                  [("G", "D", 1, 3), ("H", "E", 0, -2), ("K", "D", 0, 2**30)],
+                                  [], [])
+    text = text.replace("\t\tGROUP=IndexDimensionMap\n", "\t\tGROUP=IndexDimensionMap\n"
+                        "\t\t\tOBJECT=IndexDimensionMap_1\n\t\t\t\tGeoDimension=\"G\"\n"
+                        "\t\t\t\tDataDimension=\"E\"\n\t\t\tEND_OBJECT=IndexDimensionMap_1\n")
+    (s,) = eos.parse(text)
+    assert [(m.geo, m.data, m.offset, m.increment) for m in s.maps] == [
+        ("G", "D", 1, 3), ("H", "E", 0, -2), ("K", "D", 0, 2**30)]
+    assert s.index_maps == [("G", "E")]
+
+    def var(name, dims, shape):
+        return Variable(name=name, dtype=np.dtype("i2"), shape=shape, dims=dims,
+                        attrs={"HDFEOS_SWATH": "S"}, fill_value=None, codecs=[], blocks=None)
+
+    variables = {"a": var("a", ("G", "H", "K"), (3, 4, 3)), "b": var("b", ("D", "E"), (9, 2))}
+    notes = eos.dimension_maps([s], variables, "f.hdf")
+    np.testing.assert_array_equal(variables["G"].values, [1, 4, 7])
+    assert "H" not in variables and "K" not in variables  # (K: 2**30 past int32)
+    assert sorted(n.message.split(": ")[1] for n in notes) == [
+        "dimension map H/E (offset 0, increment -2)",
+        "dimension map K/D (offset 0, increment 1073741824)",
+        "the index map G/E (SWdefidxmap) is not applied"]

@@ -36,6 +36,7 @@ from .model import Location, Problem, VirtualizeError
 _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 BLOCK = 64 << 10  # remote reads are cached in blocks of this size
 MAX_BLOCKS = 1024  # per open file (64 MiB); the oldest blocks are dropped beyond it
+FETCH_BATCH = 32  # ranges `RemoteFile.fetch_many` asks at a time (fsspec's batch_size)
 # protocols a source or output may use (fsspec implements them; the package of each must
 # be installed: s3fs, gcsfs, adlfs, aiohttp)
 SUPPORTED = ("s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "http", "https", "memory")
@@ -495,6 +496,23 @@ class RemoteFile(io.RawIOBase):
         self.requests += 1
         self.bytes_read += len(data)
         return data
+
+    def fetch_many(self, ranges: list[tuple[int, int]]) -> list[bytes]:
+        """Exact ranges [start, end) at once (fsspec's `cat_ranges`: concurrent where the
+        filesystem is), counted as one request each."""
+        if not ranges:
+            return []
+        try:
+            out = retrying(self.fs.cat_ranges, [self._path] * len(ranges),
+                           [a for a, _ in ranges], [b for _, b in ranges], on_error="raise",
+                           **({"batch_size": FETCH_BATCH} if self.fs.async_impl else {}))
+            if any(isinstance(b, BaseException) for b in out):
+                raise next(b for b in out if isinstance(b, BaseException))
+        except Exception as e:
+            raise request_problem(self.url, e) from None
+        self.requests += len(ranges)
+        self.bytes_read += sum(len(b) for b in out)
+        return out
 
     def _load(self, first: int, last: int) -> None:
         """Blocks first..last in the cache, missing runs fetched one request each."""

@@ -154,11 +154,25 @@ def _grib_groups(path: Path) -> dict[tuple, list]:
                 group = (short, ec.codes_get(h, "paramId"), tol, ec.codes_get(h, "stepType"),
                          ec.codes_get(h, "md5GridSection"), grid)
                 if not isinstance(values, Exception):
-                    values = values.reshape(grid)
+                    values = _yx(ec, h, values, grid)
                 groups.setdefault(group, []).append((key, values, tol))
             finally:
                 ec.codes_release(h)
     return groups
+
+
+def _yx(ec, h, values: np.ndarray, grid: tuple) -> np.ndarray:
+    """ecCodes' values (in the message's scanning order) on the (y, x) grid: points along
+    columns (jPointsAreConsecutive) fill (Ni, Nj), transposed; every second row of an
+    alternating scan reversed (cfgrib's reading; docs/grib.md)."""
+    if len(grid) != 2:
+        return values.reshape(grid)
+    flag = [ec.codes_is_defined(h, k) and ec.codes_get(h, k)
+            for k in ("jPointsAreConsecutive", "alternativeRowScanning")]
+    out = values.reshape(grid[::-1] if flag[0] else grid).copy()
+    if flag[1]:
+        out[1::2] = out[1::2, ::-1]
+    return out.T if flag[0] else out
 
 
 def _grib_named(groups: dict) -> dict:

@@ -73,6 +73,7 @@ SOURCES = [
     ("fits-images", "fits_multi", 0),  # every BITPIX, unsigned offsets, a table
     ("fits-scaled", "fits_scaled", 0),  # BSCALE / BZERO / BLANK, an inlined uint64
     ("fits-tiles", "fits_tiles", 0),  # tile-compressed: RICE_1, GZIP_2 (uint16), per tile
+    ("fits-gzip-old", "fits_gzip", 1),  # GZIP tiles of 4-byte values: virtualize.fitsgzip
     ("grib2", "grib2_levels", 0),  # GRIB2: levels x steps, a bit-map
     ("grib1", "grib1_members", 0),  # GRIB1: ensemble members x steps
 ]

@@ -56,6 +56,9 @@ CONTENT_DEPENDENT = frozenset({"imagecodecs_jpeg", "imagecodecs_webp", "imagecod
 # decoding to 1,025 bytes for 1,024) is found before anything is written, whatever its place.
 EVERY_CHUNKS = 64
 EVERY_BYTES = 8 * 2**20
+# ... and whose stored chunks are at most this many bytes in all: a check reads what it
+# decodes, and a scan of a remote stack fetches a small part of its files, never all of them
+EVERY_STORED = 2**20
 # Codecs whose decoded size follows from the chunk's by construction (they lay out or
 # transform values one for one): a chain of only these needs no proof that it decodes to
 # the chunk's shape. Every other codec (compressors, GRIB messages, FITS scaling, image
@@ -70,7 +73,8 @@ FIXED_SIZE = frozenset({"bytes", "transpose", "numcodecs.shuffle", "numcodecs.de
 MAX_RATIO = {"numcodecs.zlib": 1032, "numcodecs.gzip": 1032, "gzip": 1032,
              "imagecodecs_lzw": 4096, "imagecodecs_packbits": 64, "virtualize.lzf": 90,
              "imagecodecs_rcomp": 256, "numcodecs.fixedscaleoffset": 8,
-             "virtualize.fitsscale": 8}
+             "virtualize.fitsscale": 8,
+             "virtualize.fitsgzip": 1032 * 8}  # (gunzip; 1-byte values widened to 8)
 
 
 @dataclass
@@ -194,7 +198,8 @@ def _choose(a: ArrayPlan, lengths: list[np.ndarray], select: str, out: DecodeChe
         chosen = flat
     elif select == "groups" and flat.size <= EVERY_CHUNKS and \
             flat.size * math.prod(a.chunk_shape(tuple(int(i) for i in np.unravel_index(
-                int(flat[0]), refs.shape)))) * a.dtype.itemsize <= EVERY_BYTES:
+                int(flat[0]), refs.shape)))) * a.dtype.itemsize <= EVERY_BYTES and \
+            int(refs["length"].reshape(-1)[flat].sum()) <= EVERY_STORED:
         chosen = flat  # a small array: every stored chunk
     elif select == "groups":
         # image codecs fail by content (an all-opaque WebP tile loses its alpha): each

@@ -16,11 +16,13 @@ What this module promises:
   32-bit value); any other scaling, and BLANK, is the `virtualize.fitsscale` codec:
   astropy's `hdu.data` (its type and float32 arithmetic, NaN at BLANK) bit for bit.
 - Tile-compressed integer images (a ZIMAGE binary table) with RICE_1, GZIP_1, GZIP_2 or
-  lossless HCOMPRESS_1: one chunk per tile, located by the table's heap descriptors
-  (`imagecodecs_rcomp`; `gzip` [+ `numcodecs.shuffle`] + big-endian `bytes`;
-  `imagecodecs_hcomp`).
+  lossless HCOMPRESS_1, and GZIP's lossless floats: one chunk per tile, located by the
+  table's heap descriptors (`imagecodecs_rcomp`; `gzip` [+ `numcodecs.shuffle`] +
+  big-endian `bytes`, or `virtualize.fitsgzip` when the tiles hold values of another size
+  than ZBITPIX's; `imagecodecs_hcomp`), scaled as plain images are.
 - What has no exact reference: other tile compressions (PLIO_1, lossy HCOMPRESS_1,
-  quantized floats), the uint64 offset (BZERO = 2**63: not exact in float64) are in the
+  quantized floats: per-tile ZSCALE / ZZERO), the uint64 offset (BZERO = 2**63: not exact
+  in float64) are in the
   inventory without blocks, with a fatal `unsupported-compression` / `unsupported-scaling`
   that inlining resolves (the planner inlines them when small; astropy decodes them).
   Tables and random groups are skipped with a note.
@@ -40,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from .. import storage
-from ..codecs import FITSSCALE
+from ..codecs import FITSGZIP, FITSSCALE
 from ..model import (
     BlockTable,
     Dimension,
@@ -322,18 +324,27 @@ def _number(x) -> int | float:
     return int(x) if isinstance(x, (int, np.integer)) and not isinstance(x, bool) else float(x)
 
 
+def _image_bitpix(h: Hdu) -> int:
+    """The image's BITPIX (ZBITPIX for a tile-compressed image)."""
+    return int(h.header.get("ZBITPIX", h.bitpix)) if h.kind == "compressed" else h.bitpix
+
+
 def _scaling(h: Hdu) -> tuple[str, Any, Any, Any]:
     """How the image's values decode: ("raw" | "unsigned" | "cf" | "inexact", bscale,
-    bzero, blank)."""
+    bzero, blank). A tile-compressed integer image without BLANK takes its ZBLANK card
+    as BLANK (astropy's `_bintable_header_to_image_header`)."""
+    bitpix = _image_bitpix(h)
     bscale = h.header.get("BSCALE", 1)
     bzero = h.header.get("BZERO", 0)
-    blank = h.header.get("BLANK") if h.bitpix > 0 else None
+    blank = h.header.get("BLANK") if bitpix > 0 else None
+    if blank is None and bitpix > 0 and h.kind == "compressed":
+        blank = h.header.get("ZBLANK")
     if not isinstance(blank, (int, np.integer)) or isinstance(blank, bool):
         blank = None
     if bscale == 1 and bzero == 0:  # (astropy reads a BLANK image as floats, NaN at blanks)
         return ("raw" if blank is None else "cf"), bscale, bzero, blank
-    if h.bitpix > 0 and bscale == 1 and bzero == UNSIGNED[h.bitpix][0]:
-        return ("inexact" if h.bitpix == 64 else "unsigned"), bscale, bzero, blank
+    if bitpix > 0 and bscale == 1 and bzero == UNSIGNED[bitpix][0]:
+        return ("inexact" if bitpix == 64 else "unsigned"), bscale, bzero, blank
     return "cf", bscale, bzero, blank
 
 
@@ -348,153 +359,175 @@ def _variable(path: str, h: Hdu, dims: tuple[str, ...], problems: list[Problem],
             f"{cards}) end past the end of the file: a truncated file, or damaged cards; "
             f"--drop {h.name} virtualizes the rest")))
         return None
-    how = _scaling(h)[0] if h.kind == "image" else "compressed"
+    how, bscale, bzero, blank = _scaling(h)
     # the keywords the array's codecs apply (astropy ignores BLANK in
     # unsigned images: so does the cube, and the card stays)
-    applied = {"raw": (), "cf": APPLIED, "unsigned": ("BSCALE", "BZERO")}.get(how, ())
+    applied = {"raw": (), "cf": (*APPLIED, "ZBLANK"), "unsigned": ("BSCALE", "BZERO")}.get(
+        how, ())
     attrs = _attrs(h.header, path, h.name, problems, applied)
     attrs["FITS_HDU"] = h.index
-    stored = BITPIX[h.bitpix]
+    shape = _decoded_shape(h)
     if h.kind == "compressed":
+        attrs = {k: v for k, v in attrs.items() if not _compression_card(k)}
         try:
-            tiles = _tiles(h, f, problems, path)
-            v = _tiled(path, h, dims, attrs, problems, *tiles) if tiles is not None else None
-            if v is None:
-                return _held(path, h, dims, attrs, problems, "unsupported-compression",
-                             f"a tile-compressed image ({h.header.get('ZCMPTYPE', '?')}): no "
-                             "zarr codec is proven to decode its tiles as astropy does")
+            tiles = _tiles(h, f)
         except Exception as e:  # a damaged ZNAXISn / ZTILEn card, tiles astropy cannot read
             problems.append(Problem(loc, "corrupt", f"the tile-compressed image of HDU "
                                     f"{h.index} cannot be read ({type(e).__name__}: {e})"))
             return None
-        return v
-    how, bscale, bzero, blank = _scaling(h)
-    codecs = [bytes_codec(stored)]
-    dtype, fill = stored, np.zeros((), stored)[()]
+        if isinstance(tiles, str):
+            return _held(path, h, dims, attrs, problems, "unsupported-compression",
+                         f"a tile-compressed image ({h.header.get('ZCMPTYPE', '?')}): "
+                         f"{tiles}")
+        blocks, codecs = tiles
+    else:
+        refs = empty_refs((1,) * len(h.shape))
+        refs[(0,) * len(h.shape)] = (0, h.data_offset, h.nbytes)
+        blocks = BlockTable(h.shape, padded=False, refs=refs)
+        codecs = [bytes_codec(BITPIX[h.bitpix])]
     if how == "inexact":
         return _held(path, h, dims, attrs, problems, "unsupported-scaling",
                      "BZERO = 2**63 (uint64): its offset is not exact in the float64 "
                      "arithmetic of a zarr scale-offset codec")
+    stored = BITPIX[_image_bitpix(h)]
+    dtype, fill = stored, np.zeros((), stored)[()]
     if how == "unsigned":
-        dtype = UNSIGNED[h.bitpix][1].newbyteorder("=")
+        dtype = UNSIGNED[_image_bitpix(h)][1].newbyteorder("=")
         codecs = [{"name": "numcodecs.fixedscaleoffset", "configuration": {
             "offset": int(bzero), "scale": 1, "dtype": dtype.str,
-            "astype": stored.newbyteorder("=").str}}, bytes_codec(stored)]
+            "astype": stored.newbyteorder("=").str}}, *codecs]
     elif how == "cf":
-        # astropy's `hdu.data`: its type and arithmetic (float32 for BITPIX 8 / 16 / -32),
+        # astropy's `hdu.data`: its type and arithmetic (float32 for BITPIX 8 / 16, -32),
         # NaN at BLANK, by the `virtualize.fitsscale` codec (CF attributes would be decoded
         # in float64 by xarray: not astropy's float32 values)
-        dtype = (np.dtype("f8") if h.bitpix > 16 else np.dtype("f4")) if h.bitpix > 0 \
-            else stored.newbyteorder("=")
+        dtype = _astropy_dtype(h)
         fill = dtype.type(np.nan)
         codecs = [{"name": FITSSCALE, "configuration": {
             "scale": _number(bscale), "zero": _number(bzero),
             "blank": int(blank) if blank else None, "dtype": dtype.str,
-            "astype": stored.newbyteorder("=").str}}, bytes_codec(stored)]
-    refs = empty_refs((1,) * len(h.shape))
-    refs[(0,) * len(h.shape)] = (0, h.data_offset, h.nbytes)
-    return Variable(name=h.name, dtype=dtype, shape=h.shape, dims=dims, attrs=attrs,
-                    fill_value=fill, codecs=codecs,
-                    blocks=BlockTable(h.shape, padded=False, refs=refs))
+            "astype": stored.newbyteorder("=").str}}, *codecs]
+    return Variable(name=h.name, dtype=dtype, shape=shape, dims=dims, attrs=attrs,
+                    fill_value=fill, codecs=codecs, blocks=blocks)
 
 
-# tile compressions with an exact zarr decoding of one tile (integer images only: floats
-# are quantized, with per-tile ZSCALE / ZZERO); the bytes codec's dtype is ZBITPIX's
+# tile compressions with an exact zarr decoding of one tile (integer images, and GZIP's
+# lossless floats: quantized floats have per-tile ZSCALE / ZZERO); the bytes codec's dtype
+# is ZBITPIX's
 TILE_CODECS = ("RICE_1", "GZIP_1", "GZIP_2", "HCOMPRESS_1")
+QUANTIZED = "quantized floating-point tiles (per-tile ZSCALE / ZZERO columns{}): each tile " \
+    "decodes with its own scale and zero{}, which one zarr codec configuration (one per " \
+    "array) cannot carry"
 
 
-def _tiles(h: Hdu, f, problems, path: str):
-    """(tile shape, grid, offsets, lengths, codecs) of a tile-compressed image whose every
-    tile is one COMPRESSED_DATA heap entry of an exact codec; None otherwise. Reads the
-    table's descriptors (8 or 16 bytes per tile: its chunk index), not the tiles."""
+def _tiles(h: Hdu, f) -> tuple[BlockTable, list[dict]] | str:
+    """(block table, codecs) of a tile-compressed image whose every tile is one
+    COMPRESSED_DATA heap entry of an exact codec; else why not (a sentence). Reads the
+    table's descriptors (8 or 16 bytes per tile: its chunk index), not the tiles (but for
+    GZIP the gzip trailers of the first and last tile: their decoded sizes)."""
     hd = h.header
     ctype = str(hd.get("ZCMPTYPE", "")).strip()
     zbitpix = hd.get("ZBITPIX")
-    if ctype not in TILE_CODECS or zbitpix not in (8, 16, 32, 64) or f is None or \
-            hd.get("TFIELDS") != 1 or str(hd.get("TTYPE1", "")).strip() != "COMPRESSED_DATA" or \
-            (ctype == "RICE_1" and zbitpix == 64) or "ZQUANTIZ" in hd or "ZBLANK" in hd:
-        return None
+    columns = [str(hd.get(f"TTYPE{k}", "")).strip() for k in range(1, int(hd.get("TFIELDS", 0)) + 1)]
+    if ctype not in TILE_CODECS:
+        return f"no zarr codec decodes {ctype or 'unnamed'} tiles as astropy does"
+    if zbitpix not in BITPIX:
+        return f"ZBITPIX = {zbitpix!r}"
+    if "ZSCALE" in columns or "ZZERO" in columns:
+        dither = str(hd.get("ZQUANTIZ", "NO_DITHER")).strip()
+        return QUANTIZED.format(
+            f", ZQUANTIZ {dither}",
+            "" if dither == "NO_DITHER" else f" and a dither that depends on its row "
+            f"(ZDITHER0 = {hd.get('ZDITHER0', 0)})")
+    if columns != ["COMPRESSED_DATA"]:
+        return f"columns {columns}: tiles other than one COMPRESSED_DATA entry per row " \
+            "(GZIP_COMPRESSED_DATA / UNCOMPRESSED_DATA fall-backs, per-tile ZBLANK)"
+    if zbitpix < 0 and not ctype.startswith("GZIP"):
+        return f"floating-point {ctype} tiles without ZSCALE / ZZERO"
+    if zbitpix < 0 and "ZBLANK" in hd:
+        return "a floating-point image with ZBLANK (astropy turns tile values equal to it " \
+            "into NaN)"
+    if ctype == "RICE_1" and zbitpix == 64:
+        return "64-bit RICE_1 tiles"
+    if f is None:
+        return "no file to read the tile table from"
     form = str(hd.get("TFORM1", "")).strip().upper()
     if form[:3] not in ("1PB", "1QB", "PB(", "QB("):
-        return None
+        return f"TFORM1 = {form!r} (not bytes)"
     width, rows = int(hd["NAXIS1"]), int(hd["NAXIS2"])
     desc = np.dtype(">i4" if "P" in form[:2] else ">i8")
     if width != 2 * desc.itemsize:
-        return None
+        return f"NAXIS1 = {width} for a {form} descriptor"
     n = int(hd.get("ZNAXIS", 0))
     axes = [int(hd.get(f"ZNAXIS{k}", 0)) for k in range(1, n + 1)]
     tile = [int(hd.get(f"ZTILE{k}", axes[0] if k == 1 else 1)) for k in range(1, n + 1)]
     if not n or not all(axes) or not all(t > 0 for t in tile):
-        return None
+        return f"ZNAXISn {axes}, ZTILEn {tile}"
     grid = [-(-a // t) for a, t in zip(axes, tile)]
     if math.prod(grid) != rows:  # (damaged ZNAXISn / ZTILEn: each tile is a row)
         raise ValueError(f"ZNAXISn {axes} in tiles of ZTILEn {tile} are {math.prod(grid)} "
                          f"tiles, but its table holds {rows} rows (one per tile)")
     if rows * width > h.nbytes:
-        return None
+        return f"a table of {rows} rows of {width} bytes in {h.nbytes} bytes of data"
     f.seek(h.data_offset)
     raw = f.read(rows * width)
     if len(raw) != rows * width:  # (a truncated file: the extent check says so)
-        return None
+        return "the tile table is cut short"
     table = np.frombuffer(raw, dtype=desc).reshape(rows, 2)
     theap = hd.get("THEAP", rows * width)
     if not isinstance(theap, int) or theap < rows * width:
-        return None
+        return f"THEAP = {theap!r}"
     heap = h.data_offset + theap
     counts, offsets = table[:, 0].astype(np.int64), table[:, 1].astype(np.int64)
     if (counts <= 0).any() or (offsets < 0).any() or \
             (offsets + counts > h.nbytes - (heap - h.data_offset)).any():
-        return None
+        return "a tile of no bytes, or past the heap"
     stored = BITPIX[zbitpix]
     names = {str(hd.get(f"ZNAME{k}", "")).strip().upper(): hd.get(f"ZVAL{k}")
              for k in range(1, 10) if f"ZNAME{k}" in hd}
     if ctype == "HCOMPRESS_1":
         # lossless only (SCALE 0; SMOOTH 0): the decoder is cfitsio's, as astropy's
-        if names.get("SCALE", 0) != 0 or names.get("SMOOTH", 0) != 0 or n < 2 or \
-                any(t != 1 for t in tile[2:]):
-            return None
+        if names.get("SCALE", 0) != 0 or names.get("SMOOTH", 0) != 0:
+            return f"lossy HCOMPRESS_1 (SCALE {names.get('SCALE', 0)}, SMOOTH " \
+                f"{names.get('SMOOTH', 0)}): not proven against astropy"
+        if n < 2 or any(t != 1 for t in tile[2:]):
+            return f"HCOMPRESS_1 tiles of {tile} (not 2-D)"
         codecs = [{"name": "imagecodecs_hcomp"}]
     elif ctype == "RICE_1":
         if names.get("BYTEPIX", 4) != stored.itemsize:
-            return None
+            return f"RICE_1 with BYTEPIX {names.get('BYTEPIX', 4)} for ZBITPIX {zbitpix}"
         codecs = [{"name": "imagecodecs_rcomp",
                    "configuration": {"nblock": int(names.get("BLOCKSIZE", 32))}}]
     else:
-        codecs = [bytes_codec(stored)]
-        if ctype == "GZIP_2" and stored.itemsize > 1:
-            codecs.append({"name": "numcodecs.shuffle",
-                           "configuration": {"elementsize": stored.itemsize}})
-        codecs.append({"name": "gzip", "configuration": {"level": 1}})
-    return (tuple(reversed(tile)), tuple(reversed(grid)), heap + offsets, counts, codecs,
-            stored)
-
-
-def _tiled(path: str, h: Hdu, dims, attrs, problems, tile, grid, offsets, counts, codecs,
-           stored) -> Variable | None:
-    """A tile-compressed image as one chunk per tile (the edge tiles short)."""
-    hd = h.header
-    shape = _decoded_shape(h)
-    attrs = {k: v for k, v in attrs.items() if not _compression_card(k)}
-    bscale, bzero = hd.get("BSCALE", 1), hd.get("BZERO", 0)
-    blank = hd.get("BLANK")
-    dtype, fill = stored, np.zeros((), stored)[()]
-    if (bscale, bzero) != (1, 0) or blank is not None:
-        zbitpix = int(hd["ZBITPIX"])
-        if bscale == 1 and bzero == UNSIGNED[zbitpix][0] and zbitpix != 64:
-            dtype = UNSIGNED[zbitpix][1].newbyteorder("=")
-            codecs = [{"name": "numcodecs.fixedscaleoffset", "configuration": {
-                "offset": int(bzero), "scale": 1, "dtype": dtype.str,
-                "astype": stored.newbyteorder("=").str}}, *codecs]
-            for k in ("BSCALE", "BZERO"):
-                attrs.pop(k, None)
-        else:  # (not proven here yet: inlined or refused)
-            return None
-    refs = empty_refs(grid)
+        codecs = _gzip_codecs(f, ctype, zbitpix, heap + offsets, counts, axes, tile, grid)
+    refs = empty_refs(tuple(reversed(grid)))
     flat = refs.reshape(-1)
-    flat["offset"], flat["length"] = offsets, counts
-    return Variable(name=h.name, dtype=dtype, shape=shape, dims=dims, attrs=attrs,
-                    fill_value=fill, codecs=codecs,
-                    blocks=BlockTable(tile, padded=False, refs=refs))
+    flat["offset"], flat["length"] = heap + offsets, counts
+    # one chunk per tile (ZTILEn reversed; the edge tiles short)
+    return BlockTable(tuple(reversed(tile)), padded=False, refs=refs), codecs
+
+
+def _gzip_codecs(f, ctype: str, zbitpix: int, starts, counts, axes, tile, grid) -> list[dict]:
+    """GZIP_1 / GZIP_2 tiles: numcodecs' `gzip` (+ `numcodecs.shuffle`) and `bytes`
+    big-endian when the first and the last tile (read: their gzip trailers' ISIZE) decode
+    to ZBITPIX-sized values; else `virtualize.fitsgzip`, which types each tile by its
+    decoded size as astropy does (writers that stored 16-bit images' tiles as 4-byte
+    integers). (A middle tile of another size than these two: the plain chain fails to
+    decode it, an error, never other values.)"""
+    stored = BITPIX[zbitpix]
+    last = [a - (g - 1) * t for a, t, g in zip(axes, tile, grid)]
+    for row, shape in ((0, [min(a, t) for a, t in zip(axes, tile)]), (len(counts) - 1, last)):
+        f.seek(int(starts[row] + counts[row]) - 4)
+        trailer = f.read(4)
+        if len(trailer) != 4 or counts[row] < 18 or \
+                int.from_bytes(trailer, "little") != math.prod(shape) * stored.itemsize:
+            return [bytes_codec(stored), {"name": FITSGZIP, "configuration": {
+                "bitpix": zbitpix, "shuffle": ctype == "GZIP_2"}}]
+    codecs = [bytes_codec(stored)]
+    if ctype == "GZIP_2" and stored.itemsize > 1:
+        codecs.append({"name": "numcodecs.shuffle",
+                       "configuration": {"elementsize": stored.itemsize}})
+    codecs.append({"name": "gzip", "configuration": {"level": 1}})
+    return codecs
 
 
 def _compression_card(key: str) -> bool:
@@ -506,7 +539,7 @@ def _compression_card(key: str) -> bool:
 
 ZCARDS = ("ZIMAGE", "ZCMPTYPE", "ZBITPIX", "ZNAXIS", "ZMASKCMP", "ZSIMPLE", "ZTENSION",
           "ZEXTEND", "ZBLOCKED", "ZPCOUNT", "ZGCOUNT", "ZHECKSUM", "ZDATASUM", "ZQUANTIZ",
-          "ZDITHER0")
+          "ZDITHER0", "ZBLANK")
 
 
 def _held(path: str, h: Hdu, dims, attrs, problems, kind: str, why: str) -> Variable:
@@ -531,14 +564,12 @@ def _astropy_dtype(h: Hdu) -> np.dtype:
     """The type of astropy's `hdu.data` (its `_dtype_for_bitpix` rule): the stored type
     unscaled; the unsigned types of the offsets; else float32 for BITPIX 8 / 16, float64
     for 32 / 64 (floats stay floats). A read of another type is refused (`_read`)."""
-    hd = h.header
-    bitpix = int(hd.get("ZBITPIX", h.bitpix)) if h.kind == "compressed" else h.bitpix
+    bitpix = _image_bitpix(h)
     raw = BITPIX[bitpix].newbyteorder("=")
-    bscale, bzero = hd.get("BSCALE", 1), hd.get("BZERO", 0)
-    blank = hd.get("BLANK") if bitpix > 0 else None
-    if bscale == 1 and bzero == 0 and blank is None:
+    how = _scaling(h)[0]
+    if how == "raw":
         return raw
-    if bitpix > 0 and bscale == 1 and bzero == UNSIGNED[bitpix][0]:
+    if how in ("unsigned", "inexact"):
         return UNSIGNED[bitpix][1]
     return np.dtype("f8") if bitpix > 16 else np.dtype("f4") if bitpix > 0 else raw
 
@@ -621,14 +652,33 @@ def read_fits_region(path: str, name: str,
 
 
 def _read(fits, path: str, h: Hdu, how: str, sel, kw) -> np.ndarray:
+    if h.kind == "compressed":
+        # (the HDUs before it read as the binary tables they are, and this one made the
+        # CompImageHDU astropy's `fits.open` makes of it, with its arguments: a file of
+        # many tile-compressed extensions is not made into images up to this one for
+        # each region the decode check reads)
+        kw = {**kw, "disable_image_compression": True}
     if storage.is_url(path):
         with storage.open_source(path) as fobj, \
                 fits.open(fobj, memmap=False, lazy_load_hdus=True, **kw) as hdul:
-            return _checked(h, how, np.array(hdul[h.index].data[sel]))
+            return _checked(h, how, np.array(_hdu(fits, hdul, h)[sel]))
     # (astropy maps only images it neither scales nor blanks; those are read whole)
     with fits.open(os.fspath(path), memmap=how == "raw", lazy_load_hdus=True,
                    **kw) as hdul:
-        return _checked(h, how, np.array(hdul[h.index].data[sel]))
+        return _checked(h, how, np.array(_hdu(fits, hdul, h)[sel]))
+
+
+def _hdu(fits, hdul, h: Hdu):
+    """HDU `h`'s data as `fits.open` gives them: a tile-compressed image opened with
+    `disable_image_compression` made the CompImageHDU astropy's HDUList makes (its
+    `_read_next_hdu`: `CompImageHDU(bintable=hdu, uint=...)`, uint as `fits.open`'s
+    default, `conf.enable_uint`)."""
+    hdu = hdul[h.index]
+    if h.kind == "compressed" and not isinstance(hdu, fits.CompImageHDU):
+        if not fits.CompImageHDU.match_header(hdu.header):
+            raise ValueError(f"HDU {h.index} is no tile-compressed image to astropy")
+        hdu = fits.CompImageHDU(bintable=hdu, uint=fits.conf.enable_uint)
+    return hdu.data
 
 
 def _checked(h: Hdu, how: str, values: np.ndarray) -> np.ndarray:

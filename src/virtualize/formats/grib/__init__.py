@@ -1,4 +1,4 @@
-"""GRIB 1 and 2 files as sources: every message one chunk (docs/grib.md).
+"""GRIB 1 and 2 files as sources: every field one chunk (docs/grib.md).
 
 - `messages.py`: messages found by their own length fields (no library), headers only.
 - `scan.py`: each message's keys by ecCodes (headers only; the [grib] extra), messages
@@ -18,7 +18,7 @@ import numpy as np
 
 from ... import storage
 from ...codecs import grib_decode
-from ...model import FileInventory
+from ...model import FileInventory, Location, Problem
 from .._planning import finish
 from ..base import Format
 from . import layout as _layout
@@ -43,19 +43,48 @@ def scan_grib(path: str, promote: frozenset[str] = frozenset(),
     st = storage.stat(path)
     local = not storage.is_url(path)
     with storage.open_source(path, st.st_size) as f:
-        found, notes = _messages.walk(f, path, st.st_size)
+        found, notes, reader = (None, [], None) if local else _indexed(f, path, st.st_size)
+        if found is None:
+            found, walked = _messages.walk(f, path, st.st_size)
+            notes += walked
+        if not local:  # (the keys from the blocks, or the sidecar's ranges, read so far)
+            src = reader if reader is not None else f
+            fields = _scan.fields(ec, path, src, found, False)
+            fields, once = _scan.held_once(path, src, fields)
         bytes_read, requests = f.bytes_read, f.requests
     if local:  # (ecCodes reads the headers through a file of its own)
-        with open(path, "rb") as raw:
+        with open(path, "rb", buffering=0) as raw:  # (its seeks move the fd ecCodes reads)
             fields = _scan.fields(ec, path, raw, found, True)
-    else:
-        with storage.open_source(path, st.st_size) as f:
-            fields = _scan.fields(ec, path, f, found, False)
-            bytes_read, requests = bytes_read + f.bytes_read, requests + f.requests
+            fields, once = _scan.held_once(path, raw, fields)
+    notes += once
     build = _layout.inventory if layout == "cfgrib" else _scan.inventory
     inv = build(path, st, fields, notes, promote)
     inv.bytes_read, inv.requests = bytes_read, requests
     return inv
+
+
+def _indexed(f, path: str, size: int) -> tuple[list | None, list[Problem], object]:
+    """The messages a remote file's inventory sidecar (`<path>.idx`, NOAA's) gives, each
+    checked against the file (`messages.walk_index`), and the reader holding the ranges
+    read; (None, [], None) without a sidecar, (None, [a note], None) when it disagrees:
+    the messages are then walked."""
+    idx = path + ".idx"
+    try:
+        n = storage.stat(idx).st_size
+        if not 0 < n <= 64 << 20:
+            return None, [], None
+        text = storage.read_range(idx, 0, n).decode("ascii")
+    except Exception:  # noqa: BLE001 - no sidecar (or none readable): walk the messages
+        return None, [], None
+    offsets = _messages.read_index(text)
+    reader = _messages.index_reader(f, size)
+    found, why = _messages.walk_index(f, path, size, offsets, reader) if offsets else \
+        (None, "it is no wgrib2 inventory (`n:offset:...` lines)")
+    if found is None:
+        return None, [Problem(Location(path), "grib-index-ignored", (
+            f"the inventory sidecar {idx} disagrees with the file ({why}): not used, the "
+            "messages found by their length fields"), fatal=False)], None
+    return found, [], reader
 
 
 def read_grib_region(path: str, name: str,
@@ -74,13 +103,18 @@ def read_grib_region(path: str, name: str,
     grid = v.shape[nlead:]
     out = np.full(tuple(b - a for a, b in region[:nlead]) + grid, np.nan, dtype=v.dtype)
     refs = v.blocks.refs.reshape(v.blocks.refs.shape[:nlead])
+    config = v.codecs[-1].get("configuration", {})  # (the field, the scanning order)
     with storage.open_source(path, inv.size) as f:
         for cell in np.ndindex(*out.shape[:nlead]):
             at = tuple(c + r[0] for c, r in zip(cell, region))
             ref = refs[at]
             if ref["length"]:
                 f.seek(int(ref["offset"]))
-                values = grib_decode(f.read(int(ref["length"])), int(np.prod(grid)))
+                values = grib_decode(f.read(int(ref["length"])), int(np.prod(grid)),
+                                     config.get("field", 0),
+                                     config.get("jPointsAreConsecutive", False),
+                                     config.get("alternativeRowScanning", False),
+                                     grid if len(grid) == 2 else None)
                 out[cell] = values.reshape(grid)
     return out[(slice(None),) * nlead + sel[nlead:]]
 
@@ -171,10 +205,9 @@ def _installed(name: str) -> bool:
         return False
 
 
-LEAD = 512  # bytes before the first "GRIB" a file may have (a WMO bulletin header)
-# what such a header is made of: printable ASCII, NUL, SOH, ETX, tab, LF, CR (not HDF4's
-# magic \x0e\x03\x13\x01, nor other binary formats' bytes)
-_BULLETIN = bytes([0, 1, 3, 9, 10, 13, *range(0x20, 0x7f)])
+# bytes before the first "GRIB" a file may have: ecCodes skips any (a WMO bulletin header,
+# a Fortran record marker, a producer's description); looked for within the first 64 KiB
+LEAD = 1 << 16
 
 
 class Grib(Format):
@@ -191,17 +224,28 @@ class Grib(Format):
             return True
         if f is None:
             return False
-        # GRIB as the GTS sends it: behind a WMO bulletin header (ASCII, a few dozen
-        # bytes), or NUL padding; ecCodes skips those bytes, so does the message walk
+        # GRIB behind leading bytes (a WMO bulletin header as the GTS sends it, a record
+        # marker, a description): ecCodes skips them, so does the message walk. Claimed
+        # only where a whole message follows (its length fields lead to its 7777), so no
+        # other format's bytes that happen to hold "GRIB" are taken for it, and not where
+        # the leading bytes hold a 7777 (a first message whose "GRIB" is damaged: the file
+        # would read as one without it)
         at = f.tell()
         try:
+            size = storage.file_size(f)
             f.seek(0)
-            lead = f.read(LEAD)
+            lead = f.read(LEAD + 8)
+            k = lead.find(_messages.MAGIC)
+            while 0 < k <= LEAD:
+                if _messages.END in lead[:k]:  # (the rest of a message whose start is
+                    return False               # damaged: not bytes ecCodes may skip)
+                if len(lead) >= k + 8 and lead[k + 7] in (1, 2) and \
+                        _messages.is_message(f, k, size):
+                    return True
+                k = lead.find(_messages.MAGIC, k + 1)
+            return False
         finally:
             f.seek(at)
-        k = lead.find(_messages.MAGIC)
-        return k > 0 and len(lead) >= k + 8 and lead[k + 7] in (1, 2) and \
-            not lead[:k].translate(None, _BULLETIN)
 
     def scan(self, path: str, hint=None) -> FileInventory:
         return finish(scan_grib(path, promoted(hint), layout_of(hint)), hint)

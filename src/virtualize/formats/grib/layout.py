@@ -247,7 +247,7 @@ def _variable(path: str, a: Array, group: str, coords: Coords, problems: list[Pr
               promote: frozenset[str]) -> Variable | None:
     f0 = a.fields[0]
     name = f"{group}/{a.name}" if group else a.name
-    if _scan.refused(path, a, name, problems):
+    if _scan.rejected(path, a, name, problems):
         return None
     listed: list[str] = []  # its coordinates, in cfgrib's order
     axes: list[str] = []  # the keys of its axes (not squeezed)

@@ -14,10 +14,19 @@ sections 1-4 whole and 5-7's first bytes; never the packed data. Bytes between o
 messages that hold no "GRIB" are skipped with a note; a message whose end marker is not
 where its length says, or that runs past the end of the file, is refused, naming the file,
 the message's number and its byte offset.
+
+An inventory sidecar (`<file>.idx`, wgrib2's inventory as NOAA publishes next to GFS and
+HRRR files: `n[.k]:offset:d=...:VAR:level:forecast:`) gives every message's offset at once:
+`walk_index` reads all their headers in one batch of exact ranges (no chain of reads, each
+waiting for the last message's length) and checks each message as `walk` does — "GRIB" at
+the offset, its length fields and sections adding up to a 7777 where they say, ending where
+the next entry begins, the last at the file's end. Any disagreement and the sidecar is not
+used (a note; the messages are then walked).
 """
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 
 from ...model import Location, Problem, VirtualizeError
@@ -45,6 +54,17 @@ class Message:
     #                                 of its own, or a predefined one)
     data_bytes: int = 0  # the packed values' bytes (GRIB1 section 4 past its 11-byte
     #                      header, GRIB2 section 7 past its 5)
+    field: int = 0  # which of them (scan.fields gives each field of a message its own copy)
+    # GRIB2: its sections (number, offset in the message, length, section 6's bit-map
+    # indicator else None), as `codecs.grib2_sections` gives them
+    sections: tuple = ()
+
+    @property
+    def where(self) -> str:
+        """How a problem names it: "message 6 (at byte offset 36181)", with ", field 1"
+        after the number for a message of several fields."""
+        return (f"message {self.index}" + (f", field {self.field}" if self.fields > 1 else "")
+                + f" (at byte offset {self.offset})")
 
 
 def corrupt(path: str, message: str, kind: str = "corrupt") -> VirtualizeError:
@@ -65,6 +85,8 @@ def walk(f, path: str, size: int) -> tuple[list[Message], list[Problem]]:
         f.seek(at)
         if f.read(4) != MAGIC:
             start, at = at, _find(f, at, size)
+            while not messages and at < size and not _edition(f, at):
+                at = _find(f, at + 1, size)  # (a header's text naming GRIB: "GRIB data")
             skipped.append((start, min(at, size) - start))
             if at >= size:
                 break
@@ -82,6 +104,23 @@ def walk(f, path: str, size: int) -> tuple[list[Message], list[Problem]]:
             + (f", the last after the last message at byte offset {skipped[-1][0]}" if after
                else "") + ") hold no GRIB message: ignored"), fatal=False))
     return messages, notes
+
+
+def _edition(f, at: int) -> bool:
+    """Whether the "GRIB" at `at` is followed by an edition number GRIB has (1 or 2)."""
+    f.seek(at)
+    b = f.read(8)
+    return len(b) == 8 and b[7] in (1, 2)
+
+
+def is_message(f, at: int, size: int) -> bool:
+    """Whether a whole GRIB message starts at byte `at` of the open file `f` (`size`
+    bytes): its length fields and sections add up, its end marker where they say."""
+    try:
+        _message(f, "", size, at, 0)
+    except VirtualizeError:
+        return False
+    return True
 
 
 def _find(f, at: int, size: int) -> int:
@@ -181,10 +220,12 @@ def _grib2(f, path, size, at, index, s0, where) -> Message:
                             "after its start (a truncated file?)", "truncated")
     end = at + total - 4
     pos, last, grid, bitmap, fields, head_end = at + 16, 0, b"", 255, 0, 0
+    sections = []
     bits, data = None, 0
     while pos < end:
         h = _read(f, path, size, pos, 5, where, "sections")
         n, number = _u(h, 0, 4), h[4]
+        sections.append([number, pos - at, n, None])
         if n < 5 or pos + n > end or number not in range(1, 8) or \
                 (number <= last and not (number in (2, 3, 4) and last == 7)):
             raise corrupt(path, f"{where}: a damaged section header at byte offset {pos} "
@@ -194,6 +235,7 @@ def _grib2(f, path, size, at, index, s0, where) -> Message:
         elif number == 6:
             bitmap = _read(f, path, size, pos, 6, where, "bit-map section")[5]
             bits = (n - 6) * 8 if bitmap == 0 else None
+            sections[-1][3] = bitmap
         elif number == 7:
             fields += 1
             data = n - 5
@@ -204,4 +246,115 @@ def _grib2(f, path, size, at, index, s0, where) -> Message:
         raise corrupt(path, f"{where}: its sections do not end at its end marker (byte offset "
                             f"{end})")
     head = _read(f, path, size, at, head_end - at, where, "headers")
-    return Message(index, at, total, 2, head, grid, bitmap, max(fields, 1), bits, data)
+    return Message(index, at, total, 2, head, grid, bitmap, max(fields, 1), bits, data,
+                   sections=tuple(map(tuple, sections)))
+
+
+HEAD = 2048  # bytes read at each offset a sidecar gives (GRIB2 sections 0-5 fit, mostly)
+
+
+def read_index(text: str) -> list[int] | None:
+    """The distinct message offsets of a wgrib2 inventory (`n[.k]:offset:...` per line;
+    the fields of one message share its offset), ascending; None when a line is not one."""
+    offsets = set()
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        parts = line.split(":")
+        number = parts[0].split(".")
+        if len(parts) < 3 or not all(x.isdigit() for x in number) or not parts[1].isdigit():
+            return None
+        offsets.add(int(parts[1]))
+    return sorted(offsets) or None
+
+
+def index_reader(f, size: int) -> "_Ranges":
+    return _Ranges(f, size)
+
+
+class _Ranges:
+    """The open file `f` read through exact ranges: those fetched in one batch first
+    (`fetch_many`, a remote file's concurrent requests), any other read one exact range
+    of at least `HEAD` bytes."""
+
+    def __init__(self, f, size: int):
+        self.f, self.size, self.pos = f, size, 0
+        self.got: dict[int, bytes] = {}
+        self.starts: list[int] = []  # (the keys of `got`, sorted)
+
+    def _keep(self, at: int, data: bytes) -> None:
+        if at not in self.got:
+            bisect.insort(self.starts, at)
+        self.got[at] = data
+
+    def _fetch(self, ranges: list[tuple[int, int]]) -> list[bytes]:
+        if hasattr(self.f, "fetch_many"):
+            return self.f.fetch_many(ranges)
+        out = []
+        for a, b in ranges:
+            self.f.seek(a)
+            out.append(self.f.read(b - a))
+        return out
+
+    def prefetch(self, ranges: list[tuple[int, int]]) -> None:
+        """`ranges` read at once, those that touch or overlap merged (a message's last 4
+        bytes and the next one's headers are one range)."""
+        merged: list[list[int]] = []
+        for a, b in sorted((a, min(b, self.size)) for a, b in ranges if a < min(b, self.size)):
+            if merged and a <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], b)
+            else:
+                merged.append([a, b])
+        for (a, _), data in zip(merged, self._fetch([(a, b) for a, b in merged])):
+            self._keep(a, data)
+
+    def seek(self, at: int, whence: int = 0) -> int:
+        self.pos = at
+        return at
+
+    def read(self, n: int) -> bytes:
+        at, end = self.pos, min(self.pos + n, self.size)
+        self.pos = end
+        k = bisect.bisect_right(self.starts, at) - 1
+        if k >= 0:
+            a = self.starts[k]
+            data = self.got[a]
+            if end <= a + len(data):
+                return data[at - a:end - a]
+        [data] = self._fetch([(at, min(max(end, at + HEAD), self.size))])
+        self._keep(at, data)
+        return data[:end - at]
+
+
+SMALL = 16 << 10  # a message this short is read whole (one range, not two)
+
+
+def walk_index(f, path: str, size: int, offsets: list[int], reader=None
+               ) -> tuple[list[Message] | None, str]:
+    """The messages at a sidecar's `offsets`, each checked as `walk` checks a message and
+    each ending where the next begins (the last at the file's end), or None and how the
+    sidecar disagrees with the file. `reader` (an `index_reader(f, size)`) keeps the
+    ranges read, for reading the messages' keys after."""
+    if offsets[0] != 0 or offsets[-1] >= size:
+        return None, (f"its offsets run from {offsets[0]} to {offsets[-1]}, the file holds "
+                      f"{size} bytes from 0")
+    ends = offsets[1:] + [size]
+    r = reader if reader is not None else _Ranges(f, size)
+    # each message's headers and its last 4 bytes (the 7777 the length must lead to); a
+    # short message whole
+    r.prefetch([(a, b if b - a <= SMALL else a + HEAD) for a, b in zip(offsets, ends)]
+               + [(b - 4, b) for a, b in zip(offsets, ends) if b - a > SMALL])
+    out: list[Message] = []
+    for i, (a, b) in enumerate(zip(offsets, ends)):
+        r.seek(a)
+        if r.read(4) != MAGIC:
+            return None, f"entry {i} (byte offset {a}) is no GRIB message"
+        try:
+            m = _message(r, path, size, a, i)
+        except VirtualizeError as e:
+            return None, f"entry {i} (byte offset {a}): {e.problems[0].message}"
+        if m.offset + m.length != b:
+            return None, (f"message {i} (at byte offset {a}) ends at byte offset "
+                          f"{m.offset + m.length}, the next entry says {b}")
+        out.append(m)
+    return out, ""

@@ -9,19 +9,28 @@ array's axes are those cfgrib gives: `number` (ensemble member), `time` (referen
 for regular grids, `y`, `x` for other Ni x Nj grids, `values` for reduced and other
 grids). `time` is always an axis (length 1 for one reference time: a stack of forecast
 files joins along it); `number`, `step` and the level are axes when the file holds more
-than one value, else scalar coordinates. Every message is one chunk (decoded by the
-`virtualize.grib` codec); a cell no message fills reads as NaN (cfgrib's fill), two
-messages for one cell are refused.
+than one value, else scalar coordinates. Every field is one chunk (decoded by the
+`virtualize.grib` codec: a message of several fields gives each its own, `_fields_of`;
+points along columns or in alternating rows are read into (y, x)); a cell no message
+fills reads as NaN (cfgrib's fill); a field repeated byte for byte is held once
+(`held_once`), two differing ones for one cell are refused.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from ...codecs import GRIB, load_eccodes
+from ...codecs import (
+    GRIB,
+    grib2_in_force,
+    grib_codec_config,
+    grib_field_message,
+    grib_to_yx,
+    load_eccodes,
+)
 from ...model import REF_DTYPE as REF
 from ...model import (
     BlockTable,
@@ -89,8 +98,17 @@ class Field:
     geo: dict = field(default_factory=dict)  # the grid's keys (ecCodes' geography namespace)
     problem: str | None = None  # why its values cannot be a chunk
     damage: str | None = None  # how its headers contradict each other or its bytes
+    # the points' order, read into (y, x) by the codec: (jPointsAreConsecutive,
+    # alternativeRowScanning) of a 2-D grid
+    order: tuple[bool, bool] = (False, False)
     # ecCodes' `latitudes`, `longitudes` of a grid not regular_ll / regular_gg (None: none)
     points: tuple[np.ndarray, np.ndarray] | None = None
+
+    @property
+    def codec(self) -> dict:
+        """Its `virtualize.grib` codec (one per array: every chunk's must be the same)."""
+        config = grib_codec_config(self.message.field, *self.order)
+        return {"name": GRIB, **({"configuration": config} if config else {})}
 
 
 def _get(ec, h, key, kind=None, default=None):
@@ -121,23 +139,27 @@ def _geography(ec, h) -> dict:
 
 
 def fields(ec, path: str, f, messages: list[Message], local: bool) -> list[Field]:
-    """Every message's keys, read by ecCodes from its headers."""
+    """Every field's keys, read by ecCodes from its message's headers; each field of a
+    message of several its own (`_fields_of`)."""
     out = []
     known: dict[tuple, dict] = {}
     grids: dict[tuple, tuple | None] = {}
     for m in messages:
-        where = f"message {m.index} (at byte offset {m.offset})"
+        where = m.where
+        if m.fields > 1:
+            out += _fields_of(ec, path, f, m, known)
+            continue
         try:
             if local:
                 f.seek(m.offset)
                 h = ec.codes_grib_new_from_file(f, headers_only=True)
+            elif m.edition == 2:  # (its keys are all in sections 1-5: no data read)
+                h = ec.codes_new_from_message(m.head + _section5(f, m), partial=True)
             else:
                 f.seek(m.offset)
                 h = ec.codes_new_from_message(f.read(m.length))
         except Exception as e:
-            raise VirtualizeError([Problem(Location(path), "corrupt",
-                                           f"{where}: ecCodes cannot read its headers ({e})")],
-                                  f"{path}: not a valid GRIB file") from None
+            raise _unreadable(path, where, e) from None
         if h is None:
             raise VirtualizeError([Problem(Location(path), "corrupt",
                                            f"{where}: ecCodes finds no message there")])
@@ -147,6 +169,121 @@ def fields(ec, path: str, f, messages: list[Message], local: bool) -> list[Field
         finally:
             ec.codes_release(h)
     return out
+
+
+def _section5(f, m: Message) -> bytes:
+    """A GRIB2 message's first data representation section (what its head lacks)."""
+    p, n = next(((p, n) for no, p, n, _ in m.sections if no == 5), (0, 0))
+    f.seek(m.offset + p)
+    return f.read(n) if n else b""
+
+
+def _unreadable(path: str, where: str, e: Exception) -> VirtualizeError:
+    return VirtualizeError([Problem(Location(path), "corrupt",
+                                    f"{where}: ecCodes cannot read its headers ({e})")],
+                           f"{path}: not a valid GRIB file")
+
+
+def _fields_of(ec, path: str, f, m: Message, known: dict) -> list[Field]:
+    """The fields of a GRIB2 message of several (NCEP packs u and v of a level in one),
+    as ecCodes' multi-field support iterates them: field k's keys read from the headers
+    of the message ecCodes would build of the sections in force for it (section 0 and
+    sections 1-5: `codecs.grib2_in_force`, what `grib_field_message` builds and the codec
+    decodes), not its data."""
+    out = []
+    f.seek(m.offset)
+    s0 = f.read(16)
+    number = {p: (no, indicator) for no, p, _, indicator in m.sections}
+    for k, (sections, why) in enumerate(grib2_in_force(m.sections)):
+        got, bitmap, bits, data = {}, 255, None, 0
+        for p, n in sections:
+            no, indicator = number[p]
+            if no <= 5:
+                f.seek(m.offset + p)
+                got[no] = f.read(n)
+            elif no == 6:
+                bitmap, bits = indicator, (n - 6) * 8 if indicator == 0 else None
+            else:
+                data = n - 5
+        fm = replace(m, field=k, grid=got.get(3, b""), bitmap=bitmap, bitmap_bits=bits,
+                     data_bytes=data)
+        head = [got[no] for no in sorted(got)]
+        try:
+            h = ec.codes_new_from_message(s0 + b"".join(head), partial=True)
+        except Exception as e:
+            raise _unreadable(path, fm.where, e) from None
+        try:
+            one = _field(ec, h, fm, path, fm.where, False, known)
+        finally:
+            ec.codes_release(h)
+        if why:
+            one.problem = why
+        out.append(one)
+    return out
+
+
+def held_once(path: str, f, fs: list[Field]) -> tuple[list[Field], list[Problem]]:
+    """`fs` without the fields that repeat an earlier one byte for byte (a message written
+    twice): the cube holds each once, with a note naming them. Fields for one cell that
+    differ stay, and are refused as duplicates (`duplicate-message`). Only fields for
+    the same cell are compared, by reading their bytes from the open file `f`."""
+    cells: dict[tuple, list[int]] = {}
+    for i, x in enumerate(fs):
+        cells.setdefault((tuple(sorted(x.keys.items(), key=lambda kv: kv[0])), x.message.grid,
+                          x.shape, x.order, x.number, x.time, x.step, x.level), []).append(i)
+    dropped: list[tuple[Field, Field]] = []
+    for group in (g for g in cells.values() if len(g) > 1):
+        seen: dict[bytes, Field] = {}
+        for i in group:
+            data = _field_bytes(f, fs[i].message)
+            if data in seen:
+                dropped.append((fs[i], seen[data]))
+            else:
+                seen[data] = fs[i]
+    if not dropped:
+        return fs, []
+    gone = {id(x) for x, _ in dropped}
+    note = Problem(Location(path), "duplicate-held-once", (
+        f"{len(dropped)} field(s) repeat an earlier one byte for byte, held once: "
+        + "; ".join(f"{x.message.where} is {y.message.where}" for x, y in dropped)),
+        fatal=False)
+    return [x for x in fs if id(x) not in gone], [note]
+
+
+def _field_bytes(f, m: Message) -> bytes:
+    f.seek(m.offset)
+    data = f.read(m.length)
+    return grib_field_message(data, m.field, strict=False) if m.fields > 1 else data
+
+
+def refused(path: str, name: str, fs: list[Field]) -> Problem | None:
+    """Why the array `name` of the fields `fs` cannot be referenced, naming every field
+    that keeps it out (by message, field and byte offset), or None. A field whose
+    values cannot be a chunk keeps it out, and so do fields decoded otherwise than the
+    first (another field of their message, another scanning order): a chunk's codec is
+    its array's."""
+    bad = [(f, f.problem) for f in fs if f.problem]
+    if not bad:
+        first = fs[0]
+        bad = [(f, f"decoded as {_decoding(f)}, the array's first field ({first.message.where}) "
+                   f"as {_decoding(first)}: one codec reads all of an array's chunks")
+               for f in fs if f.codec != first.codec]
+    if not bad:
+        return None
+    reasons: dict[str, list[str]] = {}
+    for f, why in bad:
+        reasons.setdefault(why, []).append(f.message.where)
+    return Problem(Location(path, name), "unsupported-grib", (
+        f"{len(bad)} of its {len(fs)} field(s) cannot be chunks: "
+        + "; ".join(f"{', '.join(where)}: {why}" for why, where in reasons.items())
+        + f". Every one of the {len(fs)} field(s) of {name} is left out"))
+
+
+def _decoding(f: Field) -> str:
+    columns, alternate = f.order
+    return ", ".join([f"field {f.message.field} of its message"]
+                     + (["points along columns"] if columns else [])
+                     + (["alternating rows"] if alternate else []))
 
 
 def _field(ec, h, m: Message, path: str, where: str, local: bool, known: dict) -> Field:
@@ -172,21 +309,32 @@ def _field(ec, h, m: Message, path: str, where: str, local: bool, known: dict) -
     except ValueError:
         raise VirtualizeError([Problem(Location(path), "corrupt", (
             f"{where}: dataDate {date}, dataTime {time} is no date"))]) from None
-    ec.codes_set(h, "stepUnits", "m")
-    step = _get(ec, h, "endStep", int)
+    if ec.codes_is_defined(h, "stepUnits"):
+        try:
+            ec.codes_set(h, "stepUnits", "m")
+            step = _get(ec, h, "endStep", int)
+        except Exception:  # (a step ecCodes cannot give in minutes)
+            step = None
+    else:  # no forecast time in its template (a satellite image, 4.31): absent, step 0
+        step = 0
     geo = _geography(ec, h)
     gt = keys["gridType"] or ""
     ni, nj = _get(ec, h, "Ni", int), _get(ec, h, "Nj", int)
     points = _get(ec, h, "numberOfPoints", int, 0)
-    problem = None
+    problem, order = None, (False, False)
     rows = gt not in ("reduced_gg", "reduced_ll", "sh") and not gt.startswith("reduced") and \
         ni and nj and 0 < ni < MISSING and 0 < nj < MISSING
     damage = _damage(ec, h, m, gt, points, (nj, ni) if rows else None)
     if rows and ni * nj == points:
         shape = (nj, ni)
-        if geo.get("jPointsAreConsecutive") or _get(ec, h, "alternativeRowScanning", int):
-            problem = ("its points run along columns (jPointsAreConsecutive) or alternate "
-                       "row directions: no (y, x) reading of ecCodes' values is proven")
+        # (points along columns, or every second row the other way: the codec reads
+        # them into (y, x), codecs.grib_to_yx)
+        order = (bool(_get(ec, h, "jPointsAreConsecutive", int, 0)),
+                 bool(_get(ec, h, "alternativeRowScanning", int, 0)))
+        odd = [k for k in SCANNING_OTHER if _get(ec, h, k, int, 0)]
+        if odd:  # (rows offset, or of other lengths: code table 3.4's bits 5-8)
+            problem = (f"its scanning mode sets {', '.join(odd)} (rows offset or of other "
+                       "lengths): no (y, x) reading of ecCodes' values is proven")
     else:
         shape = (points,)
     if gt == "sh" or not points:
@@ -196,13 +344,14 @@ def _field(ec, h, m: Message, path: str, where: str, local: bool, known: dict) -
         step = 0
     if m.bitmap == 254:
         problem = "its bit-map is the previous message's (bit-map indicator 254)"
-    if m.fields > 1:
-        problem = f"a message of {m.fields} fields (only single-field messages are chunks)"
     return Field(m, keys, _get(ec, h, "number", int, 0) or 0,
                  int((ref - EPOCH).total_seconds()), int(step),
-                 float(_get(ec, h, "level", float, 0.0)), shape, geo, problem, damage)
+                 float(_get(ec, h, "level", float, 0.0)), shape, geo, problem, damage,
+                 order)
 
 
+SCANNING_OTHER = ("scanningMode4", "scanningMode5", "scanningMode6", "scanningMode7",
+                  "scanningMode8")  # (GRIB1: reserved; GRIB2: offset rows, Nj x Ni rows)
 MISSING = 0x7FFFFFFF  # (ecCodes' missing Ni / Nj of reduced grids read as ints past this)
 SIMPLE_PACKINGS = ("grid_simple", "grid_simple_matrix")
 
@@ -250,8 +399,13 @@ def _points(ec, h, f: Field, grids: dict) -> tuple[np.ndarray, np.ndarray] | Non
             grids[key] = None
         else:
             n = int(np.prod(f.shape))
-            grids[key] = (lat.reshape(f.shape), lon.reshape(f.shape)) \
-                if lat.size == n and lon.size == n else None
+            if lat.size != n or lon.size != n:
+                grids[key] = None
+            elif len(f.shape) == 2 and f.order[0]:  # (points along columns: as the values;
+                # ecCodes' coordinates ignore alternating rows, so only the columns)
+                grids[key] = (grib_to_yx(lat, f.shape, True), grib_to_yx(lon, f.shape, True))
+            else:
+                grids[key] = (lat.reshape(f.shape), lon.reshape(f.shape))
     return grids[key]
 
 
@@ -534,7 +688,7 @@ def place(path: str, a: Array, name: str, keys: list[str], problems: list[Proble
 def _variable(path: str, a: Array, coords: Coords, problems: list[Problem],
               promote: frozenset[str] = frozenset()) -> Variable | None:
     f0 = a.fields[0]
-    if refused(path, a, a.name, problems):
+    if rejected(path, a, a.name, problems):
         return None
     names: dict[str, str] = {}  # axis key -> its coordinate variable's name
     scalars: list[str] = []
@@ -598,21 +752,18 @@ def _variable(path: str, a: Array, coords: Coords, problems: list[Problem],
     return array(a.name, f0, grid, refs, tuple(lead_dims) + grid_dims, attrs)
 
 
-def refused(path: str, a: Array, name: str, problems: list[Problem]) -> bool:
-    """Whether a message of `a` cannot be a chunk, or its headers are damaged (the first
-    one named in a problem)."""
-    bad = [f for f in a.fields if f.problem]
-    if bad:
-        f = bad[0]
-        problems.append(Problem(Location(path, name), "unsupported-grib", (
-            f"message {f.message.index} (at byte offset {f.message.offset}): {f.problem}"
-            + (f"; and {len(bad) - 1} more message(s)" if len(bad) > 1 else ""))))
+def rejected(path: str, a: Array, name: str, problems: list[Problem]) -> bool:
+    """Whether a field of `a` cannot be a chunk (`refused`: every one named), or its
+    headers are damaged (the first one named), said in `problems`."""
+    refusal = refused(path, name, a.fields)
+    if refusal is not None:
+        problems.append(refusal)
         return True
     hurt = [f for f in a.fields if f.damage]
     if hurt:
         f = hurt[0]
         problems.append(Problem(Location(path, name), "corrupt", (
-            f"message {f.message.index} (at byte offset {f.message.offset}): {f.damage}"
+            f"{f.message.where}: {f.damage}"
             + (f"; and {len(hurt) - 1} more message(s)" if len(hurt) > 1 else "")
             + f"; --drop {name} virtualizes the rest")))
     return bool(hurt)
@@ -624,7 +775,7 @@ def array(name: str, f0: Field, cells: tuple[int, ...], refs: np.ndarray,
     `grid`: the chunk's shape (the message's points: its grid's shape by default)."""
     grid = f0.shape if grid is None else grid
     return Variable(name=name, dtype=DTYPE, shape=cells + grid, dims=dims, attrs=attrs,
-                    fill_value=np.float64(np.nan), codecs=[bytes_codec(DTYPE), {"name": GRIB}],
+                    fill_value=np.float64(np.nan), codecs=[bytes_codec(DTYPE), f0.codec],
                     blocks=BlockTable((1,) * len(cells) + grid, padded=False, refs=refs))
 
 

@@ -315,6 +315,7 @@ def _hdfeos(path: str, gattrs: dict, variables: dict, problems: list[Problem]) -
         return
     eos.apply(structures, variables, eos.stripped_lengths(variables))
     problems += eos.grid_coordinates(structures, variables, path)
+    problems += eos.dimension_maps(structures, variables, path)
 
 
 RASTER_TAGS = (202, 302, 306)  # DFTAG_RI8, DFTAG_RI, DFTAG_RIG

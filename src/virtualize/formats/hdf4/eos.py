@@ -12,8 +12,19 @@ to the SDS of its name whose dimensions are exactly those names; it then gets:
   `ZoneCode`, `SphereCode`, `GridOrigin`, `PixelRegistration`) as `HDFEOS_<key>`
   attributes;
 - a swath data field: CF `coordinates` naming the swath's geolocation fields whose
-  dimensions are among its own (dimension maps with offsets / increments are not
-  applied: such geolocation fields are not named).
+  dimensions are among its own.
+
+A swath's dimension maps (`SWdefdimmap`: its `DimensionMap` objects, GeoDimension /
+DataDimension / Offset / Increment) are applied as the HDF-EOS2 library applies them
+when it reads a field (`SWreadfield`: geolocation at its own resolution, never
+interpolated) and as GDAL presents them (its GEOLOCATION metadata, PIXEL_OFFSET /
+PIXEL_STEP / LINE_OFFSET / LINE_STEP from `SWinqmaps`): every geolocation field stays on
+its own dimensions; `apply` records the maps on the fields they relate
+(`HDFEOS_DIMENSION_MAP` "geo/data" as `SWinqmaps` lists them, `HDFEOS_DIMENSION_MAP_OFFSET`,
+`HDFEOS_DIMENSION_MAP_INCREMENT`; a data field's `HDFEOS_GEOLOCATION` names the
+geolocation fields that locate it through them), and `dimension_maps` gives each mapped
+geolocation dimension a coordinate of the data indices its elements stand at, by the
+map's definition (data index = Offset + Increment * geolocation index; exact integers).
 
 `grid_coordinates` then adds a grid's 1-D `XDim` / `YDim` coordinates (GDij2ll's pixel
 positions between its corners: degrees for GCTP_GEO, projection metres otherwise), or a
@@ -42,11 +53,24 @@ class Field:
 
 
 @dataclass
+class DimMap:
+    """One `SWdefdimmap`: data index = offset + increment * geolocation index (a negative
+    increment: the geolocation has the finer resolution)."""
+
+    geo: str
+    data: str
+    offset: int
+    increment: int
+
+
+@dataclass
 class Structure:
     kind: str  # "grid" | "swath"
     name: str
     attrs: dict = field(default_factory=dict)
     fields: list[Field] = field(default_factory=list)
+    maps: list[DimMap] = field(default_factory=list)
+    index_maps: list[tuple[str, str]] = field(default_factory=list)  # (geo, data)
 
 
 def struct_metadata(gattrs: dict) -> str | None:
@@ -124,6 +148,15 @@ def parse(text: str) -> list[Structure]:
         elif key == "OBJECT":
             obj = {}
         elif key == "END_OBJECT":
+            if cur is not None and obj is not None and section in ("DimensionMap",
+                                                                   "IndexDimensionMap"):
+                geo, data = obj.get("GeoDimension"), obj.get("DataDimension")
+                offset, inc = obj.get("Offset"), obj.get("Increment")
+                if isinstance(geo, str) and isinstance(data, str):
+                    if section == "IndexDimensionMap":
+                        cur.index_maps.append((geo, data))
+                    elif isinstance(offset, int) and isinstance(inc, int):
+                        cur.maps.append(DimMap(geo, data, offset, inc))
             if cur is not None and obj is not None and section in ("DataField", "GeoField"):
                 name = obj.get("DataFieldName", obj.get("GeoFieldName"))
                 dims = obj.get("DimList", [])
@@ -166,7 +199,86 @@ def apply(structures: list[Structure], variables: dict, lengths: dict[str, set])
                           and g != f.name]
                 if coords:
                     v.attrs["coordinates"] = " ".join(_cube_name(by_name, c) for c in coords)
+            if s.kind == "swath":
+                _map_attrs(s, f, v, geo, by_name)
     return matched
+
+
+def _map_attrs(s: Structure, f: Field, v, geo: dict, by_name: dict) -> None:
+    """A swath field's dimension maps as attributes: those whose geolocation (a geolocation
+    field) or data dimension (a data field) it has; a data field's `HDFEOS_GEOLOCATION`:
+    the geolocation fields whose every dimension is one of its own or mapped to one."""
+    maps = [m for m in s.maps if (m.geo if f.geo else m.data) in f.dims]
+    if not maps:
+        return
+    v.attrs["HDFEOS_DIMENSION_MAP"] = [f"{m.geo}/{m.data}" for m in maps]
+    v.attrs["HDFEOS_DIMENSION_MAP_OFFSET"] = [m.offset for m in maps]
+    v.attrs["HDFEOS_DIMENSION_MAP_INCREMENT"] = [m.increment for m in maps]
+    if f.geo:
+        return
+    reach = set(f.dims) | {m.geo for m in maps}
+    located = [g for g, gf in geo.items() if set(gf.dims) <= reach
+               and not set(gf.dims) <= set(f.dims)]
+    if located:
+        v.attrs["HDFEOS_GEOLOCATION"] = " ".join(_cube_name(by_name, g) for g in located)
+
+
+def dimension_maps(structures: list[Structure], variables: dict, path: str) -> list:
+    """For each dimension map of a swath whose fields matched: a 1-D int32 coordinate on
+    the geolocation dimension (named as the fields' dimension) holding, for each
+    geolocation element, the data-dimension index it stands at (Offset + Increment * i:
+    SWdefdimmap's definition, no interpolation). Notes where none is made: a negative
+    increment (finer geolocation: several geolocation elements per data element), an SDS
+    already named as the dimension, a dimension no matched field has; index maps
+    (`SWdefidxmap`) are named in a note, not applied."""
+    notes = []
+    for s in structures:
+        if s.kind != "swath" or not (s.maps or s.index_maps):
+            continue
+        lengths: dict[str, tuple[str, int]] = {}  # metadata dim -> (cube dim, length)
+        for v in variables.values():
+            if v.attrs.get("HDFEOS_SWATH") != s.name:
+                continue
+            for d, n in zip(v.dims, v.shape):
+                lengths[re.sub(f":{re.escape(s.name)}$", "", d)] = (d, n)
+        if not lengths:
+            continue
+        for geo, data in s.index_maps:
+            notes.append(Problem(Location(path, axis=geo), "hdfeos-metadata",
+                                 f"swath {s.name!r}: the index map {geo}/{data} "
+                                 "(SWdefidxmap) is not applied", fatal=False))
+        for m in s.maps:
+            why = None
+            if m.geo not in lengths or m.data not in lengths:
+                why = "no field of the file has both dimensions"
+            elif m.increment <= 0:
+                why = f"increment {m.increment}: the geolocation is the finer (no index " \
+                    "of the data for each geolocation element)"
+            elif lengths[m.geo][0] in variables:
+                why = f"an SDS is named {lengths[m.geo][0]!r}"
+            elif not -2**31 <= m.offset + m.increment * (lengths[m.geo][1] - 1) < 2**31 or \
+                    not -2**31 <= m.offset < 2**31:
+                why = "indices past int32 (HDF-EOS2's own type for them): damaged metadata?"
+            if why:
+                notes.append(Problem(Location(path, axis=m.geo), "hdfeos-metadata",
+                                     f"swath {s.name!r}: dimension map {m.geo}/{m.data} "
+                                     f"(offset {m.offset}, increment {m.increment}): {why}: "
+                                     "no index coordinate", fatal=False))
+                continue
+            name, n = lengths[m.geo]
+            data_name, data_length = lengths[m.data]
+            values = (m.offset + m.increment * np.arange(n, dtype="i8")).astype("i4")
+            attrs = {"long_name": f"index along {data_name} of each {name} element "
+                                  f"(HDF-EOS2 dimension map: offset {m.offset}, increment "
+                                  f"{m.increment})",
+                     "HDFEOS_SWATH": s.name, "HDFEOS_DATA_DIMENSION": data_name,
+                     "HDFEOS_DATA_DIMENSION_LENGTH": data_length,
+                     "HDFEOS_OFFSET": m.offset, "HDFEOS_INCREMENT": m.increment}
+            variables[name] = Variable(name=name, dtype=values.dtype, shape=values.shape,
+                                       dims=(name,), attrs=attrs, fill_value=None,
+                                       codecs=[bytes_codec(values.dtype)], blocks=None,
+                                       values=values, is_coordinate=True)
+    return notes
 
 
 def _cube_name(by_name: dict, field_name: str) -> str:
