@@ -45,14 +45,19 @@ N rounds; wall and CPU time): `floor` opens the file with h5py, reads every attr
 the output holds (all but HDF5's and netCDF-C's own: DIMENSION_LIST, CLASS, ...), the
 values of the variables whose values the inventory holds (coordinates), and runs
 `DatasetID.chunk_iter` with a no-op callback on every chunked dataset (h5py's StoreInfo
-per chunk included); `walk` only opens and asks HDF5 for each chunked dataset's chunk
-count (HDF5's own index walk, no Python per chunk). Inputs: one dataset
+per chunk included); `bare` only opens the file and runs that `chunk_iter` (no attributes,
+no values: the floor of issue #32); `walk` only opens and asks HDF5 for each chunked
+dataset's chunk count (HDF5's own index walk, no Python per chunk). The scan is
+`virtualize.inventory`, every check on (the fingerprint, digests of the variables a stack
+compares, planning data, the extent check). Inputs: one dataset
 tas(N, 4, 4) f4 in (1, 4, 4) chunks (shuffle + deflate) per HDF5 chunk index type
 (written by h5py: libver "earliest" gives a v1 B-tree; "latest" a fixed array for a
 fixed extent, an extensible array for one unlimited axis, a v2 B-tree for two, an
 implicit index for unfiltered data allocated early, a single chunk for one chunk), the
-netCDF-4 file of scan-100k (v1 B-tree, time coordinate) and the monthly stack (small
-netCDF-4 files, all of them per row).
+netCDF-4 file of scan-100k (v1 B-tree, time coordinate), the monthly stack (small
+netCDF-4 files, all of them per row), 200 one-step hourly netCDF-4 files (tas(1, 4, 4),
+deflate; --small-files) and 3 netCDF-4 files of tas(1, 1264, 1264) in (1, 4, 4) chunks
+(99,856 chunks each in a 2-D grid: a v1 B-tree of ~2,000 nodes).
 """
 
 from __future__ import annotations
@@ -393,6 +398,53 @@ def _floor_read(path: str, values: frozenset) -> None:
                     obj[()]
 
 
+def _bare_floor(path: str) -> None:
+    """The bare floor: h5py opens the file and runs `DatasetID.chunk_iter` with a no-op
+    callback on every chunked dataset (nothing else: no attributes, no values)."""
+    import h5py
+
+    def noop(_info):
+        return None
+
+    with h5py.File(path, "r") as f:
+        dsets = []
+        f.visititems(lambda name, obj: dsets.append(obj) if isinstance(obj, h5py.Dataset) else None)
+        for ds in dsets:
+            if ds.chunks is not None:
+                ds.id.chunk_iter(noop)
+
+
+def make_one_step_files(workdir: Path, n_files: int, side: int) -> list[str]:
+    """`n_files` netCDF-4 files (netCDF4-python; reused when present), file i one step
+    (hour i) of tas(time, lat=4*side, lon=4*side) f4 in (1, 4, 4) chunks, shuffle +
+    deflate 1, with CF coordinates (time unlimited): side**2 chunks a file. side 1: an
+    archive's hourly files; 316: 99,856 chunks in a 2-D grid, a v1 B-tree of ~2,000 nodes."""
+    import netCDF4
+    import numpy as np
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    n = 4 * side
+    out = []
+    for i in range(n_files):
+        path = workdir / f"tas_{side * side}chunks_{i:05d}.nc"
+        out.append(str(path))
+        if path.exists():
+            continue
+        tmp = path.with_suffix(".part")
+        with netCDF4.Dataset(tmp, "w", format="NETCDF4") as nc:
+            t, lat, lon, tas = _harness.define_hourly(
+                nc, "virtualize benchmark: one step", n, n, chunksizes=(1, 4, 4), zlib=True,
+                complevel=1, shuffle=True)
+            if side == 1:
+                _harness.write_coords(t, lat, lon, 1)
+            else:
+                lat[:], lon[:] = np.linspace(-89.5, 89.5, n), np.linspace(0, 359.5, n)
+            t[:] = [float(i)]
+            tas[0] = np.random.default_rng(i).normal(280, 5, (n, n)).astype("f4")
+        tmp.rename(path)
+    return out
+
+
 def _index_walk(path: str) -> None:
     import h5py
 
@@ -422,6 +474,7 @@ def floor_rows(inputs: dict[str, list[str]], repeats: int) -> list[dict]:
         ops = {
             "scan": lambda: [virtualize.inventory(p) for p in paths],
             "floor": lambda: [_floor_read(p, values[p]) for p in paths],
+            "bare": lambda: [_bare_floor(p) for p in paths],
             "walk": lambda: [_index_walk(p) for p in paths],
         }
         wall = {k: [] for k in ops}
@@ -438,6 +491,8 @@ def floor_rows(inputs: dict[str, list[str]], repeats: int) -> list[dict]:
             row[f"{k}_wall_s"], row[f"{k}_cpu_s"] = min(wall[k]), min(cpu[k])
         row["scan_over_floor_wall"] = row["scan_wall_s"] / row["floor_wall_s"]
         row["scan_over_floor_cpu"] = row["scan_cpu_s"] / row["floor_cpu_s"]
+        row["scan_over_bare_wall"] = row["scan_wall_s"] / row["bare_wall_s"]
+        row["scan_over_bare_cpu"] = row["scan_cpu_s"] / row["bare_cpu_s"]
         rows.append(row)
         log(f"floor: {case} done")
     return rows
@@ -445,12 +500,15 @@ def floor_rows(inputs: dict[str, list[str]], repeats: int) -> list[dict]:
 
 def floor_table(rows: list[dict]) -> str:
     head = (f"{'input':25s} {'files':>5s} {'chunks':>8s} {'scan ms':>9s} {'floor ms':>9s} "
-            f"{'walk ms':>8s} {'scan/floor':>10s} {'(cpu)':>6s}")
+            f"{'bare ms':>8s} {'walk ms':>8s} {'scan/floor':>10s} {'(cpu)':>6s} "
+            f"{'scan/bare':>9s} {'(cpu)':>6s}")
     lines = [head]
     for r in rows:
         lines.append(f"{r['case']:25s} {r['files']:5d} {r['chunks']:8d} {r['scan_wall_s'] * 1e3:9.2f} "
-                     f"{r['floor_wall_s'] * 1e3:9.2f} {r['walk_wall_s'] * 1e3:8.2f} "
-                     f"{r['scan_over_floor_wall']:9.2f}x {r['scan_over_floor_cpu']:5.2f}x")
+                     f"{r['floor_wall_s'] * 1e3:9.2f} {r['bare_wall_s'] * 1e3:8.2f} "
+                     f"{r['walk_wall_s'] * 1e3:8.2f} "
+                     f"{r['scan_over_floor_wall']:9.2f}x {r['scan_over_floor_cpu']:5.2f}x "
+                     f"{r['scan_over_bare_wall']:8.2f}x {r['scan_over_bare_cpu']:5.2f}x")
     return "\n".join(lines)
 
 
@@ -475,6 +533,8 @@ def main(argv=None) -> int:
                     help="leave out the scan-vs-floor table")
     ap.add_argument("--floor-only", action="store_true",
                     help="only the scan-vs-floor table (its repeats: --floor-repeats)")
+    ap.add_argument("--small-files", type=int, default=200,
+                    help="one-step netCDF-4 files of the small-file row of the floor table")
     ap.add_argument("--floor-repeats", type=int, default=15,
                     help="rounds of the scan-vs-floor table (minimum reported; 3 with --quick)")
     args = _harness.parse_args(ap, argv, tool_ops, FIELDS, quick={"chunks": 10_000})
@@ -500,6 +560,11 @@ def main(argv=None) -> int:
             inputs = {k: [v] for k, v in index_files.items()}
             inputs["netcdf4 v1 B-tree+coords"] = [files["big"]]
             inputs[f"netcdf4 small x{len(files['stack'])}"] = files["stack"]
+            small = make_one_step_files(workdir / "inputs" / "small", args.small_files, 1)
+            inputs[f"netcdf4 1-step x{len(small)}"] = small
+            side = 100 if args.quick else 316
+            tiled = make_one_step_files(workdir / "inputs" / "tiled", 3, side)
+            inputs[f"netcdf4 {side * side} chunks x3"] = tiled
             floor = floor_rows(inputs, 3 if args.quick else args.floor_repeats)
         doc = {"environment": environment(),
                "parameters": {"chunks": args.chunks, "months": args.months, "grid": [ny, nx],

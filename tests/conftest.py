@@ -1,6 +1,8 @@
 import importlib.util
+import os
 import shutil
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -98,3 +100,42 @@ def case(fixture_root):
 
     return get
 
+
+# The mutation suite's outcomes (tests/robustness/conftest.py's OUTCOMES), from this process
+# and from every pytest-xdist worker (each sends its own at the end of its session).
+_WORKERS_OUTCOMES: list[tuple[str, str]] = []
+
+
+def _outcomes() -> list[tuple[str, str]]:
+    here = sys.modules.get("robustness.conftest")
+    return [*(here.OUTCOMES if here else []), *_WORKERS_OUTCOMES]
+
+
+def pytest_sessionfinish(session):
+    out = getattr(session.config, "workeroutput", None)  # (a pytest-xdist worker)
+    if out is not None:
+        out["robustness"] = _outcomes()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):  # (pytest-xdist, in the controller)
+    _WORKERS_OUTCOMES.extend(tuple(o) for o in getattr(node, "workeroutput", {}).get("robustness", []))
+
+
+def pytest_terminal_summary(terminalreporter):
+    outcomes = _outcomes()
+    if not outcomes:
+        return
+    by = Counter(o for _, o in outcomes)
+    labels = {label for label, _ in outcomes}
+    terminalreporter.write_line(
+        f"robustness: {len(outcomes)} mutated files across {len(labels)} source formats/layouts: "
+        f"{by['accepted']} accepted (equal to the library's read), {by['refused']} refused, "
+        f"{by['unreadable-consistent']} accepted with damaged blocks neither the library nor the "
+        "cube can decode (the rest of the array read)")
+    if os.environ.get("VIRTUALIZE_MUTATIONS"):
+        for label in sorted(labels):
+            c = Counter(o for lab, o in outcomes if lab == label)
+            terminalreporter.write_line(
+                f"  {label}: {sum(c.values())} files, {c['accepted']} accepted, {c['refused']} "
+                f"refused, {c['unreadable-consistent']} unreadable-consistent")

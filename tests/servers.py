@@ -66,6 +66,23 @@ class _Handler(SimpleHTTPRequestHandler):
         self.end_headers()
         return True
 
+    def _listing(self) -> bool:
+        """A directory's index page (links to its entries, as a web server's autoindex
+        gives them), when `listing` is on."""
+        rel = self.path.split("?")[0].lstrip("/")
+        d = (self.server.root / rel).resolve()
+        if not str(d).startswith(str(self.server.root.resolve())) or not d.is_dir():
+            return False
+        names = sorted(p.name + ("/" if p.is_dir() else "") for p in d.iterdir())
+        body = "".join(f'<a href="{n}">{n}</a>\n' for n in names).encode()
+        self._count(len(body))
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+        return True
+
     def do_HEAD(self) -> None:  # noqa: N802
         if self._refuse():
             return
@@ -74,6 +91,8 @@ class _Handler(SimpleHTTPRequestHandler):
         self._headers(p, 200, p.stat().st_size)
 
     def do_GET(self) -> None:  # noqa: N802
+        if self.server.listing and self._listing():
+            return
         if self._refuse():
             return
         p = self._target()
@@ -106,7 +125,8 @@ class _Handler(SimpleHTTPRequestHandler):
 class RangeHTTPServer(ThreadingHTTPServer):
     """Serves `root` on 127.0.0.1 with Range requests; `status` maps a path to a forced
     status code (403, ...), `flaky` a number of 503 answers before it serves,
-    `required_headers` headers every request must carry (else 403); counts
+    `required_headers` headers every request must carry (else 403), `listing` index pages
+    of directories (else they are 404); counts
     requests and bytes (per path too)."""
 
     daemon_threads = True
@@ -118,6 +138,7 @@ class RangeHTTPServer(ThreadingHTTPServer):
         self.status: dict[str, int] = {}
         self.flaky: dict[str, int] = {}  # path -> how many requests answer 503 first
         self.required_headers: dict[str, str] = {}  # else 403 (a token the client must send)
+        self.listing = False  # directories answer with an index page (a tree to walk)
         self.reset()
         self.thread = threading.Thread(target=self.serve_forever, daemon=True)
         self.thread.start()

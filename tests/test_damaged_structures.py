@@ -5,6 +5,7 @@ written by h5py / tifffile and then damaged byte by byte."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import struct
 import zlib
@@ -93,6 +94,59 @@ def test_an_intact_v1_btree_of_several_levels_is_accepted(tmp_path):
             d[2 * i:2 * i + 2, 2 * j:2 * j + 2] = i + j
     assert max(p.read_bytes()[k + 5] for k in _all(p.read_bytes(), b"TREE\x01")) >= 1
     assert judge(p, tmp_path / "c.zarr") == "accepted"
+
+
+def _many_leaves(path: Path) -> list[tuple[int, int]]:
+    """v(300, 40) i2 in (2, 2) chunks written sparse and out of order (libver earliest): a
+    v1 B-tree of two levels or more. Returns its leaves (address, entries used), in the
+    order of their first keys."""
+    with h5py.File(path, "w", libver="earliest") as f:
+        d = f.create_dataset("v", shape=(300, 40), chunks=(2, 2), dtype="i2", fillvalue=-1)
+        rng = np.random.default_rng(0)
+        for i, j in rng.integers(0, (150, 20), (2000, 2)):
+            d[2 * i:2 * i + 2, 2 * j:2 * j + 2] = i + j
+    raw = path.read_bytes()
+    leaves = [k for k in _all(raw, b"TREE\x01\x00") if struct.unpack_from("<H", raw, k + 6)[0]]
+    first = {k: struct.unpack_from("<QQ", raw, k + 24 + 8) for k in leaves}
+    return [(k, struct.unpack_from("<H", raw, k + 6)[0]) for k in sorted(leaves, key=first.get)]
+
+
+def test_a_multi_level_v1_btree_read_directly_is_what_chunk_iter_lists(tmp_path):
+    """The direct reader's chunks (a level's nodes read in one pass) equal HDF5's
+    chunk_iter listing on a tree of several levels and many leaves."""
+    p = tmp_path / "big.h5"
+    assert len(_many_leaves(p)) > 20
+    with h5py.File(p, "r") as f:
+        dsid = f["v"].id
+        walked = hdf5_index._walk_chunk_index(dsid, 2)
+        with open(p, "rb") as fh:
+            def pread(n, off):
+                return os.pread(fh.fileno(), n, off)
+            direct = hdf5_index._native_chunk_index(pread, p.stat().st_size, dsid, (2, 2),
+                                                    dsid.get_num_chunks)
+    assert direct is not None
+    for a, b in zip(direct, walked):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("damage,text", [("twice", "two keys for chunk"),
+                                         ("below", "outside its parent's")])
+def test_damaged_keys_in_a_later_leaf_of_a_level_are_refused(tmp_path, damage, text):
+    """A leaf that is not its level's first (the last, by its keys), damaged: two keys for
+    one chunk, or a first key below its parent's key on its left; refused, naming it."""
+    p = tmp_path / "big.h5"
+    leaf, _used = _many_leaves(p)[-1]
+    key_size = 8 + 8 * 3  # size, mask, three offsets (two axes and the datatype)
+    b = bytearray(p.read_bytes())
+    k0 = struct.unpack_from("<QQQ", b, leaf + 24 + 8)
+    if damage == "twice":
+        struct.pack_into("<QQQ", b, leaf + 24 + (key_size + 8) + 8, *k0)
+    else:
+        struct.pack_into("<QQQ", b, leaf + 24 + 8, 0, 0, 0)
+    p.write_bytes(bytes(b))
+    (fatal,) = _fatal(p)
+    assert fatal[:2] == ("corrupt", "v") and text in fatal[3], fatal
+    assert f"B-tree node at byte offset {leaf}" in fatal[3], fatal
 
 
 def _all(raw: bytes, sig: bytes) -> list[int]:

@@ -35,7 +35,7 @@ LAYERS = [
     ("outputs",),
     ("checks", "open", "report"),
     ("api",),
-    ("cli", "xarray_backend", "__init__"),
+    ("cli", "xarray_backend", "fsspec_backend", "__init__"),
 ]
 LEVEL = {name: i for i, names in enumerate(LAYERS) for name in names}
 

@@ -404,8 +404,8 @@ def test_one_file_is_not_digested_and_its_cube_still_compares_on_append(tmp_path
 
     digested = []
     real = _io.digest_blocks
-    monkeypatch.setattr(_io, "digest_blocks", lambda paths, refs: digested.append(1) or
-                        real(paths, refs))
+    monkeypatch.setattr(_io, "digest_blocks", lambda paths, refs, **kw: digested.append(1) or
+                        real(paths, refs, **kw))
     first = month(tmp_path / "m00.nc", 0)
     cube = tmp_path / "cube.zarr"
     virtualize.virtualize([first], cube, scan_timeout=0)

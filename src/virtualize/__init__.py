@@ -17,6 +17,9 @@ The Python API (the CLI is a thin layer over it):
   `mosaic(tiles, out, ...)`: map tiles placed side by side by their georeferencing (or
   explicit pixel offsets) into one array, cut at every tile edge and block boundary.
 - `append(cube, files)`: add files to the end of a cube, planned as before.
+- `catalog(roots, out, drs="cmip6")`: an archive's trees into one cube per dataset and an
+  intake-esm catalog of them (`out/catalog.json`), kept current by re-runs; returns a
+  `CatalogReport` (docs/catalog.md).
 - `verify_cube(cube, decode=False) -> [Problem]`: have the cube's sources changed?
 - `export(cube, out)`: the same cube as another kind (directory, kerchunk, Icechunk).
 - `open(path) -> zarr.Group`: a read-only zarr group over a cube.
@@ -32,6 +35,7 @@ not be scanned). Every exception raised on purpose is a `VirtualizeError`.
 from ._version import __version__  # noqa: F401 - re-exported
 from .api import (
     append,
+    catalog,
     check,
     check_mosaic,
     export,
@@ -54,6 +58,7 @@ from .report import Report
 
 __all__ = ["OutputExistsError", "Problem", "Report", "SourceTouchedWarning", "UnsafeOutputError",
            "UsageError",
-           "VirtualizeError", "append", "check", "check_mosaic", "export", "inventories", "inventory",
+           "VirtualizeError", "append", "catalog", "check", "check_mosaic", "export", "inventories",
+           "inventory",
            "mosaic",
            "open", "verify_cube", "virtualize"]

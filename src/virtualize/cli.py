@@ -19,10 +19,12 @@ import time
 
 from ._version import __version__
 from .api import (
+    CATALOG_KINDS,
     DEFAULT_SCAN_TIMEOUT,
     DEFAULTS,
     Recipe,
     append,
+    catalog,
     check,
     check_mosaic,
     export,
@@ -49,6 +51,7 @@ COMMANDS = {
     "inspect": "one file's variables, dimensions and block tables",
     "verify": "have a cube's sources changed? (--decode: decode one chunk per source)",
     "export": "write a cube as another kind: directory, kerchunk JSON or parquet, Icechunk",
+    "catalog": "an archive's trees into one cube per dataset and an intake-esm catalog",
     "docs": "print a guide shipped with virtualize (virtualize docs: the list)",
     "help": "help on a command",
 }
@@ -410,6 +413,49 @@ def build_parser() -> argparse.ArgumentParser:
     _strict_option(p)
     _report_options(p, html=False)
 
+    p = cmd("catalog", "Walk the archive's trees (local directories, s3:// or http(s):// "
+                       "prefixes), group the files into datasets (by a path template, or by "
+                       "what they hold), and write one cube per dataset under OUT plus an "
+                       "intake-esm catalog of them (OUT/catalog.json, catalog.csv). Run again "
+                       "over a grown tree: new files are appended, new datasets built, changed "
+                       "ones (a new version) rebuilt, the rest skipped. A dataset that cannot "
+                       "be built is reported, never a stop (exit 1 when one is refused).")
+    p.add_argument("roots", nargs="+", metavar="ROOT")
+    p.add_argument("-o", "--output", required=True, metavar="OUT",
+                   help="the catalog's directory (made if missing)")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--drs", choices=("cmip6", "cmip5", "cordex"),
+                   help="group by that data reference syntax (found at any depth under ROOT)")
+    g.add_argument("--path-template", metavar="TEMPLATE",
+                   help="group by this directory template: {facet} one path segment "
+                        "({facet:REGEX} constrained), * and ? as in a glob, e.g. "
+                        "'{source_id}/{experiment_id}/{member_id}/{table_id}/{variable_id}/"
+                        "{grid_label}/{version}/*.nc'; without --drs or one: by what the files "
+                        "hold")
+    p.add_argument("--group-by", metavar="A,B", type=_names_arg,
+                   help="without a template: the global attributes that identify a dataset "
+                        "(default: source_id, experiment_id, table_id, variable_id, grid_label, "
+                        "frequency, variant_label ... as the files have them)")
+    p.add_argument("--concat-dim", metavar="DIM", action="append",
+                   help="member: stack a dataset's members (the template's member facet, or "
+                        "the member attribute) along a new axis before time, labelled by them")
+    p.add_argument("--all-versions", action="store_true",
+                   help="every version a dataset of its own (default: the latest only)")
+    p.add_argument("--format", choices=CATALOG_KINDS,
+                   help=f"each dataset's output kind (default {outputs.default().name})")
+    p.add_argument("--overwrite", action="store_true",
+                   help="OUT holds other things, or a catalog grouped otherwise: build again "
+                        "(only outputs virtualize wrote are replaced)")
+    p.add_argument("--drop", metavar="VAR", action="append", default=[],
+                   help="leave this variable out of every dataset; repeatable")
+    p.add_argument("--join", choices=("exact", "outer"), default=DEFAULTS.join,
+                   help="as for create")
+    p.add_argument("--combine-attrs", choices=("drop_conflicts", "override", "identical"),
+                   default=DEFAULTS.combine_attrs, help="as for create")
+    _remedy_options(p)
+    _job_options(p, gaps=False)
+    _report_options(p)
+
     p = cmd("docs", "Print one of the guides shipped with virtualize (Markdown: the "
                     "report, reading a cube, problem kinds, ...); without TOPIC, list them.")
     p.add_argument("topic", nargs="?", metavar="TOPIC")
@@ -756,8 +802,30 @@ def _docs(args) -> int:
     return DONE
 
 
+def _catalog(args) -> int:
+    """`virtualize catalog`: the archive's report (text, --json, --html); exit 1 when a
+    dataset is refused or a root cannot be walked."""
+    report = catalog(args.roots, args.output, drs=args.drs, path_template=args.path_template,
+                     group_by=args.group_by, concat_dims=args.concat_dim,
+                     all_versions=args.all_versions, format=args.format,
+                     overwrite=args.overwrite, drop=args.drop, join=args.join,
+                     combine_attrs=args.combine_attrs, split=not args.no_split,
+                     materialize=args.materialize, materialize_limit=args.materialize_limit,
+                     chunk_size=args.chunk_size, **_kw(args))
+    _OUTCOME.append(DONE if report.ok else REFUSED)
+    if args.html:
+        with open(args.html, "w", encoding="utf-8") as f:
+            f.write(report.to_html())
+    if args.json:
+        print(report.to_json())
+    elif not args.quiet or not report.ok:
+        print(report.to_text(verbose=args.verbose))
+    return DONE if report.ok else REFUSED
+
+
 COMMAND_RUNNERS = {"create": _create, "check": _check, "mosaic": _mosaic, "append": _append,
-                   "inspect": _inspect, "verify": _verify, "export": _export, "docs": _docs}
+                   "inspect": _inspect, "verify": _verify, "export": _export,
+                   "catalog": _catalog, "docs": _docs}
 
 
 def _write(args, job) -> int:

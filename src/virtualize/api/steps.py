@@ -8,11 +8,13 @@ made of these; none takes another's private name."""
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import glob
 import json
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 from .. import storage
@@ -32,6 +34,7 @@ from ..outputs import registry
 from ..outputs.metadata import array_doc, group_doc, omitted_attrs
 from ..outputs.staging import guard_output, refuse_sources
 from ..plan.cut import cut_stack
+from ..plan.datasets import split as dataset_split
 from ..plan.merge import unknown_variables
 from ..plan.pile import data_variables, odd_files
 from ..report import Report
@@ -317,9 +320,15 @@ def check_stack(paths, planner: Planner, progress, materialize_limit: int | None
             plan.left_out = left_out
     if len(listed) + len(left_out) != len(files):
         listed = [storage.normalize(f) for f in files]
-    return Report(files=listed, problems=problems, plan=plan, notes=notes,
-                  bytes_read=bytes_read, requests=requests, left_out=left_out,
-                  data_variables=data)
+    # files that are several datasets (two models, tables, grids): said, with how to build them
+    several = dataset_split(invs) if any(p.fatal for p in problems) else None
+    if several is not None:
+        notes.insert(0, several.note())
+    report = Report(files=listed, problems=problems, plan=plan, notes=notes,
+                    bytes_read=bytes_read, requests=requests, left_out=left_out,
+                    data_variables=data)
+    report.datasets = several
+    return report
 
 
 def render_problems(plan: Plan) -> list[Problem]:
@@ -343,15 +352,47 @@ def render_problems(plan: Plan) -> list[Problem]:
     return out
 
 
+# files already scanned, by their normalized path (`reusing`): scan_all takes their results
+_SCANNED: contextvars.ContextVar[Mapping[str, FileInventory | list[Problem]] | None] = \
+    contextvars.ContextVar("scanned", default=None)
+
+
+@contextlib.contextmanager
+def reusing(results: Mapping[str, FileInventory | list[Problem]]):
+    """Within it, `scan_all` takes a file's result from `results` (by its normalized path)
+    instead of scanning it again: a job that scanned an archive's files once (`catalog`)
+    plans and writes each dataset through the same steps (check, write, append) without
+    a second scan. Each result must have been scanned as its planner plans (`ScanHint`)."""
+    token = _SCANNED.set(results)
+    try:
+        yield
+    finally:
+        _SCANNED.reset(token)
+
+
 def scan_all(files: list[str], jobs: int | str, scan_timeout: float | None,
               executor=None, hint: ScanHint | None = None
               ) -> Iterator[FileInventory | list[Problem]]:
     """Scan in file order: as tasks of `executor` when given, else with a time limit (or
     jobs > 1; 0: one per core; "auto": by the stack) in worker processes, each file within
     `scan_timeout` seconds (see run/workers.py and docs/scale.md). `hint`: how the files
-    will be planned (the scan digests what that planner compares across files)."""
+    will be planned (the scan digests what that planner compares across files). A file
+    scanned already (`reusing`) is not scanned again."""
     if scan_timeout is not None and scan_timeout < 0:
         raise ValueError(f"scan_timeout must be positive (or None / 0 for no limit), not {scan_timeout}")
+    have = _SCANNED.get()
+    if have:
+        keys = [storage.normalize(f) for f in files]
+        fresh = _scan_all([f for f, k in zip(files, keys) if k not in have], jobs,
+                          scan_timeout, executor, hint)
+        yield from (have[k] if k in have else next(fresh) for k in keys)
+        return
+    yield from _scan_all(files, jobs, scan_timeout, executor, hint)
+
+
+def _scan_all(files: list[str], jobs: int | str, scan_timeout: float | None,
+              executor=None, hint: ScanHint | None = None
+              ) -> Iterator[FileInventory | list[Problem]]:
     if executor is not None:
         yield from scan_on(executor, files, scan_timeout or None, hint=hint)
         return
@@ -359,7 +400,26 @@ def scan_all(files: list[str], jobs: int | str, scan_timeout: float | None,
     if not scan_timeout and jobs <= 1:
         yield from (scan_or_problems(f, hint) for f in files)
         return
+    preload_format(files)
     yield from scan_bounded(files, scan_timeout or None, jobs, hint)
+
+
+def preload_format(files: list[str]) -> None:
+    """The library of the first local file's format imported here, before scan workers
+    are forked: they inherit it, and the decode check that follows, which reads through
+    the same library here, does not import it again (a one-file check of a GRIB, FITS or
+    HDF4 file paid for ecCodes, astropy or pyhdf twice: in its worker and in itself)."""
+    import importlib
+
+    from ..formats import detect
+
+    first = next((f for f in files if not storage.is_url(f)), None)
+    try:
+        fmt = detect(first) if first is not None and os.path.isfile(first) else None
+        for module in fmt.modules if fmt is not None else ():
+            importlib.import_module(module)
+    except Exception:  # unreadable, or its library broken: the worker's scan reports it
+        pass
 
 
 def unknown_names(invs: list[FileInventory], recipe: Recipe) -> list[Problem]:

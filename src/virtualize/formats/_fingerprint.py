@@ -21,6 +21,7 @@ scanned for the cube (`hint_of`)."""
 from __future__ import annotations
 
 import hashlib
+import struct
 
 import numpy as np
 
@@ -61,9 +62,25 @@ def hint_of(fingerprint: str) -> ScanHint | None:
                     layout or None)
 
 
+# the plain types of most values, by exact type: their bytes as the last rule below makes them
+_PLAIN = {str: b"Rstr", int: b"Rint", bool: b"Rbool", type(None): b"RNoneType"}
+_DOUBLE = struct.Struct("=d")  # a float's bytes as np.float64(x).tobytes() gives them
+
+
 def _canon(x) -> bytes:
     """A value (attribute, fill value, codec configuration) as bytes that differ whenever
     it does, bit for bit (-0.0 from 0.0, NaN payloads; no numpy summarizing of arrays)."""
+    t = type(x)
+    plain = _PLAIN.get(t)
+    if plain is not None:
+        return plain + repr(x).encode()
+    if t is float:
+        return b"F" + _DOUBLE.pack(x)
+    if t is dict:
+        return b"D{" + b",".join(_canon(str(k)) + b":" + _canon(x[k])
+                                 for k in sorted(x, key=str)) + b"}"
+    if t is list or t is tuple:
+        return b"L[" + b",".join([_canon(e) for e in x]) + b"]"
     if isinstance(x, np.ndarray):
         if x.dtype.kind == "O":
             return b"O" + repr(x.shape).encode() + b"[" + \
@@ -101,11 +118,12 @@ def fingerprints(inv: FileInventory, hint: ScanHint | None = None) -> list[str |
         # all else the cube takes from the file about it: attributes (GeoTIFF keys too),
         # fill value, codecs, dimension names (a meaning attribute rewritten in place)
         head += _canon([v.attrs, v.fill_value, v.codecs, list(v.dims), v.is_coordinate])
-        refs = np.ascontiguousarray(b.refs).reshape(-1) if b is not None \
+        refs = np.ascontiguousarray(b.refs, dtype=REF_DTYPE).reshape(-1) if b is not None \
             else np.zeros(0, REF_DTYPE)
-        # the file's own: every row (a reference set's rows are its own content)
+        # the file's own: every row (a reference set's rows are its own content), hashed
+        # where they are (no copy)
         own.update(head)
-        own.update(refs.astype(REF_DTYPE).tobytes())
+        own.update(refs)
         own.update(repr(v.digest).encode())
         if v.values is not None:
             vals = np.asarray(v.values)

@@ -18,14 +18,15 @@ OPEN_FILES = 64  # data files digest_blocks keeps open at once
 MAX_BLOCKS = 1 << 27
 
 
-def digest_blocks(paths: str | list[str], refs) -> tuple[str, np.ndarray]:
+def digest_blocks(paths: str | list[str], refs, pread=None) -> tuple[str, np.ndarray]:
     """Per block, a 16-byte BLAKE2b of its stored bytes (its length first; a block never
     written digests as length 0), shaped like `refs`; and their SHA-256 (`summary`).
 
     Used to check that a variable without the concatenation axis holds the same stored
     bytes in every file, and to name the first block where it does not; reads exactly the
     referenced ranges, once. `paths`: what refs' `path` indexes (one path: every block is
-    in that file).
+    in that file). `pread(n, offset)`: reads `paths[0]` (the scanner's open file, which
+    serves what its scan has read already from memory), else each file is opened here.
     """
     import hashlib
 
@@ -35,6 +36,8 @@ def digest_blocks(paths: str | list[str], refs) -> tuple[str, np.ndarray]:
     flat = refs.reshape(-1)
     out = np.empty(flat.shape, dtype=BLOCK_DIGEST)
     files: dict[int, object] = {}  # a few open at a time (a VDS may name thousands)
+    if pread is not None:
+        files[0] = _Reader(pread)
     try:
         for i, (p, off, n) in enumerate(zip(flat["path"].tolist(), flat["offset"].tolist(),
                                             flat["length"].tolist())):
@@ -45,13 +48,23 @@ def digest_blocks(paths: str | list[str], refs) -> tuple[str, np.ndarray]:
                     if len(files) >= OPEN_FILES:
                         files.pop(next(iter(files))).close()
                     f = files[p] = open_source(paths[p])
-                h.update(f.pread(n, off))
+                h.update(f.pread(n, off))  # (a memoryview of what the scan read, or bytes)
             out[i] = h.digest()
     finally:
         for f in files.values():
             f.close()
     out = out.reshape(refs.shape)
     return summary(out), out
+
+
+class _Reader:
+    """A `pread` as digest_blocks uses an open file (its caller closes the file)."""
+
+    def __init__(self, pread):
+        self.pread = pread
+
+    def close(self) -> None:
+        pass
 
 
 def digest_values(values: np.ndarray, block_shape: tuple[int, ...]) -> tuple[str, np.ndarray]:

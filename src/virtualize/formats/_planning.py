@@ -70,12 +70,15 @@ def agreeing(inv: FileInventory, hint: ScanHint | None) -> set[str]:
     return out
 
 
-def add_planning_data(inv: FileInventory, read=None, hint: ScanHint | None = None
-                      ) -> FileInventory:
+def add_planning_data(inv: FileInventory, read=None, hint: ScanHint | None = None,
+                      pread=None) -> FileInventory:
     """`hint`: what the caller will plan (which variables to digest). `read(name)`: a
     variable's values with the format's own library through the scanner's open file (the
     HDF5 scanner passes one: opening the file again costs more than reading a bounds
-    variable); by default its format's `read_values(inv.path, name)`."""
+    variable); by default its format's `read_values(inv.path, name)`. `pread(n, offset)`:
+    the file's bytes through the scanner's open file (the HDF5 scanner passes its record
+    of what HDF5 read: a digest of a coordinate read is made from those bytes), else
+    digests open the file again."""
     if read is None:
         from .registry import of_inventory
 
@@ -145,14 +148,14 @@ def add_planning_data(inv: FileInventory, read=None, hint: ScanHint | None = Non
                 continue
             v.digest, v.block_digests = digest_values(data, v.blocks.block_shape)
             continue
-        v.digest, v.block_digests = digest_blocks([s.path for s in inv.sources()], refs)
+        v.digest, v.block_digests = digest_blocks([s.path for s in inv.sources()], refs, pread)
     return inv
 
 
-def digest_blocks(paths: list[str], refs):
+def digest_blocks(paths: list[str], refs, pread=None):
     from ._io import digest_blocks as digest
 
-    return digest(paths, refs)
+    return digest(paths, refs) if pread is None else digest(paths, refs, pread=pread)
 
 
 def digest_values(values, block_shape):
@@ -171,12 +174,12 @@ def _check_extent(inv: FileInventory) -> FileInventory:
         if v.blocks is None or name in told:
             continue
         refs = v.blocks.refs.reshape(-1)
-        end = refs["offset"] + refs["length"]
-        size = sizes[np.minimum(refs["path"], len(sizes) - 1)]
-        bad = (refs["length"] > 0) & (refs["path"] < len(sizes) - 1) & (end > size)
-        if bad.any():
-            i = int(np.flatnonzero(bad)[0])
+        i = _past_end(refs, sizes)
+        if i is not None:
             block = tuple(int(b) for b in np.unravel_index(i, v.blocks.refs.shape))
+            end = refs["offset"] + refs["length"]
+            size = sizes[np.minimum(refs["path"], len(sizes) - 1)]
+            bad = (refs["length"] > 0) & (refs["path"] < len(sizes) - 1) & (end > size)
             inv.problems.append(Problem(
                 Location(inv.path, name, None, block), "truncated",
                 f"{int(bad.sum())} block(s) end past the end of the file ({inv.size} bytes), "
@@ -184,8 +187,27 @@ def _check_extent(inv: FileInventory) -> FileInventory:
     return inv
 
 
+def _past_end(refs, sizes) -> int | None:
+    """The first block (flat index) of `refs` that ends past the end of its file (`sizes`:
+    per source, then 0 for blocks held by value), or None. A few blocks (most variables of
+    small files) in Python, the same sums as numpy's (64-bit, wrapping)."""
+    if len(refs) > 16:
+        end = refs["offset"] + refs["length"]
+        size = sizes[np.minimum(refs["path"], len(sizes) - 1)]
+        bad = np.flatnonzero((refs["length"] > 0) & (refs["path"] < len(sizes) - 1) & (end > size))
+        return int(bad[0]) if bad.size else None
+    limit = sizes.tolist()
+    last = len(limit) - 1
+    for i, (path, offset, length) in enumerate(zip(refs["path"].tolist(), refs["offset"].tolist(),
+                                                   refs["length"].tolist())):
+        if length > 0 and path < last and (offset + length) & 0xFFFFFFFFFFFFFFFF > limit[path]:
+            return i
+    return None
+
+
 def finish(inv: FileInventory, hint: ScanHint | None = None, read=None,
-           extent: bool = True) -> FileInventory:
+           extent: bool = True, pread=None) -> FileInventory:
     """What every scan adds after its format's scanner: the extent check (`extent`: a format
-    whose blocks lie in other files checks them itself) and the planning data."""
-    return add_planning_data(_check_extent(inv) if extent else inv, read, hint)
+    whose blocks lie in other files checks them itself) and the planning data (`read`,
+    `pread`: the scanner's open file, `add_planning_data`)."""
+    return add_planning_data(_check_extent(inv) if extent else inv, read, hint, pread)

@@ -39,6 +39,7 @@ class Report(model.Report):
     (`.to_store()`, `.to_xarray()`) without writing anything."""
 
     appending = False  # a report of `append`: its ways through are re-runs of `virtualize`
+    datasets = None  # files that are several datasets: plan/datasets.py DatasetSplit
 
     @property
     def verdict(self) -> str:

@@ -13,6 +13,7 @@ import numpy as np
 from .. import model
 from ..outputs.metadata import chunk_grid
 from . import layout as _layout
+from .datasets import several_datasets
 from .facts import (
     NO,
     REMEDIES,
@@ -152,6 +153,7 @@ def _head(report: model.Report, v: str, color: bool) -> list[str]:
     else:
         head = f"no: {s['problems']} problem(s) in {n} file(s) keep this stack from being virtualized"
     lines = [_c(head, COLORS[v], color)]
+    lines.extend(several_datasets(report))
     if report.plan is not None and s["variables"] and not report.ok:
         refused = refused_variables(report)
         lines.append(f"{s['variables']} variable(s) examined, {s['variables_refused']} refused"

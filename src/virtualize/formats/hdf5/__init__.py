@@ -75,8 +75,9 @@ class Hdf5(Format):
     def scan(self, path: str, hint=None):
         from .walk import scan_hdf5
 
-        # planning data added while the scanner's file is open (`read`: its values)
-        return scan_hdf5(path, lambda inv, read: finish(inv, hint, read))
+        # planning data added while the scanner's file is open (`read`: its values;
+        # `pread`: its bytes, those HDF5 has read from memory)
+        return scan_hdf5(path, lambda inv, read, pread: finish(inv, hint, read, pread=pread))
 
     def read_region(self, path: str, name: str, region=None):
         h5py = _h5py()

@@ -5,6 +5,7 @@ once each (`_Attrs`) as plain Python.
 from __future__ import annotations
 
 import functools
+import math
 from typing import Any
 
 import h5py
@@ -45,6 +46,26 @@ def _read_all(ds: h5py.Dataset):
         ds.id.read(h5py.h5s.ALL, h5py.h5s.ALL, out)
         return out
     return ds[()]
+
+
+def _stored_values(rec, st, dt: np.dtype, shape: tuple[int, ...], file_size: int):
+    """The values of a contiguous dataset stored as they read (plain numbers in a standard
+    type, allocated, no filters, no external storage: `st`, its `header.Storage`) from its
+    bytes through `rec` (the scan's `_Recorder`: they are kept for the dataset's digest), as
+    `_read_all` reads them (h5py's type `dt` being the stored one); None for any other, or
+    without a recorder (h5py reads it)."""
+    if rec is None or st.layout != h5py.h5d.CONTIGUOUS or st.external or st.filters \
+            or not st.standard_type or st.contiguous is None or dt.kind not in "iuf" \
+            or dt.metadata is not None or dt.names is not None:
+        return None
+    addr, size = st.contiguous
+    n = math.prod(shape) * dt.itemsize
+    if addr is None or not n or size != n or addr + n > file_size:
+        return None
+    raw = rec.read(n, addr)
+    if len(raw) != n:
+        return None
+    return np.frombuffer(raw, dtype=dt).reshape(shape).copy()
 
 
 class _Dataset(h5py.Dataset):

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import bisect
 import functools
+import io
 import itertools
 import math
 import os
+import struct
 from array import array
 
 import h5py
@@ -39,17 +41,24 @@ class _Recorder:
         self.kept = 0
         self._starts: list[int] | None = None
         self.on = False
-        read = fobj.readinto
+        # the file's own read (a LocalFile's counting is done here: one Python call less
+        # for each of HDF5's reads, thousands on a large chunk index)
+        raw, tell = functools.partial(io.FileIO.readinto, fobj), fobj.tell
 
         def readinto(b):  # h5py's file-object driver: seek, then readinto
+            pos = tell()
+            m = memoryview(b).cast("B")
+            n = raw(m) or 0
+            if n < len(m):  # a short read: read on, the rest zeroed (`_read_filled`)
+                n += _read_filled(raw, m[n:]) if n else _read_filled(raw, m)
+            fobj.bytes_read += n
+            fobj.requests += 1
             if not self.on:
-                return _read_filled(read, b)
-            pos = fobj.tell()
-            n = _read_filled(read, b)
+                return n
             had = self.reads.get(pos)
             if n and n <= self.LIMIT and self.kept + n <= self.BUDGET and \
                     (had is None or len(had) < n):
-                self.reads[pos] = bytes(memoryview(b)[:n])
+                self.reads[pos] = bytes(m[:n])
                 self.kept += n - (len(had) if had is not None else 0)
                 self._starts = None
             return n
@@ -69,6 +78,17 @@ class _Recorder:
         self.fobj.requests += 1
         return data
 
+    def read(self, n: int, offset: int) -> bytes:
+        """`pread`, what it read from the file then kept as HDF5's reads are (a dataset's
+        values read by the scanner: the digests of its blocks are made from them)."""
+        data = self.pread(n, offset)
+        if isinstance(data, bytes) and 0 < len(data) <= self.LIMIT and \
+                self.kept + len(data) <= self.BUDGET and offset not in self.reads:
+            self.reads[offset] = data
+            self.kept += len(data)
+            self._starts = None
+        return data
+
     def forget(self, keep: int) -> None:
         """Forget the reads recorded after the first `keep` (in order of recording)."""
         new = len(self.reads) - keep
@@ -85,11 +105,9 @@ def _read_filled(read, b) -> int:
     as it was, memory that changes from run to run (a damaged superblock's driver block
     past the end made the verdict change between runs). Returns the bytes read."""
     m = memoryview(b).cast("B")
-    n = 0
-    while n < len(m):
-        k = read(m[n:])
-        if not k:
-            break
+    n = k = read(m) or 0  # (one read, nearly always)
+    while k and n < len(m):
+        k = read(m[n:]) or 0
         n += k
     if n < len(m):
         m[n:] = bytes(len(m) - n)
@@ -257,7 +275,10 @@ def _v1_btree(pread, file_size: int, body: bytes, ndim: int):
     strictly increasing, a child's within its parent's keys around it, and every chunk's
     key ending in a datatype offset of 0; HDF5 reads a chunk whose key breaks these at
     another place or not at all (the fill value) while its walk of the tree, `chunk_iter`,
-    lists it: `_Corrupt`, the dataset is refused."""
+    lists it: `_Corrupt`, the dataset is refused.
+
+    Per node only its header is looked at in Python; a level's entries are then one
+    `np.frombuffer` and every check one pass over them (`_v1_level`)."""
     dimensionality = body[2]
     if dimensionality != ndim + 1 or len(body) < 11 + 4 * dimensionality:
         raise _Unexpected(f"layout message of {dimensionality} dimensions for rank {ndim}")
@@ -267,55 +288,58 @@ def _v1_btree(pread, file_size: int, body: bytes, ndim: int):
     entry = np.dtype([("size", "<u4"), ("mask", "<u4"), ("offset", "<u8", (dimensionality,)),
                       ("child", "<u8")])
     key_size = 8 + 8 * dimensionality
-    # per node of a level: its address and the parent's keys on its left and right
-    level_nodes: list = [(root, None, None)]
-    level, leaves = None, []
+    pad = bytes(8)  # a node's last key, made a whole entry (its child: none)
+    # a level's nodes: their addresses, and the parent's keys on their left and right
+    nodes: list[int] = [root]
+    lo = hi = None
+    seams = np.zeros(0, np.int64)
+    level, leaves = None, None
     seen = 0
-    while level_nodes:
-        children = []
-        for node, lo, hi in level_nodes:
-            seen += 1
-            if seen > MAX_BLOCKS or not 0 < node < file_size:
-                raise _Unexpected(f"B-tree node address {node}")
-            head = pread(24 + 65 * key_size + 64 * 8, node)
-            if len(head) < 24 or head[:4] != b"TREE" or head[4] != 1:
-                raise _Unexpected(f"no chunk B-tree node at {node}")
-            node_level, used = head[5], int.from_bytes(head[6:8], "little")
-            if level is None:
-                level = node_level
-            if node_level != level:
-                raise _Unexpected(f"B-tree node at {node} is at level {node_level}, {level} expected")
-            need = 24 + (used + 1) * key_size + used * 8
-            if len(head) < need:
-                head = pread(need, node)
+    while nodes:
+        blobs: list = []
+        used: list[int] = []
+        try:
+            for node in nodes:
+                seen += 1
+                if seen > MAX_BLOCKS or not 0 < node < file_size:
+                    raise _Unexpected(f"B-tree node address {node}")
+                head = pread(24 + 65 * key_size + 64 * 8, node)
+                if len(head) < 24 or head[:4] != b"TREE" or head[4] != 1:
+                    raise _Unexpected(f"no chunk B-tree node at {node}")
+                node_level, n = head[5], int.from_bytes(head[6:8], "little")
+                if level is None:
+                    level = node_level
+                if node_level != level:
+                    raise _Unexpected(f"B-tree node at {node} is at level {node_level}, "
+                                      f"{level} expected")
+                need = 24 + (n + 1) * key_size + n * 8
                 if len(head) < need:
-                    raise _Unexpected(f"B-tree node at {node} ends past the end of the file")
-            entries = np.frombuffer(head, entry, count=used, offset=24)
-            keys = np.empty((used + 1, dimensionality), np.uint64)
-            keys[:used] = entries["offset"]
-            keys[used] = np.frombuffer(head, "<u8", count=dimensionality,
-                                       offset=24 + used * (key_size + 8) + 8)
-            bad = _first_not_increasing(keys)
-            if bad >= 0:
-                raise _Corrupt(f"B-tree node at byte offset {node}: {_key_order(keys, bad, ndim)}",
-                               _scaled_key(keys[min(bad + 1, used - 1)], body, ndim))
-            if lo is not None and not tuple(lo) <= tuple(keys[0]) or \
-                    hi is not None and not tuple(keys[used]) <= tuple(hi):
-                raise _Corrupt(f"B-tree node at byte offset {node} holds keys "
-                               f"{_shown_key(keys[0], ndim)} to {_shown_key(keys[used], ndim)}, "
-                               f"outside its parent's {_shown_key(lo, ndim)} to "
-                               f"{_shown_key(hi, ndim)}: HDF5 looks for its chunks elsewhere",
-                               _scaled_key(keys[0], body, ndim) if used else None)
-            if level:
-                children.extend(zip(entries["child"].tolist(), keys[:-1], keys[1:]))
-            else:
-                leaves.append(entries)
+                    head = pread(need, node)
+                    if len(head) < need:
+                        raise _Unexpected(f"B-tree node at {node} ends past the end of the file")
+                blobs += (head[24:need], pad)
+                used.append(n)
+        except _Unexpected:  # the nodes before it are checked first, as they were read
+            if used:
+                _v1_level(blobs, used, nodes, lo, hi, entry, body, ndim)
+            raise
+        if level == 0 and lo is None and used[0] <= 64:  # one leaf, the root: most datasets
+            return _v1_leaf(blobs[0], used[0], nodes[0], body, ndim)
+        entries, last = _v1_level(blobs, used, nodes, lo, hi, entry, body, ndim)
+        inner = np.ones(len(entries), bool)
+        inner[last] = False  # each node's entries, without its last key
         if level:
-            level_nodes = children
+            at = np.flatnonzero(inner)
+            keys = entries["offset"]
+            nodes, lo, hi = entries["child"][at].tolist(), keys[at], keys[at + 1]
             level -= 1
         else:
-            level_nodes = []
-    e = np.concatenate(leaves) if leaves else np.zeros(0, entry)
+            leaves = entries[inner]
+            # where one leaf's chunks end and the next's begin (within a leaf the keys
+            # are checked increasing)
+            seams = np.cumsum(np.asarray(used[:-1], dtype=np.int64)) - 1
+            nodes = []
+    e = leaves if leaves is not None else np.zeros(0, entry)
     keys = e["offset"]
     typed = np.flatnonzero(keys[:, ndim] != 0)
     if typed.size:
@@ -323,11 +347,93 @@ def _v1_btree(pread, file_size: int, body: bytes, ndim: int):
         raise _Corrupt(f"the key of chunk {_shown_key(keys[i], ndim)} has a datatype offset of "
                        f"{int(keys[i, ndim])}, not 0: HDF5 finds no chunk there (it reads the "
                        "fill value) while its index lists one", _scaled_key(keys[i], body, ndim))
-    bad = _first_not_increasing(keys)
+    # every chunk's key after the one before it, across leaves too: the first that is not
+    seams = seams[(seams >= 0) & (seams < len(keys) - 1)] if leaves is not None else seams[:0]
+    wrong = seams[~_lex_less(keys[seams], keys[seams + 1])]
+    bad = int(wrong[0]) if wrong.size else -1
     if bad >= 0:
         raise _Corrupt(_key_order(keys, bad, ndim), _scaled_key(keys[bad + 1], body, ndim))
     return (keys[:, :ndim].astype(np.int64), e["child"].astype(np.uint64),
             e["size"].astype(np.uint64), e["mask"].astype(np.uint32))
+
+
+def _v1_leaf(blob, used: int, node: int, body: bytes, ndim: int):
+    """A v1 B-tree that is one leaf (its root), read and checked as `_v1_btree` reads and
+    checks a tree (the same results, the same refusals), in Python: for a few chunks
+    numpy's cost per call is more than the work."""
+    dimensionality = ndim + 1
+    row = struct.Struct(f"<II{dimensionality}QQ")  # size, mask, the key's offsets, child
+    rows = [row.unpack_from(blob, i * row.size) for i in range(used)]
+    keys = [r[2:2 + dimensionality] for r in rows]
+    keys.append(struct.unpack_from(f"<{dimensionality}Q", blob, used * row.size + 8))
+    if any(not a < b for a, b in zip(keys, keys[1:])):
+        _v1_node(node, np.array(keys, dtype=np.uint64), used, None, None, body, ndim)
+    typed = next((k for k in keys[:used] if k[ndim] != 0), None)
+    if typed is not None:
+        raise _Corrupt(f"the key of chunk {_shown_key(typed, ndim)} has a datatype offset of "
+                       f"{int(typed[ndim])}, not 0: HDF5 finds no chunk there (it reads the "
+                       "fill value) while its index lists one", _scaled_key(typed, body, ndim))
+    offsets = np.array([k[:ndim] for k in keys[:used]], dtype=np.uint64).reshape(used, ndim)
+    return (offsets.astype(np.int64), np.array([r[-1] for r in rows], dtype=np.uint64),
+            np.array([r[0] for r in rows], dtype=np.uint64),
+            np.array([r[1] for r in rows], dtype=np.uint32))
+
+
+def _v1_level(blobs: list, used: list[int], nodes: list[int], lo, hi, entry: np.dtype,
+              body: bytes, ndim: int):
+    """One level of a v1 B-tree: `blobs`, each node's keys and children (its last key
+    padded to a whole entry), as one array of entries, and the position of each node's
+    last key in it. Checked in one pass: each node's keys strictly increasing, and within
+    its parent's keys around it (`lo`, `hi`: per node, None for the root); the first node
+    that is not is refused as `_v1_node` says."""
+    entries = np.frombuffer(b"".join(blobs), entry)
+    counts = np.asarray(used, dtype=np.int64) + 1
+    last = np.cumsum(counts) - 1
+    first = last - counts + 1
+    keys = entries["offset"]
+    ordered = _sortable(keys)
+    wrong = np.zeros(len(used), bool)
+    if len(keys) > 1:
+        # pairs of neighbouring keys in one node (not a node's last and the next's first)
+        step = ordered[:-1] >= ordered[1:]
+        step[last[:-1]] = False
+        if step.any():
+            wrong[np.searchsorted(last, np.flatnonzero(step))] = True
+    if lo is not None:  # (lo, hi: the level's; `used`, the nodes read so far)
+        lo, hi = lo[:len(used)], hi[:len(used)]
+        wrong |= (ordered[first] < _sortable(lo)) | (_sortable(hi) < ordered[last])
+    if wrong.any():
+        k = int(np.flatnonzero(wrong)[0])
+        _v1_node(nodes[k], keys[first[k]:last[k] + 1], used[k],
+                 None if lo is None else lo[k], None if hi is None else hi[k], body, ndim)
+    return entries, last
+
+
+def _sortable(keys):
+    """Rows of unsigned 64-bit keys as byte strings ordered as the rows are
+    lexicographically (big-endian: one comparison a row)."""
+    keys = np.ascontiguousarray(keys, dtype=">u8")
+    return keys.view(f"S{8 * keys.shape[1]}").reshape(len(keys))
+
+
+def _lex_less(a, b):
+    """Per row, whether a's row is lexicographically less than b's (unsigned keys)."""
+    return _sortable(a) < _sortable(b)
+
+
+def _v1_node(node: int, keys, used: int, lo, hi, body: bytes, ndim: int) -> None:
+    """The checks of one v1 B-tree node's keys, each with its own message (`_Corrupt`)."""
+    bad = _first_not_increasing(keys)
+    if bad >= 0:
+        raise _Corrupt(f"B-tree node at byte offset {node}: {_key_order(keys, bad, ndim)}",
+                       _scaled_key(keys[min(bad + 1, used - 1)], body, ndim))
+    if lo is not None and not tuple(lo) <= tuple(keys[0]) or \
+            hi is not None and not tuple(keys[used]) <= tuple(hi):
+        raise _Corrupt(f"B-tree node at byte offset {node} holds keys "
+                       f"{_shown_key(keys[0], ndim)} to {_shown_key(keys[used], ndim)}, "
+                       f"outside its parent's {_shown_key(lo, ndim)} to "
+                       f"{_shown_key(hi, ndim)}: HDF5 looks for its chunks elsewhere",
+                       _scaled_key(keys[0], body, ndim) if used else None)
 
 
 class _Corrupt(Exception):

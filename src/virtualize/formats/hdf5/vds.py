@@ -112,6 +112,8 @@ class _Src:
 
 def shape(sc, name: str, ds: h5py.Dataset) -> tuple[int, ...]:
     """A dataset's shape; a VDS's as HDF5 resolves it (its file opened by path)."""
+    if sc.header_storage(name, ds) is not None:  # its header read: not a VDS
+        return tuple(int(n) for n in ds.shape)
     try:
         if ds.id.get_create_plist().get_layout() == h5py.h5d.VIRTUAL and \
                 not storage.is_url(sc.path) and name not in sc._origin:

@@ -48,6 +48,7 @@ from .attrs import (
     _open,
     _read_all,
     _stop,
+    _stored_values,
     _unknown_kind,
     read_attrs,
 )
@@ -92,8 +93,10 @@ DIRECT_MIN_CHUNKS = 256
 
 def scan_hdf5(path: str, finish=None) -> FileInventory:
     """Scan one HDF5 / netCDF-4 file. Never raises for content problems: they are returned.
-    `finish(inv, read)`, if given, is applied to the inventory before the file is closed,
-    `read(name)` reading a variable's values through it (`scan` adds the planning data)."""
+    `finish(inv, read, pread)`, if given, is applied to the inventory before the file is
+    closed, `read(name)` reading a variable's values through it, `pread(n, offset)` its
+    bytes (a local file: what HDF5 has read served from memory; else None) (`scan` adds the
+    planning data)."""
     st = storage.stat(path)
     with storage.open_source(path, st.st_size) as fobj:
         # what HDF5 reads of a local file is kept (its superblock, object headers...): the
@@ -112,7 +115,8 @@ def scan_hdf5(path: str, finish=None) -> FileInventory:
                 inv = scanner.run(st.st_size, st.st_mtime_ns)
                 scanner.link_targets(inv)
                 if finish is not None:
-                    inv = finish(inv, scanner.values)
+                    inv = finish(inv, scanner.values,
+                                 recorder.pread if recorder is not None else None)
             finally:
                 scanner.close_targets()
         inv.bytes_read, inv.requests, inv.etag = fobj.bytes_read, fobj.requests, st.etag
@@ -136,6 +140,7 @@ class _Scanner:
         self._fileno = None
         self._addr: dict[str, int] = {}  # object header address of main-file objects walked
         self._messages: dict[str, dict] = {}  # their dataset messages (`_storage`)
+        self._header_storage: dict[str, Storage | None] = {}  # (`header_storage`)
         self._by_name: dict[str, h5py.Dataset] | None = None
         if recorder is not None:
             if superblock_sizes(recorder.pread) == (8, 8):  # and no user block before it
@@ -456,7 +461,11 @@ class _Scanner:
         is_coord = len(shape) == 1 and dims[0] == name.rpartition("/")[2]
         values = None
         if is_coord and shape[0] <= COORD_VALUES_LIMIT:
-            values = _read_all(ds)
+            # (this local file's: from its bytes, as HDF5 would read them)
+            values = _stored_values(self.recorder, st, ds.dtype, shape, self.size) \
+                if name not in self._origin else None
+            if values is None:
+                values = _read_all(ds)
         if name in self._nc_shapes and self._nc_shapes[name] != shape:
             shape, blocks, values = self._netcdf_shape(name, shape, blocks, values, fill)
         return Variable(name=name, dtype=dtype, shape=shape, dims=dims, attrs=attrs,
@@ -680,15 +689,22 @@ class _Scanner:
         # when a file's length changes, and give two same-length axes one name).
         return f"{name.rpartition('/')[2]}_dim{axis}"
 
+    def header_storage(self, name: str, ds: h5py.Dataset) -> Storage | None:
+        """The dataset's `Storage` as its header messages read by the attribute reader
+        say it (`header.dataset_storage`: never a virtual dataset), or None (h5py is asked)."""
+        if name not in self._header_storage:
+            messages = self._messages.get(name)
+            self._header_storage[name] = None if messages is None else \
+                dataset_storage(messages, ds.dtype.itemsize)
+        return self._header_storage[name]
+
     def _storage(self, name: str, ds: h5py.Dataset) -> Storage:
         """The dataset's layout, chunk shape, filters and fill value: from the header
         messages the attribute reader read (`header.dataset_storage`), else from h5py's
         creation property list."""
-        messages = self._messages.get(name)
-        if messages is not None:
-            st = dataset_storage(messages, ds.dtype.itemsize)
-            if st is not None:
-                return st
+        st = self.header_storage(name, ds)
+        if st is not None:
+            return st
         dcpl = ds._dcpl
         layout = dcpl.get_layout()
         contiguous = (ds.id.get_offset(), ds.id.get_storage_size()) \
@@ -776,10 +792,12 @@ class _Scanner:
         # The filter mask: bit i set says filter i was skipped for that chunk (an optional
         # filter that could not shrink it). The pipeline is the one most chunks were
         # stored with; chunks stored otherwise are odd (copied by --materialize).
-        mask = 0
+        mask, kinds = 0, [0]  # (kinds: the filter masks the chunks have)
         if masks.any():
             values, counts = np.unique(masks, return_counts=True)
-            mask = int(values[np.argmax(counts)])
+            mask, kinds = int(values[np.argmax(counts)]), values.tolist()
+        elif not len(masks):
+            kinds = []
         used = [(i, f) for i, f in enumerate(pipeline) if not mask >> i & 1]
         missing = [(code, label, why) for _i, (code, label, codec, why) in used if codec is None]
         for code, label, why in missing:
@@ -799,7 +817,7 @@ class _Scanner:
         # 0x7fffffff on a deflated chunk: its compressed bytes, then memory that changes
         # from run to run), so h5py's read is no reading to inline or copy either
         odd, raw = sizes == 0, np.zeros(len(sizes), bool)
-        for m in np.unique(masks).tolist():
+        for m in kinds:
             left = [code for i, (code, *_rest) in enumerate(pipeline) if not m >> i & 1]
             if set(left) <= {2, 3}:  # shuffle keeps the size, fletcher32 adds 4 bytes
                 wrong = (masks == m) & (sizes != full + 4 * left.count(3))
