@@ -1,7 +1,9 @@
 """GRIB 1 and 2: every array read through the cube (virtualize.open, xarray's
 engine="virtualize", the kerchunk JSON export read with fsspec + zarr) equals ecCodes'
 values bit for bit (missing points NaN), coordinates as cfgrib arranges them; damaged
-files refused, located (docs/grib.md)."""
+files refused, located (docs/grib.md). These tests read virtualize's layout
+(`grib_layout="virtualize"`, `--grib-layout virtualize`: shortName, `time` always an axis,
+one group), whose names they use; cfgrib's, the default, is tests/test_grib_layout.py's."""
 
 from __future__ import annotations
 
@@ -30,6 +32,8 @@ except ImportError:
 xr = pytest.importorskip("xarray")
 ROOT = Path(__file__).resolve().parents[1]
 AXES = ("number", "time", "step", "level")
+OLD = {"grib_layout": "virtualize"}  # (virtualize's layout: these tests' names)
+OLD_FLAGS = ["--grib-layout", "virtualize"]
 
 
 @pytest.fixture
@@ -140,8 +144,8 @@ def expected(ds, path) -> dict[str, np.ndarray]:
 
 def roundtrip(files, tmp_path, **kw):
     cube, refs = tmp_path / "cube.zarr", tmp_path / "cube.json"
-    report = virtualize.virtualize(files, cube, **kw)
-    virtualize.virtualize(files, refs, **kw)
+    report = virtualize.virtualize(files, cube, **OLD, **kw)
+    virtualize.virtualize(files, refs, **OLD, **kw)
     return report, virtualize.open(cube), kerchunk_group(refs)
 
 
@@ -164,7 +168,7 @@ def test_every_array_reads_like_eccodes(grib_case, tmp_path, name):
 
 def test_axes_and_coordinates_are_cfgribs(grib_case, tmp_path):
     (path,) = grib_case("grib2_levels")
-    virtualize.virtualize([path], tmp_path / "c.zarr")
+    virtualize.virtualize([path], tmp_path / "c.zarr", **OLD)
     ds = xr.open_dataset(tmp_path / "c.zarr", engine="virtualize")
     assert ds["t"].dims == ("time", "step", "isobaricInhPa", "latitude", "longitude")
     assert ds["isobaricInhPa"].values.tolist() == [1000.0, 850.0, 500.0]  # cfgrib's order
@@ -186,7 +190,7 @@ def test_axes_and_coordinates_are_cfgribs(grib_case, tmp_path):
 
 def test_members_are_the_number_axis(grib_case, tmp_path):
     (path,) = grib_case("grib1_members")
-    virtualize.virtualize([path], tmp_path / "c.zarr")
+    virtualize.virtualize([path], tmp_path / "c.zarr", **OLD)
     ds = xr.open_dataset(tmp_path / "c.zarr", engine="virtualize")
     assert ds["2t"].dims == ("number", "time", "step", "latitude", "longitude")
     assert ds["number"].values.tolist() == [1, 2, 3]
@@ -196,7 +200,7 @@ def test_members_are_the_number_axis(grib_case, tmp_path):
 def test_reduced_gaussian_grid_has_ecCodes_latitudes_and_longitudes_per_value(grib_case,
                                                                               tmp_path):
     (path,) = grib_case("reduced")
-    virtualize.virtualize([path], tmp_path / "c.zarr")
+    virtualize.virtualize([path], tmp_path / "c.zarr", **OLD)
     ds = xr.open_dataset(tmp_path / "c.zarr", engine="virtualize")
     assert ds["t"].dims == ("time", "isobaricInhPa", "values")
     m = eccodes_messages(path)[0]
@@ -216,12 +220,12 @@ def test_missing_points_are_nan_and_a_stored_9999_stays(grib_case, tmp_path):
 
 def test_a_hole_reads_as_nan_with_a_note_and_a_duplicate_is_refused(grib_case, tmp_path):
     hole, dup = grib_case("hole")
-    report = virtualize.virtualize([hole], tmp_path / "c.zarr")
+    report = virtualize.virtualize([hole], tmp_path / "c.zarr", **OLD)
     (note,) = [p for p in report.problems if p.kind == "grib-hole"]
     assert not note.fatal and note.loc.variable == "t" and note.loc.file == str(hole)
     t = virtualize.open(tmp_path / "c.zarr")["t"][...]
     assert np.isnan(t[0, 1, 1]).all() and not np.isnan(t[0, 1, 0]).any()
-    report = virtualize.check([dup])
+    report = virtualize.check([dup], **OLD)
     (p,) = [p for p in report.problems if p.fatal]
     assert p.kind == "duplicate-message" and p.loc.variable == "t" and p.loc.file == str(dup)
     assert "messages 1 and 4" in p.message
@@ -229,7 +233,7 @@ def test_a_hole_reads_as_nan_with_a_note_and_a_duplicate_is_refused(grib_case, t
 
 def test_bytes_after_the_last_message_are_noted_and_ignored(grib_case, tmp_path):
     (path,) = grib_case("junk")
-    report = virtualize.virtualize([path], tmp_path / "c.zarr")
+    report = virtualize.virtualize([path], tmp_path / "c.zarr", **OLD)
     assert report.ok
     (p,) = [p for p in report.problems if p.kind == "trailing-bytes"]
     assert not p.fatal and p.loc.file == str(path) and "1000 byte(s) in 1 run(s)" in p.message
@@ -237,7 +241,7 @@ def test_bytes_after_the_last_message_are_noted_and_ignored(grib_case, tmp_path)
 
 def test_a_truncated_file_is_refused_naming_the_message(grib_case):
     (path,) = grib_case("truncated")
-    report = virtualize.check([path])
+    report = virtualize.check([path], **OLD)
     (p,) = [p for p in report.problems if p.fatal]
     assert p.kind == "truncated" and p.loc.file == str(path)
     assert "message 2 (at byte offset" in p.message
@@ -256,7 +260,7 @@ def test_damaged_length_fields_are_refused_located(grib_case, tmp_path, where, e
     assert data[1167:1171] == b"7777"
     path = tmp_path / "damaged.grib2"
     path.write_bytes(edit(data))
-    report = virtualize.check([path])
+    report = virtualize.check([path], **OLD)
     fatal = [p for p in report.problems if p.fatal]
     assert fatal and all(p.loc.file == str(path) for p in fatal), where
     assert fatal[0].kind == kind, (where, fatal)
@@ -286,7 +290,7 @@ def test_grib1_large_message_convention(tmp_path):
 
     inv = scan(str(path))  # (the length walk reads headers, never the packed data)
     assert inv.bytes_read < 200_000 < len(big)
-    virtualize.virtualize([path], tmp_path / "c.zarr")
+    virtualize.virtualize([path], tmp_path / "c.zarr", **OLD)
     g = virtualize.open(tmp_path / "c.zarr")
     msgs = eccodes_messages(path)
     assert_same(g["z"][0], msgs[0]["values"].reshape(1801, 3600), "large message")
@@ -297,7 +301,8 @@ def test_forecast_files_stack_along_reference_time(grib_case, tmp_path):
 
     files = grib_case("forecasts")
     out = tmp_path / "c.zarr"
-    assert main([*map(str, reversed(files)), "-o", str(out), "--concat-dim", "time"]) in (0, None)
+    assert main([*map(str, reversed(files)), "-o", str(out), "--concat-dim", "time",
+                 *OLD_FLAGS]) in (0, None)
     ds = xr.open_dataset(out, engine="virtualize")
     assert ds["2t"].dims == ("time", "step", "latitude", "longitude")
     assert [str(t)[:10] for t in ds.time.values] == ["2024-01-01", "2024-01-02", "2024-01-03"]
@@ -344,7 +349,8 @@ def test_forecast_files_become_one_reference_time_by_step_cube(grib_case, tmp_pa
     cube, refs = tmp_path / "fc.zarr", tmp_path / "fc.json"
     flags = [x for d in dims for x in ("--concat-dim", d)]
     for out in (cube, refs):  # (shuffled: the grid comes from the files' coordinates)
-        assert main([*map(str, files[1::2] + files[::2]), "-o", str(out), *flags]) in (0, None)
+        assert main([*map(str, files[1::2] + files[::2]), "-o", str(out), *flags,
+                     *OLD_FLAGS]) in (0, None)
     want = _forecast_cube(files)
     assert_same(virtualize.open(cube)["2t"][...], want, "virtualize.open")
     assert_same(kerchunk_group(refs)["2t"][...], want, "kerchunk export")
@@ -375,7 +381,7 @@ def test_a_real_forecast_split_into_one_file_per_step_is_one_cube_again(tmp_path
             files[-1].write_bytes(data[at:at + n])
     assert len(files) == 73
     cube = tmp_path / "split.zarr"
-    report = virtualize.virtualize(files[::-1], cube, concat_dims=["time", "step"])
+    report = virtualize.virtualize(files[::-1], cube, concat_dims=["time", "step"], **OLD)
     assert report.ok, report.problems
     ref = xr.open_dataset(_single(whole, tmp_path), engine="virtualize")
     ds = xr.open_dataset(cube, engine="virtualize")
@@ -395,7 +401,8 @@ def test_one_run_of_step_files_joins_along_step_and_verifies(grib_case, tmp_path
     files = [f for f in grib_case("forecast_cells")
              if f.parent.name == "cells" and "2024010112" in f.name]
     cube = tmp_path / "one.zarr"
-    assert main([*map(str, files), "-o", str(cube), "--concat-dim", "step"]) in (0, None)
+    assert main([*map(str, files), "-o", str(cube), "--concat-dim", "step",
+                 *OLD_FLAGS]) in (0, None)
     ds = xr.open_dataset(cube, engine="virtualize")
     assert ds["2t"].dims == ("time", "step", "latitude", "longitude")
     assert_same(ds["2t"].values, _forecast_cube(files, full=False)[1:2], "one run")
@@ -410,11 +417,12 @@ def test_a_scalar_step_is_an_axis_only_when_the_stack_joins_along_it(grib_case):
 
     fmt = registry.by_name("grib")
     path = next(f for f in grib_case("forecast_cells") if f.name == "fc_2024010112_s006.grib2")
-    alone = fmt.scan(str(path))
+    alone = fmt.scan(str(path), ScanHint(layout="virtualize"))
     assert alone.variables["2t"].dims == ("time", "latitude", "longitude")
     assert alone.variables["step"].shape == () and "step" in alone.variables["2t"].attrs[
         "coordinates"].split()
-    for hint in (ScanHint("concat", None, dims=("time", "step")), ScanHint("concat", "step")):
+    for hint in (ScanHint("concat", None, dims=("time", "step"), layout="virtualize"),
+                 ScanHint("concat", "step", layout="virtualize")):
         inv = fmt.scan(str(path), hint)
         v = inv.variables["2t"]
         assert v.dims == ("time", "step", "latitude", "longitude") and v.shape == (1, 1, 31, 16)
@@ -430,7 +438,7 @@ def test_a_scalar_step_is_an_axis_only_when_the_stack_joins_along_it(grib_case):
 
 def _single(path, tmp_path):
     out = tmp_path / f"{Path(path).stem}.zarr"
-    virtualize.virtualize([path], out)
+    virtualize.virtualize([path], out, **OLD)
     return out
 
 
@@ -452,7 +460,7 @@ def test_missing_eccodes_is_a_located_problem_naming_the_extra(grib_case, monkey
     assert p.kind == "missing-library" and p.loc.file == str(path)
     assert "pip install 'virtualize[grib]'" in p.message
     with ThreadPoolExecutor(1) as pool:
-        report = virtualize.check([path], executor=pool)
+        report = virtualize.check([path], executor=pool, **OLD)
     fatal = [p for p in report.problems if p.fatal]
     assert fatal and all("virtualize[grib]" in p.message and p.loc.file == str(path)
                          for p in fatal)
@@ -485,7 +493,7 @@ def test_kerchunk_export_reads_without_importing_virtualize(grib_case, tmp_path)
     (given to it as a dist-info, so this venv's install is not touched)."""
     (path,) = grib_case("grib2_levels")
     refs = tmp_path / "c.json"
-    virtualize.virtualize([path], refs)
+    virtualize.virtualize([path], refs, **OLD)
     want = expected(xr.open_dataset(_single(path, tmp_path), engine="virtualize"), path)
     np.savez(tmp_path / "want.npz", **want)
     dist = tmp_path / "site" / "virtualize_grib_probe-0.dist-info"
@@ -530,14 +538,14 @@ CFGRIB_REFUSED = {
 @pytest.mark.parametrize("path", sorted(CFGRIB.glob("*.grib")), ids=lambda p: p.name)
 def test_cfgribs_test_files_read_like_eccodes_or_are_refused(path, tmp_path):
     refused = CFGRIB_REFUSED.get(path.name)
-    report = virtualize.check([path])
+    report = virtualize.check([path], **OLD)
     if refused:
         fatal = [p for p in report.problems if p.fatal]
         assert fatal and fatal[0].kind == refused and fatal[0].loc.file == str(path)
         return
     assert report.ok, report.problems
-    virtualize.virtualize([path], tmp_path / "c.zarr")
-    virtualize.virtualize([path], tmp_path / "c.json")
+    virtualize.virtualize([path], tmp_path / "c.zarr", **OLD)
+    virtualize.virtualize([path], tmp_path / "c.json", **OLD)
     ds = xr.open_dataset(tmp_path / "c.zarr", engine="virtualize")
     k = kerchunk_group(tmp_path / "c.json")
     want = expected(ds, path)
@@ -548,10 +556,12 @@ def test_cfgribs_test_files_read_like_eccodes_or_are_refused(path, tmp_path):
     if "latitude" in ds and ds["latitude"].dims == ("latitude",):
         assert_same(ds["latitude"].values, m["latitudes"].reshape(m["Nj"], m["Ni"])[:, 0], "lat")
         assert_same(ds["longitude"].values, m["longitudes"].reshape(m["Nj"], m["Ni"])[0], "lon")
-    elif "latitude" in ds:
-        assert_same(ds["latitude"].values, m["latitudes"], "latitude per value")
-        assert_same(ds["longitude"].values, m["longitudes"], "longitude per value")
-    if path.name in ("regular_ll_wrong_increment.grib", "lambert_grid.grib"):
+    elif "latitude" in ds:  # (per value, or per (y, x) point: ecCodes' grid iterator)
+        assert_same(ds["latitude"].values.reshape(-1), m["latitudes"], "latitude per point")
+        assert_same(ds["longitude"].values.reshape(-1), m["longitudes"], "longitude per point")
+    if path.name == "lambert_grid.grib":  # (had none: 2-D, as cfgrib gives them)
+        assert ds["latitude"].dims == ds["longitude"].dims == ("y", "x")
+    if path.name == "regular_ll_wrong_increment.grib":
         assert "latitude" not in ds and "GRIB_gridType" in ds[next(iter(want))].attrs
 
 
@@ -567,7 +577,7 @@ def test_coordinates_and_values_equal_cfgribs(name, tmp_path):
     import warnings
 
     path = CFGRIB / name
-    virtualize.virtualize([path], tmp_path / "c.zarr")
+    virtualize.virtualize([path], tmp_path / "c.zarr", **OLD)
     ours = xr.open_dataset(tmp_path / "c.zarr", engine="virtualize")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -606,7 +616,7 @@ def test_grib_over_http_reads_like_the_local_file(grib_case, tmp_path):
     srv = RangeHTTPServer(root)
     try:
         url = f"{srv.url}/{path.name}"
-        report = virtualize.virtualize([url], tmp_path / "c.zarr")
+        report = virtualize.virtualize([url], tmp_path / "c.zarr", **OLD)
         assert report.ok
         ds = xr.open_dataset(tmp_path / "c.zarr", engine="virtualize")
         want = expected(ds, path)
@@ -695,7 +705,7 @@ def test_regular_ll_coordinates_are_ecCodes_bit_for_bit(tmp_path, edition, grid)
         lons = ec.codes_get_array(h, "longitudes").reshape(nj, ni)[0]
     finally:
         ec.codes_release(h)
-    virtualize.virtualize([path], tmp_path / "c.zarr")
+    virtualize.virtualize([path], tmp_path / "c.zarr", **OLD)
     g = virtualize.open(tmp_path / "c.zarr")
     assert_same(g["latitude"][...], lats, "latitude: ecCodes'")
     assert_same(g["longitude"][...], lons, "longitude: ecCodes'")
@@ -715,9 +725,9 @@ def test_grib1_regular_gaussian_grid_has_ecCodes_coordinates(tmp_path):
         lats = ec.codes_get_array(h, "latitudes").reshape(nj, ni)[:, 0]
         lons = ec.codes_get_array(h, "longitudes").reshape(nj, ni)[0]
         ec.codes_release(h)
-    report = virtualize.check([path])
+    report = virtualize.check([path], **OLD)
     assert not [p for p in report.problems if p.kind == "grib-grid"], report.problems
-    virtualize.virtualize([path], tmp_path / "c.zarr")
+    virtualize.virtualize([path], tmp_path / "c.zarr", **OLD)
     g = virtualize.open(tmp_path / "c.zarr")
     assert_same(g["latitude"][...], lats, "latitude: ecCodes'")
     assert_same(g["longitude"][...], lons, "longitude: ecCodes'")
@@ -736,10 +746,10 @@ def test_grib_messages_behind_wmo_bulletin_headers_are_read(tmp_path):
     path = tmp_path / "gts.grib2"
     path.write_bytes(b"".join(b"\x01\r\r\n%03d\r\r\nHTXA5%d ECMF 010000\r\r\n" % (k, k) + m
                               + b"\r\r\n\x03" for k, m in enumerate([m1, m2])))
-    report = virtualize.check([path])
+    report = virtualize.check([path], **OLD)
     assert report.ok, report.problems
     assert [p.kind for p in report.problems] == ["trailing-bytes"]
-    virtualize.virtualize([path], tmp_path / "c.zarr")
+    virtualize.virtualize([path], tmp_path / "c.zarr", **OLD)
     g = virtualize.open(tmp_path / "c.zarr")
     for m, name in [(m1, "t"), (m2, "2t")]:
         h = ec.codes_new_from_message(m)

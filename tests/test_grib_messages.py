@@ -23,7 +23,7 @@ except ImportError:
     pytest.skip("the Python package eccodes is not installed", allow_module_level=True)
 xr = pytest.importorskip("xarray")
 
-from test_grib import CFGRIB, _multi_support, eccodes_messages, expected, roundtrip  # noqa: E402
+from test_grib import CFGRIB, OLD, _multi_support, eccodes_messages, expected, roundtrip  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -133,7 +133,7 @@ def test_a_bit_map_reuse_with_none_defined_before_is_refused_naming_the_field(fi
                      for n, b in make_grib.sections(v) if n >= 4)
     path = tmp_path / "bad.grib2"
     path.write_bytes(u[:8] + (16 + len(body) + 4).to_bytes(8, "big") + body + b"7777")
-    report = virtualize.check([path])
+    report = virtualize.check([path], **OLD)
     [p] = [p for p in report.problems if p.fatal]
     assert (p.kind, p.loc.variable) == ("unsupported-grib", "10v")
     assert "message 0, field 1 (at byte offset 0)" in p.message and "254" in p.message
@@ -144,12 +144,12 @@ def test_fields_an_array_cannot_hold_are_all_named_and_the_rest_reads(files, tmp
     cannot read both, so v is refused naming both fields; u reads; `--drop v` is the
     way through and leaves out exactly the fields named."""
     path = files["mixed.grib2"]
-    report = virtualize.check([path])
+    report = virtualize.check([path], **OLD)
     [p] = [p for p in report.problems if p.fatal]
     assert (p.kind, p.loc.variable) == ("unsupported-grib", "v")
     assert "message 0, field 1 (at byte offset 0)" in p.message
     assert "message 1 (at byte offset" in p.message and "2 field(s) of v" in p.message
-    report = virtualize.virtualize([path], tmp_path / "c.zarr", drop=["v"])
+    report = virtualize.virtualize([path], tmp_path / "c.zarr", drop=["v"], **OLD)
     ds = xr.open_dataset(tmp_path / "c.zarr", engine="virtualize")
     assert list(ds.data_vars) == ["u"]
     assert_same(ds["u"].values, expected(ds, path)["u"], "u")
@@ -158,7 +158,7 @@ def test_fields_an_array_cannot_hold_are_all_named_and_the_rest_reads(files, tmp
 def test_multi_field_messages_over_http_read_like_the_local_file(served, tmp_path):
     """No sidecar: the length walk by ranged reads; each field's keys from its headers."""
     path, _, url, _ = served
-    virtualize.virtualize([url], tmp_path / "c.zarr")
+    virtualize.virtualize([url], tmp_path / "c.zarr", **OLD)
     ds = xr.open_dataset(tmp_path / "c.zarr", engine="virtualize")
     for var, w in expected(ds, path).items():
         assert_same(ds[var].values, w, f"{var} over HTTP")
@@ -262,7 +262,7 @@ def test_a_message_written_twice_is_held_once_and_differing_ones_are_refused(fil
     assert not note.fatal and "message 2 (at byte offset 2342) is message 0 (at byte " \
         "offset 0)" in note.message
     assert ds["2t"].shape == (1, 2, 31, 16)
-    report = virtualize.check([files["differ.grib2"]])
+    report = virtualize.check([files["differ.grib2"]], **OLD)
     [p] = [p for p in report.problems if p.fatal]
     assert p.kind == "duplicate-message" and "messages 1 and 2" in p.message
 
@@ -330,7 +330,7 @@ def test_an_idx_sidecar_finds_the_messages_without_the_walk(served, tmp_path, mo
     for name, v in walked.variables.items():
         if v.blocks is not None:
             assert np.array_equal(got.variables[name].blocks.refs, v.blocks.refs), name
-    virtualize.virtualize([url], tmp_path / "c.zarr")
+    virtualize.virtualize([url], tmp_path / "c.zarr", **OLD)
     ds = xr.open_dataset(tmp_path / "c.zarr", engine="virtualize")
     for var, w in expected(ds, path).items():
         assert_same(ds[var].values, w, f"{var} through the sidecar")
@@ -355,7 +355,7 @@ def test_a_sidecar_that_disagrees_is_ignored_with_a_note(served, tmp_path, edit)
         lines = [ln.replace(f":{a}:", f":{int(a) + 1171}:", 1)
                  for ln in lines for a in [ln.split(":")[1]]]
     (root / (path.name + ".idx")).write_text("\n".join(lines) + "\n")
-    report = virtualize.virtualize([url], tmp_path / "c.zarr")
+    report = virtualize.virtualize([url], tmp_path / "c.zarr", **OLD)
     [note] = [p for p in report.problems if p.kind == "grib-index-ignored"]
     assert not note.fatal and path.name + ".idx" in note.message
     ds = xr.open_dataset(tmp_path / "c.zarr", engine="virtualize")
@@ -381,6 +381,6 @@ def test_a_scanning_mode_with_offset_rows_is_refused_naming_its_bits(tmp_path):
 
     path = tmp_path / "offset.grib2"
     path.write_bytes(make_grib.message("regular_ll_sfc_grib2", scanningMode=0x48))
-    report = virtualize.check([path])
+    report = virtualize.check([path], **OLD)
     [p] = [p for p in report.problems if p.fatal]
     assert p.kind == "unsupported-grib" and "scanningMode5" in p.message

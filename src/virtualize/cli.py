@@ -130,6 +130,12 @@ def _concat_options(p: argparse.ArgumentParser) -> None:
                         "(a grid's area, a constant, a label) and that differs between files "
                         "or cells: refused (identical, the default) or the first's taken, "
                         "named in a note (override, as xarray's compat='override')")
+    p.add_argument("--grib-layout", choices=("cfgrib", "virtualize"),
+                   default=DEFAULTS.grib_layout,
+                   help="GRIB files' arrays as cfgrib lays them out (cfgrib, the default: "
+                        "cfgrib's names such as t2m, length-1 axes as scalar coordinates, "
+                        "valid_time, its datasets as groups) or virtualize's (shortName, "
+                        "time always an axis, one group)")
     p.add_argument("--variables", metavar="A,B", type=_names_arg, default=None,
                    help="keep only these variables and the coordinates they need (their "
                         "dimensions' coordinates, bounds, coordinates / grid_mapping / "
@@ -634,7 +640,7 @@ def recipe_options(args) -> dict:
         kw.update(inline=args.inline, sort=not args.no_sort,
                   inline_threshold=args.inline_threshold, join=args.join,
                   variables=args.variables, concat_dims=args.concat_dim, coords=args.coord,
-                  no_gaps=args.no_gaps, compat=args.compat)
+                  no_gaps=args.no_gaps, compat=args.compat, grib_layout=args.grib_layout)
     return kw
 
 

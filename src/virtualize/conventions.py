@@ -39,7 +39,9 @@ class ScanHint:
     (one file, no cube to join): nothing is compared, nothing digested. `inline`: the
     variables the caller will inline (`--inline`): digested whatever the plan, so that the
     file's fingerprint covers the copy the cube holds (docs/reading.md, Staleness).
-    `dims`: a hypercube's axes, outermost first."""
+    `dims`: a hypercube's axes, outermost first. `layout`: how a format that can arrange
+    a file's arrays in several ways does (GRIB: "virtualize", `--grib-layout`); None: its
+    default (GRIB: cfgrib's)."""
 
     planner: str = "concat"
     concat_dim: str | None = None
@@ -48,6 +50,7 @@ class ScanHint:
     # a hypercube's concatenation axes (plan/hypercube.py): what must agree along any of
     # them is digested; empty: `concat_dim` alone
     dims: tuple[str, ...] = ()
+    layout: str | None = None
 
 
 def unlimited_dims(inv: FileInventory) -> list[str]:

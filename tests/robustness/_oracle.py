@@ -94,7 +94,8 @@ def _fits_read(path: Path, name: str) -> np.ndarray:
 
 def _grib_read(path: Path, name: str) -> np.ndarray:
     """Array `name` of a GRIB file from ecCodes' own walk of its messages, by docs/grib.md's
-    rules: messages grouped by shortName, paramId, typeOfLevel, stepType and grid (ecCodes'
+    rules for virtualize's layout (`grib_layout="virtualize"`, the cubes' here): messages
+    grouped by shortName, paramId, typeOfLevel, stepType and grid (ecCodes'
     `md5GridSection`), named shortName (+ `_<typeOfLevel>`, `_<stepType>` where groups of
     one name differ in them, then `_<k>`);
     their values (the points ecCodes gives no value NaN) placed along the distinct member, reference time,
@@ -265,8 +266,10 @@ def judge(path: Path, out: Path) -> str:
     global _JUDGED
     shutil.rmtree(out, ignore_errors=True)
     _JUDGED = Path(out)
+    with open(path, "rb") as f:  # (GRIB: in virtualize's layout, whose rules _grib_read has)
+        layout = {"grib_layout": "virtualize"} if f.read(4) == b"GRIB" else {}
     try:
-        report = virtualize.virtualize([path], out, scan_timeout=SCAN_TIMEOUT)
+        report = virtualize.virtualize([path], out, scan_timeout=SCAN_TIMEOUT, **layout)
     except VirtualizeError as e:
         # (a store's problems may name a chunk file in it)
         files = {p.loc.file for p in e.problems} - {None, ""}

@@ -303,7 +303,8 @@ def _append_new(cube: Path, kind: str, info: dict, new: list[str], recipe: Recip
 
     report = check_stack(new, planner, progress, recipe.materialize_limit, jobs, scan_timeout,
                          exclude=(last,), executor=executor, chunk_size=recipe.chunk_size,
-                         like=resume.last, hint=ScanHint("append", resume.dim, inline=opts.inline),
+                         like=resume.last, hint=ScanHint("append", resume.dim, inline=opts.inline,
+                                        layout=recipe.hint().layout),
                          skip_unreadable=skip_unreadable)
     plan = report.plan
     if plan is None:

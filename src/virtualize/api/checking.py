@@ -68,7 +68,7 @@ def check(paths: Iterable[PathLike] | PathLike, concat_dim: str | None = None, *
           combine_attrs: str = DEFAULTS.combine_attrs,
           variables: Iterable[str] | None = None, concat_dims: Sequence[str] | None = None,
           coords: dict | Sequence[str] | None = None,
-          compat: str = DEFAULTS.compat) -> Report:
+          compat: str = DEFAULTS.compat, grib_layout: str = DEFAULTS.grib_layout) -> Report:
     """Can this stack be virtualized (concatenated along `concat_dim`)? Scans every file
     and plans the cube, collecting every problem of every file. Writes nothing.
 
@@ -100,6 +100,9 @@ def check(paths: Iterable[PathLike] | PathLike, concat_dim: str | None = None, *
     a variable without the concatenation axes that no coordinate needs (a grid's area, a
     constant) differing between files or a hypercube's cells, "identical" (refused) or
     "override" (the first's, named in a note; xarray's `compat="override"`).
+    `grib_layout`: GRIB files' arrays as cfgrib lays them out ("cfgrib", the default:
+    cfgrib's names, squeezed axes, datasets as groups) or "virtualize" (shortName, `time`
+    always an axis; docs/grib.md, Layouts).
 
     A hypercube: `concat_dims` (several axes, outermost first; `concat_dim` is one) and
     `coords` ({dim: "attr:NAME" | "var:NAME" | "name:REGEX" | "v1,v2,..." or a list of
@@ -112,7 +115,7 @@ def check(paths: Iterable[PathLike] | PathLike, concat_dim: str | None = None, *
         drop=drop, sort=sort, split=split, materialize=materialize,
         materialize_limit=materialize_limit, inline_threshold=inline_threshold,
         chunk_size=chunk_size, no_gaps=no_gaps, join=join, combine_attrs=combine_attrs,
-        variables=variables, compat=compat)
+        variables=variables, compat=compat, grib_layout=grib_layout)
     return check_recipe(paths, recipe, jobs=jobs, executor=executor, progress=progress,
                         scan_timeout=scan_timeout, skip_unreadable=skip_unreadable)
 

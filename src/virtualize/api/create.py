@@ -27,7 +27,8 @@ def virtualize(paths: Iterable[PathLike] | PathLike, out: PathLike, concat_dim: 
                combine_attrs: str = DEFAULTS.combine_attrs,
                variables: Iterable[str] | None = None, concat_dims: Sequence[str] | None = None,
                coords: dict | Sequence[str] | None = None,
-               compat: str = DEFAULTS.compat) -> Report:
+               compat: str = DEFAULTS.compat,
+               grib_layout: str = DEFAULTS.grib_layout) -> Report:
     """Virtualize a stack into `out`: a cube directory, a kerchunk reference JSON
     (`format="kerchunk"` or `out` ending in `.json`) or an Icechunk repository
     (`format="icechunk"` or `.icechunk`). Nothing is written unless every file
@@ -35,7 +36,8 @@ def virtualize(paths: Iterable[PathLike] | PathLike, out: PathLike, concat_dim: 
     `relative`: record the sources relative to the output (a relocatable cube, to be moved
     or mirrored together with its files: a cube directory's source table, a kerchunk
     JSON's template, an Icechunk repository's named virtual chunk container).
-    `skip_unreadable`, `no_gaps`, `join`, `combine_attrs`, `variables`, `compat`, and a
+    `skip_unreadable`, `no_gaps`, `join`, `combine_attrs`, `variables`, `compat`,
+    `grib_layout`, and a
     hypercube's `concat_dims`, `coords`: as for `check`."""
     set_storage(storage_options)
     kind = output_kind(out, format, overwrite, paths, relative)
@@ -45,7 +47,7 @@ def virtualize(paths: Iterable[PathLike] | PathLike, out: PathLike, concat_dim: 
                    inline_threshold=inline_threshold, chunk_size=chunk_size,
                    skip_unreadable=skip_unreadable, no_gaps=no_gaps, join=join,
                    combine_attrs=combine_attrs, variables=variables, concat_dims=concat_dims,
-                   coords=coords, compat=compat)
+                   coords=coords, compat=compat, grib_layout=grib_layout)
     return write_checked(report, out, kind, overwrite, relative)
 
 

@@ -20,6 +20,7 @@ from typing import Any
 
 from ..conventions import ScanHint
 from ..formats import read_values
+from ..formats.grib import DEFAULT_LAYOUT, LAYOUTS
 from ..model import FileInventory, Plan, Problem, UsageError
 from ..plan import DEFAULT_INLINE_THRESHOLD, ConcatOptions, MosaicOptions, plan_mosaic
 from ..plan.attrs import COMBINE_ATTRS
@@ -34,11 +35,12 @@ KINDS = ("concat", "mosaic")
 # What a record written before an option existed was made with: its absence means this,
 # not the option's default (no cut before --chunk-size; nothing inlined for its size
 # before --inline-threshold).
-_BEFORE = {"chunk_size": None, "inline_threshold": 0}
+_BEFORE = {"chunk_size": None, "inline_threshold": 0, "grib_layout": "virtualize"}
 
 # Each option's metadata: the kinds it is an option of (default: both), and how the record
 # holds it, `record`: "always" (the default), "set" (only when not its default), "never"
-# (each run's own), "found" (what the check found: no option given); a dict by kind where
+# (each run's own), "found" (what the check found: no option given), "changed" (only when
+# not what a record without it was made with, `_BEFORE`); a dict by kind where
 # the kinds differ. An option named as a planner option (ConcatOptions, MosaicOptions) is
 # that option: a new option is one line here (and its argument in check / virtualize and
 # the command line).
@@ -82,6 +84,10 @@ class Recipe:
     # a variable no coordinate needs that differs between files or cells: "identical"
     # refuses, "override" takes the first's (named in a note; xarray's compat="override")
     compat: str = _option("identical", kinds=STACK, record="set")
+    # how a GRIB file's arrays are laid out (docs/grib.md, Layouts): "cfgrib" (cfgrib's
+    # names, squeezed axes, its datasets as groups) or "virtualize" (shortName, `time`
+    # always an axis: what a record without it was made with)
+    grib_layout: str = _option(DEFAULT_LAYOUT, kinds=STACK, record="changed")
     # what a check found, recorded for `append`: each file's value of a listed new axis
     coord_values: Mapping[str, list] | None = field(
         default=None, hash=False, metadata={"kinds": STACK, "record": "found"})
@@ -145,6 +151,9 @@ class Recipe:
         if given.get("join", cls.join) not in JOINS:
             raise UsageError(f"join must be one of {', '.join(JOINS)}, not {given['join']!r}")
         _check_combine_attrs(given.get("combine_attrs", cls.combine_attrs))
+        if given.get("grib_layout", cls.grib_layout) not in LAYOUTS:
+            raise UsageError(f"grib_layout must be one of {', '.join(LAYOUTS)}, "
+                             f"not {given['grib_layout']!r}")
         if given.get("compat", cls.compat) not in COMPATS:
             raise UsageError(f"compat must be one of {', '.join(COMPATS)}, "
                              f"not {given['compat']!r}")
@@ -180,7 +189,8 @@ class Recipe:
             rule = _rule(f, self.kind)
             value = getattr(self, f.name)
             if f.name in ("concat_dims", "coords") or rule in (None, "never", "found") or \
-                    rule == "set" and value == f.default:
+                    rule == "set" and value == f.default or \
+                    rule == "changed" and value == _BEFORE[f.name]:
                 continue
             out[f.name] = sorted(value) if isinstance(value, frozenset) else \
                 ([list(o) for o in value] if value else None) if f.name == "offsets" else value
@@ -255,7 +265,8 @@ class Recipe:
         if self.kind == "mosaic":
             return ScanHint("mosaic", self.concat_dim)
         return ScanHint("concat", self.concat_dim, inline=self.inline,
-                        dims=self.concat_dims if self.hypercube else ())
+                        dims=self.concat_dims if self.hypercube else (),
+                        layout=None if self.grib_layout == DEFAULT_LAYOUT else self.grib_layout)
 
 
 def _rule(f: dataclasses.Field, kind: str) -> str | None:

@@ -32,14 +32,16 @@ VERSION = "v1"  # (its content grew since: older fingerprints differ, stale, nev
 
 
 def hint_tag(hint: ScanHint | None) -> str:
-    """The hint as a fingerprint names it: planner, "!" when alone, "=dim" when named,
-    "+" and a hypercube's axes (hex, comma-separated) when any, then "~" and the inlined
-    variables' names (hex, comma-separated) when any."""
+    """The hint as a fingerprint names it: planner, "!" when alone, "@" and the layout
+    when not the format's default, "=dim" when named, "+" and a hypercube's axes (hex,
+    comma-separated) when any, then "~" and the inlined variables' names (hex,
+    comma-separated) when any."""
     hint = hint or ScanHint()
     inline = ("~" + ",".join(n.encode().hex() for n in sorted(hint.inline))) \
         if hint.inline else ""
     dims = ("+" + ",".join(d.encode().hex() for d in hint.dims)) if hint.dims else ""
     return hint.planner + ("!" if hint.alone else "") + \
+        (f"@{hint.layout}" if hint.layout else "") + \
         (f"={hint.concat_dim}" if hint.concat_dim is not None else "") + dims + inline
 
 
@@ -54,8 +56,10 @@ def hint_of(fingerprint: str) -> ScanHint | None:
     tag, _, axes = tag.partition("+")
     dims = tuple(bytes.fromhex(d).decode() for d in axes.split(",") if d)
     planner, _, dim = tag.partition("=")
+    planner, _, layout = planner.partition("@")
     alone = planner.endswith("!")
-    return ScanHint(planner.rstrip("!"), dim if "=" in tag else None, alone, inline, dims)
+    return ScanHint(planner.rstrip("!"), dim if "=" in tag else None, alone, inline, dims,
+                    layout or None)
 
 
 # the plain types of most values, by exact type: their bytes as the last rule below makes them

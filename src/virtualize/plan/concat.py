@@ -361,6 +361,15 @@ def _reexpress(values: np.ndarray, units: str, units0: str, calendar: str) -> np
     return converted
 
 
+def _concat_coordinate(inv: FileInventory, dim: str) -> Variable | None:
+    """The file's coordinate along `dim`: the root's, else (a file whose arrays are all
+    in groups: GRIB's datasets in cfgrib's layout) the first group's holding one."""
+    if dim in inv.variables:
+        return inv.variables[dim]
+    return next((v for n, v in sorted(inv.variables.items())
+                 if v.basename == dim and v.is_coordinate), None)
+
+
 def _order_by_coordinate(ctx: _Context) -> None:
     """Check every file's coordinate along the concat dim increases strictly; then, when
     every file has coordinate values, sort the files by their first value and check the
@@ -370,7 +379,7 @@ def _order_by_coordinate(ctx: _Context) -> None:
     dim = ctx.dim
     if len(ctx.invs) < 2:
         return
-    coords = [inv.variables.get(dim) for inv in ctx.invs]
+    coords = [_concat_coordinate(inv, dim) for inv in ctx.invs]
     for inv, c in zip(ctx.invs, coords):
         if c is not None and c.values is not None and c.values.size > 1:
             _check_increasing(ctx, inv.path, np.asarray(c.values).reshape(-1))

@@ -2,7 +2,9 @@
 
 - `messages.py`: messages found by their own length fields (no library), headers only.
 - `scan.py`: each message's keys by ecCodes (headers only; the [grib] extra), messages
-  grouped into arrays with cfgrib's axes and coordinates.
+  grouped into arrays in virtualize's layout (`--grib-layout virtualize`).
+- `layout.py`: cfgrib's layout (the default): cfgrib's datasets, names, squeezed axes,
+  `valid_time`, attributes; several datasets as groups.
 - The values are ecCodes' (`virtualize.codecs.GribCodec`, the `virtualize.grib` zarr codec;
   `read_grib_region` here for the readers of the sources' own values).
 """
@@ -19,14 +21,22 @@ from ...codecs import grib_decode
 from ...model import FileInventory, Location, Problem
 from .._planning import finish
 from ..base import Format
+from . import layout as _layout
 from . import messages as _messages
 from . import scan as _scan
 
+LAYOUTS, DEFAULT_LAYOUT = _layout.LAYOUTS, _layout.DEFAULT
 
-def scan_grib(path: str, promote: frozenset[str] = frozenset()) -> FileInventory:
+
+def scan_grib(path: str, promote: frozenset[str] = frozenset(),
+              layout: str = DEFAULT_LAYOUT) -> FileInventory:
     """Scan one GRIB file. Content problems are returned; a damaged message raises.
-    `promote`: the axes (`number`, `step`, a level's name) that stay axes of length 1
-    where the file holds one value (`promoted`)."""
+    `promote`: the axes (`time`, `number`, `step`, a level's name) that stay axes of
+    length 1 where the file holds one value (`promoted`). `layout`: "cfgrib" (cfgrib's
+    names, squeezed axes and datasets as groups) or "virtualize" (shortName, `time`
+    always an axis, one group)."""
+    if layout not in LAYOUTS:
+        raise ValueError(f"a GRIB layout is one of {', '.join(LAYOUTS)}, not {layout!r}")
     ec = _scan.eccodes()
     if ec is None:
         raise _scan.missing(path)
@@ -47,7 +57,8 @@ def scan_grib(path: str, promote: frozenset[str] = frozenset()) -> FileInventory
             fields = _scan.fields(ec, path, raw, found, True)
             fields, once = _scan.held_once(path, raw, fields)
     notes += once
-    inv = _scan.inventory(path, st, fields, notes, promote)
+    build = _layout.inventory if layout == "cfgrib" else _scan.inventory
+    inv = build(path, st, fields, notes, promote)
     inv.bytes_read, inv.requests = bytes_read, requests
     return inv
 
@@ -79,12 +90,11 @@ def _indexed(f, path: str, size: int) -> tuple[list | None, list[Problem], objec
 def read_grib_region(path: str, name: str,
                      region: tuple[tuple[int, int], ...] | None = None) -> np.ndarray:
     """Values of array `name` as ecCodes decodes its messages (NaN where no message is or
-    the bit-map says missing); coordinates as the scan computed them."""
-    inv = _scanned(path)
-    v = inv.variables[name]
-    if region is not None and len(region) > len(v.shape):
-        inv = _scanned(path, _promoted_for(inv, v, region))
-        v = inv.variables[name]
+    the bit-map says missing); coordinates as the scan computed them. The reader knows no
+    layout: the array is the first layout's of that name whose shape the region fits
+    (two layouts' arrays of one name are the same messages: both group them by
+    parameter, level type and step type)."""
+    inv, v = _find(path, name, region)
     region = region if region is not None else tuple((0, n) for n in v.shape)
     sel = tuple(slice(a, b) for a, b in region)
     if v.values is not None:
@@ -109,24 +119,56 @@ def read_grib_region(path: str, name: str,
     return out[(slice(None),) * nlead + sel[nlead:]]
 
 
+def _find(path: str, name: str, region) -> tuple[FileInventory, object]:
+    for layout in LAYOUTS:
+        inv = _scanned(path, frozenset(), layout)
+        v = inv.variables.get(name)
+        if v is None:
+            continue
+        if region is None or len(region) <= len(v.shape):
+            if region is None or all(b <= n for (_, b), n in zip(region, v.shape)):
+                return inv, v
+            continue
+        try:
+            inv = _scanned(path, _promoted_for(inv, v, region, layout), layout)
+        except ValueError:
+            continue
+        return inv, inv.variables[name]
+    raise KeyError(f"{path}: no GRIB array {name!r}"
+                   + (f" of {len(region)} axes" if region is not None else ""))
+
+
 def promoted(hint) -> frozenset[str]:
     """The axes a scan under `hint` keeps as axes of length 1: those the caller concatenates
-    along (`--concat-dim step`: one step per file becomes a step axis the planner joins)."""
+    along (`--concat-dim step`: one step per file becomes a step axis the planner joins),
+    and `time` for a stack whose axis the planner chooses (cfgrib's layout squeezes it;
+    the planner's default axis is `time`, GRIB's reference time, as it always was)."""
     if hint is None:
         return frozenset()
-    return frozenset(hint.dims) | ({hint.concat_dim} if hint.concat_dim else set())
+    named = frozenset(hint.dims) | ({hint.concat_dim} if hint.concat_dim else set())
+    if not named and not hint.alone and hint.planner in ("concat", "append"):
+        return frozenset({"time"})
+    return named
 
 
-def _promoted_for(inv: FileInventory, v, region) -> frozenset[str]:
+def layout_of(hint) -> str:
+    """The layout a scan under `hint` arranges the arrays in (ScanHint.layout; cfgrib's
+    by default)."""
+    return getattr(hint, "layout", None) or DEFAULT_LAYOUT
+
+
+def _promoted_for(inv: FileInventory, v, region, layout: str) -> frozenset[str]:
     """Which of `v`'s scalar axes a region of more axes than `v` has were promoted in the
     scan it was taken from (the reader knows no hint). Promoted axes have length 1, so a
     region fits only where its entries there are (0, 1); any fitting choice reads the same
-    values, since the axes keep their order (number, time, step, level) and only `time`,
-    always an axis, can stand between two places a promoted axis may take."""
+    values: a promoted axis holds one value, so whichever of them are axes the cells keep
+    their order (number, time, step, level)."""
+    group = v.name.rpartition("/")[0]
     scalars = [c for c in v.attrs.get("coordinates", "").split()
-               if c in inv.variables and inv.variables[c].shape == ()]
+               if (w := inv.variables.get(f"{group}/{c}" if group else c)) is not None
+               and w.shape == () and c != "valid_time"]
     for combo in itertools.combinations(scalars, len(region) - len(v.shape)):
-        w = _scanned(inv.path, frozenset(combo)).variables.get(v.name)
+        w = _scanned(inv.path, frozenset(combo), layout).variables.get(v.name)
         if w is not None and len(w.shape) == len(region) and \
                 all(b <= n for (_, b), n in zip(region, w.shape)):
             return frozenset(combo)
@@ -137,15 +179,16 @@ def _promoted_for(inv: FileInventory, v, region) -> frozenset[str]:
 _LAST: dict = {}
 
 
-def _scanned(path: str, promote: frozenset[str] = frozenset()) -> FileInventory:
+def _scanned(path: str, promote: frozenset[str] = frozenset(),
+             layout: str = DEFAULT_LAYOUT) -> FileInventory:
     """The file's inventory, kept for the next read of the same unchanged file (the decode
     check and inlining read many regions of one file)."""
     st = storage.stat(path)
-    key = (str(path), st.st_size, st.st_mtime_ns, st.etag, promote)
+    key = (str(path), st.st_size, st.st_mtime_ns, st.etag, promote, layout)
     if key not in _LAST:
-        if len(_LAST) > 4:
+        if len(_LAST) > 8:
             _LAST.clear()
-        _LAST[key] = scan_grib(path, promote)
+        _LAST[key] = scan_grib(path, promote, layout)
     return _LAST[key]
 
 
@@ -205,7 +248,7 @@ class Grib(Format):
             f.seek(at)
 
     def scan(self, path: str, hint=None) -> FileInventory:
-        return finish(scan_grib(path, promoted(hint)), hint)
+        return finish(scan_grib(path, promoted(hint), layout_of(hint)), hint)
 
     def read_region(self, path: str, name: str, region=None):
         return read_grib_region(path, name, region)

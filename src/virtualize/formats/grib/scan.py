@@ -23,7 +23,14 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from ...codecs import GRIB, grib2_in_force, grib_codec_config, grib_field_message, load_eccodes
+from ...codecs import (
+    GRIB,
+    grib2_in_force,
+    grib_codec_config,
+    grib_field_message,
+    grib_to_yx,
+    load_eccodes,
+)
 from ...model import REF_DTYPE as REF
 from ...model import (
     BlockTable,
@@ -36,6 +43,7 @@ from ...model import (
 )
 from .._io import missing_library
 from .._values import bytes_codec, plain
+from . import projection
 from .messages import Message
 
 EXTRA = "pip install 'virtualize[grib]'"
@@ -45,7 +53,12 @@ DTYPE = np.dtype("<f8")  # what ecCodes' codes_get_values returns
 KEYS = ("shortName", "paramId", "typeOfLevel", "gridType", "cfName", "name", "units",
         "stepType", "dataType", "centre")
 # what follows from the parameter (ecCodes' costliest lookups): asked once per parameter
-PARAMETER_KEYS = ("cfName", "name", "units", "centre")
+PARAMETER_KEYS = ("cfName", "name", "units", "centre", "cfVarName", "centreDescription")
+# read in their own types (cfgrib's attributes, the grid's size and the earth's shape): each
+# message's, None where ecCodes does not define them (`number` of a deterministic GRIB2 field)
+MESSAGE_KEYS = ("number", "subCentre", "uvRelativeToGrid", "totalNumber", "numberOfDirections",
+                "numberOfFrequencies", "NV", "gridDefinitionDescription", "Nx", "Ny",
+                "shapeOfTheEarth", "radius", "earthIsOblate", "earthMajorAxis", "earthMinorAxis")
 REGULAR = ("regular_ll", "regular_gg")
 # attributes of the level axes cfgrib knows best
 LEVELS = {"isobaricInhPa": {"units": "hPa", "positive": "down", "stored_direction": "decreasing",
@@ -88,6 +101,8 @@ class Field:
     # the points' order, read into (y, x) by the codec: (jPointsAreConsecutive,
     # alternativeRowScanning) of a 2-D grid
     order: tuple[bool, bool] = (False, False)
+    # ecCodes' `latitudes`, `longitudes` of a grid not regular_ll / regular_gg (None: none)
+    points: tuple[np.ndarray, np.ndarray] | None = None
 
     @property
     def codec(self) -> dict:
@@ -128,6 +143,7 @@ def fields(ec, path: str, f, messages: list[Message], local: bool) -> list[Field
     message of several its own (`_fields_of`)."""
     out = []
     known: dict[tuple, dict] = {}
+    grids: dict[tuple, tuple | None] = {}
     for m in messages:
         where = m.where
         if m.fields > 1:
@@ -149,6 +165,7 @@ def fields(ec, path: str, f, messages: list[Message], local: bool) -> list[Field
                                            f"{where}: ecCodes finds no message there")])
         try:
             out.append(_field(ec, h, m, path, where, local, known))
+            out[-1].points = _points(ec, h, out[-1], grids)
         finally:
             ec.codes_release(h)
     return out
@@ -285,6 +302,7 @@ def _field(ec, h, m: Message, path: str, where: str, local: bool, known: dict) -
     if param not in known:
         known[param] = {k: _get(ec, h, k, str) for k in PARAMETER_KEYS}
     keys.update(known[param])
+    keys.update((k, _get(ec, h, k)) for k in MESSAGE_KEYS)
     date, time = _get(ec, h, "dataDate", int, 0), _get(ec, h, "dataTime", int, 0)
     try:
         ref = dt.datetime(date // 10000, date // 100 % 100, date % 100, time // 100, time % 100)
@@ -366,6 +384,31 @@ def _damage(ec, h, m: Message, gt: str, points: int, rows: tuple[int, int] | Non
     return None
 
 
+def _points(ec, h, f: Field, grids: dict) -> tuple[np.ndarray, np.ndarray] | None:
+    """ecCodes' latitude and longitude of every point (its grid iterator: the `latitudes`,
+    `longitudes` keys, as cfgrib takes them) of a grid whose coordinates are not its
+    keys' arithmetic (regular_ll, regular_gg: `grid_coords`), once per grid."""
+    if f.problem or f.keys["gridType"] in REGULAR + ("sh",):
+        return None
+    key = (f.message.grid, f.shape)
+    if key not in grids:
+        try:
+            lat = np.asarray(ec.codes_get_array(h, "latitudes"), dtype=np.float64)
+            lon = np.asarray(ec.codes_get_array(h, "longitudes"), dtype=np.float64)
+        except Exception:  # (a grid ecCodes' iterator does not know, or finds inconsistent)
+            grids[key] = None
+        else:
+            n = int(np.prod(f.shape))
+            if lat.size != n or lon.size != n:
+                grids[key] = None
+            elif len(f.shape) == 2 and f.order[0]:  # (points along columns: as the values;
+                # ecCodes' coordinates ignore alternating rows, so only the columns)
+                grids[key] = (grib_to_yx(lat, f.shape, True), grib_to_yx(lon, f.shape, True))
+            else:
+                grids[key] = (lat.reshape(f.shape), lon.reshape(f.shape))
+    return grids[key]
+
+
 # -- arrays ---------------------------------------------------------------------------------
 
 @dataclass
@@ -421,13 +464,13 @@ def _shown(key: str, value) -> str:
     return f"{value} min" if key == "step" else str(value)
 
 
-def _step_values(minutes: np.ndarray) -> tuple[np.ndarray, str]:
+def step_values(minutes: np.ndarray) -> tuple[np.ndarray, str]:
     if (minutes % 60 == 0).all():
         return (minutes // 60).astype(np.int64), "hours"
     return minutes.astype(np.int64), "minutes"
 
 
-def _grid_coords(f: Field, path: str, name: str, notes: list[Problem]
+def grid_coords(f: Field, path: str, name: str, notes: list[Problem]
                  ) -> tuple[tuple[str, ...], list[tuple[str, tuple[str, ...], np.ndarray, dict]]]:
     """The grid's dimension names and coordinate variables (name, dims, values, attrs)."""
     g, gt = f.geo, f.keys["gridType"]
@@ -472,23 +515,41 @@ def _grid_coords(f: Field, path: str, name: str, notes: list[Problem]
                              "last: no latitude / longitude (its definition is in the array's "
                              "attributes)", fatal=False))
         return ("y", "x"), []
-    if gt == "reduced_gg" and len(f.shape) == 1 and g.get("global") in (None, 1):
-        lats, pl = _gaussian(f, g), np.asarray(g.get("pl", ()), dtype=np.int64)
-        lo1 = g.get("longitudeOfFirstGridPointInDegrees", 0.0)
-        if lats is not None and pl.size == lats.size and int(pl.sum()) == f.shape[0] and \
-                g.get("latitudeOfFirstGridPointInDegrees") is not None and \
-                abs(g["latitudeOfFirstGridPointInDegrees"] - lats[0]) < 1e-3:
-            lat = np.repeat(lats, pl)
-            lon = np.concatenate([lo1 + np.arange(n) * 360.0 / n for n in pl])
-            return ("values",), [("latitude", ("values",), lat, lat_attrs),
-                                 ("longitude", ("values",), lon, lon_attrs)]
+    if f.points is not None:  # (ecCodes' grid iterator: every other grid cfgrib reads)
+        lat, lon = f.points
+        dims = ("y", "x") if len(f.shape) == 2 else ("values",)
+        out = [("latitude", dims, lat, lat_attrs), ("longitude", dims, lon, lon_attrs)]
+        if len(f.shape) == 2:  # (x / y and the grid mapping, where the projection is known)
+            out += projection.coordinates(f, f.shape, lambda ni, nj: _rotated_axes(g, ni, nj)) \
+                or []
+        return dims, out
     if len(f.shape) == 2:
+        notes.append(Problem(Location(path, name), "grib-grid", (
+            f"a {gt} grid ecCodes gives no latitudes / longitudes of: none (its definition is "
+            "in the array's attributes)"), fatal=False))
         return ("y", "x"), []
     if gt not in ("unstructured_grid",):
         notes.append(Problem(Location(path, name), "grib-grid", (
             f"a {gt} grid: no latitude / longitude coordinates (its definition is in the "
             "array's attributes)"), fatal=False))
     return ("values",), []
+
+
+def _rotated_axes(g: dict, ni: int, nj: int):
+    """A rotated lat/lon grid's rotated longitudes and latitudes, as ecCodes steps them
+    (regular_ll's arithmetic in the rotated frame); None where its keys lack them."""
+    la1, la2 = g.get("latitudeOfFirstGridPointInDegrees"), g.get("latitudeOfLastGridPointInDegrees")
+    lo1, lo2 = g.get("longitudeOfFirstGridPointInDegrees"), g.get("longitudeOfLastGridPointInDegrees")
+    di, dj = g.get("iDirectionIncrementInDegrees"), g.get("jDirectionIncrementInDegrees")
+    if None in (la1, la2, lo1, lo2, di, dj) or di <= 0 or dj <= 0:
+        return None, None
+    return (_longitudes(lo1, lo2, di, ni, bool(g.get("iScansNegatively"))),
+            _stepped(la1, dj if g.get("jScansPositively") else -dj, nj, la2))
+
+
+def grid_mapping(coords: list[tuple]) -> str | None:
+    """The name of the grid mapping variable among a grid's coordinates (None: none)."""
+    return next((c[0] for c in coords if "grid_mapping_name" in c[3]), None)
 
 
 def _stepped(first: float, step: float, n: int, last: float) -> np.ndarray:
@@ -528,18 +589,10 @@ def _gaussian(f: Field, g: dict):
 
 
 def _grid_attrs(f: Field) -> dict:
-    out = {}
-    for k, v in f.geo.items():
-        if k == "pl":
-            continue
-        try:
-            out[f"GRIB_{k}"] = plain(v.tolist() if isinstance(v, np.ndarray) else v)
-        except ValueError:
-            continue
-    return out
+    return {f"GRIB_{k}": plain_attr(v) for k, v in f.geo.items() if k != "pl"}
 
 
-class _Coords:
+class Coords:
     """Coordinate variables by name; a name asked with other values is `<name>_<k>`."""
 
     def __init__(self) -> None:
@@ -566,11 +619,12 @@ class _Coords:
 
 def inventory(path: str, st, fs: list[Field], notes: list[Problem],
               promote: frozenset[str] = frozenset()) -> FileInventory:
-    """The file's arrays; `promote`: the axes (`number`, `step`, a level's name) kept as
-    axes of length 1 where the file holds one value (a stack joins along them), not
-    scalar coordinates."""
+    """The file's arrays in virtualize's layout (`--grib-layout virtualize`: layout.py
+    holds cfgrib's, the default); `promote`: the axes (`number`, `step`, a level's name)
+    kept as axes of length 1 where the file holds one value (a stack joins along them),
+    not scalar coordinates."""
     problems = list(notes)
-    coords = _Coords()
+    coords = Coords()
     variables: dict[str, Variable] = {}
     dimensions: dict[str, Dimension] = {}
     for a in arrays(fs):
@@ -590,25 +644,56 @@ def inventory(path: str, st, fs: list[Field], notes: list[Problem],
     return inv
 
 
-def _variable(path: str, a: Array, coords: _Coords, problems: list[Problem],
+AXES = ("number", "time", "step", "level")
+
+
+def place(path: str, a: Array, name: str, keys: list[str], problems: list[Problem]
+          ) -> tuple[tuple[int, ...], np.ndarray] | None:
+    """Array `a`'s messages into the cells of its axes `keys` (of AXES, in order): the
+    axes' lengths and the references (a hole is a note; two messages for one cell are
+    refused, None)."""
+    f0 = a.fields[0]
+    lead = [a.axes[k] for k in keys]
+    where = {k: {x: i for i, x in enumerate(a.axes[k].tolist())} for k in keys}
+    index = [[where[k][getattr(f, k)] for f in a.fields] for k in keys]
+    grid = tuple(len(v) for v in lead)
+    refs = np.zeros(grid + (1,) * len(f0.shape), dtype=REF)
+    flat = refs.reshape(-1)
+    cell = np.ravel_multi_index(index, grid) if grid else np.zeros(len(a.fields), dtype=np.int64)
+    order = np.argsort(cell, kind="stable")
+    dup = np.nonzero(np.diff(cell[order]) == 0)[0]
+    if dup.size:
+        f1, f2 = a.fields[order[dup[0]]], a.fields[order[dup[0] + 1]]
+        block = np.unravel_index(cell[order[dup[0]]], grid) if grid else ()
+        problems.append(Problem(Location(path, name, block=tuple(block) + (0,) * len(f0.shape)),
+                                "duplicate-message", (
+            f"messages {f1.message.index} and {f2.message.index} (at byte offsets "
+            f"{f1.message.offset} and {f2.message.offset}) are both {name} at "
+            + ", ".join(f"{k} {_shown(k, getattr(f1, k))}"
+                        for k in AXES)
+            + f" ({dup.size} such pair(s)): which one the cube holds cannot be chosen")))
+        return None
+    flat["offset"][cell] = [f.message.offset for f in a.fields]
+    flat["length"][cell] = [f.message.length for f in a.fields]
+    holes = int(np.prod(grid)) - len(a.fields) if grid else 0
+    if holes:
+        first = np.unravel_index(int(np.nonzero(flat["length"] == 0)[0][0]), grid)
+        problems.append(Problem(Location(path, name, block=tuple(first) + (0,) * len(f0.shape)),
+                                "grib-hole", (
+            f"{holes} of the {int(np.prod(grid))} cells of {name}'s axes have no message: "
+            "they read as NaN (as cfgrib fills them)"), fatal=False))
+    return grid, refs
+
+
+def _variable(path: str, a: Array, coords: Coords, problems: list[Problem],
               promote: frozenset[str] = frozenset()) -> Variable | None:
     f0 = a.fields[0]
-    refusal = refused(path, a.name, a.fields)
-    if refusal is not None:
-        problems.append(refusal)
-        return None
-    hurt = [f for f in a.fields if f.damage]
-    if hurt:
-        f = hurt[0]
-        problems.append(Problem(Location(path, a.name), "corrupt", (
-            f"{f.message.where}: {f.damage}"
-            + (f"; and {len(hurt) - 1} more message(s)" if len(hurt) > 1 else "")
-            + f"; --drop {a.name} virtualizes the rest")))
+    if rejected(path, a, a.name, problems):
         return None
     names: dict[str, str] = {}  # axis key -> its coordinate variable's name
     scalars: list[str] = []
     lead_dims: list[str] = []
-    steps, step_units = _step_values(a.axes["step"])
+    steps, step_units = step_values(a.axes["step"])
     level_attrs = dict(LEVELS.get(a.level_name, {"long_name": a.level_name}))
     specs = {
         "number": (a.axes["number"].astype(np.int64),
@@ -632,9 +717,10 @@ def _variable(path: str, a: Array, coords: _Coords, problems: list[Problem],
             lead_dims.append(names[key])
         else:
             scalars.append(coords.add(cname, (), values.reshape(()), attrs, {}))
-    grid_dims, grid_coords = _grid_coords(f0, path, a.name, problems)
+    grid_dims, on_grid = grid_coords(f0, path, a.name, problems)
+    mapping = grid_mapping(on_grid)
     rename: dict[str, str] = {}
-    for cname, dims, values, attrs in grid_coords:
+    for cname, dims, values, attrs in on_grid:
         got = coords.add(cname, dims, values, attrs, rename)
         if got != cname and dims == (cname,):
             del coords.vars[got]
@@ -648,37 +734,10 @@ def _variable(path: str, a: Array, coords: _Coords, problems: list[Problem],
         if dims != (cname,):
             scalars.append(got)
     grid_dims = tuple(rename.get(d, d) for d in grid_dims)
-    # messages into their cells
-    lead = [a.axes[k] for k in ("number", "time", "step", "level") if k in names]
-    where = {k: {x: i for i, x in enumerate(a.axes[k].tolist())} for k in names}
-    index = [[where[k][getattr(f, k)] for f in a.fields]
-             for k in ("number", "time", "step", "level") if k in names]
-    grid = tuple(len(v) for v in lead)
-    refs = np.zeros(grid + (1,) * len(f0.shape), dtype=REF)
-    flat = refs.reshape(-1)
-    cell = np.ravel_multi_index(index, grid) if grid else np.zeros(len(a.fields), dtype=np.int64)
-    order = np.argsort(cell, kind="stable")
-    dup = np.nonzero(np.diff(cell[order]) == 0)[0]
-    if dup.size:
-        f1, f2 = a.fields[order[dup[0]]], a.fields[order[dup[0] + 1]]
-        block = np.unravel_index(cell[order[dup[0]]], grid) if grid else ()
-        problems.append(Problem(Location(path, a.name, block=tuple(block) + (0,) * len(f0.shape)),
-                                "duplicate-message", (
-            f"messages {f1.message.index} and {f2.message.index} (at byte offsets "
-            f"{f1.message.offset} and {f2.message.offset}) are both {a.name} at "
-            + ", ".join(f"{k} {_shown(k, getattr(f1, k))}"
-                        for k in ("number", "time", "step", "level"))
-            + f" ({dup.size} such pair(s)): which one the cube holds cannot be chosen")))
+    placed = place(path, a, a.name, [k for k in AXES if k in names], problems)
+    if placed is None:
         return None
-    flat["offset"][cell] = [f.message.offset for f in a.fields]
-    flat["length"][cell] = [f.message.length for f in a.fields]
-    holes = int(np.prod(grid)) - len(a.fields) if grid else 0
-    if holes:
-        first = np.unravel_index(int(np.nonzero(flat["length"] == 0)[0][0]), grid)
-        problems.append(Problem(Location(path, a.name, block=tuple(first) + (0,) * len(f0.shape)),
-                                "grib-hole", (
-            f"{holes} of the {int(np.prod(grid))} cells of {a.name}'s axes have no message: "
-            "they read as NaN (as cfgrib fills them)"), fatal=False))
+    grid, refs = placed
     attrs = {"long_name": f0.keys["name"], "units": f0.keys["units"]}
     if f0.keys["cfName"] and f0.keys["cfName"] != "unknown":
         attrs["standard_name"] = f0.keys["cfName"]
@@ -687,10 +746,43 @@ def _variable(path: str, a: Array, coords: _Coords, problems: list[Problem],
     attrs.update(_grid_attrs(f0))
     if scalars:
         attrs["coordinates"] = " ".join(scalars)
+    if mapping is not None:
+        attrs["grid_mapping"] = next(s for s in scalars if s.startswith(mapping))
     attrs = {k: v for k, v in attrs.items() if v is not None}
-    shape = grid + f0.shape
-    dims = tuple(lead_dims) + grid_dims
-    return Variable(name=a.name, dtype=DTYPE, shape=shape, dims=dims, attrs=attrs,
+    return array(a.name, f0, grid, refs, tuple(lead_dims) + grid_dims, attrs)
+
+
+def rejected(path: str, a: Array, name: str, problems: list[Problem]) -> bool:
+    """Whether a field of `a` cannot be a chunk (`refused`: every one named), or its
+    headers are damaged (the first one named), said in `problems`."""
+    refusal = refused(path, name, a.fields)
+    if refusal is not None:
+        problems.append(refusal)
+        return True
+    hurt = [f for f in a.fields if f.damage]
+    if hurt:
+        f = hurt[0]
+        problems.append(Problem(Location(path, name), "corrupt", (
+            f"{f.message.where}: {f.damage}"
+            + (f"; and {len(hurt) - 1} more message(s)" if len(hurt) > 1 else "")
+            + f"; --drop {name} virtualizes the rest")))
+    return bool(hurt)
+
+
+def array(name: str, f0: Field, cells: tuple[int, ...], refs: np.ndarray,
+          dims: tuple[str, ...], attrs: dict, grid: tuple[int, ...] | None = None) -> Variable:
+    """An array of messages: one chunk each (the `virtualize.grib` codec), NaN where none;
+    `grid`: the chunk's shape (the message's points: its grid's shape by default)."""
+    grid = f0.shape if grid is None else grid
+    return Variable(name=name, dtype=DTYPE, shape=cells + grid, dims=dims, attrs=attrs,
                     fill_value=np.float64(np.nan), codecs=[bytes_codec(DTYPE), f0.codec],
-                    blocks=BlockTable((1,) * len(grid) + f0.shape, padded=False, refs=refs))
+                    blocks=BlockTable((1,) * len(cells) + grid, padded=False, refs=refs))
+
+
+def plain_attr(v):
+    """An attribute value as plain Python (a list for an array), None when it has none."""
+    try:
+        return plain(v.tolist() if isinstance(v, np.ndarray) else v)
+    except ValueError:
+        return None
 
