@@ -266,8 +266,9 @@ def judge(path: Path, out: Path) -> str:
     global _JUDGED
     shutil.rmtree(out, ignore_errors=True)
     _JUDGED = Path(out)
-    with open(path, "rb") as f:  # (GRIB: in virtualize's layout, whose rules _grib_read has)
-        layout = {"grib_layout": "virtualize"} if f.read(4) == b"GRIB" else {}
+    # (GRIB in virtualize's layout, whose rules _grib_read has; the option means nothing to
+    # the other formats, and a GRIB file may start with other bytes or be a directory's)
+    layout = {"grib_layout": "virtualize"}
     try:
         report = virtualize.virtualize([path], out, scan_timeout=SCAN_TIMEOUT, **layout)
     except VirtualizeError as e:

@@ -16,6 +16,10 @@ from virtualize.model import VirtualizeError
 
 from ._oracle import SCAN_TIMEOUT, cube_arrays, judge, library_read, same
 
+# GRIB inputs in virtualize's layout: the variables REFUSED names (`2t_2`, not cfgrib's
+# `heightAboveGround_3/t2m`), the layout the oracle judges in
+LAYOUT = {"grib_layout": "virtualize"}
+
 HERE = Path(__file__).parent / "regressions"
 FILES = sorted(p.name for p in HERE.iterdir() if p.name != "README.md")
 
@@ -89,7 +93,7 @@ def test_once_wrong_is_refused_located(tmp_path, name):
     path = source(name, tmp_path)
     assert judge(path, tmp_path / "c.zarr") == "refused"
     with pytest.raises(VirtualizeError) as ei:
-        virtualize.virtualize([path], tmp_path / "d.zarr", scan_timeout=SCAN_TIMEOUT)
+        virtualize.virtualize([path], tmp_path / "d.zarr", scan_timeout=SCAN_TIMEOUT, **LAYOUT)
     fatal = [p for p in ei.value.problems if p.fatal]
     assert [(p.kind, p.loc.file, p.loc.variable, p.loc.block) for p in fatal] == \
         [(kind, str(path), variable, block) for kind, variable, block in REFUSED[name]], fatal
@@ -97,7 +101,7 @@ def test_once_wrong_is_refused_located(tmp_path, name):
         assert f"--drop {variable}" in p.message
     assert SAYS.get(name, "") in fatal[0].message
     # `check` says what `create` does
-    report = virtualize.check([path], scan_timeout=SCAN_TIMEOUT)
+    report = virtualize.check([path], scan_timeout=SCAN_TIMEOUT, **LAYOUT)
     assert not report.ok and [(p.kind, p.loc.variable) for p in report.problems if p.fatal] == \
         [(p.kind, p.loc.variable) for p in fatal]
     assert not (tmp_path / "d.zarr").exists()
@@ -116,7 +120,7 @@ def test_an_hdfeos2_grid_is_read_where_the_sd_library_reads_it(tmp_path):
     from pyhdf.SD import SD
 
     path = HERE / "wrong_hdfeos2_ndg_length0_cube_reads_fill.hdf"
-    virtualize.virtualize([path], tmp_path / "c.zarr", scan_timeout=SCAN_TIMEOUT)
+    virtualize.virtualize([path], tmp_path / "c.zarr", scan_timeout=SCAN_TIMEOUT, **LAYOUT)
     band = virtualize.open(tmp_path / "c.zarr")["Band"][...]
     assert same(band, SD(str(path)).select("Band").get())
     assert band.ravel()[:4].tolist() == [0, 1, 2, 3]
@@ -130,7 +134,7 @@ def test_a_dataset_listed_twice_is_one_array_by_its_name(tmp_path):
     from pyhdf.SD import SD
 
     path = HERE / "missing_hdf4_sdg_length0_dataset_dropped_exit0.hdf"
-    report = virtualize.virtualize([path], tmp_path / "c.zarr", scan_timeout=SCAN_TIMEOUT)
+    report = virtualize.virtualize([path], tmp_path / "c.zarr", scan_timeout=SCAN_TIMEOUT, **LAYOUT)
     cube = virtualize.open(tmp_path / "c.zarr")
     names = [n for n, _ in cube_arrays(cube)]
     assert "Data-Set-2" in names and not any(n.startswith("sds") for n in names)
@@ -149,7 +153,7 @@ def test_a_store_chunk_linked_out_of_the_store_is_refused(tmp_path, name):
     store = tmp_path / store
     outside = os.path.realpath(store / "a" / "0.0")
     assert not outside.startswith(str(store) + "/")  # (the link leads out of the store)
-    report = virtualize.check([store], scan_timeout=SCAN_TIMEOUT)
+    report = virtualize.check([store], scan_timeout=SCAN_TIMEOUT, **LAYOUT)
     fatal = [p for p in report.problems if p.fatal]
     assert [(p.kind, p.loc.file, p.loc.variable, p.loc.block) for p in fatal] == \
         [("reference-not-allowed", str(store), variable, block)], fatal
@@ -162,7 +166,7 @@ def test_a_damaged_group_dropped_leaves_the_rest_exact(tmp_path):
     """--drop NS (the group failing its checksum) virtualizes the rest, equal to h5py."""
     path = HERE / "dropped_hdf5_damaged_group_skipped.HDF5"
     out = tmp_path / "c.zarr"
-    virtualize.virtualize([path], out, drop=["NS"], scan_timeout=SCAN_TIMEOUT)
+    virtualize.virtualize([path], out, drop=["NS"], scan_timeout=SCAN_TIMEOUT, **LAYOUT)
     arrays = dict(cube_arrays(virtualize.open(out)))
     assert list(arrays) == ["AlgorithmRuntimeInfo"]
     assert same(arrays["AlgorithmRuntimeInfo"][...], library_read(path, "AlgorithmRuntimeInfo"))
@@ -175,7 +179,7 @@ def test_a_short_read_past_the_end_gives_one_verdict(tmp_path):
     path = HERE / "flaky_hdf5_driver_block_past_eof.nc"
     verdicts = {judge(path, tmp_path / f"c{i}.zarr") for i in range(4)}
     assert verdicts == {"accepted"}
-    assert len({virtualize.check([path], scan_timeout=SCAN_TIMEOUT).ok for _ in range(3)}) == 1
+    assert len({virtualize.check([path], scan_timeout=SCAN_TIMEOUT, **LAYOUT).ok for _ in range(3)}) == 1
 
 
 def test_a_global_heap_that_spins_is_stopped():
