@@ -464,7 +464,9 @@ class RemoteFile(io.RawIOBase):
             self.requests, self.bytes_read = recent[2], recent[3]
 
     def close(self) -> None:
-        if not self.closed and self._blocks:
+        # (getattr: an __init__ that failed, its filesystem not installed, is closed at
+        # collection before it set its blocks)
+        if not self.closed and getattr(self, "_blocks", None):
             if len(_recent_blocks) >= 4:
                 _recent_blocks.pop(next(iter(_recent_blocks)))
             _recent_blocks[self.url] = (self.size, dict(list(self._blocks.items())[:16]),
