@@ -581,7 +581,7 @@ def test_coordinates_and_values_equal_cfgribs(name, tmp_path):
     ours = xr.open_dataset(tmp_path / "c.zarr", engine="virtualize")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        theirs = cfgrib.open_datasets(str(path), indexpath="")
+        theirs = cfgrib.open_datasets(str(path), backend_kwargs={"indexpath": ""})
     compared = 0
     for var, a in ((v, ds[v]) for ds in theirs for v in ds.data_vars):
         mine = [v for v in ours.data_vars.values()

@@ -57,7 +57,7 @@ def cfgrib_equal(path, ds, coords=("latitude", "longitude", "step", "isobaricInh
     cfgrib = pytest.importorskip("cfgrib")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        theirs = cfgrib.open_datasets(str(path), indexpath="")
+        theirs = cfgrib.open_datasets(str(path), backend_kwargs={"indexpath": ""})
     n = 0
     for t in theirs:
         for var in t.data_vars:
