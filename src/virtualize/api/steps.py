@@ -30,7 +30,6 @@ from ..model import (
     UsageError,
     VirtualizeError,
 )
-from ..outputs import registry
 from ..outputs.metadata import array_doc, group_doc, omitted_attrs
 from ..outputs.staging import guard_output, refuse_sources
 from ..plan.cut import cut_stack
@@ -47,6 +46,14 @@ from .recipe import Planner, Recipe
 PathLike = str | os.PathLike
 # Seconds one file's scan may take before it is stopped and reported (`scan-timeout`).
 DEFAULT_SCAN_TIMEOUT = 60.0
+
+
+def _registry():
+    """The output kinds' registry, imported where an output is named or written: it imports
+    every kind's writer (zarr among them), which a check never needs."""
+    from ..outputs import registry
+
+    return registry
 
 
 def set_storage(options: dict | None) -> None:
@@ -488,9 +495,9 @@ def output_kind(out: PathLike, format: str | None, overwrite: bool, paths=None,
     if remote:
         storage.normalize(out)  # an unknown scheme is refused before anything is scanned
     out = os.fspath(out) if remote else Path(out)
-    kind = registry.kind_of(out, format)
+    kind = _registry().kind_of(out, format)
     if relative:
-        registry.refuse_relative(kind)
+        _registry().refuse_relative(kind)
     sources = expand_paths(paths) if isinstance(paths, (str, os.PathLike, list, tuple)) else []
     refuse_foreign(out, sources)  # a name that promises a format not written: usage
     if remote:
@@ -507,7 +514,7 @@ def refuse_foreign(out: str | Path, sources: list[str]) -> None:
     (`output-is-source`), or a file that exists under that name (`output-exists`), is
     named as such, never offered --overwrite."""
     try:
-        registry.refuse_foreign(out)
+        _registry().refuse_foreign(out)
     except UsageError as e:
         try:
             refuse_sources(out, sources)
@@ -536,7 +543,7 @@ def write_checked(report: Report, out: PathLike, kind: str, overwrite: bool,
     report is ok."""
     refuse_unless_ok(report)
     out = storage.local_path(out)
-    plugin = registry.by_name(kind)
+    plugin = _registry().by_name(kind)
     # every file named, scanned or not, is protected (the writers check their plan's too)
     if storage.is_url(out):  # object storage: built here, uploaded root documents last
         from ..outputs.remote import write_remote
@@ -564,13 +571,13 @@ def existing_output(cube: PathLike, what: str) -> tuple[Path, str]:
                                        f"{what} works on a cube on this machine's file system; "
                                        "copy the cube here first (virtualize.open reads it "
                                        "where it is)")], f"{cube}: {what} needs a local cube")
-    return Path(cube), registry.kind_at(cube, by_name=False)
+    return Path(cube), _registry().kind_at(cube, by_name=False)
 
 
 def recorded(cube: Path, kind: str) -> dict:
     """What a cube recorded about how it was made: sources and recipe (a kerchunk JSON
     written by virtualize: its `virtualize` section)."""
-    plugin = registry.by_name(kind)
+    plugin = _registry().by_name(kind)
     info = plugin.recorded(cube)
     if not isinstance(info, dict) or not isinstance(info.get("sources"), list):
         gdal = f"; {plugin.foreign_hint}" if plugin.foreign_hint else ""
