@@ -44,6 +44,10 @@ COMMANDS = {
 }
 
 
+# stands for the formats read in help texts until help is shown (`_Parser.format_help`)
+FORMATS_READ = "\x00formats-read\x00"
+
+
 class _Parser(argparse.ArgumentParser):
     """@LIST files: one argument a line; blank lines and lines starting with # are skipped."""
 
@@ -66,6 +70,16 @@ class _Parser(argparse.ArgumentParser):
             out += got
         return out
 
+    def format_help(self) -> str:
+        # the formats read are named when help is shown (the registry's entry points are
+        # read then, not by every run: formats/registry.py)
+        if self.description and FORMATS_READ in self.description:
+            self.description = self.description.replace(FORMATS_READ, _formats_read())
+        for action in self._actions:
+            if action.help and FORMATS_READ in action.help:
+                action.help = action.help.replace(FORMATS_READ, _formats_read())
+        return super().format_help()
+
     def error(self, message: str):
         if "required: FILE" in message or "required: TILE" in message:
             if _Parser.empty_lists:
@@ -79,7 +93,7 @@ class _Parser(argparse.ArgumentParser):
 
 def _files(p: argparse.ArgumentParser, metavar: str = "FILE") -> None:
     p.add_argument("files", nargs="+", metavar=metavar,
-                   help=f"files of the formats read ({_formats_read()}), directories of them "
+                   help=f"files of the formats read ({FORMATS_READ}), directories of them "
                         "(other entries skipped, each named in a note), quoted globs "
                         "('data/*.nc'), @LIST (a file naming one path per line; blank lines "
                         "and # comments skipped) or - (paths read from stdin)")
@@ -302,7 +316,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
     top = _Parser(
         prog="virtualize",
-        description=f"Turn a stack of files ({_formats_read()}) into one virtual Zarr v3 "
+        description=f"Turn a stack of files ({FORMATS_READ}) into one virtual Zarr v3 "
                     "cube (chunks are byte ranges in the files). `virtualize FILES -o OUT` is "
                     "short for `virtualize create FILES -o OUT`.",
         epilog="exit codes: 0 done, 1 refused (problems; check: cannot be virtualized; "
@@ -566,12 +580,11 @@ def _main(argv: list[str] | None = None) -> int:
 
 
 def _command_of(argv: list[str]) -> str | None:
-    """The command `argv` runs (`help TOPIC`: TOPIC's), or None when that is not plain
-    (no arguments, an option first, an unknown word): then every command is built."""
+    """The command `argv` runs, or None when that is not plain (no arguments, an option
+    first, an unknown word, `help`): then every command is built."""
     first = argv[0] if argv else None
-    if first == "help":
-        first = argv[1] if len(argv) > 1 else None
-        return first if first in COMMANDS else None
+    if first == "help":  # (help and its topic: every command)
+        return None
     if first in COMMANDS:
         return first
     if first is None or first.startswith("-") or _looks_like_command(first):

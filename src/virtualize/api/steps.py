@@ -68,7 +68,14 @@ def set_storage(options: dict | None) -> None:
 
 # names of files a directory argument takes without looking inside (a damaged one is then
 # reported, not skipped); any other file is taken when its first bytes are of a format read
-DATA_SUFFIXES = _formats.suffixes()  # (every format's: formats/registry.py)
+# DATA_SUFFIXES: every format's (formats/registry.py), the entry points' too: read on first
+# use (`__getattr__`), not by a check of files named one by one
+
+
+def __getattr__(name: str):
+    if name == "DATA_SUFFIXES":
+        return _formats.suffixes()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def expand_paths(paths, empty: list[str] | None = None,
@@ -193,7 +200,7 @@ def unmatched_problems(patterns: list[str]) -> list[Problem]:
 def _readable_format(path: str) -> bool:
     from ..formats import detect_format
 
-    if path.lower().endswith(DATA_SUFFIXES):
+    if path.lower().endswith(_formats.suffixes()):
         return True
     try:
         return detect_format(path) is not None
