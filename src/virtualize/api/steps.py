@@ -40,7 +40,7 @@ from ..report import Report
 from ..run.executors import scan_on
 from ..run.policy import check_jobs, scan_jobs
 from ..run.share import Sharer
-from ..run.workers import scan_bounded, scan_or_problems
+from ..run.workers import run_alone, scan_bounded, scan_or_problems
 from .recipe import Planner, Recipe
 
 PathLike = str | os.PathLike
@@ -235,8 +235,28 @@ def check_stack(paths, planner: Planner, progress, materialize_limit: int | None
     blocks cut first, for the plan and the decode check alike; `like`: an append's
     recorded last step, whose cuts the new files keep; `hint`: how `planner` plans;
     `skip_unreadable`: files that cannot be scanned are left out, listed in the report's
-    `left_out`)."""
+    `left_out`). One file scanned within `scan_timeout` is checked whole in one worker
+    process (`run_alone`): its format's library is loaded and first used once."""
     check_jobs(jobs, executor)
+    alone = _alone(paths, jobs, scan_timeout, executor)
+    if alone is not None:
+        def job(scanned):
+            return check_stack(paths, planner, lambda _i, _n, inv: scanned(inv), materialize_limit,
+                               1, None, names, decode, exclude, None, chunk_size, like, hint,
+                               skip_unreadable)
+
+        forward = None if progress is None else (lambda inv: progress(1, 1, inv))
+        got = run_alone(job, alone, scan_timeout, forward)
+        if got is not None and got[0] == "done":
+            return got[1]
+        if got is not None:  # its scan timed out or crashed: reported as a scan's are
+            if progress is not None:
+                progress(1, 1, None)
+            with reusing({storage.normalize(alone): got[1]}):
+                return check_stack(paths, planner, None, materialize_limit, jobs, scan_timeout,
+                                   names, decode, exclude, None, chunk_size, like, hint,
+                                   skip_unreadable)
+        # (no fork, or the job died after its scan: done here, the scan in a worker)
     empty: list[str] = []
     skipped: dict[str, list[tuple[str, str]]] = {}
     unmatched: list[str] = []
@@ -343,6 +363,26 @@ def check_stack(paths, planner: Planner, progress, materialize_limit: int | None
                     data_variables=data)
     report.datasets = several
     return report
+
+
+def _alone(paths, jobs, scan_timeout, executor) -> str | None:
+    """The file of a one-file job that `check_stack` runs whole in one bounded worker
+    (`run_alone`), or None: not one file, a file scanned already (`reusing`), no time
+    bound (`scan_timeout` 0: scanned here), on an executor, or an unknown `jobs`."""
+    if not scan_timeout or executor is not None:
+        return None
+    if not isinstance(paths, (str, os.PathLike)):
+        if not isinstance(paths, (list, tuple)) or len(paths) != 1:
+            return None
+    files = expand_paths(paths)
+    if len(files) != 1 or (_SCANNED.get() or {}).get(storage.normalize(files[0])) is not None:
+        return None
+    try:
+        if scan_jobs(jobs, files) > 1:
+            return None
+    except (TypeError, ValueError):
+        return None
+    return files[0]
 
 
 def render_problems(plan: Plan) -> list[Problem]:
