@@ -7,6 +7,9 @@ it) and that chunk's bytes from the source -- and compared bit for bit (NaN payl
 included) with the source library's read of the same region (h5py, tifffile, our netCDF
 classic reader: `scan.SourceReader`). A failure or a difference is a `decode-mismatch`
 problem located at the source file, variable and block: fatal, so nothing is written.
+A chain of only the codecs in `DIRECT` (bytes, zlib, gzip, virtualize's own) is decoded
+by the same functions zarr's codecs call, as zarr calls them (`decode_direct`), without
+importing zarr (tests/test_decode_direct.py reads each through zarr too).
 
 Which chunks: `select="groups"` (the default) groups an array's stored chunks by shape
 (per axis the chunk's length and whether it reaches past the array's end: edge and short
