@@ -347,15 +347,17 @@ def run_alone(job, path: str, timeout: float, forward=None):
     each is paid once, and the caller imports nothing of the format.
 
     Returns ("done", the job's value) or ("scan", the scan's problems: it timed out or the
-    process died before the scan was over); the job's exception is raised here. None: no
-    answer, the caller does the job its usual way (the caller has other Python threads, so
-    no fork; or the process died after the scan, in the job's own work)."""
+    process died before the scan was over). None: no answer, the caller does the job its
+    usual way: the caller has other Python threads (no fork); the job raised (its exception
+    is raised again by the caller's own run: a VirtualizeError does not survive pickling
+    whole); its value could not be sent back; the process died after the scan, in the
+    job's own work."""
     if _threads() != 1:
         return None
     ctx = multiprocessing.get_context("fork")
     conn, child = ctx.Pipe()
-    proc = _Forked(ctx.Process(target=_alone, args=(child, job), daemon=True,
-                               name="virtualize-check"))
+    proc = _Forked(ctx.Process(target=_alone, args=(child, job, forward is not None),
+                               daemon=True, name="virtualize-check"))
     child.close()
     deadline = time.monotonic() + timeout
     scanned = False
@@ -375,7 +377,7 @@ def run_alone(job, path: str, timeout: float, forward=None):
                 if forward is not None:
                     forward(value)
             elif kind == "raised":
-                raise value
+                return None
             else:
                 return "done", value
     finally:
@@ -386,21 +388,17 @@ def run_alone(job, path: str, timeout: float, forward=None):
         conn.close()
 
 
-def _alone(conn, job) -> None:  # a forked child's main
+def _alone(conn, job, send_inventory: bool) -> None:  # a forked child's main
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the caller decides; Ctrl-C kills us
     _die_with_parent()
     _cap_memory()
     try:
-        value = job(lambda inv: conn.send((SCANNED, inv)))
-    except BaseException as e:  # noqa: BLE001 - raised again in the caller
-        try:
-            conn.send(("raised", e))
-        except Exception:  # noqa: BLE001 - an exception that cannot be pickled
-            conn.send(("raised", RuntimeError(f"{type(e).__name__}: {e}")))
-        return
-    conn.send(("done", value))
+        value = job(lambda inv: conn.send((SCANNED, inv if send_inventory else None)))
+        conn.send(("done", value))
+    except BaseException:  # noqa: BLE001 - the caller does the job itself, and raises it
+        conn.send(("raised", None))
 
 
 # Files queued on one worker at a time: it goes on to the next without a round trip through
