@@ -91,3 +91,13 @@ def test_one_file_check_is_one_job_in_one_worker():
             continue
         loaded = _loaded(CHECK.format(timeout="", path=os.path.join(DATA, name)))
         assert not loaded & HEAVY, (name, sorted(loaded & HEAVY))
+
+
+def test_help_loads_no_writer():
+    """`virtualize --help` lists the commands: none's options are built, so no output
+    kind's writer (zarr) is imported, nor the entry points read before the text is shown."""
+    loaded = _loaded("import contextlib, io\nfrom virtualize.cli import main\n"
+                     "with contextlib.redirect_stdout(io.StringIO()) as out:\n"
+                     "    try:\n        main(['--help'])\n    except SystemExit:\n        pass\n"
+                     "assert 'check' in out.getvalue() and 'GRIB' in out.getvalue()")
+    assert not loaded & HEAVY, sorted(loaded & HEAVY)

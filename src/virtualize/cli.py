@@ -310,7 +310,7 @@ class _StorageOption(argparse.Action):
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The whole command line's parser; `command`: only that command's options are built
     (every command is listed still), so that a run imports what its own options need (a
-    `check` not the output kinds' writers, which `create`'s --format lists)."""
+    `check` not the output kinds' writers, which `create`'s --format lists; "": none's)."""
     from .api.recipe import DEFAULTS
     from .api.steps import DEFAULT_SCAN_TIMEOUT
 
@@ -580,14 +580,17 @@ def _main(argv: list[str] | None = None) -> int:
 
 
 def _command_of(argv: list[str]) -> str | None:
-    """The command `argv` runs, or None when that is not plain (no arguments, an option
-    first, an unknown word, `help`): then every command is built."""
+    """The command `argv` runs; "" for the top-level help (no command's options); None
+    when that is not plain (an option first, an unknown word, `help`): then every
+    command is built."""
     first = argv[0] if argv else None
+    if first is None or first in ("-h", "--help"):
+        return ""  # (the commands' list: none's options)
     if first == "help":  # (help and its topic: every command)
         return None
     if first in COMMANDS:
         return first
-    if first is None or first.startswith("-") or _looks_like_command(first):
+    if first.startswith("-") or _looks_like_command(first):
         return None
     return "create"  # the short form
 
