@@ -149,7 +149,10 @@ def test_both_kinds_of_worker_are_capped_and_report_their_death(tmp_path, monkey
 
 ALONE = textwrap.dedent("""
     import os, time
-    from virtualize.run.workers import run_alone
+    from virtualize.run import workers
+    def run_alone(*a):  # (once per process: each case as if it were the first)
+        workers._alone_in.clear()
+        return workers.run_alone(*a)
     def done(scanned):
         scanned("inv")
         return 42
@@ -176,6 +179,8 @@ ALONE = textwrap.dedent("""
         time.sleep(max(0.0, t0 + 6 - time.monotonic()))  # past the limit, surely
         return "unbounded once scanned"
     assert run_alone(slow_after_scan, "f", 5) == ("done", "unbounded once scanned")
+    # once per process: a later job is the caller's, with its reused workers
+    assert workers.run_alone(done, "f", 60) is None
     print("ok")
 """)
 
@@ -184,7 +189,8 @@ def test_run_alone_bounds_the_scan_only():
     """A one-file job in its own forked process (`run_alone`): its value and the scan's
     inventory come back; its scan is stopped at the limit (scan-timeout) or dies
     (scan-crashed); after its scan it is unbounded; a job that raises, or dies after its
-    scan, is left to the caller (None). In a fresh process: one thread, so it forks."""
+    scan, is left to the caller (None), as is a process' second job. In a fresh process:
+    one thread, so it forks."""
     r = subprocess.run([sys.executable, "-c", ALONE], capture_output=True, text=True,
                        timeout=300)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr

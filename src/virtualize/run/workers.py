@@ -333,6 +333,7 @@ def crashed(path: str, code: int | None) -> list[Problem]:
 # -- one file's whole job in one worker ----------------------------------------------
 
 SCANNED = "scanned"  # the job's first message: its scan is over (its bound with it)
+_alone_in: set[int] = set()  # the processes that ran a job alone already
 
 
 def run_alone(job, path: str, timeout: float, forward=None):
@@ -344,7 +345,10 @@ def run_alone(job, path: str, timeout: float, forward=None):
     Why: a one-file job in the caller, its scan in a worker, loads the format's library
     and pays its first use (ecCodes' definitions, astropy's first header) twice, in the
     worker and again for the caller's decode check; run whole in one forked process,
-    each is paid once, and the caller imports nothing of the format.
+    each is paid once, and the caller imports nothing of the format. Once per process (a
+    command's run is one job): a caller checking file after file is better served by its
+    reused scan workers and the libraries it then holds (each job alone would load them
+    anew).
 
     Returns ("done", the job's value) or ("scan", the scan's problems: it timed out or the
     process died before the scan was over). None: no answer, the caller does the job its
@@ -352,8 +356,9 @@ def run_alone(job, path: str, timeout: float, forward=None):
     is raised again by the caller's own run: a VirtualizeError does not survive pickling
     whole); its value could not be sent back; the process died after the scan, in the
     job's own work."""
-    if _threads() != 1:
+    if _threads() != 1 or os.getpid() in _alone_in:
         return None
+    _alone_in.add(os.getpid())
     ctx = multiprocessing.get_context("fork")
     conn, child = ctx.Pipe()
     proc = _Forked(ctx.Process(target=_alone, args=(child, job, forward is not None),
