@@ -101,6 +101,16 @@ def test_direct_decoding_is_zarrs(tmp_path, dtype, codecs, data):
         assert outcomes[0] == outcomes[1]
 
 
+@pytest.mark.parametrize("config", [None, {"endian": "middle"}, {"endian": "big", "x": 1}])
+def test_a_bytes_codec_zarr_refuses_is_refused(tmp_path, config):
+    codecs = [{"name": "bytes", **({"configuration": config} if config else {})}]
+    data = _values("int16").astype(">i2").tobytes()
+    with pytest.raises(Exception):
+        np.asarray(_zarr_read(tmp_path, _doc("int16", codecs), data, extents=SHAPE))
+    with pytest.raises(ValueError):
+        decode_direct(data, codecs, np.dtype("int16"), CHUNK, SHAPE)
+
+
 def test_other_chains_are_left_to_zarr():
     assert not direct([{"name": "bytes"}, {"name": "numcodecs.zstd"}], np.dtype("u1"))
     assert not direct([{"name": "transpose", "configuration": {"order": [1, 0]}},

@@ -598,8 +598,13 @@ def decode_direct(data: bytes, codecs, dtype, shape: tuple[int, ...],
                                        k.get("compression", "none"))
         else:  # (direct() admits no other)
             raise ValueError(f"codec {name!r} is not decoded here")
-    endian = (codecs[at].get("configuration") or {}).get("endian")
-    view = stored if endian is None or stored.itemsize == 1 else \
+    endian = _config(codecs[at], ("endian",)).get("endian")
+    if endian not in (None, "little", "big"):
+        raise ValueError(f"bytes: endian must be 'little' or 'big', not {endian!r}")
+    if endian is None and stored.itemsize > 1:
+        raise ValueError("bytes: the `endian` configuration needs to be specified for "
+                         "multi-byte data types")  # (as zarr's)
+    view = stored if stored.itemsize == 1 else \
         stored.newbyteorder("<" if endian == "little" else ">")
     values = np.frombuffer(raw, np.uint8).view(view)
     if view != stored:
