@@ -10,7 +10,9 @@ Per file the two commands run in turn (virtualize, kerchunk, virtualize, ...), e
 fresh process; `wall` and `cpu` (user + system of the process and its children: scan
 workers included) are medians, `x kerchunk` virtualize's median over kerchunk's, and the
 ratio of each pair (the median of those) is given too: on a shared machine the pairs keep
-the ratio meaningful when the machine's speed drifts.
+the ratio meaningful when the machine's speed drifts. Both run as installed packages run:
+with their compiled .pyc files (PYTHONDONTWRITEBYTECODE is dropped from the environment,
+so that the warm-up run writes virtualize's, as kerchunk's were written when installed).
 
 kerchunk's scanners: GRIB `kerchunk.grib2.scan_grib(path)`, FITS
 `kerchunk.fits.process_file(path)`, HDF4 `kerchunk.hdf4.HDF4ToZarr(path).translate()`.
@@ -39,11 +41,15 @@ PEERS = {
 }
 
 
+ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+
+
 def run(argv: list[str]) -> tuple[float, float, int]:
     """Wall and CPU seconds of one process (its children included) and its exit code."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    code = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode
+    code = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                          env=ENV).returncode
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)

@@ -51,3 +51,53 @@ def test_version_on_the_command_line():
     from virtualize import __version__
 
     assert r.returncode == 0 and r.stdout.strip() == f"virtualize {__version__}"
+
+
+DATA = os.path.join(os.path.dirname(__file__), "data")
+ONE_FILE = {"eccodes": "cfgrib/regular_ll_sfc.grib", "astropy": "fits/arange.fits",
+            "pyhdf": "hdf4/SDSfloat2.hdf"}
+CHECK = """
+from virtualize.cli import main
+from virtualize.run import workers
+assert main(["check", "-q"{timeout}, {path!r}]) == 0
+assert not workers._idle  # no scan worker was started and kept
+"""
+
+
+def test_one_file_check_imports_no_zarr():
+    """`virtualize check FILE` of a GRIB, FITS or HDF4 file scanned in its own process
+    (--scan-timeout 0) imports no zarr: its decode check decodes without it
+    (checks/decode.py DIRECT); the HDF4 one nothing heavy but pyhdf."""
+    import importlib.util
+
+    for library, name in ONE_FILE.items():
+        if importlib.util.find_spec(library) is None:
+            continue
+        loaded = _loaded(CHECK.format(timeout=', "--scan-timeout", "0"',
+                                      path=os.path.join(DATA, name)))
+        assert library in loaded and "zarr" not in loaded, (name, sorted(loaded & HEAVY))
+        if library == "pyhdf":
+            assert not loaded & (HEAVY - {"pyhdf"}), sorted(loaded & HEAVY)
+
+
+def test_one_file_check_is_one_job_in_one_worker():
+    """A one-file check within a scan timeout (the default) runs whole (scan, plan, decode
+    check) in one process forked for it (run/workers.py `run_alone`): the caller loads no
+    format library and starts no scan worker, and the answer is the same."""
+    import importlib.util
+
+    for library, name in ONE_FILE.items():
+        if importlib.util.find_spec(library) is None:
+            continue
+        loaded = _loaded(CHECK.format(timeout="", path=os.path.join(DATA, name)))
+        assert not loaded & HEAVY, (name, sorted(loaded & HEAVY))
+
+
+def test_help_loads_no_writer():
+    """`virtualize --help` lists the commands: none's options are built, so no output
+    kind's writer (zarr) is imported, nor the entry points read before the text is shown."""
+    loaded = _loaded("import contextlib, io\nfrom virtualize.cli import main\n"
+                     "with contextlib.redirect_stdout(io.StringIO()) as out:\n"
+                     "    try:\n        main(['--help'])\n    except SystemExit:\n        pass\n"
+                     "assert 'check' in out.getvalue() and 'GRIB' in out.getvalue()")
+    assert not loaded & HEAVY, sorted(loaded & HEAVY)

@@ -26,8 +26,9 @@ ROOT = Path(virtualize.__file__).resolve().parent
 # sits on formats and under plan; the planner uses neither (it is pure: docs/planning.md).
 # `outputs` sits above run (staleness re-scans a touched source on the workers).
 LAYERS = [
-    # codecs: zarr codecs only (numpy, zarr, imagecodecs); plugins: entry points only
-    ("model", "_version", "codecs", "plugins"),
+    # codec_core: the codecs' names and functions (numpy only); codecs: them as zarr codecs
+    # (numpy, zarr, imagecodecs); plugins: entry points only
+    ("model", "_version", "codec_core", "codecs", "plugins"),
     ("storage", "conventions"),
     ("formats",),
     ("run",),

@@ -145,3 +145,52 @@ def test_both_kinds_of_worker_are_capped_and_report_their_death(tmp_path, monkey
         assert p.kind == "scan-crashed" and "signal 9" in p.message
     finally:
         w.kill()
+
+
+ALONE = textwrap.dedent("""
+    import os, time
+    from virtualize.run import workers
+    def run_alone(*a):  # (once per process: each case as if it were the first)
+        workers._alone_in.clear()
+        return workers.run_alone(*a)
+    def done(scanned):
+        scanned("inv")
+        return 42
+    seen = []
+    assert run_alone(done, "f", 60, seen.append) == ("done", 42) and seen == ["inv"]
+    def raises(scanned):
+        raise ValueError("the caller raises it itself")
+    assert run_alone(raises, "f", 60) is None
+    def hangs(scanned):
+        time.sleep(60)
+    kind, [p] = run_alone(hangs, "f", 0.5)
+    assert kind == "scan" and p.kind == "scan-timeout" and p.loc.file == "f", p
+    def dies(scanned):
+        os._exit(3)
+    kind, [p] = run_alone(dies, "f", 60)
+    assert kind == "scan" and p.kind == "scan-crashed" and "exit code 3" in p.message, p
+    def dies_later(scanned):
+        scanned(None)
+        os._exit(3)
+    assert run_alone(dies_later, "f", 60) is None  # (done again the usual way)
+    t0 = time.monotonic()
+    def slow_after_scan(scanned):  # (scanned within 5 s, however loaded the machine)
+        scanned(None)
+        time.sleep(max(0.0, t0 + 6 - time.monotonic()))  # past the limit, surely
+        return "unbounded once scanned"
+    assert run_alone(slow_after_scan, "f", 5) == ("done", "unbounded once scanned")
+    # once per process: a later job is the caller's, with its reused workers
+    assert workers.run_alone(done, "f", 60) is None
+    print("ok")
+""")
+
+
+def test_run_alone_bounds_the_scan_only():
+    """A one-file job in its own forked process (`run_alone`): its value and the scan's
+    inventory come back; its scan is stopped at the limit (scan-timeout) or dies
+    (scan-crashed); after its scan it is unbounded; a job that raises, or dies after its
+    scan, is left to the caller (None), as is a process' second job. In a fresh process:
+    one thread, so it forks."""
+    r = subprocess.run([sys.executable, "-c", ALONE], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr

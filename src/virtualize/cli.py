@@ -44,6 +44,10 @@ COMMANDS = {
 }
 
 
+# stands for the formats read in help texts until help is shown (`_Parser.format_help`)
+FORMATS_READ = "\x00formats-read\x00"
+
+
 class _Parser(argparse.ArgumentParser):
     """@LIST files: one argument a line; blank lines and lines starting with # are skipped."""
 
@@ -66,6 +70,16 @@ class _Parser(argparse.ArgumentParser):
             out += got
         return out
 
+    def format_help(self) -> str:
+        # the formats read are named when help is shown (the registry's entry points are
+        # read then, not by every run: formats/registry.py)
+        if self.description and FORMATS_READ in self.description:
+            self.description = self.description.replace(FORMATS_READ, _formats_read())
+        for action in self._actions:
+            if action.help and FORMATS_READ in action.help:
+                action.help = action.help.replace(FORMATS_READ, _formats_read())
+        return super().format_help()
+
     def error(self, message: str):
         if "required: FILE" in message or "required: TILE" in message:
             if _Parser.empty_lists:
@@ -79,7 +93,7 @@ class _Parser(argparse.ArgumentParser):
 
 def _files(p: argparse.ArgumentParser, metavar: str = "FILE") -> None:
     p.add_argument("files", nargs="+", metavar=metavar,
-                   help=f"files of the formats read ({_formats_read()}), directories of them "
+                   help=f"files of the formats read ({FORMATS_READ}), directories of them "
                         "(other entries skipped, each named in a note), quoted globs "
                         "('data/*.nc'), @LIST (a file naming one path per line; blank lines "
                         "and # comments skipped) or - (paths read from stdin)")
@@ -293,13 +307,16 @@ class _StorageOption(argparse.Action):
         setattr(namespace, self.dest, pairs)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The whole command line's parser; `command`: only that command's options are built
+    (every command is listed still), so that a run imports what its own options need (a
+    `check` not the output kinds' writers, which `create`'s --format lists; "": none's)."""
     from .api.recipe import DEFAULTS
     from .api.steps import DEFAULT_SCAN_TIMEOUT
 
     top = _Parser(
         prog="virtualize",
-        description=f"Turn a stack of files ({_formats_read()}) into one virtual Zarr v3 "
+        description=f"Turn a stack of files ({FORMATS_READ}) into one virtual Zarr v3 "
                     "cube (chunks are byte ranges in the files). `virtualize FILES -o OUT` is "
                     "short for `virtualize create FILES -o OUT`.",
         epilog="exit codes: 0 done, 1 refused (problems; check: cannot be virtualized; "
@@ -311,81 +328,87 @@ def build_parser() -> argparse.ArgumentParser:
     top.add_argument("--version", action="version", version=f"virtualize {__version__}")
     sub = top.add_subparsers(dest="command", metavar="COMMAND", title="commands")
 
-    def cmd(name: str, description: str) -> argparse.ArgumentParser:
-        return sub.add_parser(name, help=COMMANDS[name], description=description)
+    def cmd(name: str, description: str) -> argparse.ArgumentParser | None:
+        p = sub.add_parser(name, help=COMMANDS[name], description=description)
+        return p if command is None or name == command else None
 
     p = cmd("create", "Write a cube from a stack of files (nothing is written unless every "
                       "file can be referenced exactly).")
-    _files(p)
-    _output_options(p, required=True)
-    _concat_options(p)
-    _remedy_options(p)
-    _job_options(p, gaps=True)
-    _report_options(p)
+    if p is not None:
+        _files(p)
+        _output_options(p, required=True)
+        _concat_options(p)
+        _remedy_options(p)
+        _job_options(p, gaps=True)
+        _report_options(p)
 
     p = cmd("check", "Can this stack be virtualized? Writes nothing.")
-    _files(p)
-    _concat_options(p)
-    _remedy_options(p)
-    _job_options(p, gaps=True)
-    _report_options(p)
+    if p is not None:
+        _files(p)
+        _concat_options(p)
+        _remedy_options(p)
+        _job_options(p, gaps=True)
+        _report_options(p)
 
     p = cmd("mosaic", "Place map tiles (GeoTIFFs, or netCDF/HDF5 with 1-D x/y coordinates) into "
                       "one virtual cube by their georeferencing (or --offsets). The grid is cut "
                       "at every tile edge and block boundary; every cell must be one whole "
                       "block of one tile.")
-    _files(p, "TILE")
-    _output_options(p, required=False)
-    p.add_argument("--check", action="store_true", help="report only; write nothing")
-    p.add_argument("--offsets", nargs="+", type=_offset_arg, metavar="ROW,COL",
-                   help="each tile's pixel offset (row, column of its top-left pixel), in the "
-                        "order of the tiles, instead of their georeferencing")
-    p.add_argument("--overlap", choices=["last", "first"],
-                   help="settle overlapping tiles block by block: the last (GDAL VRT's rule) "
-                        "or the first listed tile wins; default: overlaps are problems")
-    p.add_argument("--tolerance", type=float, default=DEFAULTS.tolerance, metavar="PIXELS",
-                   help="how far from whole-pixel alignment tiles may be (default 0.001)")
-    p.add_argument("--drop", metavar="VAR", action="append", default=[])
-    p.add_argument("--concat-dim", metavar="DIM",
-                   help="a mosaic over time: each tile is one date's, the dates stacked along "
-                        "DIM (e.g. time); each date from --coord, the tile's own DIM "
-                        "variable, or the date in its name")
-    p.add_argument("--coord", metavar="DIM=SPEC", action="append", default=[],
-                   help="each tile's DIM value: attr:NAME (a global attribute), var:NAME (a "
-                        "scalar variable), name:REGEX (the first group on the file's name) or "
-                        "v1,v2,... (one per tile, in order); dates become dates")
-    p.add_argument("--combine-attrs", choices=("drop_conflicts", "override", "identical"),
-                   default=DEFAULTS.combine_attrs,
-                   help="attributes that differ between tiles: left out and named "
-                        "(drop_conflicts, the default), the first tile's (override) or refused "
-                        "(identical); units, scale_factor, _FillValue ... must agree whatever")
-    _remedy_options(p)
-    _job_options(p, gaps=False)
-    _report_options(p)
+    if p is not None:
+        _files(p, "TILE")
+        _output_options(p, required=False)
+        p.add_argument("--check", action="store_true", help="report only; write nothing")
+        p.add_argument("--offsets", nargs="+", type=_offset_arg, metavar="ROW,COL",
+                       help="each tile's pixel offset (row, column of its top-left pixel), in the "
+                            "order of the tiles, instead of their georeferencing")
+        p.add_argument("--overlap", choices=["last", "first"],
+                       help="settle overlapping tiles block by block: the last (GDAL VRT's rule) "
+                            "or the first listed tile wins; default: overlaps are problems")
+        p.add_argument("--tolerance", type=float, default=DEFAULTS.tolerance, metavar="PIXELS",
+                       help="how far from whole-pixel alignment tiles may be (default 0.001)")
+        p.add_argument("--drop", metavar="VAR", action="append", default=[])
+        p.add_argument("--concat-dim", metavar="DIM",
+                       help="a mosaic over time: each tile is one date's, the dates stacked along "
+                            "DIM (e.g. time); each date from --coord, the tile's own DIM "
+                            "variable, or the date in its name")
+        p.add_argument("--coord", metavar="DIM=SPEC", action="append", default=[],
+                       help="each tile's DIM value: attr:NAME (a global attribute), var:NAME (a "
+                            "scalar variable), name:REGEX (the first group on the file's name) or "
+                            "v1,v2,... (one per tile, in order); dates become dates")
+        p.add_argument("--combine-attrs", choices=("drop_conflicts", "override", "identical"),
+                       default=DEFAULTS.combine_attrs,
+                       help="attributes that differ between tiles: left out and named "
+                            "(drop_conflicts, the default), the first tile's (override) or refused "
+                            "(identical); units, scale_factor, _FillValue ... must agree whatever")
+        _remedy_options(p)
+        _job_options(p, gaps=False)
+        _report_options(p)
 
     p = cmd("append", "Add files to the end of a cube (directory, kerchunk JSON or parquet, "
                       "or Icechunk repository written by virtualize): the grown stack is planned as the "
                       "cube was, and the cube replaced when complete.")
-    p.add_argument("output", metavar="CUBE")
-    _files(p)
-    p.add_argument("--coord", metavar="DIM=V1,V2,...", action="append", default=[],
-                   help="a hypercube's new axis whose values were listed: the new files' "
-                        "values, in the order given")
-    _job_options(p, gaps=True)
-    _strict_option(p)
-    _report_options(p)
+    if p is not None:
+        p.add_argument("output", metavar="CUBE")
+        _files(p)
+        p.add_argument("--coord", metavar="DIM=V1,V2,...", action="append", default=[],
+                       help="a hypercube's new axis whose values were listed: the new files' "
+                            "values, in the order given")
+        _job_options(p, gaps=True)
+        _strict_option(p)
+        _report_options(p)
 
     p = cmd("inspect", "One file's variables, dimensions and block tables (block shape and "
                        "count, padded: a last block stored padded past the axis' end, "
                        "codecs, byte ranges). Writes nothing.")
-    p.add_argument("file", metavar="FILE")
-    p.add_argument("--json", action="store_true", help="as JSON")
-    _chunk_size_option(p)
-    p.add_argument("--scan-timeout", type=_seconds, default=DEFAULT_SCAN_TIMEOUT, metavar="SECONDS",
-                   help="stop scanning after SECONDS and report it (scan-timeout), as check "
-                        f"does; 0: no limit, scan in this process (default {DEFAULT_SCAN_TIMEOUT:g})")
-    p.add_argument("--storage-option", action=_StorageOption, default=[], metavar="[PROTO.]KEY=VALUE",
-                   help="an option of remote storage, as for check; repeatable")
+    if p is not None:
+        p.add_argument("file", metavar="FILE")
+        p.add_argument("--json", action="store_true", help="as JSON")
+        _chunk_size_option(p)
+        p.add_argument("--scan-timeout", type=_seconds, default=DEFAULT_SCAN_TIMEOUT, metavar="SECONDS",
+                       help="stop scanning after SECONDS and report it (scan-timeout), as check "
+                            f"does; 0: no limit, scan in this process (default {DEFAULT_SCAN_TIMEOUT:g})")
+        p.add_argument("--storage-option", action=_StorageOption, default=[], metavar="[PROTO.]KEY=VALUE",
+                       help="an option of remote storage, as for check; repeatable")
 
     p = cmd("verify", "Re-check a cube's sources (size, identity; a file whose time alone "
                       "changed is re-scanned: touched, its blocks as recorded, is a note, "
@@ -393,26 +416,25 @@ def build_parser() -> argparse.ArgumentParser:
                       "source. --decode also scans and plans the "
                       "sources again with the cube's recipe and decodes one chunk per source "
                       "through the cube's codecs, compared with the source library's read.")
-    p.add_argument("cube", metavar="CUBE")
-    p.add_argument("--decode", action="store_true",
-                   help="also decode one chunk per source and compare with the source")
-    p.add_argument("--refresh", action="store_true",
-                   help="record the new modification times of touched sources (their blocks "
-                        "re-scanned and found as recorded), so that later opens are silent")
-    _strict_option(p)
-    p.add_argument("--json", action="store_true", help="the problems as JSON")
-    _scan_options(p)
-    _verbosity(p)
+    if p is not None:
+        p.add_argument("cube", metavar="CUBE")
+        p.add_argument("--decode", action="store_true",
+                       help="also decode one chunk per source and compare with the source")
+        p.add_argument("--refresh", action="store_true",
+                       help="record the new modification times of touched sources (their blocks "
+                            "re-scanned and found as recorded), so that later opens are silent")
+        _strict_option(p)
+        p.add_argument("--json", action="store_true", help="the problems as JSON")
+        _scan_options(p)
+        _verbosity(p)
 
     p = cmd("export", "Write a cube as another kind: cube directory, kerchunk JSON or "
                       "parquet, or Icechunk repository (its sources are planned again with its recipe).")
-    p.add_argument("cube", metavar="CUBE")
-    _output_options(p, required=True)
-    _strict_option(p)
-    _report_options(p, html=False)
-
-    from .api import CATALOG_KINDS
-    from .outputs import registry as outputs
+    if p is not None:
+        p.add_argument("cube", metavar="CUBE")
+        _output_options(p, required=True)
+        _strict_option(p)
+        _report_options(p, html=False)
 
     p = cmd("catalog", "Walk the archive's trees (local directories, s3:// or http(s):// "
                        "prefixes), group the files into datasets (by a path template, or by "
@@ -421,48 +443,54 @@ def build_parser() -> argparse.ArgumentParser:
                        "over a grown tree: new files are appended, new datasets built, changed "
                        "ones (a new version) rebuilt, the rest skipped. A dataset that cannot "
                        "be built is reported, never a stop (exit 1 when one is refused).")
-    p.add_argument("roots", nargs="+", metavar="ROOT")
-    p.add_argument("-o", "--output", required=True, metavar="OUT",
-                   help="the catalog's directory (made if missing)")
-    g = p.add_mutually_exclusive_group()
-    g.add_argument("--drs", choices=("cmip6", "cmip5", "cordex"),
-                   help="group by that data reference syntax (found at any depth under ROOT)")
-    g.add_argument("--path-template", metavar="TEMPLATE",
-                   help="group by this directory template: {facet} one path segment "
-                        "({facet:REGEX} constrained), * and ? as in a glob, e.g. "
-                        "'{source_id}/{experiment_id}/{member_id}/{table_id}/{variable_id}/"
-                        "{grid_label}/{version}/*.nc'; without --drs or one: by what the files "
-                        "hold")
-    p.add_argument("--group-by", metavar="A,B", type=_names_arg,
-                   help="without a template: the global attributes that identify a dataset "
-                        "(default: source_id, experiment_id, table_id, variable_id, grid_label, "
-                        "frequency, variant_label ... as the files have them)")
-    p.add_argument("--concat-dim", metavar="DIM", action="append",
-                   help="member: stack a dataset's members (the template's member facet, or "
-                        "the member attribute) along a new axis before time, labelled by them")
-    p.add_argument("--all-versions", action="store_true",
-                   help="every version a dataset of its own (default: the latest only)")
-    p.add_argument("--format", choices=CATALOG_KINDS,
-                   help=f"each dataset's output kind (default {outputs.default().name})")
-    p.add_argument("--overwrite", action="store_true",
-                   help="OUT holds other things, or a catalog grouped otherwise: build again "
-                        "(only outputs virtualize wrote are replaced)")
-    p.add_argument("--drop", metavar="VAR", action="append", default=[],
-                   help="leave this variable out of every dataset; repeatable")
-    p.add_argument("--join", choices=("exact", "outer"), default=DEFAULTS.join,
-                   help="as for create")
-    p.add_argument("--combine-attrs", choices=("drop_conflicts", "override", "identical"),
-                   default=DEFAULTS.combine_attrs, help="as for create")
-    _remedy_options(p)
-    _job_options(p, gaps=False)
-    _report_options(p)
+    if p is not None:
+        from .api import CATALOG_KINDS
+        from .outputs import registry as outputs
+
+        p.add_argument("roots", nargs="+", metavar="ROOT")
+        p.add_argument("-o", "--output", required=True, metavar="OUT",
+                       help="the catalog's directory (made if missing)")
+        g = p.add_mutually_exclusive_group()
+        g.add_argument("--drs", choices=("cmip6", "cmip5", "cordex"),
+                       help="group by that data reference syntax (found at any depth under ROOT)")
+        g.add_argument("--path-template", metavar="TEMPLATE",
+                       help="group by this directory template: {facet} one path segment "
+                            "({facet:REGEX} constrained), * and ? as in a glob, e.g. "
+                            "'{source_id}/{experiment_id}/{member_id}/{table_id}/{variable_id}/"
+                            "{grid_label}/{version}/*.nc'; without --drs or one: by what the files "
+                            "hold")
+        p.add_argument("--group-by", metavar="A,B", type=_names_arg,
+                       help="without a template: the global attributes that identify a dataset "
+                            "(default: source_id, experiment_id, table_id, variable_id, grid_label, "
+                            "frequency, variant_label ... as the files have them)")
+        p.add_argument("--concat-dim", metavar="DIM", action="append",
+                       help="member: stack a dataset's members (the template's member facet, or "
+                            "the member attribute) along a new axis before time, labelled by them")
+        p.add_argument("--all-versions", action="store_true",
+                       help="every version a dataset of its own (default: the latest only)")
+        p.add_argument("--format", choices=CATALOG_KINDS,
+                       help=f"each dataset's output kind (default {outputs.default().name})")
+        p.add_argument("--overwrite", action="store_true",
+                       help="OUT holds other things, or a catalog grouped otherwise: build again "
+                            "(only outputs virtualize wrote are replaced)")
+        p.add_argument("--drop", metavar="VAR", action="append", default=[],
+                       help="leave this variable out of every dataset; repeatable")
+        p.add_argument("--join", choices=("exact", "outer"), default=DEFAULTS.join,
+                       help="as for create")
+        p.add_argument("--combine-attrs", choices=("drop_conflicts", "override", "identical"),
+                       default=DEFAULTS.combine_attrs, help="as for create")
+        _remedy_options(p)
+        _job_options(p, gaps=False)
+        _report_options(p)
 
     p = cmd("docs", "Print one of the guides shipped with virtualize (Markdown: the "
                     "report, reading a cube, problem kinds, ...); without TOPIC, list them.")
-    p.add_argument("topic", nargs="?", metavar="TOPIC")
+    if p is not None:
+        p.add_argument("topic", nargs="?", metavar="TOPIC")
 
     p = cmd("help", "Help on a command.")
-    p.add_argument("topic", nargs="?", metavar="COMMAND")
+    if p is not None:
+        p.add_argument("topic", nargs="?", metavar="COMMAND")
     return top
 
 
@@ -499,7 +527,7 @@ def _main(argv: list[str] | None = None) -> int:
         return DONE
     from .model import OutputExistsError, UnsafeOutputError, UsageError, VirtualizeError
 
-    parser = build_parser()
+    parser = build_parser(_command_of(argv))
     if not argv:
         parser.print_usage(sys.stderr)
         print("virtualize: error: no command or files given (virtualize --help lists the "
@@ -549,6 +577,22 @@ def _main(argv: list[str] | None = None) -> int:
     except OSError as e:  # PermissionError, a full disk, ...
         _err(str(e))
         return ERROR
+
+
+def _command_of(argv: list[str]) -> str | None:
+    """The command `argv` runs; "" for the top-level help (no command's options); None
+    when that is not plain (an option first, an unknown word, `help`): then every
+    command is built."""
+    first = argv[0] if argv else None
+    if first is None or first in ("-h", "--help"):
+        return ""  # (the commands' list: none's options)
+    if first == "help":  # (help and its topic: every command)
+        return None
+    if first in COMMANDS:
+        return first
+    if first.startswith("-") or _looks_like_command(first):
+        return None
+    return "create"  # the short form
 
 
 def _looks_like_command(word: str) -> bool:

@@ -15,7 +15,6 @@ RuntimeWarning naming its entry point) and left out: never fatal.
 
 from __future__ import annotations
 
-import importlib.metadata
 import warnings
 from collections.abc import Iterable
 
@@ -27,6 +26,8 @@ def load(group: str, base: type, taken: Iterable[str]) -> list:
     """The plug-ins of entry-point group `group`: each entry point's object, an instance
     of `base` (a subclass of it is instantiated), in the order the entry points are
     listed; `taken`: the names already in the registry (its built-ins')."""
+    import importlib.metadata  # (its import alone is 0.05 s: where plug-ins are asked for)
+
     names = set(taken)
     found = []
     seen = set()

@@ -175,6 +175,20 @@ def test_scan_timeout_on_the_command_line(global_heap_loop, capsys):
     assert "scan-timeout" in out and str(global_heap_loop) in out
 
 
+def test_one_file_check_in_its_own_process_is_bounded(global_heap_loop):
+    """`virtualize check FILE` from a shell (one thread: the whole job in one forked
+    process, run/workers.py `run_alone`) stops the hanging scan at --scan-timeout and
+    reports it, as a check with scan workers does."""
+    import os
+    import sys
+
+    exe = os.path.join(os.path.dirname(sys.executable), "virtualize")
+    r = subprocess.run([exe, "check", "--scan-timeout", "1", str(global_heap_loop)],
+                       capture_output=True, text=True, timeout=GENEROUS)
+    assert r.returncode == 1, r.stderr
+    assert "scan-timeout" in r.stdout and str(global_heap_loop) in r.stdout
+
+
 def test_inspect_is_bounded_as_check_is(global_heap_loop, capsys):
     """`virtualize inspect` scans in a worker within --scan-timeout (it used to scan in its
     own process and hang on this file); so does `inventory(path, scan_timeout=...)`. The

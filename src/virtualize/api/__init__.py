@@ -3,24 +3,45 @@ job (docs/architecture.md): `checking` (check, check_mosaic, inventory), `create
 (virtualize, mosaic), `appending` (append), `catalog` (an archive into one cube per
 dataset and an intake-esm catalog), `cubes` (export, verify_cube, open), each made
 of the shared steps in `steps` and planned by a `Recipe` (`recipe`); the worker policy is
-`run/policy.py`. Every public name is here."""
+`run/policy.py`. Every public name is here, imported from its module on first use (PEP
+562): `check` imports the checking job's modules only, not the writers' (zarr) or the
+catalog's."""
 
-from ..model import FileInventory
-from ..plan import DEFAULT_INLINE_THRESHOLD
-from ..plan.cut import DEFAULT_CHUNK_SIZE
-from ..run.policy import AUTO_SERIAL, REMOTE_JOBS, scan_jobs
-from .appending import append
-from .catalog import KINDS as CATALOG_KINDS
-from .catalog import catalog
-from .checking import check, check_mosaic, inventories, inventory
-from .create import mosaic, virtualize
-from .cubes import export, open, verify_cube
-from .recipe import DEFAULTS, Planner, Recipe
-from .steps import DAMAGED, DATA_SUFFIXES, DEFAULT_SCAN_TIMEOUT, UNSCANNABLE, PathLike
+from __future__ import annotations
 
-__all__ = ["AUTO_SERIAL", "CATALOG_KINDS", "DAMAGED", "DATA_SUFFIXES", "DEFAULTS", "DEFAULT_CHUNK_SIZE",
-           "DEFAULT_INLINE_THRESHOLD", "DEFAULT_SCAN_TIMEOUT", "REMOTE_JOBS", "UNSCANNABLE",
-           "FileInventory", "PathLike", "Planner", "Recipe", "append", "catalog", "check",
-           "check_mosaic",
-           "export", "inventories", "inventory", "mosaic", "open", "scan_jobs", "verify_cube",
-           "virtualize"]
+import importlib
+
+# name -> the module defining it (relative to this package; ".." for the package's own)
+_WHERE = {
+    "FileInventory": "..model",
+    "DEFAULT_INLINE_THRESHOLD": "..plan",
+    "DEFAULT_CHUNK_SIZE": "..plan.cut",
+    **dict.fromkeys(("AUTO_SERIAL", "REMOTE_JOBS", "scan_jobs"), "..run.policy"),
+    "append": ".appending",
+    "catalog": ".catalog",
+    **dict.fromkeys(("check", "check_mosaic", "inventories", "inventory"), ".checking"),
+    **dict.fromkeys(("mosaic", "virtualize"), ".create"),
+    **dict.fromkeys(("export", "open", "verify_cube"), ".cubes"),
+    **dict.fromkeys(("DEFAULTS", "Planner", "Recipe"), ".recipe"),
+    **dict.fromkeys(("DAMAGED", "DATA_SUFFIXES", "DEFAULT_SCAN_TIMEOUT", "UNSCANNABLE",
+                     "PathLike"), ".steps"),
+}
+_RENAMED = {"CATALOG_KINDS": (".catalog", "KINDS")}
+
+__all__ = sorted([*_WHERE, *_RENAMED])
+
+
+def __getattr__(name: str):
+    if name in _RENAMED:
+        module, attr = _RENAMED[name]
+    elif name in _WHERE:
+        module, attr = _WHERE[name], name
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), attr)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

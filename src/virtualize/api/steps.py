@@ -30,7 +30,6 @@ from ..model import (
     UsageError,
     VirtualizeError,
 )
-from ..outputs import registry
 from ..outputs.metadata import array_doc, group_doc, omitted_attrs
 from ..outputs.staging import guard_output, refuse_sources
 from ..plan.cut import cut_stack
@@ -41,12 +40,20 @@ from ..report import Report
 from ..run.executors import scan_on
 from ..run.policy import check_jobs, scan_jobs
 from ..run.share import Sharer
-from ..run.workers import scan_bounded, scan_or_problems
+from ..run.workers import run_alone, scan_bounded, scan_or_problems
 from .recipe import Planner, Recipe
 
 PathLike = str | os.PathLike
 # Seconds one file's scan may take before it is stopped and reported (`scan-timeout`).
 DEFAULT_SCAN_TIMEOUT = 60.0
+
+
+def _registry():
+    """The output kinds' registry, imported where an output is named or written: it imports
+    every kind's writer (zarr among them), which a check never needs."""
+    from ..outputs import registry
+
+    return registry
 
 
 def set_storage(options: dict | None) -> None:
@@ -61,7 +68,14 @@ def set_storage(options: dict | None) -> None:
 
 # names of files a directory argument takes without looking inside (a damaged one is then
 # reported, not skipped); any other file is taken when its first bytes are of a format read
-DATA_SUFFIXES = _formats.suffixes()  # (every format's: formats/registry.py)
+# DATA_SUFFIXES: every format's (formats/registry.py), the entry points' too: read on first
+# use (`__getattr__`), not by a check of files named one by one
+
+
+def __getattr__(name: str):
+    if name == "DATA_SUFFIXES":
+        return _formats.suffixes()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def expand_paths(paths, empty: list[str] | None = None,
@@ -186,7 +200,7 @@ def unmatched_problems(patterns: list[str]) -> list[Problem]:
 def _readable_format(path: str) -> bool:
     from ..formats import detect_format
 
-    if path.lower().endswith(DATA_SUFFIXES):
+    if path.lower().endswith(_formats.suffixes()):
         return True
     try:
         return detect_format(path) is not None
@@ -221,8 +235,28 @@ def check_stack(paths, planner: Planner, progress, materialize_limit: int | None
     blocks cut first, for the plan and the decode check alike; `like`: an append's
     recorded last step, whose cuts the new files keep; `hint`: how `planner` plans;
     `skip_unreadable`: files that cannot be scanned are left out, listed in the report's
-    `left_out`)."""
+    `left_out`). One file scanned within `scan_timeout` is checked whole in one worker
+    process (`run_alone`): its format's library is loaded and first used once."""
     check_jobs(jobs, executor)
+    alone = _alone(paths, jobs, scan_timeout, executor)
+    if alone is not None:
+        def job(scanned):
+            return check_stack(paths, planner, lambda _i, _n, inv: scanned(inv), materialize_limit,
+                               1, None, names, decode, exclude, None, chunk_size, like, hint,
+                               skip_unreadable)
+
+        forward = None if progress is None else (lambda inv: progress(1, 1, inv))
+        got = run_alone(job, alone, scan_timeout, forward)
+        if got is not None and got[0] == "done":
+            return got[1]
+        if got is not None:  # its scan timed out or crashed: reported as a scan's are
+            if progress is not None:
+                progress(1, 1, None)
+            with reusing({storage.normalize(alone): got[1]}):
+                return check_stack(paths, planner, None, materialize_limit, jobs, scan_timeout,
+                                   names, decode, exclude, None, chunk_size, like, hint,
+                                   skip_unreadable)
+        # (no fork, or the job died after its scan: done here, the scan in a worker)
     empty: list[str] = []
     skipped: dict[str, list[tuple[str, str]]] = {}
     unmatched: list[str] = []
@@ -329,6 +363,26 @@ def check_stack(paths, planner: Planner, progress, materialize_limit: int | None
                     data_variables=data)
     report.datasets = several
     return report
+
+
+def _alone(paths, jobs, scan_timeout, executor) -> str | None:
+    """The file of a one-file job that `check_stack` runs whole in one bounded worker
+    (`run_alone`), or None: not one file, a file scanned already (`reusing`), no time
+    bound (`scan_timeout` 0: scanned here), on an executor, or an unknown `jobs`."""
+    if not scan_timeout or executor is not None:
+        return None
+    if not isinstance(paths, (str, os.PathLike)):
+        if not isinstance(paths, (list, tuple)) or len(paths) != 1:
+            return None
+    files = expand_paths(paths)
+    if len(files) != 1 or (_SCANNED.get() or {}).get(storage.normalize(files[0])) is not None:
+        return None
+    try:
+        if scan_jobs(jobs, files) > 1:
+            return None
+    except (TypeError, ValueError):
+        return None
+    return files[0]
 
 
 def render_problems(plan: Plan) -> list[Problem]:
@@ -488,9 +542,9 @@ def output_kind(out: PathLike, format: str | None, overwrite: bool, paths=None,
     if remote:
         storage.normalize(out)  # an unknown scheme is refused before anything is scanned
     out = os.fspath(out) if remote else Path(out)
-    kind = registry.kind_of(out, format)
+    kind = _registry().kind_of(out, format)
     if relative:
-        registry.refuse_relative(kind)
+        _registry().refuse_relative(kind)
     sources = expand_paths(paths) if isinstance(paths, (str, os.PathLike, list, tuple)) else []
     refuse_foreign(out, sources)  # a name that promises a format not written: usage
     if remote:
@@ -507,7 +561,7 @@ def refuse_foreign(out: str | Path, sources: list[str]) -> None:
     (`output-is-source`), or a file that exists under that name (`output-exists`), is
     named as such, never offered --overwrite."""
     try:
-        registry.refuse_foreign(out)
+        _registry().refuse_foreign(out)
     except UsageError as e:
         try:
             refuse_sources(out, sources)
@@ -536,7 +590,7 @@ def write_checked(report: Report, out: PathLike, kind: str, overwrite: bool,
     report is ok."""
     refuse_unless_ok(report)
     out = storage.local_path(out)
-    plugin = registry.by_name(kind)
+    plugin = _registry().by_name(kind)
     # every file named, scanned or not, is protected (the writers check their plan's too)
     if storage.is_url(out):  # object storage: built here, uploaded root documents last
         from ..outputs.remote import write_remote
@@ -564,13 +618,13 @@ def existing_output(cube: PathLike, what: str) -> tuple[Path, str]:
                                        f"{what} works on a cube on this machine's file system; "
                                        "copy the cube here first (virtualize.open reads it "
                                        "where it is)")], f"{cube}: {what} needs a local cube")
-    return Path(cube), registry.kind_at(cube, by_name=False)
+    return Path(cube), _registry().kind_at(cube, by_name=False)
 
 
 def recorded(cube: Path, kind: str) -> dict:
     """What a cube recorded about how it was made: sources and recipe (a kerchunk JSON
     written by virtualize: its `virtualize` section)."""
-    plugin = registry.by_name(kind)
+    plugin = _registry().by_name(kind)
     info = plugin.recorded(cube)
     if not isinstance(info, dict) or not isinstance(info.get("sources"), list):
         gdal = f"; {plugin.foreign_hint}" if plugin.foreign_hint else ""

@@ -7,6 +7,9 @@ it) and that chunk's bytes from the source -- and compared bit for bit (NaN payl
 included) with the source library's read of the same region (h5py, tifffile, our netCDF
 classic reader: `scan.SourceReader`). A failure or a difference is a `decode-mismatch`
 problem located at the source file, variable and block: fatal, so nothing is written.
+A chain of only the codecs in `DIRECT` (bytes, zlib, gzip, virtualize's own) is decoded
+by the same functions zarr's codecs call, as zarr calls them (`decode_direct`), without
+importing zarr (tests/test_decode_direct.py reads each through zarr too).
 
 Which chunks: `select="groups"` (the default) groups an array's stored chunks by shape
 (per axis the chunk's length and whether it reaches past the array's end: edge and short
@@ -338,7 +341,7 @@ class _Job:
     origin: tuple[int, ...] = ()  # a reference set's data file: where its part starts
     new_axis: int = 0  # the cube's leading axes the file has not (a hypercube's new axes)
     extents: list[int] = field(default_factory=list)  # values compared, per cube axis
-    key: str = ""
+    shape: tuple[int, ...] = ()  # the chunk's (the decoded array's, before its extents)
     data: bytes = b""
     doc: dict | None = None  # a one-chunk array of its own (leading rows of a large chunk)
     got: Any = None  # decoded values, or the exception zarr raised
@@ -357,7 +360,6 @@ class _ArrayCheck:
 
     def prepare(self, s: _Sample) -> _Job | None:
         from ..formats.registry import of_inventory
-        from ..outputs.materialize import chunk_key
         from ..outputs.metadata import array_doc
         from ..plan import is_uncompressed
 
@@ -414,7 +416,6 @@ class _ArrayCheck:
                                  f"cube, more than its block holds in the file ({job.region})")
         shape = a.chunk_shape(s.index)
         length = s.length
-        job.key = chunk_key(s.index)
         if math.prod(shape) * a.dtype.itemsize > DECODE_LIMIT:
             if not is_uncompressed(a.codecs) or not shape:
                 ratio = _ratio(a.codecs)
@@ -438,9 +439,9 @@ class _ArrayCheck:
             length = min(length, rows * row_bytes)
             job.doc = dict(array_doc(a), shape=list(shape), chunk_grid={
                 "name": "regular", "configuration": {"chunk_shape": list(shape)}})
-            job.key = chunk_key((0,) * len(shape))
             fe = job.extents[job.new_axis:]
             job.region = tuple((lo, lo + e) for (lo, _), e in zip(job.region, fe))
+        job.shape = tuple(shape)
         from ..storage import read_range
         job.data = read_range(path, s.offset, length)
         self.out.bytes_read += len(job.data)
@@ -520,6 +521,122 @@ class _ArrayCheck:
 
 
 def _decode(jobs: list[_Job]) -> None:
+    """Every job's chunk decoded through its array's codecs: by `decode_direct` when every
+    codec of the chain is one it runs (`DIRECT`), else by zarr (`_decode_by_zarr`)."""
+    rest = []
+    for job in jobs:
+        if direct(job.check.a.codecs, job.check.a.dtype):
+            try:
+                job.got = decode_direct(job.data, job.check.a.codecs, job.check.a.dtype,
+                                        job.shape, job.extents)
+            except Exception as e:  # noqa: BLE001 - as zarr's read raises it: a problem
+                job.got = e
+        else:
+            rest.append(job)
+    if rest:
+        _decode_by_zarr(rest)
+
+
+def direct(codecs, dtype) -> bool:
+    """Whether `decode_direct` decodes this chain: every codec in `DIRECT`, one `bytes`
+    codec after the array-to-array ones, and a numeric data type."""
+    names = [c["name"] for c in codecs]
+    if np.dtype(dtype).kind not in "biufc" or names.count("bytes") != 1 or \
+            not set(names) <= DIRECT:
+        return False
+    at = names.index("bytes")
+    return set(names[:at]) <= _ARRAY_ARRAY and not set(names[at + 1:]) & _ARRAY_ARRAY
+
+
+def decode_direct(data: bytes, codecs, dtype, shape: tuple[int, ...],
+                  extents: Sequence[int]) -> np.ndarray:
+    """One chunk's stored bytes decoded through a `direct` codec chain as zarr-python
+    decodes them (the same functions its codecs call: codec_core.py for virtualize's own,
+    the standard library's zlib and gzip for numcodecs'), to the chunk's `shape`, and its
+    first `extents` values per axis in the array's data type (native order): what zarr's
+    read of the chunk's region returns, or the error it raises."""
+    from .. import codec_core as cc
+
+    dtype = np.dtype(dtype)
+    at = [c["name"] for c in codecs].index("bytes")
+    outer, inner = codecs[:at], codecs[at + 1:]
+    # the data type each array-to-array codec decodes from (zarr's resolve_metadata)
+    types = [dtype]
+    for c in outer:
+        types.append(np.dtype(_config(c, ("scale", "zero", "blank", "dtype", "astype"))["astype"]))
+    stored = types[-1].newbyteorder("=")
+    nbytes = math.prod(shape) * stored.itemsize
+    raw = bytes(data)
+    for c in reversed(inner):
+        name = c["name"]
+        if name == "numcodecs.zlib":
+            _config(c, ("level",))
+            import zlib
+            raw = zlib.decompress(raw)
+        elif name == "gzip":
+            _config(c, ("level",))
+            import gzip
+            import io
+            with gzip.GzipFile(fileobj=io.BytesIO(raw), mode="rb") as f:  # (numcodecs' GZip)
+                raw = f.read()
+        elif name == cc.GRIB:
+            k = _config(c, ("field", "jPointsAreConsecutive", "alternativeRowScanning"))
+            raw = cc.grib_decode(raw, math.prod(shape), k.get("field", 0),
+                                 k.get("jPointsAreConsecutive", False),
+                                 k.get("alternativeRowScanning", False),
+                                 shape[-2:] if len(shape) >= 2 else None
+                                 ).astype("<f8").tobytes()
+        elif name == cc.FITSGZIP:
+            k = _config(c, ("bitpix", "shuffle"))
+            raw = cc.fits_gzip_decode(raw, math.prod(shape), k["bitpix"], k.get("shuffle", False))
+        elif name == cc.LZF:
+            _config(c, ())
+            raw = cc.lzf_decode(raw, nbytes)
+        elif name == cc.BITSHUFFLE:
+            k = _config(c, ("elementsize", "blocksize", "compression"))
+            raw = cc.bitshuffle_decode(raw, nbytes, k["elementsize"], k.get("blocksize", 0),
+                                       k.get("compression", "none"))
+        else:  # (direct() admits no other)
+            raise ValueError(f"codec {name!r} is not decoded here")
+    endian = _config(codecs[at], ("endian",)).get("endian")
+    if endian not in (None, "little", "big"):
+        raise ValueError(f"bytes: endian must be 'little' or 'big', not {endian!r}")
+    if endian is None and stored.itemsize > 1:
+        raise ValueError("bytes: the `endian` configuration needs to be specified for "
+                         "multi-byte data types")  # (as zarr's)
+    view = stored if stored.itemsize == 1 else \
+        stored.newbyteorder("<" if endian == "little" else ">")
+    values = np.frombuffer(raw, np.uint8).view(view)
+    if view != stored:
+        values = values.astype(stored)
+    values = values.reshape(shape)
+    for c in reversed(outer):  # (FITS scaling: fits_scale)
+        k = _config(c, ("scale", "zero", "blank", "dtype", "astype"))
+        values = cc.fits_scale(values, k.get("scale", 1.0), k.get("zero", 0.0),
+                               k.get("blank"), np.dtype(k["dtype"]))
+    out = np.empty(tuple(extents), dtype=dtype.newbyteorder("="))
+    out[...] = values[tuple(slice(0, e) for e in extents)]  # (zarr's copy into its output)
+    return out
+
+
+# Codecs `decode_direct` runs itself, as zarr-python runs them: a chain of only these
+# decodes without importing zarr (half a second of CPU: a one-file `check` of a GRIB, FITS
+# or HDF4 file pays none). tests/test_decode_direct.py decodes each through zarr too.
+DIRECT = frozenset({"bytes", "numcodecs.zlib", "gzip", "virtualize.grib", "virtualize.fitsscale",
+                    "virtualize.fitsgzip", "virtualize.lzf", "virtualize.bitshuffle"})
+_ARRAY_ARRAY = frozenset({"virtualize.fitsscale"})
+
+
+def _config(codec: dict, known: Sequence[str]) -> dict:
+    """A codec's configuration, refused as zarr's codec refuses it when it names a key the
+    codec does not take."""
+    config = codec.get("configuration") or {}
+    if not isinstance(config, dict) or set(config) - set(known):
+        raise ValueError(f"{codec['name']}: unknown configuration {config!r}")
+    return config
+
+
+def _decode_by_zarr(jobs: list[_Job]) -> None:
     """Every job's chunk read by zarr from an in-memory store holding the chunk, through an
     array made from its array's own `zarr.json` (parsed once for every array that decodes
     alike: same document but for attributes and dimension names): all arrays and chunks
@@ -533,6 +650,7 @@ def _decode(jobs: list[_Job]) -> None:
     from zarr.storage import MemoryStore, StorePath
 
     from ..outputs.base import rectilinear_enabled
+    from ..outputs.materialize import chunk_key
     from ..outputs.metadata import array_doc
 
     # one array per checked array (its chunks side by side), one per large chunk's rows
@@ -547,7 +665,8 @@ def _decode(jobs: list[_Job]) -> None:
             key = id(job)
             groups[key] = (job.doc, {}, [])
             start = [0] * len(job.extents)
-        groups[key][1][job.key] = job.data
+        index = job.sample.index if job.doc is None else (0,) * len(job.shape)
+        groups[key][1][chunk_key(index)] = job.data
         groups[key][2].append((job, tuple(slice(lo, lo + e) for lo, e in zip(start, job.extents))))
     if not groups:
         return

@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from .. import storage
-from ..codecs import FITSGZIP, FITSSCALE
+from ..codec_core import FITSGZIP, FITSSCALE
 from ..model import (
     BlockTable,
     Dimension,

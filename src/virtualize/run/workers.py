@@ -58,19 +58,13 @@ def scan_or_problems(path: str, hint=None) -> Result:
 
 
 def _serve(conn, preload: bool = False, die_with_parent: bool = True) -> None:  # its main loop
-    import resource
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the caller decides; Ctrl-C kills us
     parent = os.getppid()
     if die_with_parent:
         _die_with_parent()
-    _soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-    cap = WORKER_MEMORY if hard == resource.RLIM_INFINITY else min(WORKER_MEMORY, hard)
-    try:
-        resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
-    except (ValueError, OSError):
-        pass
+    _cap_memory()
     from .. import storage
     if preload:  # started afresh: the scanners' imports are not a scan's time
         import importlib
@@ -107,6 +101,18 @@ def _serve(conn, preload: bool = False, die_with_parent: bool = True) -> None:  
             conn.send(result)
         except Exception as e:  # an inventory that cannot be sent back (should not happen)
             conn.send([Problem(Location(path), "corrupt", f"{type(e).__name__}: {e}")])
+
+
+def _cap_memory() -> None:
+    """This process' address space capped at `WORKER_MEMORY` (or the hard limit)."""
+    import resource
+
+    _soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    cap = WORKER_MEMORY if hard == resource.RLIM_INFINITY else min(WORKER_MEMORY, hard)
+    try:
+        resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
+    except (ValueError, OSError):
+        pass
 
 
 def _die_with_parent() -> None:
@@ -322,6 +328,82 @@ def crashed(path: str, code: int | None) -> list[Problem]:
     return [Problem(Location(path), "scan-crashed",
                     f"the process scanning this file died ({how}): the format's library "
                     "crashed or ran out of memory on it")]
+
+
+# -- one file's whole job in one worker ----------------------------------------------
+
+SCANNED = "scanned"  # the job's first message: its scan is over (its bound with it)
+_alone_in: set[int] = set()  # the processes that ran a job alone already
+
+
+def run_alone(job, path: str, timeout: float, forward=None):
+    """Run `job(scanned)` in a process forked for it, `path`'s scan bounded by `timeout`
+    seconds: `job` calls `scanned(inventory)` when the file is scanned, which lifts the
+    bound (the rest of the job, planning and decode-checking one file, is the caller's
+    own work, unbounded as it would be in the caller) and calls `forward(inventory)` here.
+
+    Why: a one-file job in the caller, its scan in a worker, loads the format's library
+    and pays its first use (ecCodes' definitions, astropy's first header) twice, in the
+    worker and again for the caller's decode check; run whole in one forked process,
+    each is paid once, and the caller imports nothing of the format. Once per process (a
+    command's run is one job): a caller checking file after file is better served by its
+    reused scan workers and the libraries it then holds (each job alone would load them
+    anew).
+
+    Returns ("done", the job's value) or ("scan", the scan's problems: it timed out or the
+    process died before the scan was over). None: no answer, the caller does the job its
+    usual way: the caller has other Python threads (no fork); the job raised (its exception
+    is raised again by the caller's own run: a VirtualizeError does not survive pickling
+    whole); its value could not be sent back; the process died after the scan, in the
+    job's own work."""
+    if _threads() != 1 or os.getpid() in _alone_in:
+        return None
+    _alone_in.add(os.getpid())
+    ctx = multiprocessing.get_context("fork")
+    conn, child = ctx.Pipe()
+    proc = _Forked(ctx.Process(target=_alone, args=(child, job, forward is not None),
+                               daemon=True, name="virtualize-check"))
+    child.close()
+    deadline = time.monotonic() + timeout
+    scanned = False
+    try:
+        while True:
+            left = None if scanned else max(0.0, deadline - time.monotonic())
+            if not wait([conn], left):
+                proc.kill()
+                return "scan", timed_out(path, timeout)
+            try:
+                kind, value = conn.recv()
+            except (EOFError, OSError):
+                proc.join()
+                return None if scanned else ("scan", crashed(path, proc.exitcode))
+            if kind == SCANNED:
+                scanned = True
+                if forward is not None:
+                    forward(value)
+            elif kind == "raised":
+                return None
+            else:
+                return "done", value
+    finally:
+        proc.join(1)  # (done: it is exiting)
+        if proc.is_alive():
+            proc.kill()
+            proc.join()
+        conn.close()
+
+
+def _alone(conn, job, send_inventory: bool) -> None:  # a forked child's main
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the caller decides; Ctrl-C kills us
+    _die_with_parent()
+    _cap_memory()
+    try:
+        value = job(lambda inv: conn.send((SCANNED, inv if send_inventory else None)))
+        conn.send(("done", value))
+    except BaseException:  # noqa: BLE001 - the caller does the job itself, and raises it
+        conn.send(("raised", None))
 
 
 # Files queued on one worker at a time: it goes on to the next without a round trip through

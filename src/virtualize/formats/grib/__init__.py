@@ -17,7 +17,7 @@ import itertools
 import numpy as np
 
 from ... import storage
-from ...codecs import grib_decode
+from ...codec_core import grib_decode
 from ...model import FileInventory, Location, Problem
 from .._planning import finish
 from ..base import Format
@@ -215,7 +215,7 @@ class Grib(Format):
     title = "GRIB 1 and 2"
     suffixes = (".grib", ".grb", ".grib1", ".grib2", ".grb1", ".grb2")
     inventory_formats = ("grib",)
-    # (pyproj before ecCodes, as codecs.load_eccodes imports them: see there why)
+    # (pyproj before ecCodes, as codec_core.load_eccodes imports them: see there why)
     modules = (__name__, *((*(("pyproj",) if _installed("pyproj") else ()), "eccodes")
                            if _installed("eccodes") else ()))
 

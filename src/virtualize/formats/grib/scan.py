@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from ...codecs import (
+from ...codec_core import (
     GRIB,
     grib2_in_force,
     grib_codec_config,
@@ -74,7 +74,7 @@ LEVELS = {"isobaricInhPa": {"units": "hPa", "positive": "down", "stored_directio
 
 def eccodes():
     try:
-        ec = load_eccodes()  # (after pyproj: codecs.load_eccodes says why)
+        ec = load_eccodes()  # (after pyproj: codec_core.load_eccodes says why)
     except (ImportError, OSError, RuntimeError):  # (no wheel, or its library will not load)
         return None
     return ec
