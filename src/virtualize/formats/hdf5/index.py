@@ -65,6 +65,9 @@ class _Recorder:
         fobj.readinto = readinto
 
     def pread(self, n: int, offset: int) -> bytes:
+        data = self.reads.get(offset)  # (HDF5 read most structures where they start)
+        if data is not None and n <= len(data):
+            return memoryview(data)[:n]  # no copy
         if self._starts is None:
             self._starts = sorted(self.reads)
         i = bisect.bisect_right(self._starts, offset) - 1
@@ -92,10 +95,58 @@ class _Recorder:
     def forget(self, keep: int) -> None:
         """Forget the reads recorded after the first `keep` (in order of recording)."""
         new = len(self.reads) - keep
-        if new > 0:
+        if new <= 0:
+            return
+        if keep < new:  # (a large index's nodes after a few header reads) rebuilt
+            self.reads = dict(itertools.islice(self.reads.items(), keep))
+            self.kept = sum(len(v) for v in self.reads.values())
+        else:
             for k in list(itertools.islice(reversed(self.reads), new)):
                 self.kept -= len(self.reads.pop(k))
-            self._starts = None
+        self._starts = None
+
+
+class _Image(_Recorder):
+    """A small local file (at most `LIMIT` bytes) read whole with one read, which HDF5
+    opens from memory (`open`: its core driver, on a copy of these bytes, read-only), so
+    that none of HDF5's reads is a Python call of h5py's file-object driver; the direct
+    readers read the same bytes (`pread`: fewer at the end of the file, as `os.pread`)."""
+
+    LIMIT = 1 << 18
+    _opened = itertools.count()  # (HDF5 tells open files apart by name: each its own)
+
+    def __init__(self, fobj, data: bytes):
+        super().__init__(fobj)
+        self.data = data
+        self.reads, self.kept, self._starts = {0: data}, len(data), [0]
+
+    @classmethod
+    def of(cls, fobj, size: int) -> "_Image | None":
+        """The file's image, or None when it is larger than `LIMIT` (or changed size)."""
+        if not 0 < size <= cls.LIMIT:
+            return None
+        data = os.pread(fobj.fileno(), size + 1, 0)
+        fobj.bytes_read += len(data)
+        fobj.requests += 1
+        return cls(fobj, data) if len(data) == size else None
+
+    def open(self) -> h5py.File:
+        fapl = h5py.h5p.create(h5py.h5p.FILE_ACCESS)
+        fapl.set_fapl_core(1 << 16, False)  # no backing store: nothing is written
+        fapl.set_file_image(self.data)  # (HDF5 takes a copy)
+        name = f"{self.fobj.name}#{next(self._opened)}".encode("utf-8", "surrogateescape")
+        return h5py.File(h5py.h5f.open(name, h5py.h5f.ACC_RDONLY, fapl=fapl))
+
+    def pread(self, n: int, offset: int):
+        if offset < 0 or n < 0:
+            raise ValueError(f"a read of {n} bytes at {offset}")
+        return memoryview(self.data)[offset:offset + n]  # no copy
+
+    def read(self, n: int, offset: int):
+        return self.pread(n, offset)
+
+    def forget(self, keep: int) -> None:
+        return None  # (the whole file is the image)
 
 
 def _read_filled(read, b) -> int:

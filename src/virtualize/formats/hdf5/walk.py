@@ -76,6 +76,7 @@ from .index import (
     _chunk_iter_renumbered,
     _chunk_iter_swizzles,
     _Corrupt,
+    _Image,
     _native_chunk_index,
     _Recorder,
     _unlimited_axis,
@@ -99,13 +100,17 @@ def scan_hdf5(path: str, finish=None) -> FileInventory:
     planning data)."""
     st = storage.stat(path)
     with storage.open_source(path, st.st_size) as fobj:
-        # what HDF5 reads of a local file is kept (its superblock, object headers...): the
-        # direct readers of attributes and chunk indexes read them from memory
-        recorder = _Recorder(fobj) if isinstance(fobj, storage.LocalFile) else None
-        if recorder is not None:
+        local = isinstance(fobj, storage.LocalFile)
+        # a small local file is read whole, once, and HDF5 opens that image (its core
+        # driver: no Python call per read of HDF5's); the direct readers read it too
+        recorder = _Image.of(fobj, st.st_size) if local else None
+        if recorder is None and local:
+            # what HDF5 reads of a local file is kept (its superblock, object headers...):
+            # the direct readers of attributes and chunk indexes read them from memory
+            recorder = _Recorder(fobj)
             recorder.on = True
         try:
-            f = h5py.File(fobj, "r")
+            f = recorder.open() if isinstance(recorder, _Image) else h5py.File(fobj, "r")
         except Exception as e:  # h5py raises OSError / RuntimeError with HDF5's text
             raise OSError(f"{path}: not a readable HDF5 file ({e})") from e
         with f:
