@@ -69,18 +69,36 @@ _DOUBLE = struct.Struct("=d")  # a float's bytes as np.float64(x).tobytes() give
 
 def _canon(x) -> bytes:
     """A value (attribute, fill value, codec configuration) as bytes that differ whenever
-    it does, bit for bit (-0.0 from 0.0, NaN payloads; no numpy summarizing of arrays)."""
+    it does, bit for bit (-0.0 from 0.0, NaN payloads; no numpy summarizing of arrays).
+    (The plain values inside a dict or list are made here, not by a call each: they are
+    most of a file's; the bytes are `_canon_one`'s.)"""
+    t = type(x)
+    if t is dict:
+        return b"D{" + b",".join([b"Rstr" + repr(str(k)).encode() + b":" + _leaf(x[k])
+                                  for k in sorted(x, key=str)]) + b"}"
+    if t is list or t is tuple:
+        return b"L[" + b",".join([_leaf(e) for e in x]) + b"]"
+    return _canon_one(x)
+
+
+def _leaf(x) -> bytes:
+    """`_canon(x)`, a plain value without a further call."""
     t = type(x)
     plain = _PLAIN.get(t)
     if plain is not None:
         return plain + repr(x).encode()
     if t is float:
         return b"F" + _DOUBLE.pack(x)
-    if t is dict:
-        return b"D{" + b",".join(_canon(str(k)) + b":" + _canon(x[k])
-                                 for k in sorted(x, key=str)) + b"}"
-    if t is list or t is tuple:
-        return b"L[" + b",".join([_canon(e) for e in x]) + b"]"
+    return _canon(x)
+
+
+def _canon_one(x) -> bytes:
+    t = type(x)
+    plain = _PLAIN.get(t)
+    if plain is not None:
+        return plain + repr(x).encode()
+    if t is float:
+        return b"F" + _DOUBLE.pack(x)
     if isinstance(x, np.ndarray):
         if x.dtype.kind == "O":
             return b"O" + repr(x.shape).encode() + b"[" + \
