@@ -1,9 +1,15 @@
-"""A small local HDF5 / netCDF-4 file is read whole with one read and HDF5 opens that
-image (its core driver: `formats/hdf5/index._Image`) instead of reading the file through
-h5py's file-object driver, one Python call per read. The two must give the same
+"""The HDF5 scanner's fast paths against the ways they replace, which must give the same
 inventory, or the same refusal, on every netCDF-4 / HDF5 fixture, every HDF5 regression
 input of the mutation suite and mutants of its HDF5 sources (the mutation suite itself
-then judges the image path against h5py's reading of the file by its path)."""
+then judges the fast paths against h5py's reading of the file by its path):
+
+- a small local file read whole with one read and opened by HDF5 from that image (its
+  core driver: `formats/hdf5/index._Image`), against h5py's file-object driver (one
+  Python call per read of HDF5's);
+- a few chunks' block table made in Python (`walk._Scanner._few_blocks`), against the
+  numpy pass of `_blocks`;
+- a dataset's shape and maximum shape from its header's dataspace message
+  (`header.dataset_extent`), against h5py's."""
 
 from __future__ import annotations
 
@@ -35,8 +41,7 @@ def _outcome(path):
 
 
 def _both(path, monkeypatch) -> tuple:
-    """(the outcome through the image, through h5py's file-object driver), and whether the
-    image was used."""
+    """(the outcome with the fast paths, without them), and whether the image was used."""
     opened = []
     real = hdf5_index._Image.open
 
@@ -49,6 +54,8 @@ def _both(path, monkeypatch) -> tuple:
         fast = _outcome(path)
     with monkeypatch.context() as m:
         m.setattr(hdf5_index._Image, "LIMIT", 0)
+        m.setattr(hdf5_walk._Scanner, "_few_blocks", lambda *a: None)
+        m.setattr(hdf5_walk, "dataset_extent", lambda messages: None)
         slow = _outcome(path)
     return fast, slow, bool(opened)
 

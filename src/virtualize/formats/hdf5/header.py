@@ -517,6 +517,34 @@ def _dataspace(ds) -> tuple[int, ...] | None:
     return shape
 
 
+def dataset_extent(messages: dict) -> tuple[tuple[int, ...], tuple] | None:
+    """(shape, maxshape) of a dataset, as h5py's `shape` and `maxshape` give them (None
+    for an unlimited axis), from its header's dataspace message, where its layout message
+    is one `dataset_storage` reads (compact, contiguous or chunked: not a virtual dataset,
+    whose extent HDF5 resolves from its sources); None otherwise (a null dataspace, a
+    message twice or shared: h5py is asked)."""
+    ds, layout = messages.get(0x01), messages.get(0x08)
+    if ds is None or layout is None or len(layout) < 2 or layout[0] not in (3, 4, 5) \
+            or layout[1] not in (0, 1, 2) or len(ds) < 4:
+        return None
+    version, rank, flags = ds[0], ds[1], ds[2]
+    if version == 1:
+        pos, kind = 8, 1 if rank else 0
+    elif version == 2:
+        pos, kind = 4, ds[3]
+    else:
+        return None
+    if kind == 0 and rank == 0:
+        return (), ()
+    if kind != 1 or not 0 < rank <= 32 or len(ds) < pos + 8 * rank * (2 if flags & 1 else 1):
+        return None
+    shape = struct.unpack_from(f"<{rank}Q", ds, pos)
+    if not flags & 1:
+        return shape, shape
+    most = struct.unpack_from(f"<{rank}Q", ds, pos + 8 * rank)
+    return shape, tuple(None if m == UNDEFINED else m for m in most)
+
+
 class _FractalHeap:
     """Managed objects of a fractal heap (no I/O filters): the root direct block, or the
     direct blocks of a root indirect block."""

@@ -306,8 +306,13 @@ def _native_chunk_index(pread, file_size: int, dsid, chunks: tuple[int, ...], nu
     offsets, addrs, sizes, masks = got[:4]
     if len(got) == 5 and got[4]:  # unfiltered v2 B-tree records: every chunk's bytes are one chunk
         sizes = np.full(len(addrs), math.prod(chunks) * dsid.get_type().get_size(), np.uint64)
-    if (addrs == UNDEFINED_ADDRESS).any() or (addrs >= file_size).any() or (offsets < 0).any() \
-            or (offsets % np.asarray(chunks, dtype=np.int64)).any():
+    if len(addrs) <= 16:  # (a few chunks: the same checks in Python, cheaper than numpy's)
+        bad = any(a == UNDEFINED_ADDRESS or a >= file_size for a in addrs.tolist()) or any(
+            v < 0 or v % c for row in offsets.tolist() for v, c in zip(row, chunks))
+    else:
+        bad = (addrs == UNDEFINED_ADDRESS).any() or (addrs >= file_size).any() \
+            or (offsets < 0).any() or (offsets % np.asarray(chunks, dtype=np.int64)).any()
+    if bad:
         raise _Unexpected("a chunk's offset or address out of place")
     counted = num_chunks()
     if len(addrs) != counted:

@@ -64,6 +64,7 @@ from .header import (
     AttrReader,
     DimensionList,
     Storage,
+    dataset_extent,
     dataset_storage,
     standard_dtype,
     superblock_sizes,
@@ -210,6 +211,9 @@ class _Scanner:
             dtype = standard_dtype(messages.get(0x03))
             if dtype is not None and isinstance(obj, _Dataset):
                 obj.__dict__["dtype"] = dtype  # what h5py maps the stored type to
+            extent = dataset_extent(messages) if isinstance(obj, _Dataset) else None
+            if extent is not None:  # what h5py's shape and maxshape say
+                obj._cache_props["shape"], obj.__dict__["maxshape"] = extent
         return pairs
 
     def _key(self, oid):
@@ -780,6 +784,10 @@ class _Scanner:
                              "not be told; --inline or --drop it")
                 return None, codecs
             idx, offsets, sizes, masks = got
+            if len(offsets) <= 16:  # (most datasets of small files)
+                done = self._few_blocks(name, ds, dtype, chunks, grid, pipeline, refs, got)
+                if done is not None:
+                    return BlockTable(chunks, padded=True, refs=refs), codecs + done
         else:
             idx, offsets = np.zeros((0, len(shape)), np.int64), np.zeros(0, np.uint64)
             sizes, masks = offsets, np.zeros(0, np.uint32)
@@ -855,6 +863,31 @@ class _Scanner:
                          f"every stored chunk skips HDF5 filter(s) {skipped} (filter mask "
                          f"{mask:#x}): the cube decodes them without it", fatal=False)
         return BlockTable(chunks, padded=True, refs=refs), codecs
+
+    def _few_blocks(self, name: str, ds: h5py.Dataset, dtype: np.dtype, chunks, grid,
+                    pipeline, refs, got) -> list | None:
+        """`_blocks` for a few chunks (`got`: the index's four arrays) in Python, where
+        every one is what `_blocks` takes without a question: inside the grid, stored with
+        every filter (mask 0), each filter with its codec, none of 0 bytes or (filters that
+        keep the size) of a size other than a chunk's; `refs` filled, the filters' codecs
+        returned. None for anything else (nothing done: `_blocks` decides)."""
+        idx, offsets, sizes, masks = got
+        if any(masks.tolist()) or any(codec is None for _c, _l, codec, _w in pipeline):
+            return None
+        rows = [tuple(v // c for v, c in zip(row, chunks)) for row in idx.tolist()]
+        if not all(0 <= i < g for row in rows for i, g in zip(row, grid)):
+            return None
+        sizes = sizes.tolist()
+        left = [code for code, *_rest in pipeline]
+        full = math.prod(chunks) * dtype.itemsize
+        exact = full + 4 * left.count(3) if set(left) <= {2, 3} else None
+        if any(n == 0 or (exact is not None and n != exact) for n in sizes):
+            return None
+        if pipeline and self._edge_chunks_unfiltered(name, ds):
+            return None
+        for row, offset, n in zip(rows, offsets.tolist(), sizes):
+            refs[row] = (0, offset, n)
+        return [codec for _c, _l, codec, _w in pipeline]
 
     def _chunk_index(self, name: str, ds: h5py.Dataset, chunks: tuple[int, ...]):
         """A chunked dataset's index: read directly where it is a v1 B-tree, a fixed
