@@ -9,7 +9,9 @@ then judges the fast paths against h5py's reading of the file by its path):
 - a few chunks' block table made in Python (`walk._Scanner._few_blocks`), against the
   numpy pass of `_blocks`;
 - a dataset's shape and maximum shape from its header's dataspace message
-  (`header.dataset_extent`), against h5py's."""
+  (`header.dataset_extent`), against h5py's;
+- an object header read before (the same bytes: `header.AttrReader._header_key`, in
+  another file), against reading it again."""
 
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from hypothesis import strategies as st
 from test_h5meta import HDF5_CASES, _inventory_fields
 
 import virtualize
+from virtualize.formats.hdf5 import header as hdf5_header
 from virtualize.formats.hdf5 import index as hdf5_index
 from virtualize.formats.hdf5 import walk as hdf5_walk
 
@@ -56,6 +59,7 @@ def _both(path, monkeypatch) -> tuple:
         m.setattr(hdf5_index._Image, "LIMIT", 0)
         m.setattr(hdf5_walk._Scanner, "_few_blocks", lambda *a: None)
         m.setattr(hdf5_walk, "dataset_extent", lambda messages: None)
+        m.setattr(hdf5_header.AttrReader, "_header_key", lambda self, addr: None)
         slow = _outcome(path)
     return fast, slow, bool(opened)
 
@@ -111,3 +115,34 @@ def test_a_large_file_is_read_through_the_file_object_driver(tmp_path, monkeypat
     inv = virtualize.inventory(p)
     assert seen and inv.variables["x"].blocks is not None
     assert inv.bytes_read < p.stat().st_size  # its data is not read
+
+
+def _with_continuation(path, last: str) -> None:
+    """A dataset whose object header (version 1: no checksum) continues in another block,
+    where its last attribute, `last`, lies; its attributes in its messages alone."""
+    import h5py
+    import numpy as np
+
+    with h5py.File(path, "w", libver="earliest") as f:
+        d = f.create_dataset("x", data=np.arange(4, dtype="f4"))
+        for i in range(12):
+            d.attrs[f"a{i:02d}"] = np.bytes_(f"attribute {i} " * 8)  # (fixed-length: no heap)
+        d.attrs["last"] = np.bytes_(last)
+
+
+def test_a_header_read_before_is_reused_only_with_its_other_blocks(tmp_path):
+    """Two files whose dataset headers differ only in their continuation block: the
+    second's attributes are its own, though its first block is the first's."""
+    import h5py
+
+    one, two = tmp_path / "one.h5", tmp_path / "two.h5"
+    _with_continuation(one, "first file")
+    _with_continuation(two, "other file")
+    a, b = one.read_bytes(), two.read_bytes()
+    differ = [i for i in range(len(a)) if a[i] != b[i]]
+    with h5py.File(one, "r") as f:
+        addr = h5py.h5g.get_objinfo(f["x"].id, b".").objno[0]
+        first_block = 16 + int.from_bytes(a[addr + 8:addr + 12], "little")
+    assert differ and all(not addr <= i < addr + first_block for i in differ)
+    assert virtualize.inventory(one).variables["x"].attrs["last"] == "first file"
+    assert virtualize.inventory(two).variables["x"].attrs["last"] == "other file"
