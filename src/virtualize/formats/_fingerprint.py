@@ -70,35 +70,31 @@ _DOUBLE = struct.Struct("=d")  # a float's bytes as np.float64(x).tobytes() give
 def _canon(x) -> bytes:
     """A value (attribute, fill value, codec configuration) as bytes that differ whenever
     it does, bit for bit (-0.0 from 0.0, NaN payloads; no numpy summarizing of arrays).
-    (The plain values inside a dict or list are made here, not by a call each: they are
-    most of a file's; the bytes are `_canon_one`'s.)"""
+    (The plain values inside a dict or list are made by `_leaf` without a further call:
+    they are most of a file's.)"""
     t = type(x)
     if t is dict:
         return b"D{" + b",".join([b"Rstr" + repr(str(k)).encode() + b":" + _leaf(x[k])
                                   for k in sorted(x, key=str)]) + b"}"
     if t is list or t is tuple:
         return b"L[" + b",".join([_leaf(e) for e in x]) + b"]"
-    return _canon_one(x)
+    return _leaf(x)
 
 
 def _leaf(x) -> bytes:
-    """`_canon(x)`, a plain value without a further call."""
+    """`_canon(x)`: a plain value here, a dict or list by `_canon`, the rest `_other`."""
     t = type(x)
     plain = _PLAIN.get(t)
     if plain is not None:
         return plain + repr(x).encode()
     if t is float:
         return b"F" + _DOUBLE.pack(x)
-    return _canon(x)
+    if t is dict or t is list or t is tuple:
+        return _canon(x)
+    return _other(x)
 
 
-def _canon_one(x) -> bytes:
-    t = type(x)
-    plain = _PLAIN.get(t)
-    if plain is not None:
-        return plain + repr(x).encode()
-    if t is float:
-        return b"F" + _DOUBLE.pack(x)
+def _other(x) -> bytes:
     if isinstance(x, np.ndarray):
         if x.dtype.kind == "O":
             return b"O" + repr(x.shape).encode() + b"[" + \
