@@ -6,7 +6,7 @@ then judges the fast paths against h5py's reading of the file by its path):
 - a small local file read whole with one read and opened by HDF5 from that image (its
   core driver: `formats/hdf5/index._Image`), against h5py's file-object driver (one
   Python call per read of HDF5's);
-- a few chunks' block table made in Python (`walk._Scanner._few_blocks`), against the
+- a few chunks' block table made in Python (`index._few_blocks`), against the
   numpy pass of `_blocks`;
 - a dataset's shape and maximum shape from its header's dataspace message
   (`header.dataset_extent`), against h5py's;
@@ -57,7 +57,7 @@ def _both(path, monkeypatch) -> tuple:
         fast = _outcome(path)
     with monkeypatch.context() as m:
         m.setattr(hdf5_index._Image, "LIMIT", 0)
-        m.setattr(hdf5_walk._Scanner, "_few_blocks", lambda *a: None)
+        m.setattr(hdf5_walk, "_few_blocks", lambda *a: None)
         m.setattr(hdf5_walk, "dataset_extent", lambda messages: None)
         m.setattr(hdf5_header.AttrReader, "_header_key", lambda self, addr: None)
         slow = _outcome(path)

@@ -17,6 +17,7 @@ from array import array
 import h5py
 import numpy as np
 
+from ...model import MATERIALIZED
 from .header import UNDEFINED as UNDEFINED_ADDRESS
 from .header import Unexpected as _Unexpected
 from .header import layout_message as _layout_message
@@ -318,6 +319,56 @@ def _native_chunk_index(pread, file_size: int, dsid, chunks: tuple[int, ...], nu
     if len(addrs) != counted:
         raise _Unexpected(f"{len(addrs)} chunks read, HDF5 counts {counted}")
     return offsets, addrs, sizes, masks
+
+
+def _few_blocks(dtype: np.dtype, chunks, grid, pipeline, refs, got) -> list | None:
+    """The scanner's `_blocks` for a few chunks (`got`: the index's four arrays) in Python,
+    where every one is what `_blocks` takes without a question: inside the grid, stored
+    with every filter (mask 0), each filter with its codec (`pipeline`: `_blocks`'),
+    none of 0 bytes or (filters that keep the size) of a size other than a chunk's; `refs`
+    filled, the filters' codecs returned. None for anything else (nothing done: `_blocks`
+    decides). (Partial edge chunks left unfiltered: the caller's to tell first.)"""
+    idx, offsets, sizes, masks = got
+    if any(masks.tolist()) or any(codec is None for _c, _l, codec, _w in pipeline):
+        return None
+    rows = [tuple(v // c for v, c in zip(row, chunks)) for row in idx.tolist()]
+    if not all(0 <= i < g for row in rows for i, g in zip(row, grid)):
+        return None
+    sizes = sizes.tolist()
+    left = [code for code, *_rest in pipeline]
+    full = math.prod(chunks) * dtype.itemsize
+    exact = full + 4 * left.count(3) if set(left) <= {2, 3} else None
+    if any(n == 0 or (exact is not None and n != exact) for n in sizes):
+        return None
+    for row, offset, n in zip(rows, offsets.tolist(), sizes):
+        refs[row] = (0, offset, n)
+    return [codec for _c, _l, codec, _w in pipeline]
+
+
+def _masked_chunks(problem, name: str, view, flat, idx, masks, mask: int, full: int,
+                   edges=None) -> None:
+    """Chunks stored with a filter mask other than the dataset's usual one decode
+    differently: they cannot be referenced. They are marked held (MATERIALIZED: no byte
+    range; h5py, which honours the mask, reads their values) and refused as `filter-mask`
+    problems (told to `problem`, the scanner's) whose remedy is to copy them
+    (`--materialize`). `edges`: which of them are partial edge chunks a layout leaves
+    unfiltered."""
+    view["path"][flat] = MATERIALIZED
+    view["offset"][flat] = 0
+    view["length"][flat] = 0
+    remedy = (f"materialize {len(flat)} block(s), {len(flat) * full} bytes decoded "
+              "(--materialize)")
+    for k, (b, m) in enumerate(list(zip(idx, masks))[:20]):
+        how = ("this partial edge chunk is stored unfiltered (the dataset's layout leaves "
+               "partial edge chunks unfiltered)" if edges is not None and edges[k] else
+               f"this chunk was stored with filter mask {int(m):#x}")
+        problem(name, "filter-mask",
+                f"{how} where the others have filter mask {mask:#x} (part of the "
+                "filter pipeline skipped), so it decodes differently from them",
+                block=tuple(int(i) for i in b), remedy=remedy)
+    if len(flat) > 20:
+        problem(name, "filter-mask", f"... and {len(flat) - 20} more chunks with a "
+                "different filter mask", remedy=remedy)
 
 
 def _no_chunks(ndim: int):

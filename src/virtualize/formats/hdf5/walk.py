@@ -77,7 +77,9 @@ from .index import (
     _chunk_iter_renumbered,
     _chunk_iter_swizzles,
     _Corrupt,
+    _few_blocks,
     _Image,
+    _masked_chunks,
     _native_chunk_index,
     _Recorder,
     _unlimited_axis,
@@ -788,8 +790,8 @@ class _Scanner:
                              "not be told; --inline or --drop it")
                 return None, codecs
             idx, offsets, sizes, masks = got
-            if len(offsets) <= 16:  # (most datasets of small files)
-                done = self._few_blocks(name, ds, dtype, chunks, grid, pipeline, refs, got)
+            if len(offsets) <= 16 and not (pipeline and self._edge_chunks_unfiltered(name, ds)):
+                done = _few_blocks(dtype, chunks, grid, pipeline, refs, got)  # (small files)
                 if done is not None:
                     return BlockTable(chunks, padded=True, refs=refs), codecs + done
         else:
@@ -859,39 +861,14 @@ class _Scanner:
             view["length"][flat] = sizes
             other = masks != mask
             if other.any():
-                self._masked_chunks(name, view, flat[other], idx[other], masks[other], mask,
-                                    full, None if edges is None else edges[other])
+                _masked_chunks(self.problem, name, view, flat[other], idx[other], masks[other],
+                               mask, full, None if edges is None else edges[other])
         if mask:
             skipped = ", ".join(str(pipeline[i][0]) for i in range(len(pipeline)) if mask >> i & 1)
             self.problem(name, "filter-skipped",
                          f"every stored chunk skips HDF5 filter(s) {skipped} (filter mask "
                          f"{mask:#x}): the cube decodes them without it", fatal=False)
         return BlockTable(chunks, padded=True, refs=refs), codecs
-
-    def _few_blocks(self, name: str, ds: h5py.Dataset, dtype: np.dtype, chunks, grid,
-                    pipeline, refs, got) -> list | None:
-        """`_blocks` for a few chunks (`got`: the index's four arrays) in Python, where
-        every one is what `_blocks` takes without a question: inside the grid, stored with
-        every filter (mask 0), each filter with its codec, none of 0 bytes or (filters that
-        keep the size) of a size other than a chunk's; `refs` filled, the filters' codecs
-        returned. None for anything else (nothing done: `_blocks` decides)."""
-        idx, offsets, sizes, masks = got
-        if any(masks.tolist()) or any(codec is None for _c, _l, codec, _w in pipeline):
-            return None
-        rows = [tuple(v // c for v, c in zip(row, chunks)) for row in idx.tolist()]
-        if not all(0 <= i < g for row in rows for i, g in zip(row, grid)):
-            return None
-        sizes = sizes.tolist()
-        left = [code for code, *_rest in pipeline]
-        full = math.prod(chunks) * dtype.itemsize
-        exact = full + 4 * left.count(3) if set(left) <= {2, 3} else None
-        if any(n == 0 or (exact is not None and n != exact) for n in sizes):
-            return None
-        if pipeline and self._edge_chunks_unfiltered(name, ds):
-            return None
-        for row, offset, n in zip(rows, offsets.tolist(), sizes):
-            refs[row] = (0, offset, n)
-        return [codec for _c, _l, codec, _w in pipeline]
 
     def _chunk_index(self, name: str, ds: h5py.Dataset, chunks: tuple[int, ...]):
         """A chunked dataset's index: read directly where it is a v1 B-tree, a fixed
@@ -1004,30 +981,6 @@ class _Scanner:
         if body is None or len(body) < 5:
             raise _Unexpected("no layout message")
         return body
-
-    def _masked_chunks(self, name: str, view, flat, idx, masks, mask: int, full: int,
-                       edges=None) -> None:
-        """Chunks stored with a filter mask other than the dataset's usual one decode
-        differently: they cannot be referenced. They are marked held (MATERIALIZED: no
-        byte range; h5py, which honours the mask, reads their values) and refused as
-        `filter-mask` problems whose remedy is to copy them (`--materialize`). `edges`:
-        which of them are partial edge chunks a layout leaves unfiltered."""
-        view["path"][flat] = MATERIALIZED
-        view["offset"][flat] = 0
-        view["length"][flat] = 0
-        remedy = (f"materialize {len(flat)} block(s), {len(flat) * full} bytes decoded "
-                  "(--materialize)")
-        for k, (b, m) in enumerate(list(zip(idx, masks))[:20]):
-            how = ("this partial edge chunk is stored unfiltered (the dataset's layout leaves "
-                   "partial edge chunks unfiltered)" if edges is not None and edges[k] else
-                   f"this chunk was stored with filter mask {int(m):#x}")
-            self.problem(name, "filter-mask",
-                         f"{how} where the others have filter mask {mask:#x} (part of the "
-                         "filter pipeline skipped), so it decodes differently from them",
-                         block=tuple(int(i) for i in b), remedy=remedy)
-        if len(flat) > 20:
-            self.problem(name, "filter-mask", f"... and {len(flat) - 20} more chunks with a "
-                         "different filter mask", remedy=remedy)
 
     def _filters(self, filters, dtype: np.dtype) -> list[tuple[int, str, dict | None, str | None]]:
         """The filter pipeline: per filter its id, name, codec (None: no exact codec) and
