@@ -69,18 +69,32 @@ _DOUBLE = struct.Struct("=d")  # a float's bytes as np.float64(x).tobytes() give
 
 def _canon(x) -> bytes:
     """A value (attribute, fill value, codec configuration) as bytes that differ whenever
-    it does, bit for bit (-0.0 from 0.0, NaN payloads; no numpy summarizing of arrays)."""
+    it does, bit for bit (-0.0 from 0.0, NaN payloads; no numpy summarizing of arrays).
+    (The plain values inside a dict or list are made by `_leaf` without a further call:
+    they are most of a file's.)"""
+    t = type(x)
+    if t is dict:
+        return b"D{" + b",".join([b"Rstr" + repr(str(k)).encode() + b":" + _leaf(x[k])
+                                  for k in sorted(x, key=str)]) + b"}"
+    if t is list or t is tuple:
+        return b"L[" + b",".join([_leaf(e) for e in x]) + b"]"
+    return _leaf(x)
+
+
+def _leaf(x) -> bytes:
+    """`_canon(x)`: a plain value here, a dict or list by `_canon`, the rest `_other`."""
     t = type(x)
     plain = _PLAIN.get(t)
     if plain is not None:
         return plain + repr(x).encode()
     if t is float:
         return b"F" + _DOUBLE.pack(x)
-    if t is dict:
-        return b"D{" + b",".join(_canon(str(k)) + b":" + _canon(x[k])
-                                 for k in sorted(x, key=str)) + b"}"
-    if t is list or t is tuple:
-        return b"L[" + b",".join([_canon(e) for e in x]) + b"]"
+    if t is dict or t is list or t is tuple:
+        return _canon(x)
+    return _other(x)
+
+
+def _other(x) -> bytes:
     if isinstance(x, np.ndarray):
         if x.dtype.kind == "O":
             return b"O" + repr(x.shape).encode() + b"[" + \

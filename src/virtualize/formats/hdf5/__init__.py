@@ -12,7 +12,10 @@ array with its unlimited axis not the first HDF5 misplaces (`_chunk_iter_swizzle
 scan puts them at their places. Groups are walked with `keys()`; data is read only for
 small 1-D coordinate variables, whose values the planner checks and inlines.
 
-Per object: attributes, and a dataset's layout, filters, fill value and stored type, are
+A local file of at most 256 KiB is read whole with one read and HDF5 opens that image
+(`index._Image`: its core driver, no Python call per read of HDF5's); a larger one through
+h5py's file-object driver, what HDF5 reads kept (`index._Recorder`). Per object:
+attributes, and a dataset's layout, filters, fill value, stored type and extent, are
 read from the object header's bytes HDF5 has just read and checked (`header.py`; h5py's
 calls cost ~20-50 us each, which made a small netCDF-4 file's scan mostly attribute
 reads), h5py being asked for whatever that reader leaves (`ASK_H5PY`, `Unexpected`);

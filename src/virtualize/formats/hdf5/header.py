@@ -77,11 +77,12 @@ _V2_MSG_CRT = struct.Struct("<BHBH")
 
 
 def header_messages(pread, addr: int, file_size: int, stop: int | None = None,
-                    want: frozenset | None = None):
+                    want: frozenset | None = None, blocks_read: list | None = None):
     """(header version, header flags, [(type, message flags, creation order, body), ...])
     of the object header at `addr`, continuation blocks followed. `stop`: a message type
     after which reading ends (the messages up to it are returned); `want`: the message
-    types returned (default: all)."""
+    types returned (default: all); `blocks_read`, if given, is told the (address, length)
+    of every continuation block read (signature and checksum included)."""
     if not 0 < addr < file_size:
         raise Unexpected(f"object header address {addr}")
     head = pread(512, addr)
@@ -129,6 +130,8 @@ def header_messages(pread, addr: int, file_size: int, stop: int | None = None,
                 if msize < 16:
                     raise Unexpected("short continuation message")
                 c_addr, c_len = struct.unpack_from("<QQ", data, pos)
+                if blocks_read is not None:
+                    blocks_read.append((c_addr, c_len))
                 if version == 2:
                     if pread(4, c_addr) != b"OCHK":
                         raise Unexpected("continuation block without its signature")
@@ -244,6 +247,12 @@ _ATTR_PREFIX = struct.Struct("<BBHHH")
 _KEPT: dict[bytes, tuple] = {}
 _KEPT_BODY = 512  # bytes of a message kept at most
 _KEPT_MAX = 4096  # messages kept (then forgotten all at once)
+# what `AttrReader.read_object` read of an object header of one block whose attributes are
+# in its messages alone (no heap read, no dense storage), by the header's bytes: the files
+# of a stack repeat their coordinates' and variables' headers byte for byte
+_OBJECTS: dict[bytes, tuple] = {}
+_OBJECT_BYTES = 4096  # bytes of a header kept at most (its first block, and the others)
+_OBJECTS_MAX = 2048  # headers kept (then forgotten all at once)
 
 
 class AttrReader:
@@ -253,6 +262,7 @@ class AttrReader:
     def __init__(self, pread, file_size: int):
         self.pread, self.size = pread, file_size
         self._collections: dict[int, dict[int, bytes]] = {}
+        self._heap_read = False  # (whether a global heap object was read: `read_object`)
 
     def attributes(self, addr: int):
         """[(name, value)] of the object whose header is at `addr`, in the order h5py's
@@ -265,9 +275,18 @@ class AttrReader:
     def read_object(self, addr: int):
         """`attributes`, and the bodies of the header's dataset messages by type
         (dataspace, datatype, fill value, external files, layout, filter pipeline;
-        `dataset_storage` reads them)."""
+        `dataset_storage` reads them). A header whose bytes are those of one read before
+        (`_header_key`) is what was read then."""
+        key = self._header_key(addr)
+        if key is not None:
+            hit = _OBJECTS.get(key)
+            # (the first block names the others: the same if their bytes are)
+            if hit is not None and all(self.pread(n, at) == raw for at, n, raw in hit[2]):
+                return list(hit[0]), False, dict(hit[1])
+        self._heap_read = False
+        blocks_read: list[tuple[int, int]] = []
         version, flags, msgs = header_messages(self.pread, addr, self.size,
-                                               want=_OBJECT_MESSAGES)
+                                               want=_OBJECT_MESSAGES, blocks_read=blocks_read)
         found = []  # (creation order, name bytes, value)
         dense = False
         messages: dict[int, object] = {}
@@ -297,7 +316,36 @@ class AttrReader:
             except UnicodeDecodeError:
                 raise Unexpected("an attribute name that is not UTF-8") from None
             out.append((name, value))
+        if key is not None and not dense and not self._heap_read and \
+                len(key) + sum(n for _at, n in blocks_read) <= _OBJECT_BYTES:
+            others = tuple((at, n, bytes(self.pread(n, at))) for at, n in blocks_read)
+            if all(len(raw) == n for _at, n, raw in others):
+                if len(_OBJECTS) >= _OBJECTS_MAX:
+                    _OBJECTS.clear()
+                _OBJECTS[key] = (tuple(out), {t: None if b is None else bytes(b)
+                                              for t, b in messages.items()}, others)
         return out, dense, messages
+
+    def _header_key(self, addr: int) -> bytes | None:
+        """The bytes of the object header at `addr` up to the end of its first message
+        block (a version 2 header: and its checksum), or None (too long, past the end of
+        the file, not a header)."""
+        if not 0 < addr < self.size:
+            return None
+        head = self.pread(32, addr)
+        if head[:4] == b"OHDR" and len(head) >= 7 and head[4] == 2:
+            flags = head[5]
+            pos = 6 + (16 if flags & 0x20 else 0) + (4 if flags & 0x10 else 0)
+            width = 1 << (flags & 3)
+            n = pos + width + _u(head, pos, width) + 4
+        elif head[:1] == b"\x01" and len(head) >= 16:
+            n = 16 + _u(head, 8, 4)
+        else:
+            return None
+        if n > _OBJECT_BYTES:
+            return None
+        raw = self.pread(n, addr)
+        return bytes(raw) if len(raw) == n else None
 
     @staticmethod
     def _attribute_info(body) -> tuple[int, int]:
@@ -431,6 +479,7 @@ class AttrReader:
         return DimensionList(axes)
 
     def _heap_object(self, coll: int, index: int):
+        self._heap_read = True
         objects = self._collections.get(coll)
         if objects is None:
             objects = self._collections[coll] = self._collection(coll)
@@ -515,6 +564,34 @@ def _dataspace(ds) -> tuple[int, ...] | None:
     if math.prod(shape) > MAX_HEAP_BYTES:
         raise Unexpected("an attribute of more elements than its message holds")
     return shape
+
+
+def dataset_extent(messages: dict) -> tuple[tuple[int, ...], tuple] | None:
+    """(shape, maxshape) of a dataset, as h5py's `shape` and `maxshape` give them (None
+    for an unlimited axis), from its header's dataspace message, where its layout message
+    is one `dataset_storage` reads (compact, contiguous or chunked: not a virtual dataset,
+    whose extent HDF5 resolves from its sources); None otherwise (a null dataspace, a
+    message twice or shared: h5py is asked)."""
+    ds, layout = messages.get(0x01), messages.get(0x08)
+    if ds is None or layout is None or len(layout) < 2 or layout[0] not in (3, 4, 5) \
+            or layout[1] not in (0, 1, 2) or len(ds) < 4:
+        return None
+    version, rank, flags = ds[0], ds[1], ds[2]
+    if version == 1:
+        pos, kind = 8, 1 if rank else 0
+    elif version == 2:
+        pos, kind = 4, ds[3]
+    else:
+        return None
+    if kind == 0 and rank == 0:
+        return (), ()
+    if kind != 1 or not 0 < rank <= 32 or len(ds) < pos + 8 * rank * (2 if flags & 1 else 1):
+        return None
+    shape = struct.unpack_from(f"<{rank}Q", ds, pos)
+    if not flags & 1:
+        return shape, shape
+    most = struct.unpack_from(f"<{rank}Q", ds, pos + 8 * rank)
+    return shape, tuple(None if m == UNDEFINED else m for m in most)
 
 
 class _FractalHeap:

@@ -17,6 +17,7 @@ from array import array
 import h5py
 import numpy as np
 
+from ...model import MATERIALIZED
 from .header import UNDEFINED as UNDEFINED_ADDRESS
 from .header import Unexpected as _Unexpected
 from .header import layout_message as _layout_message
@@ -65,6 +66,9 @@ class _Recorder:
         fobj.readinto = readinto
 
     def pread(self, n: int, offset: int) -> bytes:
+        data = self.reads.get(offset)  # (HDF5 read most structures where they start)
+        if data is not None and n <= len(data):
+            return memoryview(data)[:n]  # no copy
         if self._starts is None:
             self._starts = sorted(self.reads)
         i = bisect.bisect_right(self._starts, offset) - 1
@@ -92,10 +96,58 @@ class _Recorder:
     def forget(self, keep: int) -> None:
         """Forget the reads recorded after the first `keep` (in order of recording)."""
         new = len(self.reads) - keep
-        if new > 0:
+        if new <= 0:
+            return
+        if keep < new:  # (a large index's nodes after a few header reads) rebuilt
+            self.reads = dict(itertools.islice(self.reads.items(), keep))
+            self.kept = sum(len(v) for v in self.reads.values())
+        else:
             for k in list(itertools.islice(reversed(self.reads), new)):
                 self.kept -= len(self.reads.pop(k))
-            self._starts = None
+        self._starts = None
+
+
+class _Image(_Recorder):
+    """A small local file (at most `LIMIT` bytes) read whole with one read, which HDF5
+    opens from memory (`open`: its core driver, on a copy of these bytes, read-only), so
+    that none of HDF5's reads is a Python call of h5py's file-object driver; the direct
+    readers read the same bytes (`pread`: fewer at the end of the file, as `os.pread`)."""
+
+    LIMIT = 1 << 18
+    _opened = itertools.count()  # (HDF5 tells open files apart by name: each its own)
+
+    def __init__(self, fobj, data: bytes):
+        super().__init__(fobj)
+        self.data = data
+        self.reads, self.kept, self._starts = {0: data}, len(data), [0]
+
+    @classmethod
+    def of(cls, fobj, size: int) -> "_Image | None":
+        """The file's image, or None when it is larger than `LIMIT` (or changed size)."""
+        if not 0 < size <= cls.LIMIT:
+            return None
+        data = os.pread(fobj.fileno(), size + 1, 0)
+        fobj.bytes_read += len(data)
+        fobj.requests += 1
+        return cls(fobj, data) if len(data) == size else None
+
+    def open(self) -> h5py.File:
+        fapl = h5py.h5p.create(h5py.h5p.FILE_ACCESS)
+        fapl.set_fapl_core(1 << 16, False)  # no backing store: nothing is written
+        fapl.set_file_image(self.data)  # (HDF5 takes a copy)
+        name = f"{self.fobj.name}#{next(self._opened)}".encode("utf-8", "surrogateescape")
+        return h5py.File(h5py.h5f.open(name, h5py.h5f.ACC_RDONLY, fapl=fapl))
+
+    def pread(self, n: int, offset: int):
+        if offset < 0 or n < 0:
+            raise ValueError(f"a read of {n} bytes at {offset}")
+        return memoryview(self.data)[offset:offset + n]  # no copy
+
+    def read(self, n: int, offset: int):
+        return self.pread(n, offset)
+
+    def forget(self, keep: int) -> None:
+        return None  # (the whole file is the image)
 
 
 def _read_filled(read, b) -> int:
@@ -255,13 +307,68 @@ def _native_chunk_index(pread, file_size: int, dsid, chunks: tuple[int, ...], nu
     offsets, addrs, sizes, masks = got[:4]
     if len(got) == 5 and got[4]:  # unfiltered v2 B-tree records: every chunk's bytes are one chunk
         sizes = np.full(len(addrs), math.prod(chunks) * dsid.get_type().get_size(), np.uint64)
-    if (addrs == UNDEFINED_ADDRESS).any() or (addrs >= file_size).any() or (offsets < 0).any() \
-            or (offsets % np.asarray(chunks, dtype=np.int64)).any():
+    if len(addrs) <= 16:  # (a few chunks: the same checks in Python, cheaper than numpy's)
+        bad = any(a == UNDEFINED_ADDRESS or a >= file_size for a in addrs.tolist()) or any(
+            v < 0 or v % c for row in offsets.tolist() for v, c in zip(row, chunks))
+    else:
+        bad = (addrs == UNDEFINED_ADDRESS).any() or (addrs >= file_size).any() \
+            or (offsets < 0).any() or (offsets % np.asarray(chunks, dtype=np.int64)).any()
+    if bad:
         raise _Unexpected("a chunk's offset or address out of place")
     counted = num_chunks()
     if len(addrs) != counted:
         raise _Unexpected(f"{len(addrs)} chunks read, HDF5 counts {counted}")
     return offsets, addrs, sizes, masks
+
+
+def _few_blocks(dtype: np.dtype, chunks, grid, pipeline, refs, got) -> list | None:
+    """The scanner's `_blocks` for a few chunks (`got`: the index's four arrays) in Python,
+    where every one is what `_blocks` takes without a question: inside the grid, stored
+    with every filter (mask 0), each filter with its codec (`pipeline`: `_blocks`'),
+    none of 0 bytes or (filters that keep the size) of a size other than a chunk's; `refs`
+    filled, the filters' codecs returned. None for anything else (nothing done: `_blocks`
+    decides). (Partial edge chunks left unfiltered: the caller's to tell first.)"""
+    idx, offsets, sizes, masks = got
+    if any(masks.tolist()) or any(codec is None for _c, _l, codec, _w in pipeline):
+        return None
+    rows = [tuple(v // c for v, c in zip(row, chunks)) for row in idx.tolist()]
+    if not all(0 <= i < g for row in rows for i, g in zip(row, grid)):
+        return None
+    sizes = sizes.tolist()
+    left = [code for code, *_rest in pipeline]
+    full = math.prod(chunks) * dtype.itemsize
+    exact = full + 4 * left.count(3) if set(left) <= {2, 3} else None
+    if any(n == 0 or (exact is not None and n != exact) for n in sizes):
+        return None
+    for row, offset, n in zip(rows, offsets.tolist(), sizes):
+        refs[row] = (0, offset, n)
+    return [codec for _c, _l, codec, _w in pipeline]
+
+
+def _masked_chunks(problem, name: str, view, flat, idx, masks, mask: int, full: int,
+                   edges=None) -> None:
+    """Chunks stored with a filter mask other than the dataset's usual one decode
+    differently: they cannot be referenced. They are marked held (MATERIALIZED: no byte
+    range; h5py, which honours the mask, reads their values) and refused as `filter-mask`
+    problems (told to `problem`, the scanner's) whose remedy is to copy them
+    (`--materialize`). `edges`: which of them are partial edge chunks a layout leaves
+    unfiltered."""
+    view["path"][flat] = MATERIALIZED
+    view["offset"][flat] = 0
+    view["length"][flat] = 0
+    remedy = (f"materialize {len(flat)} block(s), {len(flat) * full} bytes decoded "
+              "(--materialize)")
+    for k, (b, m) in enumerate(list(zip(idx, masks))[:20]):
+        how = ("this partial edge chunk is stored unfiltered (the dataset's layout leaves "
+               "partial edge chunks unfiltered)" if edges is not None and edges[k] else
+               f"this chunk was stored with filter mask {int(m):#x}")
+        problem(name, "filter-mask",
+                f"{how} where the others have filter mask {mask:#x} (part of the "
+                "filter pipeline skipped), so it decodes differently from them",
+                block=tuple(int(i) for i in b), remedy=remedy)
+    if len(flat) > 20:
+        problem(name, "filter-mask", f"... and {len(flat) - 20} more chunks with a "
+                "different filter mask", remedy=remedy)
 
 
 def _no_chunks(ndim: int):

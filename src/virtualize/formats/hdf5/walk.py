@@ -64,6 +64,7 @@ from .header import (
     AttrReader,
     DimensionList,
     Storage,
+    dataset_extent,
     dataset_storage,
     standard_dtype,
     superblock_sizes,
@@ -76,6 +77,9 @@ from .index import (
     _chunk_iter_renumbered,
     _chunk_iter_swizzles,
     _Corrupt,
+    _few_blocks,
+    _Image,
+    _masked_chunks,
     _native_chunk_index,
     _Recorder,
     _unlimited_axis,
@@ -99,13 +103,17 @@ def scan_hdf5(path: str, finish=None) -> FileInventory:
     planning data)."""
     st = storage.stat(path)
     with storage.open_source(path, st.st_size) as fobj:
-        # what HDF5 reads of a local file is kept (its superblock, object headers...): the
-        # direct readers of attributes and chunk indexes read them from memory
-        recorder = _Recorder(fobj) if isinstance(fobj, storage.LocalFile) else None
-        if recorder is not None:
+        local = isinstance(fobj, storage.LocalFile)
+        # a small local file is read whole, once, and HDF5 opens that image (its core
+        # driver: no Python call per read of HDF5's); the direct readers read it too
+        recorder = _Image.of(fobj, st.st_size) if local else None
+        if recorder is None and local:
+            # what HDF5 reads of a local file is kept (its superblock, object headers...):
+            # the direct readers of attributes and chunk indexes read them from memory
+            recorder = _Recorder(fobj)
             recorder.on = True
         try:
-            f = h5py.File(fobj, "r")
+            f = recorder.open() if isinstance(recorder, _Image) else h5py.File(fobj, "r")
         except Exception as e:  # h5py raises OSError / RuntimeError with HDF5's text
             raise OSError(f"{path}: not a readable HDF5 file ({e})") from e
         with f:
@@ -205,6 +213,9 @@ class _Scanner:
             dtype = standard_dtype(messages.get(0x03))
             if dtype is not None and isinstance(obj, _Dataset):
                 obj.__dict__["dtype"] = dtype  # what h5py maps the stored type to
+            extent = dataset_extent(messages) if isinstance(obj, _Dataset) else None
+            if extent is not None:  # what h5py's shape and maxshape say
+                obj._cache_props["shape"], obj.__dict__["maxshape"] = extent
         return pairs
 
     def _key(self, oid):
@@ -480,6 +491,10 @@ class _Scanner:
         (netCDF-C and others: whatever the buffer held); the cube would read the dataset's
         fill value there, so one other than 0 has no library reading to match."""
         refs = blocks.refs.reshape(-1)
+        if len(refs) <= 16:  # (a few blocks: in Python)
+            if all(n or p == MATERIALIZED for p, n in zip(refs["path"].tolist(),
+                                                          refs["length"].tolist())):
+                return False
         missing = (refs["length"] == 0) & (refs["path"] != MATERIALIZED)
         if not missing.any():
             return False
@@ -775,6 +790,10 @@ class _Scanner:
                              "not be told; --inline or --drop it")
                 return None, codecs
             idx, offsets, sizes, masks = got
+            if len(offsets) <= 16 and not (pipeline and self._edge_chunks_unfiltered(name, ds)):
+                done = _few_blocks(dtype, chunks, grid, pipeline, refs, got)  # (small files)
+                if done is not None:
+                    return BlockTable(chunks, padded=True, refs=refs), codecs + done
         else:
             idx, offsets = np.zeros((0, len(shape)), np.int64), np.zeros(0, np.uint64)
             sizes, masks = offsets, np.zeros(0, np.uint32)
@@ -842,8 +861,8 @@ class _Scanner:
             view["length"][flat] = sizes
             other = masks != mask
             if other.any():
-                self._masked_chunks(name, view, flat[other], idx[other], masks[other], mask,
-                                    full, None if edges is None else edges[other])
+                _masked_chunks(self.problem, name, view, flat[other], idx[other], masks[other],
+                               mask, full, None if edges is None else edges[other])
         if mask:
             skipped = ", ".join(str(pipeline[i][0]) for i in range(len(pipeline)) if mask >> i & 1)
             self.problem(name, "filter-skipped",
@@ -962,30 +981,6 @@ class _Scanner:
         if body is None or len(body) < 5:
             raise _Unexpected("no layout message")
         return body
-
-    def _masked_chunks(self, name: str, view, flat, idx, masks, mask: int, full: int,
-                       edges=None) -> None:
-        """Chunks stored with a filter mask other than the dataset's usual one decode
-        differently: they cannot be referenced. They are marked held (MATERIALIZED: no
-        byte range; h5py, which honours the mask, reads their values) and refused as
-        `filter-mask` problems whose remedy is to copy them (`--materialize`). `edges`:
-        which of them are partial edge chunks a layout leaves unfiltered."""
-        view["path"][flat] = MATERIALIZED
-        view["offset"][flat] = 0
-        view["length"][flat] = 0
-        remedy = (f"materialize {len(flat)} block(s), {len(flat) * full} bytes decoded "
-                  "(--materialize)")
-        for k, (b, m) in enumerate(list(zip(idx, masks))[:20]):
-            how = ("this partial edge chunk is stored unfiltered (the dataset's layout leaves "
-                   "partial edge chunks unfiltered)" if edges is not None and edges[k] else
-                   f"this chunk was stored with filter mask {int(m):#x}")
-            self.problem(name, "filter-mask",
-                         f"{how} where the others have filter mask {mask:#x} (part of the "
-                         "filter pipeline skipped), so it decodes differently from them",
-                         block=tuple(int(i) for i in b), remedy=remedy)
-        if len(flat) > 20:
-            self.problem(name, "filter-mask", f"... and {len(flat) - 20} more chunks with a "
-                         "different filter mask", remedy=remedy)
 
     def _filters(self, filters, dtype: np.dtype) -> list[tuple[int, str, dict | None, str | None]]:
         """The filter pipeline: per filter its id, name, codec (None: no exact codec) and
