@@ -14,6 +14,7 @@ report with its problems, never a stop.
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -45,6 +46,9 @@ from .steps import (
 
 KINDS = ("cube", "kerchunk", "parquet", "icechunk")  # what a catalog's datasets are written as
 LOCK = ".virtualize-catalog.lock"
+# a full garbage collection every this many datasets: a dataset's plan and check leave
+# reference cycles, which Python's own schedule leaves for long once the heap is large
+GC_EVERY = 64
 
 
 @dataclass
@@ -234,7 +238,9 @@ def _catalog(roots, out: Path, tpl, grouping, fmt, prev, base: Recipe, member, *
     results = _scanned(queue, scanned, jobs, executor, scan_timeout, hint, progress)
     outcomes = []
     with recovered(out):  # (a killed run's leftovers in OUT cleaned up once, not per cube)
-        for job in jobs_:
+        for k, job in enumerate(jobs_):
+            if k % GC_EVERY == GC_EVERY - 1:
+                gc.collect()  # (each dataset's check leaves cycles: not left to pile up)
             mine = {listing[i]: next(results) for i in job.scan}
             outcome, rec = _run(job, mine, out, fmt, member, recipe_options, listing,
                                 by_template=tpl is not None, jobs=jobs, executor=executor,
@@ -360,12 +366,12 @@ def _run(job: _Job, results: dict, out: Path, fmt: str, member, recipe_options,
     """Do the dataset's job: (its outcome for the report, its record)."""
     ds = job.ds
     paths = list(ds.files)
-    facets = dict(ds.facets)
+    facets = ds.facets  # (shared with the dataset, the outcome and the record)
     labels = ds.member_labels
     if member and labels:
         key = _member_facet(ds)
         if key:
-            facets[key] = " ".join(labels)
+            facets = {**facets, key: " ".join(labels)}
     dest = out / f"{ds.name}{_suffix(fmt)}"
     files = Listed(listing, ds.files.rows)  # (packed as the record is written)
     outcome = DatasetOutcome(ds.name, "unchanged", facets, len(paths), len(labels),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import sys
 from array import array
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -246,8 +247,10 @@ def group_paths(paths: Sequence[str], tpl: PathTemplate, *, stack_members: bool 
                     if m is None:
                         break
                     f.update(m.groupdict())
-                else:
-                    got = ("/".join(parts[:len(parts) - (n - 1)]), f)
+                else:  # (values repeated by thousands of directories held once)
+                    got = ("/".join(parts[:len(parts) - (n - 1)]),
+                           {k: sys.intern(v) if isinstance(v, str) else v
+                            for k, v in f.items()})
             dirs[head] = got
         got = dirs[head]
         m = last.match(name) if got is not None else None
