@@ -94,3 +94,21 @@ def test_the_catalogs_memory_grows_by_little_a_file(tmp_path):
     assert files["table"].count("\n") == PER and files["base"].endswith("/v20190308/")
     again = virtualize.catalog([root], tmp_path / "cat-4n", drs="cmip6", jobs=1)
     assert again.scanned == 0 and again.counts == {"unchanged": 8}
+    # a record of version 1 (a list per file, as virtualize wrote it before) is read alike:
+    # unchanged datasets skipped, a changed file found (never a wrong skip)
+    rec = tmp_path / "cat-4n" / "virtualize-catalog.json"
+    record = json.loads(rec.read_text())
+    record["virtualize_catalog"] = 1
+    for d in record["datasets"].values():
+        f = d["files"]
+        d["files"] = [[f["base"] + name, int(size), int(mtime), etag or None]
+                      for name, size, mtime, etag in
+                      (line.split("\t") for line in f["table"].splitlines())]
+    rec.write_text(json.dumps(record))
+    changed = sorted((root / "CMIP6").rglob("*MODEL3_*.nc"))[0]
+    os.remove(changed)
+    changed.write_bytes(templates[0].read_bytes())  # (its own copy: a new time)
+    later = virtualize.catalog([root], tmp_path / "cat-4n", drs="cmip6", jobs=1)
+    assert later.counts == {"rebuilt": 1, "unchanged": 7}
+    assert [d.why for d in later.datasets if d.status == "rebuilt"] == ["1 file(s) changed"]
+    assert json.loads(rec.read_text())["virtualize_catalog"] == 2
