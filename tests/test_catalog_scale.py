@@ -10,12 +10,16 @@ from __future__ import annotations
 import gc
 import json
 import os
+import socket
+import subprocess
+import sys
 import tracemalloc
 
 import numpy as np
 import pytest
 
 import virtualize
+from virtualize.outputs.staging import STAGING_MARK
 
 netCDF4 = pytest.importorskip("netCDF4")
 
@@ -112,3 +116,16 @@ def test_the_catalogs_memory_grows_by_little_a_file(tmp_path):
     assert later.counts == {"rebuilt": 1, "unchanged": 7}
     assert [d.why for d in later.datasets if d.status == "rebuilt"] == ["1 file(s) changed"]
     assert json.loads(rec.read_text())["virtualize_catalog"] == 2
+    # a killed run's leftover in OUT is cleaned up once per run (not listed per cube), one
+    # of a run still going is left alone
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    name = next(iter(record["datasets"].values()))["path"]
+    left = tmp_path / "cat-4n" / f".{name}.staging-{dead.pid}-abc_123"
+    left.mkdir()
+    (left / STAGING_MARK).write_text(json.dumps({"host": socket.gethostname(),
+                                                 "pid": dead.pid}))
+    alive = tmp_path / "cat-4n" / f".{name}.staging-{os.getppid()}-running"
+    alive.mkdir()
+    virtualize.catalog([root], tmp_path / "cat-4n", drs="cmip6", jobs=1)
+    assert not left.exists() and alive.is_dir()

@@ -28,13 +28,6 @@ class Entry:
         """What tells a changed file (the record's comparison)."""
         return (self.size, self.etag) if self.etag else (self.size, self.mtime_ns)
 
-    def to_list(self) -> list:
-        return [self.path, self.size, self.mtime_ns, self.etag]
-
-    @classmethod
-    def from_list(cls, row) -> Entry:
-        return cls(str(row[0]), int(row[1]), int(row[2]), row[3] if len(row) > 3 else None)
-
 
 class Listing(Sequence[str]):
     """An archive's files as columns, not an object each (an archive of 10^5 files is

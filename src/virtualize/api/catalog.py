@@ -55,8 +55,7 @@ GC_EVERY = 64
 class _Job:
     """One dataset's work this run: `action` "build", "rebuild", "append", "unchanged",
     "refused" (unchanged since it was refused); the files to scan for it (`scan`: rows of
-    the listing), the
-    new files of an append, why (in words)."""
+    the listing), the new files of an append, why (in words)."""
 
     ds: Dataset
     action: str
