@@ -116,6 +116,10 @@ def catalog(roots: Iterable[PathLike] | PathLike, out: PathLike, *, drs: str | N
     grouping = {"drs": drs.lower() if drs else None, "path_template": path_template,
                 "group_by": list(group_by) if group_by else None, "stack_members": bool(member),
                 "all_versions": all_versions}
+    if executor is None and (scan_timeout or jobs != 1):  # (forked now, before the record
+        # is read and the archive walked: the scan workers hold neither)
+        from ..run.workers import start as start_workers
+        start_workers(jobs if isinstance(jobs, int) and jobs > 0 else os.cpu_count() or 1)
     prev = _previous(out, grouping, fmt, overwrite)
     out.mkdir(parents=True, exist_ok=True)
     with _locked(out):  # (two runs of a cron job: the second waits)
@@ -192,10 +196,6 @@ def _previous(out: Path, grouping: dict, fmt: str, overwrite: bool) -> CatalogRe
 def _catalog(roots, out: Path, tpl, grouping, fmt, prev, base: Recipe, member, *, jobs,
              executor, progress, scan_timeout, skip_unreadable, recipe_options) -> CatalogReport:
     report = CatalogReport(roots=roots, out=str(out))
-    if executor is None and (scan_timeout or jobs != 1):  # (forked now, before the walk:
-        # the scan workers do not hold the listing)
-        from ..run.workers import start as start_workers
-        start_workers(jobs if isinstance(jobs, int) and jobs > 0 else os.cpu_count() or 1)
     listing, report.problems = walk(roots, None if tpl else DATA_SUFFIXES, skip=[out])
     if report.problems and not len(listing):
         raise VirtualizeError(report.problems, "catalog: no root could be walked; nothing written")
