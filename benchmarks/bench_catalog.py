@@ -101,10 +101,27 @@ def _measure(argv: list[str]) -> None:
         virtualize.virtualize(sorted(str(p) for p in Path(root).glob("*.nc")), out, jobs=1)
         what = {}
     wall = time.perf_counter() - t0
-    print(json.dumps({"wall_s": wall, "import_s": t_import,
-                      "main_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-                      "workers_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
+    main_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    # the scan workers are still alive (idle, kept for the next scan): each one's peak from
+    # /proc (VmHWM), then, once they are stopped and reaped, the largest child's ru_maxrss
+    # (which counts only children that ended: read alone, it missed the live workers)
+    from virtualize.run import workers
+    peaks = [_hwm_mb(w.proc.proc.pid if hasattr(w.proc, "proc") else w.proc.popen.pid)
+             for w in workers._idle if w.proc.is_alive()]
+    workers._shutdown()
+    ended = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    print(json.dumps({"wall_s": wall, "import_s": t_import, "main_mb": main_mb,
+                      "workers_mb": max([ended, *peaks]), "worker_peaks_mb": peaks,
                       **what}))
+
+
+def _hwm_mb(pid: int) -> float:
+    """A live process's peak resident set (VmHWM), MB."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
 
 
 def _run(*args: str) -> dict:

@@ -6,7 +6,8 @@ without scanning."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from array import array
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -27,37 +28,112 @@ class Entry:
         """What tells a changed file (the record's comparison)."""
         return (self.size, self.etag) if self.etag else (self.size, self.mtime_ns)
 
-    def to_list(self) -> list:
-        return [self.path, self.size, self.mtime_ns, self.etag]
 
-    @classmethod
-    def from_list(cls, row) -> Entry:
-        return cls(str(row[0]), int(row[1]), int(row[2]), row[3] if len(row) > 3 else None)
+class Listing(Sequence[str]):
+    """An archive's files as columns, not an object each (an archive of 10^5 files is
+    listed in a few MB): each file's directory (an index into `dirs`, each directory's text
+    held once), its name (one UTF-8 buffer of every name, with offsets), size, time (ns)
+    and ETag (objects listed remotely). `listing[i]` is the i-th file's path. Files are in
+    the walk's order: directory by directory, names sorted in each."""
+
+    def __init__(self) -> None:
+        self.dirs: list[str] = []  # each directory's path with its trailing "/"
+        self._dir_index: dict[str, int] = {}
+        self._dir = array("i")
+        self._names = bytearray()
+        self._ends = array("q")
+        self.sizes = array("q")
+        self.mtimes = array("q")
+        self._etags: dict[int, str] = {}
+
+    def add(self, directory: str, files: Iterable[tuple[str, int, int, str | None]]) -> None:
+        """`files` (name, size, time ns, ETag or None) of `directory` (ending in "/")."""
+        k = self._dir_index.get(directory)
+        if k is None:
+            k = self._dir_index[directory] = len(self.dirs)
+            self.dirs.append(directory)
+        for name, size, mtime, etag in sorted(files):
+            if etag:
+                self._etags[len(self._ends)] = etag
+            self._dir.append(k)
+            self._names += os.fsencode(name)
+            self._ends.append(len(self._names))
+            self.sizes.append(size)
+            self.mtimes.append(mtime)
+
+    def has_dir(self, directory: str) -> bool:
+        return directory in self._dir_index
+
+    def __len__(self) -> int:
+        return len(self._ends)
+
+    def name(self, i: int) -> str:
+        start = self._ends[i - 1] if i else 0
+        return os.fsdecode(bytes(self._names[start:self._ends[i]]))
+
+    def __getitem__(self, i):  # the i-th path (a slice: a list of them)
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        if i < 0:
+            i += len(self)
+        return self.dirs[self._dir[i]] + self.name(i)
+
+    def etag(self, i: int) -> str | None:
+        return self._etags.get(i)
+
+    def key(self, i: int) -> tuple:
+        """What tells a changed file (`Entry.key`)."""
+        etag = self._etags.get(i)
+        return (self.sizes[i], etag) if etag else (self.sizes[i], self.mtimes[i])
+
+    def __iter__(self) -> Iterator[str]:
+        return (self[i] for i in range(len(self)))
+
+
+class Listed:
+    """Some files of a listing as the catalog's record holds them: (path, size, time,
+    ETag) rows, made when the record is written (catalog_record.RecordedFiles)."""
+
+    __slots__ = ("listing", "rows")
+
+    def __init__(self, listing: Listing, rows: Sequence[int]) -> None:
+        self.listing, self.rows = listing, rows
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __iter__(self) -> Iterator[tuple[str, int, int, str | None]]:
+        f = self.listing
+        return ((f[i], f.sizes[i], f.mtimes[i], f.etag(i)) for i in self.rows)
 
 
 def walk(roots: Iterable[str], suffixes: tuple[str, ...] | None, skip: Iterable[str] = ()
-         ) -> tuple[list[Entry], list[Problem]]:
+         ) -> tuple[Listing, list[Problem]]:
     """Every file under `roots` (not hidden, recursively), with a name ending in one of
     `suffixes` (None: every file), outside the directories `skip` (the catalog's own
-    output); sorted by path, each once. A root that cannot be listed is a located problem."""
+    output); each once (a directory an earlier root listed is not listed again). A root
+    that cannot be listed is a located problem."""
     skip = [os.path.abspath(s) for s in skip]
-    found: dict[str, Entry] = {}
+    found = Listing()
     problems: list[Problem] = []
     for root in roots:
         root = os.fspath(storage.local_path(root))
         try:
-            entries = _walk_remote(root) if storage.is_url(root) else _walk_local(root, skip)
+            listed = _walk_remote(root) if storage.is_url(root) else _walk_local(root, skip)
+            done = set(found.dirs)  # (listed by an earlier root: a root inside another)
+            for directory, files in listed:
+                if directory in done:
+                    continue
+                found.add(directory, [f for f in files if suffixes is None
+                                      or f[0].lower().endswith(suffixes)])
         except VirtualizeError as e:
             problems += e.problems
             continue
-        for e in entries:
-            name = e.path.rsplit("/", 1)[-1]
-            if suffixes is None or name.lower().endswith(suffixes):
-                found.setdefault(e.path, e)
-    return sorted(found.values(), key=lambda e: e.path), problems
+    return found, problems
 
 
-def _walk_local(root: str, skip: list[str]) -> list[Entry]:
+def _walk_local(root: str, skip: list[str]) -> Iterator[tuple[str, list]]:
+    """(directory, [(name, size, time, None), ...]) for each directory under `root`."""
     root = os.path.abspath(root)
     if not os.path.isdir(root):
         kind = "source-missing" if not os.path.exists(root) else "unreadable"
@@ -65,23 +141,22 @@ def _walk_local(root: str, skip: list[str]) -> list[Entry]:
                                        "no such directory" if kind == "source-missing"
                                        else "not a directory: give the archive's root")],
                               f"{root}: not a directory")
-    out = []
     for d, dirs, files in os.walk(root):
         dirs[:] = sorted(x for x in dirs if not x.startswith(".")
                          and os.path.join(d, x) not in skip)
+        out = []
         for f in files:
             if f.startswith("."):
                 continue
-            p = os.path.join(d, f)
             try:
-                st = os.stat(p)
+                st = os.stat(os.path.join(d, f))
             except OSError:
                 continue  # (gone since listed: not in the archive now)
-            out.append(Entry(p, st.st_size, st.st_mtime_ns))
-    return out
+            out.append((f, st.st_size, st.st_mtime_ns, None))
+        yield os.path.join(d, ""), out
 
 
-def _walk_remote(root: str) -> list[Entry]:
+def _walk_remote(root: str) -> list[tuple[str, list]]:
     """Objects under a URL prefix: fsspec's `find` (an object store lists them with sizes
     and ETags; HTTP by its index pages, then a HEAD per file for what they do not say)."""
     fs = storage.filesystem(root)
@@ -111,7 +186,11 @@ def _walk_remote(root: str) -> list[Entry]:
 
     with ThreadPoolExecutor(8) as pool:
         out += [e for e in pool.map(head, unsized) if e is not None]
-    return out
+    by_dir: dict[str, list] = {}
+    for e in out:
+        d, _, name = e.path.rpartition("/")
+        by_dir.setdefault(d + "/", []).append((name, e.size, e.mtime_ns, e.etag))
+    return list(by_dir.items())
 
 
 def relative_to(roots: Iterable[str]):

@@ -14,6 +14,7 @@ report with its problems, never a stop.
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -22,13 +23,14 @@ from pathlib import Path
 from .. import storage
 from ..model import FileInventory, Location, Problem, UsageError, VirtualizeError
 from ..outputs import registry
+from ..outputs.staging import recovered
 from ..plan import datasets as groups
 from ..plan.datasets import Dataset
 from ..report.catalog import CatalogReport, DatasetOutcome
 from ..run.policy import check_jobs
 from . import catalog_record as records
 from .appending import append
-from .archive import Entry, walk
+from .archive import Entry, Listed, Listing, walk
 from .catalog_record import CatalogRecord, DatasetRecord
 from .recipe import Recipe
 from .steps import (
@@ -36,7 +38,6 @@ from .steps import (
     DEFAULT_SCAN_TIMEOUT,
     PathLike,
     check_recipe,
-    output_kind,
     reusing,
     scan_all,
     set_storage,
@@ -45,17 +46,20 @@ from .steps import (
 
 KINDS = ("cube", "kerchunk", "parquet", "icechunk")  # what a catalog's datasets are written as
 LOCK = ".virtualize-catalog.lock"
+# a full garbage collection every this many datasets: a dataset's plan and check leave
+# reference cycles, which Python's own schedule leaves for long once the heap is large
+GC_EVERY = 64
 
 
 @dataclass
 class _Job:
     """One dataset's work this run: `action` "build", "rebuild", "append", "unchanged",
-    "refused" (unchanged since it was refused); the files to scan for it (`scan`), the
-    new files of an append, why (in words)."""
+    "refused" (unchanged since it was refused); the files to scan for it (`scan`: rows of
+    the listing), the new files of an append, why (in words)."""
 
     ds: Dataset
     action: str
-    scan: list[str] = field(default_factory=list)
+    scan: Sequence[int] = ()  # (rows of the listing)
     new: list[str] = field(default_factory=list)
     why: str = ""
     prev: DatasetRecord | None = None
@@ -112,6 +116,10 @@ def catalog(roots: Iterable[PathLike] | PathLike, out: PathLike, *, drs: str | N
     grouping = {"drs": drs.lower() if drs else None, "path_template": path_template,
                 "group_by": list(group_by) if group_by else None, "stack_members": bool(member),
                 "all_versions": all_versions}
+    if executor is None and (scan_timeout or jobs != 1):  # (forked now, before the record
+        # is read and the archive walked: the scan workers hold neither)
+        from ..run.workers import start as start_workers
+        start_workers(jobs if isinstance(jobs, int) and jobs > 0 else os.cpu_count() or 1)
     prev = _previous(out, grouping, fmt, overwrite)
     out.mkdir(parents=True, exist_ok=True)
     with _locked(out):  # (two runs of a cron job: the second waits)
@@ -188,23 +196,22 @@ def _previous(out: Path, grouping: dict, fmt: str, overwrite: bool) -> CatalogRe
 def _catalog(roots, out: Path, tpl, grouping, fmt, prev, base: Recipe, member, *, jobs,
              executor, progress, scan_timeout, skip_unreadable, recipe_options) -> CatalogReport:
     report = CatalogReport(roots=roots, out=str(out))
-    entries, report.problems = walk(roots, None if tpl else DATA_SUFFIXES, skip=[out])
-    if report.problems and not entries:
+    listing, report.problems = walk(roots, None if tpl else DATA_SUFFIXES, skip=[out])
+    if report.problems and not len(listing):
         raise VirtualizeError(report.problems, "catalog: no root could be walked; nothing written")
-    by_path = {e.path: e for e in entries}
-    report.files = len(entries)
+    report.files = len(listing)
     hint = base.hint()
     scanned: dict[str, FileInventory | list[Problem]] = {}
     content: dict[str, list] = {}
     if tpl is not None:
-        found = groups.group_paths(list(by_path), tpl, stack_members=bool(member),
+        found = groups.group_paths(listing, tpl, stack_members=bool(member),
                                    all_versions=grouping["all_versions"])
         report.grouping = f"the path template {tpl.name or tpl.text}"
         name_facets = [f for f in tpl.facets if f != (tpl.member if member else None)
                        and (grouping["all_versions"] or f != tpl.version)]
         order = list(tpl.facets)
     else:
-        found, content = _by_content(entries, prev, grouping, bool(member), scanned, jobs,
+        found, content = _by_content(listing, prev, grouping, bool(member), scanned, jobs,
                                      executor, scan_timeout, hint, progress, report)
         attrs = grouping["group_by"] or groups.DATASET_ATTRS
         report.grouping = "what the files hold (" + ", ".join(grouping["group_by"] or ["the "
@@ -213,7 +220,7 @@ def _catalog(roots, out: Path, tpl, grouping, fmt, prev, base: Recipe, member, *
         name_facets = groups.name_order({k for d in found.datasets for k in d.facets})
     report.left_out.update(found.left_out)
     record = CatalogRecord(grouping, fmt, content=content)
-    jobs_ = [_decide(ds, by_path, prev, out) for ds in found.datasets]
+    jobs_ = [_decide(ds, listing, prev, out) for ds in found.datasets]
     if prev is not None:  # datasets whose files are all gone
         now = {ds.name for ds in found.datasets}
         for name, rec in sorted(prev.datasets.items()):
@@ -222,20 +229,26 @@ def _catalog(roots, out: Path, tpl, grouping, fmt, prev, base: Recipe, member, *
                     name, "removed", rec.facets, len(rec.files), len(rec.members or ()),
                     str(out / rec.path) if rec.path else None, rec.kind,
                     "no file of it is in the archive now; its output is left in place"))
-    queue = [p for j in jobs_ for p in j.scan]  # (dataset by dataset: each planned when scanned)
-    report.scanned += sum(p not in scanned for p in queue)
+        prev.datasets.clear()  # (what a dataset needs is decided: its record is in its job)
+    # every file to scan, dataset by dataset (each planned when its files are scanned), as
+    # rows of the listing: one pass of the workers over the archive, no string a file held
+    queue = groups.Rows(listing, [i for j in jobs_ for i in j.scan])
+    report.scanned += sum(p not in scanned for p in queue) if scanned else len(queue)
     results = _scanned(queue, scanned, jobs, executor, scan_timeout, hint, progress)
     outcomes = []
-    for job in jobs_:
-        mine = {p: next(results) for p in job.scan} if job.scan else {}
-        outcome, rec = _run(job, mine, out, fmt, member, recipe_options,
-                            by_template=tpl is not None, jobs=jobs, executor=executor,
-                            scan_timeout=scan_timeout, skip_unreadable=skip_unreadable,
-                            by_path=by_path)
-        outcomes.append(outcome)
-        record.datasets[rec.name] = rec
-        for p in job.scan:  # (released as we go)
-            scanned.pop(p, None)
+    with recovered(out):  # (a killed run's leftovers in OUT cleaned up once, not per cube)
+        for k, job in enumerate(jobs_):
+            if k % GC_EVERY == GC_EVERY - 1:
+                gc.collect()  # (each dataset's check leaves cycles: not left to pile up)
+            mine = {listing[i]: next(results) for i in job.scan}
+            outcome, rec = _run(job, mine, out, fmt, member, recipe_options, listing,
+                                by_template=tpl is not None, jobs=jobs, executor=executor,
+                                scan_timeout=scan_timeout, skip_unreadable=skip_unreadable)
+            outcomes.append(outcome)
+            record.datasets[rec.name] = rec
+            for p in mine:  # (released as we go)
+                scanned.pop(p, None)
+            job.scan = job.new = []
     report.datasets = outcomes + report.datasets
     records.save(out, record)
     report.catalog = str(records.write_catalog(
@@ -244,23 +257,24 @@ def _catalog(roots, out: Path, tpl, grouping, fmt, prev, base: Recipe, member, *
     return report
 
 
-def _by_content(entries: list[Entry], prev, grouping, stack_members: bool, scanned: dict,
+def _by_content(listing: Listing, prev, grouping, stack_members: bool, scanned: dict,
                 jobs, executor, scan_timeout, hint, progress, report):
     """Datasets by what the files hold: each file's facets from the record when it is
     unchanged, else from its scan (kept in `scanned`, for planning)."""
     attrs = grouping["group_by"] or groups.DATASET_ATTRS
     known = prev.content if prev is not None else {}
     items, content, todo = [], {}, []
-    for e in entries:
-        was = known.get(e.path)
-        if was is not None and Entry(e.path, was[0], was[1], was[2]).key() == e.key():
-            items.append((e.path, dict(was[3]), was[4]))
-            content[e.path] = was
+    for i, path in enumerate(listing):
+        was = known.get(path)
+        if was is not None and Entry(path, was[0], was[1], was[2]).key() == listing.key(i):
+            items.append((path, dict(was[3]), was[4]))
+            content[path] = was
         else:
-            todo.append(e.path)
+            todo.append(i)
     left_out: dict[str, str] = {}
-    listed = {e.path: e for e in entries}
-    for path, result in zip(todo, _scanned(todo, {}, jobs, executor, scan_timeout, hint, progress)):
+    paths = groups.Rows(listing, todo)
+    for i, path, result in zip(todo, paths, _scanned(paths, {}, jobs, executor, scan_timeout,
+                                                     hint, progress)):
         scanned[path] = result
         if not isinstance(result, FileInventory):
             first = next((p for p in result if p.fatal), result[0] if result else None)
@@ -271,17 +285,20 @@ def _by_content(entries: list[Entry], prev, grouping, stack_members: bool, scann
         label = groups.member_label(result)
         member = str(groups.global_attrs(result)[label]) if label else None
         items.append((path, facets, member))
-        e = listed[path]
-        content[path] = [e.size, e.mtime_ns, e.etag, facets, member]
+        content[path] = [listing.sizes[i], listing.mtimes[i], listing.etag(i), facets, member]
     report.scanned += len(todo)
     found = groups.Grouping(groups.group_facets(items, stack_members), left_out)
+    rows = {path: i for i, path in enumerate(listing)}  # (its datasets as rows of the listing)
+    for ds in found.datasets:
+        ds.files = groups.Rows(listing, [rows[p] for p in ds.files])
     return found, content
 
 
-def _scanned(paths: list[str], have: dict, jobs, executor, scan_timeout, hint, progress
+def _scanned(paths: Sequence[str], have: dict, jobs, executor, scan_timeout, hint, progress
              ) -> Iterator[FileInventory | list[Problem]]:
     """Each of `paths` scanned (or taken from `have`), in order; `progress` called per file."""
-    fresh = scan_all([p for p in paths if p not in have], jobs, scan_timeout, executor, hint)
+    fresh = scan_all(groups.Rows(paths, [i for i, p in enumerate(paths) if p not in have])
+                     if have else paths, jobs, scan_timeout, executor, hint)
     for i, p in enumerate(paths):
         result = have[p] if p in have else next(fresh)
         if progress is not None:
@@ -289,24 +306,25 @@ def _scanned(paths: list[str], have: dict, jobs, executor, scan_timeout, hint, p
         yield result
 
 
-def _decide(ds: Dataset, by_path: dict[str, Entry], prev: CatalogRecord | None,
-            out: Path) -> _Job:
+def _decide(ds: Dataset, listing: Listing, prev: CatalogRecord | None, out: Path) -> _Job:
     """What the dataset needs this run, against what the record says it was built from."""
     rec = prev.datasets.get(ds.name) if prev is not None else None
+    rows = ds.files.rows
     if rec is None:
-        return _Job(ds, "build", list(ds.files))
-    was = {f[0]: Entry.from_list(f) for f in rec.files}
-    now = {p: by_path[p] for p in ds.files}
-    changed = [p for p in was if p in now and was[p].key() != now[p].key()]
+        return _Job(ds, "build", rows)
+    was = {f[0]: Entry(*f).key() for f in rec.files}
+    rec.files = ()  # (compared: not held for the rest of the run)
+    now = {listing[i]: i for i in rows}
+    changed = [p for p in was if p in now and was[p] != listing.key(now[p])]
     gone = [p for p in was if p not in now]
-    new = [p for p in ds.files if p not in was]
+    new = [p for p in now if p not in was]
     exists = rec.path is not None and os.path.lexists(out / rec.path)
     if not changed and not gone and not new:
         if rec.status == "refused":
             return _Job(ds, "refused", why="refused before; its files are unchanged", prev=rec)
         if exists:
             return _Job(ds, "unchanged", prev=rec)
-        return _Job(ds, "rebuild", list(ds.files), why="its output was missing", prev=rec)
+        return _Job(ds, "rebuild", rows, why="its output was missing", prev=rec)
     if rec.version is not None and ds.version is not None and rec.version != ds.version:
         why = f"version {ds.version} supersedes {rec.version}"
     elif changed or gone:
@@ -318,8 +336,8 @@ def _decide(ds: Dataset, by_path: dict[str, Entry], prev: CatalogRecord | None,
     elif not exists:
         why = "its output was missing"
     else:
-        return _Job(ds, "append", list(new), new, f"{len(new)} new file(s)", rec)
-    return _Job(ds, "rebuild", list(ds.files), why=why, prev=rec)
+        return _Job(ds, "append", [now[p] for p in new], new, f"{len(new)} new file(s)", rec)
+    return _Job(ds, "rebuild", rows, why=why, prev=rec)
 
 
 def _coords(ds: Dataset, member: str | None, invs: list, by_path: bool) -> dict | None:
@@ -341,20 +359,21 @@ def _dims(member: str | None, invs: list) -> list[str] | None:
     return [member, "time"] if timed else [member]
 
 
-def _run(job: _Job, results: dict, out: Path, fmt: str, member, recipe_options, *,
-         by_template: bool, jobs, executor, scan_timeout, skip_unreadable, by_path
+def _run(job: _Job, results: dict, out: Path, fmt: str, member, recipe_options,
+         listing: Listing, *, by_template: bool, jobs, executor, scan_timeout, skip_unreadable
          ) -> tuple[DatasetOutcome, DatasetRecord]:
     """Do the dataset's job: (its outcome for the report, its record)."""
     ds = job.ds
-    facets = dict(ds.facets)
+    paths = list(ds.files)
+    facets = ds.facets  # (shared with the dataset, the outcome and the record)
     labels = ds.member_labels
     if member and labels:
         key = _member_facet(ds)
         if key:
-            facets[key] = " ".join(labels)
+            facets = {**facets, key: " ".join(labels)}
     dest = out / f"{ds.name}{_suffix(fmt)}"
-    files = [by_path[p].to_list() for p in ds.files]
-    outcome = DatasetOutcome(ds.name, "unchanged", facets, len(ds.files), len(labels),
+    files = Listed(listing, ds.files.rows)  # (packed as the record is written)
+    outcome = DatasetOutcome(ds.name, "unchanged", facets, len(paths), len(labels),
                              str(dest), fmt, job.why)
     rec = DatasetRecord(ds.name, "built", facets, files, dest.name, fmt,
                         ds.members, ds.version)
@@ -374,12 +393,12 @@ def _run(job: _Job, results: dict, out: Path, fmt: str, member, recipe_options, 
                                  scan_timeout=scan_timeout, skip_unreadable=skip_unreadable)
                 if report is None:  # (refused as an append: built again whole)
                     job.action, job.why = "rebuild", f"{job.why}; not an append ({job.why_not})"
-                    job.scan = list(ds.files)
             if job.action != "append":
                 recipe = Recipe.from_options("concat", concat_dims=_dims(member, invs),
                                              coords=coords, **recipe_options)
-                kind = output_kind(dest, fmt, True, ds.files)
-                report = check_recipe(ds.files, recipe, jobs=jobs, executor=executor,
+                # (the kind only: the output is guarded as it is written, write_checked)
+                kind = registry.kind_of(dest, fmt)
+                report = check_recipe(paths, recipe, jobs=jobs, executor=executor,
                                       scan_timeout=scan_timeout, skip_unreadable=skip_unreadable)
                 if report.ok:
                     write_checked(report, dest, kind, True)
@@ -412,7 +431,7 @@ def _append(job: _Job, out: Path, coords, member, *, jobs, executor, scan_timeou
     cube = out / job.prev.path
     new_coords = None
     if member and coords and isinstance(coords.get(member), list):
-        members = dict(zip(job.ds.files, job.ds.members or ()))
+        members = dict(zip(list(job.ds.files), job.ds.members or ()))
         new_coords = {member: [members[p] for p in job.new]}
     try:
         return append(cube, job.new, jobs=jobs, executor=executor, scan_timeout=scan_timeout,

@@ -10,7 +10,7 @@ import datetime
 import io
 import json
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,7 +21,10 @@ from ..outputs.staging import replace_atomically
 
 RECORD = "virtualize-catalog.json"  # the record, in OUT
 CATALOG_JSON, CATALOG_CSV = "catalog.json", "catalog.csv"
-RECORD_VERSION = 1
+# 2: a dataset's files packed (`RecordedFiles`); a record of 1 (the same facts, a list per
+# file) is read as it was written
+RECORD_VERSION = 2
+READS = (1, 2)
 # intake-esm opens a row by its format: a kerchunk JSON of regular chunk grids as fsspec
 # "reference" (read without virtualize); any other output through the virtualize://
 # filesystem as zarr: a kerchunk JSON of rectilinear grids (zarr reads them only with
@@ -30,6 +33,59 @@ RECORD_VERSION = 1
 # cannot pass), a cube directory, an Icechunk repository
 REFERENCE_KINDS = ("kerchunk",)
 VARIABLE_COLUMNS = ("variable_id", "variable", "variables")
+
+
+_SEPARATORS = ("\t", "\n", "\r")
+
+
+class RecordedFiles:
+    """A dataset's files as the record holds them: (path, size, time ns, ETag or None) each,
+    packed in one string (`base`, the directory their paths share, then a line per file:
+    the path after it, size, time, ETag, tab-separated): an archive of 10^5 files is not
+    10^5 lists in memory, nor in the record a line per number. Paths holding a tab or a
+    line break are kept as a list of rows (`rows`) instead."""
+
+    __slots__ = ("base", "table", "rows")
+
+    def __init__(self, base: str = "", table: str = "", rows: list[tuple] | None = None):
+        self.base, self.table, self.rows = base, table, rows
+
+    @classmethod
+    def of(cls, files: Iterable) -> RecordedFiles:
+        """From (path, size, time ns, ETag or None) rows."""
+        rows = [(str(f[0]), int(f[1]), int(f[2]), (f[3] or None) if len(f) > 3 else None)
+                for f in files]
+        if any(c in r[0] or c in (r[3] or "") for r in rows for c in _SEPARATORS):
+            return cls(rows=rows)
+        base = os.path.commonprefix([r[0] for r in rows]) if rows else ""
+        base = base[:base.rfind("/") + 1]
+        return cls(base, "".join(f"{r[0][len(base):]}\t{r[1]}\t{r[2]}\t{r[3] or ''}\n"
+                                 for r in rows))
+
+    @classmethod
+    def from_json(cls, value) -> RecordedFiles:
+        if isinstance(value, Mapping):
+            table = str(value["table"])
+            if table and not table.endswith("\n"):
+                raise ValueError("a dataset's file table does not end its last line")
+            return cls(str(value["base"]), table)
+        return cls.of(value or ())  # (a list of rows: version 1, or paths with tabs)
+
+    def to_json(self):
+        if self.rows is not None:
+            return [list(r) for r in self.rows]
+        return {"base": self.base, "table": self.table}
+
+    def __iter__(self) -> Iterator[tuple[str, int, int, str | None]]:
+        if self.rows is not None:
+            yield from self.rows
+            return
+        for line in self.table.splitlines():
+            name, size, mtime, etag = line.split("\t")
+            yield self.base + name, int(size), int(mtime), etag or None
+
+    def __len__(self) -> int:
+        return len(self.rows) if self.rows is not None else self.table.count("\n")
 
 
 @dataclass
@@ -41,7 +97,7 @@ class DatasetRecord:
     name: str
     status: str
     facets: dict[str, str]
-    files: list[list]
+    files: Any  # (path, size, time, ETag) rows: `RecordedFiles`, or the listing's own view
     path: str | None = None
     kind: str | None = None
     members: list[str] | None = None
@@ -51,7 +107,9 @@ class DatasetRecord:
     regular: bool = False  # every array's chunk grid regular (plain zarr reads it)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"status": self.status, "facets": self.facets, "files": self.files,
+        files = self.files if isinstance(self.files, RecordedFiles) else \
+            RecordedFiles.of(self.files)
+        return {"status": self.status, "facets": self.facets, "files": files.to_json(),
                 "path": self.path, "kind": self.kind, "members": self.members,
                 "version": self.version, "variables": self.variables,
                 "problems": self.problems, "regular": self.regular}
@@ -59,7 +117,7 @@ class DatasetRecord:
     @classmethod
     def from_dict(cls, name: str, d: Mapping[str, Any]) -> DatasetRecord:
         return cls(name, d["status"], dict(d.get("facets") or {}),
-                   [list(f) for f in d.get("files") or ()], d.get("path"), d.get("kind"),
+                   RecordedFiles.from_json(d.get("files")), d.get("path"), d.get("kind"),
                    d.get("members"), d.get("version"), list(d.get("variables") or ()),
                    list(d.get("problems") or ()), bool(d.get("regular")))
 
@@ -84,11 +142,26 @@ class CatalogRecord:
     content: dict[str, list] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"virtualize_catalog": RECORD_VERSION, "virtualize_version": __version__,
-                "written": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-                "grouping": self.grouping, "format": self.format,
+        return {**self._head(),
                 "datasets": {n: d.to_dict() for n, d in sorted(self.datasets.items())},
                 "content": self.content}
+
+    def _head(self) -> dict[str, Any]:
+        return {"virtualize_catalog": RECORD_VERSION, "virtualize_version": __version__,
+                "written": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+                "grouping": self.grouping, "format": self.format}
+
+    def chunks(self) -> Iterator[str]:
+        """`to_dict` as JSON text, a dataset at a time (written so: the record of an
+        archive's 5,000 datasets is never one string in memory)."""
+        head = json.dumps(self._head(), indent=1)
+        yield head[:-2] + ',\n "datasets": {'
+        for k, (n, d) in enumerate(sorted(self.datasets.items())):
+            yield ("," if k else "") + f"\n  {json.dumps(n)}: {json.dumps(d.to_dict())}"
+        yield '\n },\n "content": {'
+        for k, (path, row) in enumerate(self.content.items()):
+            yield ("," if k else "") + f"\n  {json.dumps(path)}: {json.dumps(row)}"
+        yield "\n }\n}\n"
 
 
 def load(out: Path) -> CatalogRecord | None:
@@ -98,8 +171,9 @@ def load(out: Path) -> CatalogRecord | None:
     if not p.is_file():
         return None
     try:
-        d = json.loads(p.read_text())
-        if d.get("virtualize_catalog") != RECORD_VERSION:
+        with open(p, "rb") as f:
+            d = json.load(f)
+        if d.get("virtualize_catalog") not in READS:
             raise ValueError(f"a record of version {d.get('virtualize_catalog')!r}")
         return CatalogRecord(dict(d["grouping"]), d["format"],
                              {n: DatasetRecord.from_dict(n, x) for n, x in d["datasets"].items()},
@@ -109,7 +183,7 @@ def load(out: Path) -> CatalogRecord | None:
 
 
 def save(out: Path, record: CatalogRecord) -> None:
-    replace_atomically(out / RECORD, json.dumps(record.to_dict(), indent=1).encode())
+    replace_atomically(out / RECORD, (c.encode() for c in record.chunks()))
 
 
 def is_catalog(out: Path) -> bool:

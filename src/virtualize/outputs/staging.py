@@ -17,6 +17,7 @@ Published outputs follow the umask like any other file (staging dirs start priva
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import ctypes
 import errno
 import json
@@ -314,9 +315,12 @@ def recover(dest: str | os.PathLike, sources: Iterable[str | os.PathLike] = ()) 
     begins as an output of its own (a kerchunk JSON, a VRT); a file merely named like a
     leftover, or a source of this run, is never moved or removed. Returns what was done."""
     dest = Path(os.path.abspath(os.fspath(dest)))
+    if str(dest.parent) in _RECOVERED.get():
+        return []
     keep = {_real(s) for s in sources}
     try:
-        names = os.listdir(dest.parent)
+        mine = "." + dest.name + "."  # (a directory of 10^4 outputs: no pattern per name)
+        names = [n for n in os.listdir(dest.parent) if n.startswith(mine)]
     except OSError:
         return []
     name = re.escape(dest.name)
@@ -340,6 +344,36 @@ def recover(dest: str | os.PathLike, sources: Iterable[str | os.PathLike] = ()) 
             _remove(p)
             done.append(f"removed {p}")
     return done
+
+
+# directories whose leftovers were all cleaned up (`recovered`): `recover` lists none again
+_RECOVERED: contextvars.ContextVar[frozenset[str]] = contextvars.ContextVar(
+    "recovered", default=frozenset())
+_LEFTOVER = re.compile(r"\.(.+)\.(?:staging-\d+-[A-Za-z0-9_]+|replaced-\d+)")
+
+
+@contextlib.contextmanager
+def recovered(directory: str | os.PathLike, sources: Iterable[str | os.PathLike] = ()
+              ) -> Iterator[list[str]]:
+    """Every output's leftovers in `directory` cleaned up at once (`recover` of each name a
+    leftover is of: one listing), and, within it, `recover` of an output there lists the
+    directory no more: a job writing thousands of outputs into one directory under its
+    own lock (`catalog`) pays one listing, not one per output (each an O(outputs) listing).
+    Yields what was done."""
+    d = os.path.abspath(os.fspath(directory))
+    try:
+        names = os.listdir(d)
+    except OSError:
+        names = []
+    sources = list(sources)
+    done: list[str] = []
+    for dest in sorted({m.group(1) for m in map(_LEFTOVER.fullmatch, names) if m}):
+        done += recover(os.path.join(d, dest), sources)
+    token = _RECOVERED.set(_RECOVERED.get() | {d})
+    try:
+        yield done
+    finally:
+        _RECOVERED.reset(token)
 
 
 def _our_stage(p: Path) -> bool:
@@ -384,12 +418,16 @@ def _umask() -> int:
     return mask
 
 
-def replace_atomically(path: Path, data: bytes) -> None:
-    """`path` replaced by `data` in one rename (a file beside it, then os.replace)."""
+def replace_atomically(path: Path, data: bytes | Iterable[bytes]) -> None:
+    """`path` replaced by `data` (bytes, or pieces of them written in turn) in one rename
+    (a file beside it, then os.replace)."""
     tmp = path.with_name(f".{path.name}.refresh-{os.getpid()}")
     try:
         with open(tmp, "wb") as f:
-            f.write(data)
+            if isinstance(data, (bytes, bytearray, memoryview)):
+                f.write(data)
+            else:
+                f.writelines(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import re
+import sys
+from array import array
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -129,7 +131,7 @@ class Dataset:
 
     name: str
     facets: dict[str, str]
-    files: list[str]
+    files: Sequence[str]  # (a list, or `Rows` of an archive's listing)
     members: list[str] | None = None
     version: str | None = None
 
@@ -184,40 +186,112 @@ def latest(items: Sequence[tuple[str, dict[str, str]]], version: str | None,
     return kept, superseded
 
 
-def group_paths(paths: Iterable[str], tpl: PathTemplate, *, stack_members: bool = False,
+class Rows(Sequence[str]):
+    """Some of a sequence of paths, by their indexes (`rows`): a dataset's files without a
+    string each held for the whole run (an archive's listing is columns: api/archive.py)."""
+
+    __slots__ = ("of", "rows")
+
+    def __init__(self, of: Sequence[str], rows: Iterable[int]) -> None:
+        self.of = of
+        self.rows = array("i", rows)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self.of[j] for j in self.rows[i]]
+        return self.of[self.rows[i]]
+
+    def __iter__(self):
+        of = self.of
+        return (of[j] for j in self.rows)
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, Sequence) and not isinstance(other, str):
+            return list(self) == list(other)
+        return NotImplemented
+
+    def __repr__(self) -> str:
+        return repr(list(self))
+
+
+def group_paths(paths: Sequence[str], tpl: PathTemplate, *, stack_members: bool = False,
                 all_versions: bool = False, relative_to=None) -> Grouping:
     """Datasets by `tpl`: files whose facets are the same but for the file name (and the
     member when `stack_members`: one dataset of several members), the latest version of
     each only unless `all_versions` (then each version is a dataset of its own).
     `relative_to(path)`: the part of a path the template is matched against (default: all
-    of it)."""
+    of it). Each dataset's `files` are `Rows` of `paths`; what is held per file while
+    grouping is an integer (a directory's segments are matched once, not once a file)."""
     out = Grouping()
-    matched: list[tuple[str, dict[str, str]]] = []
-    prefixes: dict[str, str] = {}
-    for p in paths:
-        m = tpl.match(relative_to(p) if relative_to else p)
+    n = len(tpl.segments)
+    head_segments, last = tpl.segments[:-1], tpl.segments[-1]
+    dirs: dict[str, tuple[str, dict[str, str]] | None] = {}
+    sets: dict[tuple, int] = {}  # (prefix, facet values): its index in `facets`
+    facets: list[tuple[str, dict[str, str]]] = []
+    of = array("i")  # each matched file's facet set
+    matched = array("i")  # and its index in `paths`
+    miss = f"does not match the path template {tpl.name or tpl.text}"
+    for i, p in enumerate(paths):
+        rel = (relative_to(p) if relative_to else p).replace("\\", "/")
+        head, slash, name = rel.rpartition("/")
+        if head not in dirs:  # the directory's segments: (prefix, facets) or None
+            parts = head.split("/") if slash else []
+            got: tuple[str, dict[str, str]] | None = None
+            if len(parts) >= n - 1:
+                f: dict[str, str] = {}
+                for seg, part in zip(head_segments, parts[len(parts) - (n - 1):]):
+                    m = seg.match(part)
+                    if m is None:
+                        break
+                    f.update(m.groupdict())
+                else:  # (values repeated by thousands of directories held once)
+                    got = ("/".join(parts[:len(parts) - (n - 1)]),
+                           {k: sys.intern(v) if isinstance(v, str) else v
+                            for k, v in f.items()})
+            dirs[head] = got
+        got = dirs[head]
+        m = last.match(name) if got is not None else None
         if m is None:
-            out.left_out[p] = f"does not match the path template {tpl.name or tpl.text}"
+            out.left_out[p] = miss
             continue
-        prefixes[p] = m[0]
-        matched.append((p, m[1]))
-    kept, superseded = latest(matched, tpl.version, all_versions)
-    out.left_out.update(superseded)
+        f = {**got[1], **m.groupdict()} if m.groupdict() else got[1]
+        key = (got[0], *(f[k] for k in tpl.facets))
+        k = sets.get(key)
+        if k is None:
+            k = sets[key] = len(facets)
+            facets.append((got[0], f))
+        of.append(k)
+        matched.append(i)
+    del dirs, sets
+    kept_sets, superseded = latest(list(enumerate(f for _, f in facets)), tpl.version,
+                                   all_versions)
+    kept = {k for k, _ in kept_sets}
     member = tpl.member if stack_members else None
     named = [f for f in tpl.facets if f != member and (all_versions or f != tpl.version)]
     groups: dict[tuple, Dataset] = {}
-    for p, f in kept:
-        key = (prefixes[p], *(f[k] for k in named))
+    rows: dict[tuple, list[int]] = {}
+    for k, i in zip(of, matched):
+        if k not in kept:
+            out.left_out[paths[i]] = superseded[k]
+            continue
+        prefix, f = facets[k]
+        key = (prefix, *(f[x] for x in named))
         ds = groups.get(key)
         if ds is None:
-            facets = {k: f[k] for k in tpl.facets if k != member}
-            ds = groups[key] = Dataset(dataset_name(f[k] for k in named), facets, [],
+            ds = groups[key] = Dataset(dataset_name(f[x] for x in named),
+                                       {x: f[x] for x in tpl.facets if x != member}, [],
                                        [] if member else None, f.get(tpl.version or ""))
-        ds.files.append(p)
+            rows[key] = []
+        rows[key].append(i)
         if member:
             ds.members.append(f[member])
         if tpl.version and _version_key(f[tpl.version]) > _version_key(ds.version):
             ds.version = f[tpl.version]
+    for key, ds in groups.items():
+        ds.files = Rows(paths, rows[key])
     out.datasets = _named(list(groups.values()), lambda ds: ds.files[0].rsplit("/", 2)[0])
     for ds in out.datasets:
         if tpl.version and member:
@@ -228,6 +302,14 @@ def group_paths(paths: Iterable[str], tpl: PathTemplate, *, stack_members: bool 
 
 def _ordered(ds: Dataset) -> None:
     """A dataset's files sorted (by member, then path)."""
+    if isinstance(ds.files, Rows):
+        rows, of = ds.files.rows, ds.files.of
+        members = ds.members if ds.members is not None else [""] * len(rows)
+        order = sorted(range(len(rows)), key=lambda j: (members[j], of[rows[j]]))
+        ds.files = Rows(of, [rows[j] for j in order])
+        if ds.members is not None:
+            ds.members = [members[j] for j in order]
+        return
     if ds.members is None:
         ds.files.sort()
         return

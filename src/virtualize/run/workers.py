@@ -33,7 +33,7 @@ import threading
 import time
 import warnings
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from multiprocessing.connection import wait
 
 from ..model import FileInventory, Location, Problem, VirtualizeError
@@ -307,6 +307,16 @@ def _give_back(w: _Worker) -> None:
         _idle.append(w)
 
 
+def start(n: int) -> None:
+    """`n` workers ready (started now if idle ones are missing): a job that will hold much
+    in memory (`catalog`: an archive's listing) starts them before it does, since a forked
+    worker's memory is its caller's at the fork."""
+    with _lock:
+        have = sum(w.owner == os.getpid() and w.proc.is_alive() for w in _idle)
+    for _ in range(max(0, n - have)):
+        _give_back(_Worker())
+
+
 @atexit.register
 def _shutdown() -> None:
     with _lock:
@@ -420,21 +430,31 @@ def scan_bounded(paths: Iterable[str], timeout: float | None, jobs: int = 1,
     `QUEUE` files queued; one that times out or crashes is replaced, the files queued behind
     the one it was scanning are scanned again by the others."""
     from .. import storage
-    paths = [storage.normalize(p) for p in paths]
+    if not isinstance(paths, Sequence):
+        paths = list(paths)
+    # (a sequence, each path normalized as it is sent: an archive's 10^5 paths are not all
+    # held as strings at once; those sent and not yet answered are)
+    n = len(paths)
+    sent: dict[int, str] = {}
     settings = (storage.get_options(), storage.environment(), hint)
     results: dict[int, Result] = {}
-    todo = deque(range(len(paths)))
+    again: deque[int] = deque()  # files queued on a worker that died, scanned again first
+    fresh = 0  # the next file not sent yet
     workers: list[_Worker] = []
-    depth = max(1, min(QUEUE, len(paths) // (max(1, jobs) * 4)))
+    depth = max(1, min(QUEUE, n // (max(1, jobs) * 4)))
     done = 0
     try:
-        while done < len(paths):
-            while todo and len(workers) < max(1, jobs):
+        while done < n:
+            while (again or fresh < n) and len(workers) < max(1, jobs):
                 workers.append(_take())
             for w in workers:
-                while todo and len(w.queue) < depth:
-                    i = todo.popleft()
-                    w.submit(i, paths[i], settings, timeout)
+                while (again or fresh < n) and len(w.queue) < depth:
+                    if again:
+                        i = again.popleft()
+                    else:
+                        i, fresh = fresh, fresh + 1
+                        sent[i] = storage.normalize(paths[i])
+                    w.submit(i, sent[i], settings, timeout)
             busy = [w for w in workers if w.queue]
             soonest = min(w.deadline for w in busy)
             ready = wait([w.conn for w in busy],
@@ -455,16 +475,17 @@ def scan_bounded(paths: Iterable[str], timeout: float | None, jobs: int = 1,
                                 break
                     except (EOFError, OSError):
                         w.proc.join()
-                        lost = crashed(paths[w.queue[0]], w.proc.exitcode)
+                        lost = crashed(sent[w.queue[0]], w.proc.exitcode)
                         w.conn.close()
                 elif time.monotonic() >= w.deadline:
                     w.kill()
-                    lost = timed_out(paths[w.queue[0]], timeout or 0)
+                    lost = timed_out(sent[w.queue[0]], timeout or 0)
                 if lost is not None:
                     results[w.queue.popleft()] = lost
-                    todo.extendleft(reversed(w.queue))  # the others scan them
+                    again.extendleft(reversed(w.queue))  # the others scan them
                     workers.remove(w)
             while done in results:
+                sent.pop(done, None)
                 yield results.pop(done)
                 done += 1
     finally:  # abandoned (an exception, a generator closed early): stop what still runs
