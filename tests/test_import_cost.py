@@ -101,3 +101,20 @@ def test_help_loads_no_writer():
                      "    try:\n        main(['--help'])\n    except SystemExit:\n        pass\n"
                      "assert 'check' in out.getvalue() and 'GRIB' in out.getvalue()")
     assert not loaded & HEAVY, sorted(loaded & HEAVY)
+
+
+def test_a_public_name_is_never_its_submodule():
+    """`virtualize.api.catalog` is the function even when its module was loaded first for
+    another name (CATALOG_KINDS, as `virtualize catalog`'s options do): the submodule's
+    import binds the module under that name in the package (the CLI called the module)."""
+    code = ("import types\n"
+            "from virtualize.api import CATALOG_KINDS\n"
+            "from virtualize.api import catalog\n"
+            "import virtualize, virtualize.api as api\n"
+            "assert callable(catalog) and not isinstance(catalog, types.ModuleType), catalog\n"
+            "bad = [n for n in api.__all__ if isinstance(getattr(api, n), types.ModuleType)]\n"
+            "bad += [n for n in virtualize.__all__\n"
+            "        if isinstance(getattr(virtualize, n), types.ModuleType)]\n"
+            "assert not bad, bad\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]

@@ -38,7 +38,13 @@ def __getattr__(name: str):
         module, attr = _WHERE[name], name
     else:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), attr)
+    found = importlib.import_module(module, __name__)
+    # importing `.catalog` binds the submodule as this package's `catalog`: every public
+    # name of that module is bound here now, so the function, not the module, is found
+    for public, where in _WHERE.items():
+        if where == module:
+            globals()[public] = getattr(found, public)
+    value = getattr(found, attr)
     globals()[name] = value
     return value
 
