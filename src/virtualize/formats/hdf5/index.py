@@ -107,6 +107,40 @@ class _Recorder:
         self._starts = None
 
 
+class _Native(_Recorder):
+    """A larger local file, which HDF5 opens by its path (`open`: its own C driver, no
+    Python call per read of HDF5's: on a large chunk index, thousands), the scan's file
+    object only for the direct readers (`pread`: `os.pread`, counted in the source's
+    bytes_read and requests; nothing of HDF5's reads is recorded, so what they read HDF5
+    has read too: a v1 B-tree's nodes twice, once in HDF5's counting walk). HDF5 must
+    open the very file the scan opened (device and inode compared) and have it open
+    nowhere else in this process (where HDF5 would share that handle: its view of a file
+    being written, not the file's bytes), else `open` is None and the file-object driver
+    reads it."""
+
+    MIN = 1 << 18  # bytes from which a file is opened so (smaller ones: `_Image`)
+
+    def __init__(self, fobj):  # (HDF5 reads with its own descriptor: nothing to hook)
+        self.fobj, self.fd = fobj, fobj.fileno()
+        self.reads, self.kept, self._starts = {}, 0, None
+        self.on = False
+
+    def open(self) -> h5py.File | None:
+        try:  # (no lock: the file-object driver takes none either)
+            f = h5py.File(self.fobj.name, "r", locking=False)
+        except Exception:
+            return None
+        try:
+            mine, hdf5 = os.fstat(self.fd), os.fstat(f.id.get_vfd_handle())
+            if (mine.st_dev, mine.st_ino) == (hdf5.st_dev, hdf5.st_ino) and \
+                    h5py.h5f.get_obj_count(f.id, h5py.h5f.OBJ_FILE) == 1:
+                return f
+        except Exception:
+            pass
+        f.close()
+        return None
+
+
 class _Image(_Recorder):
     """A small local file (at most `LIMIT` bytes) read whole with one read, which HDF5
     opens from memory (`open`: its core driver, on a copy of these bytes, read-only), so

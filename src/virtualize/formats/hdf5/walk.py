@@ -80,6 +80,7 @@ from .index import (
     _few_blocks,
     _Image,
     _masked_chunks,
+    _Native,
     _native_chunk_index,
     _Recorder,
     _unlimited_axis,
@@ -107,13 +108,22 @@ def scan_hdf5(path: str, finish=None) -> FileInventory:
         # a small local file is read whole, once, and HDF5 opens that image (its core
         # driver: no Python call per read of HDF5's); the direct readers read it too
         recorder = _Image.of(fobj, st.st_size) if local else None
+        f = None
+        if recorder is None and local and st.st_size >= _Native.MIN:
+            # a larger one HDF5 opens by its path (its own driver: no Python call per
+            # read, thousands on a large chunk index); the direct readers read the file
+            recorder = _Native(fobj)
+            f = recorder.open()
+            if f is None:  # (HDF5 cannot open it so: its file-object driver decides)
+                recorder = None
         if recorder is None and local:
             # what HDF5 reads of a local file is kept (its superblock, object headers...):
             # the direct readers of attributes and chunk indexes read them from memory
             recorder = _Recorder(fobj)
             recorder.on = True
         try:
-            f = recorder.open() if isinstance(recorder, _Image) else h5py.File(fobj, "r")
+            if f is None:
+                f = recorder.open() if isinstance(recorder, _Image) else h5py.File(fobj, "r")
         except Exception as e:  # h5py raises OSError / RuntimeError with HDF5's text
             raise OSError(f"{path}: not a readable HDF5 file ({e})") from e
         with f:
