@@ -883,7 +883,8 @@ class _Scanner:
     def _chunk_index(self, name: str, ds: h5py.Dataset, chunks: tuple[int, ...]):
         """A chunked dataset's index: read directly where it is a v1 B-tree, a fixed
         array, an extensible array, a v2 B-tree or an implicit index in a local file
-        (`_native_chunk_index`, from the bytes HDF5 has just read counting the index),
+        (`_native_chunk_index`, from the bytes HDF5 has just read counting the index, or
+        the same bytes of the file: `_Native`),
         else, or on anything unexpected, by `chunk_iter` (`_chunk_iter_index`). A dataset
         in another file, reached by an external link (the recorder reads this file's bytes
         only): `chunk_iter`. None: the chunks' coordinates cannot be told."""
