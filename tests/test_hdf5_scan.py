@@ -1125,3 +1125,43 @@ def test_contiguous_coordinates_read_from_their_bytes_are_h5pys(tmp_path, monkey
             assert read.variables[name].digest == h5.variables[name].digest
             assert read.variables[name].digest is not None
     assert read.fingerprint == h5.fingerprint
+
+
+def test_chunked_coordinates_read_from_their_bytes_are_h5pys(tmp_path, monkeypatch):
+    """An unfiltered chunked coordinate's values (a netCDF-4 unlimited `time`: one chunk of
+    512; several chunks, the last partial; big-endian) are read from its chunks' bytes:
+    equal to h5py's read, in h5py's type, and digested as when h5py reads them; a chunk
+    never written, or filtered chunks, are read by h5py."""
+    from virtualize.formats.hdf5 import walk
+
+    p = tmp_path / "c.h5"
+    with h5py.File(p, "w") as f:
+        for name, dt, n, c, kw in (("t", "<f8", 3, 512, {}), ("x", ">i4", 7, 3, {}),
+                                   ("y", "<f4", 5, 2, {"compression": "gzip"}),
+                                   ("z", "<u2", 6, 4, {})):
+            d = f.create_dataset(name, shape=(n,), maxshape=(None,), chunks=(c,), dtype=dt,
+                                 fillvalue=7, **kw)
+            if name == "z":
+                d[:4] = np.arange(4) + 1  # its second chunk never written: the fill value
+            else:
+                d[...] = (np.arange(n) * 3 + 1).astype(dt)
+            d.make_scale(name)
+        v = f.create_dataset("v", data=np.zeros((3, 7, 5, 6), "f4"), chunks=(3, 7, 5, 6))
+        for axis, name in enumerate(("t", "x", "y", "z")):
+            v.dims[axis].attach_scale(f[name])
+    seen = []
+    real = walk._chunk_values
+    monkeypatch.setattr(walk, "_chunk_values",
+                        lambda *a: seen.append(r := real(*a)) or r)
+    read = virtualize.inventory(p)
+    assert [r is not None for r in seen] == [True, True, False, False]  # t, x; y, z: h5py
+    monkeypatch.setattr(walk, "_chunk_values", lambda *a: None)  # h5py reads them
+    h5 = virtualize.inventory(p)
+    with h5py.File(p, "r") as f:
+        for name in ("t", "x", "y", "z"):
+            got = read.variables[name].values
+            assert got.dtype == f[name].dtype and np.array_equal(got, f[name][()]), name
+            assert read.variables[name].digest == h5.variables[name].digest
+            assert np.array_equal(read.variables[name].block_digests,
+                                  h5.variables[name].block_digests)
+    assert read.fingerprint == h5.fingerprint

@@ -4,11 +4,13 @@ input of the mutation suite and mutants of its HDF5 sources (the mutation suite 
 then judges the fast paths against h5py's reading of the file by its path):
 
 - a small local file read whole with one read and opened by HDF5 from that image (its
-  core driver: `formats/hdf5/index._Image`), and a larger one opened by HDF5 by its path
-  (its own driver: `index._Native`; here every file, whatever its size), each against
+  core driver: `formats/hdf5/drivers._Image`), and a larger one opened by HDF5 by its path
+  (its own driver: `drivers._Native`; here every file, whatever its size), each against
   h5py's file-object driver (one Python call per read of HDF5's, what HDF5 read reused);
 - a few chunks' block table made in Python (`index._few_blocks`), against the
   numpy pass of `_blocks`;
+- a chunked coordinate's values read from its chunks' bytes (`attrs._chunk_values`:
+  unfiltered, a few chunks, all stored), against h5py's read;
 - a dataset's shape and maximum shape from its header's dataspace message
   (`header.dataset_extent`), against h5py's;
 - an object header read before (the same bytes: `header.AttrReader._header_key`, in
@@ -24,8 +26,8 @@ from hypothesis import strategies as st
 from test_h5meta import HDF5_CASES, _inventory_fields
 
 import virtualize
+from virtualize.formats.hdf5 import drivers as hdf5_drivers
 from virtualize.formats.hdf5 import header as hdf5_header
-from virtualize.formats.hdf5 import index as hdf5_index
 from virtualize.formats.hdf5 import walk as hdf5_walk
 
 from .test_mutations import SOURCES, Source, mutate
@@ -62,17 +64,18 @@ def _both(path, monkeypatch) -> tuple:
     too, where HDF5 opens it so."""
     opened, native = [], []
     with monkeypatch.context() as m:
-        _counted(m, hdf5_index._Image, opened)
+        _counted(m, hdf5_drivers._Image, opened)
         fast = _outcome(path)
     with monkeypatch.context() as m:
-        _counted(m, hdf5_index._Native, native)
-        m.setattr(hdf5_index._Image, "LIMIT", 0)
-        m.setattr(hdf5_index._Native, "MIN", 0)
+        _counted(m, hdf5_drivers._Native, native)
+        m.setattr(hdf5_drivers._Image, "LIMIT", 0)
+        m.setattr(hdf5_drivers._Native, "MIN", 0)
         by_path = _outcome(path)
     with monkeypatch.context() as m:
-        m.setattr(hdf5_index._Image, "LIMIT", 0)
-        m.setattr(hdf5_index._Native, "MIN", 1 << 62)
+        m.setattr(hdf5_drivers._Image, "LIMIT", 0)
+        m.setattr(hdf5_drivers._Native, "MIN", 1 << 62)
         m.setattr(hdf5_walk, "_few_blocks", lambda *a: None)
+        m.setattr(hdf5_walk, "_chunk_values", lambda *a: None)
         m.setattr(hdf5_walk, "dataset_extent", lambda messages: None)
         m.setattr(hdf5_header.AttrReader, "_header_key", lambda self, addr: None)
         slow = _outcome(path)
@@ -84,7 +87,7 @@ def _both(path, monkeypatch) -> tuple:
 def test_fixtures_scan_the_same_from_their_image(case, name, monkeypatch):
     for path in case(name):
         fast, slow, used = _both(path, monkeypatch)
-        assert used == (0 < path.stat().st_size <= hdf5_index._Image.LIMIT)
+        assert used == (0 < path.stat().st_size <= hdf5_drivers._Image.LIMIT)
         assert fast == slow, path
 
 
@@ -124,7 +127,7 @@ def _large(tmp_path):
 
     p = tmp_path / "big.h5"
     with h5py.File(p, "w") as f:
-        f["x"] = np.arange(hdf5_index._Image.LIMIT // 8 + 1, dtype="f8")
+        f["x"] = np.arange(hdf5_drivers._Image.LIMIT // 8 + 1, dtype="f8")
         f.create_dataset("y", data=np.arange(2000, dtype="i4").reshape(1000, 2), chunks=(1, 2),
                          compression="gzip")
     return p
@@ -133,8 +136,8 @@ def _large(tmp_path):
 def test_a_large_file_is_opened_by_hdf5_by_its_path(tmp_path, monkeypatch):
     p = _large(tmp_path)
     seen = []
-    real = hdf5_index._Native.open
-    monkeypatch.setattr(hdf5_index._Native, "open", lambda self: seen.append(1) or real(self))
+    real = hdf5_drivers._Native.open
+    monkeypatch.setattr(hdf5_drivers._Native, "open", lambda self: seen.append(1) or real(self))
     inv = virtualize.inventory(p)
     assert seen and inv.variables["x"].blocks is not None
     assert 0 < inv.bytes_read < p.stat().st_size  # its data is not read
@@ -151,8 +154,8 @@ def test_a_large_file_open_elsewhere_is_read_through_the_file_object_driver(tmp_
     p = _large(tmp_path)
     plain = virtualize.inventory(p)
     seen = []
-    real = hdf5_walk._Recorder
-    monkeypatch.setattr(hdf5_walk, "_Recorder", lambda fobj: seen.append(1) or real(fobj))
+    real = hdf5_drivers._Recorder
+    monkeypatch.setattr(hdf5_drivers, "_Recorder", lambda fobj: seen.append(1) or real(fobj))
     with h5py.File(p, "r", locking=False):
         got = virtualize.inventory(p)
     assert seen and _inventory_fields(got) == _inventory_fields(plain)
@@ -170,7 +173,7 @@ def test_the_harness_tells_a_wrong_read_by_path(tmp_path, monkeypatch):
     shutil.copy(p, other)
     with h5py.File(other, "a") as f:
         f["x"].attrs["units"] = "K"
-    monkeypatch.setattr(hdf5_index._Native, "open",
+    monkeypatch.setattr(hdf5_drivers._Native, "open",
                         lambda self: h5py.File(other, "r", locking=False))
     with pytest.raises(AssertionError, match="opened by its path"):
         _both(p, monkeypatch)

@@ -42,6 +42,7 @@ from .attrs import (
     _address,
     _attr_text,
     _Attrs,
+    _chunk_values,
     _Dataset,
     _hard_links,
     _identity,
@@ -60,6 +61,7 @@ from .codecs import (
     hdf5_filter_codec,
     stored_type_differs,
 )
+from .drivers import _open_file, _Recorder
 from .header import (
     AttrReader,
     DimensionList,
@@ -78,11 +80,8 @@ from .index import (
     _chunk_iter_swizzles,
     _Corrupt,
     _few_blocks,
-    _Image,
     _masked_chunks,
-    _Native,
     _native_chunk_index,
-    _Recorder,
     _unlimited_axis,
     _walk_chunk_index,
 )
@@ -104,28 +103,7 @@ def scan_hdf5(path: str, finish=None) -> FileInventory:
     planning data)."""
     st = storage.stat(path)
     with storage.open_source(path, st.st_size) as fobj:
-        local = isinstance(fobj, storage.LocalFile)
-        # a small local file is read whole, once, and HDF5 opens that image (its core
-        # driver: no Python call per read of HDF5's); the direct readers read it too
-        recorder = _Image.of(fobj, st.st_size) if local else None
-        f = None
-        if recorder is None and local and st.st_size >= _Native.MIN:
-            # a larger one HDF5 opens by its path (its own driver: no Python call per
-            # read, thousands on a large chunk index); the direct readers read the file
-            recorder = _Native(fobj)
-            f = recorder.open()
-            if f is None:  # (HDF5 cannot open it so: its file-object driver decides)
-                recorder = None
-        if recorder is None and local:
-            # what HDF5 reads of a local file is kept (its superblock, object headers...):
-            # the direct readers of attributes and chunk indexes read them from memory
-            recorder = _Recorder(fobj)
-            recorder.on = True
-        try:
-            if f is None:
-                f = recorder.open() if isinstance(recorder, _Image) else h5py.File(fobj, "r")
-        except Exception as e:  # h5py raises OSError / RuntimeError with HDF5's text
-            raise OSError(f"{path}: not a readable HDF5 file ({e})") from e
+        f, recorder = _open_file(path, fobj, st.st_size)
         with f:
             scanner = _Scanner(path, f, recorder, st.st_size)
             scanner.source = fobj
@@ -483,8 +461,11 @@ class _Scanner:
         values = None
         if is_coord and shape[0] <= COORD_VALUES_LIMIT:
             # (this local file's: from its bytes, as HDF5 would read them)
-            values = _stored_values(self.recorder, st, ds.dtype, shape, self.size) \
-                if name not in self._origin else None
+            if name not in self._origin:  # (this file's: a contiguous one, or a few chunks)
+                values = _stored_values(self.recorder, st, ds.dtype, shape, self.size)
+                if values is None:
+                    values = _chunk_values(self.recorder, st, ds.dtype, shape, blocks,
+                                           self.size)
             if values is None:
                 values = _read_all(ds)
         if name in self._nc_shapes and self._nc_shapes[name] != shape:
