@@ -9,8 +9,6 @@ then judges the fast paths against h5py's reading of the file by its path):
   h5py's file-object driver (one Python call per read of HDF5's, what HDF5 read reused);
 - a few chunks' block table made in Python (`index._few_blocks`), against the
   numpy pass of `_blocks`;
-- a chunked coordinate's values read from its chunks' bytes (`attrs._chunk_values`:
-  unfiltered, a few chunks, all stored), against h5py's read;
 - a dataset's shape and maximum shape from its header's dataspace message
   (`header.dataset_extent`), against h5py's;
 - an object header read before (the same bytes: `header.AttrReader._header_key`, in
@@ -75,7 +73,6 @@ def _both(path, monkeypatch) -> tuple:
         m.setattr(hdf5_drivers._Image, "LIMIT", 0)
         m.setattr(hdf5_drivers._Native, "MIN", 1 << 62)
         m.setattr(hdf5_walk, "_few_blocks", lambda *a: None)
-        m.setattr(hdf5_walk, "_chunk_values", lambda *a: None)
         m.setattr(hdf5_walk, "dataset_extent", lambda messages: None)
         m.setattr(hdf5_header.AttrReader, "_header_key", lambda self, addr: None)
         slow = _outcome(path)

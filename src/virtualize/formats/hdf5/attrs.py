@@ -68,33 +68,6 @@ def _stored_values(rec, st, dt: np.dtype, shape: tuple[int, ...], file_size: int
     return np.frombuffer(raw, dtype=dt).reshape(shape).copy()
 
 
-def _chunk_values(rec, st, dt: np.dtype, shape: tuple[int, ...], blocks, file_size: int):
-    """The values of a 1-D chunked dataset of plain numbers in a standard type, no
-    filters, no external storage (`st`, its `header.Storage`), a few chunks every one of
-    them stored (`blocks`: its block table as the scan made it, each chunk exactly one
-    chunk's bytes in this file), read from those bytes through `rec` (kept for the
-    dataset's digest), as `_read_all` reads them: HDF5 reads the same bytes, the chunks'
-    parts past the extent left out. None for any other (h5py reads it)."""
-    if rec is None or blocks is None or st.layout != h5py.h5d.CHUNKED or st.external \
-            or st.filters or not st.standard_type or len(shape) != 1 or not shape[0] \
-            or dt.kind not in "iuf" or dt.metadata is not None or dt.names is not None:
-        return None
-    refs = blocks.refs.reshape(-1)
-    full = blocks.block_shape[0] * dt.itemsize
-    if len(refs) > 16 or len(refs) != -(-shape[0] // blocks.block_shape[0]):
-        return None
-    parts = []
-    for path, offset, length in zip(refs["path"].tolist(), refs["offset"].tolist(),
-                                    refs["length"].tolist()):
-        if path != 0 or length != full or offset + length > file_size:
-            return None  # (a chunk never written, copied, or of another size)
-        raw = rec.read(length, offset)
-        if len(raw) != length:
-            return None
-        parts.append(raw)
-    return np.frombuffer(b"".join(parts), dtype=dt)[:shape[0]].copy()
-
-
 class _Dataset(h5py.Dataset):
     """A dataset of a file open read-only: what the scan asks of it many times (rank,
     type, maximum shape, chunk shape) asked of HDF5 once (h5py asks each time, making an

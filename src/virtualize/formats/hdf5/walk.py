@@ -42,7 +42,6 @@ from .attrs import (
     _address,
     _attr_text,
     _Attrs,
-    _chunk_values,
     _Dataset,
     _hard_links,
     _identity,
@@ -461,11 +460,8 @@ class _Scanner:
         values = None
         if is_coord and shape[0] <= COORD_VALUES_LIMIT:
             # (this local file's: from its bytes, as HDF5 would read them)
-            if name not in self._origin:  # (this file's: a contiguous one, or a few chunks)
-                values = _stored_values(self.recorder, st, ds.dtype, shape, self.size)
-                if values is None:
-                    values = _chunk_values(self.recorder, st, ds.dtype, shape, blocks,
-                                           self.size)
+            values = _stored_values(self.recorder, st, ds.dtype, shape, self.size) \
+                if name not in self._origin else None
             if values is None:
                 values = _read_all(ds)
         if name in self._nc_shapes and self._nc_shapes[name] != shape:
