@@ -20,6 +20,7 @@ from robustness._oracle import SCAN_TIMEOUT, judge
 import virtualize
 from virtualize import storage
 from virtualize.formats.hdf5 import attrs as hdf5_attrs
+from virtualize.formats.hdf5 import drivers as hdf5_drivers
 from virtualize.formats.hdf5 import index as hdf5_index
 from virtualize.formats.hdf5 import walk as hdf5_walk
 from virtualize.model import VirtualizeError
@@ -436,4 +437,4 @@ def test_a_short_local_read_is_read_on_then_zero_filled():
         return len(chunk)
 
     buf = bytearray(b"\xff" * 8)
-    assert hdf5_index._read_filled(readinto, buf) == 3 and bytes(buf) == b"abc" + bytes(5)
+    assert hdf5_drivers._read_filled(readinto, buf) == 3 and bytes(buf) == b"abc" + bytes(5)

@@ -4,8 +4,9 @@ input of the mutation suite and mutants of its HDF5 sources (the mutation suite 
 then judges the fast paths against h5py's reading of the file by its path):
 
 - a small local file read whole with one read and opened by HDF5 from that image (its
-  core driver: `formats/hdf5/index._Image`), against h5py's file-object driver (one
-  Python call per read of HDF5's);
+  core driver: `formats/hdf5/drivers._Image`), and a larger one opened by HDF5 by its path
+  (its own driver: `drivers._Native`; here every file, whatever its size), each against
+  h5py's file-object driver (one Python call per read of HDF5's, what HDF5 read reused);
 - a few chunks' block table made in Python (`index._few_blocks`), against the
   numpy pass of `_blocks`;
 - a dataset's shape and maximum shape from its header's dataspace message
@@ -23,8 +24,8 @@ from hypothesis import strategies as st
 from test_h5meta import HDF5_CASES, _inventory_fields
 
 import virtualize
+from virtualize.formats.hdf5 import drivers as hdf5_drivers
 from virtualize.formats.hdf5 import header as hdf5_header
-from virtualize.formats.hdf5 import index as hdf5_index
 from virtualize.formats.hdf5 import walk as hdf5_walk
 
 from .test_mutations import SOURCES, Source, mutate
@@ -43,24 +44,39 @@ def _outcome(path):
         return ("refused", [(p.kind, str(p.loc), p.message) for p in e.problems])
 
 
-def _both(path, monkeypatch) -> tuple:
-    """(the outcome with the fast paths, without them), and whether the image was used."""
-    opened = []
-    real = hdf5_index._Image.open
+def _counted(m, cls, opened: list) -> None:
+    real = cls.open
 
     def counted(self):
-        opened.append(self)
-        return real(self)
+        got = real(self)
+        if got is not None:
+            opened.append(self)
+        return got
 
+    m.setattr(cls, "open", counted)
+
+
+def _both(path, monkeypatch) -> tuple:
+    """(the outcome with the fast paths, without them), and whether the image was used;
+    the outcome with HDF5 opening the file by its path (`_Native`) must be the slow one
+    too, where HDF5 opens it so."""
+    opened, native = [], []
     with monkeypatch.context() as m:
-        m.setattr(hdf5_index._Image, "open", counted)
+        _counted(m, hdf5_drivers._Image, opened)
         fast = _outcome(path)
     with monkeypatch.context() as m:
-        m.setattr(hdf5_index._Image, "LIMIT", 0)
+        _counted(m, hdf5_drivers._Native, native)
+        m.setattr(hdf5_drivers._Image, "LIMIT", 0)
+        m.setattr(hdf5_drivers._Native, "MIN", 0)
+        by_path = _outcome(path)
+    with monkeypatch.context() as m:
+        m.setattr(hdf5_drivers._Image, "LIMIT", 0)
+        m.setattr(hdf5_drivers._Native, "MIN", 1 << 62)
         m.setattr(hdf5_walk, "_few_blocks", lambda *a: None)
         m.setattr(hdf5_walk, "dataset_extent", lambda messages: None)
         m.setattr(hdf5_header.AttrReader, "_header_key", lambda self, addr: None)
         slow = _outcome(path)
+    assert by_path == slow, "opened by its path"
     return fast, slow, bool(opened)
 
 
@@ -68,7 +84,7 @@ def _both(path, monkeypatch) -> tuple:
 def test_fixtures_scan_the_same_from_their_image(case, name, monkeypatch):
     for path in case(name):
         fast, slow, used = _both(path, monkeypatch)
-        assert used == (0 < path.stat().st_size <= hdf5_index._Image.LIMIT)
+        assert used == (0 < path.stat().st_size <= hdf5_drivers._Image.LIMIT)
         assert fast == slow, path
 
 
@@ -102,47 +118,59 @@ def test_mutants_scan_the_same_from_their_image(case, label, tmp_path, monkeypat
     assert any(used)
 
 
-def test_a_large_file_is_read_through_the_file_object_driver(tmp_path, monkeypatch):
+def _large(tmp_path):
     import h5py
     import numpy as np
 
     p = tmp_path / "big.h5"
     with h5py.File(p, "w") as f:
-        f["x"] = np.arange(hdf5_index._Image.LIMIT // 8 + 1, dtype="f8")
+        f["x"] = np.arange(hdf5_drivers._Image.LIMIT // 8 + 1, dtype="f8")
+        f.create_dataset("y", data=np.arange(2000, dtype="i4").reshape(1000, 2), chunks=(1, 2),
+                         compression="gzip")
+    return p
+
+
+def test_a_large_file_is_opened_by_hdf5_by_its_path(tmp_path, monkeypatch):
+    p = _large(tmp_path)
     seen = []
-    real = hdf5_walk._Recorder
-    monkeypatch.setattr(hdf5_walk, "_Recorder", lambda fobj: seen.append(1) or real(fobj))
+    real = hdf5_drivers._Native.open
+    monkeypatch.setattr(hdf5_drivers._Native, "open", lambda self: seen.append(1) or real(self))
     inv = virtualize.inventory(p)
     assert seen and inv.variables["x"].blocks is not None
-    assert inv.bytes_read < p.stat().st_size  # its data is not read
+    assert 0 < inv.bytes_read < p.stat().st_size  # its data is not read
+    assert len(inv.variables["y"].blocks.refs.reshape(-1)) == 1000
 
 
-def _with_continuation(path, last: str) -> None:
-    """A dataset whose object header (version 1: no checksum) continues in another block,
-    where its last attribute, `last`, lies; its attributes in its messages alone."""
-    import h5py
-    import numpy as np
-
-    with h5py.File(path, "w", libver="earliest") as f:
-        d = f.create_dataset("x", data=np.arange(4, dtype="f4"))
-        for i in range(12):
-            d.attrs[f"a{i:02d}"] = np.bytes_(f"attribute {i} " * 8)  # (fixed-length: no heap)
-        d.attrs["last"] = np.bytes_(last)
-
-
-def test_a_header_read_before_is_reused_only_with_its_other_blocks(tmp_path):
-    """Two files whose dataset headers differ only in their continuation block: the
-    second's attributes are its own, though its first block is the first's."""
+def test_a_large_file_open_elsewhere_is_read_through_the_file_object_driver(tmp_path,
+                                                                           monkeypatch):
+    """HDF5 shares the handle of a file this process has open (here for writing, its
+    changes not yet on disk): opened by its path, HDF5 would read that, the direct readers
+    the file; the file-object driver reads the file's bytes."""
     import h5py
 
-    one, two = tmp_path / "one.h5", tmp_path / "two.h5"
-    _with_continuation(one, "first file")
-    _with_continuation(two, "other file")
-    a, b = one.read_bytes(), two.read_bytes()
-    differ = [i for i in range(len(a)) if a[i] != b[i]]
-    with h5py.File(one, "r") as f:
-        addr = h5py.h5g.get_objinfo(f["x"].id, b".").objno[0]
-        first_block = 16 + int.from_bytes(a[addr + 8:addr + 12], "little")
-    assert differ and all(not addr <= i < addr + first_block for i in differ)
-    assert virtualize.inventory(one).variables["x"].attrs["last"] == "first file"
-    assert virtualize.inventory(two).variables["x"].attrs["last"] == "other file"
+    p = _large(tmp_path)
+    plain = virtualize.inventory(p)
+    seen = []
+    real = hdf5_drivers._Recorder
+    monkeypatch.setattr(hdf5_drivers, "_Recorder", lambda fobj: seen.append(1) or real(fobj))
+    with h5py.File(p, "r", locking=False):
+        got = virtualize.inventory(p)
+    assert seen and _inventory_fields(got) == _inventory_fields(plain)
+
+
+def test_the_harness_tells_a_wrong_read_by_path(tmp_path, monkeypatch):
+    """The comparison above fails where HDF5, opened by the path, reads other than the
+    file-object driver (here: another file, whose dataset has an attribute more)."""
+    import shutil
+
+    import h5py
+
+    p = _large(tmp_path)
+    other = tmp_path / "other.h5"
+    shutil.copy(p, other)
+    with h5py.File(other, "a") as f:
+        f["x"].attrs["units"] = "K"
+    monkeypatch.setattr(hdf5_drivers._Native, "open",
+                        lambda self: h5py.File(other, "r", locking=False))
+    with pytest.raises(AssertionError, match="opened by its path"):
+        _both(p, monkeypatch)

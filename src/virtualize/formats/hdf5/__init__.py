@@ -4,8 +4,9 @@ A chunked dataset's index is read in one pass: a v1 B-tree (netCDF-C's default, 
 file written for every library version), a fixed array, an extensible array, a v2 B-tree
 or an implicit index in a local file directly from the file's bytes, one `np.frombuffer`
 per B-tree node or array block or page (`_native_chunk_index`), checked against HDF5's own
-count of the index (whose walk also checks the arrays' checksums, and whose reads the
-direct reader reuses: the index is read from the file once); every other index, a remote
+count of the index (whose walk also checks the arrays' checksums; through the file-object
+driver the direct reader reuses its reads, else it reads the same bytes of the file
+again); every other index, a remote
 file, and anything the direct reader does not expect, with one `chunk_iter` pass (never
 `get_chunk_info(i)` in a loop, which is O(N) per call), whose chunks of an extensible
 array with its unlimited axis not the first HDF5 misplaces (`_chunk_iter_swizzles`): the
@@ -13,8 +14,10 @@ scan puts them at their places. Groups are walked with `keys()`; data is read on
 small 1-D coordinate variables, whose values the planner checks and inlines.
 
 A local file of at most 256 KiB is read whole with one read and HDF5 opens that image
-(`index._Image`: its core driver, no Python call per read of HDF5's); a larger one through
-h5py's file-object driver, what HDF5 reads kept (`index._Recorder`). Per object:
+(`drivers._Image`: its core driver, no Python call per read of HDF5's); a larger one HDF5
+opens by its path (`drivers._Native`: its own driver), the direct readers reading the file;
+one HDF5 cannot open so, or has open elsewhere in the process, through h5py's file-object
+driver, what HDF5 reads kept (`drivers._Recorder`). Per object:
 attributes, and a dataset's layout, filters, fill value, stored type and extent, are
 read from the object header's bytes HDF5 has just read and checked (`header.py`; h5py's
 calls cost ~20-50 us each, which made a small netCDF-4 file's scan mostly attribute
@@ -26,7 +29,8 @@ identity (header addresses), from one read of its `DIMENSION_LIST`, never by nam
 referenced object (which searches the file).
 
 This package is split by job: `walk.py` (groups, links, variables, dimension scales),
-`index.py` (chunk-index readers), `codecs.py` (filters as codecs, data types, fill
+`index.py` (chunk-index readers), `drivers.py` (how HDF5 and the direct readers read
+the file), `codecs.py` (filters as codecs, data types, fill
 values), `attrs.py` (objects and attributes), `header.py` (object headers read directly),
 `vds.py` (virtual datasets); this module is the plug-in (`FORMAT`), importing them (and
 h5py) on first use.

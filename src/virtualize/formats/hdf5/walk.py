@@ -60,6 +60,7 @@ from .codecs import (
     hdf5_filter_codec,
     stored_type_differs,
 )
+from .drivers import _open_file, _Recorder
 from .header import (
     AttrReader,
     DimensionList,
@@ -78,10 +79,8 @@ from .index import (
     _chunk_iter_swizzles,
     _Corrupt,
     _few_blocks,
-    _Image,
     _masked_chunks,
     _native_chunk_index,
-    _Recorder,
     _unlimited_axis,
     _walk_chunk_index,
 )
@@ -103,19 +102,7 @@ def scan_hdf5(path: str, finish=None) -> FileInventory:
     planning data)."""
     st = storage.stat(path)
     with storage.open_source(path, st.st_size) as fobj:
-        local = isinstance(fobj, storage.LocalFile)
-        # a small local file is read whole, once, and HDF5 opens that image (its core
-        # driver: no Python call per read of HDF5's); the direct readers read it too
-        recorder = _Image.of(fobj, st.st_size) if local else None
-        if recorder is None and local:
-            # what HDF5 reads of a local file is kept (its superblock, object headers...):
-            # the direct readers of attributes and chunk indexes read them from memory
-            recorder = _Recorder(fobj)
-            recorder.on = True
-        try:
-            f = recorder.open() if isinstance(recorder, _Image) else h5py.File(fobj, "r")
-        except Exception as e:  # h5py raises OSError / RuntimeError with HDF5's text
-            raise OSError(f"{path}: not a readable HDF5 file ({e})") from e
+        f, recorder = _open_file(path, fobj, st.st_size)
         with f:
             scanner = _Scanner(path, f, recorder, st.st_size)
             scanner.source = fobj
@@ -873,7 +860,8 @@ class _Scanner:
     def _chunk_index(self, name: str, ds: h5py.Dataset, chunks: tuple[int, ...]):
         """A chunked dataset's index: read directly where it is a v1 B-tree, a fixed
         array, an extensible array, a v2 B-tree or an implicit index in a local file
-        (`_native_chunk_index`, from the bytes HDF5 has just read counting the index),
+        (`_native_chunk_index`, from the bytes HDF5 has just read counting the index, or
+        the same bytes of the file: `_Native`),
         else, or on anything unexpected, by `chunk_iter` (`_chunk_iter_index`). A dataset
         in another file, reached by an external link (the recorder reads this file's bytes
         only): `chunk_iter`. None: the chunks' coordinates cannot be told."""
