@@ -51,7 +51,7 @@ LOCK = ".virtualize-catalog.lock"
 GC_EVERY = 64
 
 
-@dataclass
+@dataclass(slots=True)  # (one a dataset, all alive until they are run)
 class _Job:
     """One dataset's work this run: `action` "build", "rebuild", "append", "unchanged",
     "refused" (unchanged since it was refused); the files to scan for it (`scan`: rows of

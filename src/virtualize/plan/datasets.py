@@ -123,7 +123,7 @@ def template(drs: str | None = None, path_template: str | None = None) -> PathTe
 
 # -- datasets --------------------------------------------------------------------------------
 
-@dataclass
+@dataclass(slots=True)  # (one a dataset of an archive)
 class Dataset:
     """One dataset of an archive: its `name` (unique in the catalog), its `facets` (the
     catalog's columns), its files in order and, when its members are stacked, each file's
