@@ -234,7 +234,7 @@ def _catalog(roots, out: Path, tpl, grouping, fmt, prev, base: Recipe, member, *
         prev.datasets.clear()  # (what a dataset needs is decided: its record is in its job)
     # every file to scan, dataset by dataset (each planned when its files are scanned), as
     # rows of the listing: one pass of the workers over the archive, no string a file held
-    queue = groups.Rows(listing, [i for j in jobs_ for i in j.scan])
+    queue = groups.Rows(listing, (i for j in jobs_ for i in j.scan))  # (no int a file)
     report.scanned += sum(p not in scanned for p in queue) if scanned else len(queue)
     results = _scanned(queue, scanned, jobs, executor, scan_timeout, hint, progress)
     found.datasets = []  # (each in its job, which is dropped once the dataset is done)

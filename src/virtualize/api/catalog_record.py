@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from .._version import __version__
 from ..model import Location, Problem
 from ..outputs.staging import replace_atomically
@@ -252,7 +254,7 @@ def write_catalog(out: Path, record: CatalogRecord, order: Iterable[str],
         cols.append(variable)
     cols += ["path", "format"]
     groupby = [c for c in name_facets if c in facet_cols]
-    keys: set[bytes] = set()  # (a digest of each row's groupby values: 16 bytes a row)
+    keys = bytearray()  # (an 8-byte digest of each row's groupby values: no object a row)
     rows = 0
 
     def csv_text() -> Iterator[bytes]:
@@ -267,17 +269,17 @@ def write_catalog(out: Path, record: CatalogRecord, order: Iterable[str],
             if variable not in d.facets:
                 row[variable] = " ".join(d.variables)
             w.writerow(row)
-            keys.add(hashlib.blake2b(json.dumps([d.facets.get(c, "") for c in groupby])
-                                     .encode(), digest_size=16).digest())
+            keys.extend(hashlib.blake2b(json.dumps([d.facets.get(c, "") for c in groupby])
+                                        .encode(), digest_size=8).digest())
             rows += 1
-            if buf.tell() > 1 << 16:
+            if buf.tell() > 1 << 13:  # (a few rows at a time)
                 yield buf.getvalue().encode()
                 buf.seek(0)
                 buf.truncate()
         yield buf.getvalue().encode()
 
     replace_atomically(out / CATALOG_CSV, csv_text())
-    if not groupby or len(keys) < rows:
+    if not groupby or len(np.unique(np.frombuffer(bytes(keys), dtype="u8"))) < rows:
         groupby = ["dataset"]
     doc = {
         "esmcat_version": "0.1.0",

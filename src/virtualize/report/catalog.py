@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import html
 import json
+import os
 import pickle
 import tempfile
 from array import array
@@ -48,11 +49,15 @@ class Spooled(Sequence):
         return len(self._ends)
 
     def __iter__(self) -> Iterator:
-        f, start = self._file, 0
-        for end in list(self._ends):
-            f.seek(start)
-            yield pickle.loads(f.read(end - start))
+        start = 0
+        for k in range(len(self._ends)):  # (items appended meanwhile: not read)
+            end = self._ends[k]
+            yield self._read(start, end)
             start = end
+
+    def _read(self, start: int, end: int):
+        self._file.flush()
+        return pickle.loads(os.pread(self._file.fileno(), end - start, start))
 
     def __getitem__(self, i):
         if isinstance(i, slice):
@@ -61,9 +66,7 @@ class Spooled(Sequence):
             i += len(self)
         if not 0 <= i < len(self):
             raise IndexError(i)
-        start = self._ends[i - 1] if i else 0
-        self._file.seek(start)
-        return pickle.loads(self._file.read(self._ends[i] - start))
+        return self._read(self._ends[i - 1] if i else 0, self._ends[i])
 
     def __eq__(self, other) -> bool:
         if isinstance(other, Sequence) and not isinstance(other, str):
