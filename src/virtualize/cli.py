@@ -877,7 +877,7 @@ def _docs(args) -> int:
 def _catalog(args) -> int:
     """`virtualize catalog`: the archive's report (text, --json, --html); exit 1 when a
     dataset is refused or a root cannot be walked."""
-    from .api.catalog import catalog  # (`.api`'s name is the module once CATALOG_KINDS was read)
+    from .api import catalog
 
     report = catalog(args.roots, args.output, drs=args.drs, path_template=args.path_template,
                      group_by=args.group_by, concat_dims=args.concat_dim,
