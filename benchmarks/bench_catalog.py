@@ -84,6 +84,10 @@ def grow(root: Path, files: int, per: int) -> int:
         d.mkdir(parents=True)
         for i, t in enumerate(templates):
             os.link(t, d / f"tas_Amon_M{k}_historical_r1i1p1f1_gn_{2000 + i}01-{2000 + i}12.nc")
+    k = n  # (datasets of a larger tree an earlier run left: removed, else counted)
+    while dataset_dir(root, k).is_dir():
+        shutil.rmtree(dataset_dir(root, k))
+        k += 1
     return n
 
 

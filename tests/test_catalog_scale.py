@@ -25,6 +25,8 @@ netCDF4 = pytest.importorskip("netCDF4")
 
 PER = 40  # files a dataset
 BOUND = 600  # bytes a file the peak may grow by
+DATASETS = 10  # datasets of the smaller tree of the per-dataset bound (4 times as many after)
+BOUND_DATASET = 3000  # bytes a dataset the peak may grow by (was about 12 KB)
 
 
 def _templates(d, n: int) -> list:
@@ -46,6 +48,8 @@ def _templates(d, n: int) -> list:
 
 
 def _grow(root, templates, datasets: int) -> None:
+    """`datasets` CMIP6 datasets under `root` (those missing), a hard link to each of
+    `templates` each."""
     for k in range(datasets):
         d = (root / "CMIP6" / "CMIP" / "INST" / f"MODEL{k}" / "historical" / "r1i1p1f1" /
              "Amon" / "tas" / "gn" / "v20190308")
@@ -129,3 +133,36 @@ def test_the_catalogs_memory_grows_by_little_a_file(tmp_path):
     alive.mkdir()
     virtualize.catalog([root], tmp_path / "cat-4n", drs="cmip6", jobs=1)
     assert not left.exists() and alive.is_dir()
+
+
+def test_the_catalogs_memory_grows_by_little_a_dataset(tmp_path, monkeypatch):
+    """What a dataset leaves in the main process once it is written is not held for the
+    rest of the run (its outcome and record are kept on disk until the report and record
+    are written, catalog.csv is written a row at a time, the walk holds no directory of no
+    file): 4N datasets of one file each peak within a few KB a dataset of N datasets."""
+    templates = _templates(tmp_path / "templates", 1)
+    _grow(tmp_path / "warm", templates, 2)
+    virtualize.catalog([tmp_path / "warm"], tmp_path / "warm-cat", drs="cmip6", jobs=1)
+    # (the catalog collects a dataset's cyclic garbage every GC_EVERY datasets: here after
+    # each, else what is not yet collected of 4N datasets would count as if it were held)
+    monkeypatch.setattr(sys.modules["virtualize.api.catalog"], "GC_EVERY", 1)
+    root = tmp_path / "tree"
+    _grow(root, templates, DATASETS)
+    few, report = _peak(root, tmp_path / "cat-n")
+    assert report.counts == {"built": DATASETS}
+    _grow(root, templates, 4 * DATASETS)
+    many, report = _peak(root, tmp_path / "cat-4n")
+    assert report.counts == {"built": 4 * DATASETS} and len(report.datasets) == 4 * DATASETS
+    per_dataset = (many - few) / (3 * DATASETS)
+    print(f"{per_dataset:.0f} bytes a dataset")
+    assert per_dataset < BOUND_DATASET, \
+        f"{per_dataset:.0f} bytes a dataset ({few} -> {many} bytes traced)"
+    # what was kept on disk is what the report, the record and catalog.csv say
+    names = sorted(d.name for d in report.datasets)
+    assert names == [d.name for d in report.by("built")] and len(set(names)) == len(names)
+    assert names[0] == "CMIP6.CMIP.INST.MODEL0.historical.r1i1p1f1.Amon.tas.gn"
+    record = json.loads((tmp_path / "cat-4n" / "virtualize-catalog.json").read_text())
+    assert list(record["datasets"]) == names
+    rows = (tmp_path / "cat-4n" / "catalog.csv").read_text().splitlines()
+    assert len(rows) == 4 * DATASETS + 1 and [r.split(",")[0] for r in rows[1:]] == names
+    assert report.to_text().startswith(f"catalog {report.catalog}: {4 * DATASETS} dataset(s)")

@@ -124,8 +124,10 @@ def walk(roots: Iterable[str], suffixes: tuple[str, ...] | None, skip: Iterable[
             for directory, files in listed:
                 if directory in done:
                     continue
-                found.add(directory, [f for f in files if suffixes is None
-                                      or f[0].lower().endswith(suffixes)])
+                files = [f for f in files if suffixes is None
+                         or f[0].lower().endswith(suffixes)]
+                if files:  # (a directory of no file is not held: a DRS has 7 a dataset)
+                    found.add(directory, files)
         except VirtualizeError as e:
             problems += e.problems
             continue

@@ -26,7 +26,7 @@ from ..outputs import registry
 from ..outputs.staging import recovered
 from ..plan import datasets as groups
 from ..plan.datasets import Dataset
-from ..report.catalog import CatalogReport, DatasetOutcome
+from ..report.catalog import CatalogReport, DatasetOutcome, Spooled
 from ..run.policy import check_jobs
 from . import catalog_record as records
 from .appending import append
@@ -51,7 +51,7 @@ LOCK = ".virtualize-catalog.lock"
 GC_EVERY = 64
 
 
-@dataclass
+@dataclass(slots=True)  # (one a dataset, all alive until they are run)
 class _Job:
     """One dataset's work this run: `action` "build", "rebuild", "append", "unchanged",
     "refused" (unchanged since it was refused); the files to scan for it (`scan`: rows of
@@ -220,7 +220,9 @@ def _catalog(roots, out: Path, tpl, grouping, fmt, prev, base: Recipe, member, *
         name_facets = groups.name_order({k for d in found.datasets for k in d.facets})
     report.left_out.update(found.left_out)
     record = CatalogRecord(grouping, fmt, content=content)
-    jobs_ = [_decide(ds, listing, prev, out) for ds in found.datasets]
+    # (by name: each dataset's record is added to the record's spool as it is done)
+    jobs_ = sorted((_decide(ds, listing, prev, out) for ds in found.datasets),
+                   key=lambda j: j.ds.name)
     if prev is not None:  # datasets whose files are all gone
         now = {ds.name for ds in found.datasets}
         for name, rec in sorted(prev.datasets.items()):
@@ -232,24 +234,27 @@ def _catalog(roots, out: Path, tpl, grouping, fmt, prev, base: Recipe, member, *
         prev.datasets.clear()  # (what a dataset needs is decided: its record is in its job)
     # every file to scan, dataset by dataset (each planned when its files are scanned), as
     # rows of the listing: one pass of the workers over the archive, no string a file held
-    queue = groups.Rows(listing, [i for j in jobs_ for i in j.scan])
+    queue = groups.Rows(listing, (i for j in jobs_ for i in j.scan))  # (no int a file)
     report.scanned += sum(p not in scanned for p in queue) if scanned else len(queue)
     results = _scanned(queue, scanned, jobs, executor, scan_timeout, hint, progress)
-    outcomes = []
+    found.datasets = []  # (each in its job, which is dropped once the dataset is done)
+    outcomes = Spooled()  # (each dataset's outcome and record kept on disk when done)
     with recovered(out):  # (a killed run's leftovers in OUT cleaned up once, not per cube)
-        for k, job in enumerate(jobs_):
+        for k in range(len(jobs_)):
             if k % GC_EVERY == GC_EVERY - 1:
                 gc.collect()  # (each dataset's check leaves cycles: not left to pile up)
+            job, jobs_[k] = jobs_[k], None
             mine = {listing[i]: next(results) for i in job.scan}
             outcome, rec = _run(job, mine, out, fmt, member, recipe_options, listing,
                                 by_template=tpl is not None, jobs=jobs, executor=executor,
                                 scan_timeout=scan_timeout, skip_unreadable=skip_unreadable)
             outcomes.append(outcome)
-            record.datasets[rec.name] = rec
+            record.add(rec)
             for p in mine:  # (released as we go)
                 scanned.pop(p, None)
-            job.scan = job.new = []
-    report.datasets = outcomes + report.datasets
+            del job, mine, outcome, rec
+    outcomes.extend(report.datasets)  # (then those removed)
+    report.datasets = outcomes
     records.save(out, record)
     report.catalog = str(records.write_catalog(
         out, record, order, name_facets,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import datetime
+import hashlib
 import io
 import json
 import os
@@ -15,9 +16,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from .._version import __version__
 from ..model import Location, Problem
 from ..outputs.staging import replace_atomically
+from ..report.catalog import Spooled
 
 RECORD = "virtualize-catalog.json"  # the record, in OUT
 CATALOG_JSON, CATALOG_CSV = "catalog.json", "catalog.csv"
@@ -134,16 +138,36 @@ class CatalogRecord:
     """The record of a catalog directory: how its datasets are grouped (`grouping`, which a
     re-run must give alike), the output kind, each dataset (`DatasetRecord`), and, when
     grouped by what the files hold, each file's facets (`content`: path -> [size, time,
-    ETag, facets, member]), so that an unchanged file is not scanned again."""
+    ETag, facets, member]), so that an unchanged file is not scanned again. A run's
+    datasets are `add`ed in name order as each is done and kept on disk (`spooled`):
+    not held in memory until the record is written."""
 
     grouping: dict[str, Any]
     format: str
     datasets: dict[str, DatasetRecord] = field(default_factory=dict)
     content: dict[str, list] = field(default_factory=dict)
+    spooled: Spooled | None = None
+
+    def add(self, rec: DatasetRecord) -> None:
+        """A dataset done this run, after every one added before it by name."""
+        if not isinstance(rec.files, RecordedFiles):
+            rec.files = RecordedFiles.of(rec.files)
+        if self.spooled is None:
+            self.spooled = Spooled()
+        self.spooled.append(rec)
+
+    def entries(self) -> Iterator[DatasetRecord]:
+        """Every dataset, by name."""
+        if self.spooled is not None and not self.datasets:
+            yield from self.spooled
+            return
+        every = dict(self.datasets)
+        every.update((d.name, d) for d in self.spooled or ())
+        yield from (d for _, d in sorted(every.items()))
 
     def to_dict(self) -> dict[str, Any]:
         return {**self._head(),
-                "datasets": {n: d.to_dict() for n, d in sorted(self.datasets.items())},
+                "datasets": {d.name: d.to_dict() for d in self.entries()},
                 "content": self.content}
 
     def _head(self) -> dict[str, Any]:
@@ -156,8 +180,8 @@ class CatalogRecord:
         archive's 5,000 datasets is never one string in memory)."""
         head = json.dumps(self._head(), indent=1)
         yield head[:-2] + ',\n "datasets": {'
-        for k, (n, d) in enumerate(sorted(self.datasets.items())):
-            yield ("," if k else "") + f"\n  {json.dumps(n)}: {json.dumps(d.to_dict())}"
+        for k, d in enumerate(self.entries()):
+            yield ("," if k else "") + f"\n  {json.dumps(d.name)}: {json.dumps(d.to_dict())}"
         yield '\n },\n "content": {'
         for k, (path, row) in enumerate(self.content.items()):
             yield ("," if k else "") + f"\n  {json.dumps(path)}: {json.dumps(row)}"
@@ -219,27 +243,43 @@ def write_catalog(out: Path, record: CatalogRecord, order: Iterable[str],
     `format`) and catalog.json (the ESM collection spec naming it); grouped by the facets a
     dataset's name is made of when they tell every row apart (else by `dataset`), so that
     `to_dataset_dict()` gives one dataset per row, keyed as the datasets are named."""
-    built = [d for _, d in sorted(record.datasets.items()) if d.status == "built"]
-    facet_cols = columns(built, order)
+    def built() -> Iterator[DatasetRecord]:  # (read twice, a dataset at a time)
+        return (d for d in record.entries() if d.status == "built")
+
+    facet_cols = columns(built(), order)
     variable = next((c for c in VARIABLE_COLUMNS if c in facet_cols), None)
     cols = ["dataset", *facet_cols]
     if variable is None:
         variable = "variables"
         cols.append(variable)
     cols += ["path", "format"]
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, cols, lineterminator="\n")
-    w.writeheader()
-    for d in built:
-        path, fmt = asset(out, d)
-        row = {"dataset": d.name, **{c: d.facets.get(c, "") for c in facet_cols},
-               "path": path, "format": fmt}
-        if variable not in d.facets:
-            row[variable] = " ".join(d.variables)
-        w.writerow(row)
     groupby = [c for c in name_facets if c in facet_cols]
-    keys = {tuple(d.facets.get(c, "") for c in groupby) for d in built}
-    if not groupby or len(keys) < len(built):
+    keys = bytearray()  # (an 8-byte digest of each row's groupby values: no object a row)
+    rows = 0
+
+    def csv_text() -> Iterator[bytes]:
+        nonlocal rows
+        buf = io.StringIO()
+        w = csv.DictWriter(buf, cols, lineterminator="\n")
+        w.writeheader()
+        for d in built():
+            path, fmt = asset(out, d)
+            row = {"dataset": d.name, **{c: d.facets.get(c, "") for c in facet_cols},
+                   "path": path, "format": fmt}
+            if variable not in d.facets:
+                row[variable] = " ".join(d.variables)
+            w.writerow(row)
+            keys.extend(hashlib.blake2b(json.dumps([d.facets.get(c, "") for c in groupby])
+                                        .encode(), digest_size=8).digest())
+            rows += 1
+            if buf.tell() > 1 << 13:  # (a few rows at a time)
+                yield buf.getvalue().encode()
+                buf.seek(0)
+                buf.truncate()
+        yield buf.getvalue().encode()
+
+    replace_atomically(out / CATALOG_CSV, csv_text())
+    if not groupby or len(np.unique(np.frombuffer(bytes(keys), dtype="u8"))) < rows:
         groupby = ["dataset"]
     doc = {
         "esmcat_version": "0.1.0",
@@ -253,6 +293,5 @@ def write_catalog(out: Path, record: CatalogRecord, order: Iterable[str],
                                 "aggregations": []},
         "last_updated": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     }
-    replace_atomically(out / CATALOG_CSV, buf.getvalue().encode())
     replace_atomically(out / CATALOG_JSON, json.dumps(doc, indent=2).encode())
     return out / CATALOG_JSON

@@ -123,7 +123,7 @@ def template(drs: str | None = None, path_template: str | None = None) -> PathTe
 
 # -- datasets --------------------------------------------------------------------------------
 
-@dataclass
+@dataclass(slots=True)  # (one a dataset of an archive)
 class Dataset:
     """One dataset of an archive: its `name` (unique in the catalog), its `facets` (the
     catalog's columns), its files in order and, when its members are stacked, each file's
@@ -272,7 +272,7 @@ def group_paths(paths: Sequence[str], tpl: PathTemplate, *, stack_members: bool 
     member = tpl.member if stack_members else None
     named = [f for f in tpl.facets if f != member and (all_versions or f != tpl.version)]
     groups: dict[tuple, Dataset] = {}
-    rows: dict[tuple, list[int]] = {}
+    rows: dict[tuple, array] = {}  # (each dataset's rows: no int object a file)
     for k, i in zip(of, matched):
         if k not in kept:
             out.left_out[paths[i]] = superseded[k]
@@ -284,7 +284,7 @@ def group_paths(paths: Sequence[str], tpl: PathTemplate, *, stack_members: bool 
             ds = groups[key] = Dataset(dataset_name(f[x] for x in named),
                                        {x: f[x] for x in tpl.facets if x != member}, [],
                                        [] if member else None, f.get(tpl.version or ""))
-            rows[key] = []
+            rows[key] = array("i")
         rows[key].append(i)
         if member:
             ds.members.append(f[member])

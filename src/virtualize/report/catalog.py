@@ -8,7 +8,12 @@ from __future__ import annotations
 
 import html
 import json
+import os
+import pickle
+import tempfile
+from array import array
 from collections import Counter
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,6 +21,66 @@ from ..model import Location, Problem
 
 STATUSES = ("built", "appended", "rebuilt", "unchanged", "refused", "removed")
 IN_CATALOG = {"built", "appended", "rebuilt", "unchanged"}
+
+
+class Spooled(Sequence):
+    """Items kept on disk as they come, not in memory: each pickled to an unnamed
+    temporary file when appended, read back in order when iterated (a catalog of 5,000
+    datasets holds no object per dataset until its report is asked for). A sequence
+    like a list; `spooled[i]` reads up to item i."""
+
+    def __init__(self, items: Iterable = ()) -> None:
+        self._file = tempfile.TemporaryFile(prefix="virtualize-catalog-")
+        self._ends = array("q")  # (where each item ends: no object each)
+        for item in items:
+            self.append(item)
+
+    def append(self, item) -> None:
+        f = self._file
+        f.seek(0, 2)
+        pickle.dump(item, f, protocol=pickle.HIGHEST_PROTOCOL)
+        self._ends.append(f.tell())
+
+    def extend(self, items: Iterable) -> None:
+        for item in items:
+            self.append(item)
+
+    def __len__(self) -> int:
+        return len(self._ends)
+
+    def __iter__(self) -> Iterator:
+        start = 0
+        for k in range(len(self._ends)):  # (items appended meanwhile: not read)
+            end = self._ends[k]
+            yield self._read(start, end)
+            start = end
+
+    def _read(self, start: int, end: int):
+        self._file.flush()
+        return pickle.loads(os.pread(self._file.fileno(), end - start, start))
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError(i)
+        return self._read(self._ends[i - 1] if i else 0, self._ends[i])
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, Sequence) and not isinstance(other, str):
+            return list(self) == list(other)
+        return NotImplemented
+
+    def __add__(self, other: Iterable) -> list:
+        return [*self, *other]
+
+    def __repr__(self) -> str:
+        return repr(list(self))
+
+    def __reduce__(self):  # (copied or pickled: as the list it holds)
+        return (list, (list(self),))
 
 
 @dataclass
@@ -51,7 +116,7 @@ class CatalogReport:
     roots: list[str]
     out: str
     catalog: str | None = None
-    datasets: list[DatasetOutcome] = field(default_factory=list)
+    datasets: Sequence[DatasetOutcome] = field(default_factory=list)  # (`Spooled`)
     left_out: dict[str, str] = field(default_factory=dict)
     files: int = 0
     scanned: int = 0
